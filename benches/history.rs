@@ -1,0 +1,200 @@
+//! History benchmarks: the sampler's write path and the REST history
+//! query's read path, on full rings (the steady state of a daemon that has
+//! run for longer than its retention).
+//!
+//! `cargo bench --bench history`. Figures and the machine they were taken
+//! on are in docs/performance.md.
+
+use std::hint::black_box;
+use std::sync::Arc;
+use std::time::Duration;
+
+use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
+
+use vramd::history::{DeviceHistory, Sizing, WindowAnswer, WindowQuery};
+use vramd::model::{
+    AllocatorStats, DeviceInfo, FastReading, MemoryInfo, ProcessInfo, SlowReading, Timestamp,
+};
+
+const GIB: u64 = 1 << 30;
+const MIB: u64 = 1 << 20;
+/// 2026-01-01T00:00:00Z: realistic epoch-millisecond magnitudes.
+const START_MS: i64 = 1_767_225_600_000;
+/// An H100 80GB as NVML memory info v2 reports it.
+const TOTAL: u64 = 81_559_187_456;
+const DRIVER_RESERVED: u64 = 535 * MIB;
+
+fn info(index: u32) -> DeviceInfo {
+    DeviceInfo {
+        index,
+        uuid: format!("GPU-5f0c3e2a-{index:04x}-7d1b-9a6e-0b3c8d2e4f{index:02x}"),
+        name: "NVIDIA H100 80GB HBM3".into(),
+        pci_bus_id: Some(format!("00000000:{:02X}:00.0", 0x18 + index * 0x10)),
+        driver_version: Some("570.133.20".into()),
+    }
+}
+
+/// A fast reading `i` samples in: used memory wobbles around 52 GiB, and
+/// both utilizations are present, as on a busy training GPU.
+fn fast_reading(at_ms: i64, i: u64) -> FastReading {
+    let wobble = (i.wrapping_mul(2_654_435_761) % 512) * MIB;
+    let used = 52 * GIB + wobble;
+    FastReading {
+        at: Timestamp::from_unix_millis(at_ms),
+        memory: Some(MemoryInfo {
+            total_bytes: TOTAL,
+            reserved_bytes: Some(DRIVER_RESERVED),
+            used_bytes: used,
+            free_bytes: TOTAL - DRIVER_RESERVED - used,
+        }),
+        gpu_utilization: Some(((i % 97) as f64) / 100.0),
+        memory_bandwidth_utilization: Some(((i % 61) as f64) / 100.0),
+    }
+}
+
+fn slow_reading(at_ms: i64, processes: u32) -> SlowReading {
+    SlowReading {
+        at: Timestamp::from_unix_millis(at_ms),
+        processes: Some(
+            (0..processes)
+                .map(|slot| ProcessInfo {
+                    pid: 41_000 + slot,
+                    name: Some("python3".into()),
+                    used_bytes: Some(6 * GIB + u64::from(slot) * MIB),
+                    allocator: Some(AllocatorStats {
+                        allocated_bytes: 4 * GIB,
+                        reserved_bytes: 5 * GIB,
+                        active_bytes: 4 * GIB + 16 * MIB,
+                        inactive_split_bytes: 300 * MIB,
+                        alloc_retries: 2,
+                        ooms: 0,
+                    }),
+                })
+                .collect(),
+        ),
+        temperature_celsius: Some(61.0),
+        power_usage_watts: Some(412.5),
+        power_limit_watts: Some(700.0),
+    }
+}
+
+/// A device whose rings are full (fast at `interval_ms` spacing, slow at
+/// 1 s, over one hour); returns it with the timestamps of the newest fast
+/// and slow samples.
+fn full_device(interval_ms: i64, slow_processes: u32) -> (Arc<DeviceHistory>, i64, i64) {
+    let hour = Duration::from_secs(3_600);
+    let sizing = Sizing::for_retention(
+        hour,
+        Duration::from_millis(interval_ms.unsigned_abs()),
+        Duration::from_secs(1),
+        Duration::from_secs(60),
+    );
+    let device = Arc::new(DeviceHistory::new(info(0), sizing));
+    let mut at = START_MS;
+    // Twice the capacity: the ring has wrapped and evicted, as in steady state.
+    for i in 0..(2 * sizing.fast_capacity) as u64 {
+        at = START_MS + i as i64 * interval_ms;
+        let _ = device.record_fast(fast_reading(at, i));
+    }
+    let mut slow_at = at;
+    for s in 0..(2 * sizing.slow_capacity) as i64 {
+        slow_at = START_MS + s * 1_000;
+        let _ = device.record_slow(slow_reading(slow_at, slow_processes), 0);
+    }
+    (device, at, slow_at)
+}
+
+fn record(c: &mut Criterion) {
+    let mut group = c.benchmark_group("history/record");
+    group.throughput(Throughput::Elements(1));
+
+    // Default sizing: 1 h at 250 ms (14,401 fast samples), ring already full.
+    let (device, mut at, _) = full_device(250, 6);
+    let mut i = 0u64;
+    group.bench_function("record_fast_steady_4hz", |b| {
+        b.iter_batched(
+            || {
+                at += 250;
+                i += 1;
+                fast_reading(at, i)
+            },
+            |reading| black_box(device.record_fast(reading)),
+            BatchSize::SmallInput,
+        );
+    });
+
+    // Slow tier with 6 PyTorch processes, ring full (3,601 samples).
+    let (device, _, mut slow_at) = full_device(250, 6);
+    group.bench_function("record_slow_steady_6_processes", |b| {
+        b.iter_batched(
+            || {
+                slow_at += 1_000;
+                slow_reading(slow_at, 6)
+            },
+            |reading| black_box(device.record_slow(reading, 0)),
+            BatchSize::SmallInput,
+        );
+    });
+    group.finish();
+}
+
+fn query(c: &mut Criterion) {
+    // One device sampled at 10 Hz for one hour: 36,001 fast samples.
+    let (device, _, _) = full_device(100, 4);
+    let hour = Duration::from_secs(3_600);
+    let mut group = c.benchmark_group("history/query_1h_10hz");
+    let cases = [
+        ("raw", WindowQuery { window: hour, step: None, max_points: 50_000 }),
+        (
+            "step_1s",
+            WindowQuery { window: hour, step: Some(Duration::from_secs(1)), max_points: 50_000 },
+        ),
+        (
+            "step_10s",
+            WindowQuery { window: hour, step: Some(Duration::from_secs(10)), max_points: 50_000 },
+        ),
+    ];
+    for (name, window_query) in cases {
+        // Check once that the case does what its name says.
+        match device.query(&window_query) {
+            Ok(WindowAnswer::Raw { points, .. }) => eprintln!("{name}: {} points", points.len()),
+            Ok(WindowAnswer::Downsampled { buckets, .. }) => {
+                eprintln!("{name}: {} buckets", buckets.len());
+            }
+            other => {
+                eprintln!("{name}: unexpected answer {other:?}; skipped");
+                continue;
+            }
+        }
+        group.throughput(Throughput::Elements(device.fast_len() as u64));
+        group
+            .bench_function(name, |b| b.iter(|| black_box(device.query(black_box(&window_query)))));
+    }
+    group.finish();
+}
+
+fn snapshot(c: &mut Criterion) {
+    let mut group = c.benchmark_group("history/snapshot");
+    let (device, _, _) = full_device(250, 6);
+    group.bench_function("fast_14401", |b| b.iter(|| black_box(device.fast_snapshot())));
+    group.bench_function("slow_3601", |b| b.iter(|| black_box(device.slow_snapshot())));
+    group.bench_function("live", |b| b.iter(|| black_box(device.live())));
+    let (device, _, _) = full_device(100, 4);
+    group.bench_function("fast_36001", |b| b.iter(|| black_box(device.fast_snapshot())));
+    group.finish();
+}
+
+fn config() -> Criterion {
+    // Short runs: the benchmark machine has 2 cores shared with builds.
+    Criterion::default()
+        .warm_up_time(Duration::from_secs(1))
+        .measurement_time(Duration::from_secs(3))
+        .sample_size(50)
+}
+
+criterion_group! {
+    name = benches;
+    config = config();
+    targets = record, query, snapshot
+}
+criterion_main!(benches);

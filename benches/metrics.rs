@@ -1,0 +1,144 @@
+//! `/metrics` rendering for a large host: 8 GPUs with 64 processes each
+//! (the default per-device cap), every process reporting PyTorch allocator
+//! statistics, so every per-process family is written: 8 × 64 × 9 = 4,608
+//! process series plus the device series.
+//!
+//! `cargo bench --bench metrics`. Figures are in docs/performance.md.
+
+use std::hint::black_box;
+use std::time::Duration;
+
+use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+
+use vramd::exposition::{render, render_devices};
+use vramd::history::{HistoryStore, Sizing};
+use vramd::model::{
+    AllocatorStats, DeviceInfo, FastReading, MemoryInfo, ProcessInfo, SlowReading, Timestamp,
+};
+use vramd::telemetry::Telemetry;
+
+const GPUS: u32 = 8;
+const PROCESSES: u32 = 64;
+const GIB: u64 = 1 << 30;
+const MIB: u64 = 1 << 20;
+const START_MS: i64 = 1_767_225_600_000;
+const TOTAL: u64 = 81_559_187_456;
+const DRIVER_RESERVED: u64 = 535 * MIB;
+
+fn info(index: u32) -> DeviceInfo {
+    DeviceInfo {
+        index,
+        uuid: format!("GPU-5f0c3e2a-{index:04x}-7d1b-9a6e-0b3c8d2e4f{index:02x}"),
+        name: "NVIDIA H100 80GB HBM3".into(),
+        pci_bus_id: Some(format!("00000000:{:02X}:00.0", 0x18 + index * 0x10)),
+        driver_version: Some("570.133.20".into()),
+    }
+}
+
+fn process(gpu: u32, slot: u32) -> ProcessInfo {
+    // Sizes vary per process so the numbers are not all the same digits.
+    let jitter = u64::from(gpu * 131 + slot * 17) * MIB;
+    let reserved = 700 * MIB + jitter;
+    let allocated = reserved * 3 / 4;
+    ProcessInfo {
+        pid: 100_000 + gpu * 1_000 + slot,
+        name: Some(if slot % 3 == 0 { "pt_main_thread" } else { "python3" }.into()),
+        used_bytes: Some(reserved + 500 * MIB),
+        allocator: Some(AllocatorStats {
+            allocated_bytes: allocated,
+            reserved_bytes: reserved,
+            active_bytes: allocated + 16 * MIB,
+            inactive_split_bytes: (reserved - allocated) / 3,
+            alloc_retries: u64::from(slot % 4),
+            ooms: u64::from(slot % 7 == 0),
+        }),
+    }
+}
+
+fn store() -> HistoryStore {
+    let sizing = Sizing::for_retention(
+        Duration::from_secs(3_600),
+        Duration::from_millis(250),
+        Duration::from_secs(1),
+        Duration::from_secs(60),
+    );
+    let store = HistoryStore::new(sizing);
+    let devices = store.set_devices((0..GPUS).map(info).collect());
+    for (gpu, device) in (0..GPUS).zip(&devices) {
+        // A few samples per tier: rendering reads only the live state and
+        // the ring lengths, not the ring contents.
+        for i in 0..8i64 {
+            let used = 40 * GIB + u64::from(gpu) * GIB + i.unsigned_abs() * 7 * MIB;
+            let _ = device.record_fast(FastReading {
+                at: Timestamp::from_unix_millis(START_MS + i * 250),
+                memory: Some(MemoryInfo {
+                    total_bytes: TOTAL,
+                    reserved_bytes: Some(DRIVER_RESERVED),
+                    used_bytes: used,
+                    free_bytes: TOTAL - DRIVER_RESERVED - used,
+                }),
+                gpu_utilization: Some(0.83),
+                memory_bandwidth_utilization: Some(0.41),
+            });
+        }
+        for s in 0..2i64 {
+            let _ = device.record_slow(
+                SlowReading {
+                    at: Timestamp::from_unix_millis(START_MS + s * 1_000),
+                    processes: Some((0..PROCESSES).map(|slot| process(gpu, slot)).collect()),
+                    temperature_celsius: Some(58.0 + f64::from(gpu)),
+                    power_usage_watts: Some(412.5),
+                    power_limit_watts: Some(700.0),
+                },
+                0,
+            );
+        }
+    }
+    store
+}
+
+fn metrics(c: &mut Criterion) {
+    let store = store();
+    let Ok(telemetry) = Telemetry::new("simulator") else {
+        eprintln!("cannot build the self-metrics registry; metrics benchmarks skipped");
+        return;
+    };
+    // Populate the histograms as a running sampler would.
+    for tier in ["fast", "slow"] {
+        for micros in [20, 80, 400, 4_500] {
+            telemetry.observe_call(tier, Duration::from_micros(micros));
+        }
+    }
+    let devices_only = render_devices(&store);
+    let full = render(&store, &telemetry).unwrap_or_default();
+    let lines = |text: &[u8]| text.iter().filter(|&&b| b == b'\n').count();
+    eprintln!(
+        "exposition: devices {} bytes / {} lines; full {} bytes / {} lines",
+        devices_only.len(),
+        lines(&devices_only),
+        full.len(),
+        lines(&full)
+    );
+
+    let mut group = c.benchmark_group("metrics/8gpu_64proc");
+    group.throughput(Throughput::Bytes(devices_only.len() as u64));
+    group.bench_function("render_devices", |b| b.iter(|| black_box(render_devices(&store))));
+    group.throughput(Throughput::Bytes(full.len() as u64));
+    group.bench_function("render_full", |b| b.iter(|| black_box(render(&store, &telemetry))));
+    group.finish();
+}
+
+fn config() -> Criterion {
+    // Short runs: the benchmark machine has 2 cores shared with builds.
+    Criterion::default()
+        .warm_up_time(Duration::from_secs(1))
+        .measurement_time(Duration::from_secs(3))
+        .sample_size(50)
+}
+
+criterion_group! {
+    name = benches;
+    config = config();
+    targets = metrics
+}
+criterion_main!(benches);

@@ -1,0 +1,169 @@
+//! Where a device's memory went, per DESIGN.md's accounting table.
+//!
+//! Device: `total = driver_reserved + used + free`; `used` splits into the
+//! processes' usage plus an unattributed rest. A process with allocator
+//! statistics splits further into live tensors, allocator cache (of which
+//! fragmented and releasable) and memory outside the allocator.
+
+use serde::Serialize;
+
+use crate::model::{AllocatorStats, MemoryInfo, ProcessInfo};
+
+/// The split of one process's memory. Parts that cannot be known are absent.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct ProcessBreakdown {
+    /// `allocated`: live tensors.
+    pub live_tensors_bytes: u64,
+    /// `reserved - allocated`: held by the caching allocator, not in tensors.
+    pub allocator_cache_bytes: u64,
+    /// `inactive_split`: the part of the cache in free pieces of split
+    /// segments; `empty_cache()` cannot return it.
+    pub fragmented_bytes: u64,
+    /// `cache - fragmented`: what `empty_cache()` could give back.
+    pub releasable_bytes: u64,
+    /// NVML process usage minus `reserved`: CUDA context, cuBLAS/cuDNN
+    /// workspaces, NCCL, other libraries. Absent without NVML usage.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub outside_allocator_bytes: Option<u64>,
+    /// `(reserved - allocated) / reserved`; absent when nothing is reserved.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cache_ratio: Option<f64>,
+    /// `inactive_split / reserved`; absent when nothing is reserved.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fragmentation_ratio: Option<f64>,
+}
+
+/// Splits a process's memory; `None` when it reports no allocator stats.
+pub fn process_breakdown(process: &ProcessInfo) -> Option<ProcessBreakdown> {
+    let stats: AllocatorStats = process.allocator?;
+    let cache = stats.reserved_bytes.saturating_sub(stats.allocated_bytes);
+    let fragmented = stats.inactive_split_bytes.min(cache);
+    let reserved = stats.reserved_bytes;
+    Some(ProcessBreakdown {
+        live_tensors_bytes: stats.allocated_bytes,
+        allocator_cache_bytes: cache,
+        fragmented_bytes: fragmented,
+        releasable_bytes: cache - fragmented,
+        outside_allocator_bytes: process.used_bytes.map(|used| used.saturating_sub(reserved)),
+        cache_ratio: (reserved > 0).then(|| cache as f64 / reserved as f64),
+        fragmentation_ratio: (reserved > 0).then(|| fragmented as f64 / reserved as f64),
+    })
+}
+
+/// The split of a device's memory.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct DeviceBreakdown {
+    pub total_bytes: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub driver_reserved_bytes: Option<u64>,
+    pub used_bytes: u64,
+    pub free_bytes: u64,
+    /// Sum of the listed processes' usage; absent when the process list or
+    /// any process's usage is unknown.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub processes_bytes: Option<u64>,
+    /// `used - processes`; absent under the same conditions.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unattributed_bytes: Option<u64>,
+    /// Across processes reporting allocator stats.
+    pub live_tensors_bytes: u64,
+    pub allocator_cache_bytes: u64,
+    pub fragmented_bytes: u64,
+    /// Processes that reported allocator statistics.
+    pub processes_with_allocator_stats: usize,
+}
+
+/// Splits a device's memory. `processes_complete` says whether the list
+/// holds every process (none cut off by the per-device cap).
+pub fn device_breakdown(
+    memory: &MemoryInfo,
+    processes: Option<&[ProcessInfo]>,
+    processes_complete: bool,
+) -> DeviceBreakdown {
+    let attributed = processes.filter(|_| processes_complete).and_then(|list| {
+        list.iter().try_fold(0u64, |sum, process| process.used_bytes.map(|b| sum.saturating_add(b)))
+    });
+    let mut breakdown = DeviceBreakdown {
+        total_bytes: memory.total_bytes,
+        driver_reserved_bytes: memory.reserved_bytes,
+        used_bytes: memory.used_bytes,
+        free_bytes: memory.free_bytes,
+        processes_bytes: attributed,
+        unattributed_bytes: attributed.map(|sum| memory.used_bytes.saturating_sub(sum)),
+        live_tensors_bytes: 0,
+        allocator_cache_bytes: 0,
+        fragmented_bytes: 0,
+        processes_with_allocator_stats: 0,
+    };
+    for part in processes.into_iter().flatten().filter_map(process_breakdown) {
+        breakdown.live_tensors_bytes =
+            breakdown.live_tensors_bytes.saturating_add(part.live_tensors_bytes);
+        breakdown.allocator_cache_bytes =
+            breakdown.allocator_cache_bytes.saturating_add(part.allocator_cache_bytes);
+        breakdown.fragmented_bytes =
+            breakdown.fragmented_bytes.saturating_add(part.fragmented_bytes);
+        breakdown.processes_with_allocator_stats += 1;
+    }
+    breakdown
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIB: u64 = 1 << 20;
+
+    fn torch_process(used: Option<u64>) -> ProcessInfo {
+        ProcessInfo {
+            pid: 7,
+            name: Some("python3".into()),
+            used_bytes: used,
+            allocator: Some(AllocatorStats {
+                allocated_bytes: 600 * MIB,
+                reserved_bytes: 1_000 * MIB,
+                active_bytes: 650 * MIB,
+                inactive_split_bytes: 150 * MIB,
+                alloc_retries: 0,
+                ooms: 0,
+            }),
+        }
+    }
+
+    #[test]
+    fn process_splits_into_live_cache_fragments_and_outside() {
+        let parts = process_breakdown(&torch_process(Some(1_500 * MIB))).unwrap();
+        assert_eq!(parts.live_tensors_bytes, 600 * MIB);
+        assert_eq!(parts.allocator_cache_bytes, 400 * MIB);
+        assert_eq!(parts.fragmented_bytes, 150 * MIB);
+        assert_eq!(parts.releasable_bytes, 250 * MIB);
+        assert_eq!(parts.outside_allocator_bytes, Some(500 * MIB));
+        assert_eq!(parts.cache_ratio, Some(0.4));
+        assert_eq!(parts.fragmentation_ratio, Some(0.15));
+    }
+
+    #[test]
+    fn unknown_nvml_usage_leaves_outside_absent() {
+        let parts = process_breakdown(&torch_process(None)).unwrap();
+        assert_eq!(parts.outside_allocator_bytes, None);
+        let plain = ProcessInfo { allocator: None, ..torch_process(Some(1)) };
+        assert_eq!(process_breakdown(&plain), None);
+    }
+
+    #[test]
+    fn device_unattributed_needs_a_complete_list() {
+        let memory = MemoryInfo {
+            total_bytes: 10_000 * MIB,
+            reserved_bytes: Some(500 * MIB),
+            used_bytes: 2_000 * MIB,
+            free_bytes: 7_500 * MIB,
+        };
+        let processes = [torch_process(Some(1_500 * MIB))];
+        let complete = device_breakdown(&memory, Some(&processes), true);
+        assert_eq!(complete.unattributed_bytes, Some(500 * MIB));
+        assert_eq!(complete.allocator_cache_bytes, 400 * MIB);
+        assert_eq!(complete.processes_with_allocator_stats, 1);
+        let capped = device_breakdown(&memory, Some(&processes), false);
+        assert_eq!(capped.unattributed_bytes, None);
+        assert_eq!(capped.fragmented_bytes, 150 * MIB, "what is listed still counts");
+    }
+}

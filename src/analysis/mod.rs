@@ -1,0 +1,8 @@
+//! Analysis: pure functions over readings and history windows.
+//!
+//! Owns: the memory accounting model of DESIGN.md (and, later, pressure,
+//! trend, leak and fragmentation findings). No I/O, no clocks: every input
+//! is data. Depends on: `model`, `history` (read-only). Knows nothing of
+//! HTTP or alerts delivery.
+
+pub mod accounting;

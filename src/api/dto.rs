@@ -1,0 +1,169 @@
+//! The JSON shapes of the REST API. Field names carry their units; absent
+//! values are left out, never written as 0.
+
+use serde::Serialize;
+
+use crate::analysis::accounting::{self, DeviceBreakdown, ProcessBreakdown};
+use crate::history::{LiveState, ReadFailure};
+use crate::model::{AllocatorStats, DeviceInfo, MemoryInfo, ProcessInfo};
+
+#[derive(Debug, Serialize)]
+pub struct DeviceList {
+    pub devices: Vec<DeviceSummary>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct DeviceSummary {
+    pub index: u32,
+    pub uuid: String,
+    pub name: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pci_bus_id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub driver_version: Option<String>,
+    /// The device answered its latest memory read.
+    pub up: bool,
+    /// Time of the newest reading (RFC 3339).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub at: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memory: Option<MemoryDto>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gpu_utilization_ratio: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memory_bandwidth_utilization_ratio: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub process_count: Option<usize>,
+    /// Failures of the latest reads, by tier.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub failures: Vec<FailureDto>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct MemoryDto {
+    pub total_bytes: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reserved_bytes: Option<u64>,
+    pub used_bytes: u64,
+    pub free_bytes: u64,
+    /// Largest `used_bytes` within `metrics.peak_window`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub used_peak_bytes: Option<u64>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct FailureDto {
+    pub tier: &'static str,
+    pub kind: &'static str,
+    pub message: String,
+    pub consecutive: u32,
+}
+
+#[derive(Debug, Serialize)]
+pub struct DeviceDetail {
+    #[serde(flatten)]
+    pub summary: DeviceSummary,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub temperature_celsius: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub power_usage_watts: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub power_limit_watts: Option<f64>,
+    /// Where the memory went (DESIGN.md's accounting model).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub accounting: Option<DeviceBreakdown>,
+    /// Absent when the process list could not be read.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub processes: Option<Vec<ProcessDto>>,
+    /// Processes left out by `sampler.max_processes_per_device`.
+    pub processes_dropped: usize,
+    pub history: HistoryCounts,
+}
+
+#[derive(Debug, Serialize)]
+pub struct HistoryCounts {
+    pub fast_samples: usize,
+    pub slow_samples: usize,
+}
+
+#[derive(Debug, Serialize)]
+pub struct ProcessDto {
+    pub pid: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub used_bytes: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub allocator: Option<AllocatorStats>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub breakdown: Option<ProcessBreakdown>,
+}
+
+fn failures(live: &LiveState) -> Vec<FailureDto> {
+    let entry = |tier: &'static str, failure: &ReadFailure| FailureDto {
+        tier,
+        kind: failure.kind,
+        message: failure.message.clone(),
+        consecutive: failure.consecutive,
+    };
+    let fast = live.fast_failure.as_ref().map(|failure| entry("fast", failure));
+    let slow = live.slow_failure.as_ref().map(|failure| entry("slow", failure));
+    fast.into_iter().chain(slow).collect()
+}
+
+pub fn summary(info: &DeviceInfo, live: &LiveState) -> DeviceSummary {
+    let fast = live.fast.as_ref();
+    DeviceSummary {
+        index: info.index,
+        uuid: info.uuid.clone(),
+        name: info.name.clone(),
+        pci_bus_id: info.pci_bus_id.clone(),
+        driver_version: info.driver_version.clone(),
+        up: live.is_up(),
+        at: live.newest_at().map(|at| at.to_rfc3339()),
+        memory: fast.and_then(|reading| reading.memory).map(|memory: MemoryInfo| MemoryDto {
+            total_bytes: memory.total_bytes,
+            reserved_bytes: memory.reserved_bytes,
+            used_bytes: memory.used_bytes,
+            free_bytes: memory.free_bytes,
+            used_peak_bytes: live.peak_used_bytes,
+        }),
+        gpu_utilization_ratio: fast.and_then(|reading| reading.gpu_utilization),
+        memory_bandwidth_utilization_ratio: fast
+            .and_then(|reading| reading.memory_bandwidth_utilization),
+        process_count: live
+            .slow
+            .as_ref()
+            .and_then(|slow| slow.processes.as_ref())
+            .map(|list| list.len() + live.processes_dropped),
+        failures: failures(live),
+    }
+}
+
+pub fn detail(info: &DeviceInfo, live: &LiveState, history: HistoryCounts) -> DeviceDetail {
+    let slow = live.slow.as_deref();
+    let processes = slow.and_then(|slow| slow.processes.as_deref());
+    let accounting = live.fast.as_ref().and_then(|fast| fast.memory).map(|memory| {
+        accounting::device_breakdown(&memory, processes, live.processes_dropped == 0)
+    });
+    DeviceDetail {
+        summary: summary(info, live),
+        temperature_celsius: slow.and_then(|slow| slow.temperature_celsius),
+        power_usage_watts: slow.and_then(|slow| slow.power_usage_watts),
+        power_limit_watts: slow.and_then(|slow| slow.power_limit_watts),
+        accounting,
+        processes: processes.map(|list| list.iter().map(process).collect()),
+        processes_dropped: live.processes_dropped,
+        history,
+    }
+}
+
+fn process(process: &ProcessInfo) -> ProcessDto {
+    ProcessDto {
+        pid: process.pid,
+        name: process.name.clone(),
+        used_bytes: process.used_bytes,
+        allocator: process.allocator,
+        breakdown: accounting::process_breakdown(process),
+    }
+}

@@ -1,0 +1,65 @@
+//! JSON errors with a stable `code` and a human `message`.
+
+use axum::Json;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ErrorBody {
+    pub code: &'static str,
+    pub message: String,
+}
+
+/// An error answer of the API.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiError {
+    pub status: StatusCode,
+    pub body: ErrorBody,
+}
+
+impl ApiError {
+    pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+        Self { status, body: ErrorBody { code, message: message.into() } }
+    }
+
+    pub fn bad_request(code: &'static str, message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, code, message)
+    }
+
+    pub fn unknown_device(id: &str) -> Self {
+        Self::new(
+            StatusCode::NOT_FOUND,
+            "unknown_device",
+            format!("no device with index or UUID `{id}`; GET /api/v1/devices lists them"),
+        )
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        (self.status, Json(self.body)).into_response()
+    }
+}
+
+/// The JSON error for a status produced by a middleware layer with an empty
+/// body (timeout, body limit, overload), so every error has the same shape.
+pub fn for_status(status: StatusCode) -> Option<ApiError> {
+    let (code, message) = match status {
+        StatusCode::REQUEST_TIMEOUT => {
+            ("request_timeout", "the request took longer than server.request_timeout")
+        }
+        StatusCode::PAYLOAD_TOO_LARGE => {
+            ("body_too_large", "the request body is larger than server.max_request_body")
+        }
+        StatusCode::SERVICE_UNAVAILABLE => (
+            "overloaded",
+            "too many concurrent requests (server.max_concurrent_requests); retry shortly",
+        ),
+        StatusCode::METHOD_NOT_ALLOWED => {
+            ("method_not_allowed", "this route does not accept that method")
+        }
+        _ => return None,
+    };
+    Some(ApiError::new(status, code, message))
+}

@@ -1,0 +1,207 @@
+//! `GET /api/v1/devices/{gpu}/history?window=10m&step=1s`.
+
+use std::time::Duration;
+
+use axum::Json;
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Path, Query, State};
+use serde::{Deserialize, Serialize};
+
+use crate::history::{Aggregate, Bucket, FastPoint, QueryError, WindowAnswer, WindowQuery};
+
+use super::AppState;
+use super::error::ApiError;
+
+/// Window used when the request names none.
+const DEFAULT_WINDOW: Duration = Duration::from_secs(600);
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HistoryParams {
+    window: Option<String>,
+    step: Option<String>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct HistoryResponse {
+    gpu: u32,
+    uuid: String,
+    window_seconds: f64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    step_seconds: Option<f64>,
+    /// Start and end of the window; absent while the device has no samples.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    from: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    to: Option<String>,
+    /// Every sample in the window (without `step`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    points: Option<Vec<PointDto>>,
+    /// Downsampled buckets (with `step`), each keeping min, max and last.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    buckets: Option<Vec<BucketDto>>,
+}
+
+#[derive(Debug, Serialize)]
+struct PointDto {
+    at: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    total_bytes: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reserved_bytes: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    used_bytes: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    free_bytes: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    gpu_utilization_ratio: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    memory_bandwidth_utilization_ratio: Option<f64>,
+}
+
+#[derive(Debug, Serialize)]
+struct BucketDto {
+    start: String,
+    samples: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    total_bytes: Option<Aggregate<u64>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reserved_bytes: Option<Aggregate<u64>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    used_bytes: Option<Aggregate<u64>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    free_bytes: Option<Aggregate<u64>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    gpu_utilization_ratio: Option<Aggregate<f64>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    memory_bandwidth_utilization_ratio: Option<Aggregate<f64>>,
+}
+
+pub async fn device_history(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    params: Result<Query<HistoryParams>, QueryRejection>,
+) -> Result<Json<HistoryResponse>, ApiError> {
+    let Query(params) = params.map_err(|rejection| {
+        ApiError::bad_request(
+            "bad_query",
+            format!("{}; accepted parameters: window, step", rejection.body_text()),
+        )
+    })?;
+    let window = match params.window.as_deref() {
+        Some(text) => parse_duration("window", text)?,
+        None => DEFAULT_WINDOW.min(state.limits.retention),
+    };
+    if window > state.limits.retention {
+        return Err(ApiError::bad_request(
+            "bad_window",
+            format!(
+                "window {} is longer than the history kept (history.retention = {})",
+                humantime::format_duration(window),
+                humantime::format_duration(state.limits.retention)
+            ),
+        ));
+    }
+    let step = params.step.as_deref().map(|text| parse_duration("step", text)).transpose()?;
+    if let Some(step) = step
+        && step > window
+    {
+        return Err(ApiError::bad_request(
+            "bad_step",
+            format!(
+                "step {} is longer than the window {}",
+                humantime::format_duration(step),
+                humantime::format_duration(window)
+            ),
+        ));
+    }
+    let device = state.store.find(&id).ok_or_else(|| ApiError::unknown_device(&id))?;
+    let query = WindowQuery { window, step, max_points: state.limits.max_history_points };
+    // A large window is a few milliseconds of copying: keep it off the
+    // async workers so scrapes are never queued behind it.
+    let answer = tokio::task::spawn_blocking({
+        let device = device.clone();
+        move || device.query(&query)
+    })
+    .await
+    .map_err(|error| {
+        ApiError::new(axum::http::StatusCode::INTERNAL_SERVER_ERROR, "internal", error.to_string())
+    })?
+    .map_err(|error| match error {
+        QueryError::ZeroStep => ApiError::bad_request("bad_step", error.to_string()),
+        QueryError::TooManyPoints { .. } | QueryError::TooManyBuckets { .. } => {
+            ApiError::bad_request("too_many_points", error.to_string())
+        }
+    })?;
+    let info = device.info();
+    let mut response = HistoryResponse {
+        gpu: info.index,
+        uuid: info.uuid.clone(),
+        window_seconds: window.as_secs_f64(),
+        step_seconds: step.map(|step| step.as_secs_f64()),
+        from: None,
+        to: None,
+        points: None,
+        buckets: None,
+    };
+    match answer {
+        WindowAnswer::Empty => response.points = step.is_none().then(Vec::new),
+        WindowAnswer::Raw { from, to, points } => {
+            response.from = Some(from.to_rfc3339());
+            response.to = Some(to.to_rfc3339());
+            response.points = Some(points.iter().map(point_dto).collect());
+        }
+        WindowAnswer::Downsampled { from, to, buckets, .. } => {
+            response.from = Some(from.to_rfc3339());
+            response.to = Some(to.to_rfc3339());
+            response.buckets = Some(buckets.iter().map(bucket_dto).collect());
+        }
+    }
+    if step.is_some() && response.buckets.is_none() {
+        response.buckets = Some(Vec::new());
+    }
+    Ok(Json(response))
+}
+
+fn parse_duration(name: &'static str, text: &str) -> Result<Duration, ApiError> {
+    let code = if name == "window" { "bad_window" } else { "bad_step" };
+    let duration = humantime::parse_duration(text).map_err(|error| {
+        ApiError::bad_request(
+            code,
+            format!("{name} `{text}` is not a duration ({error}); use e.g. 10m, 1h, 500ms"),
+        )
+    })?;
+    if duration < Duration::from_millis(1) {
+        return Err(ApiError::bad_request(
+            code,
+            format!("{name} must be at least 1ms, got `{text}`"),
+        ));
+    }
+    Ok(duration)
+}
+
+fn point_dto(point: &FastPoint) -> PointDto {
+    let memory = point.memory();
+    PointDto {
+        at: point.at().to_rfc3339(),
+        total_bytes: memory.map(|m| m.total_bytes),
+        reserved_bytes: memory.and_then(|m| m.reserved_bytes),
+        used_bytes: memory.map(|m| m.used_bytes),
+        free_bytes: memory.map(|m| m.free_bytes),
+        gpu_utilization_ratio: point.gpu_utilization(),
+        memory_bandwidth_utilization_ratio: point.memory_bandwidth_utilization(),
+    }
+}
+
+fn bucket_dto(bucket: &Bucket) -> BucketDto {
+    BucketDto {
+        start: bucket.start.to_rfc3339(),
+        samples: bucket.samples,
+        total_bytes: bucket.total_bytes,
+        reserved_bytes: bucket.reserved_bytes,
+        used_bytes: bucket.used_bytes,
+        free_bytes: bucket.free_bytes,
+        gpu_utilization_ratio: bucket.gpu_utilization,
+        memory_bandwidth_utilization_ratio: bucket.memory_bandwidth_utilization,
+    }
+}

@@ -1,0 +1,284 @@
+//! Every route and error, through the router without a socket.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::http::{Request, StatusCode, header};
+use http_body_util::BodyExt;
+use serde_json::Value;
+use tower::ServiceExt;
+
+use super::*;
+use crate::clock::ScaledClock;
+use crate::history::{HistoryStore, Sizing};
+use crate::source::DeviceSource;
+use crate::source::simulator::{GOLDEN_ORIGIN, ScenarioKind, Simulator, SimulatorSpec};
+
+fn limits() -> Limits {
+    Limits {
+        request_timeout: Duration::from_secs(5),
+        max_request_body_bytes: 1024,
+        max_concurrent_requests: 8,
+        max_history_points: 200,
+        retention: Duration::from_secs(3_600),
+    }
+}
+
+/// A store filled with two minutes of a simulated multi-tenant host.
+fn filled_state() -> AppState {
+    let spec = SimulatorSpec { scenario: ScenarioKind::MultiTenant, gpus: 2, seed: 3 };
+    let simulator =
+        Simulator::with_origin(spec, ScaledClock::starting_at(GOLDEN_ORIGIN, 1.0), GOLDEN_ORIGIN)
+            .unwrap();
+    let store = Arc::new(HistoryStore::new(Sizing {
+        fast_capacity: 10_000,
+        slow_capacity: 1_000,
+        peak_window: Duration::from_secs(60),
+    }));
+    let devices = store.set_devices(simulator.devices().unwrap());
+    for step in 0..480 {
+        let at = GOLDEN_ORIGIN.saturating_add(Duration::from_millis(250 * step));
+        for device in &devices {
+            let index = device.info().index;
+            device.record_fast(simulator.fast_at(index, at).unwrap()).unwrap();
+            if step % 4 == 0 {
+                device.record_slow(simulator.slow_at(index, at).unwrap(), 0).unwrap();
+            }
+        }
+    }
+    store.mark_cycle_completed();
+    AppState { store, telemetry: Arc::new(Telemetry::new("simulator").unwrap()), limits: limits() }
+}
+
+async fn get(state: &AppState, uri: &str) -> (StatusCode, String, Option<String>) {
+    let response = router(state.clone())
+        .oneshot(Request::builder().uri(uri).body(Body::empty()).unwrap())
+        .await
+        .unwrap();
+    let status = response.status();
+    let content_type = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .map(|value| value.to_str().unwrap().to_owned());
+    let body = response.into_body().collect().await.unwrap().to_bytes();
+    (status, String::from_utf8(body.to_vec()).unwrap(), content_type)
+}
+
+async fn get_json(state: &AppState, uri: &str) -> (StatusCode, Value) {
+    let (status, body, content_type) = get(state, uri).await;
+    assert_eq!(content_type.as_deref(), Some("application/json"), "{uri}: {body}");
+    (status, serde_json::from_str(&body).unwrap())
+}
+
+/// The start of a body, so a failing assertion stays readable.
+fn excerpt(body: &Value) -> String {
+    body.to_string().chars().take(300).collect()
+}
+
+fn assert_error(status: StatusCode, body: &Value, expected: StatusCode, code: &str) {
+    assert_eq!(status, expected, "{}", excerpt(body));
+    assert_eq!(body["code"], code, "{body}");
+    assert!(body["message"].as_str().is_some_and(|m| !m.is_empty()), "{body}");
+}
+
+#[tokio::test]
+async fn health_is_always_ok_and_readiness_waits_for_a_cycle() {
+    let empty = AppState {
+        store: Arc::new(HistoryStore::new(Sizing {
+            fast_capacity: 1,
+            slow_capacity: 1,
+            peak_window: Duration::from_secs(1),
+        })),
+        telemetry: Arc::new(Telemetry::new("simulator").unwrap()),
+        limits: limits(),
+    };
+    assert_eq!(get_json(&empty, "/healthz").await.0, StatusCode::OK);
+    let (status, body) = get_json(&empty, "/readyz").await;
+    assert_error(status, &body, StatusCode::SERVICE_UNAVAILABLE, "not_ready");
+    empty.store.mark_cycle_completed();
+    assert_eq!(get_json(&empty, "/readyz").await.0, StatusCode::OK);
+}
+
+#[tokio::test]
+async fn metrics_are_served_in_the_text_format() {
+    let state = filled_state();
+    let (status, body, content_type) = get(&state, "/metrics").await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(content_type.as_deref(), Some(crate::exposition::CONTENT_TYPE));
+    assert!(body.contains("vramd_memory_used_bytes{gpu=\"0\""));
+    assert!(body.contains("vramd_source_errors_total{kind=\"timeout\"} 0"));
+}
+
+#[tokio::test]
+async fn devices_are_listed_and_found_by_index_or_uuid() {
+    let state = filled_state();
+    let (status, list) = get_json(&state, "/api/v1/devices").await;
+    assert_eq!(status, StatusCode::OK);
+    let devices = list["devices"].as_array().unwrap();
+    assert_eq!(devices.len(), 2);
+    assert_eq!(devices[1]["index"], 1);
+    assert_eq!(devices[0]["up"], true);
+    let used = devices[0]["memory"]["used_bytes"].as_u64().unwrap();
+    let peak = devices[0]["memory"]["used_peak_bytes"].as_u64().unwrap();
+    assert!(peak >= used);
+
+    let uuid = devices[1]["uuid"].as_str().unwrap().to_owned();
+    let (status, by_uuid) =
+        get_json(&state, &format!("/api/v1/devices/{}", uuid.to_lowercase())).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(by_uuid["index"], 1);
+    let (_, by_index) = get_json(&state, "/api/v1/devices/1").await;
+    assert_eq!(by_index["uuid"], uuid.as_str());
+}
+
+#[tokio::test]
+async fn device_detail_breaks_memory_down_per_process() {
+    let state = filled_state();
+    let (status, detail) = get_json(&state, "/api/v1/devices/0").await;
+    assert_eq!(status, StatusCode::OK);
+    let processes = detail["processes"].as_array().unwrap();
+    assert!(processes.len() >= 3, "{detail}");
+    let torch = processes.iter().find(|p| p.get("allocator").is_some()).expect("a PyTorch process");
+    let allocator = &torch["allocator"];
+    let breakdown = &torch["breakdown"];
+    let reserved = allocator["reserved_bytes"].as_u64().unwrap();
+    let allocated = allocator["allocated_bytes"].as_u64().unwrap();
+    assert_eq!(breakdown["live_tensors_bytes"].as_u64().unwrap(), allocated);
+    assert_eq!(breakdown["allocator_cache_bytes"].as_u64().unwrap(), reserved - allocated);
+    assert_eq!(
+        breakdown["outside_allocator_bytes"].as_u64().unwrap(),
+        torch["used_bytes"].as_u64().unwrap() - reserved
+    );
+    let plain =
+        processes.iter().find(|p| p.get("allocator").is_none()).expect("a non-PyTorch process");
+    assert!(plain.get("breakdown").is_none(), "no allocator stats, no breakdown: {plain}");
+
+    let accounting = &detail["accounting"];
+    let total = accounting["total_bytes"].as_u64().unwrap();
+    let parts = accounting["driver_reserved_bytes"].as_u64().unwrap()
+        + accounting["used_bytes"].as_u64().unwrap()
+        + accounting["free_bytes"].as_u64().unwrap();
+    assert_eq!(total, parts, "total = reserved + used + free");
+    assert_eq!(
+        accounting["used_bytes"].as_u64().unwrap(),
+        accounting["processes_bytes"].as_u64().unwrap()
+            + accounting["unattributed_bytes"].as_u64().unwrap()
+    );
+    assert_eq!(detail["history"]["fast_samples"], 480);
+}
+
+#[tokio::test]
+async fn unknown_device_is_404_json() {
+    let state = filled_state();
+    for id in ["7", "GPU-nope", "-1"] {
+        let (status, body) = get_json(&state, &format!("/api/v1/devices/{id}")).await;
+        assert_error(status, &body, StatusCode::NOT_FOUND, "unknown_device");
+        let (status, body) = get_json(&state, &format!("/api/v1/devices/{id}/history")).await;
+        assert_error(status, &body, StatusCode::NOT_FOUND, "unknown_device");
+    }
+}
+
+#[tokio::test]
+async fn history_raw_and_downsampled() {
+    let state = filled_state();
+    let (status, raw) = get_json(&state, "/api/v1/devices/0/history?window=10s").await;
+    assert_eq!(status, StatusCode::OK, "{raw}");
+    let points = raw["points"].as_array().unwrap();
+    assert_eq!(points.len(), 41, "10 s at 4 Hz, both ends included");
+    assert!(raw.get("buckets").is_none());
+    assert_eq!(raw["to"], "2026-01-01T00:01:59.750Z");
+
+    let (status, coarse) = get_json(&state, "/api/v1/devices/0/history?window=1m&step=10s").await;
+    assert_eq!(status, StatusCode::OK, "{coarse}");
+    let buckets = coarse["buckets"].as_array().unwrap();
+    assert!((6..=7).contains(&buckets.len()), "{coarse}");
+    let full = &buckets[1];
+    assert_eq!(full["samples"], 40);
+    let used = &full["used_bytes"];
+    assert!(used["min"].as_u64() <= used["last"].as_u64());
+    assert!(used["last"].as_u64() <= used["max"].as_u64());
+    assert_eq!(coarse["step_seconds"], 10.0);
+}
+
+#[tokio::test]
+async fn history_rejects_bad_parameters_with_a_reason() {
+    let state = filled_state();
+    let cases = [
+        ("window=soon", "bad_window"),
+        ("window=0s", "bad_window"),
+        ("window=2h", "bad_window"),
+        ("window=1m&step=banana", "bad_step"),
+        ("window=1m&step=2m", "bad_step"),
+        ("window=1h&step=1ms", "too_many_points"),
+        ("window=1h", "too_many_points"),
+        ("windw=1m", "bad_query"),
+    ];
+    for (query, code) in cases {
+        let (status, body) = get_json(&state, &format!("/api/v1/devices/0/history?{query}")).await;
+        assert_error(status, &body, StatusCode::BAD_REQUEST, code);
+    }
+    let (_, body) = get_json(&state, "/api/v1/devices/0/history?window=2h").await;
+    assert!(body["message"].as_str().unwrap().contains("history.retention"), "{body}");
+    let (_, body) = get_json(&state, "/api/v1/devices/0/history?window=1h").await;
+    assert!(body["message"].as_str().unwrap().contains("step"), "{body}");
+}
+
+#[tokio::test]
+async fn unknown_routes_and_methods_get_json_errors() {
+    let state = filled_state();
+    let (status, body) = get_json(&state, "/api/v1/nothing").await;
+    assert_error(status, &body, StatusCode::NOT_FOUND, "not_found");
+    let response = router(state.clone())
+        .oneshot(
+            Request::builder().method("DELETE").uri("/api/v1/devices").body(Body::empty()).unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::METHOD_NOT_ALLOWED);
+    let body = response.into_body().collect().await.unwrap().to_bytes();
+    let body: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(body["code"], "method_not_allowed");
+}
+
+/// A route that takes a second, behind the real protections.
+fn slow_app(limits: Limits) -> Router {
+    let routes = Router::new().route(
+        "/slow",
+        axum::routing::get(|| async {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            "done"
+        }),
+    );
+    protect(routes, limits)
+}
+
+async fn json_body(response: Response) -> Value {
+    let body = response.into_body().collect().await.unwrap().to_bytes();
+    serde_json::from_slice(&body).unwrap()
+}
+
+fn slow_request() -> Request<Body> {
+    Request::builder().uri("/slow").body(Body::empty()).unwrap()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_request_past_the_timeout_gets_408_json() {
+    let app = slow_app(Limits { request_timeout: Duration::from_millis(50), ..limits() });
+    let response = app.oneshot(slow_request()).await.unwrap();
+    assert_eq!(response.status(), StatusCode::REQUEST_TIMEOUT);
+    assert_eq!(json_body(response).await["code"], "request_timeout");
+}
+
+#[tokio::test(start_paused = true)]
+async fn requests_beyond_the_concurrency_limit_get_503_json() {
+    let app = slow_app(Limits { max_concurrent_requests: 1, ..limits() });
+    let first = tokio::spawn(app.clone().oneshot(slow_request()));
+    tokio::task::yield_now().await;
+    let second = app.clone().oneshot(slow_request()).await.unwrap();
+    assert_eq!(second.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(json_body(second).await["code"], "overloaded");
+    assert_eq!(first.await.unwrap().unwrap().status(), StatusCode::OK, "the first still completes");
+    let third = app.oneshot(slow_request()).await.unwrap();
+    assert_eq!(third.status(), StatusCode::OK, "the permit is returned");
+}

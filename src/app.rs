@@ -1,0 +1,174 @@
+//! Wiring: the one module that knows the concrete types. Builds the device
+//! source the configuration names, the history, the sampler and the HTTP
+//! server, runs them until shutdown, and stops them within the grace time.
+//!
+//! Depends on every other module; nothing depends on it but `main`.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+use crate::api::{self, AppState, Limits};
+use crate::clock::{ScaledClock, wall_now};
+use crate::config::{Config, SourceSelection};
+use crate::history::{HistoryStore, Sizing};
+use crate::sampler::{self, SamplerSettings};
+use crate::source::DeviceSource;
+use crate::source::nvml::NvmlSource;
+use crate::source::simulator::{Simulator, SimulatorError, SimulatorSpec};
+use crate::source::trace::{Recorder, Replay, TraceError};
+use crate::telemetry::{Telemetry, TelemetryError};
+
+/// Why the daemon could not start or keep running.
+#[derive(Debug, thiserror::Error)]
+pub enum AppError {
+    #[error("cannot listen on {addr}: {source}")]
+    Bind { addr: SocketAddr, source: std::io::Error },
+    #[error("serving HTTP failed: {0}")]
+    Serve(std::io::Error),
+    #[error("replay: {0}")]
+    Replay(TraceError),
+    #[error("record: {0}")]
+    Record(TraceError),
+    #[error("simulator: {0}")]
+    Simulator(#[from] SimulatorError),
+    #[error("self metrics: {0}")]
+    Telemetry(#[from] TelemetryError),
+    #[error("start-up task failed: {0}")]
+    Startup(String),
+}
+
+impl AppError {
+    /// Process exit status: 2 for bad input named by the user (an invalid
+    /// trace file), 1 for everything else.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            AppError::Replay(_) => 2,
+            _ => 1,
+        }
+    }
+}
+
+/// Builds the device source the configuration selects, wrapped in a
+/// recorder when `source.record` is set. Reads files: call off the runtime.
+pub fn build_source(config: &Config) -> Result<Arc<dyn DeviceSource>, AppError> {
+    let source: Arc<dyn DeviceSource> = match &config.source.selection {
+        SourceSelection::Driver => Arc::new(NvmlSource::new()),
+        SourceSelection::Simulate(simulator) => {
+            let clock = ScaledClock::starting_at(wall_now(), config.source.speed);
+            let origin = clock.origin();
+            let spec = SimulatorSpec {
+                scenario: simulator.scenario,
+                gpus: simulator.gpus,
+                seed: simulator.seed,
+            };
+            Arc::new(Simulator::with_origin(spec, clock, origin)?)
+        }
+        SourceSelection::Replay { path } => Arc::new(
+            Replay::open(path, config.source.max_trace_line_bytes).map_err(AppError::Replay)?,
+        ),
+    };
+    match &config.source.record {
+        Some(path) => Ok(Arc::new(Recorder::create(source, path).map_err(AppError::Record)?)),
+        None => Ok(source),
+    }
+}
+
+/// The sampler settings the configuration implies.
+pub fn sampler_settings(config: &Config) -> SamplerSettings {
+    SamplerSettings {
+        fast_interval: config.sampler.fast_interval,
+        slow_interval: config.sampler.slow_interval,
+        call_timeout: config.sampler.call_timeout,
+        max_processes_per_device: config.sampler.max_processes_per_device.get(),
+        discovery_retry_max: config.sampler.discovery_retry_max,
+        speed: match config.source.selection {
+            SourceSelection::Driver => 1.0,
+            _ => config.source.speed,
+        },
+    }
+}
+
+pub fn history_sizing(config: &Config) -> Sizing {
+    Sizing::for_retention(
+        config.history.retention,
+        config.sampler.fast_interval,
+        config.sampler.slow_interval,
+        config.metrics.peak_window,
+    )
+}
+
+/// Runs the daemon until `shutdown` completes, then stops serving and
+/// sampling, giving in-flight requests `server.shutdown_timeout` to finish.
+pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(), AppError> {
+    let source = {
+        let config = config.clone();
+        tokio::task::spawn_blocking(move || build_source(&config))
+            .await
+            .map_err(|error| AppError::Startup(error.to_string()))??
+    };
+    let telemetry = Arc::new(Telemetry::new(source.name())?);
+    let store = Arc::new(HistoryStore::new(history_sizing(&config)));
+    let listener = TcpListener::bind(config.server.listen)
+        .await
+        .map_err(|source| AppError::Bind { addr: config.server.listen, source })?;
+    let local = listener
+        .local_addr()
+        .map_err(|source| AppError::Bind { addr: config.server.listen, source })?;
+    info!(addr = %local, source = source.name(), "listening");
+
+    let cancel = CancellationToken::new();
+    let sampler = tokio::spawn(sampler::run(
+        source,
+        store.clone(),
+        telemetry.clone(),
+        sampler_settings(&config),
+        cancel.clone(),
+    ));
+    let state = AppState {
+        store,
+        telemetry,
+        limits: Limits {
+            request_timeout: config.server.request_timeout,
+            max_request_body_bytes: config.server.max_request_body_bytes,
+            max_concurrent_requests: config.server.max_concurrent_requests.get(),
+            max_history_points: config.api.max_history_points.get(),
+            retention: config.history.retention,
+        },
+    };
+    let server = axum::serve(listener, api::router(state))
+        .with_graceful_shutdown(cancel.clone().cancelled_owned());
+    let mut server = tokio::spawn(async move { server.await });
+
+    tokio::select! {
+        () = shutdown => {}
+        result = &mut server => {
+            cancel.cancel();
+            return match result {
+                Ok(Ok(())) => Ok(()),
+                Ok(Err(error)) => Err(AppError::Serve(error)),
+                Err(error) => Err(AppError::Startup(error.to_string())),
+            };
+        }
+    }
+    cancel.cancel();
+    match tokio::time::timeout(config.server.shutdown_timeout, &mut server).await {
+        Ok(Ok(Ok(()))) => {}
+        Ok(Ok(Err(error))) => return Err(AppError::Serve(error)),
+        Ok(Err(error)) => return Err(AppError::Startup(error.to_string())),
+        Err(_) => {
+            warn!(grace = ?config.server.shutdown_timeout, "requests still in flight at the end of the shutdown grace time; closing them");
+            server.abort();
+        }
+    }
+    // Sampling tasks stop at their next await; a call stuck in the driver is
+    // left behind (main does not wait for blocking threads).
+    if tokio::time::timeout(config.server.shutdown_timeout, sampler).await.is_err() {
+        warn!("sampler did not stop within the shutdown grace time");
+    }
+    Ok(())
+}

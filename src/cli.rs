@@ -1,0 +1,284 @@
+//! The command line: subcommands and the options that override
+//! configuration keys.
+//!
+//! Owns: [`Cli`], [`Command`] and the mapping of options onto
+//! [`crate::config::Overrides`]. Values are passed on as given; `config::load`
+//! validates them with the rest of the configuration, so an option and the
+//! key it sets are checked by the same code. Environment variables are not
+//! read here (they are a configuration layer). Depends only on `config` and
+//! `source::simulator::ScenarioKind`.
+
+use std::path::{Path, PathBuf};
+
+use clap::builder::PossibleValuesParser;
+use clap::{Parser, Subcommand};
+
+use crate::config::Overrides;
+use crate::source::simulator::ScenarioKind;
+
+const AFTER_HELP: &str = "\
+Configuration layers, lowest first: built-in defaults, the configuration file
+(--config, else ./config/vramd.toml, else /etc/vramd/vramd.toml), environment
+variables VRAMD_<SECTION>__<KEY> (e.g. VRAMD_SAMPLER__FAST_INTERVAL=100ms), then
+the options above. `vramd check-config` prints the result.
+
+Exit status:
+  0  clean exit, including after SIGTERM or SIGINT
+  1  runtime failure, e.g. the listen address cannot be bound
+  2  invalid command line or configuration";
+
+/// vramd watches NVIDIA GPU memory: where it went, whether it is fragmented
+/// or leaking, and when it will run out.
+#[derive(Clone, Debug, PartialEq, Parser)]
+#[command(name = "vramd", version, about, after_help = AFTER_HELP)]
+pub struct Cli {
+    /// What to do; `run` when omitted.
+    #[command(subcommand)]
+    pub command: Option<Command>,
+
+    /// Read this configuration file (it must exist) instead of searching
+    /// ./config/vramd.toml and /etc/vramd/vramd.toml.
+    #[arg(long, global = true, value_name = "PATH")]
+    pub config: Option<PathBuf>,
+
+    /// Serve /metrics, the REST API and health checks on this address
+    /// [server.listen].
+    #[arg(long, global = true, value_name = "ADDR")]
+    pub listen: Option<String>,
+
+    /// Read a simulated scenario instead of the GPU driver
+    /// [source.simulate]; `vramd scenarios` lists them.
+    #[arg(long, global = true, value_name = "SCENARIO", value_parser = scenario_names())]
+    pub simulate: Option<String>,
+
+    /// Number of simulated GPUs, 1 to 8 [simulator.gpus].
+    #[arg(long, global = true, value_name = "N")]
+    pub gpus: Option<u32>,
+
+    /// Seed of the simulator; the same seed gives the same readings
+    /// [simulator.seed].
+    #[arg(long, global = true, value_name = "N")]
+    pub seed: Option<u64>,
+
+    /// Simulated or replayed seconds per real second, above 0 and at most
+    /// 10000 [source.speed].
+    #[arg(long, global = true, value_name = "X")]
+    pub speed: Option<f64>,
+
+    /// Replay this recorded NDJSON trace instead of reading the GPU driver
+    /// [source.replay].
+    #[arg(long, global = true, value_name = "FILE")]
+    pub replay: Option<PathBuf>,
+
+    /// Also record every reading to this NDJSON trace [source.record].
+    #[arg(long, global = true, value_name = "FILE")]
+    pub record: Option<PathBuf>,
+
+    /// Log line format [log.format].
+    #[arg(long, global = true, value_name = "FORMAT", value_parser = ["text", "json"])]
+    pub log_format: Option<String>,
+
+    /// Log filter, such as `info` or `info,vramd=debug` [log.level].
+    #[arg(long, global = true, value_name = "FILTER")]
+    pub log_level: Option<String>,
+}
+
+/// The subcommands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Subcommand)]
+pub enum Command {
+    /// Run the daemon (the default).
+    Run,
+    /// Validate the configuration and print the effective configuration.
+    CheckConfig,
+    /// List the simulated scenarios, one per line.
+    Scenarios,
+}
+
+fn scenario_names() -> PossibleValuesParser {
+    PossibleValuesParser::new(ScenarioKind::ALL.map(ScenarioKind::name))
+}
+
+impl Cli {
+    /// The subcommand, `run` when none was given.
+    pub fn subcommand(&self) -> Command {
+        self.command.unwrap_or(Command::Run)
+    }
+
+    /// The options that override configuration keys.
+    pub fn overrides(&self) -> Overrides {
+        Overrides {
+            listen: self.listen.clone(),
+            simulate: self.simulate.clone(),
+            gpus: self.gpus,
+            seed: self.seed,
+            speed: self.speed,
+            replay: self.replay.clone(),
+            record: self.record.clone(),
+            log_format: self.log_format.clone(),
+            log_level: self.log_level.clone(),
+        }
+    }
+
+    /// `--config PATH`, when given.
+    pub fn config_path(&self) -> Option<&Path> {
+        self.config.as_deref()
+    }
+}
+
+/// One line per scenario for `vramd scenarios`: name, padding, description.
+pub fn scenario_lines() -> Vec<String> {
+    let width = ScenarioKind::ALL.iter().map(|kind| kind.name().len()).max().unwrap_or(0);
+    ScenarioKind::ALL
+        .iter()
+        .map(|kind| format!("{:width$}  {}", kind.name(), kind.description()))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+    use clap::error::ErrorKind;
+
+    fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
+        Cli::try_parse_from(std::iter::once("vramd").chain(args.iter().copied()))
+    }
+
+    #[test]
+    fn cli_definition_is_consistent() {
+        <Cli as CommandFactory>::command().debug_assert();
+    }
+
+    #[test]
+    fn cli_without_arguments_runs_the_daemon_with_no_overrides() {
+        let cli = parse(&[]).unwrap();
+        assert_eq!(cli.command, None);
+        assert_eq!(cli.subcommand(), Command::Run);
+        assert_eq!(cli.overrides(), Overrides::default());
+        assert_eq!(cli.config_path(), None);
+    }
+
+    #[test]
+    fn cli_parses_every_subcommand() {
+        assert_eq!(parse(&["run"]).unwrap().command, Some(Command::Run));
+        assert_eq!(parse(&["check-config"]).unwrap().subcommand(), Command::CheckConfig);
+        assert_eq!(parse(&["scenarios"]).unwrap().subcommand(), Command::Scenarios);
+        assert_eq!(parse(&["frobnicate"]).unwrap_err().kind(), ErrorKind::InvalidSubcommand);
+    }
+
+    #[test]
+    fn cli_parses_every_flag_into_overrides() {
+        let cli = parse(&[
+            "--config",
+            "/tmp/v.toml",
+            "--listen",
+            "0.0.0.0:9000",
+            "--simulate",
+            "leak",
+            "--gpus",
+            "4",
+            "--seed",
+            "18446744073709551615",
+            "--speed",
+            "2.5",
+            "--replay",
+            "in.ndjson",
+            "--record",
+            "out.ndjson",
+            "--log-format",
+            "json",
+            "--log-level",
+            "info,vramd=debug",
+        ])
+        .unwrap();
+        assert_eq!(cli.config_path(), Some(Path::new("/tmp/v.toml")));
+        assert_eq!(
+            cli.overrides(),
+            Overrides {
+                listen: Some("0.0.0.0:9000".into()),
+                simulate: Some("leak".into()),
+                gpus: Some(4),
+                seed: Some(u64::MAX),
+                speed: Some(2.5),
+                replay: Some("in.ndjson".into()),
+                record: Some("out.ndjson".into()),
+                log_format: Some("json".into()),
+                log_level: Some("info,vramd=debug".into()),
+            }
+        );
+    }
+
+    #[test]
+    fn cli_flags_are_global_before_or_after_the_subcommand() {
+        let before =
+            parse(&["--listen", "127.0.0.1:1", "--config=a.toml", "check-config"]).unwrap();
+        let after = parse(&["check-config", "--listen", "127.0.0.1:1", "--config=a.toml"]).unwrap();
+        assert_eq!(before, after);
+        assert_eq!(after.subcommand(), Command::CheckConfig);
+        assert_eq!(after.overrides().listen.as_deref(), Some("127.0.0.1:1"));
+        let run = parse(&["run", "--simulate", "idle", "--speed=10"]).unwrap();
+        assert_eq!(run.overrides().simulate.as_deref(), Some("idle"));
+        assert_eq!(run.overrides().speed, Some(10.0));
+    }
+
+    #[test]
+    fn cli_rejects_malformed_values_as_usage_errors() {
+        for args in [
+            &["--gpus", "two"][..],
+            &["--gpus", "-1"],
+            &["--seed", "18446744073709551616"],
+            &["--speed", "fast"],
+            &["--log-format", "xml"],
+            &["--simulate", "lek"],
+            &["--listen"],
+            &["--no-such-flag"],
+        ] {
+            let error = parse(args).unwrap_err();
+            assert_eq!(error.exit_code(), 2, "{args:?}: {error}");
+        }
+    }
+
+    #[test]
+    fn cli_simulate_accepts_every_scenario() {
+        for kind in ScenarioKind::ALL {
+            let cli = parse(&["--simulate", kind.name()]).unwrap();
+            assert_eq!(cli.overrides().simulate.as_deref(), Some(kind.name()));
+        }
+    }
+
+    #[test]
+    fn cli_help_documents_exit_codes_and_every_flag() {
+        let help = <Cli as CommandFactory>::command().render_long_help().to_string();
+        for needle in [
+            "Exit status",
+            "0  clean exit",
+            "1  runtime failure",
+            "2  invalid command line",
+            "--config",
+            "--listen",
+            "--simulate",
+            "--gpus",
+            "--seed",
+            "--speed",
+            "--replay",
+            "--record",
+            "--log-format",
+            "--log-level",
+            "check-config",
+            "scenarios",
+            "VRAMD_SAMPLER__FAST_INTERVAL",
+        ] {
+            assert!(help.contains(needle), "{needle} missing from:\n{help}");
+        }
+    }
+
+    #[test]
+    fn cli_scenario_lines_name_each_scenario_once() {
+        let lines = scenario_lines();
+        assert_eq!(lines.len(), ScenarioKind::ALL.len());
+        for (line, kind) in lines.iter().zip(ScenarioKind::ALL) {
+            assert!(line.starts_with(kind.name()), "{line}");
+            assert!(line.ends_with(kind.description()), "{line}");
+        }
+    }
+}

@@ -1,0 +1,84 @@
+//! Turning elapsed time into sample timestamps.
+//!
+//! Owns: the only uses of `std::time::Instant` and `SystemTime` outside
+//! tests (clippy.toml bans them elsewhere, so time stays injectable).
+//! Depends on: `model` only.
+
+#![allow(clippy::disallowed_types)]
+
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use crate::model::Timestamp;
+
+/// A clock that starts at a chosen origin and advances `speed` times faster
+/// than real time, measured on the monotonic clock.
+///
+/// Anchoring to a monotonic clock means timestamps never go backwards when
+/// the system clock is stepped (NTP), which history relies on.
+#[derive(Clone, Debug)]
+pub struct ScaledClock {
+    origin: Timestamp,
+    started: Instant,
+    speed: f64,
+}
+
+impl ScaledClock {
+    /// A clock that reads the current wall time and advances in real time.
+    pub fn wall() -> Self {
+        Self::starting_at(wall_now(), 1.0)
+    }
+
+    /// A clock reading `origin` now and advancing `speed` clock seconds per
+    /// real second. A non-finite or non-positive speed is treated as 1.0.
+    pub fn starting_at(origin: Timestamp, speed: f64) -> Self {
+        let speed = if speed.is_finite() && speed > 0.0 { speed } else { 1.0 };
+        Self { origin, started: Instant::now(), speed }
+    }
+
+    pub fn now(&self) -> Timestamp {
+        let elapsed_ms = self.started.elapsed().as_secs_f64() * 1000.0 * self.speed;
+        let elapsed_ms =
+            if elapsed_ms.is_finite() { elapsed_ms.min(i64::MAX as f64) as i64 } else { 0 };
+        Timestamp::from_unix_millis(self.origin.unix_millis().saturating_add(elapsed_ms))
+    }
+
+    /// What the clock read when it was made.
+    pub fn origin(&self) -> Timestamp {
+        self.origin
+    }
+
+    pub fn speed(&self) -> f64 {
+        self.speed
+    }
+}
+
+/// The current wall-clock time.
+pub fn wall_now() -> Timestamp {
+    let millis = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|since| i64::try_from(since.as_millis()).unwrap_or(i64::MAX))
+        .unwrap_or(0);
+    Timestamp::from_unix_millis(millis)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scaled_clock_starts_at_origin_and_never_goes_backwards() {
+        let origin = Timestamp::from_unix_millis(5_000);
+        let clock = ScaledClock::starting_at(origin, 100.0);
+        let first = clock.now();
+        std::thread::sleep(std::time::Duration::from_millis(5));
+        let second = clock.now();
+        assert!(first >= origin);
+        assert!(second > first, "a 100x clock advances at least 500 ms in 5 ms");
+    }
+
+    #[test]
+    fn invalid_speed_falls_back_to_real_time() {
+        let clock = ScaledClock::starting_at(Timestamp::from_unix_millis(0), f64::NAN);
+        assert_eq!(clock.speed(), 1.0);
+    }
+}

@@ -1,0 +1,257 @@
+//! Loading: finding the configuration file and merging the four layers.
+//!
+//! Owns: [`LoadOptions`], [`Overrides`], [`load`] and the file search.
+//! Layers, lowest first: built-in defaults, the configuration file,
+//! `VRAMD_<SECTION>__<KEY>` environment variables, command-line options.
+//! Every value is kept as written (strings stay strings) and parsed by
+//! `validate`. The process environment is never read here; the caller
+//! passes it in. Depends on the config submodules and the `config` crate.
+
+use std::collections::BTreeMap;
+use std::io;
+use std::path::{Path, PathBuf};
+
+use config::{Environment, FileFormat, Map, Source, Value, ValueKind};
+
+use super::defaults::defaults;
+use super::error::{ConfigError, Origin};
+use super::keys::{ENV_PREFIX, ENV_SEPARATOR};
+use super::raw::RawConfig;
+use super::render::entries;
+use super::types::Config;
+use super::validate::validate;
+use super::walk::{self, ENV_TAG, FILE_TAG, OriginContext};
+
+/// Where the configuration file is looked for when `--config` is not
+/// given, first match wins.
+pub const DEFAULT_SEARCH_PATHS: [&str; 2] = ["config/vramd.toml", "/etc/vramd/vramd.toml"];
+
+/// Values from the command line; each set one wins over every other layer.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Overrides {
+    /// `--listen` → `server.listen`.
+    pub listen: Option<String>,
+    /// `--simulate` → `source.simulate`.
+    pub simulate: Option<String>,
+    /// `--gpus` → `simulator.gpus`.
+    pub gpus: Option<u32>,
+    /// `--seed` → `simulator.seed`.
+    pub seed: Option<u64>,
+    /// `--speed` → `source.speed`.
+    pub speed: Option<f64>,
+    /// `--replay` → `source.replay`.
+    pub replay: Option<PathBuf>,
+    /// `--record` → `source.record`.
+    pub record: Option<PathBuf>,
+    /// `--log-format` → `log.format`.
+    pub log_format: Option<String>,
+    /// `--log-level` → `log.level`.
+    pub log_level: Option<String>,
+}
+
+impl Overrides {
+    /// `(key, flag, value as text)` for every override that is set.
+    fn entries(&self) -> Result<Vec<(&'static str, &'static str, String)>, ConfigError> {
+        let path = |key: &'static str, flag: &'static str, path: &Option<PathBuf>| {
+            path.as_ref()
+                .map(|path| match path.to_str() {
+                    Some(text) => Ok((key, flag, text.to_owned())),
+                    None => Err(ConfigError::InvalidValue {
+                        key: key.to_owned(),
+                        value: format!("{:?}", path.to_string_lossy()),
+                        origin: Origin::CommandLine(flag),
+                        reason: "paths must be valid UTF-8".to_owned(),
+                    }),
+                })
+                .transpose()
+        };
+        let text = |key, flag, value: Option<String>| value.map(|value| (key, flag, value));
+        Ok([
+            text("server.listen", "--listen", self.listen.clone()),
+            text("source.simulate", "--simulate", self.simulate.clone()),
+            text("simulator.gpus", "--gpus", self.gpus.map(|n| n.to_string())),
+            text("simulator.seed", "--seed", self.seed.map(|n| n.to_string())),
+            // Display of f64 is the shortest text that parses back exactly.
+            text("source.speed", "--speed", self.speed.map(|x| x.to_string())),
+            path("source.replay", "--replay", &self.replay)?,
+            path("source.record", "--record", &self.record)?,
+            text("log.format", "--log-format", self.log_format.clone()),
+            text("log.level", "--log-level", self.log_level.clone()),
+        ]
+        .into_iter()
+        .flatten()
+        .collect())
+    }
+}
+
+/// Everything [`load`] reads, passed in so tests control all of it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LoadOptions {
+    /// `--config PATH`: this file must exist.
+    pub config_path: Option<PathBuf>,
+    /// Looked at in order when `config_path` is `None`; the first that is
+    /// a file is read, and none is fine.
+    pub search_paths: Vec<PathBuf>,
+    /// The process environment (or a test's); only `VRAMD_*` names are used.
+    pub env: Vec<(String, String)>,
+    /// The command-line options.
+    pub overrides: Overrides,
+}
+
+impl Default for LoadOptions {
+    /// No `--config`, the standard search paths, an empty environment and
+    /// no overrides.
+    fn default() -> Self {
+        Self {
+            config_path: None,
+            search_paths: DEFAULT_SEARCH_PATHS.iter().map(PathBuf::from).collect(),
+            env: Vec::new(),
+            overrides: Overrides::default(),
+        }
+    }
+}
+
+/// The process environment for [`LoadOptions::env`]. Unlike
+/// `std::env::vars`, it does not panic on a variable that is not UTF-8:
+/// a `VRAMD_*` one is kept lossily (validation then rejects its value by
+/// name), any other is irrelevant and skipped.
+pub fn process_environment() -> Vec<(String, String)> {
+    std::env::vars_os()
+        .filter_map(|(name, value)| {
+            let name = name.to_string_lossy().into_owned();
+            if name.starts_with(ENV_PREFIX) {
+                Some((name, value.to_string_lossy().into_owned()))
+            } else {
+                None
+            }
+        })
+        .collect()
+}
+
+/// The configuration file [`load`] reads, if any: `config_path` (which
+/// must exist), else the first search path that is a file.
+pub fn config_file(options: &LoadOptions) -> Result<Option<PathBuf>, ConfigError> {
+    match &options.config_path {
+        Some(path) => match std::fs::metadata(path) {
+            Ok(_) => Ok(Some(path.clone())),
+            Err(error) if error.kind() == io::ErrorKind::NotFound => {
+                Err(ConfigError::FileNotFound { path: path.clone() })
+            }
+            Err(source) => Err(ConfigError::FileRead { path: path.clone(), source }),
+        },
+        None => Ok(options.search_paths.iter().find(|path| path.is_file()).cloned()),
+    }
+}
+
+/// Loads and validates the configuration: built-in defaults, then the
+/// file, then the environment, then the overrides.
+pub fn load(options: &LoadOptions) -> Result<Config, ConfigError> {
+    let other = |error: config::ConfigError| ConfigError::Other { reason: error.to_string() };
+    let mut builder = config::Config::builder();
+    for (key, value) in entries(&defaults()) {
+        if let Some(value) = value {
+            builder = builder.set_default(key, value.to_value_kind()).map_err(other)?;
+        }
+    }
+
+    let file = config_file(options)?;
+    if let Some(path) = &file {
+        builder = builder.add_source(file_layer(path)?);
+    }
+
+    let (env_layer, env_vars) = environment_layer(&options.env)?;
+    builder = builder.add_source(env_layer);
+
+    let mut override_flags = BTreeMap::new();
+    for (key, flag, value) in options.overrides.entries()? {
+        override_flags.insert(key, flag);
+        builder = builder.set_override(key, value).map_err(other)?;
+    }
+
+    let merged = builder.build().map_err(other)?;
+    let context =
+        OriginContext { file: file.as_deref(), env_vars: &env_vars, overrides: &override_flags };
+    let origins = walk::check(&merged.cache, &context)?;
+    let raw: RawConfig = merged.try_deserialize().map_err(other)?;
+    validate(&raw, &origins)
+}
+
+/// A configuration layer already collected, with its origins tagged.
+#[derive(Clone, Debug)]
+struct Layer(Map<String, Value>);
+
+impl Source for Layer {
+    fn clone_into_box(&self) -> Box<dyn Source + Send + Sync> {
+        Box::new(self.clone())
+    }
+
+    fn collect(&self) -> Result<Map<String, Value>, config::ConfigError> {
+        Ok(self.0.clone())
+    }
+}
+
+/// Gives `value` and everything under it the origin `tag`.
+fn retag(value: Value, tag: &String) -> Value {
+    let kind = match value.kind {
+        ValueKind::Table(table) => ValueKind::Table(
+            table.into_iter().map(|(key, value)| (key, retag(value, tag))).collect(),
+        ),
+        ValueKind::Array(items) => {
+            ValueKind::Array(items.into_iter().map(|value| retag(value, tag)).collect())
+        }
+        kind => kind,
+    };
+    Value::new(Some(tag), kind)
+}
+
+fn retag_all(map: Map<String, Value>, tag: &str) -> Layer {
+    let tag = tag.to_owned();
+    Layer(map.into_iter().map(|(key, value)| (key, retag(value, &tag))).collect())
+}
+
+fn file_layer(path: &Path) -> Result<Layer, ConfigError> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|source| ConfigError::FileRead { path: path.to_path_buf(), source })?;
+    let text = text.strip_prefix('\u{feff}').unwrap_or(&text);
+    let map = config::File::from_str(text, FileFormat::Toml).collect().map_err(|error| {
+        let reason = match error {
+            config::ConfigError::FileParse { cause, .. } => cause.to_string(),
+            other => other.to_string(),
+        };
+        ConfigError::FileParse { path: path.to_path_buf(), reason: reason.trim().to_owned() }
+    })?;
+    Ok(retag_all(map, FILE_TAG))
+}
+
+/// The dotted key an environment variable sets, the way
+/// `config::Environment` derives it: lowercased, prefix removed, `__` → `.`.
+fn env_key(name: &str) -> Option<String> {
+    let rest = name.strip_prefix(ENV_PREFIX)?;
+    Some(rest.to_lowercase().replace(ENV_SEPARATOR, "."))
+}
+
+/// The `VRAMD_*` variables as a layer, and which variable set which key.
+fn environment_layer(
+    env: &[(String, String)],
+) -> Result<(Layer, BTreeMap<String, String>), ConfigError> {
+    let mut vars = BTreeMap::new();
+    let mut source = Map::new();
+    for (name, value) in env {
+        let Some(key) = env_key(name) else { continue };
+        if let Some(first) = vars.insert(key.clone(), name.clone())
+            && first != *name
+        {
+            let (first, second) =
+                if first < *name { (first, name.clone()) } else { (name.clone(), first) };
+            return Err(ConfigError::AmbiguousEnvironment { key, first, second });
+        }
+        source.insert(name.clone(), value.clone());
+    }
+    let map = Environment::with_prefix(ENV_PREFIX.trim_end_matches('_'))
+        .prefix_separator("_")
+        .separator(ENV_SEPARATOR)
+        .source(Some(source))
+        .collect()
+        .map_err(|error| ConfigError::Other { reason: error.to_string() })?;
+    Ok((retag_all(map, ENV_TAG), vars))
+}

@@ -1,0 +1,118 @@
+//! Finding and reading the configuration file, and the shipped
+//! `config/vramd.toml` and `docs/configuration.md`.
+
+use std::path::{Path, PathBuf};
+
+use super::{assert_error, file, isolated, load_file};
+use crate::config::{ConfigError, KEYS, LoadOptions, config_file, defaults, load};
+
+fn manifest_path(relative: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(relative)
+}
+
+#[test]
+fn config_explicit_path_that_is_missing_is_an_error_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("nope.toml");
+    let (_other, present) = file("[server]\nlisten = \"127.0.0.1:1\"\n");
+    let options = LoadOptions {
+        config_path: Some(missing.clone()),
+        // A search path that exists must not be used instead.
+        search_paths: vec![present],
+        ..isolated()
+    };
+    let error = assert_error(load(&options), &[&missing.display().to_string(), "does not exist"]);
+    assert!(matches!(error, ConfigError::FileNotFound { path } if path == missing));
+}
+
+#[test]
+fn config_default_search_paths_first_existing_wins() {
+    let dir = tempfile::tempdir().unwrap();
+    let first = dir.path().join("first.toml");
+    let second = dir.path().join("second.toml");
+    let missing = dir.path().join("missing.toml");
+    std::fs::write(&second, "[server]\nlisten = \"127.0.0.1:2\"\n").unwrap();
+    let options = LoadOptions {
+        search_paths: vec![missing.clone(), first.clone(), second.clone()],
+        ..isolated()
+    };
+    assert_eq!(config_file(&options).unwrap(), Some(second.clone()));
+    assert_eq!(load(&options).unwrap().server.listen.port(), 2);
+
+    std::fs::write(&first, "[server]\nlisten = \"127.0.0.1:1\"\n").unwrap();
+    assert_eq!(config_file(&options).unwrap(), Some(first));
+    assert_eq!(load(&options).unwrap().server.listen.port(), 1);
+
+    // A directory is not a configuration file.
+    let options =
+        LoadOptions { search_paths: vec![dir.path().to_path_buf(), second], ..isolated() };
+    assert_eq!(load(&options).unwrap().server.listen.port(), 2);
+}
+
+#[test]
+fn config_no_file_found_means_defaults() {
+    let dir = tempfile::tempdir().unwrap();
+    let options = LoadOptions { search_paths: vec![dir.path().join("absent.toml")], ..isolated() };
+    assert_eq!(config_file(&options).unwrap(), None);
+    assert_eq!(load(&options).unwrap(), defaults());
+}
+
+#[test]
+fn config_default_options_search_the_documented_paths() {
+    let paths = LoadOptions::default().search_paths;
+    assert_eq!(paths, [PathBuf::from("config/vramd.toml"), PathBuf::from("/etc/vramd/vramd.toml")]);
+}
+
+#[test]
+fn config_file_that_is_not_toml_names_the_file() {
+    let error = assert_error(load_file("[server\nlisten = 1\n"), &["vramd.toml", "cannot parse"]);
+    assert!(matches!(error, ConfigError::FileParse { .. }));
+}
+
+#[test]
+fn config_file_with_byte_order_mark_loads() {
+    let config = load_file("\u{feff}[server]\nlisten = \"127.0.0.1:5\"\n").unwrap();
+    assert_eq!(config.server.listen.port(), 5);
+}
+
+#[test]
+fn config_shipped_file_loads_to_exactly_the_defaults() {
+    let options =
+        LoadOptions { config_path: Some(manifest_path("config/vramd.toml")), ..isolated() };
+    assert_eq!(load(&options).unwrap(), defaults());
+}
+
+/// `name = ` or `# name = ` inside the `[section]` block of `text`.
+fn section_mentions(text: &str, section: &str, name: &str) -> bool {
+    let header = format!("[{section}]");
+    let Some(start) = text.lines().position(|line| line.trim() == header) else { return false };
+    text.lines()
+        .skip(start + 1)
+        .take_while(|line| !line.trim_start().starts_with('['))
+        .map(|line| line.trim_start().trim_start_matches('#').trim_start())
+        .any(|line| line.starts_with(&format!("{name} =")))
+}
+
+#[test]
+fn config_shipped_file_has_every_key_in_its_section() {
+    let text = std::fs::read_to_string(manifest_path("config/vramd.toml")).unwrap();
+    for spec in KEYS {
+        assert!(
+            section_mentions(&text, spec.section(), spec.name()),
+            "{} missing from config/vramd.toml",
+            spec.key
+        );
+    }
+}
+
+#[test]
+fn config_reference_documents_every_key_and_its_variable() {
+    let text = std::fs::read_to_string(manifest_path("docs/configuration.md")).unwrap();
+    for spec in KEYS {
+        assert!(text.contains(&format!("`{}`", spec.key)), "{} missing from docs", spec.key);
+        assert!(text.contains(&spec.env_var()), "{} missing from docs", spec.env_var());
+    }
+    for needle in ["VRAMD_<SECTION>__<KEY>", "Exit status", "--config"] {
+        assert!(text.contains(needle), "{needle} missing from docs");
+    }
+}

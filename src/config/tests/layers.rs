@@ -1,0 +1,149 @@
+//! Precedence: defaults < file < environment < command line.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use super::{assert_error, env, file, isolated, load_env};
+use crate::config::{
+    DEFAULT_LISTEN, LoadOptions, LogFormat, Overrides, SimulatorConfig, SourceSelection, defaults,
+    load, process_environment,
+};
+use crate::source::simulator::ScenarioKind;
+
+#[test]
+fn config_precedence_one_key_through_all_four_layers() {
+    let (_dir, path) = file("[server]\nlisten = \"127.0.0.1:1001\"\n");
+    let with_file = LoadOptions { config_path: Some(path), ..isolated() };
+    let with_env = LoadOptions {
+        env: env(&[("VRAMD_SERVER__LISTEN", "127.0.0.1:1002")]),
+        ..with_file.clone()
+    };
+    let with_override = LoadOptions {
+        overrides: Overrides { listen: Some("127.0.0.1:1003".into()), ..Overrides::default() },
+        ..with_env.clone()
+    };
+
+    assert_eq!(load(&isolated()).unwrap().server.listen, DEFAULT_LISTEN);
+    assert_eq!(load(&with_file).unwrap().server.listen.port(), 1001);
+    assert_eq!(load(&with_env).unwrap().server.listen.port(), 1002);
+    assert_eq!(load(&with_override).unwrap().server.listen.port(), 1003);
+}
+
+#[test]
+fn config_precedence_file_key_survives_other_layers_and_defaults_fill_its_section() {
+    let (_dir, path) = file("[sampler]\nfast_interval = \"100ms\"\n[log]\nlevel = \"debug\"\n");
+    let options = LoadOptions {
+        config_path: Some(path),
+        env: env(&[("VRAMD_SAMPLER__CALL_TIMEOUT", "5s"), ("VRAMD_LOG__LEVEL", "warn")]),
+        overrides: Overrides {
+            speed: Some(3.0),
+            log_level: Some("error".into()),
+            ..Overrides::default()
+        },
+        ..isolated()
+    };
+    let config = load(&options).unwrap();
+    assert_eq!(config.sampler.fast_interval, Duration::from_millis(100));
+    assert_eq!(config.sampler.call_timeout, Duration::from_secs(5));
+    assert_eq!(config.sampler.slow_interval, defaults().sampler.slow_interval);
+    assert_eq!(config.source.speed, 3.0);
+    assert_eq!(config.log.level, "error");
+}
+
+#[test]
+fn config_env_values_are_parsed_from_strings() {
+    let config = load_env(&[
+        ("VRAMD_SOURCE__SIMULATE", "leak"),
+        ("VRAMD_SIMULATOR__GPUS", "4"),
+        ("VRAMD_SIMULATOR__SEED", "18446744073709551615"),
+        ("VRAMD_SOURCE__SPEED", "2.5"),
+        ("VRAMD_SERVER__MAX_REQUEST_BODY", "64KiB"),
+        ("VRAMD_SERVER__MAX_CONCURRENT_REQUESTS", "8"),
+        ("VRAMD_LOG__FORMAT", "json"),
+        ("VRAMD_LOG__LEVEL", "true"),
+    ])
+    .unwrap();
+    assert_eq!(
+        config.source.selection,
+        SourceSelection::Simulate(SimulatorConfig {
+            scenario: ScenarioKind::Leak,
+            gpus: 4,
+            seed: u64::MAX
+        })
+    );
+    assert_eq!(config.source.speed, 2.5);
+    assert_eq!(config.server.max_request_body_bytes, 65_536);
+    assert_eq!(config.server.max_concurrent_requests.get(), 8);
+    assert_eq!(config.log.format, LogFormat::Json);
+    // A string that looks like a boolean stays a string (a target name).
+    assert_eq!(config.log.level, "true");
+}
+
+#[test]
+fn config_env_ignores_variables_without_the_prefix() {
+    let config =
+        load_env(&[("PATH", "/bin"), ("vramd_server__listen", "x"), ("VRAMDX", "y")]).unwrap();
+    assert_eq!(config, defaults());
+}
+
+#[test]
+fn config_env_two_spellings_of_one_key_are_ambiguous() {
+    assert_error(
+        load_env(&[("VRAMD_LOG__LEVEL", "info"), ("VRAMD_log__LEVEL", "debug")]),
+        &["VRAMD_LOG__LEVEL", "VRAMD_log__LEVEL", "log.level"],
+    );
+}
+
+#[test]
+fn config_overrides_set_their_keys() {
+    let overrides = Overrides {
+        listen: Some("[::1]:9000".into()),
+        simulate: None,
+        gpus: Some(3),
+        seed: Some(7),
+        speed: Some(0.5),
+        replay: Some(PathBuf::from("in.ndjson")),
+        record: Some(PathBuf::from("out.ndjson")),
+        log_format: Some("json".into()),
+        log_level: Some("vramd=trace".into()),
+    };
+    let config = load(&LoadOptions { overrides, ..isolated() }).unwrap();
+    assert_eq!(config.server.listen, "[::1]:9000".parse().unwrap());
+    assert_eq!(config.source.selection, SourceSelection::Replay { path: "in.ndjson".into() });
+    assert_eq!(config.source.record, Some(PathBuf::from("out.ndjson")));
+    assert_eq!(config.source.speed, 0.5);
+    assert_eq!(config.log.format, LogFormat::Json);
+    assert_eq!(config.log.level, "vramd=trace");
+
+    let overrides = Overrides {
+        simulate: Some("idle".into()),
+        gpus: Some(3),
+        seed: Some(7),
+        ..Overrides::default()
+    };
+    let config = load(&LoadOptions { overrides, ..isolated() }).unwrap();
+    assert_eq!(
+        config.source.selection,
+        SourceSelection::Simulate(SimulatorConfig {
+            scenario: ScenarioKind::Idle,
+            gpus: 3,
+            seed: 7
+        })
+    );
+}
+
+#[test]
+fn config_override_errors_name_the_flag() {
+    let overrides = Overrides { gpus: Some(9), ..Overrides::default() };
+    assert_error(
+        load(&LoadOptions { overrides, ..isolated() }),
+        &["invalid value \"9\" for simulator.gpus", "command-line option --gpus", "1 and 8"],
+    );
+    let overrides = Overrides { speed: Some(f64::NAN), ..Overrides::default() };
+    assert_error(load(&LoadOptions { overrides, ..isolated() }), &["source.speed", "--speed"]);
+}
+
+#[test]
+fn config_process_environment_keeps_only_prefixed_variables() {
+    assert!(process_environment().iter().all(|(name, _)| name.starts_with("VRAMD_")));
+}

@@ -1,0 +1,54 @@
+//! Tests of loading, layering, validation and rendering, through the public
+//! `load` with a controlled file, environment and overrides.
+
+mod files;
+mod layers;
+mod render;
+mod unknown;
+mod values;
+
+use std::path::PathBuf;
+
+use super::{Config, ConfigError, LoadOptions, load};
+
+/// Options that read no file and no environment unless a test adds them.
+fn isolated() -> LoadOptions {
+    LoadOptions { search_paths: Vec::new(), ..LoadOptions::default() }
+}
+
+/// A temporary directory holding `vramd.toml` with `text`.
+fn file(text: &str) -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("vramd.toml");
+    std::fs::write(&path, text).unwrap();
+    (dir, path)
+}
+
+fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+    pairs.iter().map(|(name, value)| (name.to_string(), value.to_string())).collect()
+}
+
+/// Loads `text` as the `--config` file.
+fn load_file(text: &str) -> Result<Config, ConfigError> {
+    let (_dir, path) = file(text);
+    load(&LoadOptions { config_path: Some(path), ..isolated() })
+}
+
+/// Loads with only these environment variables.
+fn load_env(pairs: &[(&str, &str)]) -> Result<Config, ConfigError> {
+    load(&LoadOptions { env: env(pairs), ..isolated() })
+}
+
+/// The message of an error that must occur, with every part `needles` lists.
+#[track_caller]
+fn assert_error(result: Result<Config, ConfigError>, needles: &[&str]) -> ConfigError {
+    let error = match result {
+        Ok(config) => panic!("expected an error containing {needles:?}, got {config:#?}"),
+        Err(error) => error,
+    };
+    let message = error.to_string();
+    for needle in needles {
+        assert!(message.contains(needle), "`{needle}` missing from: {message}");
+    }
+    error
+}

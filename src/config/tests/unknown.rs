@@ -1,0 +1,100 @@
+//! Unknown keys and misplaced tables, named with their full path and origin.
+
+use super::{assert_error, load_env, load_file};
+use crate::config::{ConfigError, Origin};
+
+#[test]
+fn config_unknown_top_level_key_in_file_is_named() {
+    let error = assert_error(
+        load_file("listen = \"127.0.0.1:1\"\n"),
+        &["unknown configuration key `listen`", "vramd.toml"],
+    );
+    assert!(matches!(error, ConfigError::UnknownKey { origin: Origin::File(_), .. }), "{error:?}");
+}
+
+#[test]
+fn config_unknown_section_in_file_is_named_with_a_suggestion() {
+    assert_error(
+        load_file("[samplr]\nfast_interval = \"1s\"\n"),
+        &["unknown configuration key `samplr`", "did you mean `sampler`?"],
+    );
+}
+
+#[test]
+fn config_unknown_nested_key_in_file_is_named_with_its_full_path() {
+    let error = assert_error(
+        load_file("[sampler]\nfast_intervall = \"100ms\"\n"),
+        &[
+            "unknown configuration key `sampler.fast_intervall`",
+            "vramd.toml",
+            "`sampler.fast_interval`",
+        ],
+    );
+    assert_eq!(error.key(), Some("sampler.fast_intervall"));
+}
+
+#[test]
+fn config_unknown_deeper_table_in_file_is_named() {
+    assert_error(
+        load_file("[server.tls]\ncert = \"x.pem\"\n"),
+        &["unknown configuration key `server.tls`"],
+    );
+}
+
+#[test]
+fn config_unknown_key_in_env_names_the_variable() {
+    let error = assert_error(
+        load_env(&[("VRAMD_SAMPLER__FAST_INTERVALL", "100ms")]),
+        &[
+            "unknown configuration key `sampler.fast_intervall`",
+            "environment variable VRAMD_SAMPLER__FAST_INTERVALL",
+        ],
+    );
+    assert!(matches!(error, ConfigError::UnknownKey { origin: Origin::Environment(_), .. }));
+}
+
+#[test]
+fn config_env_with_a_single_underscore_separator_is_unknown() {
+    assert_error(
+        load_env(&[("VRAMD_SAMPLER_FAST_INTERVAL", "100ms")]),
+        &[
+            "`sampler_fast_interval`",
+            "VRAMD_SAMPLER_FAST_INTERVAL",
+            "did you mean `sampler.fast_interval`",
+        ],
+    );
+}
+
+#[test]
+fn config_unknown_nested_env_key_names_the_variable() {
+    assert_error(
+        load_env(&[("VRAMD_SERVER__TLS__CERT", "x.pem")]),
+        &["unknown configuration key `server.tls`", "VRAMD_SERVER__TLS__CERT"],
+    );
+}
+
+#[test]
+fn config_section_given_a_value_is_rejected() {
+    assert_error(load_file("sampler = 5\n"), &["`sampler`", "must be a section"]);
+    assert_error(load_env(&[("VRAMD_LOG", "debug")]), &["`log`", "VRAMD_LOG", "must be a section"]);
+}
+
+#[test]
+fn config_table_or_list_where_a_value_belongs_is_rejected() {
+    assert_error(
+        load_file("[sampler.fast_interval]\nvalue = \"1s\"\n"),
+        &["sampler.fast_interval", "expected a single value"],
+    );
+    assert_error(
+        load_file("[server]\nlisten = [\"127.0.0.1:1\"]\n"),
+        &["server.listen", "(a list)", "expected a single value"],
+    );
+}
+
+#[test]
+fn config_env_variable_below_a_key_names_the_variable() {
+    assert_error(
+        load_env(&[("VRAMD_SAMPLER__FAST_INTERVAL__X", "1s")]),
+        &["sampler.fast_interval", "VRAMD_SAMPLER__FAST_INTERVAL__X", "expected a single value"],
+    );
+}

@@ -1,0 +1,129 @@
+//! The validated configuration: real types, every bound explicit.
+//!
+//! Produced only by `config::load` from the raw, string-typed layers; the
+//! rest of the daemon never sees unvalidated values.
+
+use std::net::SocketAddr;
+use std::num::NonZeroUsize;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::source::simulator::ScenarioKind;
+
+/// Everything the daemon needs to run, validated.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Config {
+    pub server: ServerConfig,
+    pub sampler: SamplerConfig,
+    pub history: HistoryConfig,
+    pub metrics: MetricsConfig,
+    pub api: ApiConfig,
+    pub source: SourceConfig,
+    pub log: LogConfig,
+}
+
+/// `[server]`: the HTTP listener and its protections.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ServerConfig {
+    /// `server.listen`: address for /metrics, the REST API and health.
+    pub listen: SocketAddr,
+    /// `server.request_timeout`: a request still running after this gets 408.
+    pub request_timeout: Duration,
+    /// `server.max_request_body`: larger bodies get 413.
+    pub max_request_body_bytes: usize,
+    /// `server.max_concurrent_requests`: requests beyond this get 503.
+    pub max_concurrent_requests: NonZeroUsize,
+    /// `server.shutdown_timeout`: how long in-flight requests may finish
+    /// after SIGTERM/SIGINT before the daemon exits anyway.
+    pub shutdown_timeout: Duration,
+}
+
+/// `[sampler]`: how often and how patiently devices are read.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SamplerConfig {
+    /// `sampler.fast_interval`: memory and utilization (10 ms – 1 h).
+    pub fast_interval: Duration,
+    /// `sampler.slow_interval`: processes and everything else (100 ms – 1 h).
+    pub slow_interval: Duration,
+    /// `sampler.call_timeout`: deadline for one source call; a later answer
+    /// is discarded and the call counted as `kind="timeout"`.
+    pub call_timeout: Duration,
+    /// `sampler.max_processes_per_device`: processes kept per device and
+    /// sample (largest first); the rest are counted, not kept.
+    pub max_processes_per_device: NonZeroUsize,
+    /// `sampler.discovery_retry_max`: ceiling of the backoff between
+    /// attempts to list devices when the source is unavailable.
+    pub discovery_retry_max: Duration,
+}
+
+/// `[history]`: the per-device ring buffers.
+#[derive(Clone, Debug, PartialEq)]
+pub struct HistoryConfig {
+    /// `history.retention`: how far back queries can reach. Capacity per
+    /// device and tier is `retention / interval` samples.
+    pub retention: Duration,
+}
+
+/// `[metrics]`: the Prometheus exposition.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MetricsConfig {
+    /// `metrics.peak_window`: window of `vramd_memory_used_peak_bytes`.
+    pub peak_window: Duration,
+}
+
+/// `[api]`: REST limits.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ApiConfig {
+    /// `api.max_history_points`: most points one history response returns;
+    /// a larger request gets 400 asking for a coarser `step`.
+    pub max_history_points: NonZeroUsize,
+}
+
+/// `[source]` and `[simulator]`: where readings come from.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SourceConfig {
+    pub selection: SourceSelection,
+    /// `source.record`: also write every reading to this trace file.
+    pub record: Option<PathBuf>,
+    /// `source.speed`: simulated or replayed seconds per real second.
+    pub speed: f64,
+    /// `source.max_trace_line`: longest accepted line of a replayed trace.
+    pub max_trace_line_bytes: usize,
+}
+
+/// Which device source the daemon reads.
+#[derive(Clone, Debug, PartialEq)]
+pub enum SourceSelection {
+    /// The real driver (NVML); without one the daemon serves with no devices.
+    Driver,
+    /// `source.simulate` with `[simulator]`.
+    Simulate(SimulatorConfig),
+    /// `source.replay`: a recorded NDJSON trace.
+    Replay { path: PathBuf },
+}
+
+/// `[simulator]`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SimulatorConfig {
+    /// `source.simulate`.
+    pub scenario: ScenarioKind,
+    /// `simulator.gpus`: 1–8.
+    pub gpus: u32,
+    /// `simulator.seed`: the same seed gives the same readings.
+    pub seed: u64,
+}
+
+/// `[log]`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LogConfig {
+    /// `log.format`.
+    pub format: LogFormat,
+    /// `log.level`: a tracing filter directive, e.g. `info` or `vramd=debug`.
+    pub level: String,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LogFormat {
+    Text,
+    Json,
+}

@@ -1,0 +1,123 @@
+//! The key walk over the merged configuration tree.
+//!
+//! Owns: rejecting unknown keys with their full dotted path and where they
+//! came from (serde's `deny_unknown_fields` names only the last segment and
+//! no source), rejecting tables and lists where a value belongs, and
+//! recording the [`Origin`] of every value for later error messages.
+//! Depends only on the config keys and errors, and the `config` crate.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use config::{Value, ValueKind};
+
+use super::error::{ConfigError, Origin};
+use super::keys::{env_var_for, is_known, sections, suggest};
+
+/// Origin tag given to every value read from the configuration file.
+pub(super) const FILE_TAG: &str = "vramd:file";
+/// Origin tag given to every value read from the environment.
+pub(super) const ENV_TAG: &str = "vramd:environment";
+
+/// What the walk needs to turn origin tags into [`Origin`]s.
+pub(super) struct OriginContext<'a> {
+    /// The configuration file, when one was read.
+    pub file: Option<&'a Path>,
+    /// Dotted key → the environment variable that set it.
+    pub env_vars: &'a BTreeMap<String, String>,
+    /// Dotted key → the command-line flag that set it.
+    pub overrides: &'a BTreeMap<&'static str, &'static str>,
+}
+
+impl OriginContext<'_> {
+    fn resolve(&self, key: &str, tag: Option<&str>) -> Origin {
+        if let Some(flag) = self.overrides.get(key) {
+            return Origin::CommandLine(flag);
+        }
+        match (tag, self.file) {
+            (Some(FILE_TAG), Some(file)) => Origin::File(file.to_path_buf()),
+            (Some(ENV_TAG), _) => Origin::Environment(
+                self.env_vars.get(key).cloned().unwrap_or_else(|| env_var_for(key)),
+            ),
+            _ => Origin::Default,
+        }
+    }
+}
+
+/// Where each known key's value came from.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Origins(BTreeMap<String, Origin>);
+
+impl Origins {
+    /// The origin of `key`'s value; [`Origin::Default`] when unrecorded.
+    pub fn of(&self, key: &str) -> Origin {
+        self.0.get(key).cloned().unwrap_or(Origin::Default)
+    }
+}
+
+/// Checks the shape of the merged tree (sections of known keys holding
+/// single values) and records the origin of each value.
+pub(super) fn check(root: &Value, context: &OriginContext<'_>) -> Result<Origins, ConfigError> {
+    let known_sections = sections();
+    let mut origins = Origins::default();
+    for (section, value) in sorted(root) {
+        if !known_sections.contains(&section.as_str()) {
+            return Err(unknown(section.clone(), value, context));
+        }
+        let ValueKind::Table(_) = value.kind else {
+            return Err(ConfigError::NotASection {
+                origin: context.resolve(section, value.origin()),
+                key: section.clone(),
+            });
+        };
+        for (name, value) in sorted(value) {
+            let key = format!("{section}.{name}");
+            if !is_known(&key) {
+                return Err(unknown(key, value, context));
+            }
+            let shape = match value.kind {
+                ValueKind::Table(_) => Some("(a table)"),
+                ValueKind::Array(_) => Some("(a list)"),
+                ValueKind::Nil => Some("(nothing)"),
+                _ => None,
+            };
+            if let Some(shape) = shape {
+                let (leaf, tag) = first_leaf(key.clone(), value);
+                return Err(ConfigError::InvalidValue {
+                    origin: context.resolve(&leaf, tag),
+                    key,
+                    value: shape.to_owned(),
+                    reason: "expected a single value".to_owned(),
+                });
+            }
+            let origin = context.resolve(&key, value.origin());
+            origins.0.insert(key, origin);
+        }
+    }
+    Ok(origins)
+}
+
+/// The entries of a table, sorted by key so errors are deterministic.
+fn sorted(value: &Value) -> Vec<(&String, &Value)> {
+    let mut entries: Vec<(&String, &Value)> = match &value.kind {
+        ValueKind::Table(table) => table.iter().collect(),
+        _ => Vec::new(),
+    };
+    entries.sort_by(|a, b| a.0.cmp(b.0));
+    entries
+}
+
+fn unknown(key: String, value: &Value, context: &OriginContext<'_>) -> ConfigError {
+    let (leaf, tag) = first_leaf(key.clone(), value);
+    ConfigError::UnknownKey { suggestion: suggest(&key), origin: context.resolve(&leaf, tag), key }
+}
+
+/// The first value under `value` (itself if it is not a table), with its
+/// full dotted path: the path under which the environment variable that
+/// created it is recorded.
+fn first_leaf(path: String, value: &Value) -> (String, Option<&str>) {
+    match sorted(value).into_iter().next() {
+        Some((name, child)) => first_leaf(format!("{path}.{name}"), child),
+        None => (path, value.origin()),
+    }
+}

@@ -1,0 +1,340 @@
+//! `/metrics`: the Prometheus exposition of every device's live state and
+//! of vramd's own health.
+//!
+//! Owns: metric names, help texts and labels (DESIGN.md's naming contract).
+//! A scrape only reads the live state the sampler left in history; it never
+//! calls a device source. Absent values are left out, never written as 0.
+//! Depends on: `history`, `telemetry`, `model`.
+
+mod text;
+
+use crate::history::{HistoryStore, LiveState};
+use crate::model::{DeviceInfo, ProcessInfo};
+use crate::telemetry::{Telemetry, TelemetryError};
+
+use text::{Family, FamilyWriter, Kind, Labels};
+
+/// The content type of the text exposition format.
+pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+/// Renders the full exposition: device series, then self metrics.
+pub fn render(store: &HistoryStore, telemetry: &Telemetry) -> Result<Vec<u8>, TelemetryError> {
+    let views = collect(store);
+    let mut out = Vec::with_capacity(estimate_size(&views));
+    render_devices_into(&views, &mut out);
+    telemetry.encode_into(&mut out)?;
+    Ok(out)
+}
+
+/// Renders only the device and process series (deterministic for a given
+/// state; what the golden test pins down).
+pub fn render_devices(store: &HistoryStore) -> Vec<u8> {
+    let views = collect(store);
+    let mut out = Vec::with_capacity(estimate_size(&views));
+    render_devices_into(&views, &mut out);
+    out
+}
+
+struct DeviceView {
+    info: DeviceInfo,
+    labels: Labels,
+    live: LiveState,
+    fast_len: usize,
+    slow_len: usize,
+}
+
+struct ProcessView<'a> {
+    labels: Labels,
+    process: &'a ProcessInfo,
+}
+
+fn collect(store: &HistoryStore) -> Vec<DeviceView> {
+    store
+        .devices()
+        .iter()
+        .map(|device| {
+            let info = device.info().clone();
+            let labels =
+                Labels::default().with("gpu", &info.index.to_string()).with("uuid", &info.uuid);
+            DeviceView {
+                info,
+                labels,
+                live: device.live(),
+                fast_len: device.fast_len(),
+                slow_len: device.slow_len(),
+            }
+        })
+        .collect()
+}
+
+fn estimate_size(views: &[DeviceView]) -> usize {
+    let processes: usize = views
+        .iter()
+        .filter_map(|view| view.live.slow.as_ref()?.processes.as_ref().map(Vec::len))
+        .sum();
+    8_192 + views.len() * 2_048 + processes * 1_200
+}
+
+macro_rules! family {
+    ($ident:ident, $name:literal, $kind:ident, $help:literal) => {
+        const $ident: Family = Family { name: $name, help: $help, kind: Kind::$kind };
+    };
+}
+
+family!(DEVICE_INFO, "vramd_device_info", Gauge, "Static facts about a monitored GPU; always 1.");
+family!(
+    DEVICE_UP,
+    "vramd_device_up",
+    Gauge,
+    "1 when the GPU answered its latest memory read, else 0."
+);
+family!(
+    MEMORY_TOTAL,
+    "vramd_memory_total_bytes",
+    Gauge,
+    "Total device memory (NVML memory info v2)."
+);
+family!(
+    MEMORY_USED,
+    "vramd_memory_used_bytes",
+    Gauge,
+    "Device memory in use by processes and contexts, excluding driver-reserved memory."
+);
+family!(MEMORY_FREE, "vramd_memory_free_bytes", Gauge, "Device memory free for allocation.");
+family!(
+    MEMORY_RESERVED,
+    "vramd_memory_reserved_bytes",
+    Gauge,
+    "Device memory reserved by the driver (total = reserved + used + free)."
+);
+family!(
+    MEMORY_PEAK,
+    "vramd_memory_used_peak_bytes",
+    Gauge,
+    "Largest used memory over the configured peak window (metrics.peak_window), so spikes between scrapes show."
+);
+family!(
+    GPU_UTIL,
+    "vramd_gpu_utilization_ratio",
+    Gauge,
+    "Fraction of the last sample period during which a kernel ran."
+);
+family!(
+    BANDWIDTH_UTIL,
+    "vramd_memory_bandwidth_utilization_ratio",
+    Gauge,
+    "Fraction of the last sample period during which device memory was read or written."
+);
+family!(TEMPERATURE, "vramd_temperature_celsius", Gauge, "GPU core temperature.");
+family!(POWER_USAGE, "vramd_power_usage_watts", Gauge, "Power drawn by the GPU.");
+family!(POWER_LIMIT, "vramd_power_limit_watts", Gauge, "Power management limit of the GPU.");
+family!(
+    PROCESSES,
+    "vramd_processes",
+    Gauge,
+    "Processes holding memory on the GPU, including any left out by the per-device cap."
+);
+family!(
+    PROCESSES_DROPPED,
+    "vramd_processes_dropped",
+    Gauge,
+    "Processes left out of per-process series by sampler.max_processes_per_device (smallest users first)."
+);
+family!(
+    UNATTRIBUTED,
+    "vramd_memory_unattributed_bytes",
+    Gauge,
+    "Used memory not attributed to any listed process (used minus the sum of per-process usage)."
+);
+family!(
+    PROCESS_USED,
+    "vramd_process_memory_used_bytes",
+    Gauge,
+    "Device memory the driver attributes to a process."
+);
+family!(
+    ALLOC_ALLOCATED,
+    "vramd_allocator_allocated_bytes",
+    Gauge,
+    "PyTorch caching allocator: memory in live tensors (allocated_bytes.all.current)."
+);
+family!(
+    ALLOC_RESERVED,
+    "vramd_allocator_reserved_bytes",
+    Gauge,
+    "PyTorch caching allocator: memory held from CUDA (reserved_bytes.all.current)."
+);
+family!(
+    ALLOC_ACTIVE,
+    "vramd_allocator_active_bytes",
+    Gauge,
+    "PyTorch caching allocator: memory in active blocks (active_bytes.all.current)."
+);
+family!(
+    ALLOC_INACTIVE_SPLIT,
+    "vramd_allocator_inactive_split_bytes",
+    Gauge,
+    "PyTorch caching allocator: free pieces of split segments that empty_cache() cannot return."
+);
+family!(
+    ALLOC_RETRIES,
+    "vramd_allocator_alloc_retries_total",
+    Counter,
+    "PyTorch caching allocator: allocations that had to flush the cache and retry."
+);
+family!(
+    ALLOC_OOMS,
+    "vramd_allocator_ooms_total",
+    Counter,
+    "PyTorch caching allocator: out-of-memory errors raised."
+);
+family!(
+    ALLOC_CACHE_RATIO,
+    "vramd_allocator_cache_ratio",
+    Gauge,
+    "PyTorch caching allocator: (reserved - allocated) / reserved; absent when nothing is reserved."
+);
+family!(
+    ALLOC_FRAGMENTATION,
+    "vramd_allocator_fragmentation_ratio",
+    Gauge,
+    "PyTorch caching allocator: inactive_split / reserved; absent when nothing is reserved."
+);
+family!(
+    HISTORY_SAMPLES,
+    "vramd_history_samples",
+    Gauge,
+    "Samples held in the device's history ring, by tier."
+);
+
+fn render_devices_into(views: &[DeviceView], out: &mut Vec<u8>) {
+    {
+        let mut writer = FamilyWriter::new(out, &DEVICE_INFO);
+        for view in views {
+            let mut labels = view.labels.clone().with("name", &view.info.name);
+            if let Some(bus) = &view.info.pci_bus_id {
+                labels.push("pci_bus_id", bus);
+            }
+            if let Some(driver) = &view.info.driver_version {
+                labels.push("driver_version", driver);
+            }
+            writer.int(labels.as_str(), 1);
+        }
+    }
+    device_family(out, views, &DEVICE_UP, |live| Some(u64::from(live.is_up()) as f64));
+    let memory = |live: &LiveState| live.fast.as_ref().and_then(|fast| fast.memory);
+    device_family(out, views, &MEMORY_TOTAL, |live| memory(live).map(|m| m.total_bytes as f64));
+    device_family(out, views, &MEMORY_USED, |live| memory(live).map(|m| m.used_bytes as f64));
+    device_family(out, views, &MEMORY_FREE, |live| memory(live).map(|m| m.free_bytes as f64));
+    device_family(out, views, &MEMORY_RESERVED, |live| {
+        memory(live).and_then(|m| m.reserved_bytes).map(|b| b as f64)
+    });
+    device_family(out, views, &MEMORY_PEAK, |live| live.peak_used_bytes.map(|b| b as f64));
+    device_family(out, views, &GPU_UTIL, |live| live.fast.as_ref()?.gpu_utilization);
+    device_family(out, views, &BANDWIDTH_UTIL, |live| {
+        live.fast.as_ref()?.memory_bandwidth_utilization
+    });
+    device_family(out, views, &TEMPERATURE, |live| live.slow.as_ref()?.temperature_celsius);
+    device_family(out, views, &POWER_USAGE, |live| live.slow.as_ref()?.power_usage_watts);
+    device_family(out, views, &POWER_LIMIT, |live| live.slow.as_ref()?.power_limit_watts);
+    device_family(out, views, &PROCESSES, |live| {
+        let listed = live.slow.as_ref()?.processes.as_ref()?.len();
+        Some((listed + live.processes_dropped) as f64)
+    });
+    device_family(out, views, &PROCESSES_DROPPED, |live| {
+        live.slow.as_ref()?.processes.as_ref()?;
+        Some(live.processes_dropped as f64)
+    });
+    device_family(out, views, &UNATTRIBUTED, |live| {
+        // Only meaningful when every process is listed with its usage.
+        if live.processes_dropped > 0 {
+            return None;
+        }
+        let used = memory(live)?.used_bytes;
+        let processes = live.slow.as_ref()?.processes.as_ref()?;
+        let attributed = processes
+            .iter()
+            .try_fold(0u64, |sum, p| p.used_bytes.map(|b| sum.saturating_add(b)))?;
+        Some(used.saturating_sub(attributed) as f64)
+    });
+    {
+        let mut writer = FamilyWriter::new(out, &HISTORY_SAMPLES);
+        for view in views {
+            writer.int(view.labels.clone().with("tier", "fast").as_str(), view.fast_len as u64);
+            writer.int(view.labels.clone().with("tier", "slow").as_str(), view.slow_len as u64);
+        }
+    }
+    render_processes(views, out);
+}
+
+fn device_family(
+    out: &mut Vec<u8>,
+    views: &[DeviceView],
+    family: &Family,
+    value: impl Fn(&LiveState) -> Option<f64>,
+) {
+    let mut writer = FamilyWriter::new(out, family);
+    for view in views {
+        if let Some(value) = value(&view.live) {
+            writer.float(view.labels.as_str(), value);
+        }
+    }
+}
+
+fn render_processes(views: &[DeviceView], out: &mut Vec<u8>) {
+    let processes: Vec<ProcessView<'_>> = views
+        .iter()
+        .flat_map(|view| {
+            let listed = view.live.slow.as_ref().and_then(|slow| slow.processes.as_ref());
+            listed.into_iter().flatten().map(move |process| ProcessView {
+                labels: view
+                    .labels
+                    .clone()
+                    .with("pid", &process.pid.to_string())
+                    .with("process", process.name.as_deref().unwrap_or("")),
+                process,
+            })
+        })
+        .collect();
+    process_family(out, &processes, &PROCESS_USED, |p| p.used_bytes.map(|b| b as f64));
+    process_family(out, &processes, &ALLOC_ALLOCATED, |p| {
+        p.allocator.map(|a| a.allocated_bytes as f64)
+    });
+    process_family(out, &processes, &ALLOC_RESERVED, |p| {
+        p.allocator.map(|a| a.reserved_bytes as f64)
+    });
+    process_family(out, &processes, &ALLOC_ACTIVE, |p| p.allocator.map(|a| a.active_bytes as f64));
+    process_family(out, &processes, &ALLOC_INACTIVE_SPLIT, |p| {
+        p.allocator.map(|a| a.inactive_split_bytes as f64)
+    });
+    process_family(out, &processes, &ALLOC_RETRIES, |p| {
+        p.allocator.map(|a| a.alloc_retries as f64)
+    });
+    process_family(out, &processes, &ALLOC_OOMS, |p| p.allocator.map(|a| a.ooms as f64));
+    process_family(out, &processes, &ALLOC_CACHE_RATIO, |p| {
+        let stats = p.allocator?;
+        (stats.reserved_bytes > 0).then(|| {
+            stats.reserved_bytes.saturating_sub(stats.allocated_bytes) as f64
+                / stats.reserved_bytes as f64
+        })
+    });
+    process_family(out, &processes, &ALLOC_FRAGMENTATION, |p| {
+        let stats = p.allocator?;
+        (stats.reserved_bytes > 0)
+            .then(|| stats.inactive_split_bytes as f64 / stats.reserved_bytes as f64)
+    });
+}
+
+fn process_family(
+    out: &mut Vec<u8>,
+    processes: &[ProcessView<'_>],
+    family: &Family,
+    value: impl Fn(&ProcessInfo) -> Option<f64>,
+) {
+    let mut writer = FamilyWriter::new(out, family);
+    for view in processes {
+        if let Some(value) = value(view.process) {
+            writer.float(view.labels.as_str(), value);
+        }
+    }
+}

@@ -1,0 +1,141 @@
+//! A small writer for the Prometheus text exposition format (0.0.4).
+//!
+//! The per-device and per-process series are rebuilt from the live state on
+//! every scrape, so series of exited processes and lost devices vanish at
+//! once. Writing them straight to text is several times faster than
+//! building `prometheus` protobuf families for thousands of series; the
+//! daemon's own counters still go through the `prometheus` crate.
+
+use std::fmt::Display;
+use std::io::Write;
+
+/// The metadata of one metric family.
+pub struct Family {
+    pub name: &'static str,
+    pub help: &'static str,
+    pub kind: Kind,
+}
+
+#[derive(Clone, Copy)]
+pub enum Kind {
+    Gauge,
+    Counter,
+}
+
+impl Kind {
+    fn as_str(self) -> &'static str {
+        match self {
+            Kind::Gauge => "gauge",
+            Kind::Counter => "counter",
+        }
+    }
+}
+
+/// Writes the samples of one family, emitting its HELP and TYPE lines
+/// before the first sample (a family with no samples writes nothing).
+pub struct FamilyWriter<'a> {
+    out: &'a mut Vec<u8>,
+    family: &'a Family,
+    started: bool,
+}
+
+impl<'a> FamilyWriter<'a> {
+    pub fn new(out: &'a mut Vec<u8>, family: &'a Family) -> Self {
+        Self { out, family, started: false }
+    }
+
+    /// Writes one sample; `labels` is a pre-rendered `a="x",b="y"` list.
+    /// Non-finite floats are skipped: an unknown value is left out.
+    pub fn float(&mut self, labels: &str, value: f64) {
+        if value.is_finite() {
+            self.write(labels, value);
+        }
+    }
+
+    pub fn int(&mut self, labels: &str, value: u64) {
+        self.write(labels, value);
+    }
+
+    fn write(&mut self, labels: &str, value: impl Display) {
+        if !self.started {
+            self.started = true;
+            // Writing into a Vec cannot fail.
+            let _ = writeln!(
+                self.out,
+                "# HELP {name} {help}\n# TYPE {name} {kind}",
+                name = self.family.name,
+                help = self.family.help,
+                kind = self.family.kind.as_str()
+            );
+        }
+        let _ = if labels.is_empty() {
+            writeln!(self.out, "{} {}", self.family.name, value)
+        } else {
+            writeln!(self.out, "{}{{{}}} {}", self.family.name, labels, value)
+        };
+    }
+}
+
+/// Builds a label list, escaping values as the text format requires.
+#[derive(Default, Clone)]
+pub struct Labels(String);
+
+impl Labels {
+    pub fn with(mut self, name: &str, value: &str) -> Self {
+        self.push(name, value);
+        self
+    }
+
+    pub fn push(&mut self, name: &str, value: &str) {
+        if !self.0.is_empty() {
+            self.0.push(',');
+        }
+        self.0.push_str(name);
+        self.0.push_str("=\"");
+        for character in value.chars() {
+            match character {
+                '\\' => self.0.push_str("\\\\"),
+                '"' => self.0.push_str("\\\""),
+                '\n' => self.0.push_str("\\n"),
+                other => self.0.push(other),
+            }
+        }
+        self.0.push('"');
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const FAMILY: Family = Family { name: "vramd_test_bytes", help: "Test.", kind: Kind::Gauge };
+
+    #[test]
+    fn label_values_are_escaped() {
+        let labels = Labels::default().with("process", "a\"b\\c\nd");
+        assert_eq!(labels.as_str(), r#"process="a\"b\\c\nd""#);
+    }
+
+    #[test]
+    fn header_once_and_only_with_samples() {
+        let mut out = Vec::new();
+        {
+            let mut writer = FamilyWriter::new(&mut out, &FAMILY);
+            writer.float("", f64::NAN);
+        }
+        assert!(out.is_empty(), "no samples, no metadata");
+        {
+            let mut writer = FamilyWriter::new(&mut out, &FAMILY);
+            writer.int("gpu=\"0\"", 5);
+            writer.float("gpu=\"1\"", 0.5);
+        }
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "# HELP vramd_test_bytes Test.\n# TYPE vramd_test_bytes gauge\nvramd_test_bytes{gpu=\"0\"} 5\nvramd_test_bytes{gpu=\"1\"} 0.5\n"
+        );
+    }
+}

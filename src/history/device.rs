@@ -1,0 +1,285 @@
+//! Everything kept about one device: its facts, its two rings, and the
+//! latest readings with their health, as the sampler last left them.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+
+use crate::model::{DeviceInfo, FastReading, SlowReading, Timestamp};
+
+use super::peak::PeakTracker;
+use super::points::{FastPoint, SlowPoint};
+use super::query::{self, QueryError, WindowAnswer, WindowQuery};
+use super::ring::{OutOfOrder, Ring, Snapshot};
+
+/// How many samples each ring of a device keeps.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Sizing {
+    pub fast_capacity: usize,
+    pub slow_capacity: usize,
+    pub peak_window: Duration,
+}
+
+impl Sizing {
+    /// Capacities that cover `retention` at the given intervals.
+    pub fn for_retention(
+        retention: Duration,
+        fast_interval: Duration,
+        slow_interval: Duration,
+        peak_window: Duration,
+    ) -> Self {
+        Self {
+            fast_capacity: samples_in(retention, fast_interval),
+            slow_capacity: samples_in(retention, slow_interval),
+            peak_window,
+        }
+    }
+}
+
+fn samples_in(retention: Duration, interval: Duration) -> usize {
+    let interval_ns = interval.as_nanos().max(1);
+    let count = retention.as_nanos().div_ceil(interval_ns).saturating_add(1);
+    usize::try_from(count).unwrap_or(usize::MAX)
+}
+
+/// Why the latest read of a tier produced nothing.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReadFailure {
+    /// The `kind` label it was counted under.
+    pub kind: &'static str,
+    pub message: String,
+    /// Failures in a row, reset by the next success.
+    pub consecutive: u32,
+}
+
+/// The newest state of a device. A tier whose latest read failed has no
+/// reading here: its values are absent, never stale values shown as current.
+#[derive(Clone, Debug, Default)]
+pub struct LiveState {
+    pub fast: Option<FastReading>,
+    pub slow: Option<Arc<SlowReading>>,
+    /// Processes the per-device cap left out of the latest slow reading.
+    pub processes_dropped: usize,
+    /// Largest `used` within the peak window, from sample timestamps.
+    pub peak_used_bytes: Option<u64>,
+    pub fast_failure: Option<ReadFailure>,
+    pub slow_failure: Option<ReadFailure>,
+    pub fast_samples: u64,
+    pub slow_samples: u64,
+}
+
+impl LiveState {
+    /// The device answered its latest fast-tier read.
+    pub fn is_up(&self) -> bool {
+        self.fast.is_some()
+    }
+
+    /// The timestamp of the newest reading of either tier.
+    pub fn newest_at(&self) -> Option<Timestamp> {
+        let fast = self.fast.as_ref().map(|reading| reading.at);
+        let slow = self.slow.as_ref().map(|reading| reading.at);
+        fast.max(slow)
+    }
+}
+
+pub struct DeviceHistory {
+    info: DeviceInfo,
+    fast: Ring<FastPoint>,
+    slow: Ring<SlowPoint>,
+    live: Mutex<LiveState>,
+    peak: Mutex<PeakTracker>,
+}
+
+impl DeviceHistory {
+    pub fn new(info: DeviceInfo, sizing: Sizing) -> Self {
+        Self {
+            info,
+            fast: Ring::new(sizing.fast_capacity),
+            slow: Ring::new(sizing.slow_capacity),
+            live: Mutex::new(LiveState::default()),
+            peak: Mutex::new(PeakTracker::new(sizing.peak_window)),
+        }
+    }
+
+    pub fn info(&self) -> &DeviceInfo {
+        &self.info
+    }
+
+    /// Stores a fast-tier reading. A reading older than the newest stored
+    /// one is refused (the sampler counts it) and changes nothing.
+    pub fn record_fast(&self, reading: FastReading) -> Result<(), OutOfOrder> {
+        self.fast.push(FastPoint::from(&reading))?;
+        let peak = {
+            let mut tracker = self.peak.lock();
+            match reading.memory {
+                Some(memory) => tracker.observe(reading.at, memory.used_bytes),
+                None => tracker.expire(reading.at),
+            }
+            tracker.peak()
+        };
+        let mut live = self.live.lock();
+        live.fast = Some(reading);
+        live.peak_used_bytes = peak;
+        live.fast_failure = None;
+        live.fast_samples = live.fast_samples.saturating_add(1);
+        Ok(())
+    }
+
+    /// Stores a slow-tier reading whose process list was already capped;
+    /// `processes_dropped` is how many the cap left out.
+    pub fn record_slow(
+        &self,
+        reading: SlowReading,
+        processes_dropped: usize,
+    ) -> Result<(), OutOfOrder> {
+        self.slow.push(SlowPoint::from(&reading))?;
+        let mut live = self.live.lock();
+        live.slow = Some(Arc::new(reading));
+        live.processes_dropped = processes_dropped;
+        live.slow_failure = None;
+        live.slow_samples = live.slow_samples.saturating_add(1);
+        Ok(())
+    }
+
+    /// The fast-tier read failed: its values become absent until the next
+    /// success, and so does the peak (it would describe a device that no
+    /// longer answers).
+    pub fn record_fast_failure(&self, kind: &'static str, message: String) {
+        self.peak.lock().clear();
+        let mut live = self.live.lock();
+        live.fast = None;
+        live.peak_used_bytes = None;
+        live.fast_failure = Some(next_failure(live.fast_failure.as_ref(), kind, message));
+    }
+
+    pub fn record_slow_failure(&self, kind: &'static str, message: String) {
+        let mut live = self.live.lock();
+        live.slow = None;
+        live.processes_dropped = 0;
+        live.slow_failure = Some(next_failure(live.slow_failure.as_ref(), kind, message));
+    }
+
+    /// A copy of the live state; cheap (the process list is shared).
+    pub fn live(&self) -> LiveState {
+        self.live.lock().clone()
+    }
+
+    pub fn fast_snapshot(&self) -> Snapshot<FastPoint> {
+        self.fast.snapshot()
+    }
+
+    pub fn slow_snapshot(&self) -> Snapshot<SlowPoint> {
+        self.slow.snapshot()
+    }
+
+    pub fn fast_len(&self) -> usize {
+        self.fast.len()
+    }
+
+    pub fn slow_len(&self) -> usize {
+        self.slow.len()
+    }
+
+    /// Runs a window query over the fast tier without blocking the sampler.
+    pub fn query(&self, query: &WindowQuery) -> Result<WindowAnswer, QueryError> {
+        query::run(&self.fast.snapshot(), query)
+    }
+}
+
+fn next_failure(
+    previous: Option<&ReadFailure>,
+    kind: &'static str,
+    message: String,
+) -> ReadFailure {
+    let consecutive = previous.map_or(1, |failure| failure.consecutive.saturating_add(1));
+    ReadFailure { kind, message, consecutive }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::MemoryInfo;
+
+    fn info() -> DeviceInfo {
+        DeviceInfo {
+            index: 0,
+            uuid: "GPU-test".into(),
+            name: "Test GPU".into(),
+            pci_bus_id: None,
+            driver_version: None,
+        }
+    }
+
+    fn reading(millis: i64, used: u64) -> FastReading {
+        FastReading {
+            at: Timestamp::from_unix_millis(millis),
+            memory: Some(MemoryInfo {
+                total_bytes: 1_000,
+                reserved_bytes: Some(0),
+                used_bytes: used,
+                free_bytes: 1_000 - used,
+            }),
+            gpu_utilization: None,
+            memory_bandwidth_utilization: None,
+        }
+    }
+
+    fn sizing() -> Sizing {
+        Sizing { fast_capacity: 100, slow_capacity: 10, peak_window: Duration::from_secs(10) }
+    }
+
+    #[test]
+    fn capacity_covers_the_retention() {
+        let sizing = Sizing::for_retention(
+            Duration::from_secs(3_600),
+            Duration::from_millis(250),
+            Duration::from_secs(1),
+            Duration::from_secs(60),
+        );
+        assert_eq!(sizing.fast_capacity, 14_401);
+        assert_eq!(sizing.slow_capacity, 3_601);
+    }
+
+    #[test]
+    fn a_failure_makes_values_absent_and_counts_consecutive_failures() {
+        let device = DeviceHistory::new(info(), sizing());
+        device.record_fast(reading(0, 500)).unwrap();
+        assert!(device.live().is_up());
+        assert_eq!(device.live().peak_used_bytes, Some(500));
+
+        device.record_fast_failure("timeout", "late".into());
+        device.record_fast_failure("timeout", "late".into());
+        let live = device.live();
+        assert!(!live.is_up());
+        assert_eq!(live.peak_used_bytes, None);
+        assert_eq!(live.fast_failure.map(|f| f.consecutive), Some(2));
+        assert_eq!(device.fast_len(), 1, "history keeps what was read");
+
+        device.record_fast(reading(1_000, 100)).unwrap();
+        let live = device.live();
+        assert!(live.fast_failure.is_none());
+        assert_eq!(live.peak_used_bytes, Some(100), "the peak restarts after an outage");
+    }
+
+    #[test]
+    fn peak_covers_spikes_between_latest_readings() {
+        let device = DeviceHistory::new(info(), sizing());
+        device.record_fast(reading(0, 100)).unwrap();
+        device.record_fast(reading(100, 900)).unwrap();
+        device.record_fast(reading(200, 100)).unwrap();
+        let live = device.live();
+        assert_eq!(live.fast.and_then(|r| r.memory).map(|m| m.used_bytes), Some(100));
+        assert_eq!(live.peak_used_bytes, Some(900));
+    }
+
+    #[test]
+    fn out_of_order_reading_changes_nothing() {
+        let device = DeviceHistory::new(info(), sizing());
+        device.record_fast(reading(1_000, 100)).unwrap();
+        assert!(device.record_fast(reading(500, 700)).is_err());
+        let live = device.live();
+        assert_eq!(live.fast.map(|r| r.at.unix_millis()), Some(1_000));
+        assert_eq!(live.peak_used_bytes, Some(100));
+    }
+}

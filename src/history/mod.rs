@@ -1,0 +1,75 @@
+//! Bounded in-memory history of every device, and its newest state.
+//!
+//! Owns: per-device ring buffers (fast and slow tier), the live state the
+//! sampler last wrote, the peak tracker, window queries and the readiness
+//! flag. Depends on: `model`. Knows nothing of sources, analysis or HTTP;
+//! the sampler writes here and everything downstream only reads.
+
+mod device;
+mod peak;
+mod points;
+mod query;
+mod ring;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use parking_lot::RwLock;
+
+use crate::model::DeviceInfo;
+
+pub use device::{DeviceHistory, LiveState, ReadFailure, Sizing};
+pub use peak::PeakTracker;
+pub use points::{FastPoint, ProcessPoint, SlowPoint};
+pub use query::{Aggregate, Bucket, QueryError, WindowAnswer, WindowQuery};
+pub use ring::{MAX_CHUNK_LEN, OutOfOrder, Ring, Snapshot, Stamped};
+
+/// All devices' histories. Devices are set when discovered and kept for the
+/// life of the process (a lost device stays listed, marked down).
+pub struct HistoryStore {
+    sizing: Sizing,
+    devices: RwLock<Vec<Arc<DeviceHistory>>>,
+    cycle_completed: AtomicBool,
+}
+
+impl HistoryStore {
+    pub fn new(sizing: Sizing) -> Self {
+        Self { sizing, devices: RwLock::new(Vec::new()), cycle_completed: AtomicBool::new(false) }
+    }
+
+    pub fn sizing(&self) -> Sizing {
+        self.sizing
+    }
+
+    /// Replaces the device list with freshly discovered devices and returns
+    /// their histories, in the order given.
+    pub fn set_devices(&self, infos: Vec<DeviceInfo>) -> Vec<Arc<DeviceHistory>> {
+        let histories: Vec<Arc<DeviceHistory>> =
+            infos.into_iter().map(|info| Arc::new(DeviceHistory::new(info, self.sizing))).collect();
+        *self.devices.write() = histories.clone();
+        histories
+    }
+
+    pub fn devices(&self) -> Vec<Arc<DeviceHistory>> {
+        self.devices.read().clone()
+    }
+
+    /// Finds a device by index (`"0"`) or UUID (`"GPU-…"`, case-insensitive).
+    pub fn find(&self, id: &str) -> Option<Arc<DeviceHistory>> {
+        let devices = self.devices.read();
+        if let Ok(index) = id.parse::<u32>() {
+            return devices.iter().find(|device| device.info().index == index).cloned();
+        }
+        devices.iter().find(|device| device.info().uuid.eq_ignore_ascii_case(id)).cloned()
+    }
+
+    /// The sampler has finished a full cycle over every device (or found
+    /// there are none): `/readyz` turns ready.
+    pub fn mark_cycle_completed(&self) {
+        self.cycle_completed.store(true, Ordering::Release);
+    }
+
+    pub fn cycle_completed(&self) -> bool {
+        self.cycle_completed.load(Ordering::Acquire)
+    }
+}

@@ -1,0 +1,212 @@
+//! Compact stored forms of readings, so an hour of history at a fast rate
+//! stays small (see `docs/performance.md` for the bytes per sample).
+//!
+//! Absent values are tracked with a presence mask, not sentinels: every
+//! accessor returns an `Option`.
+
+use std::sync::Arc;
+
+use crate::model::{AllocatorStats, FastReading, MemoryInfo, ProcessInfo, SlowReading, Timestamp};
+
+use super::ring::Stamped;
+
+const HAS_MEMORY: u8 = 1 << 0;
+const HAS_RESERVED: u8 = 1 << 1;
+const HAS_GPU_UTIL: u8 = 1 << 2;
+const HAS_BANDWIDTH_UTIL: u8 = 1 << 3;
+
+/// One fast-tier sample: 48 bytes.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct FastPoint {
+    at: Timestamp,
+    total: u64,
+    used: u64,
+    free: u64,
+    reserved: u64,
+    /// Ratios in parts per 10 000: NVML reports whole percent, so nothing
+    /// is lost, and two `u16` keep the point at 48 bytes.
+    gpu_utilization: u16,
+    bandwidth_utilization: u16,
+    present: u8,
+}
+
+const RATIO_SCALE: f64 = 10_000.0;
+
+fn ratio_to_stored(ratio: Option<f64>) -> u16 {
+    let scaled = (ratio.unwrap_or(0.0) * RATIO_SCALE).round();
+    if scaled.is_finite() { scaled.clamp(0.0, RATIO_SCALE) as u16 } else { 0 }
+}
+
+fn stored_to_ratio(stored: u16) -> f64 {
+    f64::from(stored) / RATIO_SCALE
+}
+
+impl FastPoint {
+    pub fn at(&self) -> Timestamp {
+        self.at
+    }
+
+    pub fn memory(&self) -> Option<MemoryInfo> {
+        (self.present & HAS_MEMORY != 0).then(|| MemoryInfo {
+            total_bytes: self.total,
+            reserved_bytes: (self.present & HAS_RESERVED != 0).then_some(self.reserved),
+            used_bytes: self.used,
+            free_bytes: self.free,
+        })
+    }
+
+    pub fn used_bytes(&self) -> Option<u64> {
+        (self.present & HAS_MEMORY != 0).then_some(self.used)
+    }
+
+    pub fn gpu_utilization(&self) -> Option<f64> {
+        (self.present & HAS_GPU_UTIL != 0).then(|| stored_to_ratio(self.gpu_utilization))
+    }
+
+    pub fn memory_bandwidth_utilization(&self) -> Option<f64> {
+        (self.present & HAS_BANDWIDTH_UTIL != 0)
+            .then(|| stored_to_ratio(self.bandwidth_utilization))
+    }
+}
+
+impl From<&FastReading> for FastPoint {
+    fn from(reading: &FastReading) -> Self {
+        let mut present = 0;
+        let memory = reading.memory.unwrap_or(MemoryInfo {
+            total_bytes: 0,
+            reserved_bytes: None,
+            used_bytes: 0,
+            free_bytes: 0,
+        });
+        if reading.memory.is_some() {
+            present |= HAS_MEMORY;
+        }
+        if memory.reserved_bytes.is_some() {
+            present |= HAS_RESERVED;
+        }
+        if reading.gpu_utilization.is_some() {
+            present |= HAS_GPU_UTIL;
+        }
+        if reading.memory_bandwidth_utilization.is_some() {
+            present |= HAS_BANDWIDTH_UTIL;
+        }
+        Self {
+            at: reading.at,
+            total: memory.total_bytes,
+            used: memory.used_bytes,
+            free: memory.free_bytes,
+            reserved: memory.reserved_bytes.unwrap_or(0),
+            gpu_utilization: ratio_to_stored(reading.gpu_utilization),
+            bandwidth_utilization: ratio_to_stored(reading.memory_bandwidth_utilization),
+            present,
+        }
+    }
+}
+
+impl Stamped for FastPoint {
+    fn at(&self) -> Timestamp {
+        self.at
+    }
+}
+
+/// One process in a slow-tier sample: 64 bytes. The name is not stored per
+/// sample; it lives in the latest reading.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ProcessPoint {
+    pub pid: u32,
+    used: u64,
+    has_used: bool,
+    allocator: Option<AllocatorStats>,
+}
+
+impl ProcessPoint {
+    pub fn used_bytes(&self) -> Option<u64> {
+        self.has_used.then_some(self.used)
+    }
+
+    pub fn allocator(&self) -> Option<AllocatorStats> {
+        self.allocator
+    }
+}
+
+impl From<&ProcessInfo> for ProcessPoint {
+    fn from(process: &ProcessInfo) -> Self {
+        Self {
+            pid: process.pid,
+            used: process.used_bytes.unwrap_or(0),
+            has_used: process.used_bytes.is_some(),
+            allocator: process.allocator,
+        }
+    }
+}
+
+/// One slow-tier sample. Processes are shared, so copying a point for a
+/// snapshot never copies the list.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SlowPoint {
+    at: Timestamp,
+    processes: Option<Arc<[ProcessPoint]>>,
+}
+
+impl SlowPoint {
+    pub fn processes(&self) -> Option<&[ProcessPoint]> {
+        self.processes.as_deref()
+    }
+}
+
+impl From<&SlowReading> for SlowPoint {
+    fn from(reading: &SlowReading) -> Self {
+        Self {
+            at: reading.at,
+            processes: reading
+                .processes
+                .as_ref()
+                .map(|list| list.iter().map(ProcessPoint::from).collect()),
+        }
+    }
+}
+
+impl Stamped for SlowPoint {
+    fn at(&self) -> Timestamp {
+        self.at
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fast_point_round_trips_present_and_absent_values() {
+        let reading = FastReading {
+            at: Timestamp::from_unix_millis(42),
+            memory: Some(MemoryInfo {
+                total_bytes: 100,
+                reserved_bytes: None,
+                used_bytes: 0,
+                free_bytes: 100,
+            }),
+            gpu_utilization: Some(0.5),
+            memory_bandwidth_utilization: None,
+        };
+        let point = FastPoint::from(&reading);
+        assert_eq!(point.memory(), reading.memory);
+        assert_eq!(point.used_bytes(), Some(0), "zero used is a value, not absence");
+        assert_eq!(point.gpu_utilization(), Some(0.5));
+        let odd =
+            FastPoint::from(&FastReading { gpu_utilization: Some(0.6950109), ..reading.clone() });
+        assert_eq!(odd.gpu_utilization(), Some(0.695), "kept to 1/10 000");
+        assert_eq!(point.memory_bandwidth_utilization(), None);
+
+        let empty = FastPoint::from(&FastReading { memory: None, ..reading });
+        assert_eq!(empty.memory(), None);
+        assert_eq!(empty.used_bytes(), None);
+    }
+
+    #[test]
+    fn stored_points_stay_compact() {
+        assert_eq!(std::mem::size_of::<FastPoint>(), 48);
+        assert!(std::mem::size_of::<ProcessPoint>() <= 72);
+        assert!(std::mem::size_of::<SlowPoint>() <= 24);
+    }
+}

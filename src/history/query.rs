@@ -1,0 +1,278 @@
+//! Window queries over a device's fast-tier history, raw or downsampled.
+//!
+//! Downsampling keeps min, max and last per bucket so a spike inside a
+//! bucket survives a coarse `step`.
+
+use std::time::Duration;
+
+use crate::model::Timestamp;
+
+use super::points::FastPoint;
+use super::ring::Snapshot;
+
+/// What a caller asks for: the window ending at the newest sample.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WindowQuery {
+    /// How far back from the newest sample.
+    pub window: Duration,
+    /// Bucket width; `None` returns every sample.
+    pub step: Option<Duration>,
+    /// Most points (samples or buckets) the answer may hold.
+    pub max_points: usize,
+}
+
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum QueryError {
+    #[error(
+        "the window holds {count} samples, more than the limit of {max}; ask for a step of at least {suggested_step_ms} ms"
+    )]
+    TooManyPoints { count: usize, max: usize, suggested_step_ms: u64 },
+    #[error(
+        "a step of {step_ms} ms over a window of {window_ms} ms makes {buckets} buckets, more than the limit of {max}"
+    )]
+    TooManyBuckets { buckets: u64, max: usize, step_ms: u64, window_ms: u64 },
+    #[error("step must be at least 1 ms")]
+    ZeroStep,
+}
+
+/// Min, max and last of one quantity in a bucket.
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
+pub struct Aggregate<T> {
+    pub min: T,
+    pub max: T,
+    pub last: T,
+}
+
+impl<T: Copy + PartialOrd> Aggregate<T> {
+    fn start(value: T) -> Self {
+        Self { min: value, max: value, last: value }
+    }
+
+    fn add(&mut self, value: T) {
+        if value < self.min {
+            self.min = value;
+        }
+        if value > self.max {
+            self.max = value;
+        }
+        self.last = value;
+    }
+}
+
+fn fold<T: Copy + PartialOrd>(slot: &mut Option<Aggregate<T>>, value: Option<T>) {
+    if let Some(value) = value {
+        match slot {
+            Some(aggregate) => aggregate.add(value),
+            None => *slot = Some(Aggregate::start(value)),
+        }
+    }
+}
+
+/// One downsampled bucket `[start, start + step)`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Bucket {
+    pub start: Timestamp,
+    pub samples: u32,
+    pub used_bytes: Option<Aggregate<u64>>,
+    pub free_bytes: Option<Aggregate<u64>>,
+    pub reserved_bytes: Option<Aggregate<u64>>,
+    pub total_bytes: Option<Aggregate<u64>>,
+    pub gpu_utilization: Option<Aggregate<f64>>,
+    pub memory_bandwidth_utilization: Option<Aggregate<f64>>,
+}
+
+impl Bucket {
+    fn empty(start: Timestamp) -> Self {
+        Self {
+            start,
+            samples: 0,
+            used_bytes: None,
+            free_bytes: None,
+            reserved_bytes: None,
+            total_bytes: None,
+            gpu_utilization: None,
+            memory_bandwidth_utilization: None,
+        }
+    }
+
+    fn add(&mut self, point: &FastPoint) {
+        self.samples = self.samples.saturating_add(1);
+        let memory = point.memory();
+        fold(&mut self.used_bytes, memory.map(|m| m.used_bytes));
+        fold(&mut self.free_bytes, memory.map(|m| m.free_bytes));
+        fold(&mut self.reserved_bytes, memory.and_then(|m| m.reserved_bytes));
+        fold(&mut self.total_bytes, memory.map(|m| m.total_bytes));
+        fold(&mut self.gpu_utilization, point.gpu_utilization());
+        fold(&mut self.memory_bandwidth_utilization, point.memory_bandwidth_utilization());
+    }
+}
+
+/// The answer to a [`WindowQuery`].
+#[derive(Clone, Debug, PartialEq)]
+pub enum WindowAnswer {
+    Raw {
+        from: Timestamp,
+        to: Timestamp,
+        points: Vec<FastPoint>,
+    },
+    Downsampled {
+        from: Timestamp,
+        to: Timestamp,
+        step: Duration,
+        buckets: Vec<Bucket>,
+    },
+    /// No samples yet.
+    Empty,
+}
+
+/// Runs `query` over `snapshot`. Buckets are aligned to multiples of `step`
+/// since the epoch, so repeated queries return stable bucket boundaries;
+/// buckets without samples are left out.
+pub fn run(
+    snapshot: &Snapshot<FastPoint>,
+    query: &WindowQuery,
+) -> Result<WindowAnswer, QueryError> {
+    let Some(newest) = snapshot.newest() else {
+        return Ok(WindowAnswer::Empty);
+    };
+    let to = newest.at();
+    let from = to.saturating_sub(query.window);
+    let Some(step) = query.step else {
+        let count = snapshot.count_in(from, to);
+        if count > query.max_points {
+            let window_ms = u64::try_from(query.window.as_millis()).unwrap_or(u64::MAX);
+            let suggested_step_ms = window_ms.div_ceil(query.max_points as u64).max(1);
+            return Err(QueryError::TooManyPoints {
+                count,
+                max: query.max_points,
+                suggested_step_ms,
+            });
+        }
+        let points = snapshot.range(from, to).copied().collect();
+        return Ok(WindowAnswer::Raw { from, to, points });
+    };
+    let step_ms = u64::try_from(step.as_millis()).unwrap_or(u64::MAX);
+    if step_ms == 0 {
+        return Err(QueryError::ZeroStep);
+    }
+    let window_ms = u64::try_from(query.window.as_millis()).unwrap_or(u64::MAX);
+    let buckets_needed = window_ms / step_ms + 1;
+    if buckets_needed > query.max_points as u64 {
+        return Err(QueryError::TooManyBuckets {
+            buckets: buckets_needed,
+            max: query.max_points,
+            step_ms,
+            window_ms,
+        });
+    }
+    let step_i64 = i64::try_from(step_ms).unwrap_or(i64::MAX);
+    let mut buckets: Vec<Bucket> = Vec::new();
+    for point in snapshot.range(from, to) {
+        let millis = point.at().unix_millis();
+        let start = Timestamp::from_unix_millis(millis - millis.rem_euclid(step_i64));
+        match buckets.last_mut() {
+            Some(bucket) if bucket.start == start => bucket.add(point),
+            _ => {
+                let mut bucket = Bucket::empty(start);
+                bucket.add(point);
+                buckets.push(bucket);
+            }
+        }
+    }
+    Ok(WindowAnswer::Downsampled { from, to, step, buckets })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::history::ring::Ring;
+    use crate::model::{FastReading, MemoryInfo};
+
+    fn point(millis: i64, used: u64) -> FastPoint {
+        FastPoint::from(&FastReading {
+            at: Timestamp::from_unix_millis(millis),
+            memory: Some(MemoryInfo {
+                total_bytes: 1_000,
+                reserved_bytes: Some(10),
+                used_bytes: used,
+                free_bytes: 990 - used,
+            }),
+            gpu_utilization: Some(0.25),
+            memory_bandwidth_utilization: None,
+        })
+    }
+
+    fn ring_of(points: &[(i64, u64)]) -> Ring<FastPoint> {
+        let ring = Ring::new(10_000);
+        for &(at, used) in points {
+            ring.push(point(at, used)).unwrap();
+        }
+        ring
+    }
+
+    #[test]
+    fn raw_window_ends_at_the_newest_sample() {
+        let ring = ring_of(&[(0, 1), (1_000, 2), (2_000, 3), (3_000, 4)]);
+        let query = WindowQuery { window: Duration::from_secs(2), step: None, max_points: 100 };
+        let WindowAnswer::Raw { from, to, points } = run(&ring.snapshot(), &query).unwrap() else {
+            panic!("expected raw points");
+        };
+        assert_eq!((from.unix_millis(), to.unix_millis()), (1_000, 3_000));
+        let used: Vec<_> = points.iter().filter_map(FastPoint::used_bytes).collect();
+        assert_eq!(used, vec![2, 3, 4]);
+    }
+
+    #[test]
+    fn downsampling_keeps_a_spike_as_the_bucket_max() {
+        let samples: Vec<(i64, u64)> =
+            (0..100).map(|i| (i * 100, if i == 37 { 900 } else { 100 })).collect();
+        let ring = ring_of(&samples);
+        let query = WindowQuery {
+            window: Duration::from_secs(60),
+            step: Some(Duration::from_secs(1)),
+            max_points: 100,
+        };
+        let WindowAnswer::Downsampled { buckets, .. } = run(&ring.snapshot(), &query).unwrap()
+        else {
+            panic!("expected buckets");
+        };
+        assert_eq!(buckets.len(), 10);
+        assert!(buckets.iter().all(|bucket| bucket.samples == 10));
+        let spike = &buckets[3];
+        assert_eq!(spike.start.unix_millis(), 3_000);
+        assert_eq!(spike.used_bytes, Some(Aggregate { min: 100, max: 900, last: 100 }));
+        assert_eq!(buckets[4].used_bytes.map(|a| a.max), Some(100));
+        assert_eq!(spike.reserved_bytes.map(|a| a.last), Some(10));
+        assert_eq!(spike.gpu_utilization.map(|a| a.max), Some(0.25));
+        assert_eq!(spike.memory_bandwidth_utilization, None, "absent stays absent");
+    }
+
+    #[test]
+    fn too_many_raw_points_suggests_a_step() {
+        let samples: Vec<(i64, u64)> = (0..1_000).map(|i| (i * 100, 1)).collect();
+        let ring = ring_of(&samples);
+        let query = WindowQuery { window: Duration::from_secs(100), step: None, max_points: 100 };
+        assert_eq!(
+            run(&ring.snapshot(), &query),
+            Err(QueryError::TooManyPoints { count: 1_000, max: 100, suggested_step_ms: 1_000 })
+        );
+    }
+
+    #[test]
+    fn too_fine_a_step_is_refused_before_any_work() {
+        let ring = ring_of(&[(0, 1)]);
+        let query = WindowQuery {
+            window: Duration::from_secs(3_600),
+            step: Some(Duration::from_millis(1)),
+            max_points: 1_000,
+        };
+        assert!(matches!(run(&ring.snapshot(), &query), Err(QueryError::TooManyBuckets { .. })));
+    }
+
+    #[test]
+    fn empty_history_answers_empty() {
+        let ring: Ring<FastPoint> = Ring::new(10);
+        let query = WindowQuery { window: Duration::from_secs(1), step: None, max_points: 1 };
+        assert_eq!(run(&ring.snapshot(), &query), Ok(WindowAnswer::Empty));
+    }
+}

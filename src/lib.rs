@@ -1,0 +1,18 @@
+//! vramd: a daemon that watches NVIDIA GPU memory and says where it went,
+//! whether it is fragmented or leaking, and when it will run out.
+//!
+//! Data flows one way: `source` → `sampler` → `history` → (analyzer, alerts)
+//! → `api`/`exposition`. Only `app` knows the concrete types it wires.
+
+pub mod analysis;
+pub mod api;
+pub mod app;
+pub mod cli;
+pub mod clock;
+pub mod config;
+pub mod exposition;
+pub mod history;
+pub mod model;
+pub mod sampler;
+pub mod source;
+pub mod telemetry;

@@ -1,0 +1,208 @@
+//! Plain data that flows from the device sources through the sampler into
+//! history and out to the HTTP surfaces.
+//!
+//! Owns: timestamps, device facts and the readings of the two sampling tiers.
+//! Depends on nothing else in the crate. An absent value is `None`, never `0`.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+/// A point in time, as milliseconds since the Unix epoch.
+///
+/// Every reading carries one of these, stamped by its source; later stages
+/// compute only from these, never from the wall clock, so simulation at any
+/// speed and replay of recorded traces behave exactly like live sampling.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Timestamp(i64);
+
+impl Timestamp {
+    pub const fn from_unix_millis(millis: i64) -> Self {
+        Self(millis)
+    }
+
+    pub const fn unix_millis(self) -> i64 {
+        self.0
+    }
+
+    pub fn unix_seconds_f64(self) -> f64 {
+        self.0 as f64 / 1000.0
+    }
+
+    pub fn saturating_add(self, duration: Duration) -> Self {
+        Self(self.0.saturating_add(duration_millis(duration)))
+    }
+
+    pub fn saturating_sub(self, duration: Duration) -> Self {
+        Self(self.0.saturating_sub(duration_millis(duration)))
+    }
+
+    /// Time elapsed since `earlier`, or `None` when `earlier` is later.
+    pub fn duration_since(self, earlier: Timestamp) -> Option<Duration> {
+        let delta = self.0.checked_sub(earlier.0)?;
+        u64::try_from(delta).ok().map(Duration::from_millis)
+    }
+
+    /// RFC 3339 text with millisecond precision, e.g. `2026-01-01T00:00:00.250Z`.
+    pub fn to_rfc3339(self) -> String {
+        let since_epoch = Duration::from_millis(self.0.unsigned_abs());
+        let system_time = if self.0 >= 0 {
+            std::time::UNIX_EPOCH.checked_add(since_epoch)
+        } else {
+            std::time::UNIX_EPOCH.checked_sub(since_epoch)
+        };
+        match system_time {
+            Some(time) => humantime::format_rfc3339_millis(time).to_string(),
+            None => format!("@{}ms", self.0),
+        }
+    }
+}
+
+fn duration_millis(duration: Duration) -> i64 {
+    i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// Static facts about one monitored device.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeviceInfo {
+    /// Index as the driver enumerates it (`nvidia-smi -i`).
+    pub index: u32,
+    pub uuid: String,
+    /// Marketing name, e.g. `NVIDIA H100 80GB HBM3`.
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pci_bus_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub driver_version: Option<String>,
+}
+
+/// Device memory as NVML's memory info v2 reports it:
+/// `total = reserved + used + free`, with `reserved` the driver's own share.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MemoryInfo {
+    pub total_bytes: u64,
+    /// Driver-reserved memory; absent where only memory info v1 is available.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reserved_bytes: Option<u64>,
+    pub used_bytes: u64,
+    pub free_bytes: u64,
+}
+
+/// What the fast tier reads: cheap calls, sampled several times a second.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct FastReading {
+    pub at: Timestamp,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory: Option<MemoryInfo>,
+    /// Fraction of time a kernel was running, 0.0–1.0.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_utilization: Option<f64>,
+    /// Fraction of time device memory was being read or written, 0.0–1.0.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_bandwidth_utilization: Option<f64>,
+}
+
+/// What the slow tier reads: calls that are expensive or take driver locks.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SlowReading {
+    pub at: Timestamp,
+    /// Processes holding memory on the device; `None` when the list could
+    /// not be read (an empty list means "read, and nobody is there").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub processes: Option<Vec<ProcessInfo>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub temperature_celsius: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub power_usage_watts: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub power_limit_watts: Option<f64>,
+}
+
+/// One process holding memory on one device.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProcessInfo {
+    /// Host PID, as the driver reports it.
+    pub pid: u32,
+    /// Short process name (`comm`), when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// Device memory the driver attributes to the process; absent when the
+    /// driver cannot say (e.g. without privileges, or under MIG).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub used_bytes: Option<u64>,
+    /// PyTorch caching-allocator statistics, for processes that report them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allocator: Option<AllocatorStats>,
+}
+
+/// The subset of `torch.cuda.memory_stats()` the accounting model uses.
+///
+/// Invariant kept by every source: `allocated <= reserved`,
+/// `active <= reserved`, `inactive_split <= reserved - allocated`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AllocatorStats {
+    /// `allocated_bytes.all.current`: live tensors.
+    pub allocated_bytes: u64,
+    /// `reserved_bytes.all.current`: segments the allocator holds from CUDA.
+    pub reserved_bytes: u64,
+    /// `active_bytes.all.current`: blocks in use, including not yet freed
+    /// blocks awaiting stream synchronisation.
+    pub active_bytes: u64,
+    /// `inactive_split_bytes.all.current`: free pieces of split segments,
+    /// which `empty_cache()` cannot return.
+    pub inactive_split_bytes: u64,
+    /// `num_alloc_retries`: times the allocator flushed its cache to satisfy
+    /// an allocation. Monotonic for the life of the process.
+    pub alloc_retries: u64,
+    /// `num_ooms`: out-of-memory errors raised. Monotonic.
+    pub ooms: u64,
+}
+
+impl AllocatorStats {
+    /// Whether the invariants documented on the type hold.
+    pub fn is_consistent(&self) -> bool {
+        self.allocated_bytes <= self.reserved_bytes
+            && self.active_bytes <= self.reserved_bytes
+            && self.inactive_split_bytes <= self.reserved_bytes - self.allocated_bytes
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timestamp_arithmetic_saturates_and_orders() {
+        let start = Timestamp::from_unix_millis(1_000);
+        let later = start.saturating_add(Duration::from_millis(250));
+        assert_eq!(later.unix_millis(), 1_250);
+        assert_eq!(later.duration_since(start), Some(Duration::from_millis(250)));
+        assert_eq!(start.duration_since(later), None);
+        assert_eq!(
+            Timestamp::from_unix_millis(i64::MAX).saturating_add(Duration::from_secs(1)),
+            Timestamp::from_unix_millis(i64::MAX)
+        );
+    }
+
+    #[test]
+    fn timestamp_formats_as_rfc3339_with_millis() {
+        let at = Timestamp::from_unix_millis(1_767_225_600_250);
+        assert_eq!(at.to_rfc3339(), "2026-01-01T00:00:00.250Z");
+    }
+
+    #[test]
+    fn allocator_consistency_rejects_allocated_above_reserved() {
+        let mut stats = AllocatorStats {
+            allocated_bytes: 10,
+            reserved_bytes: 20,
+            active_bytes: 12,
+            inactive_split_bytes: 5,
+            alloc_retries: 0,
+            ooms: 0,
+        };
+        assert!(stats.is_consistent());
+        stats.allocated_bytes = 30;
+        assert!(!stats.is_consistent());
+    }
+}

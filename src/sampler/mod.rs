@@ -1,0 +1,164 @@
+//! The sampler: discovers devices, then reads each one on two tiers and
+//! writes the readings into history.
+//!
+//! Owns: scheduling (one tokio task per device, running a fast and a slow
+//! tier), the deadline on every source call, the per-device process cap,
+//! and counting what went wrong. Every source call runs on
+//! `spawn_blocking`; one device's slow or stuck driver never delays
+//! another device, and a call stuck past its deadline is never duplicated.
+//!
+//! Depends on: `source` (the trait only), `history`, `telemetry`, `model`.
+//! Knows nothing of analysis or HTTP.
+
+mod call;
+mod tier;
+
+#[cfg(test)]
+mod tests;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+use crate::history::HistoryStore;
+use crate::source::DeviceSource;
+use crate::telemetry::Telemetry;
+
+use call::{CallOutcome, call_with_deadline};
+
+/// How the sampler paces and bounds its work.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SamplerSettings {
+    pub fast_interval: Duration,
+    pub slow_interval: Duration,
+    pub call_timeout: Duration,
+    pub max_processes_per_device: usize,
+    pub discovery_retry_max: Duration,
+    /// Source seconds per real second: intervals are divided by this, so a
+    /// simulated or replayed host produces samples at the configured spacing
+    /// of its own clock, only faster.
+    pub speed: f64,
+}
+
+impl SamplerSettings {
+    fn real(&self, interval: Duration) -> Duration {
+        if self.speed.is_finite() && self.speed > 0.0 {
+            interval.div_f64(self.speed).max(Duration::from_micros(100))
+        } else {
+            interval
+        }
+    }
+}
+
+/// Everything a sampling task needs, shared.
+pub(crate) struct Context {
+    pub source: Arc<dyn DeviceSource>,
+    pub store: Arc<HistoryStore>,
+    pub telemetry: Arc<Telemetry>,
+    pub settings: SamplerSettings,
+    pub cancel: CancellationToken,
+}
+
+/// Runs until `cancel` fires: discovers devices (retrying with backoff while
+/// the source is unavailable), then samples them.
+pub async fn run(
+    source: Arc<dyn DeviceSource>,
+    store: Arc<HistoryStore>,
+    telemetry: Arc<Telemetry>,
+    settings: SamplerSettings,
+    cancel: CancellationToken,
+) {
+    let context = Arc::new(Context { source, store, telemetry, settings, cancel });
+    let Some(devices) = discover(&context).await else {
+        return;
+    };
+    let first_cycle = Arc::new(FirstCycle::new(devices.len() * 2, context.store.clone()));
+    let mut tasks = tokio::task::JoinSet::new();
+    for device in devices {
+        let context = context.clone();
+        let first_cycle = first_cycle.clone();
+        tasks.spawn(async move { tier::run_device(context, device, first_cycle).await });
+    }
+    while let Some(joined) = tasks.join_next().await {
+        if let Err(error) = joined {
+            warn!(error = %error, "a device sampling task ended abnormally");
+        }
+    }
+}
+
+/// Lists devices, retrying with exponential backoff until it works or the
+/// sampler is cancelled. Marks the first cycle complete after the first
+/// failed attempt too: the daemon is ready to say the source is down.
+async fn discover(context: &Arc<Context>) -> Option<Vec<Arc<crate::history::DeviceHistory>>> {
+    let mut backoff = Duration::from_secs(1).min(context.settings.discovery_retry_max);
+    let mut last_failure: Option<String> = None;
+    loop {
+        let source = context.source.clone();
+        let outcome =
+            call_with_deadline(context.settings.call_timeout, move || source.devices()).await;
+        let failure = match outcome {
+            CallOutcome::Done(Ok(infos)) => {
+                context.telemetry.set_source_up(true);
+                info!(source = context.source.name(), devices = infos.len(), "devices discovered");
+                let devices = context.store.set_devices(infos);
+                if devices.is_empty() {
+                    context.store.mark_cycle_completed();
+                }
+                return Some(devices);
+            }
+            CallOutcome::Done(Err(error)) => {
+                context.telemetry.count_error(error.kind());
+                error.to_string()
+            }
+            CallOutcome::TimedOut(_) => {
+                context.telemetry.count_error("timeout");
+                format!("listing devices took longer than {:?}", context.settings.call_timeout)
+            }
+            CallOutcome::Panicked(message) => {
+                context.telemetry.count_error("panicked");
+                format!("listing devices panicked: {message}")
+            }
+        };
+        context.telemetry.set_source_up(false);
+        if last_failure.as_deref() != Some(failure.as_str()) {
+            warn!(
+                source = context.source.name(),
+                reason = %failure,
+                retry_in = ?backoff,
+                "device source unavailable; serving without devices until it answers (try --simulate for a simulated host)"
+            );
+            last_failure = Some(failure);
+        }
+        context.store.mark_cycle_completed();
+        tokio::select! {
+            () = context.cancel.cancelled() => return None,
+            () = tokio::time::sleep(backoff) => {}
+        }
+        backoff = (backoff * 2).min(context.settings.discovery_retry_max);
+    }
+}
+
+/// Counts down the first attempt of every device tier, then marks the
+/// store ready.
+pub(crate) struct FirstCycle {
+    remaining: AtomicUsize,
+    store: Arc<HistoryStore>,
+}
+
+impl FirstCycle {
+    fn new(attempts: usize, store: Arc<HistoryStore>) -> Self {
+        Self { remaining: AtomicUsize::new(attempts), store }
+    }
+
+    pub(crate) fn attempt_finished(&self) {
+        let before = self
+            .remaining
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |left| left.checked_sub(1));
+        if before == Ok(1) {
+            self.store.mark_cycle_completed();
+        }
+    }
+}

@@ -1,0 +1,261 @@
+//! Sampler behaviour under paused tokio time, against a fake source whose
+//! calls can be made to hang.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+
+use super::*;
+use crate::history::{HistoryStore, Sizing};
+use crate::model::{DeviceInfo, FastReading, MemoryInfo, ProcessInfo, SlowReading, Timestamp};
+use crate::source::{DeviceSource, SourceError};
+use crate::telemetry::Telemetry;
+
+/// Device 0 always answers; device 1 answers only while `hang` is false,
+/// otherwise its calls block until `hang` is cleared (bounded, so a broken
+/// test cannot hang the suite).
+struct FakeSource {
+    devices: u32,
+    available: AtomicBool,
+    hang: AtomicBool,
+    fast_calls: [AtomicU64; 2],
+    processes: usize,
+}
+
+impl FakeSource {
+    fn new(devices: u32) -> Self {
+        Self {
+            devices,
+            available: AtomicBool::new(true),
+            hang: AtomicBool::new(false),
+            fast_calls: [AtomicU64::new(0), AtomicU64::new(0)],
+            processes: 3,
+        }
+    }
+
+    fn wait_while_hung(&self, index: u32) {
+        if index != 1 {
+            return;
+        }
+        for _ in 0..10_000 {
+            if !self.hang.load(Ordering::SeqCst) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+}
+
+impl DeviceSource for FakeSource {
+    fn name(&self) -> &'static str {
+        "fake"
+    }
+
+    fn devices(&self) -> Result<Vec<DeviceInfo>, SourceError> {
+        if !self.available.load(Ordering::SeqCst) {
+            return Err(SourceError::Unavailable { reason: "no driver".into() });
+        }
+        Ok((0..self.devices)
+            .map(|index| DeviceInfo {
+                index,
+                uuid: format!("GPU-{index}"),
+                name: "Fake".into(),
+                pci_bus_id: None,
+                driver_version: None,
+            })
+            .collect())
+    }
+
+    fn read_fast(&self, index: u32) -> Result<FastReading, SourceError> {
+        let calls = self.fast_calls.get(index as usize).map(|c| c.fetch_add(1, Ordering::SeqCst));
+        self.wait_while_hung(index);
+        let at = Timestamp::from_unix_millis(calls.unwrap_or(0) as i64 * 250);
+        Ok(FastReading {
+            at,
+            memory: Some(MemoryInfo {
+                total_bytes: 100,
+                reserved_bytes: Some(1),
+                used_bytes: 9,
+                free_bytes: 90,
+            }),
+            gpu_utilization: Some(0.5),
+            memory_bandwidth_utilization: None,
+        })
+    }
+
+    fn read_slow(&self, index: u32) -> Result<SlowReading, SourceError> {
+        self.wait_while_hung(index);
+        let processes = (0..self.processes)
+            .map(|i| ProcessInfo {
+                pid: 100 + i as u32,
+                name: Some("python3".into()),
+                used_bytes: Some(i as u64),
+                allocator: None,
+            })
+            .collect();
+        Ok(SlowReading {
+            at: Timestamp::from_unix_millis(0),
+            processes: Some(processes),
+            temperature_celsius: None,
+            power_usage_watts: None,
+            power_limit_watts: None,
+        })
+    }
+}
+
+fn settings() -> SamplerSettings {
+    SamplerSettings {
+        fast_interval: Duration::from_millis(250),
+        slow_interval: Duration::from_secs(1),
+        call_timeout: Duration::from_millis(100),
+        max_processes_per_device: 2,
+        discovery_retry_max: Duration::from_secs(8),
+        speed: 1.0,
+    }
+}
+
+struct Harness {
+    source: Arc<FakeSource>,
+    store: Arc<HistoryStore>,
+    telemetry: Arc<Telemetry>,
+    cancel: CancellationToken,
+    task: tokio::task::JoinHandle<()>,
+}
+
+fn start(source: FakeSource, settings: SamplerSettings) -> Harness {
+    let source = Arc::new(source);
+    let store = Arc::new(HistoryStore::new(Sizing {
+        fast_capacity: 1_000,
+        slow_capacity: 100,
+        peak_window: Duration::from_secs(60),
+    }));
+    let telemetry = Arc::new(Telemetry::new("fake").unwrap());
+    let cancel = CancellationToken::new();
+    let task = tokio::spawn(run(
+        source.clone(),
+        store.clone(),
+        telemetry.clone(),
+        settings,
+        cancel.clone(),
+    ));
+    Harness { source, store, telemetry, cancel, task }
+}
+
+/// Lets spawned tasks and finished blocking calls make progress without
+/// moving the paused clock.
+async fn settle() {
+    for _ in 0..50 {
+        tokio::task::yield_now().await;
+        std::thread::sleep(Duration::from_micros(200));
+    }
+}
+
+async fn advance(by: Duration, times: usize) {
+    for _ in 0..times {
+        tokio::time::advance(by).await;
+        settle().await;
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_hung_device_does_not_delay_another_and_its_call_is_not_repeated() {
+    let source = FakeSource::new(2);
+    source.hang.store(true, Ordering::SeqCst);
+    let harness = start(source, settings());
+    settle().await;
+    advance(Duration::from_millis(250), 20).await;
+
+    let devices = harness.store.devices();
+    assert_eq!(devices.len(), 2);
+    let healthy = devices[0].live();
+    assert!(healthy.is_up());
+    assert!(healthy.fast_samples >= 20, "device 0 sampled {} times", healthy.fast_samples);
+
+    let hung = devices[1].live();
+    assert!(!hung.is_up(), "a device whose call hangs has no current values");
+    assert_eq!(hung.fast_failure.as_ref().map(|f| f.kind), Some("still_running"));
+    assert_eq!(
+        harness.source.fast_calls[1].load(Ordering::SeqCst),
+        1,
+        "the stuck call must not be started again while it runs"
+    );
+    assert!(harness.telemetry.error_count("timeout") >= 2, "fast and slow both timed out");
+    assert!(harness.telemetry.error_count("still_running") >= 18);
+    assert_eq!(harness.telemetry.calls_stuck(), 2);
+    assert!(harness.store.cycle_completed());
+
+    harness.source.hang.store(false, Ordering::SeqCst);
+    settle().await;
+    advance(Duration::from_millis(250), 4).await;
+    let recovered = devices[1].live();
+    assert!(recovered.is_up(), "the device recovers once its driver answers");
+    assert!(recovered.fast_failure.is_none());
+    assert_eq!(harness.telemetry.calls_stuck(), 0);
+
+    harness.cancel.cancel();
+    settle().await;
+    assert!(harness.task.is_finished());
+}
+
+#[tokio::test(start_paused = true)]
+async fn processes_beyond_the_cap_are_counted_and_the_largest_kept() {
+    let mut source = FakeSource::new(1);
+    source.processes = 5;
+    let harness = start(source, settings());
+    settle().await;
+    advance(Duration::from_millis(250), 1).await;
+    let live = harness.store.devices()[0].live();
+    let slow = live.slow.expect("a slow reading");
+    let kept: Vec<u32> = slow.processes.iter().flatten().map(|p| p.pid).collect();
+    assert_eq!(kept, vec![104, 103], "the two largest users are kept");
+    assert_eq!(live.processes_dropped, 3);
+    harness.cancel.cancel();
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_unavailable_source_serves_ready_with_no_devices_then_recovers() {
+    let source = FakeSource::new(1);
+    source.available.store(false, Ordering::SeqCst);
+    let harness = start(source, settings());
+    settle().await;
+    assert!(harness.store.cycle_completed(), "ready: the daemon can say the source is down");
+    assert!(!harness.telemetry.source_up());
+    assert!(harness.store.devices().is_empty());
+    assert_eq!(harness.telemetry.error_count("unavailable"), 1);
+
+    harness.source.available.store(true, Ordering::SeqCst);
+    advance(Duration::from_secs(1), 1).await;
+    assert!(harness.telemetry.source_up());
+    assert_eq!(harness.store.devices().len(), 1);
+    harness.cancel.cancel();
+}
+
+#[tokio::test(start_paused = true)]
+async fn speed_scales_the_real_interval_but_not_the_sample_spacing() {
+    let harness = start(FakeSource::new(1), SamplerSettings { speed: 10.0, ..settings() });
+    settle().await;
+    advance(Duration::from_millis(25), 40).await;
+    let samples = harness.store.devices()[0].live().fast_samples;
+    assert!(samples >= 40, "at 10x, one real second holds 40 fast samples, got {samples}");
+    harness.cancel.cancel();
+}
+
+#[test]
+fn cap_keeps_unknown_usage_last() {
+    let mut reading = SlowReading {
+        at: Timestamp::from_unix_millis(0),
+        processes: Some(vec![
+            ProcessInfo { pid: 1, name: None, used_bytes: None, allocator: None },
+            ProcessInfo { pid: 2, name: None, used_bytes: Some(5), allocator: None },
+            ProcessInfo { pid: 3, name: None, used_bytes: Some(7), allocator: None },
+        ]),
+        temperature_celsius: None,
+        power_usage_watts: None,
+        power_limit_watts: None,
+    };
+    assert_eq!(tier::cap_processes(&mut reading, 2), 1);
+    let pids: Vec<u32> = reading.processes.iter().flatten().map(|p| p.pid).collect();
+    assert_eq!(pids, vec![3, 2]);
+}

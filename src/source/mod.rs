@@ -1,0 +1,112 @@
+//! The device-source seam: what the sampler reads devices through.
+//!
+//! Owns: the [`DeviceSource`] trait, its error type, and the implementations
+//! that exist (simulator, trace replay, trace recorder, NVML availability).
+//! Depends on: `model`, `clock`. Knows nothing of history, analysis or HTTP.
+//!
+//! Every method is a *blocking* call (a driver call, file I/O). The sampler
+//! runs each on `spawn_blocking` with a deadline; implementations never need
+//! to be async and must never panic on driver or file input.
+
+pub mod nvml;
+pub mod simulator;
+pub mod trace;
+
+use std::sync::Arc;
+
+use crate::model::{DeviceInfo, FastReading, SlowReading};
+
+/// A set of devices that can be listed and read.
+pub trait DeviceSource: Send + Sync + 'static {
+    /// Short name for logs and metrics: `simulator`, `replay`, `nvml`.
+    fn name(&self) -> &'static str;
+
+    /// Lists the devices to monitor, in index order.
+    fn devices(&self) -> Result<Vec<DeviceInfo>, SourceError>;
+
+    /// Reads the fast tier (memory, utilization) of the device at `index`.
+    fn read_fast(&self, index: u32) -> Result<FastReading, SourceError>;
+
+    /// Reads the slow tier (processes, temperature, power, …) of the device.
+    fn read_slow(&self, index: u32) -> Result<SlowReading, SourceError>;
+}
+
+/// A shared source is a source, so wrappers like the recorder can take one.
+impl<T: DeviceSource + ?Sized> DeviceSource for Arc<T> {
+    fn name(&self) -> &'static str {
+        (**self).name()
+    }
+
+    fn devices(&self) -> Result<Vec<DeviceInfo>, SourceError> {
+        (**self).devices()
+    }
+
+    fn read_fast(&self, index: u32) -> Result<FastReading, SourceError> {
+        (**self).read_fast(index)
+    }
+
+    fn read_slow(&self, index: u32) -> Result<SlowReading, SourceError> {
+        (**self).read_slow(index)
+    }
+}
+
+/// Why a source call produced no reading.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum SourceError {
+    /// The device stopped answering (NVML `GPU_IS_LOST`, a simulated loss).
+    #[error("device {index} is lost: {reason}")]
+    DeviceLost { index: u32, reason: String },
+    /// No device with that index exists in this source.
+    #[error("no device with index {index}")]
+    UnknownDevice { index: u32 },
+    /// The driver or library cannot be used at all.
+    #[error("source unavailable: {reason}")]
+    Unavailable { reason: String },
+    /// A driver call failed for a reason other than the above.
+    #[error("driver call {call} failed on device {index}: {reason}")]
+    Driver { index: u32, call: &'static str, reason: String },
+    /// A replayed trace has no more readings of this tier for the device.
+    #[error("the trace has no more {tier} readings for device {index}")]
+    TraceEnded { index: u32, tier: Tier },
+    /// Writing a recorded trace failed; the reading itself was fine but is
+    /// reported as an error so the operator learns the trace is incomplete.
+    #[error("writing the trace {path} failed: {reason}")]
+    Record { path: String, reason: String },
+}
+
+impl SourceError {
+    /// Stable label value for `vramd_source_errors_total{kind}`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            SourceError::DeviceLost { .. } => "device_lost",
+            SourceError::UnknownDevice { .. } => "unknown_device",
+            SourceError::Unavailable { .. } => "unavailable",
+            SourceError::Driver { .. } => "driver",
+            SourceError::TraceEnded { .. } => "trace_ended",
+            SourceError::Record { .. } => "record",
+        }
+    }
+}
+
+/// The two sampling tiers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Tier {
+    Fast,
+    Slow,
+}
+
+impl Tier {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Tier::Fast => "fast",
+            Tier::Slow => "slow",
+        }
+    }
+}
+
+impl std::fmt::Display for Tier {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}

@@ -1,0 +1,24 @@
+//! Recording device readings to NDJSON trace files and replaying them.
+//!
+//! Owns: the trace format (docs/trace-format.md), the [`Recorder`] that wraps
+//! any source and writes what it returns, and the [`Replay`] source that reads
+//! a trace back, record by record. Depends only on `model` and `source`; knows
+//! nothing of history, sampler or HTTP.
+
+mod error;
+mod error_record;
+mod float;
+mod format;
+mod lines;
+mod record;
+mod replay;
+
+#[cfg(test)]
+mod tests;
+#[cfg(test)]
+mod validation_tests;
+
+pub use error::{LineError, TraceError};
+pub use format::{FORMAT, TraceHeader, TraceRecord, VERSION};
+pub use record::Recorder;
+pub use replay::Replay;

@@ -1,0 +1,302 @@
+//! Recording what a device source returns into a trace file.
+//!
+//! Owns: [`Recorder`], a [`DeviceSource`] that passes every call through to
+//! the source it wraps and appends the result to an NDJSON trace. Depends
+//! only on `model` and `source`; knows nothing of history, sampler or HTTP.
+//!
+//! The recorder only writes traces that `Replay` accepts: nothing before the
+//! header, no record for a device the header lacks, no out-of-order reading.
+//! What it cannot write, it reports as `SourceError::Record`, the error the
+//! sampler counts, so an incomplete trace never goes unnoticed.
+
+use std::collections::{BTreeSet, HashMap};
+use std::fs::File;
+use std::io::{Seek, SeekFrom, Write};
+use std::path::Path;
+
+use parking_lot::Mutex;
+
+use super::error::TraceError;
+use super::format::{self, TraceHeader};
+use crate::model::{DeviceInfo, FastReading, SlowReading, Timestamp};
+use crate::source::{DeviceSource, SourceError, Tier};
+
+/// Wraps a source and records every reading and error it returns.
+pub struct Recorder<S> {
+    inner: S,
+    path: String,
+    state: Mutex<State>,
+}
+
+/// Each line is encoded whole and handed to the file at once (no buffer), so
+/// it reaches the kernel at once (a crash of the daemon loses at most that
+/// line) and no user-space buffer holds half-written lines after a failure.
+struct State {
+    file: File,
+    /// Length of the file's complete lines: after a failed write the file is
+    /// cut back to this, so the trace never keeps a partial line in the middle.
+    good_len: u64,
+    damaged: bool,
+    /// The devices of the latest successful `devices()` before the header
+    /// went out; frozen once it has.
+    devices: Option<Vec<DeviceInfo>>,
+    header_written: bool,
+    header_indices: BTreeSet<u32>,
+    latest: HashMap<(u32, Tier), Timestamp>,
+}
+
+impl<S: DeviceSource> Recorder<S> {
+    /// Creates (or truncates) the trace file at `path`. Nothing is written
+    /// until the first successful `devices()` call supplies the header.
+    pub fn create(inner: S, path: &Path) -> Result<Self, TraceError> {
+        let shown = path.display().to_string();
+        let file = File::create(path)
+            .map_err(|source| TraceError::Create { path: shown.clone(), source })?;
+        let state = State {
+            file,
+            good_len: 0,
+            damaged: false,
+            devices: None,
+            header_written: false,
+            header_indices: BTreeSet::new(),
+            latest: HashMap::new(),
+        };
+        Ok(Self { inner, path: shown, state: Mutex::new(state) })
+    }
+
+    /// The wrapped source.
+    pub fn inner(&self) -> &S {
+        &self.inner
+    }
+
+    fn record_error(&self, reason: impl Into<String>) -> SourceError {
+        SourceError::Record { path: self.path.clone(), reason: reason.into() }
+    }
+
+    /// Writes the header if it has not gone out yet. Retried on every call
+    /// until it succeeds, so a transient failure costs no more than it must.
+    fn ensure_header(&self, state: &mut State) -> Result<(), SourceError> {
+        if state.header_written {
+            return Ok(());
+        }
+        let Some(devices) = state.devices.clone() else {
+            return Err(self.record_error(
+                "no header yet: the source has not listed its devices, so nothing is recorded",
+            ));
+        };
+        let mut indices = BTreeSet::new();
+        if let Some(duplicate) = devices.iter().find(|device| !indices.insert(device.index)) {
+            return Err(self.record_error(format!(
+                "the source lists device {} twice; such a trace could not be replayed",
+                duplicate.index
+            )));
+        }
+        let line = format::encode_header(&TraceHeader::new(self.inner.name(), devices))
+            .map_err(|err| self.record_error(format!("cannot encode the header: {err}")))?;
+        write_line(state, &line).map_err(|err| self.record_error(err.to_string()))?;
+        state.header_written = true;
+        state.header_indices = indices;
+        Ok(())
+    }
+
+    /// Appends the outcome of one read and returns what the caller should
+    /// see: the inner result, or a `Record` error when a reading could not
+    /// be recorded.
+    fn record<T>(
+        &self,
+        device: u32,
+        tier: Tier,
+        result: Result<T, SourceError>,
+        at: impl Fn(&T) -> Timestamp,
+        encode: impl Fn(&T) -> Result<Vec<u8>, serde_json::Error>,
+    ) -> Result<T, SourceError> {
+        let mut state = self.state.lock();
+        let value = match result {
+            Ok(value) => value,
+            Err(error) => {
+                // An error is passed through even if it cannot be written:
+                // a lost device matters more than a gap in the trace (the
+                // gap is logged, and later readings will report it too).
+                if let Err(failure) = self.append_error(&mut state, device, tier, &error) {
+                    tracing::warn!(path = %self.path, %failure, %error, "a source error was not recorded");
+                }
+                return Err(error);
+            }
+        };
+        self.ensure_header(&mut state)?;
+        if !state.header_indices.contains(&device) {
+            return Err(self.record_error(format!(
+                "device {device} is not in the trace header, so its reading is not recorded"
+            )));
+        }
+        let stamp = at(&value);
+        if let Some(&previous) = state.latest.get(&(device, tier))
+            && stamp < previous
+        {
+            return Err(self.record_error(format!(
+                "{tier} reading of device {device} at {} is earlier than the recorded one at {}; \
+                 not recorded",
+                stamp.unix_millis(),
+                previous.unix_millis()
+            )));
+        }
+        let line = encode(&value)
+            .map_err(|err| self.record_error(format!("cannot encode the {tier} reading: {err}")))?;
+        write_line(&mut state, &line).map_err(|err| self.record_error(err.to_string()))?;
+        state.latest.insert((device, tier), stamp);
+        Ok(value)
+    }
+
+    fn append_error(
+        &self,
+        state: &mut State,
+        device: u32,
+        tier: Tier,
+        error: &SourceError,
+    ) -> Result<(), SourceError> {
+        let Some(line) = format::encode_error(device, tier, error) else {
+            return Ok(()); // never recorded (the end of a replay)
+        };
+        self.ensure_header(state)?;
+        if !state.header_indices.contains(&device) {
+            // Replay answers reads of unlisted devices with UnknownDevice by
+            // itself; such a record would only make the trace invalid.
+            return Ok(());
+        }
+        let line = line.map_err(|err| self.record_error(format!("cannot encode: {err}")))?;
+        write_line(state, &line).map_err(|err| self.record_error(err.to_string()))
+    }
+}
+
+/// Appends one whole line, first cutting off what a failed earlier write
+/// left of its line (retried on every call until it works, e.g. once the
+/// disk has room again).
+fn write_line(state: &mut State, line: &[u8]) -> std::io::Result<()> {
+    if state.damaged {
+        state
+            .file
+            .set_len(state.good_len)
+            .and_then(|()| state.file.seek(SeekFrom::Start(state.good_len)))
+            .map_err(|err| {
+                std::io::Error::new(
+                    err.kind(),
+                    format!("cannot remove the partial line of an earlier failed write: {err}"),
+                )
+            })?;
+        state.damaged = false;
+    }
+    // `write_all` by hand, to know whether part of the line went out.
+    let mut written = 0;
+    while let Some(rest) = line.get(written..).filter(|rest| !rest.is_empty()) {
+        match state.file.write(rest) {
+            Ok(0) => {
+                state.damaged = written > 0;
+                return Err(std::io::ErrorKind::WriteZero.into());
+            }
+            Ok(n) => written += n,
+            Err(err) if err.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(err) => {
+                state.damaged = written > 0;
+                return Err(err);
+            }
+        }
+    }
+    let written = u64::try_from(written).unwrap_or(u64::MAX);
+    state.good_len = state.good_len.saturating_add(written);
+    Ok(())
+}
+
+impl<S: DeviceSource> DeviceSource for Recorder<S> {
+    fn name(&self) -> &'static str {
+        self.inner.name()
+    }
+
+    fn devices(&self) -> Result<Vec<DeviceInfo>, SourceError> {
+        let devices = self.inner.devices()?;
+        let mut state = self.state.lock();
+        if !state.header_written {
+            state.devices = Some(devices.clone());
+            self.ensure_header(&mut state)?;
+        }
+        Ok(devices)
+    }
+
+    fn read_fast(&self, index: u32) -> Result<FastReading, SourceError> {
+        // The inner call runs without the lock: it may be a slow driver call
+        // and other devices' reads must not queue behind it.
+        let result = self.inner.read_fast(index);
+        self.record(
+            index,
+            Tier::Fast,
+            result,
+            |reading| reading.at,
+            |reading| format::encode_fast(index, reading),
+        )
+    }
+
+    fn read_slow(&self, index: u32) -> Result<SlowReading, SourceError> {
+        let result = self.inner.read_slow(index);
+        self.record(
+            index,
+            Tier::Slow,
+            result,
+            |reading| reading.at,
+            |reading| format::encode_slow(index, reading),
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct One;
+
+    impl DeviceSource for One {
+        fn name(&self) -> &'static str {
+            "one"
+        }
+        fn devices(&self) -> Result<Vec<DeviceInfo>, SourceError> {
+            Ok(vec![DeviceInfo {
+                index: 0,
+                uuid: "GPU-0".into(),
+                name: "Fake".into(),
+                pci_bus_id: None,
+                driver_version: None,
+            }])
+        }
+        fn read_fast(&self, _: u32) -> Result<FastReading, SourceError> {
+            Ok(FastReading {
+                at: Timestamp::from_unix_millis(1),
+                memory: None,
+                gpu_utilization: None,
+                memory_bandwidth_utilization: None,
+            })
+        }
+        fn read_slow(&self, index: u32) -> Result<SlowReading, SourceError> {
+            Err(SourceError::UnknownDevice { index })
+        }
+    }
+
+    #[test]
+    fn the_partial_line_of_a_failed_write_is_cut_off_before_the_next_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("trace.ndjson");
+        let recorder = Recorder::create(One, &path).unwrap();
+        recorder.devices().unwrap();
+        recorder.read_fast(0).unwrap();
+        let good = std::fs::read_to_string(&path).unwrap();
+        // What a write that failed half-way leaves behind.
+        {
+            let mut state = recorder.state.lock();
+            state.file.write_all(br#"{"record":"fast","dev"#).unwrap();
+            state.damaged = true;
+        }
+        recorder.read_fast(0).unwrap();
+        let text = std::fs::read_to_string(&path).unwrap();
+        let last = text.lines().last().unwrap().to_owned();
+        assert_eq!(text, format!("{good}{last}\n"));
+        assert_eq!(text.lines().count(), 3, "{text}");
+        assert!(super::super::Replay::open(&path, 4096).is_ok());
+    }
+}

@@ -1,0 +1,196 @@
+//! Replaying a recorded trace as a device source.
+//!
+//! Owns: [`Replay`]: loading and validating a whole trace up front, and
+//! handing out its records one per call. Depends only on `model` and
+//! `source`; knows nothing of history, sampler or HTTP.
+//!
+//! Each `read_fast(i)` returns the next fast record of device `i` in file
+//! order (a recorded error as the `Err` it was), whatever the time between
+//! calls, so a replay reproduces the recorded sequence exactly; pacing is the
+//! sampler's business and timestamps come from the records.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fs::File;
+use std::io::BufReader;
+use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use super::error::{LineError, TraceError};
+use super::format::{self, TraceHeader, TraceRecord};
+use super::lines::{BoundedLines, LineReadError};
+use crate::model::{DeviceInfo, FastReading, SlowReading, Timestamp};
+use crate::source::{DeviceSource, SourceError, Tier};
+
+/// A trace loaded into memory, read back as a [`DeviceSource`].
+#[derive(Debug)]
+pub struct Replay {
+    header: TraceHeader,
+    /// Parsed records in file order (not the lines: a parsed reading is
+    /// several times smaller than its JSON).
+    records: Vec<TraceRecord>,
+    lanes: BTreeMap<u32, DeviceLanes>,
+}
+
+#[derive(Debug, Default)]
+struct DeviceLanes {
+    fast: Lane,
+    slow: Lane,
+}
+
+/// The records of one (device, tier), as positions into `records`, and the
+/// cursor of the next one to hand out. `u32` positions halve the index.
+#[derive(Debug, Default)]
+struct Lane {
+    positions: Vec<u32>,
+    next: AtomicUsize,
+}
+
+impl Replay {
+    /// Reads and validates the whole trace at `path`; no line may be longer
+    /// than `max_line_bytes` (its newline not counted). Any problem is an
+    /// error naming the line, so a bad trace stops the daemon at start-up.
+    pub fn open(path: &Path, max_line_bytes: usize) -> Result<Replay, TraceError> {
+        let shown = path.display().to_string();
+        let file =
+            File::open(path).map_err(|source| TraceError::Open { path: shown.clone(), source })?;
+        let mut lines = BoundedLines::new(BufReader::new(file), max_line_bytes);
+        let mut loader = Loader::default();
+        let mut number: u64 = 0;
+        loop {
+            number = number.saturating_add(1);
+            let in_line = |reason| TraceError::Line { path: shown.clone(), line: number, reason };
+            let line = match lines.next_line() {
+                Ok(Some(line)) => line,
+                Ok(None) => break,
+                Err(LineReadError::TooLong) => {
+                    return Err(in_line(LineError::TooLong { max: max_line_bytes }));
+                }
+                Err(LineReadError::Io(source)) => {
+                    return Err(TraceError::Read { path: shown.clone(), line: number, source });
+                }
+            };
+            let text = std::str::from_utf8(line.bytes).map_err(|_| in_line(LineError::NotUtf8))?;
+            loader.accept(text).map_err(|reason| match reason {
+                LineError::Json { reason } if !line.terminated => {
+                    in_line(LineError::Truncated { reason })
+                }
+                reason => in_line(reason),
+            })?;
+        }
+        loader.finish().ok_or(TraceError::Empty { path: shown })
+    }
+
+    /// The trace's header line.
+    pub fn header(&self) -> &TraceHeader {
+        &self.header
+    }
+
+    /// Every record, in file order, independent of the replay cursors.
+    pub fn records(&self) -> &[TraceRecord] {
+        &self.records
+    }
+
+    /// The next record of `lane`, advancing its cursor; `None` once it is
+    /// exhausted (the cursor then stays put rather than counting on).
+    fn take(&self, lane: &Lane) -> Option<&TraceRecord> {
+        let len = lane.positions.len();
+        let slot = lane
+            .next
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| (n < len).then_some(n + 1))
+            .ok()?;
+        let position = usize::try_from(*lane.positions.get(slot)?).ok()?;
+        self.records.get(position)
+    }
+}
+
+impl DeviceSource for Replay {
+    fn name(&self) -> &'static str {
+        "replay"
+    }
+
+    fn devices(&self) -> Result<Vec<DeviceInfo>, SourceError> {
+        Ok(self.header.devices.clone())
+    }
+
+    fn read_fast(&self, index: u32) -> Result<FastReading, SourceError> {
+        let lanes = self.lanes.get(&index).ok_or(SourceError::UnknownDevice { index })?;
+        match self.take(&lanes.fast) {
+            Some(TraceRecord::Fast { reading, .. }) => Ok(reading.clone()),
+            Some(TraceRecord::Error { error, .. }) => Err(error.clone()),
+            // Lanes hold only their own tier, so this is the end of the lane.
+            Some(TraceRecord::Slow { .. }) | None => {
+                Err(SourceError::TraceEnded { index, tier: Tier::Fast })
+            }
+        }
+    }
+
+    fn read_slow(&self, index: u32) -> Result<SlowReading, SourceError> {
+        let lanes = self.lanes.get(&index).ok_or(SourceError::UnknownDevice { index })?;
+        match self.take(&lanes.slow) {
+            Some(TraceRecord::Slow { reading, .. }) => Ok(reading.clone()),
+            Some(TraceRecord::Error { error, .. }) => Err(error.clone()),
+            Some(TraceRecord::Fast { .. }) | None => {
+                Err(SourceError::TraceEnded { index, tier: Tier::Slow })
+            }
+        }
+    }
+}
+
+/// State while reading the file: the header once seen, the records so far,
+/// and each lane's latest timestamp for the ordering check.
+#[derive(Default)]
+struct Loader {
+    header: Option<TraceHeader>,
+    records: Vec<TraceRecord>,
+    lanes: BTreeMap<u32, DeviceLanes>,
+    latest: HashMap<(u32, Tier), Timestamp>,
+}
+
+impl Loader {
+    fn accept(&mut self, text: &str) -> Result<(), LineError> {
+        if text.trim_ascii().is_empty() {
+            return Err(LineError::Blank);
+        }
+        if self.header.is_none() {
+            let header = format::parse_header(text)?;
+            self.lanes = header
+                .devices
+                .iter()
+                .map(|device| (device.index, DeviceLanes::default()))
+                .collect();
+            self.header = Some(header);
+            return Ok(());
+        }
+        let record = format::parse_record(text)?;
+        let (device, tier) = (record.device(), record.tier());
+        let lanes =
+            self.lanes.get_mut(&device).ok_or(LineError::UnknownDevice { index: device })?;
+        if let Some(at) = record.at() {
+            if let Some(&previous) = self.latest.get(&(device, tier))
+                && at < previous
+            {
+                return Err(LineError::OutOfOrder { tier, device, at, previous });
+            }
+            self.latest.insert((device, tier), at);
+        }
+        let position = u32::try_from(self.records.len())
+            .map_err(|_| LineError::TooManyRecords { max: u64::from(u32::MAX) })?;
+        let lane = match tier {
+            Tier::Fast => &mut lanes.fast,
+            Tier::Slow => &mut lanes.slow,
+        };
+        lane.positions.push(position);
+        self.records.push(record);
+        Ok(())
+    }
+
+    fn finish(self) -> Option<Replay> {
+        let Loader { header, mut records, mut lanes, latest: _ } = self;
+        records.shrink_to_fit();
+        for lane in lanes.values_mut() {
+            lane.fast.positions.shrink_to_fit();
+            lane.slow.positions.shrink_to_fit();
+        }
+        header.map(|header| Replay { header, records, lanes })
+    }
+}

@@ -1,0 +1,186 @@
+//! vramd's own health metrics, kept in a `prometheus` crate registry.
+//!
+//! Owns: counters and histograms that record how sampling went (errors by
+//! kind, call durations per tier), whether the device source is usable, and
+//! build information. Every error that is logged is also counted here.
+//! Depends on nothing else in the crate; the sampler writes, exposition reads.
+
+use std::time::Duration;
+
+use prometheus::{
+    Encoder, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
+    TextEncoder,
+};
+
+/// Every `kind` a source error can be counted under, pre-created at zero so
+/// `rate()` works from the first scrape.
+pub const ERROR_KINDS: &[&str] = &[
+    "device_lost",
+    "unknown_device",
+    "unavailable",
+    "driver",
+    "trace_ended",
+    "record",
+    "timeout",
+    "still_running",
+    "panicked",
+    "out_of_order",
+];
+
+#[derive(Debug, thiserror::Error)]
+pub enum TelemetryError {
+    #[error("registering metric {name}: {source}")]
+    Register { name: &'static str, source: prometheus::Error },
+    #[error("encoding self metrics: {0}")]
+    Encode(#[from] prometheus::Error),
+}
+
+/// The daemon's self metrics.
+pub struct Telemetry {
+    registry: Registry,
+    source_errors: IntCounterVec,
+    sample_duration: HistogramVec,
+    source_up: IntGauge,
+    calls_stuck: IntGauge,
+}
+
+impl Telemetry {
+    /// `source` names the device source (`nvml`, `simulator`, `replay`).
+    pub fn new(source: &str) -> Result<Self, TelemetryError> {
+        let registry = Registry::new();
+        let source_errors = IntCounterVec::new(
+            Opts::new(
+                "vramd_source_errors_total",
+                "Device-source calls that produced no reading, by kind of failure.",
+            ),
+            &["kind"],
+        )
+        .map_err(|source| TelemetryError::Register { name: "vramd_source_errors_total", source })?;
+        for kind in ERROR_KINDS {
+            source_errors.with_label_values(&[kind]);
+        }
+        let sample_duration = HistogramVec::new(
+            HistogramOpts::new(
+                "vramd_sample_duration_seconds",
+                "Time one device-source call took, by sampling tier (timed-out calls count at the deadline).",
+            )
+            .buckets(vec![
+                0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1,
+                0.25, 0.5, 1.0, 2.5,
+            ]),
+            &["tier"],
+        )
+        .map_err(|source| TelemetryError::Register { name: "vramd_sample_duration_seconds", source })?;
+        let source_up = IntGauge::new(
+            "vramd_nvml_up",
+            "1 when the device source (NVML, or the simulator or trace standing in for it) answered its last device listing, else 0.",
+        )
+        .map_err(|source| TelemetryError::Register { name: "vramd_nvml_up", source })?;
+        let calls_stuck = IntGauge::new(
+            "vramd_source_calls_stuck",
+            "Source calls still running past their deadline; new calls to those devices and tiers are skipped until they return.",
+        )
+        .map_err(|source| TelemetryError::Register { name: "vramd_source_calls_stuck", source })?;
+        let build_info = IntGaugeVec::new(
+            Opts::new("vramd_build_info", "Build of the running vramd; always 1."),
+            &["version", "revision"],
+        )
+        .map_err(|source| TelemetryError::Register { name: "vramd_build_info", source })?;
+        build_info.with_label_values(&[env!("CARGO_PKG_VERSION"), env!("VRAMD_REVISION")]).set(1);
+        let source_info = IntGaugeVec::new(
+            Opts::new("vramd_source_info", "The device source this daemon reads; always 1."),
+            &["source"],
+        )
+        .map_err(|source| TelemetryError::Register { name: "vramd_source_info", source })?;
+        source_info.with_label_values(&[source]).set(1);
+
+        let collectors: [(&'static str, Box<dyn prometheus::core::Collector>); 6] = [
+            ("vramd_source_errors_total", Box::new(source_errors.clone())),
+            ("vramd_sample_duration_seconds", Box::new(sample_duration.clone())),
+            ("vramd_nvml_up", Box::new(source_up.clone())),
+            ("vramd_source_calls_stuck", Box::new(calls_stuck.clone())),
+            ("vramd_build_info", Box::new(build_info)),
+            ("vramd_source_info", Box::new(source_info)),
+        ];
+        for (name, collector) in collectors {
+            registry
+                .register(collector)
+                .map_err(|source| TelemetryError::Register { name, source })?;
+        }
+        Ok(Self { registry, source_errors, sample_duration, source_up, calls_stuck })
+    }
+
+    /// Counts one failed source call.
+    pub fn count_error(&self, kind: &str) {
+        self.source_errors.with_label_values(&[kind]).inc();
+    }
+
+    pub fn error_count(&self, kind: &str) -> u64 {
+        self.source_errors.with_label_values(&[kind]).get()
+    }
+
+    pub fn observe_call(&self, tier: &str, took: Duration) {
+        self.sample_duration.with_label_values(&[tier]).observe(took.as_secs_f64());
+    }
+
+    pub fn set_source_up(&self, up: bool) {
+        self.source_up.set(i64::from(up));
+    }
+
+    pub fn source_up(&self) -> bool {
+        self.source_up.get() == 1
+    }
+
+    pub fn call_stuck(&self) {
+        self.calls_stuck.inc();
+    }
+
+    pub fn call_unstuck(&self) {
+        self.calls_stuck.dec();
+    }
+
+    pub fn calls_stuck(&self) -> i64 {
+        self.calls_stuck.get()
+    }
+
+    /// Appends the self metrics in the text exposition format.
+    pub fn encode_into(&self, out: &mut Vec<u8>) -> Result<(), TelemetryError> {
+        TextEncoder::new().encode(&self.registry.gather(), out)?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_error_kind_is_exported_from_the_start() {
+        let telemetry = Telemetry::new("simulator").unwrap();
+        let mut text = Vec::new();
+        telemetry.encode_into(&mut text).unwrap();
+        let text = String::from_utf8(text).unwrap();
+        for kind in ERROR_KINDS {
+            assert!(
+                text.contains(&format!("vramd_source_errors_total{{kind=\"{kind}\"}} 0")),
+                "{kind}"
+            );
+        }
+        assert!(text.contains("vramd_source_info{source=\"simulator\"} 1"));
+        assert!(text.contains("vramd_build_info{"));
+    }
+
+    #[test]
+    fn counting_shows_in_the_exposition() {
+        let telemetry = Telemetry::new("nvml").unwrap();
+        telemetry.count_error("timeout");
+        telemetry.count_error("timeout");
+        telemetry.set_source_up(true);
+        let mut text = Vec::new();
+        telemetry.encode_into(&mut text).unwrap();
+        let text = String::from_utf8(text).unwrap();
+        assert!(text.contains("vramd_source_errors_total{kind=\"timeout\"} 2"));
+        assert!(text.contains("vramd_nvml_up 1"));
+        assert_eq!(telemetry.error_count("timeout"), 2);
+    }
+}
