@@ -69,12 +69,14 @@ fn slow_reading(at_ms: i64, processes: u32) -> SlowReading {
                         alloc_retries: 2,
                         ooms: 0,
                     }),
+                    details: Default::default(),
                 })
                 .collect(),
         ),
         temperature_celsius: Some(61.0),
         power_usage_watts: Some(412.5),
         power_limit_watts: Some(700.0),
+        details: Default::default(),
     }
 }
 

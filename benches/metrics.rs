@@ -42,7 +42,7 @@ fn process(gpu: u32, slot: u32) -> ProcessInfo {
     let allocated = reserved * 3 / 4;
     ProcessInfo {
         pid: 100_000 + gpu * 1_000 + slot,
-        name: Some(if slot % 3 == 0 { "pt_main_thread" } else { "python3" }.into()),
+        name: Some(if slot.is_multiple_of(3) { "pt_main_thread" } else { "python3" }.into()),
         used_bytes: Some(reserved + 500 * MIB),
         allocator: Some(AllocatorStats {
             allocated_bytes: allocated,
@@ -50,8 +50,9 @@ fn process(gpu: u32, slot: u32) -> ProcessInfo {
             active_bytes: allocated + 16 * MIB,
             inactive_split_bytes: (reserved - allocated) / 3,
             alloc_retries: u64::from(slot % 4),
-            ooms: u64::from(slot % 7 == 0),
+            ooms: u64::from(slot.is_multiple_of(7)),
         }),
+        details: Default::default(),
     }
 }
 
@@ -89,6 +90,7 @@ fn store() -> HistoryStore {
                     temperature_celsius: Some(58.0 + f64::from(gpu)),
                     power_usage_watts: Some(412.5),
                     power_limit_watts: Some(700.0),
+                    details: Default::default(),
                 },
                 0,
             );

@@ -18,7 +18,7 @@ use crate::config::{Config, SourceSelection};
 use crate::history::{HistoryStore, Sizing};
 use crate::sampler::{self, SamplerSettings};
 use crate::source::DeviceSource;
-use crate::source::nvml::NvmlSource;
+use crate::source::nvml::{NvmlSettings, NvmlSource};
 use crate::source::simulator::{Simulator, SimulatorError, SimulatorSpec};
 use crate::source::trace::{Recorder, Replay, TraceError};
 use crate::telemetry::{Telemetry, TelemetryError};
@@ -40,6 +40,8 @@ pub enum AppError {
     Telemetry(#[from] TelemetryError),
     #[error("start-up task failed: {0}")]
     Startup(String),
+    #[error("a GPU is required (nvml.require_gpu) but none can be used: {reason}")]
+    GpuRequired { reason: String },
 }
 
 impl AppError {
@@ -57,7 +59,13 @@ impl AppError {
 /// recorder when `source.record` is set. Reads files: call off the runtime.
 pub fn build_source(config: &Config) -> Result<Arc<dyn DeviceSource>, AppError> {
     let source: Arc<dyn DeviceSource> = match &config.source.selection {
-        SourceSelection::Driver => Arc::new(NvmlSource::new()),
+        SourceSelection::Driver => Arc::new(NvmlSource::new(NvmlSettings {
+            library_path: config.nvml.library_path.clone(),
+            pcie_throughput: config.nvml.pcie_throughput,
+            max_cmdline_bytes: config.nvml.max_cmdline_bytes,
+            xid_events: config.nvml.xid_events,
+            ..NvmlSettings::default()
+        })),
         SourceSelection::Simulate(simulator) => {
             let clock = ScaledClock::starting_at(wall_now(), config.source.speed);
             let origin = clock.origin();
@@ -78,12 +86,33 @@ pub fn build_source(config: &Config) -> Result<Arc<dyn DeviceSource>, AppError> 
     }
 }
 
+/// Fails unless the source lists at least one device within `deadline`.
+async fn require_devices(
+    source: &Arc<dyn DeviceSource>,
+    deadline: std::time::Duration,
+) -> Result<(), AppError> {
+    let probe = source.clone();
+    let listing = tokio::task::spawn_blocking(move || probe.devices());
+    let reason = match tokio::time::timeout(deadline, listing).await {
+        Ok(Ok(Ok(devices))) if !devices.is_empty() => return Ok(()),
+        Ok(Ok(Ok(_))) => "NVML lists no GPUs".to_owned(),
+        Ok(Ok(Err(error))) => error.to_string(),
+        Ok(Err(error)) => format!("listing devices failed: {error}"),
+        Err(_) => format!("NVML did not answer within nvml.init_timeout ({deadline:?})"),
+    };
+    Err(AppError::GpuRequired { reason })
+}
+
 /// The sampler settings the configuration implies.
 pub fn sampler_settings(config: &Config) -> SamplerSettings {
     SamplerSettings {
         fast_interval: config.sampler.fast_interval,
         slow_interval: config.sampler.slow_interval,
         call_timeout: config.sampler.call_timeout,
+        discovery_timeout: match config.source.selection {
+            SourceSelection::Driver => config.nvml.init_timeout,
+            _ => config.sampler.call_timeout,
+        },
         max_processes_per_device: config.sampler.max_processes_per_device.get(),
         discovery_retry_max: config.sampler.discovery_retry_max,
         speed: match config.source.selection {
@@ -111,6 +140,9 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
             .await
             .map_err(|error| AppError::Startup(error.to_string()))??
     };
+    if config.nvml.require_gpu && config.source.selection == SourceSelection::Driver {
+        require_devices(&source, config.nvml.init_timeout).await?;
+    }
     let telemetry = Arc::new(Telemetry::new(source.name())?);
     let store = Arc::new(HistoryStore::new(history_sizing(&config)));
     let listener = TcpListener::bind(config.server.listen)

@@ -24,7 +24,8 @@ the options above. `vramd check-config` prints the result.
 
 Exit status:
   0  clean exit, including after SIGTERM or SIGINT
-  1  runtime failure, e.g. the listen address cannot be bound
+  1  runtime failure, e.g. the listen address cannot be bound, or NVML cannot
+     be initialised with --require-gpu
   2  invalid command line or configuration";
 
 /// vramd watches NVIDIA GPU memory: where it went, whether it is fragmented
@@ -81,6 +82,12 @@ pub struct Cli {
     /// Log filter, such as `info` or `info,vramd=debug` [log.level].
     #[arg(long, global = true, value_name = "FILTER")]
     pub log_level: Option<String>,
+
+    /// Exit with status 1 at start-up, naming the library, when NVML cannot
+    /// be initialised, instead of serving `vramd_nvml_up 0` and retrying
+    /// [nvml.require_gpu].
+    #[arg(long, global = true)]
+    pub require_gpu: bool,
 }
 
 /// The subcommands.
@@ -116,6 +123,7 @@ impl Cli {
             record: self.record.clone(),
             log_format: self.log_format.clone(),
             log_level: self.log_level.clone(),
+            require_gpu: self.require_gpu,
         }
     }
 
@@ -189,6 +197,7 @@ mod tests {
             "json",
             "--log-level",
             "info,vramd=debug",
+            "--require-gpu",
         ])
         .unwrap();
         assert_eq!(cli.config_path(), Some(Path::new("/tmp/v.toml")));
@@ -204,8 +213,22 @@ mod tests {
                 record: Some("out.ndjson".into()),
                 log_format: Some("json".into()),
                 log_level: Some("info,vramd=debug".into()),
+                require_gpu: true,
             }
         );
+    }
+
+    #[test]
+    fn cli_require_gpu_is_a_global_switch() {
+        assert!(!parse(&[]).unwrap().overrides().require_gpu);
+        assert!(parse(&["--require-gpu"]).unwrap().overrides().require_gpu);
+        assert!(parse(&["run", "--require-gpu"]).unwrap().overrides().require_gpu);
+        assert!(parse(&["--require-gpu", "check-config"]).unwrap().overrides().require_gpu);
+        // A switch, not an option: it takes no value.
+        for args in [&["--require-gpu=true"][..], &["--require-gpu", "false"]] {
+            let error = parse(args).unwrap_err();
+            assert_eq!(error.exit_code(), 2, "{args:?}: {error}");
+        }
     }
 
     #[test]
@@ -264,6 +287,7 @@ mod tests {
             "--record",
             "--log-format",
             "--log-level",
+            "--require-gpu",
             "check-config",
             "scenarios",
             "VRAMD_SAMPLER__FAST_INTERVAL",

@@ -63,7 +63,12 @@ fn load(cli: &Cli) -> Result<Config, ExitCode> {
 
 fn init_logging(config: &Config) -> anyhow::Result<()> {
     let filter = EnvFilter::try_new(&config.log.level)?;
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    // Colour only on a terminal: journald and `kubectl logs` show escapes.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(ansi);
     match config.log.format {
         LogFormat::Text => builder.try_init(),
         LogFormat::Json => builder.json().flatten_event(true).try_init(),
@@ -83,7 +88,18 @@ fn run(config: Config) -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    let result = runtime.block_on(vramd::app::run(config, shutdown_signal()));
+    let shutdown = {
+        let _entered = runtime.enter();
+        shutdown_signal()
+    };
+    let shutdown = match shutdown {
+        Ok(shutdown) => shutdown,
+        Err(error) => {
+            error!(error = %error, "cannot install the SIGTERM/SIGINT handlers");
+            return ExitCode::from(1);
+        }
+    };
+    let result = runtime.block_on(vramd::app::run(config, shutdown));
     runtime.shutdown_timeout(BLOCKING_GRACE);
     match result {
         Ok(()) => {
@@ -97,24 +113,17 @@ fn run(config: Config) -> ExitCode {
     }
 }
 
-/// Completes on SIGTERM or SIGINT, logging which.
-async fn shutdown_signal() {
-    let terminate = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut signal) => {
-                signal.recv().await;
-            }
-            Err(error) => {
-                error!(error = %error, "cannot listen for SIGTERM; stop with SIGINT");
-                std::future::pending::<()>().await;
-            }
+/// Installs the SIGTERM and SIGINT handlers now (so a signal that arrives
+/// during start-up is not lost) and returns a future that completes on
+/// either, logging which.
+fn shutdown_signal() -> std::io::Result<impl std::future::Future<Output = ()>> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut terminate = signal(SignalKind::terminate())?;
+    let mut interrupt = signal(SignalKind::interrupt())?;
+    Ok(async move {
+        tokio::select! {
+            _ = terminate.recv() => info!(signal = "SIGTERM", "shutting down"),
+            _ = interrupt.recv() => info!(signal = "SIGINT", "shutting down"),
         }
-    };
-    tokio::select! {
-        () = terminate => info!(signal = "SIGTERM", "shutting down"),
-        result = tokio::signal::ctrl_c() => match result {
-            Ok(()) => info!(signal = "SIGINT", "shutting down"),
-            Err(error) => error!(error = %error, "cannot listen for SIGINT"),
-        },
-    }
+    })
 }

@@ -117,6 +117,128 @@ pub struct SlowReading {
     pub power_usage_watts: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub power_limit_watts: Option<f64>,
+    /// Everything else the slow tier reads (clocks, ECC, modes, …).
+    #[serde(default, skip_serializing_if = "SlowDetails::is_empty")]
+    pub details: SlowDetails,
+}
+
+/// Device health and configuration read on the slow tier. Each field is
+/// absent when the device or driver does not report it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SlowDetails {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bar1: Option<Bar1Memory>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sm_clock_mhz: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_clock_mhz: Option<u32>,
+    /// NVML clock throttle (event) reason bits currently active; see
+    /// [`THROTTLE_REASONS`] for their names.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub throttle_reasons: Option<u64>,
+    /// Present only while ECC is enabled on the device.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ecc: Option<EccCounters>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retired_pages: Option<RetiredPages>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remapped_rows: Option<RemappedRows>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub persistence_mode: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compute_mode: Option<ComputeMode>,
+    /// Current MIG mode.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mig_enabled: Option<bool>,
+    /// PCIe throughput; read only when enabled in configuration.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pcie_tx_bytes_per_second: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pcie_rx_bytes_per_second: Option<u64>,
+    /// Xid errors seen since vramd started, by code (`"79"`; `"other"` past
+    /// the per-device bound). Empty when none were seen or Xid events are
+    /// not watched.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub xid_errors: std::collections::BTreeMap<String, u64>,
+}
+
+impl SlowDetails {
+    pub fn is_empty(&self) -> bool {
+        *self == SlowDetails::default()
+    }
+}
+
+/// NVML clock throttle reason bits and their stable names.
+pub const THROTTLE_REASONS: &[(u64, &str)] = &[
+    (0x1, "gpu_idle"),
+    (0x2, "applications_clocks_setting"),
+    (0x4, "sw_power_cap"),
+    (0x8, "hw_slowdown"),
+    (0x10, "sync_boost"),
+    (0x20, "sw_thermal_slowdown"),
+    (0x40, "hw_thermal_slowdown"),
+    (0x80, "hw_power_brake_slowdown"),
+    (0x100, "display_clock_setting"),
+];
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Bar1Memory {
+    pub total_bytes: u64,
+    pub used_bytes: u64,
+    pub free_bytes: u64,
+}
+
+/// ECC error counts (all memory locations together).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EccCounters {
+    /// Since the last driver reload.
+    pub volatile_corrected: u64,
+    pub volatile_uncorrected: u64,
+    /// Over the life of the device.
+    pub aggregate_corrected: u64,
+    pub aggregate_uncorrected: u64,
+}
+
+/// Pages retired for ECC errors (pre-Ampere GPUs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RetiredPages {
+    pub single_bit_ecc: u64,
+    pub double_bit_ecc: u64,
+    /// A retirement waits for the next driver reload.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pending: Option<bool>,
+}
+
+/// Rows remapped for memory errors (Ampere and later).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RemappedRows {
+    pub correctable: u64,
+    pub uncorrectable: u64,
+    /// A remapping waits for the next GPU reset.
+    pub pending: bool,
+    /// A remapping failed: the GPU needs service.
+    pub failure: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ComputeMode {
+    Default,
+    ExclusiveThread,
+    Prohibited,
+    ExclusiveProcess,
+}
+
+impl ComputeMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ComputeMode::Default => "default",
+            ComputeMode::ExclusiveThread => "exclusive_thread",
+            ComputeMode::Prohibited => "prohibited",
+            ComputeMode::ExclusiveProcess => "exclusive_process",
+        }
+    }
 }
 
 /// One process holding memory on one device.
@@ -134,6 +256,58 @@ pub struct ProcessInfo {
     /// PyTorch caching-allocator statistics, for processes that report them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub allocator: Option<AllocatorStats>,
+    /// Who the process is: kind of GPU work, command line, container.
+    #[serde(default, skip_serializing_if = "ProcessDetails::is_empty")]
+    pub details: ProcessDetails,
+}
+
+/// Identity of a process beyond its PID and name; each field absent when
+/// unknown (the process exited, no permission, not in a container).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProcessDetails {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<ProcessKind>,
+    /// Command line, truncated to `nvml.max_cmdline_bytes`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cmdline: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub container_id: Option<String>,
+    /// Kubernetes pod UID, from the process's cgroup.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_uid: Option<String>,
+    /// The PID inside the process's own PID namespace (`NSpid`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace_pid: Option<u32>,
+}
+
+impl ProcessDetails {
+    pub fn is_empty(&self) -> bool {
+        *self == ProcessDetails::default()
+    }
+}
+
+/// How a process uses the GPU, as NVML lists it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ProcessKind {
+    Compute,
+    Graphics,
+    /// Listed both as a compute and as a graphics process.
+    ComputeAndGraphics,
+    /// A client of the Multi-Process Service.
+    Mps,
+}
+
+impl ProcessKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ProcessKind::Compute => "compute",
+            ProcessKind::Graphics => "graphics",
+            ProcessKind::ComputeAndGraphics => "compute_and_graphics",
+            ProcessKind::Mps => "mps",
+        }
+    }
 }
 
 /// The subset of `torch.cuda.memory_stats()` the accounting model uses.

@@ -126,6 +126,7 @@ mod tests {
                 alloc_retries: 0,
                 ooms: 0,
             }),
+            details: Default::default(),
         }
     }
 

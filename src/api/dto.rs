@@ -5,7 +5,9 @@ use serde::Serialize;
 
 use crate::analysis::accounting::{self, DeviceBreakdown, ProcessBreakdown};
 use crate::history::{LiveState, ReadFailure};
-use crate::model::{AllocatorStats, DeviceInfo, MemoryInfo, ProcessInfo};
+use crate::model::{
+    AllocatorStats, DeviceInfo, MemoryInfo, ProcessDetails, ProcessInfo, SlowDetails,
+};
 
 #[derive(Debug, Serialize)]
 pub struct DeviceList {
@@ -69,6 +71,10 @@ pub struct DeviceDetail {
     pub power_usage_watts: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub power_limit_watts: Option<f64>,
+    /// Clocks, throttling, ECC, retired pages, remapped rows, modes, Xid
+    /// errors: whatever the device reports; absent parts are left out.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub health: Option<SlowDetails>,
     /// Where the memory went (DESIGN.md's accounting model).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub accounting: Option<DeviceBreakdown>,
@@ -97,6 +103,9 @@ pub struct ProcessDto {
     pub allocator: Option<AllocatorStats>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub breakdown: Option<ProcessBreakdown>,
+    /// Kind of GPU work, command line, container, pod, namespace PID.
+    #[serde(flatten)]
+    pub details: ProcessDetails,
 }
 
 fn failures(live: &LiveState) -> Vec<FailureDto> {
@@ -151,6 +160,7 @@ pub fn detail(info: &DeviceInfo, live: &LiveState, history: HistoryCounts) -> De
         temperature_celsius: slow.and_then(|slow| slow.temperature_celsius),
         power_usage_watts: slow.and_then(|slow| slow.power_usage_watts),
         power_limit_watts: slow.and_then(|slow| slow.power_limit_watts),
+        health: slow.map(|slow| slow.details.clone()).filter(|details| !details.is_empty()),
         accounting,
         processes: processes.map(|list| list.iter().map(process).collect()),
         processes_dropped: live.processes_dropped,
@@ -165,5 +175,6 @@ fn process(process: &ProcessInfo) -> ProcessDto {
         used_bytes: process.used_bytes,
         allocator: process.allocator,
         breakdown: accounting::process_breakdown(process),
+        details: process.details.clone(),
     }
 }

@@ -10,8 +10,8 @@ use std::num::NonZeroUsize;
 use std::time::Duration;
 
 use super::types::{
-    ApiConfig, Config, HistoryConfig, LogConfig, LogFormat, MetricsConfig, SamplerConfig,
-    ServerConfig, SourceConfig, SourceSelection,
+    ApiConfig, Config, HistoryConfig, LogConfig, LogFormat, MetricsConfig, NvmlConfig,
+    SamplerConfig, ServerConfig, SourceConfig, SourceSelection,
 };
 
 /// `server.listen`: loopback only, so nothing is exposed until asked for.
@@ -56,6 +56,16 @@ pub fn defaults() -> Config {
             record: None,
             speed: 1.0,
             max_trace_line_bytes: 1 << 20,
+        },
+        nvml: NvmlConfig {
+            library_path: None,
+            require_gpu: false,
+            // NVML init can take seconds with persistence mode off.
+            init_timeout: Duration::from_secs(30),
+            // Each direction blocks ~20 ms in the driver.
+            pcie_throughput: false,
+            max_cmdline_bytes: 256,
+            xid_events: true,
         },
         log: LogConfig { format: LogFormat::Text, level: DEFAULT_LOG_LEVEL.to_owned() },
     }

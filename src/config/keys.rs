@@ -126,6 +126,28 @@ pub const KEYS: &[KeySpec] = &[
         "seed of the simulator; the same seed gives the same readings",
         "0 to 2^64-1",
     ),
+    key(
+        "nvml.library_path",
+        "load NVML from this file instead of the system's libnvidia-ml.so.1",
+        "path; not set by default",
+    ),
+    key(
+        "nvml.require_gpu",
+        "exit with status 1 when NVML cannot be initialised, instead of retrying",
+        "true or false",
+    ),
+    key("nvml.init_timeout", "deadline for initialising NVML and listing devices", "100ms to 10m"),
+    key(
+        "nvml.pcie_throughput",
+        "read PCIe TX/RX throughput on the slow tier (blocks ~20ms per direction)",
+        "true or false",
+    ),
+    key(
+        "nvml.max_cmdline_bytes",
+        "longest process command line kept, truncated beyond; 0 turns them off",
+        "size, 0B to 64KiB",
+    ),
+    key("nvml.xid_events", "watch NVML Xid error events on a dedicated thread", "true or false"),
     key("log.format", "log line format", "\"text\" or \"json\""),
     key(
         "log.level",
@@ -193,7 +215,17 @@ mod tests {
         }
         assert_eq!(
             sections(),
-            ["server", "sampler", "history", "metrics", "api", "source", "simulator", "log"]
+            [
+                "server",
+                "sampler",
+                "history",
+                "metrics",
+                "api",
+                "source",
+                "simulator",
+                "nvml",
+                "log"
+            ]
         );
     }
 

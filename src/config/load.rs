@@ -47,6 +47,9 @@ pub struct Overrides {
     pub log_format: Option<String>,
     /// `--log-level` → `log.level`.
     pub log_level: Option<String>,
+    /// `--require-gpu` → `nvml.require_gpu` (`true`); `false` leaves the
+    /// key to the other layers.
+    pub require_gpu: bool,
 }
 
 impl Overrides {
@@ -77,6 +80,7 @@ impl Overrides {
             path("source.record", "--record", &self.record)?,
             text("log.format", "--log-format", self.log_format.clone()),
             text("log.level", "--log-level", self.log_level.clone()),
+            text("nvml.require_gpu", "--require-gpu", self.require_gpu.then(|| "true".to_owned())),
         ]
         .into_iter()
         .flatten()

@@ -78,7 +78,8 @@ impl<'de> Visitor<'de> for ScalarVisitor {
 
 /// The whole merged configuration, unvalidated. A missing key is `None`;
 /// with the built-in defaults merged in, only the optional keys
-/// (`source.simulate`, `source.replay`, `source.record`) can be missing.
+/// (`source.simulate`, `source.replay`, `source.record`,
+/// `nvml.library_path`) can be missing.
 #[derive(Clone, Debug, Default, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawConfig {
@@ -96,6 +97,8 @@ pub struct RawConfig {
     pub source: RawSource,
     #[serde(default)]
     pub simulator: RawSimulator,
+    #[serde(default)]
+    pub nvml: RawNvml,
     #[serde(default)]
     pub log: RawLog,
 }
@@ -153,6 +156,17 @@ pub struct RawSource {
 pub struct RawSimulator {
     pub gpus: Option<Scalar>,
     pub seed: Option<Scalar>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawNvml {
+    pub library_path: Option<Scalar>,
+    pub require_gpu: Option<Scalar>,
+    pub init_timeout: Option<Scalar>,
+    pub pcie_throughput: Option<Scalar>,
+    pub max_cmdline_bytes: Option<Scalar>,
+    pub xid_events: Option<Scalar>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Deserialize)]

@@ -19,6 +19,7 @@ pub enum TomlValue {
     Str(String),
     Int(i64),
     Float(f64),
+    Bool(bool),
 }
 
 impl TomlValue {
@@ -28,6 +29,7 @@ impl TomlValue {
             TomlValue::Str(text) => config::ValueKind::String(text.clone()),
             TomlValue::Int(value) => config::ValueKind::I64(*value),
             TomlValue::Float(value) => config::ValueKind::Float(*value),
+            TomlValue::Bool(value) => config::ValueKind::Boolean(*value),
         }
     }
 
@@ -37,6 +39,7 @@ impl TomlValue {
             TomlValue::Int(value) => value.to_string(),
             // Debug keeps the decimal point ("1.0"), which TOML requires.
             TomlValue::Float(value) => format!("{value:?}"),
+            TomlValue::Bool(value) => value.to_string(),
         }
     }
 }
@@ -51,6 +54,10 @@ fn count(value: usize) -> Option<TomlValue> {
     Some(i64::try_from(value).map_or_else(|_| TomlValue::Str(value.to_string()), TomlValue::Int))
 }
 
+fn boolean(value: bool) -> Option<TomlValue> {
+    Some(TomlValue::Bool(value))
+}
+
 fn path(value: &Path) -> Option<TomlValue> {
     text(value.to_string_lossy())
 }
@@ -62,6 +69,7 @@ pub fn entries(config: &Config) -> Vec<(&'static str, Option<TomlValue>)> {
     let server = &config.server;
     let sampler = &config.sampler;
     let source = &config.source;
+    let nvml = &config.nvml;
     let (simulate, replay, gpus, seed) = match &source.selection {
         SourceSelection::Driver => (None, None, DEFAULT_SIMULATOR_GPUS, DEFAULT_SIMULATOR_SEED),
         SourceSelection::Simulate(simulator) => {
@@ -98,6 +106,12 @@ pub fn entries(config: &Config) -> Vec<(&'static str, Option<TomlValue>)> {
         ("source.max_trace_line", text(format_size(source.max_trace_line_bytes as u64))),
         ("simulator.gpus", Some(TomlValue::Int(i64::from(gpus)))),
         ("simulator.seed", Some(seed)),
+        ("nvml.library_path", nvml.library_path.as_deref().and_then(path)),
+        ("nvml.require_gpu", boolean(nvml.require_gpu)),
+        ("nvml.init_timeout", text(format_duration(nvml.init_timeout))),
+        ("nvml.pcie_throughput", boolean(nvml.pcie_throughput)),
+        ("nvml.max_cmdline_bytes", text(format_size(nvml.max_cmdline_bytes as u64))),
+        ("nvml.xid_events", boolean(nvml.xid_events)),
         ("log.format", text(format)),
         ("log.level", text(config.log.level.clone())),
     ]
@@ -180,6 +194,10 @@ mod tests {
         assert!(text.contains("\nfast_interval = \"250ms\"\n"), "{text}");
         assert!(text.contains("\nspeed = 1.0\n"), "{text}");
         assert!(text.contains("\n# replay = (not set)\n"), "{text}");
+        assert!(text.contains("\n[nvml]\n"), "{text}");
+        assert!(text.contains("\n# library_path = (not set)\n"), "{text}");
+        assert!(text.contains("\nxid_events = true\n"), "{text}");
+        assert!(text.contains("\nmax_cmdline_bytes = \"256B\"\n"), "{text}");
     }
 
     #[test]

@@ -19,6 +19,7 @@ pub struct Config {
     pub metrics: MetricsConfig,
     pub api: ApiConfig,
     pub source: SourceConfig,
+    pub nvml: NvmlConfig,
     pub log: LogConfig,
 }
 
@@ -94,7 +95,8 @@ pub struct SourceConfig {
 /// Which device source the daemon reads.
 #[derive(Clone, Debug, PartialEq)]
 pub enum SourceSelection {
-    /// The real driver (NVML); without one the daemon serves with no devices.
+    /// The real driver (NVML, see [`NvmlConfig`]); without one the daemon
+    /// serves with no devices, unless `nvml.require_gpu` is set.
     Driver,
     /// `source.simulate` with `[simulator]`.
     Simulate(SimulatorConfig),
@@ -111,6 +113,30 @@ pub struct SimulatorConfig {
     pub gpus: u32,
     /// `simulator.seed`: the same seed gives the same readings.
     pub seed: u64,
+}
+
+/// `[nvml]`: the real driver source (used when neither `source.simulate`
+/// nor `source.replay` is set).
+#[derive(Clone, Debug, PartialEq)]
+pub struct NvmlConfig {
+    /// `nvml.library_path`: load NVML from this file instead of the
+    /// system's `libnvidia-ml.so.1`. Not checked for existence at load time.
+    pub library_path: Option<PathBuf>,
+    /// `nvml.require_gpu`: exit with status 1 at start-up, naming the
+    /// library, when NVML cannot be initialised, instead of serving
+    /// `vramd_nvml_up 0` and retrying.
+    pub require_gpu: bool,
+    /// `nvml.init_timeout`: deadline for initialising NVML and listing
+    /// devices (NVML init can take seconds with persistence mode off).
+    pub init_timeout: Duration,
+    /// `nvml.pcie_throughput`: read PCIe TX/RX throughput on the slow tier.
+    /// Off by default: each direction blocks ~20 ms in the driver.
+    pub pcie_throughput: bool,
+    /// `nvml.max_cmdline_bytes`: longest process command line kept
+    /// (truncated beyond); 0 turns command lines off.
+    pub max_cmdline_bytes: usize,
+    /// `nvml.xid_events`: watch NVML Xid error events on a dedicated thread.
+    pub xid_events: bool,
 }
 
 /// `[log]`.

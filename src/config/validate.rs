@@ -14,8 +14,8 @@ use std::time::Duration;
 use super::error::ConfigError;
 use super::raw::{RawConfig, Scalar};
 use super::types::{
-    ApiConfig, Config, HistoryConfig, LogConfig, LogFormat, MetricsConfig, SamplerConfig,
-    ServerConfig, SimulatorConfig, SourceConfig, SourceSelection,
+    ApiConfig, Config, HistoryConfig, LogConfig, LogFormat, MetricsConfig, NvmlConfig,
+    SamplerConfig, ServerConfig, SimulatorConfig, SourceConfig, SourceSelection,
 };
 use super::units::{format_duration, format_size, parse_duration, parse_size};
 use super::walk::Origins;
@@ -93,6 +93,19 @@ pub(super) fn validate(raw: &RawConfig, origins: &Origins) -> Result<Config, Con
     let speed = field("source.speed", &raw.source.speed)?.speed()?;
     let max_trace_line_bytes =
         field("source.max_trace_line", &raw.source.max_trace_line)?.size(KIB, 64 * MIB)?;
+    let nvml = NvmlConfig {
+        library_path: optional("nvml.library_path", &raw.nvml.library_path)
+            .as_ref()
+            .map(Field::path)
+            .transpose()?,
+        require_gpu: field("nvml.require_gpu", &raw.nvml.require_gpu)?.boolean()?,
+        init_timeout: field("nvml.init_timeout", &raw.nvml.init_timeout)?
+            .duration(100 * MS, 10 * MINUTE)?,
+        pcie_throughput: field("nvml.pcie_throughput", &raw.nvml.pcie_throughput)?.boolean()?,
+        max_cmdline_bytes: field("nvml.max_cmdline_bytes", &raw.nvml.max_cmdline_bytes)?
+            .size(0, 64 * KIB)?,
+        xid_events: field("nvml.xid_events", &raw.nvml.xid_events)?.boolean()?,
+    };
     let log = LogConfig {
         format: field("log.format", &raw.log.format)?.log_format()?,
         level: field("log.level", &raw.log.level)?.log_level()?,
@@ -174,6 +187,7 @@ pub(super) fn validate(raw: &RawConfig, origins: &Origins) -> Result<Config, Con
         metrics,
         api,
         source: SourceConfig { selection, record: record_path, speed, max_trace_line_bytes },
+        nvml,
         log,
     })
 }
@@ -281,6 +295,24 @@ impl<'a> Field<'a> {
             .ok()
             .and_then(NonZeroUsize::new)
             .ok_or_else(|| self.invalid(format!("must be between 1 and {max}")))
+    }
+
+    /// A TOML boolean, or the string `true` or `false` (environment
+    /// variables and command-line options are always strings). Nothing
+    /// else, not even `1`/`0` or `yes`/`no`: one spelling, the one
+    /// `check-config` prints.
+    fn boolean(&self) -> Result<bool, ConfigError> {
+        match self.value {
+            Scalar::Bool(value) => Ok(*value),
+            Scalar::Str(text) => match text.trim() {
+                "true" => Ok(true),
+                "false" => Ok(false),
+                _ => Err(self.invalid("expected a boolean: true or false")),
+            },
+            Scalar::Int(_) | Scalar::UInt(_) | Scalar::Float(_) => {
+                Err(self.invalid("expected a boolean: true or false"))
+            }
+        }
     }
 
     fn speed(&self) -> Result<f64, ConfigError> {

@@ -6,6 +6,7 @@
 //! calls a device source. Absent values are left out, never written as 0.
 //! Depends on: `history`, `telemetry`, `model`.
 
+mod health;
 mod text;
 
 use crate::history::{HistoryStore, LiveState};
@@ -201,6 +202,12 @@ family!(
     "PyTorch caching allocator: inactive_split / reserved; absent when nothing is reserved."
 );
 family!(
+    PROCESS_INFO,
+    "vramd_process_info",
+    Gauge,
+    "Identity of a process on a GPU (kind of work, container, pod, PID in its namespace); always 1. Join on pid."
+);
+family!(
     HISTORY_SAMPLES,
     "vramd_history_samples",
     Gauge,
@@ -264,6 +271,7 @@ fn render_devices_into(views: &[DeviceView], out: &mut Vec<u8>) {
             writer.int(view.labels.clone().with("tier", "slow").as_str(), view.slow_len as u64);
         }
     }
+    health::render(views, out);
     render_processes(views, out);
 }
 
@@ -296,6 +304,26 @@ fn render_processes(views: &[DeviceView], out: &mut Vec<u8>) {
             })
         })
         .collect();
+    {
+        let mut writer = FamilyWriter::new(out, &PROCESS_INFO);
+        for view in &processes {
+            let details = &view.process.details;
+            let mut labels = view.labels.clone();
+            if let Some(kind) = details.kind {
+                labels.push("kind", kind.as_str());
+            }
+            if let Some(container) = &details.container_id {
+                labels.push("container_id", container);
+            }
+            if let Some(pod) = &details.pod_uid {
+                labels.push("pod_uid", pod);
+            }
+            if let Some(namespace_pid) = details.namespace_pid {
+                labels.push("namespace_pid", &namespace_pid.to_string());
+            }
+            writer.int(labels.as_str(), 1);
+        }
+    }
     process_family(out, &processes, &PROCESS_USED, |p| p.used_bytes.map(|b| b as f64));
     process_family(out, &processes, &ALLOC_ALLOCATED, |p| {
         p.allocator.map(|a| a.allocated_bytes as f64)

@@ -78,12 +78,13 @@ impl<T: Stamped + Clone> Ring<T> {
             }
             state.newest = Some(item.at());
             state.open.push(item);
-            if state.open.len() < self.chunk_len {
-                return Ok(());
+            if state.open.len() >= self.chunk_len {
+                let full = std::mem::replace(&mut state.open, Vec::with_capacity(self.chunk_len));
+                state.sealed_len += full.len();
+                state.sealed.push_back(Arc::from(full));
             }
-            let full = std::mem::replace(&mut state.open, Vec::with_capacity(self.chunk_len));
-            state.sealed_len += full.len();
-            state.sealed.push_back(Arc::from(full));
+            // Checked on every push, not only when a chunk seals, so the
+            // ring never holds more than `capacity + chunk_len - 1` items.
             let mut evicted = Vec::new();
             while let Some(front) = state.sealed.front() {
                 let remaining = state.sealed_len - front.len() + state.open.len();

@@ -8,8 +8,9 @@ use tokio::task::JoinHandle;
 pub(crate) enum CallOutcome<T> {
     Done(T),
     /// Still running at the deadline; the handle lets the caller see when
-    /// it finally returns, so it is never started twice at once.
-    TimedOut(JoinHandle<T>),
+    /// it finally returns, so it is never started twice at once. `None`
+    /// when the caller already holds the handle.
+    TimedOut(Option<JoinHandle<T>>),
     Panicked(String),
 }
 
@@ -23,6 +24,6 @@ where
     match tokio::time::timeout(deadline, &mut handle).await {
         Ok(Ok(value)) => CallOutcome::Done(value),
         Ok(Err(join_error)) => CallOutcome::Panicked(join_error.to_string()),
-        Err(_elapsed) => CallOutcome::TimedOut(handle),
+        Err(_elapsed) => CallOutcome::TimedOut(Some(handle)),
     }
 }

@@ -35,6 +35,8 @@ pub struct SamplerSettings {
     pub fast_interval: Duration,
     pub slow_interval: Duration,
     pub call_timeout: Duration,
+    /// Deadline for listing devices (initialising NVML can take seconds).
+    pub discovery_timeout: Duration,
     pub max_processes_per_device: usize,
     pub discovery_retry_max: Duration,
     /// Source seconds per real second: intervals are divided by this, so a
@@ -95,10 +97,24 @@ pub async fn run(
 async fn discover(context: &Arc<Context>) -> Option<Vec<Arc<crate::history::DeviceHistory>>> {
     let mut backoff = Duration::from_secs(1).min(context.settings.discovery_retry_max);
     let mut last_failure: Option<String> = None;
+    let mut stuck: Option<tokio::task::JoinHandle<_>> = None;
     loop {
-        let source = context.source.clone();
-        let outcome =
-            call_with_deadline(context.settings.call_timeout, move || source.devices()).await;
+        let outcome = match stuck.take() {
+            // A listing still stuck in the driver (a hung nvmlInit) is
+            // waited on again rather than joined by a second one.
+            Some(mut handle) => {
+                match tokio::time::timeout(context.settings.discovery_timeout, &mut handle).await {
+                    Ok(Ok(result)) => CallOutcome::Done(result),
+                    Ok(Err(error)) => CallOutcome::Panicked(error.to_string()),
+                    Err(_) => CallOutcome::TimedOut(Some(handle)),
+                }
+            }
+            None => {
+                let source = context.source.clone();
+                call_with_deadline(context.settings.discovery_timeout, move || source.devices())
+                    .await
+            }
+        };
         let failure = match outcome {
             CallOutcome::Done(Ok(infos)) => {
                 context.telemetry.set_source_up(true);
@@ -113,9 +129,10 @@ async fn discover(context: &Arc<Context>) -> Option<Vec<Arc<crate::history::Devi
                 context.telemetry.count_error(error.kind());
                 error.to_string()
             }
-            CallOutcome::TimedOut(_) => {
+            CallOutcome::TimedOut(handle) => {
+                stuck = handle;
                 context.telemetry.count_error("timeout");
-                format!("listing devices took longer than {:?}", context.settings.call_timeout)
+                format!("listing devices took longer than {:?}", context.settings.discovery_timeout)
             }
             CallOutcome::Panicked(message) => {
                 context.telemetry.count_error("panicked");

@@ -20,6 +20,7 @@ struct FakeSource {
     devices: u32,
     available: AtomicBool,
     hang: AtomicBool,
+    lost: AtomicBool,
     fast_calls: [AtomicU64; 2],
     processes: usize,
 }
@@ -30,6 +31,7 @@ impl FakeSource {
             devices,
             available: AtomicBool::new(true),
             hang: AtomicBool::new(false),
+            lost: AtomicBool::new(false),
             fast_calls: [AtomicU64::new(0), AtomicU64::new(0)],
             processes: 3,
         }
@@ -71,6 +73,9 @@ impl DeviceSource for FakeSource {
     fn read_fast(&self, index: u32) -> Result<FastReading, SourceError> {
         let calls = self.fast_calls.get(index as usize).map(|c| c.fetch_add(1, Ordering::SeqCst));
         self.wait_while_hung(index);
+        if index == 1 && self.lost.load(Ordering::SeqCst) {
+            return Err(SourceError::DeviceLost { index, reason: "fell off the bus".into() });
+        }
         let at = Timestamp::from_unix_millis(calls.unwrap_or(0) as i64 * 250);
         Ok(FastReading {
             at,
@@ -93,6 +98,7 @@ impl DeviceSource for FakeSource {
                 name: Some("python3".into()),
                 used_bytes: Some(i as u64),
                 allocator: None,
+                details: Default::default(),
             })
             .collect();
         Ok(SlowReading {
@@ -101,6 +107,7 @@ impl DeviceSource for FakeSource {
             temperature_celsius: None,
             power_usage_watts: None,
             power_limit_watts: None,
+            details: Default::default(),
         })
     }
 }
@@ -110,6 +117,7 @@ fn settings() -> SamplerSettings {
         fast_interval: Duration::from_millis(250),
         slow_interval: Duration::from_secs(1),
         call_timeout: Duration::from_millis(100),
+        discovery_timeout: Duration::from_millis(100),
         max_processes_per_device: 2,
         discovery_retry_max: Duration::from_secs(8),
         speed: 1.0,
@@ -242,18 +250,59 @@ async fn speed_scales_the_real_interval_but_not_the_sample_spacing() {
     harness.cancel.cancel();
 }
 
+#[tokio::test(start_paused = true)]
+async fn a_lost_device_is_retried_with_backoff_and_recovers() {
+    let source = FakeSource::new(2);
+    source.lost.store(true, Ordering::SeqCst);
+    let harness = start(source, settings());
+    settle().await;
+    // 10 s of 4 Hz ticks: without backoff, 41 calls.
+    advance(Duration::from_millis(250), 40).await;
+    let calls = harness.source.fast_calls[1].load(Ordering::SeqCst);
+    assert!((3..=5).contains(&calls), "retries at 0, 1, 3, 7 s; got {calls} calls");
+    let devices = harness.store.devices();
+    assert!(!devices[1].live().is_up());
+    assert_eq!(devices[1].live().fast_failure.map(|f| f.kind), Some("device_lost"));
+    assert!(devices[0].live().fast_samples >= 40, "the healthy device is unaffected");
+
+    harness.source.lost.store(false, Ordering::SeqCst);
+    // The next retry is at most 8 s away.
+    advance(Duration::from_millis(250), 36).await;
+    assert!(devices[1].live().is_up(), "the device is read again once it answers");
+    harness.cancel.cancel();
+}
+
 #[test]
 fn cap_keeps_unknown_usage_last() {
     let mut reading = SlowReading {
         at: Timestamp::from_unix_millis(0),
         processes: Some(vec![
-            ProcessInfo { pid: 1, name: None, used_bytes: None, allocator: None },
-            ProcessInfo { pid: 2, name: None, used_bytes: Some(5), allocator: None },
-            ProcessInfo { pid: 3, name: None, used_bytes: Some(7), allocator: None },
+            ProcessInfo {
+                pid: 1,
+                name: None,
+                used_bytes: None,
+                allocator: None,
+                details: Default::default(),
+            },
+            ProcessInfo {
+                pid: 2,
+                name: None,
+                used_bytes: Some(5),
+                allocator: None,
+                details: Default::default(),
+            },
+            ProcessInfo {
+                pid: 3,
+                name: None,
+                used_bytes: Some(7),
+                allocator: None,
+                details: Default::default(),
+            },
         ]),
         temperature_celsius: None,
         power_usage_watts: None,
         power_limit_watts: None,
+        details: Default::default(),
     };
     assert_eq!(tier::cap_processes(&mut reading, 2), 1);
     let pids: Vec<u32> = reading.processes.iter().flatten().map(|p| p.pid).collect();

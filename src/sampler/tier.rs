@@ -24,6 +24,9 @@ pub(crate) async fn run_device(
     );
 }
 
+// Not boxed: a reading lives for one tick and moves once; boxing would add
+// an allocation per sample and save nothing.
+#[allow(clippy::large_enum_variant)]
 enum Reading {
     Fast(FastReading),
     Slow(SlowReading),
@@ -51,6 +54,9 @@ async fn run_tier(
             () = context.cancel.cancelled() => break,
             _ = ticker.tick() => {}
         }
+        if health.retry_at.is_some_and(|at| Instant::now() < at) {
+            continue;
+        }
         let finished = sample_once(&context, &device, tier, &mut stuck, &mut health).await;
         if first {
             first = false;
@@ -66,10 +72,31 @@ async fn run_tier(
 }
 
 /// Remembers the last failure kind, so a failure is logged when it starts
-/// or changes kind, not on every tick.
+/// or changes kind, not on every tick; and backs off from a lost device.
 #[derive(Default)]
 struct TierHealth {
     failing: Option<&'static str>,
+    /// Consecutive `device_lost` answers.
+    lost_streak: u32,
+    /// While a device is lost, the next tick at which to try it again.
+    retry_at: Option<Instant>,
+}
+
+impl TierHealth {
+    /// A lost GPU is retried after 1 s, 2 s, 4 s … up to
+    /// `sampler.discovery_retry_max` (source time), not on every tick.
+    fn back_off(&mut self, context: &Context) {
+        self.lost_streak = self.lost_streak.saturating_add(1);
+        let doublings = self.lost_streak.saturating_sub(1).min(16);
+        let backoff = std::time::Duration::from_secs(1u64 << doublings)
+            .min(context.settings.discovery_retry_max);
+        self.retry_at = Some(Instant::now() + context.settings.real(backoff));
+    }
+
+    fn reset_backoff(&mut self) {
+        self.lost_streak = 0;
+        self.retry_at = None;
+    }
 }
 
 /// One tick. Returns true when this tier has nothing more to read (a
@@ -122,7 +149,7 @@ async fn sample_once(
             false
         }
         CallOutcome::TimedOut(handle) => {
-            *stuck = Some(handle);
+            *stuck = handle;
             context.telemetry.call_stuck();
             let message = format!("no answer within {:?}", context.settings.call_timeout);
             fail(context, device, tier, health, "timeout", message);
@@ -151,6 +178,7 @@ fn store(
     };
     match result {
         Ok(()) => {
+            health.reset_backoff();
             if let Some(kind) = health.failing.take() {
                 info!(gpu = device.info().index, tier = %tier, after = kind, "device readings recovered");
             }
@@ -176,6 +204,9 @@ fn fail(
         health.failing = Some(kind);
     } else {
         debug!(gpu = index, tier = %tier, kind, error = %message, "device read failed again");
+    }
+    if kind == "device_lost" {
+        health.back_off(context);
     }
     match tier {
         Tier::Fast => device.record_fast_failure(kind, message),

@@ -9,6 +9,7 @@
 //! to be async and must never panic on driver or file input.
 
 pub mod nvml;
+pub mod procfs;
 pub mod simulator;
 pub mod trace;
 

@@ -30,6 +30,51 @@ fn config_precedence_one_key_through_all_four_layers() {
 }
 
 #[test]
+fn config_precedence_nvml_require_gpu_through_all_four_layers() {
+    let (_dir, path) = file("[nvml]\nrequire_gpu = true\n");
+    let with_file = LoadOptions { config_path: Some(path), ..isolated() };
+    let with_env =
+        LoadOptions { env: env(&[("VRAMD_NVML__REQUIRE_GPU", "false")]), ..with_file.clone() };
+    let with_override = LoadOptions {
+        overrides: Overrides { require_gpu: true, ..Overrides::default() },
+        ..with_env.clone()
+    };
+    // The flag left off leaves the key to the lower layers.
+    let without_flag = LoadOptions {
+        overrides: Overrides { require_gpu: false, ..Overrides::default() },
+        ..with_file.clone()
+    };
+
+    assert!(!load(&isolated()).unwrap().nvml.require_gpu);
+    assert!(load(&with_file).unwrap().nvml.require_gpu);
+    assert!(!load(&with_env).unwrap().nvml.require_gpu);
+    assert!(load(&with_override).unwrap().nvml.require_gpu);
+    assert!(load(&without_flag).unwrap().nvml.require_gpu);
+}
+
+#[test]
+fn config_nvml_keys_from_file_and_env_keep_the_other_defaults() {
+    let (_dir, path) =
+        file("[nvml]\ninit_timeout = \"5s\"\nmax_cmdline_bytes = \"4KiB\"\nxid_events = false\n");
+    let options = LoadOptions {
+        config_path: Some(path),
+        env: env(&[
+            ("VRAMD_NVML__INIT_TIMEOUT", "2m"),
+            ("VRAMD_NVML__PCIE_THROUGHPUT", "true"),
+            ("VRAMD_NVML__LIBRARY_PATH", "/opt/nvidia/libnvidia-ml.so.1"),
+        ]),
+        ..isolated()
+    };
+    let config = load(&options).unwrap();
+    assert_eq!(config.nvml.init_timeout, Duration::from_secs(120));
+    assert_eq!(config.nvml.max_cmdline_bytes, 4096);
+    assert!(!config.nvml.xid_events);
+    assert!(config.nvml.pcie_throughput);
+    assert_eq!(config.nvml.library_path, Some(PathBuf::from("/opt/nvidia/libnvidia-ml.so.1")));
+    assert_eq!(config.nvml.require_gpu, defaults().nvml.require_gpu);
+}
+
+#[test]
 fn config_precedence_file_key_survives_other_layers_and_defaults_fill_its_section() {
     let (_dir, path) = file("[sampler]\nfast_interval = \"100ms\"\n[log]\nlevel = \"debug\"\n");
     let options = LoadOptions {
@@ -106,6 +151,7 @@ fn config_overrides_set_their_keys() {
         record: Some(PathBuf::from("out.ndjson")),
         log_format: Some("json".into()),
         log_level: Some("vramd=trace".into()),
+        require_gpu: true,
     };
     let config = load(&LoadOptions { overrides, ..isolated() }).unwrap();
     assert_eq!(config.server.listen, "[::1]:9000".parse().unwrap());
@@ -114,6 +160,7 @@ fn config_overrides_set_their_keys() {
     assert_eq!(config.source.speed, 0.5);
     assert_eq!(config.log.format, LogFormat::Json);
     assert_eq!(config.log.level, "vramd=trace");
+    assert!(config.nvml.require_gpu);
 
     let overrides = Overrides {
         simulate: Some("idle".into()),

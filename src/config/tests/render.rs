@@ -42,7 +42,21 @@ fn config_render_effective_changed_values_round_trip() {
     config.source.speed = 0.1;
     config.log.format = LogFormat::Json;
     config.log.level = "info,vramd=debug".into();
+    config.nvml.library_path = Some(PathBuf::from("/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1"));
+    config.nvml.require_gpu = true;
+    config.nvml.init_timeout = Duration::from_millis(1500);
+    config.nvml.pcie_throughput = true;
+    config.nvml.max_cmdline_bytes = 0;
+    config.nvml.xid_events = false;
     assert_round_trips(&config);
+    let text = render_effective(&config);
+    assert!(
+        text.contains("\n[nvml]\n")
+            && text.contains("\nlibrary_path = \"/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1\"\n")
+            && text.contains("\nrequire_gpu = true\n")
+            && text.contains("\nmax_cmdline_bytes = \"0B\"\n"),
+        "{text}"
+    );
 
     config.source.selection = SourceSelection::Replay { path: PathBuf::from("trace.ndjson") };
     assert_round_trips(&config);
@@ -55,6 +69,7 @@ fn config_render_effective_of_a_loaded_config_round_trips() {
         gpus: Some(1),
         seed: Some(42),
         speed: Some(60.0),
+        require_gpu: true,
         ..Overrides::default()
     };
     let config = load(&LoadOptions { overrides, ..isolated() }).unwrap();

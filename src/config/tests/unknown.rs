@@ -98,3 +98,15 @@ fn config_env_variable_below_a_key_names_the_variable() {
         &["sampler.fast_interval", "VRAMD_SAMPLER__FAST_INTERVAL__X", "expected a single value"],
     );
 }
+
+#[test]
+fn config_unknown_nvml_key_is_named_with_a_suggestion() {
+    assert_error(
+        load_file("[nvml]\nrequire_gpus = true\n"),
+        &["unknown configuration key `nvml.require_gpus`", "did you mean `nvml.require_gpu`?"],
+    );
+    assert_error(
+        load_env(&[("VRAMD_NVML__XID_EVENT", "true")]),
+        &["`nvml.xid_event`", "VRAMD_NVML__XID_EVENT", "did you mean `nvml.xid_events`?"],
+    );
+}

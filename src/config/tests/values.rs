@@ -3,8 +3,22 @@
 
 use std::time::Duration;
 
-use super::{assert_error, load_env, load_file};
-use crate::config::{ConfigError, Origin};
+use super::{assert_error, isolated, load_env, load_file};
+use crate::config::{ConfigError, NvmlConfig, Origin, defaults, load};
+
+#[test]
+fn config_nvml_defaults() {
+    let expected = NvmlConfig {
+        library_path: None,
+        require_gpu: false,
+        init_timeout: Duration::from_secs(30),
+        pcie_throughput: false,
+        max_cmdline_bytes: 256,
+        xid_events: true,
+    };
+    assert_eq!(defaults().nvml, expected);
+    assert_eq!(load(&isolated()).unwrap().nvml, expected);
+}
 
 #[test]
 fn config_bad_duration_names_key_value_and_origin() {
@@ -91,6 +105,12 @@ fn config_out_of_range_values_name_the_key_and_range() {
         ("VRAMD_LOG__LEVEL", " ", "expected a filter"),
         ("VRAMD_LOG__LEVEL", "vramd=loud", "not a tracing filter directive"),
         ("VRAMD_SOURCE__REPLAY", "", "expected a file path"),
+        ("VRAMD_NVML__LIBRARY_PATH", " ", "expected a file path"),
+        ("VRAMD_NVML__INIT_TIMEOUT", "99ms", "between 100ms and 10m"),
+        ("VRAMD_NVML__INIT_TIMEOUT", "11m", "between 100ms and 10m"),
+        ("VRAMD_NVML__MAX_CMDLINE_BYTES", "65537", "between 0B and 64KiB"),
+        ("VRAMD_NVML__MAX_CMDLINE_BYTES", "-1", "negative"),
+        ("VRAMD_NVML__REQUIRE_GPU", "yes", "true or false"),
     ];
     for (var, value, reason) in cases {
         let key = var.trim_start_matches("VRAMD_").to_lowercase().replace("__", ".");
@@ -100,6 +120,92 @@ fn config_out_of_range_values_name_the_key_and_range() {
         );
         assert_eq!(error.key(), Some(key.as_str()));
     }
+}
+
+#[test]
+fn config_nvml_out_of_range_values_name_the_key() {
+    let error = assert_error(
+        load_file("[nvml]\ninit_timeout = \"20m\"\n"),
+        &["invalid value \"20m\" for nvml.init_timeout", "vramd.toml", "between 100ms and 10m"],
+    );
+    assert_eq!(error.key(), Some("nvml.init_timeout"));
+    let error = assert_error(
+        load_file("[nvml]\nmax_cmdline_bytes = 65537\n"),
+        &["invalid value 65537 for nvml.max_cmdline_bytes", "vramd.toml", "between 0B and 64KiB"],
+    );
+    assert_eq!(error.key(), Some("nvml.max_cmdline_bytes"));
+    assert_error(
+        load_env(&[("VRAMD_NVML__MAX_CMDLINE_BYTES", "65KiB")]),
+        &[
+            "invalid value \"65KiB\" for nvml.max_cmdline_bytes",
+            "environment variable VRAMD_NVML__MAX_CMDLINE_BYTES",
+            "between 0B and 64KiB",
+        ],
+    );
+}
+
+#[test]
+fn config_nvml_range_bounds_are_inclusive() {
+    let config =
+        load_env(&[("VRAMD_NVML__INIT_TIMEOUT", "100ms"), ("VRAMD_NVML__MAX_CMDLINE_BYTES", "0")])
+            .unwrap();
+    assert_eq!(config.nvml.init_timeout, Duration::from_millis(100));
+    assert_eq!(config.nvml.max_cmdline_bytes, 0);
+    let config =
+        load_file("[nvml]\ninit_timeout = \"10m\"\nmax_cmdline_bytes = \"64KiB\"\n").unwrap();
+    assert_eq!(config.nvml.init_timeout, Duration::from_secs(600));
+    assert_eq!(config.nvml.max_cmdline_bytes, 65_536);
+}
+
+#[test]
+fn config_env_booleans_are_true_or_false() {
+    let config = load_env(&[
+        ("VRAMD_NVML__REQUIRE_GPU", "true"),
+        ("VRAMD_NVML__PCIE_THROUGHPUT", " true "),
+        ("VRAMD_NVML__XID_EVENTS", "false"),
+    ])
+    .unwrap();
+    assert!(config.nvml.require_gpu);
+    assert!(config.nvml.pcie_throughput);
+    assert!(!config.nvml.xid_events);
+}
+
+#[test]
+fn config_invalid_boolean_in_env_names_the_key() {
+    for bad in ["1", "0", "yes", "no", "TRUE", "False", "on", ""] {
+        let error = assert_error(
+            load_env(&[("VRAMD_NVML__REQUIRE_GPU", bad)]),
+            &[
+                &format!("invalid value {bad:?} for nvml.require_gpu"),
+                "environment variable VRAMD_NVML__REQUIRE_GPU",
+                "expected a boolean: true or false",
+            ],
+        );
+        assert_eq!(error.key(), Some("nvml.require_gpu"), "{bad:?}");
+    }
+    assert_error(
+        load_env(&[("VRAMD_NVML__XID_EVENTS", "off")]),
+        &["nvml.xid_events", "VRAMD_NVML__XID_EVENTS", "true or false"],
+    );
+}
+
+#[test]
+fn config_booleans_in_the_file_are_toml_booleans() {
+    let config = load_file("[nvml]\nrequire_gpu = true\nxid_events = false\n").unwrap();
+    assert!(config.nvml.require_gpu);
+    assert!(!config.nvml.xid_events);
+    assert_error(
+        load_file("[nvml]\nrequire_gpu = 1\n"),
+        &["invalid value 1 for nvml.require_gpu", "vramd.toml", "true or false"],
+    );
+    assert_error(
+        load_file("[nvml]\npcie_throughput = \"yes\"\n"),
+        &["nvml.pcie_throughput", "true or false"],
+    );
+    assert_error(
+        load_file("[nvml]\nmax_cmdline_bytes = true\n"),
+        &["nvml.max_cmdline_bytes", "whole number of bytes"],
+    );
 }
 
 #[test]

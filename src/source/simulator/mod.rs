@@ -200,6 +200,7 @@ impl Simulator {
             temperature_celsius: Some(temperature),
             power_usage_watts: Some(power.clamp(0.0, limit)),
             power_limit_watts: Some(limit),
+            details: Default::default(),
         })
     }
 

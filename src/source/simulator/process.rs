@@ -95,6 +95,7 @@ impl SimProcess {
             name: Some(self.name.to_owned()),
             used_bytes: Some(self.used_bytes),
             allocator: self.allocator,
+            details: Default::default(),
         }
     }
 }

@@ -15,7 +15,9 @@ use serde::{Deserialize, Serialize};
 
 use super::error::LineError;
 use super::error_record::ErrorLine;
-use crate::model::{DeviceInfo, FastReading, MemoryInfo, ProcessInfo, SlowReading, Timestamp};
+use crate::model::{
+    DeviceInfo, FastReading, MemoryInfo, ProcessInfo, SlowDetails, SlowReading, Timestamp,
+};
 use crate::source::{SourceError, Tier};
 
 /// The `format` value of every trace header.
@@ -52,7 +54,9 @@ pub enum TraceRecord {
     },
     Slow {
         device: u32,
-        reading: SlowReading,
+        /// Boxed: a slow reading is several times the size of a fast one,
+        /// and a replayed trace keeps every record.
+        reading: Box<SlowReading>,
     },
     /// Errors carry no timestamp: the source produced no reading to stamp.
     Error {
@@ -151,6 +155,8 @@ struct SlowLine {
         deserialize_with = "super::float::deserialize_option"
     )]
     power_limit_watts: Option<f64>,
+    #[serde(default, skip_serializing_if = "SlowDetails::is_empty")]
+    details: SlowDetails,
 }
 
 /// The header as one line, newline included.
@@ -179,8 +185,14 @@ pub(super) fn encode_slow(
     device: u32,
     reading: &SlowReading,
 ) -> Result<Vec<u8>, serde_json::Error> {
-    let SlowReading { at, processes, temperature_celsius, power_usage_watts, power_limit_watts } =
-        reading;
+    let SlowReading {
+        at,
+        processes,
+        temperature_celsius,
+        power_usage_watts,
+        power_limit_watts,
+        details,
+    } = reading;
     finish_line(serde_json::to_vec(&SlowLine {
         record: RecordKind::Slow,
         device,
@@ -189,6 +201,7 @@ pub(super) fn encode_slow(
         temperature_celsius: *temperature_celsius,
         power_usage_watts: *power_usage_watts,
         power_limit_watts: *power_limit_watts,
+        details: details.clone(),
     }))
 }
 
@@ -294,6 +307,7 @@ pub(super) fn parse_record(line: &str) -> Result<TraceRecord, LineError> {
                 temperature_celsius,
                 power_usage_watts,
                 power_limit_watts,
+                details,
             } = serde_json::from_str(line).map_err(bad("slow"))?;
             let reading = SlowReading {
                 at,
@@ -301,8 +315,9 @@ pub(super) fn parse_record(line: &str) -> Result<TraceRecord, LineError> {
                 temperature_celsius,
                 power_usage_watts,
                 power_limit_watts,
+                details,
             };
-            Ok(TraceRecord::Slow { device, reading })
+            Ok(TraceRecord::Slow { device, reading: Box::new(reading) })
         }
         "error" => {
             let error_line: ErrorLine = serde_json::from_str(line).map_err(bad("error"))?;

@@ -127,7 +127,7 @@ impl DeviceSource for Replay {
     fn read_slow(&self, index: u32) -> Result<SlowReading, SourceError> {
         let lanes = self.lanes.get(&index).ok_or(SourceError::UnknownDevice { index })?;
         match self.take(&lanes.slow) {
-            Some(TraceRecord::Slow { reading, .. }) => Ok(reading.clone()),
+            Some(TraceRecord::Slow { reading, .. }) => Ok(reading.as_ref().clone()),
             Some(TraceRecord::Error { error, .. }) => Err(error.clone()),
             Some(TraceRecord::Fast { .. }) | None => {
                 Err(SourceError::TraceEnded { index, tier: Tier::Slow })

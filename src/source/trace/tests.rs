@@ -8,7 +8,8 @@ use parking_lot::Mutex;
 
 use super::*;
 use crate::model::{
-    AllocatorStats, DeviceInfo, FastReading, MemoryInfo, ProcessInfo, SlowReading, Timestamp,
+    AllocatorStats, ComputeMode, DeviceInfo, EccCounters, FastReading, MemoryInfo, ProcessDetails,
+    ProcessInfo, ProcessKind, SlowDetails, SlowReading, Timestamp,
 };
 use crate::source::{DeviceSource, SourceError, Tier};
 
@@ -115,13 +116,38 @@ fn slow_script(device: u32) -> Vec<Result<SlowReading, SourceError>> {
                                     alloc_retries: u64::from(step),
                                     ooms: 1,
                                 }),
+                                details: ProcessDetails {
+                                    kind: Some(ProcessKind::Compute),
+                                    cmdline: Some("python3 train.py --lr 3e-4".into()),
+                                    container_id: Some("ab".repeat(32)),
+                                    pod_uid: None,
+                                    namespace_pid: Some(7),
+                                },
                             },
-                            ProcessInfo { pid: 7, name: None, used_bytes: None, allocator: None },
+                            ProcessInfo {
+                                pid: 7,
+                                name: None,
+                                used_bytes: None,
+                                allocator: None,
+                                details: Default::default(),
+                            },
                         ]),
                     },
                     temperature_celsius: Some(40.0 + x.sqrt()),
                     power_usage_watts: (step % 2 == 0).then_some(312.456 + x * 1.1),
                     power_limit_watts: (step % 4 != 3).then_some(700.0),
+                    details: SlowDetails {
+                        sm_clock_mhz: Some(1980),
+                        throttle_reasons: Some(0x4),
+                        ecc: (step % 2 == 0).then_some(EccCounters {
+                            volatile_corrected: 1,
+                            volatile_uncorrected: 0,
+                            aggregate_corrected: 12,
+                            aggregate_uncorrected: 0,
+                        }),
+                        compute_mode: Some(ComputeMode::ExclusiveProcess),
+                        ..Default::default()
+                    },
                 }),
             }
         })
@@ -157,7 +183,7 @@ fn a_recorded_trace_replays_the_same_results_in_the_same_order_then_ends() {
             let slow = recorder.read_slow(d);
             assert_eq!(slow, slow_script(d)[step]);
             expected_records.push(match slow {
-                Ok(reading) => TraceRecord::Slow { device: d, reading },
+                Ok(reading) => TraceRecord::Slow { device: d, reading: Box::new(reading) },
                 Err(error) => TraceRecord::Error { device: d, tier: Tier::Slow, error },
             });
         }

@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# The one command that runs every vramd test:
+#   - installs what the tests need when it is missing: promtool (Debian
+#     package `prometheus`), used by tests/e2e.rs to lint the /metrics output;
+#   - cargo test --all-targets: unit tests, integration tests (including the
+#     end-to-end tests that run the real binary), benches and examples built
+#     and run once in test mode;
+#   - cargo test --doc: documentation examples (cheap when there are none).
+# Works unattended (CI=true, no stdin). Exits non-zero on the first failure.
+set -euo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+die() {
+    echo "scripts/test.sh: FAILED: $*" >&2
+    exit 1
+}
+
+ensure_promtool() {
+    if command -v promtool >/dev/null 2>&1; then
+        return
+    fi
+    echo "scripts/test.sh: promtool not found; installing the Debian package 'prometheus'" >&2
+    command -v apt-get >/dev/null 2>&1 ||
+        die "promtool is required and apt-get is not available; install promtool (Prometheus) and rerun"
+    local sudo=""
+    if [ "$(id -u)" -ne 0 ]; then
+        command -v sudo >/dev/null 2>&1 ||
+            die "promtool is required; run as root or install sudo, or install the 'prometheus' package yourself"
+        sudo="sudo -n"
+    fi
+    export DEBIAN_FRONTEND=noninteractive
+    $sudo apt-get update </dev/null ||
+        die "apt-get update failed; cannot install promtool"
+    $sudo apt-get install -y --no-install-recommends prometheus </dev/null ||
+        die "apt-get install prometheus failed; cannot install promtool"
+    command -v promtool >/dev/null 2>&1 ||
+        die "the 'prometheus' package is installed but promtool is not on PATH"
+}
+
+command -v cargo >/dev/null 2>&1 || die "cargo not found; install the Rust toolchain (rustup)"
+ensure_promtool
+echo "scripts/test.sh: using $(promtool --version 2>&1 | head -n 1)"
+
+log="$(mktemp)"
+trap 'rm -f "$log"' EXIT
+trap 'echo "scripts/test.sh: FAILED (see the output above)" >&2' ERR
+
+# Show cargo's output as it runs and keep a copy for the summary.
+cargo test --all-targets 2>&1 | tee "$log"
+cargo test --doc 2>&1 | tee -a "$log"
+
+# One closing line summing every "test result:" line cargo printed.
+awk '/^test result: ok\./ {
+        binaries++; passed += $4; ignored += $8
+     }
+     END {
+        printf "scripts/test.sh: all tests passed (%d passed, %d ignored, %d test binaries)\n",
+               passed, ignored, binaries
+     }' "$log"

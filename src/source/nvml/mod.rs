@@ -1,0 +1,212 @@
+//! The real device source: NVML through `nvml-wrapper`.
+//!
+//! Owns: the process's single `Nvml` handle (initialised lazily and retried,
+//! so the daemon starts and serves on a machine with no driver), the
+//! mapping of NVML answers onto readings, the Xid watcher thread, and
+//! process identity from /proc. A value a device does not support is left
+//! out and logged once; a lost GPU fails the read with `DeviceLost`.
+//!
+//! Depends on: `model`, `clock`, `source` (trait, procfs). Every method
+//! blocks in the driver; the sampler calls them on `spawn_blocking` with a
+//! deadline.
+
+mod absent;
+mod slow;
+pub mod xid;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use nvml_wrapper::Nvml;
+use nvml_wrapper::error::NvmlError;
+use parking_lot::Mutex;
+
+use crate::clock::ScaledClock;
+use crate::model::{DeviceInfo, FastReading, MemoryInfo, SlowReading};
+
+use super::procfs::ProcReader;
+use super::{DeviceSource, SourceError};
+
+use absent::AbsentLog;
+
+/// What the NVML source reads and where from.
+#[derive(Clone, Debug, PartialEq)]
+pub struct NvmlSettings {
+    /// Load NVML from this file instead of the system's `libnvidia-ml.so.1`.
+    pub library_path: Option<PathBuf>,
+    /// Read PCIe throughput (blocks ~20 ms per direction in the driver).
+    pub pcie_throughput: bool,
+    /// Longest command line kept; 0 turns command lines off.
+    pub max_cmdline_bytes: usize,
+    /// Watch Xid events on a dedicated thread.
+    pub xid_events: bool,
+    /// Root of the proc filesystem (`/proc`; tests point elsewhere).
+    pub proc_root: PathBuf,
+}
+
+impl Default for NvmlSettings {
+    fn default() -> Self {
+        Self {
+            library_path: None,
+            pcie_throughput: false,
+            max_cmdline_bytes: 256,
+            xid_events: true,
+            proc_root: PathBuf::from("/proc"),
+        }
+    }
+}
+
+pub struct NvmlSource {
+    settings: NvmlSettings,
+    nvml: Mutex<Option<Arc<Nvml>>>,
+    clock: ScaledClock,
+    absent: AbsentLog,
+    proc_reader: ProcReader,
+    xid_counts: xid::XidCounts,
+    xid_stop: Arc<AtomicBool>,
+    xid_started: AtomicBool,
+}
+
+impl NvmlSource {
+    pub fn new(settings: NvmlSettings) -> Self {
+        let proc_reader = ProcReader::new(settings.proc_root.clone(), settings.max_cmdline_bytes);
+        Self {
+            settings,
+            nvml: Mutex::new(None),
+            clock: ScaledClock::wall(),
+            absent: AbsentLog::default(),
+            proc_reader,
+            xid_counts: Arc::default(),
+            xid_stop: Arc::new(AtomicBool::new(false)),
+            xid_started: AtomicBool::new(false),
+        }
+    }
+
+    /// The library NVML is loaded from, for messages.
+    pub fn library_name(&self) -> String {
+        self.settings
+            .library_path
+            .as_ref()
+            .map_or_else(|| "libnvidia-ml.so.1".to_owned(), |path| path.display().to_string())
+    }
+
+    /// The shared handle, initialising NVML on first use. A failed init is
+    /// retried on the next call (the sampler backs off between calls).
+    fn handle(&self) -> Result<Arc<Nvml>, SourceError> {
+        let mut slot = self.nvml.lock();
+        if let Some(nvml) = slot.as_ref() {
+            return Ok(nvml.clone());
+        }
+        let mut builder = Nvml::builder();
+        if let Some(path) = &self.settings.library_path {
+            builder.lib_path(path.as_os_str());
+        }
+        let nvml = builder.init().map(Arc::new).map_err(|error| SourceError::Unavailable {
+            reason: format!("NVML ({}) could not be initialised: {error}", self.library_name()),
+        })?;
+        *slot = Some(nvml.clone());
+        Ok(nvml)
+    }
+
+    fn start_xid_watcher(&self, nvml: Arc<Nvml>, devices: u32) {
+        if self.settings.xid_events && !self.xid_started.swap(true, Ordering::AcqRel) {
+            xid::spawn(nvml, devices, self.xid_counts.clone(), self.xid_stop.clone());
+        }
+    }
+}
+
+impl Drop for NvmlSource {
+    fn drop(&mut self) {
+        self.xid_stop.store(true, Ordering::Relaxed);
+    }
+}
+
+fn driver_error(index: u32, call: &'static str, error: NvmlError) -> SourceError {
+    match error {
+        NvmlError::GpuLost => {
+            SourceError::DeviceLost { index, reason: format!("{call}: GPU is lost") }
+        }
+        NvmlError::InvalidArg => SourceError::UnknownDevice { index },
+        other => SourceError::Driver { index, call, reason: other.to_string() },
+    }
+}
+
+impl DeviceSource for NvmlSource {
+    fn name(&self) -> &'static str {
+        "nvml"
+    }
+
+    fn devices(&self) -> Result<Vec<DeviceInfo>, SourceError> {
+        let nvml = self.handle()?;
+        let count = nvml.device_count().map_err(|error| SourceError::Unavailable {
+            reason: format!("nvmlDeviceGetCount failed: {error}"),
+        })?;
+        let driver_version = nvml.sys_driver_version().ok();
+        let devices = (0..count)
+            .map(|index| {
+                let device = nvml
+                    .device_by_index(index)
+                    .map_err(|error| driver_error(index, "device_by_index", error))?;
+                Ok(DeviceInfo {
+                    index,
+                    uuid: device.uuid().map_err(|error| driver_error(index, "uuid", error))?,
+                    name: device.name().map_err(|error| driver_error(index, "name", error))?,
+                    pci_bus_id: device.pci_info().ok().map(|pci| pci.bus_id),
+                    driver_version: driver_version.clone(),
+                })
+            })
+            .collect::<Result<Vec<_>, SourceError>>()?;
+        self.start_xid_watcher(nvml, count);
+        Ok(devices)
+    }
+
+    fn read_fast(&self, index: u32) -> Result<FastReading, SourceError> {
+        let nvml = self.handle()?;
+        let device = nvml
+            .device_by_index(index)
+            .map_err(|error| driver_error(index, "device_by_index", error))?;
+        let memory =
+            device.memory_info().map_err(|error| driver_error(index, "memory_info_v2", error))?;
+        let utilization = self
+            .absent
+            .value(index, "utilization", device.utilization_rates())
+            .map_err(|error| driver_error(index, "utilization_rates", error))?;
+        Ok(FastReading {
+            at: self.clock.now(),
+            memory: Some(MemoryInfo {
+                total_bytes: memory.total,
+                reserved_bytes: Some(memory.reserved),
+                used_bytes: memory.used,
+                free_bytes: memory.free,
+            }),
+            gpu_utilization: utilization.as_ref().map(|rates| f64::from(rates.gpu) / 100.0),
+            memory_bandwidth_utilization: utilization.map(|rates| f64::from(rates.memory) / 100.0),
+        })
+    }
+
+    fn read_slow(&self, index: u32) -> Result<SlowReading, SourceError> {
+        let nvml = self.handle()?;
+        let device = nvml
+            .device_by_index(index)
+            .map_err(|error| driver_error(index, "device_by_index", error))?;
+        let processes = slow::processes(index, &device, &self.absent, &self.proc_reader)
+            .map_err(|error| driver_error(index, "running_processes_v3", error))?;
+        let basics = slow::basics(index, &device, &self.absent)
+            .map_err(|error| driver_error(index, "health", error))?;
+        let mut details =
+            slow::details(index, &device, &self.absent, self.settings.pcie_throughput)
+                .map_err(|error| driver_error(index, "health", error))?;
+        if let Some(counts) = self.xid_counts.lock().get(&index) {
+            details.xid_errors = counts.clone();
+        }
+        Ok(SlowReading {
+            at: self.clock.now(),
+            processes,
+            temperature_celsius: basics.temperature_celsius,
+            power_usage_watts: basics.power_usage_watts,
+            power_limit_watts: basics.power_limit_watts,
+            details,
+        })
+    }
+}

@@ -1,0 +1,247 @@
+//! The slow tier of the NVML source: processes and device health.
+
+use std::collections::BTreeMap;
+
+use nvml_wrapper::Device;
+use nvml_wrapper::enum_wrappers::device::{
+    Clock, ComputeMode as NvmlComputeMode, EccCounter, MemoryError, PcieUtilCounter,
+    RetirementCause, TemperatureSensor,
+};
+use nvml_wrapper::enums::device::{SampleValue, UsedGpuMemory};
+use nvml_wrapper::error::NvmlError;
+use nvml_wrapper::structs::device::FieldId;
+
+use crate::model::{
+    Bar1Memory, ComputeMode, EccCounters, ProcessDetails, ProcessInfo, ProcessKind, RemappedRows,
+    RetiredPages, SlowDetails,
+};
+use crate::source::procfs::ProcReader;
+
+use super::absent::AbsentLog;
+
+// NVML field ids for row remapping (nvml.h); nvml-wrapper has no safe call
+// for nvmlDeviceGetRemappedRows, field values give the same numbers.
+const FI_REMAPPED_CORRECTABLE: u32 = 142;
+const FI_REMAPPED_UNCORRECTABLE: u32 = 143;
+const FI_REMAPPED_PENDING: u32 = 144;
+const FI_REMAPPED_FAILURE: u32 = 145;
+
+/// Lists the processes on a device: compute, graphics and MPS clients,
+/// merged by PID, with their identity from /proc. `None` when no list
+/// could be read at all.
+pub(super) fn processes(
+    index: u32,
+    device: &Device<'_>,
+    absent: &AbsentLog,
+    proc_reader: &ProcReader,
+) -> Result<Option<Vec<ProcessInfo>>, NvmlError> {
+    let lists = [
+        (
+            ProcessKind::Compute,
+            absent.value(index, "compute processes", device.running_compute_processes())?,
+        ),
+        (
+            ProcessKind::Graphics,
+            absent.value(index, "graphics processes", device.running_graphics_processes())?,
+        ),
+        (
+            ProcessKind::Mps,
+            absent.value(index, "MPS processes", device.mps_running_compute_processes())?,
+        ),
+    ];
+    if lists.iter().all(|(_, list)| list.is_none()) {
+        return Ok(None);
+    }
+    let mut merged: BTreeMap<u32, ProcessInfo> = BTreeMap::new();
+    for (kind, list) in lists {
+        for process in list.into_iter().flatten() {
+            let used = match process.used_gpu_memory {
+                UsedGpuMemory::Used(bytes) => Some(bytes),
+                UsedGpuMemory::Unavailable => None,
+            };
+            merged
+                .entry(process.pid)
+                .and_modify(|known| {
+                    known.used_bytes = known.used_bytes.max(used);
+                    known.details.kind = Some(merge_kind(known.details.kind, kind));
+                })
+                .or_insert_with(|| ProcessInfo {
+                    pid: process.pid,
+                    name: None,
+                    used_bytes: used,
+                    allocator: None,
+                    details: ProcessDetails { kind: Some(kind), ..ProcessDetails::default() },
+                });
+        }
+    }
+    let mut processes: Vec<ProcessInfo> = merged.into_values().collect();
+    for process in &mut processes {
+        let identity = proc_reader.identify(process.pid);
+        process.name = identity.comm;
+        process.details.cmdline = identity.cmdline;
+        process.details.container_id = identity.container_id;
+        process.details.pod_uid = identity.pod_uid;
+        process.details.namespace_pid = identity.namespace_pid;
+    }
+    Ok(Some(processes))
+}
+
+fn merge_kind(known: Option<ProcessKind>, seen: ProcessKind) -> ProcessKind {
+    match (known, seen) {
+        (Some(ProcessKind::Compute), ProcessKind::Graphics)
+        | (Some(ProcessKind::Graphics), ProcessKind::Compute) => ProcessKind::ComputeAndGraphics,
+        (Some(known), _) => known,
+        (None, seen) => seen,
+    }
+}
+
+pub(super) struct Basics {
+    pub temperature_celsius: Option<f64>,
+    pub power_usage_watts: Option<f64>,
+    pub power_limit_watts: Option<f64>,
+}
+
+pub(super) fn basics(
+    index: u32,
+    device: &Device<'_>,
+    absent: &AbsentLog,
+) -> Result<Basics, NvmlError> {
+    let milliwatts_to_watts = |milliwatts: u32| f64::from(milliwatts) / 1000.0;
+    Ok(Basics {
+        temperature_celsius: absent
+            .value(index, "temperature", device.temperature(TemperatureSensor::Gpu))?
+            .map(f64::from),
+        power_usage_watts: absent
+            .value(index, "power usage", device.power_usage())?
+            .map(milliwatts_to_watts),
+        power_limit_watts: absent
+            .value(index, "power limit", device.enforced_power_limit())?
+            .map(milliwatts_to_watts),
+    })
+}
+
+pub(super) fn details(
+    index: u32,
+    device: &Device<'_>,
+    absent: &AbsentLog,
+    pcie_throughput: bool,
+) -> Result<SlowDetails, NvmlError> {
+    let ecc_enabled = absent
+        .value(index, "ECC mode", device.is_ecc_enabled())?
+        .is_some_and(|mode| mode.currently_enabled);
+    let ecc = if ecc_enabled { ecc_counters(index, device, absent)? } else { None };
+    let (pcie_tx, pcie_rx) = if pcie_throughput {
+        // NVML reports KB/s over a 20 ms sample per direction.
+        let kilobytes = |counter| device.pcie_throughput(counter).map(|kb| u64::from(kb) * 1024);
+        (
+            absent.value(index, "PCIe TX throughput", kilobytes(PcieUtilCounter::Send))?,
+            absent.value(index, "PCIe RX throughput", kilobytes(PcieUtilCounter::Receive))?,
+        )
+    } else {
+        (None, None)
+    };
+    Ok(SlowDetails {
+        bar1: absent.value(index, "BAR1 memory", device.bar1_memory_info())?.map(|bar1| {
+            Bar1Memory { total_bytes: bar1.total, used_bytes: bar1.used, free_bytes: bar1.free }
+        }),
+        sm_clock_mhz: absent.value(index, "SM clock", device.clock_info(Clock::SM))?,
+        memory_clock_mhz: absent.value(index, "memory clock", device.clock_info(Clock::Memory))?,
+        throttle_reasons: absent
+            .value(index, "throttle reasons", device.current_throttle_reasons())?
+            .map(|reasons| reasons.bits()),
+        ecc,
+        retired_pages: retired_pages(index, device, absent)?,
+        remapped_rows: remapped_rows(index, device, absent)?,
+        persistence_mode: absent.value(
+            index,
+            "persistence mode",
+            device.is_in_persistent_mode(),
+        )?,
+        compute_mode: absent.value(index, "compute mode", device.compute_mode())?.map(|mode| {
+            match mode {
+                NvmlComputeMode::Default => ComputeMode::Default,
+                NvmlComputeMode::ExclusiveThread => ComputeMode::ExclusiveThread,
+                NvmlComputeMode::Prohibited => ComputeMode::Prohibited,
+                NvmlComputeMode::ExclusiveProcess => ComputeMode::ExclusiveProcess,
+            }
+        }),
+        mig_enabled: absent
+            .value(index, "MIG mode", device.mig_mode())?
+            .map(|mode| mode.current == 1),
+        pcie_tx_bytes_per_second: pcie_tx,
+        pcie_rx_bytes_per_second: pcie_rx,
+        xid_errors: BTreeMap::new(),
+    })
+}
+
+fn ecc_counters(
+    index: u32,
+    device: &Device<'_>,
+    absent: &AbsentLog,
+) -> Result<Option<EccCounters>, NvmlError> {
+    let count = |error, counter| device.total_ecc_errors(error, counter);
+    let read = || -> Result<EccCounters, NvmlError> {
+        Ok(EccCounters {
+            volatile_corrected: count(MemoryError::Corrected, EccCounter::Volatile)?,
+            volatile_uncorrected: count(MemoryError::Uncorrected, EccCounter::Volatile)?,
+            aggregate_corrected: count(MemoryError::Corrected, EccCounter::Aggregate)?,
+            aggregate_uncorrected: count(MemoryError::Uncorrected, EccCounter::Aggregate)?,
+        })
+    };
+    absent.value(index, "ECC error counters", read())
+}
+
+fn retired_pages(
+    index: u32,
+    device: &Device<'_>,
+    absent: &AbsentLog,
+) -> Result<Option<RetiredPages>, NvmlError> {
+    let read = || -> Result<RetiredPages, NvmlError> {
+        let single = device.retired_pages(RetirementCause::MultipleSingleBitEccErrors)?.len();
+        let double = device.retired_pages(RetirementCause::DoubleBitEccError)?.len();
+        Ok(RetiredPages {
+            single_bit_ecc: single as u64,
+            double_bit_ecc: double as u64,
+            pending: device.are_pages_pending_retired().ok(),
+        })
+    };
+    absent.value(index, "retired pages", read())
+}
+
+fn remapped_rows(
+    index: u32,
+    device: &Device<'_>,
+    absent: &AbsentLog,
+) -> Result<Option<RemappedRows>, NvmlError> {
+    let ids = [
+        FI_REMAPPED_CORRECTABLE,
+        FI_REMAPPED_UNCORRECTABLE,
+        FI_REMAPPED_PENDING,
+        FI_REMAPPED_FAILURE,
+    ]
+    .map(FieldId);
+    let read = || -> Result<RemappedRows, NvmlError> {
+        let samples = device.field_values_for(&ids)?;
+        if samples.len() != ids.len() {
+            // A partial answer must not read as zeros.
+            return Err(NvmlError::NotSupported);
+        }
+        let mut values = [0u64; 4];
+        for (slot, sample) in values.iter_mut().zip(samples) {
+            *slot = match sample?.value? {
+                SampleValue::U32(value) => u64::from(value),
+                SampleValue::U64(value) => value,
+                SampleValue::I64(value) => u64::try_from(value).unwrap_or(0),
+                SampleValue::F64(value) => value.max(0.0) as u64,
+            };
+        }
+        let [correctable, uncorrectable, pending, failure] = values;
+        Ok(RemappedRows {
+            correctable,
+            uncorrectable,
+            pending: pending != 0,
+            failure: failure != 0,
+        })
+    };
+    absent.value(index, "remapped rows", read())
+}
