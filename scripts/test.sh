@@ -2,7 +2,7 @@
 # The one command that runs every vramd test:
 #   - installs what the tests need when it is missing: promtool (Debian
 #     package `prometheus`), used by tests/e2e.rs to lint the /metrics output;
-#   - cargo test --all-targets: unit tests, integration tests (including the
+#   - cargo test --workspace --all-targets: unit tests, integration tests (including the
 #     end-to-end tests that run the real binary), benches and examples built
 #     and run once in test mode;
 #   - cargo test --doc: documentation examples (cheap when there are none).
@@ -47,8 +47,8 @@ trap 'rm -f "$log"' EXIT
 trap 'echo "scripts/test.sh: FAILED (see the output above)" >&2' ERR
 
 # Show cargo's output as it runs and keep a copy for the summary.
-cargo test --all-targets 2>&1 | tee "$log"
-cargo test --doc 2>&1 | tee -a "$log"
+cargo test --workspace --all-targets 2>&1 | tee "$log"
+cargo test --workspace --doc 2>&1 | tee -a "$log"
 
 # One closing line summing every "test result:" line cargo printed.
 awk '/^test result: ok\./ {

@@ -303,6 +303,18 @@ fn occupied_port_exits_1_naming_the_address() {
 }
 
 #[test]
+fn require_gpu_without_a_driver_exits_1_naming_the_library() {
+    let missing = "/nonexistent/libnvidia-ml.so.1";
+    let output = run(
+        &["--require-gpu", "--listen", "127.0.0.1:0", "--log-format", "json"],
+        &[("VRAMD_NVML__LIBRARY_PATH", missing)],
+    );
+    assert_exit(&output, 1);
+    assert!(output.stderr.contains(missing), "library not named in:\n{}", output.stderr);
+    assert!(!output.stderr.contains("\"listening\""), "must fail before binding");
+}
+
+#[test]
 fn check_config_prints_the_effective_configuration() {
     let output = run(&["check-config"], &[]);
     assert_exit(&output, 0);

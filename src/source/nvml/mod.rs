@@ -166,15 +166,24 @@ impl DeviceSource for NvmlSource {
         let device = nvml
             .device_by_index(index)
             .map_err(|error| driver_error(index, "device_by_index", error))?;
-        let memory =
-            device.memory_info().map_err(|error| driver_error(index, "memory_info_v2", error))?;
+        // Only memory info v2 separates driver-reserved memory from used;
+        // a driver without it leaves memory absent rather than wrong.
+        let memory = match device.memory_info() {
+            Err(error @ (NvmlError::FailedToLoadSymbol(_) | NvmlError::FunctionNotFound)) => {
+                self.absent
+                    .value::<()>(index, "memory info v2", Err(error))
+                    .map_err(|error| driver_error(index, "memory_info_v2", error))?;
+                None
+            }
+            other => Some(other.map_err(|error| driver_error(index, "memory_info_v2", error))?),
+        };
         let utilization = self
             .absent
             .value(index, "utilization", device.utilization_rates())
             .map_err(|error| driver_error(index, "utilization_rates", error))?;
         Ok(FastReading {
             at: self.clock.now(),
-            memory: Some(MemoryInfo {
+            memory: memory.map(|memory| MemoryInfo {
                 total_bytes: memory.total,
                 reserved_bytes: Some(memory.reserved),
                 used_bytes: memory.used,

@@ -1,0 +1,319 @@
+//! The real NVML code path (`nvml-wrapper` → `libnvidia-ml.so.1`) of the
+//! built daemon, against the fake driver library built from
+//! `tests/fake-nvml`, driven by scenario files.
+
+// A test crate: a panic here is a failed test, not a failed daemon.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+#![allow(clippy::disallowed_types)]
+
+mod support;
+
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use nvidia_ml_fake::harness;
+use serde_json::{Value, json};
+use tempfile::TempDir;
+
+use support::{Deadline, Process, SERVE, get, pause};
+
+const GIB: u64 = 1 << 30;
+
+/// A temporary directory holding a copy of the fake library and a scenario.
+struct FakeDriver {
+    dir: TempDir,
+    library: PathBuf,
+    scenario: PathBuf,
+}
+
+impl FakeDriver {
+    fn new(scenario: &Value, legacy: bool) -> Self {
+        let built = harness::build_fake_library(legacy).unwrap_or_else(|error| panic!("{error}"));
+        let dir = TempDir::new().unwrap();
+        let library = harness::install_as_libnvidia(dir.path(), &built);
+        let scenario = harness::write_scenario(dir.path(), scenario);
+        Self { dir, library, scenario }
+    }
+
+    /// Starts the daemon on this driver and waits until it is ready.
+    fn start(&self, extra_env: &[(&str, &str)]) -> (Process, SocketAddr) {
+        let library = self.library.to_str().unwrap().to_owned();
+        let scenario = self.scenario.to_str().unwrap().to_owned();
+        let mut env = vec![
+            ("VRAMD_NVML__LIBRARY_PATH", library.as_str()),
+            (harness::SCENARIO_ENV, scenario.as_str()),
+            ("VRAMD_SAMPLER__FAST_INTERVAL", "100ms"),
+            ("VRAMD_SAMPLER__SLOW_INTERVAL", "200ms"),
+        ];
+        env.extend_from_slice(extra_env);
+        let mut daemon = Process::spawn(&SERVE, &env);
+        let addr = daemon.listening();
+        daemon.wait_ready(addr);
+        let _ = &self.dir;
+        (daemon, addr)
+    }
+}
+
+fn device(uuid: &str, used: u64, extra: Value) -> Value {
+    let mut device = json!({
+        "uuid": uuid,
+        "name": "NVIDIA H100 80GB HBM3",
+        "pci_bus_id": "00000000:17:00.0",
+        "memory": { "total_bytes": 80 * GIB, "reserved_bytes": GIB / 2, "used_bytes": used },
+        "utilization": { "gpu": 87, "memory": 41 },
+        "temperature_c": 64,
+        "power_usage_mw": 412_000,
+        "power_limit_mw": 700_000,
+        "clocks": { "graphics_mhz": 1980, "sm_mhz": 1980, "memory_mhz": 2619, "video_mhz": 1755 },
+        "throttle_reasons": 4,
+        "persistence_mode": true,
+        "compute_mode": "default",
+        "bar1": { "total_bytes": 128 * GIB, "used_bytes": 8 << 20 },
+        "processes": { "compute": [], "graphics": [], "mps": [] },
+    });
+    if let (Some(target), Some(extra)) = (device.as_object_mut(), extra.as_object()) {
+        for (key, value) in extra {
+            target.insert(key.clone(), value.clone());
+        }
+    }
+    device
+}
+
+fn sample(metrics: &str, series: &str) -> Option<f64> {
+    metrics.lines().find_map(|line| line.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+}
+
+fn up(addr: SocketAddr, gpu: u32, uuid: &str) -> Option<f64> {
+    sample(
+        &get(addr, "/metrics").text(),
+        &format!("vramd_device_up{{gpu=\"{gpu}\",uuid=\"{uuid}\"}}"),
+    )
+}
+
+/// Polls `check` until it holds, at most `limit`.
+fn eventually(limit: Duration, what: &str, mut check: impl FnMut() -> bool) {
+    let deadline = Deadline::after(limit);
+    while !check() {
+        assert!(!deadline.passed(), "{what}: not within {limit:?}");
+        pause();
+    }
+}
+
+fn promtool_accepts(metrics: &str) {
+    let mut child = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("promtool is needed: run scripts/test.sh, which installs it");
+    child.stdin.take().unwrap().write_all(metrics.as_bytes()).unwrap();
+    let output = child.wait_with_output().unwrap();
+    let report = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(output.status.success() && report.trim().is_empty(), "promtool:\n{report}");
+}
+
+const GPU0: &str = "GPU-8f6a2c1e-0000-4d7b-9a1e-3b5c7d9e1f20";
+const GPU1: &str = "GPU-1b2c3d4e-1111-4d7b-9a1e-3b5c7d9e1f21";
+
+#[test]
+fn the_real_nvml_path_reports_what_the_driver_says() {
+    let me = std::process::id();
+    let scenario = json!({
+        "driver_version": "570.133.20",
+        "devices": [
+            device(GPU0, 10 * GIB, json!({
+                "processes": {
+                    "compute": [ { "pid": me, "used_bytes": 6 * GIB } ],
+                    "graphics": [ { "pid": me, "used_bytes": 6 * GIB } ],
+                    "mps": [],
+                },
+                "ecc": {
+                    "enabled": true, "pending": true,
+                    "volatile_corrected": 2, "volatile_uncorrected": 0,
+                    "aggregate_corrected": 17, "aggregate_uncorrected": 0,
+                },
+                "supported_event_types": 65439,
+                "xid_events": [ { "after_ms": 300, "xid": 79 } ],
+            })),
+            device(GPU1, 2 * GIB, json!({
+                "faults": { "not_supported": ["nvmlDeviceGetPowerUsage"] },
+            })),
+        ],
+    });
+    let driver = FakeDriver::new(&scenario, false);
+    let (daemon, addr) = driver.start(&[]);
+
+    let metrics = get(addr, "/metrics").text();
+    assert_eq!(sample(&metrics, "vramd_nvml_up"), Some(1.0));
+    let labels0 = format!("{{gpu=\"0\",uuid=\"{GPU0}\"}}");
+    let labels1 = format!("{{gpu=\"1\",uuid=\"{GPU1}\"}}");
+    assert_eq!(
+        sample(&metrics, &format!("vramd_memory_total_bytes{labels0}")),
+        Some((80 * GIB) as f64)
+    );
+    assert_eq!(
+        sample(&metrics, &format!("vramd_memory_reserved_bytes{labels0}")),
+        Some((GIB / 2) as f64)
+    );
+    assert_eq!(
+        sample(&metrics, &format!("vramd_memory_used_bytes{labels1}")),
+        Some((2 * GIB) as f64)
+    );
+    assert_eq!(sample(&metrics, &format!("vramd_gpu_utilization_ratio{labels0}")), Some(0.87));
+    assert_eq!(sample(&metrics, &format!("vramd_sm_clock_hertz{labels0}")), Some(1.98e9));
+    assert_eq!(sample(&metrics, &format!("vramd_power_usage_watts{labels0}")), Some(412.0));
+    assert_eq!(
+        sample(&metrics, &format!("vramd_power_usage_watts{labels1}")),
+        None,
+        "a value the device does not support is absent, never 0"
+    );
+    assert!(metrics.contains(&format!(
+        "vramd_clock_throttle_active{{gpu=\"0\",uuid=\"{GPU0}\",reason=\"sw_power_cap\"}} 1"
+    )));
+    assert!(metrics.contains(&format!(
+        "vramd_ecc_errors_total{{gpu=\"0\",uuid=\"{GPU0}\",type=\"corrected\",scope=\"aggregate\"}} 17"
+    )));
+    assert!(!metrics.contains("vramd_ecc_errors_total{gpu=\"1\""), "ECC off: no counters");
+    let process = format!("pid=\"{me}\"");
+    let used = metrics
+        .lines()
+        .find(|line| line.starts_with("vramd_process_memory_used_bytes") && line.contains(&process))
+        .unwrap_or_else(|| panic!("our process is not listed:\n{metrics}"));
+    assert!(used.ends_with(&format!(" {}", 6 * GIB)), "{used}");
+    assert!(
+        metrics.lines().any(|line| line.starts_with("vramd_process_info")
+            && line.contains(&process)
+            && line.contains("kind=\"compute_and_graphics\"")),
+        "compute and graphics entries of one PID merge"
+    );
+
+    eventually(Duration::from_secs(10), "the Xid event is counted", || {
+        get(addr, "/metrics")
+            .text()
+            .contains(&format!("vramd_xid_errors_total{{gpu=\"0\",uuid=\"{GPU0}\",xid=\"79\"}} 1"))
+    });
+    promtool_accepts(&get(addr, "/metrics").text());
+
+    let detail = get(addr, "/api/v1/devices/0").json();
+    let ours = detail["processes"].as_array().unwrap().iter().find(|p| p["pid"] == me).unwrap();
+    assert_eq!(ours["kind"], "compute_and_graphics");
+    assert!(ours["name"].is_string(), "the name comes from /proc/<pid>/comm: {ours}");
+    assert!(ours["cmdline"].is_string(), "{ours}");
+    assert_eq!(detail["health"]["persistence_mode"], true);
+
+    let log = daemon.stderr();
+    let absent = log.matches("value left out of the metrics").count();
+    assert!(absent >= 1, "unsupported values are logged:\n{log}");
+    let power_notes = log.lines().filter(|line| line.contains("power usage")).count();
+    assert_eq!(power_notes, 1, "logged once, not on every sample:\n{log}");
+    drop(daemon);
+}
+
+#[test]
+fn a_lost_gpu_goes_down_alone_and_comes_back() {
+    let scenario = json!({
+        "devices": [
+            device(GPU0, 4 * GIB, json!({})),
+            device(GPU1, 4 * GIB, json!({
+                "faults": { "gpu_lost_after_calls": 40, "recover_after_calls": 6 },
+            })),
+        ],
+    });
+    let driver = FakeDriver::new(&scenario, false);
+    let (daemon, addr) = driver.start(&[]);
+    eventually(Duration::from_secs(15), "GPU 1 is reported down", || {
+        up(addr, 1, GPU1) == Some(0.0)
+    });
+    let metrics = get(addr, "/metrics").text();
+    assert_eq!(
+        sample(&metrics, &format!("vramd_device_up{{gpu=\"0\",uuid=\"{GPU0}\"}}")),
+        Some(1.0)
+    );
+    assert_eq!(
+        sample(&metrics, &format!("vramd_memory_used_bytes{{gpu=\"1\",uuid=\"{GPU1}\"}}")),
+        None,
+        "a lost GPU's series stop; no stale values are served as current"
+    );
+    assert!(
+        sample(&metrics, "vramd_source_errors_total{kind=\"device_lost\"}").unwrap_or(0.0) >= 1.0
+    );
+    eventually(Duration::from_secs(20), "GPU 1 comes back", || up(addr, 1, GPU1) == Some(1.0));
+    drop(daemon);
+}
+
+#[test]
+fn a_hung_driver_call_marks_the_device_down_and_never_slows_a_scrape() {
+    let scenario = json!({
+        "devices": [
+            device(GPU0, 4 * GIB, json!({})),
+            device(GPU1, 4 * GIB, json!({
+                "faults": { "sleep_ms": { "nvmlDeviceGetMemoryInfo_v2": 60_000 } },
+            })),
+        ],
+    });
+    let driver = FakeDriver::new(&scenario, false);
+    let (daemon, addr) = driver.start(&[("VRAMD_SAMPLER__CALL_TIMEOUT", "300ms")]);
+    eventually(Duration::from_secs(10), "GPU 1 is reported down", || {
+        up(addr, 1, GPU1) == Some(0.0)
+    });
+    let threads = || -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", daemon.pid())).unwrap();
+        status.lines().find_map(|l| l.strip_prefix("Threads:")).unwrap().trim().parse().unwrap()
+    };
+    let before = threads();
+    let started = Instant::now();
+    let mut slowest = Duration::ZERO;
+    while started.elapsed() < Duration::from_secs(3) {
+        let asked = Instant::now();
+        let metrics = get(addr, "/metrics").text();
+        slowest = slowest.max(asked.elapsed());
+        assert_eq!(
+            sample(&metrics, &format!("vramd_device_up{{gpu=\"0\",uuid=\"{GPU0}\"}}")),
+            Some(1.0)
+        );
+        assert_eq!(
+            sample(&metrics, "vramd_source_calls_stuck"),
+            Some(1.0),
+            "one stuck call, not one per tick"
+        );
+    }
+    // Behaviour, not speed: a scrape that waited on the 60 s call would take 60 s.
+    assert!(slowest < Duration::from_secs(5), "a scrape waited on the driver: {slowest:?}");
+    let after = threads();
+    assert!(after <= before + 2, "threads grew from {before} to {after}: calls are piling up");
+    let metrics = get(addr, "/metrics").text();
+    assert!(
+        sample(&metrics, "vramd_source_errors_total{kind=\"still_running\"}").unwrap_or(0.0) >= 5.0
+    );
+    drop(daemon);
+}
+
+#[test]
+fn an_older_driver_without_newer_symbols_leaves_those_values_absent() {
+    let scenario = json!({ "devices": [ device(GPU0, 4 * GIB, json!({})) ] });
+    let driver = FakeDriver::new(&scenario, true);
+    let (mut daemon, addr) = driver.start(&[]);
+    // Let a few slow-tier cycles run into the missing symbols.
+    std::thread::sleep(Duration::from_millis(800));
+    let metrics = get(addr, "/metrics").text();
+    let labels = format!("{{gpu=\"0\",uuid=\"{GPU0}\"}}");
+    assert_eq!(
+        sample(&metrics, &format!("vramd_memory_used_bytes{labels}")),
+        None,
+        "no memory info v2"
+    );
+    assert_eq!(sample(&metrics, &format!("vramd_processes{labels}")), None, "no v3 process lists");
+    assert_eq!(sample(&metrics, &format!("vramd_gpu_utilization_ratio{labels}")), Some(0.87));
+    assert_eq!(sample(&metrics, &format!("vramd_temperature_celsius{labels}")), Some(64.0));
+    assert!(daemon.exited().is_none(), "the daemon keeps running");
+    assert!(!daemon.stderr().contains("panicked"), "{}", daemon.stderr());
+    drop(daemon);
+}
