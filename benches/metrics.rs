@@ -32,6 +32,7 @@ fn info(index: u32) -> DeviceInfo {
         name: "NVIDIA H100 80GB HBM3".into(),
         pci_bus_id: Some(format!("00000000:{:02X}:00.0", 0x18 + index * 0x10)),
         driver_version: Some("570.133.20".into()),
+        mig: None,
     }
 }
 

@@ -75,6 +75,30 @@ pub struct DeviceInfo {
     pub pci_bus_id: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub driver_version: Option<String>,
+    /// Set when this is a MIG device: its parent GPU and profile.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mig: Option<MigInfo>,
+}
+
+impl DeviceInfo {
+    /// The `gpu` label and REST `gpu` field: the physical GPU's index, so a
+    /// MIG device sorts under its parent (its own identity is the UUID).
+    pub fn gpu_index(&self) -> u32 {
+        self.mig.as_ref().map_or(self.index, |mig| mig.parent_index)
+    }
+}
+
+/// Where a MIG device sits.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MigInfo {
+    pub parent_index: u32,
+    pub parent_uuid: String,
+    /// Position among the parent's MIG devices.
+    pub slot: u32,
+    /// GPU-instance profile, e.g. `3g.40gb`, when the name carries it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub profile: Option<String>,
 }
 
 /// Device memory as NVML's memory info v2 reports it:

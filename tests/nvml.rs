@@ -317,3 +317,55 @@ fn an_older_driver_without_newer_symbols_leaves_those_values_absent() {
     assert!(!daemon.stderr().contains("panicked"), "{}", daemon.stderr());
     drop(daemon);
 }
+
+#[test]
+fn mig_devices_are_monitored_as_devices_of_their_own() {
+    const MIG: &str = "MIG-5c2a1d3e-0000-5f6a-8b9c-0d1e2f3a4b5c";
+    let scenario = json!({
+        "devices": [
+            device(GPU0, 4 * GIB, json!({
+                "mig": {
+                    "enabled": true,
+                    "pending": true,
+                    "max_devices": 7,
+                    "devices": [ {
+                        "uuid": MIG,
+                        "name": "NVIDIA H100 80GB HBM3 MIG 3g.40gb",
+                        "gpu_instance_id": 1,
+                        "compute_instance_id": 0,
+                        "profile": "3g.40gb",
+                        "memory": { "total_bytes": 40 * GIB, "used_bytes": GIB },
+                        "processes": { "compute": [ { "pid": 5151, "used_bytes": GIB } ] },
+                    } ],
+                },
+            })),
+        ],
+    });
+    let driver = FakeDriver::new(&scenario, false);
+    let (daemon, addr) = driver.start(&[]);
+    let devices = get(addr, "/api/v1/devices").json();
+    let listed = devices["devices"].as_array().unwrap();
+    assert_eq!(listed.len(), 2, "the GPU and its MIG device: {devices}");
+    let mig = listed.iter().find(|d| d["uuid"] == MIG).unwrap();
+    assert_eq!(mig["mig"]["parent_uuid"], GPU0);
+    assert_eq!(mig["mig"]["profile"], "3g.40gb");
+
+    eventually(Duration::from_secs(10), "the MIG device's processes are listed", || {
+        let detail = get(addr, &format!("/api/v1/devices/{MIG}")).json();
+        detail["processes"].as_array().is_some_and(|p| p.iter().any(|p| p["pid"] == 5151))
+    });
+    let metrics = get(addr, "/metrics").text();
+    let labels = format!("{{gpu=\"0\",uuid=\"{MIG}\"}}");
+    assert_eq!(sample(&metrics, &format!("vramd_memory_total_bytes{labels}")), Some((40 * GIB) as f64));
+    assert_eq!(sample(&metrics, &format!("vramd_memory_used_bytes{labels}")), Some(GIB as f64));
+    assert!(
+        metrics.lines().any(|line| line.starts_with("vramd_device_info")
+            && line.contains(MIG)
+            && line.contains("mig_profile=\"3g.40gb\"")
+            && line.contains(&format!("parent_uuid=\"{GPU0}\""))),
+        "{metrics}"
+    );
+    assert_eq!(sample(&metrics, &format!("vramd_mig_mode{{gpu=\"0\",uuid=\"{GPU0}\"}}")), Some(1.0));
+    promtool_accepts(&metrics);
+    drop(daemon);
+}

@@ -6,7 +6,7 @@ use serde::Serialize;
 use crate::analysis::accounting::{self, DeviceBreakdown, ProcessBreakdown};
 use crate::history::{LiveState, ReadFailure};
 use crate::model::{
-    AllocatorStats, DeviceInfo, MemoryInfo, ProcessDetails, ProcessInfo, SlowDetails,
+    AllocatorStats, DeviceInfo, MemoryInfo, MigInfo, ProcessDetails, ProcessInfo, SlowDetails,
 };
 
 #[derive(Debug, Serialize)]
@@ -23,6 +23,9 @@ pub struct DeviceSummary {
     pub pci_bus_id: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub driver_version: Option<String>,
+    /// For a MIG device: its parent GPU, slot and profile.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mig: Option<MigInfo>,
     /// The device answered its latest memory read.
     pub up: bool,
     /// Time of the newest reading (RFC 3339).
@@ -128,6 +131,7 @@ pub fn summary(info: &DeviceInfo, live: &LiveState) -> DeviceSummary {
         name: info.name.clone(),
         pci_bus_id: info.pci_bus_id.clone(),
         driver_version: info.driver_version.clone(),
+        mig: info.mig.clone(),
         up: live.is_up(),
         at: live.newest_at().map(|at| at.to_rfc3339()),
         memory: fast.and_then(|reading| reading.memory).map(|memory: MemoryInfo| MemoryDto {

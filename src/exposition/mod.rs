@@ -55,8 +55,9 @@ fn collect(store: &HistoryStore) -> Vec<DeviceView> {
         .iter()
         .map(|device| {
             let info = device.info().clone();
-            let labels =
-                Labels::default().with("gpu", &info.index.to_string()).with("uuid", &info.uuid);
+            let labels = Labels::default()
+                .with("gpu", &info.gpu_index().to_string())
+                .with("uuid", &info.uuid);
             DeviceView {
                 info,
                 labels,
@@ -224,6 +225,12 @@ fn render_devices_into(views: &[DeviceView], out: &mut Vec<u8>) {
             }
             if let Some(driver) = &view.info.driver_version {
                 labels.push("driver_version", driver);
+            }
+            if let Some(mig) = &view.info.mig {
+                labels.push("parent_uuid", &mig.parent_uuid);
+                if let Some(profile) = &mig.profile {
+                    labels.push("mig_profile", profile);
+                }
             }
             writer.int(labels.as_str(), 1);
         }

@@ -208,6 +208,7 @@ mod tests {
             name: "Test GPU".into(),
             pci_bus_id: None,
             driver_version: None,
+            mig: None,
         }
     }
 

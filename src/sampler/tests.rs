@@ -66,6 +66,7 @@ impl DeviceSource for FakeSource {
                 name: "Fake".into(),
                 pci_bus_id: None,
                 driver_version: None,
+                mig: None,
             })
             .collect())
     }

@@ -11,6 +11,7 @@
 //! deadline.
 
 mod absent;
+mod mig;
 mod slow;
 pub mod xid;
 
@@ -143,29 +144,31 @@ impl DeviceSource for NvmlSource {
             reason: format!("nvmlDeviceGetCount failed: {error}"),
         })?;
         let driver_version = nvml.sys_driver_version().ok();
-        let devices = (0..count)
-            .map(|index| {
-                let device = nvml
-                    .device_by_index(index)
-                    .map_err(|error| driver_error(index, "device_by_index", error))?;
-                Ok(DeviceInfo {
-                    index,
-                    uuid: device.uuid().map_err(|error| driver_error(index, "uuid", error))?,
-                    name: device.name().map_err(|error| driver_error(index, "name", error))?,
-                    pci_bus_id: device.pci_info().ok().map(|pci| pci.bus_id),
-                    driver_version: driver_version.clone(),
-                })
-            })
-            .collect::<Result<Vec<_>, SourceError>>()?;
+        let mut devices = Vec::new();
+        for index in 0..count {
+            let device = nvml
+                .device_by_index(index)
+                .map_err(|error| driver_error(index, "device_by_index", error))?;
+            let info = DeviceInfo {
+                index,
+                uuid: device.uuid().map_err(|error| driver_error(index, "uuid", error))?,
+                name: device.name().map_err(|error| driver_error(index, "name", error))?,
+                pci_bus_id: device.pci_info().ok().map(|pci| pci.bus_id),
+                driver_version: driver_version.clone(),
+                mig: None,
+            };
+            let mig_enabled = device.mig_mode().is_ok_and(|mode| mode.current == 1);
+            let migs = if mig_enabled { mig::list(&device, &info) } else { Vec::new() };
+            devices.push(info);
+            devices.extend(migs);
+        }
         self.start_xid_watcher(nvml, count);
         Ok(devices)
     }
 
     fn read_fast(&self, index: u32) -> Result<FastReading, SourceError> {
         let nvml = self.handle()?;
-        let device = nvml
-            .device_by_index(index)
-            .map_err(|error| driver_error(index, "device_by_index", error))?;
+        let device = mig::device(&nvml, index)?;
         // Only memory info v2 separates driver-reserved memory from used;
         // a driver without it leaves memory absent rather than wrong.
         let memory = match device.memory_info() {
@@ -196,9 +199,7 @@ impl DeviceSource for NvmlSource {
 
     fn read_slow(&self, index: u32) -> Result<SlowReading, SourceError> {
         let nvml = self.handle()?;
-        let device = nvml
-            .device_by_index(index)
-            .map_err(|error| driver_error(index, "device_by_index", error))?;
+        let device = mig::device(&nvml, index)?;
         let processes = slow::processes(index, &device, &self.absent, &self.proc_reader)
             .map_err(|error| driver_error(index, "running_processes_v3", error))?;
         let basics = slow::basics(index, &device, &self.absent)

@@ -89,6 +89,7 @@ pub(super) fn device_info(model: &GpuModel, seed: u64, index: u32) -> DeviceInfo
         name: model.name.to_owned(),
         pci_bus_id: Some(pci_bus_id(model, index)),
         driver_version: Some(DRIVER_VERSION.to_owned()),
+        mig: None,
     }
 }
 

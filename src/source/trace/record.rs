@@ -263,6 +263,7 @@ mod tests {
                 name: "Fake".into(),
                 pci_bus_id: None,
                 driver_version: None,
+                mig: None,
             }])
         }
         fn read_fast(&self, _: u32) -> Result<FastReading, SourceError> {

@@ -52,6 +52,7 @@ fn device(index: u32) -> DeviceInfo {
         name: "NVIDIA H100 80GB HBM3".into(),
         pci_bus_id: (index == 0).then(|| "00000000:3B:00.0".into()),
         driver_version: (index == 0).then(|| "570.86.15".into()),
+        mig: None,
     }
 }
 

@@ -1,0 +1,114 @@
+//! MIG devices as monitored devices of their own.
+//!
+//! A MIG device gets a synthetic index, [`MIG_INDEX_BASE`] + parent × 100 +
+//! slot, so the sampler can address it like any device; its `gpu` label is
+//! its parent's index and its identity is its `MIG-…` UUID. MIG devices are
+//! listed once, at discovery: a MIG reconfiguration needs a restart.
+
+use nvml_wrapper::error::NvmlError;
+use nvml_wrapper::{Device, Nvml};
+use tracing::info;
+
+use crate::model::{DeviceInfo, MigInfo};
+use crate::source::SourceError;
+
+use super::driver_error;
+
+/// Indices at or above this are MIG devices.
+pub const MIG_INDEX_BASE: u32 = 10_000;
+/// Slots per parent in the synthetic index (NVML allows at most 7 today).
+const SLOTS_PER_PARENT: u32 = 100;
+
+fn synthetic_index(parent: u32, slot: u32) -> u32 {
+    MIG_INDEX_BASE + parent * SLOTS_PER_PARENT + slot
+}
+
+/// The parent index and slot of a synthetic MIG index.
+pub fn split(index: u32) -> Option<(u32, u32)> {
+    let offset = index.checked_sub(MIG_INDEX_BASE)?;
+    Some((offset / SLOTS_PER_PARENT, offset % SLOTS_PER_PARENT))
+}
+
+/// The handle for a monitored index, physical or MIG.
+pub(super) fn device(nvml: &Nvml, index: u32) -> Result<Device<'_>, SourceError> {
+    match split(index) {
+        None => nvml
+            .device_by_index(index)
+            .map_err(|error| driver_error(index, "device_by_index", error)),
+        Some((parent, slot)) => nvml
+            .device_by_index(parent)
+            .and_then(|device| device.mig_device_by_index(slot))
+            .map_err(|error| driver_error(index, "mig_device_by_index", error)),
+    }
+}
+
+/// The MIG devices of a GPU in MIG mode. A slot without a device is
+/// skipped; a device that cannot be described is logged and skipped.
+pub(super) fn list(parent: &Device<'_>, parent_info: &DeviceInfo) -> Vec<DeviceInfo> {
+    let slots = match parent.mig_device_count() {
+        Ok(slots) => slots.min(SLOTS_PER_PARENT),
+        Err(error) => {
+            info!(gpu = parent_info.index, error = %error, "MIG is on but its devices cannot be listed");
+            return Vec::new();
+        }
+    };
+    let mut devices = Vec::new();
+    for slot in 0..slots {
+        let described = parent.mig_device_by_index(slot).and_then(|mig| {
+            let name = mig.name()?;
+            Ok(DeviceInfo {
+                index: synthetic_index(parent_info.index, slot),
+                uuid: mig.uuid()?,
+                name: name.clone(),
+                pci_bus_id: None,
+                driver_version: parent_info.driver_version.clone(),
+                mig: Some(MigInfo {
+                    parent_index: parent_info.index,
+                    parent_uuid: parent_info.uuid.clone(),
+                    slot,
+                    profile: profile_from_name(&name),
+                }),
+            })
+        });
+        match described {
+            Ok(info) => devices.push(info),
+            Err(NvmlError::NotFound | NvmlError::InvalidArg) => {}
+            Err(error) => {
+                info!(gpu = parent_info.index, slot, error = %error, "a MIG device cannot be described; skipped");
+            }
+        }
+    }
+    devices
+}
+
+/// `NVIDIA H100 80GB HBM3 MIG 3g.40gb` → `3g.40gb`.
+pub fn profile_from_name(name: &str) -> Option<String> {
+    let (_, profile) = name.rsplit_once(" MIG ")?;
+    let profile = profile.trim();
+    (!profile.is_empty()).then(|| profile.to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn synthetic_indices_round_trip_and_do_not_collide_with_gpus() {
+        assert_eq!(split(7), None);
+        assert_eq!(split(synthetic_index(0, 0)), Some((0, 0)));
+        assert_eq!(split(synthetic_index(7, 6)), Some((7, 6)));
+    }
+
+    #[test]
+    fn profile_is_read_from_the_device_name() {
+        assert_eq!(
+            profile_from_name("NVIDIA H100 80GB HBM3 MIG 3g.40gb").as_deref(),
+            Some("3g.40gb")
+        );
+        assert_eq!(
+            profile_from_name("NVIDIA A100-SXM4-40GB MIG 1g.5gb+me").as_deref(),
+            Some("1g.5gb+me")
+        );
+        assert_eq!(profile_from_name("NVIDIA H100 80GB HBM3"), None);
+    }
+}
