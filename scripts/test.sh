@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # The one command that runs every vramd test:
 #   - installs what the tests need when it is missing: promtool (Debian
-#     package `prometheus`), used by tests/e2e.rs to lint the /metrics output;
+#     package `prometheus`), used by tests/e2e.rs to lint the /metrics output,
+#     and Alertmanager (Debian package `prometheus-alertmanager`, binary
+#     /usr/bin/prometheus-alertmanager), which tests/alertmanager.rs delivers
+#     alerts to;
 #   - cargo test --workspace --all-targets: unit tests, integration tests (including the
 #     end-to-end tests that run the real binary), benches and examples built
 #     and run once in test mode;
@@ -38,9 +41,35 @@ ensure_promtool() {
         die "the 'prometheus' package is installed but promtool is not on PATH"
 }
 
+ALERTMANAGER=/usr/bin/prometheus-alertmanager
+
+ensure_alertmanager() {
+    if [ -x "$ALERTMANAGER" ]; then
+        return
+    fi
+    echo "scripts/test.sh: $ALERTMANAGER not found; installing the Debian package 'prometheus-alertmanager'" >&2
+    command -v apt-get >/dev/null 2>&1 ||
+        die "Alertmanager is required and apt-get is not available; install the 'prometheus-alertmanager' package and rerun"
+    local sudo=""
+    if [ "$(id -u)" -ne 0 ]; then
+        command -v sudo >/dev/null 2>&1 ||
+            die "Alertmanager is required; run as root or install sudo, or install the 'prometheus-alertmanager' package yourself"
+        sudo="sudo -n"
+    fi
+    export DEBIAN_FRONTEND=noninteractive
+    $sudo apt-get update </dev/null ||
+        die "apt-get update failed; cannot install Alertmanager"
+    $sudo apt-get install -y --no-install-recommends prometheus-alertmanager </dev/null ||
+        die "apt-get install prometheus-alertmanager failed; cannot install Alertmanager"
+    [ -x "$ALERTMANAGER" ] ||
+        die "the 'prometheus-alertmanager' package is installed but $ALERTMANAGER is missing"
+}
+
 command -v cargo >/dev/null 2>&1 || die "cargo not found; install the Rust toolchain (rustup)"
 ensure_promtool
 echo "scripts/test.sh: using $(promtool --version 2>&1 | head -n 1)"
+ensure_alertmanager
+echo "scripts/test.sh: using $("$ALERTMANAGER" --version 2>&1 | head -n 1)"
 
 log="$(mktemp)"
 trap 'rm -f "$log"' EXIT

@@ -12,6 +12,7 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
+use crate::alerts::board::AlertBoard;
 use crate::api::{self, AppState, Limits};
 use crate::clock::{ScaledClock, wall_now};
 use crate::config::{Config, SourceSelection};
@@ -161,17 +162,20 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         sampler_settings(&config),
         cancel.clone(),
     ));
-    let state = AppState {
+    let board = Arc::new(AlertBoard::new(config.api.max_stream_backlog.get()));
+    let state = AppState::new(
         store,
         telemetry,
-        limits: Limits {
+        board,
+        Limits {
             request_timeout: config.server.request_timeout,
             max_request_body_bytes: config.server.max_request_body_bytes,
             max_concurrent_requests: config.server.max_concurrent_requests.get(),
             max_history_points: config.api.max_history_points.get(),
             retention: config.history.retention,
+            max_event_streams: config.api.max_event_streams.get(),
         },
-    };
+    );
     let server = axum::serve(listener, api::router(state))
         .with_graceful_shutdown(cancel.clone().cancelled_owned());
     let mut server = tokio::spawn(async move { server.await });

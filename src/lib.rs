@@ -4,6 +4,7 @@
 //! Data flows one way: `source` → `sampler` → `history` → (analyzer, alerts)
 //! → `api`/`exposition`. Only `app` knows the concrete types it wires.
 
+pub mod alerts;
 pub mod analysis;
 pub mod api;
 pub mod app;

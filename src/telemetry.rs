@@ -27,6 +27,31 @@ pub const ERROR_KINDS: &[&str] = &[
     "out_of_order",
 ];
 
+/// What became of an alert notification (one alert in one delivery), the
+/// `outcome` label of `vramd_notifications_total`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NotificationOutcome {
+    /// Accepted by the receiver.
+    Sent,
+    /// Given up after the last retry failed.
+    Failed,
+    /// Evicted from a full queue before it was attempted.
+    Dropped,
+}
+
+impl NotificationOutcome {
+    pub const ALL: [NotificationOutcome; 3] =
+        [NotificationOutcome::Sent, NotificationOutcome::Failed, NotificationOutcome::Dropped];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NotificationOutcome::Sent => "sent",
+            NotificationOutcome::Failed => "failed",
+            NotificationOutcome::Dropped => "dropped",
+        }
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum TelemetryError {
     #[error("registering metric {name}: {source}")]
@@ -42,6 +67,9 @@ pub struct Telemetry {
     sample_duration: HistogramVec,
     source_up: IntGauge,
     calls_stuck: IntGauge,
+    notifications: IntCounterVec,
+    notifications_dropped: IntCounterVec,
+    notification_duration: HistogramVec,
 }
 
 impl Telemetry {
@@ -94,20 +122,64 @@ impl Telemetry {
         .map_err(|source| TelemetryError::Register { name: "vramd_source_info", source })?;
         source_info.with_label_values(&[source]).set(1);
 
-        let collectors: [(&'static str, Box<dyn prometheus::core::Collector>); 6] = [
+        let notifications = IntCounterVec::new(
+            Opts::new(
+                "vramd_notifications_total",
+                "Alert notifications (one alert in one delivery) by notifier and outcome: sent, failed (given up after the last retry), dropped (evicted from a full queue).",
+            ),
+            &["notifier", "outcome"],
+        )
+        .map_err(|source| TelemetryError::Register { name: "vramd_notifications_total", source })?;
+        let notifications_dropped = IntCounterVec::new(
+            Opts::new(
+                "vramd_notifications_dropped_total",
+                "Alert notifications evicted from a notifier's full queue (notify.queue_capacity) before delivery was attempted.",
+            ),
+            &["notifier"],
+        )
+        .map_err(|source| TelemetryError::Register {
+            name: "vramd_notifications_dropped_total",
+            source,
+        })?;
+        let notification_duration = HistogramVec::new(
+            HistogramOpts::new(
+                "vramd_notification_duration_seconds",
+                "Time one delivery attempt to a notifier took, successful or not.",
+            )
+            .buckets(vec![0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0]),
+            &["notifier"],
+        )
+        .map_err(|source| TelemetryError::Register {
+            name: "vramd_notification_duration_seconds",
+            source,
+        })?;
+
+        let collectors: [(&'static str, Box<dyn prometheus::core::Collector>); 9] = [
             ("vramd_source_errors_total", Box::new(source_errors.clone())),
             ("vramd_sample_duration_seconds", Box::new(sample_duration.clone())),
             ("vramd_nvml_up", Box::new(source_up.clone())),
             ("vramd_source_calls_stuck", Box::new(calls_stuck.clone())),
             ("vramd_build_info", Box::new(build_info)),
             ("vramd_source_info", Box::new(source_info)),
+            ("vramd_notifications_total", Box::new(notifications.clone())),
+            ("vramd_notifications_dropped_total", Box::new(notifications_dropped.clone())),
+            ("vramd_notification_duration_seconds", Box::new(notification_duration.clone())),
         ];
         for (name, collector) in collectors {
             registry
                 .register(collector)
                 .map_err(|source| TelemetryError::Register { name, source })?;
         }
-        Ok(Self { registry, source_errors, sample_duration, source_up, calls_stuck })
+        Ok(Self {
+            registry,
+            source_errors,
+            sample_duration,
+            source_up,
+            calls_stuck,
+            notifications,
+            notifications_dropped,
+            notification_duration,
+        })
     }
 
     /// Counts one failed source call.
@@ -141,6 +213,43 @@ impl Telemetry {
 
     pub fn calls_stuck(&self) -> i64 {
         self.calls_stuck.get()
+    }
+
+    /// Creates a notifier's notification series at zero, so `rate()` works
+    /// before its first delivery.
+    pub fn register_notifier(&self, notifier: &str) {
+        for outcome in NotificationOutcome::ALL {
+            self.notifications.with_label_values(&[notifier, outcome.as_str()]);
+        }
+        self.notifications_dropped.with_label_values(&[notifier]);
+        self.notification_duration.with_label_values(&[notifier]);
+    }
+
+    /// Counts `count` notifications of `notifier` with `outcome`; dropped
+    /// ones also count in `vramd_notifications_dropped_total`.
+    pub fn count_notifications(&self, notifier: &str, outcome: NotificationOutcome, count: u64) {
+        self.notifications.with_label_values(&[notifier, outcome.as_str()]).inc_by(count);
+        if outcome == NotificationOutcome::Dropped {
+            self.notifications_dropped.with_label_values(&[notifier]).inc_by(count);
+        }
+    }
+
+    pub fn notification_count(&self, notifier: &str, outcome: NotificationOutcome) -> u64 {
+        self.notifications.with_label_values(&[notifier, outcome.as_str()]).get()
+    }
+
+    pub fn notifications_dropped(&self, notifier: &str) -> u64 {
+        self.notifications_dropped.with_label_values(&[notifier]).get()
+    }
+
+    /// Records how long one delivery attempt took.
+    pub fn observe_notification(&self, notifier: &str, took: Duration) {
+        self.notification_duration.with_label_values(&[notifier]).observe(took.as_secs_f64());
+    }
+
+    /// Delivery attempts observed for `notifier`.
+    pub fn notification_attempts(&self, notifier: &str) -> u64 {
+        self.notification_duration.with_label_values(&[notifier]).get_sample_count()
     }
 
     /// Appends the self metrics in the text exposition format.

@@ -17,6 +17,7 @@ use axum::http::Request;
 use http_body_util::BodyExt;
 use tower::ServiceExt;
 
+use vramd::alerts::board::AlertBoard;
 use vramd::api::{self, AppState, Limits};
 use vramd::clock::ScaledClock;
 use vramd::history::{HistoryStore, Sizing};
@@ -105,17 +106,19 @@ fn metrics_for_a_lost_device_leave_its_values_out() {
 #[tokio::test]
 async fn device_document_matches_the_golden_file() {
     let store = store_after(ScenarioKind::TrainingFragmentation, 1, Duration::from_secs(900));
-    let state = AppState {
+    let state = AppState::new(
         store,
-        telemetry: Arc::new(Telemetry::new("simulator").unwrap()),
-        limits: Limits {
+        Arc::new(Telemetry::new("simulator").unwrap()),
+        Arc::new(AlertBoard::new(16)),
+        Limits {
             request_timeout: Duration::from_secs(5),
             max_request_body_bytes: 1024,
             max_concurrent_requests: 4,
             max_history_points: 1_000,
             retention: Duration::from_secs(3_600),
+            max_event_streams: 2,
         },
-    };
+    );
     let response = api::router(state)
         .oneshot(Request::builder().uri("/api/v1/devices/0").body(Body::empty()).unwrap())
         .await

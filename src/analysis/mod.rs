@@ -6,3 +6,10 @@
 //! HTTP or alerts delivery.
 
 pub mod accounting;
+pub mod fragmentation;
+pub mod leak;
+pub mod pressure;
+pub mod remediation;
+pub mod series;
+pub mod trend;
+pub mod summary;

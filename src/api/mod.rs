@@ -6,6 +6,7 @@
 //! device source, so a stuck driver can't slow a request.
 //! Depends on: `history`, `analysis`, `exposition`, `telemetry`, `model`.
 
+mod alerts;
 mod dto;
 mod error;
 mod history;
@@ -27,6 +28,7 @@ use tower::ServiceBuilder;
 use tower::limit::GlobalConcurrencyLimitLayer;
 use tower_http::timeout::TimeoutLayer;
 
+use crate::alerts::board::AlertBoard;
 use crate::exposition;
 use crate::history::HistoryStore;
 use crate::telemetry::Telemetry;
@@ -42,13 +44,30 @@ pub struct Limits {
     pub max_history_points: usize,
     /// How far back history reaches (`history.retention`).
     pub retention: Duration,
+    /// Open `/api/v1/alerts/stream` connections at most.
+    pub max_event_streams: usize,
 }
 
 #[derive(Clone)]
 pub struct AppState {
     pub store: Arc<HistoryStore>,
     pub telemetry: Arc<Telemetry>,
+    pub board: Arc<AlertBoard>,
+    /// One permit per open event stream (`api.max_event_streams`).
+    pub streams: Arc<tokio::sync::Semaphore>,
     pub limits: Limits,
+}
+
+impl AppState {
+    pub fn new(
+        store: Arc<HistoryStore>,
+        telemetry: Arc<Telemetry>,
+        board: Arc<AlertBoard>,
+        limits: Limits,
+    ) -> Self {
+        let streams = Arc::new(tokio::sync::Semaphore::new(limits.max_event_streams));
+        Self { store, telemetry, board, streams, limits }
+    }
 }
 
 /// Builds the router with every route and protection.
@@ -61,6 +80,9 @@ pub fn router(state: AppState) -> Router {
         .route("/api/v1/devices", get(devices))
         .route("/api/v1/devices/{gpu}", get(device))
         .route("/api/v1/devices/{gpu}/history", get(history::device_history))
+        .route("/api/v1/alerts", get(alerts::list))
+        .route("/api/v1/alerts/stream", get(alerts::stream))
+        .route("/api/v1/alerts/{id}", get(alerts::one))
         .fallback(not_found)
         .with_state(state);
     protect(routes, limits)

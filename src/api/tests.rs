@@ -10,6 +10,7 @@ use serde_json::Value;
 use tower::ServiceExt;
 
 use super::*;
+use crate::alerts::board::AlertBoard;
 use crate::clock::ScaledClock;
 use crate::history::{HistoryStore, Sizing};
 use crate::source::DeviceSource;
@@ -22,6 +23,7 @@ fn limits() -> Limits {
         max_concurrent_requests: 8,
         max_history_points: 200,
         retention: Duration::from_secs(3_600),
+        max_event_streams: 2,
     }
 }
 
@@ -48,7 +50,16 @@ fn filled_state() -> AppState {
         }
     }
     store.mark_cycle_completed();
-    AppState { store, telemetry: Arc::new(Telemetry::new("simulator").unwrap()), limits: limits() }
+    state_with(store)
+}
+
+fn state_with(store: Arc<HistoryStore>) -> AppState {
+    AppState::new(
+        store,
+        Arc::new(Telemetry::new("simulator").unwrap()),
+        Arc::new(AlertBoard::new(16)),
+        limits(),
+    )
 }
 
 async fn get(state: &AppState, uri: &str) -> (StatusCode, String, Option<String>) {
@@ -84,15 +95,11 @@ fn assert_error(status: StatusCode, body: &Value, expected: StatusCode, code: &s
 
 #[tokio::test]
 async fn health_is_always_ok_and_readiness_waits_for_a_cycle() {
-    let empty = AppState {
-        store: Arc::new(HistoryStore::new(Sizing {
-            fast_capacity: 1,
-            slow_capacity: 1,
-            peak_window: Duration::from_secs(1),
-        })),
-        telemetry: Arc::new(Telemetry::new("simulator").unwrap()),
-        limits: limits(),
-    };
+    let empty = state_with(Arc::new(HistoryStore::new(Sizing {
+        fast_capacity: 1,
+        slow_capacity: 1,
+        peak_window: Duration::from_secs(1),
+    })));
     assert_eq!(get_json(&empty, "/healthz").await.0, StatusCode::OK);
     let (status, body) = get_json(&empty, "/readyz").await;
     assert_error(status, &body, StatusCode::SERVICE_UNAVAILABLE, "not_ready");

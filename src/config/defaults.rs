@@ -1,18 +1,20 @@
 //! The built-in defaults, as a validated [`Config`].
 //!
-//! Owns: [`defaults`] and the default constants. This is the single source
+//! Owns: [`defaults`], [`default_alerts`] and the default constants. This is the single source
 //! of the default values: the lowest configuration layer is rendered from
 //! it, and `config/vramd.toml` is tested to load to exactly it. Depends only
-//! on the config types.
+//! on the config types and `alerts::Severity`.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::num::NonZeroUsize;
 use std::time::Duration;
 
 use super::types::{
-    ApiConfig, Config, HistoryConfig, LogConfig, LogFormat, MetricsConfig, NvmlConfig,
-    SamplerConfig, ServerConfig, SourceConfig, SourceSelection,
+    AlertsConfig, ApiConfig, Config, HistoryConfig, LogConfig, LogFormat, MetricsConfig,
+    NotifyConfig, NvmlConfig, RuleConfig, RulesConfig, SamplerConfig, ServerConfig, SourceConfig,
+    SourceSelection,
 };
+use crate::alerts::Severity;
 
 /// `server.listen`: loopback only, so nothing is exposed until asked for.
 pub const DEFAULT_LISTEN: SocketAddr = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 9477);
@@ -50,7 +52,11 @@ pub fn defaults() -> Config {
         },
         history: HistoryConfig { retention: Duration::from_secs(3600) },
         metrics: MetricsConfig { peak_window: Duration::from_secs(60) },
-        api: ApiConfig { max_history_points: non_zero(50_000) },
+        api: ApiConfig {
+            max_history_points: non_zero(50_000),
+            max_event_streams: non_zero(16),
+            max_stream_backlog: non_zero(256),
+        },
         source: SourceConfig {
             selection: SourceSelection::Driver,
             record: None,
@@ -68,5 +74,59 @@ pub fn defaults() -> Config {
             xid_events: true,
         },
         log: LogConfig { format: LogFormat::Text, level: DEFAULT_LOG_LEVEL.to_owned() },
+        alerts: default_alerts(),
+        notify: NotifyConfig {
+            alertmanager_url: None,
+            webhook_url: None,
+            queue_capacity: non_zero(1024),
+            timeout: Duration::from_secs(5),
+            resend_interval: Duration::from_secs(60),
+            max_retries: 5,
+            retry_backoff_max: Duration::from_secs(30),
+            external_url: None,
+        },
+    }
+}
+
+/// An enabled rule.
+fn rule(threshold: f64, clear: f64, for_secs: u64, severity: Severity) -> RuleConfig {
+    RuleConfig {
+        enabled: true,
+        threshold,
+        clear,
+        for_duration: Duration::from_secs(for_secs),
+        severity,
+    }
+}
+
+/// `[alerts]` with nothing set: every rule enabled.
+pub fn default_alerts() -> AlertsConfig {
+    AlertsConfig {
+        evaluation_interval: Duration::from_secs(5),
+        resolved_retention: Duration::from_secs(15 * 60),
+        max_alerts: non_zero(1000),
+        trend_window: Duration::from_secs(10 * 60),
+        rules: RulesConfig {
+            // used / total memory, fires above.
+            memory_high: rule(0.92, 0.88, 60, Severity::Warning),
+            // Seconds until memory runs out, fires below.
+            exhaustion_forecast: rule(1800.0, 2700.0, 120, Severity::Warning),
+            exhaustion_min_fit: 0.8,
+            // Bytes per second: 0.25 MiB/s, cleared below 64 KiB/s.
+            leak_suspected: rule(262_144.0, 65_536.0, 300, Severity::Warning),
+            leak_window: Duration::from_secs(30 * 60),
+            // inactive_split / reserved, fires above.
+            allocator_fragmentation_high: rule(0.30, 0.20, 300, Severity::Warning),
+            fragmentation_min_reserved_bytes: 2 << 30,
+            // Counts within their window: any one fires at once.
+            allocator_retries: rule(1.0, 0.0, 0, Severity::Warning),
+            retries_window: Duration::from_secs(5 * 60),
+            allocator_oom: rule(1.0, 0.0, 0, Severity::Critical),
+            oom_window: Duration::from_secs(15 * 60),
+            // 1 while a device (or NVML) is down.
+            device_lost: rule(1.0, 0.0, 0, Severity::Critical),
+            xid_error: rule(1.0, 0.0, 0, Severity::Critical),
+            xid_window: Duration::from_secs(15 * 60),
+        },
     }
 }

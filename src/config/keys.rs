@@ -1,15 +1,18 @@
 //! The catalogue of configuration keys: every dotted key vramd accepts,
 //! with a one-line meaning and its range, in the order they are rendered.
+//! Keys have two levels (`section.name`), except the alert rules, which
+//! have a table each under `[alerts]`: `alerts.memory_high.threshold`.
 //!
-//! Owns: [`KEYS`], the sections, the environment-variable naming, and
-//! the "did you mean" suggestion for unknown keys. The unknown-key walk,
+//! Owns: [`KEYS`], the sections and tables, the environment-variable
+//! naming, and the "did you mean" suggestion for unknown keys. The unknown-key walk,
 //! `render_effective` and the documentation tests all read this one list.
 //! Depends on nothing else in the crate.
 
 /// One configuration key.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct KeySpec {
-    /// Full dotted key, `section.name`.
+    /// Full dotted key, `section.name` or, for an alert rule,
+    /// `alerts.rule.name`.
     pub key: &'static str,
     /// What it does, one line.
     pub summary: &'static str,
@@ -23,25 +26,35 @@ impl KeySpec {
         self.key.split_once('.').map_or(self.key, |(section, _)| section)
     }
 
-    /// The key's name within its section.
-    pub fn name(&self) -> &'static str {
-        self.key.split_once('.').map_or(self.key, |(_, name)| name)
+    /// The TOML table the key is written in: its section (`server`), or
+    /// the rule's table for a rule key (`alerts.memory_high`).
+    pub fn table(&self) -> &'static str {
+        self.key.rsplit_once('.').map_or(self.key, |(table, _)| table)
     }
 
-    /// The environment variable that sets it: `VRAMD_SECTION__NAME`.
+    /// The key's name within its [table](Self::table): `listen`,
+    /// `threshold`.
+    pub fn name(&self) -> &'static str {
+        self.key.rsplit_once('.').map_or(self.key, |(_, name)| name)
+    }
+
+    /// The environment variable that sets it: `VRAMD_SECTION__NAME`, or
+    /// `VRAMD_ALERTS__RULE__NAME` for a rule key.
     pub fn env_var(&self) -> String {
         env_var_for(self.key)
     }
 }
 
-/// `server.listen` → `VRAMD_SERVER__LISTEN`.
+/// `server.listen` → `VRAMD_SERVER__LISTEN`;
+/// `alerts.memory_high.threshold` → `VRAMD_ALERTS__MEMORY_HIGH__THRESHOLD`.
 pub fn env_var_for(key: &str) -> String {
     format!("{ENV_PREFIX}{}", key.to_uppercase().replace('.', ENV_SEPARATOR))
 }
 
 /// Prefix of the environment variables that configure vramd.
 pub const ENV_PREFIX: &str = "VRAMD_";
-/// Separator between section and key in an environment variable name.
+/// Separator between the levels of a key (section, rule table, key) in an
+/// environment variable name.
 pub const ENV_SEPARATOR: &str = "__";
 
 const fn key(key: &'static str, summary: &'static str, range: &'static str) -> KeySpec {
@@ -95,6 +108,8 @@ pub const KEYS: &[KeySpec] = &[
         "1ms to history.retention",
     ),
     key("api.max_history_points", "most points one history response returns", "1 to 1000000"),
+    key("api.max_event_streams", "open alert event streams at most", "1 to 1024"),
+    key("api.max_stream_backlog", "state changes buffered per slow stream reader", "1 to 65536"),
     key(
         "source.simulate",
         "simulate this scenario instead of reading the driver (see `vramd scenarios`)",
@@ -154,9 +169,191 @@ pub const KEYS: &[KeySpec] = &[
         "tracing filter directive, such as \"info\" or \"info,vramd=debug\"",
         "non-empty filter",
     ),
+    key(
+        "alerts.evaluation_interval",
+        "how often the alert rules are evaluated, in source time",
+        "100ms to 10m",
+    ),
+    key("alerts.resolved_retention", "how long a resolved alert stays visible", "0s to 7d"),
+    key(
+        "alerts.max_alerts",
+        "most alerts kept (pending, firing, resolved); the oldest resolved go first",
+        "1 to 100000",
+    ),
+    key("alerts.trend_window", "window of the per-device memory growth estimate", "10s to 24h"),
+    key("alerts.memory_high.enabled", "evaluate the memory_high rule", "true or false"),
+    key(
+        "alerts.memory_high.threshold",
+        "fires when used / total memory is above this for `for`",
+        "ratio, above 0, at most 1",
+    ),
+    key(
+        "alerts.memory_high.clear",
+        "resolves only when used / total memory is back at or below this",
+        "ratio, above 0, at most threshold",
+    ),
+    key("alerts.memory_high.for", "how long memory must stay above threshold", "0s to 24h"),
+    key("alerts.memory_high.severity", "severity of the alert", SEVERITIES),
+    key(
+        "alerts.exhaustion_forecast.enabled",
+        "evaluate the exhaustion_forecast rule",
+        "true or false",
+    ),
+    key(
+        "alerts.exhaustion_forecast.threshold",
+        "fires when memory is forecast to run out in less than this many seconds",
+        "seconds, above 0",
+    ),
+    key(
+        "alerts.exhaustion_forecast.clear",
+        "resolves only when the forecast is back at or above this many seconds",
+        "seconds, at least threshold",
+    ),
+    key(
+        "alerts.exhaustion_forecast.for",
+        "how long the forecast must stay below threshold",
+        "0s to 24h",
+    ),
+    key("alerts.exhaustion_forecast.severity", "severity of the alert", SEVERITIES),
+    key(
+        "alerts.exhaustion_forecast.min_fit",
+        "least goodness of fit of the growth trend for a forecast to count",
+        "0 to 1",
+    ),
+    key("alerts.leak_suspected.enabled", "evaluate the leak_suspected rule", "true or false"),
+    key(
+        "alerts.leak_suspected.threshold",
+        "fires when a process grows steadily faster than this",
+        "bytes per second, at least 0",
+    ),
+    key(
+        "alerts.leak_suspected.clear",
+        "resolves only when its growth is back at or below this",
+        "bytes per second, at least 0, at most threshold",
+    ),
+    key("alerts.leak_suspected.for", "how long the growth must stay above threshold", "0s to 24h"),
+    key("alerts.leak_suspected.severity", "severity of the alert", SEVERITIES),
+    key(
+        "alerts.leak_suspected.window",
+        "window the growth of a process is measured over",
+        "1m to 24h",
+    ),
+    key(
+        "alerts.allocator_fragmentation_high.enabled",
+        "evaluate the allocator_fragmentation_high rule",
+        "true or false",
+    ),
+    key(
+        "alerts.allocator_fragmentation_high.threshold",
+        "fires when a process's inactive split / reserved memory is above this",
+        "ratio, above 0, at most 1",
+    ),
+    key(
+        "alerts.allocator_fragmentation_high.clear",
+        "resolves only when the ratio is back at or below this",
+        "ratio, above 0, at most threshold",
+    ),
+    key(
+        "alerts.allocator_fragmentation_high.for",
+        "how long the ratio must stay above threshold",
+        "0s to 24h",
+    ),
+    key("alerts.allocator_fragmentation_high.severity", "severity of the alert", SEVERITIES),
+    key(
+        "alerts.allocator_fragmentation_high.min_reserved",
+        "only processes whose allocator reserves at least this much are checked",
+        "size, 0B to 1TiB",
+    ),
+    key("alerts.allocator_retries.enabled", "evaluate the allocator_retries rule", "true or false"),
+    key(
+        "alerts.allocator_retries.threshold",
+        "fires when a process's allocator retries within `window` reach this",
+        "count, at least 0",
+    ),
+    key(
+        "alerts.allocator_retries.clear",
+        "resolves only when the retries within `window` are back at or below this",
+        "count, at least 0, at most threshold",
+    ),
+    key("alerts.allocator_retries.for", "how long the retries must stay at threshold", "0s to 24h"),
+    key("alerts.allocator_retries.severity", "severity of the alert", SEVERITIES),
+    key("alerts.allocator_retries.window", "window the retries are counted in", "1s to 24h"),
+    key("alerts.allocator_oom.enabled", "evaluate the allocator_oom rule", "true or false"),
+    key(
+        "alerts.allocator_oom.threshold",
+        "fires when a process's allocator out-of-memory errors within `window` reach this",
+        "count, at least 0",
+    ),
+    key(
+        "alerts.allocator_oom.clear",
+        "resolves only when the errors within `window` are back at or below this",
+        "count, at least 0, at most threshold",
+    ),
+    key("alerts.allocator_oom.for", "how long the errors must stay at threshold", "0s to 24h"),
+    key("alerts.allocator_oom.severity", "severity of the alert", SEVERITIES),
+    key(
+        "alerts.allocator_oom.window",
+        "window the out-of-memory errors are counted in",
+        "1s to 24h",
+    ),
+    key("alerts.device_lost.enabled", "evaluate the device_lost rule", "true or false"),
+    key(
+        "alerts.device_lost.threshold",
+        "fires when a device stops answering or NVML is down (value 1, else 0)",
+        "count, at least 0",
+    ),
+    key(
+        "alerts.device_lost.clear",
+        "resolves only when the value is back at or below this",
+        "count, at least 0, at most threshold",
+    ),
+    key("alerts.device_lost.for", "how long the device must stay lost", "0s to 24h"),
+    key("alerts.device_lost.severity", "severity of the alert", SEVERITIES),
+    key("alerts.xid_error.enabled", "evaluate the xid_error rule", "true or false"),
+    key(
+        "alerts.xid_error.threshold",
+        "fires when a device's Xid errors within `window` reach this",
+        "count, at least 0",
+    ),
+    key(
+        "alerts.xid_error.clear",
+        "resolves only when the errors within `window` are back at or below this",
+        "count, at least 0, at most threshold",
+    ),
+    key("alerts.xid_error.for", "how long the errors must stay at threshold", "0s to 24h"),
+    key("alerts.xid_error.severity", "severity of the alert", SEVERITIES),
+    key("alerts.xid_error.window", "window the Xid errors are counted in", "1s to 24h"),
+    key(
+        "notify.alertmanager_url",
+        "send alert state changes to this Alertmanager (API v2)",
+        "http:// or https:// URL; not set by default",
+    ),
+    key(
+        "notify.webhook_url",
+        "POST alert state changes as JSON to this URL",
+        "http:// or https:// URL; not set by default",
+    ),
+    key(
+        "notify.queue_capacity",
+        "state changes waiting per notifier; beyond it the oldest are dropped",
+        "1 to 100000",
+    ),
+    key("notify.timeout", "deadline of one delivery request", "100ms to 1m"),
+    key("notify.resend_interval", "how often firing alerts are sent again", "1s to 1h"),
+    key("notify.max_retries", "attempts after a failed delivery", "0 to 100"),
+    key("notify.retry_backoff_max", "longest wait between delivery attempts", "100ms to 10m"),
+    key(
+        "notify.external_url",
+        "base of the generatorURL links in notifications (default http://<server.listen>)",
+        "http:// or https:// URL; not set by default",
+    ),
 ];
 
+/// Range of every rule's `severity`.
+const SEVERITIES: &str = "\"info\", \"warning\" or \"critical\"";
+
 /// The sections, in rendering order.
+#[cfg(test)]
 pub fn sections() -> Vec<&'static str> {
     let mut sections: Vec<&'static str> = Vec::new();
     for spec in KEYS {
@@ -167,15 +364,35 @@ pub fn sections() -> Vec<&'static str> {
     sections
 }
 
+/// Every table a key can be written in, in rendering order: the sections
+/// and the alert rules' tables under `alerts` (`alerts.memory_high`).
+pub fn tables() -> Vec<&'static str> {
+    let mut tables: Vec<&'static str> = Vec::new();
+    for spec in KEYS {
+        for (end, _) in spec.key.match_indices('.') {
+            let table = &spec.key[..end];
+            if !tables.contains(&table) {
+                tables.push(table);
+            }
+        }
+    }
+    tables
+}
+
+/// Is `key` (a dotted key) a table that holds keys: a section or a rule?
+pub fn is_table(key: &str) -> bool {
+    tables().contains(&key)
+}
+
 /// Is `key` (a dotted key) one of [`KEYS`]?
 pub fn is_known(key: &str) -> bool {
     KEYS.iter().any(|spec| spec.key == key)
 }
 
-/// The known key or section closest to an unknown one, when close enough
+/// The known key or table closest to an unknown one, when close enough
 /// to be a likely typo.
 pub fn suggest(unknown: &str) -> Option<String> {
-    let candidates = KEYS.iter().map(|spec| spec.key).chain(sections());
+    let candidates = KEYS.iter().map(|spec| spec.key).chain(tables());
     candidates
         .map(|known| (edit_distance(unknown, known), known))
         .filter(|(distance, known)| *distance <= 3.max(known.len() / 5))
@@ -208,10 +425,16 @@ mod tests {
     use super::*;
 
     #[test]
-    fn keys_are_unique_and_two_level() {
+    fn keys_are_unique_and_two_or_three_level() {
         for (index, spec) in KEYS.iter().enumerate() {
-            assert_eq!(spec.key.matches('.').count(), 1, "{}", spec.key);
+            let levels = spec.key.matches('.').count() + 1;
+            assert!(levels == 2 || levels == 3, "{}", spec.key);
+            // Only the alert rules have tables of their own.
+            if levels == 3 {
+                assert_eq!(spec.section(), "alerts", "{}", spec.key);
+            }
             assert!(!KEYS[..index].iter().any(|other| other.key == spec.key), "{}", spec.key);
+            assert_eq!(format!("{}.{}", spec.table(), spec.name()), spec.key);
         }
         assert_eq!(
             sections(),
@@ -224,15 +447,52 @@ mod tests {
                 "source",
                 "simulator",
                 "nvml",
-                "log"
+                "log",
+                "alerts",
+                "notify"
             ]
         );
+    }
+
+    #[test]
+    fn rule_tables_follow_the_alerts_keys_and_share_the_common_keys() {
+        let rules: Vec<&str> =
+            tables().into_iter().filter(|table| table.starts_with("alerts.")).collect();
+        assert_eq!(
+            rules,
+            [
+                "alerts.memory_high",
+                "alerts.exhaustion_forecast",
+                "alerts.leak_suspected",
+                "alerts.allocator_fragmentation_high",
+                "alerts.allocator_retries",
+                "alerts.allocator_oom",
+                "alerts.device_lost",
+                "alerts.xid_error"
+            ]
+        );
+        for rule in rules {
+            let names: Vec<&str> =
+                KEYS.iter().filter(|spec| spec.table() == rule).map(KeySpec::name).collect();
+            assert_eq!(names[..5], ["enabled", "threshold", "clear", "for", "severity"], "{rule}");
+            assert!(is_table(rule));
+        }
+        // Within `[alerts]`, the plain keys come before the first rule table,
+        // so the rendered TOML never reopens `[alerts]`.
+        let alerts: Vec<&KeySpec> = KEYS.iter().filter(|spec| spec.section() == "alerts").collect();
+        let first_rule = alerts.iter().position(|spec| spec.table() != "alerts").unwrap();
+        assert!(alerts[first_rule..].iter().all(|spec| spec.table() != "alerts"));
+        assert!(is_table("alerts") && !is_table("alerts.memory_high.threshold"));
     }
 
     #[test]
     fn env_var_names_use_the_double_underscore_separator() {
         assert_eq!(env_var_for("sampler.fast_interval"), "VRAMD_SAMPLER__FAST_INTERVAL");
         assert_eq!(env_var_for("server.listen"), "VRAMD_SERVER__LISTEN");
+        assert_eq!(
+            env_var_for("alerts.memory_high.threshold"),
+            "VRAMD_ALERTS__MEMORY_HIGH__THRESHOLD"
+        );
     }
 
     #[test]
@@ -241,5 +501,14 @@ mod tests {
         assert_eq!(suggest("sampler_fast_interval").as_deref(), Some("sampler.fast_interval"));
         assert_eq!(suggest("samplr").as_deref(), Some("sampler"));
         assert_eq!(suggest("completely.different"), None);
+        assert_eq!(
+            suggest("alerts.memory_hgh.threshold").as_deref(),
+            Some("alerts.memory_high.threshold")
+        );
+        assert_eq!(
+            suggest("alerts.memory_high.treshold").as_deref(),
+            Some("alerts.memory_high.threshold")
+        );
+        assert_eq!(suggest("alerts.memory_hgh").as_deref(), Some("alerts.memory_high"));
     }
 }

@@ -4,7 +4,8 @@
 //! Owns: the two configuration stages (raw as-written values, then
 //! validated types), key catalogue, size and duration units, and rendering
 //! of the effective configuration. Depends only on `source::simulator`'s
-//! `ScenarioKind`; never on the sampler, history, analysis or HTTP.
+//! `ScenarioKind` and `alerts::Severity`; never on the sampler, history,
+//! analysis or HTTP.
 //!
 //! Layout: `types` (the validated `Config`), `keys` (every key), `raw`
 //! (serde layer), `load` (files, environment, overrides, merging), `walk`
@@ -22,7 +23,7 @@ mod units;
 mod validate;
 mod walk;
 
-pub use defaults::{DEFAULT_LISTEN, defaults};
+pub use defaults::{DEFAULT_LISTEN, default_alerts, defaults};
 pub use error::{ConfigError, Origin};
 pub use keys::{ENV_PREFIX, KEYS, KeySpec, env_var_for};
 pub use load::{

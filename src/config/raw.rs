@@ -79,7 +79,8 @@ impl<'de> Visitor<'de> for ScalarVisitor {
 /// The whole merged configuration, unvalidated. A missing key is `None`;
 /// with the built-in defaults merged in, only the optional keys
 /// (`source.simulate`, `source.replay`, `source.record`,
-/// `nvml.library_path`) can be missing.
+/// `nvml.library_path`, `notify.alertmanager_url`, `notify.webhook_url`,
+/// `notify.external_url`) can be missing.
 #[derive(Clone, Debug, Default, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawConfig {
@@ -101,6 +102,10 @@ pub struct RawConfig {
     pub nvml: RawNvml,
     #[serde(default)]
     pub log: RawLog,
+    #[serde(default)]
+    pub alerts: RawAlerts,
+    #[serde(default)]
+    pub notify: RawNotify,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Deserialize)]
@@ -139,6 +144,8 @@ pub struct RawMetrics {
 #[serde(deny_unknown_fields)]
 pub struct RawApi {
     pub max_history_points: Option<Scalar>,
+    pub max_event_streams: Option<Scalar>,
+    pub max_stream_backlog: Option<Scalar>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Deserialize)]
@@ -174,4 +181,64 @@ pub struct RawNvml {
 pub struct RawLog {
     pub format: Option<Scalar>,
     pub level: Option<Scalar>,
+}
+
+/// `[alerts]`: its own keys and one table per rule.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawAlerts {
+    pub evaluation_interval: Option<Scalar>,
+    pub resolved_retention: Option<Scalar>,
+    pub max_alerts: Option<Scalar>,
+    pub trend_window: Option<Scalar>,
+    #[serde(default)]
+    pub memory_high: RawRule,
+    #[serde(default)]
+    pub exhaustion_forecast: RawRule,
+    #[serde(default)]
+    pub leak_suspected: RawRule,
+    #[serde(default)]
+    pub allocator_fragmentation_high: RawRule,
+    #[serde(default)]
+    pub allocator_retries: RawRule,
+    #[serde(default)]
+    pub allocator_oom: RawRule,
+    #[serde(default)]
+    pub device_lost: RawRule,
+    #[serde(default)]
+    pub xid_error: RawRule,
+}
+
+/// `[alerts.<rule>]`: the keys every rule has, and the extra keys some
+/// have. Which rule takes which extra key is in the key catalogue; the
+/// unknown-key walk rejects the others before this layer is deserialized,
+/// and `validate` reads an extra key only for the rules that have it.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawRule {
+    pub enabled: Option<Scalar>,
+    pub threshold: Option<Scalar>,
+    pub clear: Option<Scalar>,
+    #[serde(rename = "for")]
+    pub for_duration: Option<Scalar>,
+    pub severity: Option<Scalar>,
+    /// `exhaustion_forecast` only.
+    pub min_fit: Option<Scalar>,
+    /// `leak_suspected`, `allocator_retries`, `allocator_oom`, `xid_error`.
+    pub window: Option<Scalar>,
+    /// `allocator_fragmentation_high` only.
+    pub min_reserved: Option<Scalar>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawNotify {
+    pub alertmanager_url: Option<Scalar>,
+    pub webhook_url: Option<Scalar>,
+    pub queue_capacity: Option<Scalar>,
+    pub timeout: Option<Scalar>,
+    pub resend_interval: Option<Scalar>,
+    pub max_retries: Option<Scalar>,
+    pub retry_backoff_max: Option<Scalar>,
+    pub external_url: Option<Scalar>,
 }

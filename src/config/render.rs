@@ -10,7 +10,7 @@ use std::path::Path;
 
 use super::defaults::{DEFAULT_SIMULATOR_GPUS, DEFAULT_SIMULATOR_SEED};
 use super::keys::KEYS;
-use super::types::{Config, LogFormat, SourceSelection};
+use super::types::{Config, LogFormat, RuleConfig, SourceSelection};
 use super::units::{format_duration, format_size};
 
 /// A value in TOML syntax.
@@ -62,6 +62,24 @@ fn path(value: &Path) -> Option<TomlValue> {
     text(value.to_string_lossy())
 }
 
+fn number(value: f64) -> Option<TomlValue> {
+    Some(TomlValue::Float(value))
+}
+
+/// The keys every rule has, in catalogue order, for `[alerts.<rule>]`.
+macro_rules! rule_entries {
+    ($rule:literal, $config:expr) => {{
+        let rule: &RuleConfig = $config;
+        [
+            (concat!("alerts.", $rule, ".enabled"), boolean(rule.enabled)),
+            (concat!("alerts.", $rule, ".threshold"), number(rule.threshold)),
+            (concat!("alerts.", $rule, ".clear"), number(rule.clear)),
+            (concat!("alerts.", $rule, ".for"), text(format_duration(rule.for_duration))),
+            (concat!("alerts.", $rule, ".severity"), text(rule.severity.as_str())),
+        ]
+    }};
+}
+
 /// Every key of [`KEYS`], in its order, with the value `config` has for it;
 /// `None` for an optional key that is not set. The simulator keys show
 /// their defaults when the simulator is not selected, since they are unused.
@@ -85,7 +103,10 @@ pub fn entries(config: &Config) -> Vec<(&'static str, Option<TomlValue>)> {
         LogFormat::Text => "text",
         LogFormat::Json => "json",
     };
-    vec![
+    let alerts = &config.alerts;
+    let rules = &alerts.rules;
+    let notify = &config.notify;
+    let mut entries = vec![
         ("server.listen", text(server.listen.to_string())),
         ("server.request_timeout", text(format_duration(server.request_timeout))),
         ("server.max_request_body", text(format_size(server.max_request_body_bytes as u64))),
@@ -99,6 +120,8 @@ pub fn entries(config: &Config) -> Vec<(&'static str, Option<TomlValue>)> {
         ("history.retention", text(format_duration(config.history.retention))),
         ("metrics.peak_window", text(format_duration(config.metrics.peak_window))),
         ("api.max_history_points", count(config.api.max_history_points.get())),
+        ("api.max_event_streams", count(config.api.max_event_streams.get())),
+        ("api.max_stream_backlog", count(config.api.max_stream_backlog.get())),
         ("source.simulate", simulate),
         ("source.replay", replay),
         ("source.record", source.record.as_deref().and_then(path)),
@@ -114,7 +137,40 @@ pub fn entries(config: &Config) -> Vec<(&'static str, Option<TomlValue>)> {
         ("nvml.xid_events", boolean(nvml.xid_events)),
         ("log.format", text(format)),
         ("log.level", text(config.log.level.clone())),
-    ]
+        ("alerts.evaluation_interval", text(format_duration(alerts.evaluation_interval))),
+        ("alerts.resolved_retention", text(format_duration(alerts.resolved_retention))),
+        ("alerts.max_alerts", count(alerts.max_alerts.get())),
+        ("alerts.trend_window", text(format_duration(alerts.trend_window))),
+    ];
+    entries.extend(rule_entries!("memory_high", &rules.memory_high));
+    entries.extend(rule_entries!("exhaustion_forecast", &rules.exhaustion_forecast));
+    entries.push(("alerts.exhaustion_forecast.min_fit", number(rules.exhaustion_min_fit)));
+    entries.extend(rule_entries!("leak_suspected", &rules.leak_suspected));
+    entries.push(("alerts.leak_suspected.window", text(format_duration(rules.leak_window))));
+    entries
+        .extend(rule_entries!("allocator_fragmentation_high", &rules.allocator_fragmentation_high));
+    entries.push((
+        "alerts.allocator_fragmentation_high.min_reserved",
+        text(format_size(rules.fragmentation_min_reserved_bytes)),
+    ));
+    entries.extend(rule_entries!("allocator_retries", &rules.allocator_retries));
+    entries.push(("alerts.allocator_retries.window", text(format_duration(rules.retries_window))));
+    entries.extend(rule_entries!("allocator_oom", &rules.allocator_oom));
+    entries.push(("alerts.allocator_oom.window", text(format_duration(rules.oom_window))));
+    entries.extend(rule_entries!("device_lost", &rules.device_lost));
+    entries.extend(rule_entries!("xid_error", &rules.xid_error));
+    entries.push(("alerts.xid_error.window", text(format_duration(rules.xid_window))));
+    entries.extend([
+        ("notify.alertmanager_url", notify.alertmanager_url.clone().and_then(text)),
+        ("notify.webhook_url", notify.webhook_url.clone().and_then(text)),
+        ("notify.queue_capacity", count(notify.queue_capacity.get())),
+        ("notify.timeout", text(format_duration(notify.timeout))),
+        ("notify.resend_interval", text(format_duration(notify.resend_interval))),
+        ("notify.max_retries", Some(TomlValue::Int(i64::from(notify.max_retries)))),
+        ("notify.retry_backoff_max", text(format_duration(notify.retry_backoff_max))),
+        ("notify.external_url", notify.external_url.clone().and_then(text)),
+    ]);
+    entries
 }
 
 /// The effective configuration as TOML, every key present: optional keys
@@ -126,13 +182,14 @@ pub fn render_effective(config: &Config) -> String {
          # file, then VRAMD_<SECTION>__<KEY> environment variables, then command-line\n\
          # options. See docs/configuration.md.\n",
     );
-    let mut section = "";
+    let mut table = "";
     for (key, value) in entries(config) {
         // `entries_cover_every_key_in_order` keeps both lists in step.
         let Some(spec) = KEYS.iter().find(|spec| spec.key == key) else { continue };
-        if spec.section() != section {
-            section = spec.section();
-            let _ = write!(out, "\n[{section}]\n");
+        // A rule's keys go in its own table, `[alerts.memory_high]`.
+        if spec.table() != table {
+            table = spec.table();
+            let _ = write!(out, "\n[{table}]\n");
         }
         let _ = writeln!(out, "# {} ({})", spec.summary, spec.range);
         match value {
@@ -198,6 +255,20 @@ mod tests {
         assert!(text.contains("\n# library_path = (not set)\n"), "{text}");
         assert!(text.contains("\nxid_events = true\n"), "{text}");
         assert!(text.contains("\nmax_cmdline_bytes = \"256B\"\n"), "{text}");
+        for line in [
+            "\n[alerts]\n",
+            "\nevaluation_interval = \"5s\"\n",
+            "\n[alerts.memory_high]\n",
+            "\nthreshold = 0.92\n",
+            "\nfor = \"1m\"\n",
+            "\nseverity = \"warning\"\n",
+            "\n[alerts.allocator_fragmentation_high]\n",
+            "\nmin_reserved = \"2GiB\"\n",
+            "\n[notify]\n",
+            "\n# alertmanager_url = (not set)\n",
+        ] {
+            assert!(text.contains(line), "{line:?} missing from:\n{text}");
+        }
     }
 
     #[test]

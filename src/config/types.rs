@@ -21,6 +21,8 @@ pub struct Config {
     pub source: SourceConfig,
     pub nvml: NvmlConfig,
     pub log: LogConfig,
+    pub alerts: AlertsConfig,
+    pub notify: NotifyConfig,
 }
 
 /// `[server]`: the HTTP listener and its protections.
@@ -78,6 +80,12 @@ pub struct ApiConfig {
     /// `api.max_history_points`: most points one history response returns;
     /// a larger request gets 400 asking for a coarser `step`.
     pub max_history_points: NonZeroUsize,
+    /// `api.max_event_streams`: open `/api/v1/alerts/stream` connections at
+    /// most; more get 503.
+    pub max_event_streams: NonZeroUsize,
+    /// `api.max_stream_backlog`: state changes buffered for a slow stream
+    /// reader before it is told it lagged.
+    pub max_stream_backlog: NonZeroUsize,
 }
 
 /// `[source]` and `[simulator]`: where readings come from.
@@ -152,4 +160,89 @@ pub struct LogConfig {
 pub enum LogFormat {
     Text,
     Json,
+}
+
+/// `[alerts]`: evaluation and the rule set.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AlertsConfig {
+    /// `alerts.evaluation_interval`: how often rules run, in source time.
+    pub evaluation_interval: Duration,
+    /// `alerts.resolved_retention`: how long a resolved alert stays visible.
+    pub resolved_retention: Duration,
+    /// `alerts.max_alerts`: most alerts kept (pending, firing, resolved);
+    /// beyond it the oldest resolved go first, then new ones are counted
+    /// and dropped.
+    pub max_alerts: NonZeroUsize,
+    /// `alerts.trend_window`: window of the device growth estimate.
+    pub trend_window: Duration,
+    pub rules: RulesConfig,
+}
+
+/// What every rule has: `[alerts.<rule>]`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RuleConfig {
+    /// `enabled`.
+    pub enabled: bool,
+    /// `threshold`: fires when the value crosses it (unit per rule).
+    pub threshold: f64,
+    /// `clear`: resolves only when the value is back past this (hysteresis).
+    pub clear: f64,
+    /// `for`: how long the condition must hold before firing.
+    pub for_duration: Duration,
+    /// `severity`.
+    pub severity: crate::alerts::Severity,
+}
+
+/// The built-in rules and their settings.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RulesConfig {
+    /// `[alerts.memory_high]`: used / total (ratio), above.
+    pub memory_high: RuleConfig,
+    /// `[alerts.exhaustion_forecast]`: time to exhaustion (seconds), below;
+    /// plus `min_fit` (0–1) for the trend to count.
+    pub exhaustion_forecast: RuleConfig,
+    pub exhaustion_min_fit: f64,
+    /// `[alerts.leak_suspected]`: a process's steady growth (bytes/second),
+    /// above, over `window`.
+    pub leak_suspected: RuleConfig,
+    pub leak_window: Duration,
+    /// `[alerts.allocator_fragmentation_high]`: inactive_split / reserved
+    /// (ratio), above, only for processes reserving at least `min_reserved`.
+    pub allocator_fragmentation_high: RuleConfig,
+    pub fragmentation_min_reserved_bytes: u64,
+    /// `[alerts.allocator_retries]`: allocator retries within `window`
+    /// (count), above.
+    pub allocator_retries: RuleConfig,
+    pub retries_window: Duration,
+    /// `[alerts.allocator_oom]`: allocator OOMs within `window` (count).
+    pub allocator_oom: RuleConfig,
+    pub oom_window: Duration,
+    /// `[alerts.device_lost]`: a device not answering, or NVML down (1/0).
+    pub device_lost: RuleConfig,
+    /// `[alerts.xid_error]`: Xid errors within `window` (count).
+    pub xid_error: RuleConfig,
+    pub xid_window: Duration,
+}
+
+/// `[notify]`: where alert state changes are delivered.
+#[derive(Clone, Debug, PartialEq)]
+pub struct NotifyConfig {
+    /// `notify.alertmanager_url`: Alertmanager base URL (API v2 is used).
+    pub alertmanager_url: Option<String>,
+    /// `notify.webhook_url`: generic JSON webhook.
+    pub webhook_url: Option<String>,
+    /// `notify.queue_capacity`: state changes waiting per notifier; beyond
+    /// it the oldest are dropped and counted.
+    pub queue_capacity: NonZeroUsize,
+    /// `notify.timeout`: deadline of one delivery request.
+    pub timeout: Duration,
+    /// `notify.resend_interval`: firing alerts are re-sent this often.
+    pub resend_interval: Duration,
+    /// `notify.max_retries`: attempts after a failed delivery.
+    pub max_retries: u32,
+    /// `notify.retry_backoff_max`: ceiling of the backoff between attempts.
+    pub retry_backoff_max: Duration,
+    /// `notify.external_url`: base of generatorURL links (default
+    /// `http://<server.listen>`).
+    pub external_url: Option<String>,
 }

@@ -2,8 +2,8 @@
 //!
 //! Owns: parsing each value, its documented range, and the checks that
 //! involve two keys. Every error names the key, the value, where it came
-//! from and why. Depends on the config types, raw layer, units and
-//! `source::simulator::ScenarioKind` only.
+//! from and why. Depends on the config types, raw layer, units,
+//! `source::simulator::ScenarioKind` and `alerts::Severity` only.
 
 use std::net::SocketAddr;
 use std::num::NonZeroUsize;
@@ -12,13 +12,15 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use super::error::ConfigError;
-use super::raw::{RawConfig, Scalar};
+use super::raw::{RawAlerts, RawConfig, RawNotify, RawRule, Scalar};
 use super::types::{
-    ApiConfig, Config, HistoryConfig, LogConfig, LogFormat, MetricsConfig, NvmlConfig,
-    SamplerConfig, ServerConfig, SimulatorConfig, SourceConfig, SourceSelection,
+    AlertsConfig, ApiConfig, Config, HistoryConfig, LogConfig, LogFormat, MetricsConfig,
+    NotifyConfig, NvmlConfig, RuleConfig, RulesConfig, SamplerConfig, ServerConfig,
+    SimulatorConfig, SourceConfig, SourceSelection,
 };
 use super::units::{format_duration, format_size, parse_duration, parse_size};
 use super::walk::Origins;
+use crate::alerts::Severity;
 use crate::source::simulator::ScenarioKind;
 
 const MS: Duration = Duration::from_millis(1);
@@ -28,6 +30,7 @@ const HOUR: Duration = Duration::from_secs(3600);
 const DAY: Duration = Duration::from_secs(86_400);
 const KIB: u64 = 1 << 10;
 const MIB: u64 = 1 << 20;
+const TIB: u64 = 1 << 40;
 
 /// Most samples `history.retention / sampler.fast_interval` may ask for.
 pub const MAX_SAMPLES_PER_DEVICE: u128 = 10_000_000;
@@ -79,6 +82,10 @@ pub(super) fn validate(raw: &RawConfig, origins: &Origins) -> Result<Config, Con
     let api = ApiConfig {
         max_history_points: field("api.max_history_points", &raw.api.max_history_points)?
             .count(1_000_000)?,
+        max_event_streams: field("api.max_event_streams", &raw.api.max_event_streams)?
+            .count(1_024)?,
+        max_stream_backlog: field("api.max_stream_backlog", &raw.api.max_stream_backlog)?
+            .count(65_536)?,
     };
 
     let optional = |key, value| Field::optional(key, value, origins);
@@ -110,6 +117,8 @@ pub(super) fn validate(raw: &RawConfig, origins: &Origins) -> Result<Config, Con
         format: field("log.format", &raw.log.format)?.log_format()?,
         level: field("log.level", &raw.log.level)?.log_level()?,
     };
+    let alerts = alerts(&raw.alerts, origins)?;
+    let notify = notify(&raw.notify, origins)?;
 
     let conflict =
         |first: &'static str, second: &'static str, reason: String| ConfigError::Conflict {
@@ -189,30 +198,155 @@ pub(super) fn validate(raw: &RawConfig, origins: &Origins) -> Result<Config, Con
         source: SourceConfig { selection, record: record_path, speed, max_trace_line_bytes },
         nvml,
         log,
+        alerts,
+        notify,
+    })
+}
+
+/// What a rule's `threshold` and `clear` measure.
+#[derive(Clone, Copy, Debug)]
+enum RuleUnit {
+    /// A fraction, above 0 and at most 1.
+    Ratio,
+    /// Seconds, above 0.
+    Seconds,
+    /// Bytes per second, at least 0.
+    Rate,
+    /// Events (or 1 for "down"), at least 0.
+    Count,
+}
+
+/// Which side of `threshold` a rule fires on; `clear` is on the other side.
+#[derive(Clone, Copy, Debug)]
+enum Direction {
+    Above,
+    Below,
+}
+
+fn alerts(raw: &RawAlerts, origins: &Origins) -> Result<AlertsConfig, ConfigError> {
+    use Direction::{Above, Below};
+    use RuleUnit::{Count, Rate, Ratio, Seconds};
+    let field = |key, value| Field::required(key, value, origins);
+    let rule = |name, raw, unit, direction| rule_config(name, raw, unit, direction, origins);
+    let rules = RulesConfig {
+        memory_high: rule("memory_high", &raw.memory_high, Ratio, Above)?,
+        exhaustion_forecast: rule("exhaustion_forecast", &raw.exhaustion_forecast, Seconds, Below)?,
+        exhaustion_min_fit: field(
+            "alerts.exhaustion_forecast.min_fit",
+            &raw.exhaustion_forecast.min_fit,
+        )?
+        .fraction()?,
+        leak_suspected: rule("leak_suspected", &raw.leak_suspected, Rate, Above)?,
+        leak_window: field("alerts.leak_suspected.window", &raw.leak_suspected.window)?
+            .duration(MINUTE, DAY)?,
+        allocator_fragmentation_high: rule(
+            "allocator_fragmentation_high",
+            &raw.allocator_fragmentation_high,
+            Ratio,
+            Above,
+        )?,
+        fragmentation_min_reserved_bytes: field(
+            "alerts.allocator_fragmentation_high.min_reserved",
+            &raw.allocator_fragmentation_high.min_reserved,
+        )?
+        .bytes(0, TIB)?,
+        allocator_retries: rule("allocator_retries", &raw.allocator_retries, Count, Above)?,
+        retries_window: field("alerts.allocator_retries.window", &raw.allocator_retries.window)?
+            .duration(SECOND, DAY)?,
+        allocator_oom: rule("allocator_oom", &raw.allocator_oom, Count, Above)?,
+        oom_window: field("alerts.allocator_oom.window", &raw.allocator_oom.window)?
+            .duration(SECOND, DAY)?,
+        device_lost: rule("device_lost", &raw.device_lost, Count, Above)?,
+        xid_error: rule("xid_error", &raw.xid_error, Count, Above)?,
+        xid_window: field("alerts.xid_error.window", &raw.xid_error.window)?
+            .duration(SECOND, DAY)?,
+    };
+    Ok(AlertsConfig {
+        evaluation_interval: field("alerts.evaluation_interval", &raw.evaluation_interval)?
+            .duration(100 * MS, 10 * MINUTE)?,
+        resolved_retention: field("alerts.resolved_retention", &raw.resolved_retention)?
+            .duration(Duration::ZERO, 7 * DAY)?,
+        max_alerts: field("alerts.max_alerts", &raw.max_alerts)?.count(100_000)?,
+        trend_window: field("alerts.trend_window", &raw.trend_window)?
+            .duration(10 * SECOND, DAY)?,
+        rules,
+    })
+}
+
+/// The keys every rule has, in `[alerts.<name>]`. `clear` must be on the
+/// side of `threshold` the value returns to when the condition ends.
+fn rule_config(
+    name: &str,
+    raw: &RawRule,
+    unit: RuleUnit,
+    direction: Direction,
+    origins: &Origins,
+) -> Result<RuleConfig, ConfigError> {
+    let key = |key: &str| format!("alerts.{name}.{key}");
+    let enabled = Field::required(&key("enabled"), &raw.enabled, origins)?.boolean()?;
+    let threshold = Field::required(&key("threshold"), &raw.threshold, origins)?.threshold(unit)?;
+    let clear_key = key("clear");
+    let clear_field = Field::required(&clear_key, &raw.clear, origins)?;
+    let clear = clear_field.threshold(unit)?;
+    match direction {
+        Direction::Above if clear > threshold => {
+            return Err(clear_field.invalid(format!(
+                "must not exceed threshold {threshold} for a rule that fires above it"
+            )));
+        }
+        Direction::Below if clear < threshold => {
+            return Err(clear_field.invalid(format!(
+                "must not be below threshold {threshold} for a rule that fires below it"
+            )));
+        }
+        _ => {}
+    }
+    Ok(RuleConfig {
+        enabled,
+        threshold,
+        clear,
+        for_duration: Field::required(&key("for"), &raw.for_duration, origins)?
+            .duration(Duration::ZERO, DAY)?,
+        severity: Field::required(&key("severity"), &raw.severity, origins)?.severity()?,
+    })
+}
+
+fn notify(raw: &RawNotify, origins: &Origins) -> Result<NotifyConfig, ConfigError> {
+    let field = |key, value| Field::required(key, value, origins);
+    let url =
+        |key, value| Field::optional(key, value, origins).as_ref().map(Field::url).transpose();
+    Ok(NotifyConfig {
+        alertmanager_url: url("notify.alertmanager_url", &raw.alertmanager_url)?,
+        webhook_url: url("notify.webhook_url", &raw.webhook_url)?,
+        queue_capacity: field("notify.queue_capacity", &raw.queue_capacity)?.count(100_000)?,
+        timeout: field("notify.timeout", &raw.timeout)?.duration(100 * MS, MINUTE)?,
+        resend_interval: field("notify.resend_interval", &raw.resend_interval)?
+            .duration(SECOND, HOUR)?,
+        max_retries: u32::try_from(field("notify.max_retries", &raw.max_retries)?.integer(0, 100)?)
+            .unwrap_or(u32::MAX),
+        retry_backoff_max: field("notify.retry_backoff_max", &raw.retry_backoff_max)?
+            .duration(100 * MS, 10 * MINUTE)?,
+        external_url: url("notify.external_url", &raw.external_url)?,
     })
 }
 
 /// One present value, with what is needed to report it.
 struct Field<'a> {
-    key: &'static str,
+    key: &'a str,
     value: &'a Scalar,
     origins: &'a Origins,
 }
 
 impl<'a> Field<'a> {
     fn required(
-        key: &'static str,
+        key: &'a str,
         value: &'a Option<Scalar>,
         origins: &'a Origins,
     ) -> Result<Self, ConfigError> {
         Self::optional(key, value, origins).ok_or_else(|| ConfigError::Missing { key: key.into() })
     }
 
-    fn optional(
-        key: &'static str,
-        value: &'a Option<Scalar>,
-        origins: &'a Origins,
-    ) -> Option<Self> {
+    fn optional(key: &'a str, value: &'a Option<Scalar>, origins: &'a Origins) -> Option<Self> {
         value.as_ref().map(|value| Field { key, value, origins })
     }
 
@@ -250,6 +384,11 @@ impl<'a> Field<'a> {
     }
 
     fn size(&self, min: u64, max: u64) -> Result<usize, ConfigError> {
+        let bytes = self.bytes(min, max)?;
+        usize::try_from(bytes).map_err(|_| self.invalid("too large for this platform"))
+    }
+
+    fn bytes(&self, min: u64, max: u64) -> Result<u64, ConfigError> {
         let bytes = match self.value {
             Scalar::Str(text) => parse_size(text).map_err(|error| self.invalid(error.to_string())),
             Scalar::Int(value) => {
@@ -267,7 +406,7 @@ impl<'a> Field<'a> {
                 format_size(max)
             )));
         }
-        usize::try_from(bytes).map_err(|_| self.invalid("too large for this platform"))
+        Ok(bytes)
     }
 
     fn integer(&self, min: u64, max: u64) -> Result<u64, ConfigError> {
@@ -315,16 +454,48 @@ impl<'a> Field<'a> {
         }
     }
 
-    fn speed(&self) -> Result<f64, ConfigError> {
-        let speed = match self.value {
-            Scalar::Float(value) => *value,
-            Scalar::Int(value) => *value as f64,
-            Scalar::UInt(value) => *value as f64,
+    /// A TOML float or integer, or a string of one; not checked further.
+    fn number(&self) -> Result<f64, ConfigError> {
+        match self.value {
+            Scalar::Float(value) => Ok(*value),
+            Scalar::Int(value) => Ok(*value as f64),
+            Scalar::UInt(value) => Ok(*value as f64),
             Scalar::Str(text) => {
-                text.trim().parse::<f64>().map_err(|_| self.invalid("expected a number"))?
+                text.trim().parse::<f64>().map_err(|_| self.invalid("expected a number"))
             }
-            Scalar::Bool(_) => return Err(self.invalid("expected a number")),
+            Scalar::Bool(_) => Err(self.invalid("expected a number")),
+        }
+    }
+
+    /// A finite number from 0 to 1.
+    fn fraction(&self) -> Result<f64, ConfigError> {
+        let value = self.number()?;
+        if !(0.0..=1.0).contains(&value) {
+            return Err(self.invalid("must be a number from 0 to 1"));
+        }
+        Ok(value)
+    }
+
+    /// A rule's `threshold` or `clear`, in the rule's unit.
+    fn threshold(&self, unit: RuleUnit) -> Result<f64, ConfigError> {
+        let value = self.number()?;
+        if !value.is_finite() {
+            return Err(self.invalid("must be a finite number"));
+        }
+        let (valid, range) = match unit {
+            RuleUnit::Ratio => (value > 0.0 && value <= 1.0, "a ratio above 0 and at most 1"),
+            RuleUnit::Seconds => (value > 0.0, "a number of seconds above 0"),
+            RuleUnit::Rate => (value >= 0.0, "a number of bytes per second, at least 0"),
+            RuleUnit::Count => (value >= 0.0, "a count, at least 0"),
         };
+        if !valid {
+            return Err(self.invalid(format!("must be {range}")));
+        }
+        Ok(value)
+    }
+
+    fn speed(&self) -> Result<f64, ConfigError> {
+        let speed = self.number()?;
         if !speed.is_finite() || speed <= 0.0 || speed > MAX_SPEED {
             return Err(self.invalid(format!("must be a number above 0 and at most {MAX_SPEED}")));
         }
@@ -346,6 +517,28 @@ impl<'a> Field<'a> {
             return Err(self.invalid("expected a file path"));
         }
         Ok(PathBuf::from(text))
+    }
+
+    /// An `http://` or `https://` URL with something after the scheme.
+    fn url(&self) -> Result<String, ConfigError> {
+        let text = self.string()?.trim();
+        let rest = text.strip_prefix("http://").or_else(|| text.strip_prefix("https://"));
+        match rest {
+            Some(rest)
+                if !rest.is_empty()
+                    && !rest.starts_with('/')
+                    && !rest.contains(char::is_whitespace) =>
+            {
+                Ok(text.to_owned())
+            }
+            _ => Err(self.invalid(
+                "expected an http:// or https:// URL, such as \"http://alertmanager:9093\"",
+            )),
+        }
+    }
+
+    fn severity(&self) -> Result<Severity, ConfigError> {
+        Severity::from_str(self.string()?.trim()).map_err(|reason| self.invalid(reason))
     }
 
     fn scenario(&self) -> Result<ScenarioKind, ConfigError> {

@@ -3,7 +3,9 @@
 //! Owns: rejecting unknown keys with their full dotted path and where they
 //! came from (serde's `deny_unknown_fields` names only the last segment and
 //! no source), rejecting tables and lists where a value belongs, and
-//! recording the [`Origin`] of every value for later error messages.
+//! recording the [`Origin`] of every value for later error messages. Keys
+//! are two levels deep, or three for the alert rules' tables
+//! (`alerts.memory_high.threshold`); the walk follows `keys::tables`.
 //! Depends only on the config keys and errors, and the `config` crate.
 
 use std::collections::BTreeMap;
@@ -12,7 +14,7 @@ use std::path::Path;
 use config::{Value, ValueKind};
 
 use super::error::{ConfigError, Origin};
-use super::keys::{env_var_for, is_known, sections, suggest};
+use super::keys::{env_var_for, is_known, is_table, suggest};
 
 /// Origin tag given to every value read from the configuration file.
 pub(super) const FILE_TAG: &str = "vramd:file";
@@ -55,46 +57,59 @@ impl Origins {
     }
 }
 
-/// Checks the shape of the merged tree (sections of known keys holding
+/// Checks the shape of the merged tree (tables of known keys holding
 /// single values) and records the origin of each value.
 pub(super) fn check(root: &Value, context: &OriginContext<'_>) -> Result<Origins, ConfigError> {
-    let known_sections = sections();
     let mut origins = Origins::default();
-    for (section, value) in sorted(root) {
-        if !known_sections.contains(&section.as_str()) {
-            return Err(unknown(section.clone(), value, context));
-        }
-        let ValueKind::Table(_) = value.kind else {
-            return Err(ConfigError::NotASection {
-                origin: context.resolve(section, value.origin()),
-                key: section.clone(),
-            });
-        };
-        for (name, value) in sorted(value) {
-            let key = format!("{section}.{name}");
-            if !is_known(&key) {
-                return Err(unknown(key, value, context));
-            }
-            let shape = match value.kind {
-                ValueKind::Table(_) => Some("(a table)"),
-                ValueKind::Array(_) => Some("(a list)"),
-                ValueKind::Nil => Some("(nothing)"),
-                _ => None,
-            };
-            if let Some(shape) = shape {
-                let (leaf, tag) = first_leaf(key.clone(), value);
-                return Err(ConfigError::InvalidValue {
-                    origin: context.resolve(&leaf, tag),
-                    key,
-                    value: shape.to_owned(),
-                    reason: "expected a single value".to_owned(),
-                });
-            }
-            let origin = context.resolve(&key, value.origin());
-            origins.0.insert(key, origin);
-        }
-    }
+    check_table(None, root, context, &mut origins)?;
     Ok(origins)
+}
+
+/// Checks the entries of the table at `path` (`None` for the root),
+/// descending into the known tables under it.
+fn check_table(
+    path: Option<&str>,
+    table: &Value,
+    context: &OriginContext<'_>,
+    origins: &mut Origins,
+) -> Result<(), ConfigError> {
+    for (name, value) in sorted(table) {
+        let key = match path {
+            Some(path) => format!("{path}.{name}"),
+            None => name.clone(),
+        };
+        if is_table(&key) {
+            let ValueKind::Table(_) = value.kind else {
+                return Err(ConfigError::NotASection {
+                    origin: context.resolve(&key, value.origin()),
+                    key,
+                });
+            };
+            check_table(Some(&key), value, context, origins)?;
+            continue;
+        }
+        if !is_known(&key) {
+            return Err(unknown(key, path.is_some(), value, context));
+        }
+        let shape = match value.kind {
+            ValueKind::Table(_) => Some("(a table)"),
+            ValueKind::Array(_) => Some("(a list)"),
+            ValueKind::Nil => Some("(nothing)"),
+            _ => None,
+        };
+        if let Some(shape) = shape {
+            let (leaf, tag) = first_leaf(key.clone(), value);
+            return Err(ConfigError::InvalidValue {
+                origin: context.resolve(&leaf, tag),
+                key,
+                value: shape.to_owned(),
+                reason: "expected a single value".to_owned(),
+            });
+        }
+        let origin = context.resolve(&key, value.origin());
+        origins.0.insert(key, origin);
+    }
+    Ok(())
 }
 
 /// The entries of a table, sorted by key so errors are deterministic.
@@ -107,9 +122,20 @@ fn sorted(value: &Value) -> Vec<(&String, &Value)> {
     entries
 }
 
-fn unknown(key: String, value: &Value, context: &OriginContext<'_>) -> ConfigError {
+/// The error for the unknown `key`. An unknown table inside a known one
+/// (`[alerts.memory_hgh]`) is named by the full path of its first key
+/// (`alerts.memory_hgh.threshold`) when that is a likely typo of a known
+/// key, so the suggestion can name the key to write.
+fn unknown(key: String, nested: bool, value: &Value, context: &OriginContext<'_>) -> ConfigError {
     let (leaf, tag) = first_leaf(key.clone(), value);
-    ConfigError::UnknownKey { suggestion: suggest(&key), origin: context.resolve(&leaf, tag), key }
+    let origin = context.resolve(&leaf, tag);
+    if nested
+        && leaf != key
+        && let Some(suggestion) = suggest(&leaf)
+    {
+        return ConfigError::UnknownKey { key: leaf, origin, suggestion: Some(suggestion) };
+    }
+    ConfigError::UnknownKey { suggestion: suggest(&key), origin, key }
 }
 
 /// The first value under `value` (itself if it is not a table), with its

@@ -82,9 +82,10 @@ fn config_shipped_file_loads_to_exactly_the_defaults() {
     assert_eq!(load(&options).unwrap(), defaults());
 }
 
-/// `name = ` or `# name = ` inside the `[section]` block of `text`.
-fn section_mentions(text: &str, section: &str, name: &str) -> bool {
-    let header = format!("[{section}]");
+/// `name = ` or `# name = ` inside the `[table]` block of `text` (a
+/// section, or a rule's table such as `[alerts.memory_high]`).
+fn table_mentions(text: &str, table: &str, name: &str) -> bool {
+    let header = format!("[{table}]");
     let Some(start) = text.lines().position(|line| line.trim() == header) else { return false };
     text.lines()
         .skip(start + 1)
@@ -94,11 +95,11 @@ fn section_mentions(text: &str, section: &str, name: &str) -> bool {
 }
 
 #[test]
-fn config_shipped_file_has_every_key_in_its_section() {
+fn config_shipped_file_has_every_key_in_its_table() {
     let text = std::fs::read_to_string(manifest_path("config/vramd.toml")).unwrap();
     for spec in KEYS {
         assert!(
-            section_mentions(&text, spec.section(), spec.name()),
+            table_mentions(&text, spec.table(), spec.name()),
             "{} missing from config/vramd.toml",
             spec.key
         );

@@ -4,6 +4,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use super::{assert_error, env, file, isolated, load_env};
+use crate::alerts::Severity;
 use crate::config::{
     DEFAULT_LISTEN, LoadOptions, LogFormat, Overrides, SimulatorConfig, SourceSelection, defaults,
     load, process_environment,
@@ -72,6 +73,80 @@ fn config_nvml_keys_from_file_and_env_keep_the_other_defaults() {
     assert!(config.nvml.pcie_throughput);
     assert_eq!(config.nvml.library_path, Some(PathBuf::from("/opt/nvidia/libnvidia-ml.so.1")));
     assert_eq!(config.nvml.require_gpu, defaults().nvml.require_gpu);
+}
+
+#[test]
+fn config_precedence_three_level_rule_key_through_file_and_env() {
+    let (_dir, path) = file("[alerts.memory_high]\nthreshold = 0.95\nfor = \"30s\"\n");
+    let with_file = LoadOptions { config_path: Some(path), ..isolated() };
+    let with_env = LoadOptions {
+        env: env(&[("VRAMD_ALERTS__MEMORY_HIGH__THRESHOLD", "0.9")]),
+        ..with_file.clone()
+    };
+
+    let rules = load(&isolated()).unwrap().alerts.rules;
+    assert_eq!(rules.memory_high.threshold, 0.92);
+    assert_eq!(rules.memory_high.for_duration, Duration::from_secs(60));
+
+    let rules = load(&with_file).unwrap().alerts.rules;
+    assert_eq!(rules.memory_high.threshold, 0.95);
+    assert_eq!(rules.memory_high.for_duration, Duration::from_secs(30));
+
+    let config = load(&with_env).unwrap();
+    let rules = &config.alerts.rules;
+    assert_eq!(rules.memory_high.threshold, 0.9);
+    // The rest of the rule's table comes from the file and the defaults,
+    // the other rules and the rest of `[alerts]` from the defaults.
+    assert_eq!(rules.memory_high.for_duration, Duration::from_secs(30));
+    assert_eq!(rules.memory_high.clear, 0.88);
+    assert_eq!(rules.memory_high.severity, Severity::Warning);
+    assert_eq!(rules.exhaustion_forecast, defaults().alerts.rules.exhaustion_forecast);
+    assert_eq!(config.alerts.evaluation_interval, defaults().alerts.evaluation_interval);
+
+    // An invalid value names the variable that set it.
+    let with_bad_env = LoadOptions {
+        env: env(&[("VRAMD_ALERTS__MEMORY_HIGH__THRESHOLD", "1.5")]),
+        ..with_file.clone()
+    };
+    assert_error(
+        load(&with_bad_env),
+        &[
+            "invalid value \"1.5\" for alerts.memory_high.threshold",
+            "environment variable VRAMD_ALERTS__MEMORY_HIGH__THRESHOLD",
+        ],
+    );
+}
+
+#[test]
+fn config_alerts_and_notify_keys_from_env_are_parsed_from_strings() {
+    let config = load_env(&[
+        ("VRAMD_ALERTS__EVALUATION_INTERVAL", "1s"),
+        ("VRAMD_ALERTS__MAX_ALERTS", "10"),
+        ("VRAMD_ALERTS__MEMORY_HIGH__ENABLED", "false"),
+        ("VRAMD_ALERTS__MEMORY_HIGH__FOR", "0s"),
+        ("VRAMD_ALERTS__EXHAUSTION_FORECAST__MIN_FIT", "0.5"),
+        ("VRAMD_ALERTS__LEAK_SUSPECTED__WINDOW", "1h"),
+        ("VRAMD_ALERTS__ALLOCATOR_FRAGMENTATION_HIGH__MIN_RESERVED", "512MiB"),
+        ("VRAMD_ALERTS__ALLOCATOR_OOM__SEVERITY", "warning"),
+        ("VRAMD_ALERTS__XID_ERROR__THRESHOLD", "3"),
+        ("VRAMD_NOTIFY__ALERTMANAGER_URL", "http://alertmanager:9093"),
+        ("VRAMD_NOTIFY__MAX_RETRIES", "0"),
+        ("VRAMD_NOTIFY__QUEUE_CAPACITY", "100000"),
+    ])
+    .unwrap();
+    let alerts = &config.alerts;
+    assert_eq!(alerts.evaluation_interval, Duration::from_secs(1));
+    assert_eq!(alerts.max_alerts.get(), 10);
+    assert!(!alerts.rules.memory_high.enabled);
+    assert_eq!(alerts.rules.memory_high.for_duration, Duration::ZERO);
+    assert_eq!(alerts.rules.exhaustion_min_fit, 0.5);
+    assert_eq!(alerts.rules.leak_window, Duration::from_secs(3600));
+    assert_eq!(alerts.rules.fragmentation_min_reserved_bytes, 512 << 20);
+    assert_eq!(alerts.rules.allocator_oom.severity, Severity::Warning);
+    assert_eq!(alerts.rules.xid_error.threshold, 3.0);
+    assert_eq!(config.notify.alertmanager_url.as_deref(), Some("http://alertmanager:9093"));
+    assert_eq!(config.notify.max_retries, 0);
+    assert_eq!(config.notify.queue_capacity.get(), 100_000);
 }
 
 #[test]

@@ -3,7 +3,8 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::{isolated, load_file};
+use super::{env, isolated, load_file};
+use crate::alerts::Severity;
 use crate::config::{
     Config, LoadOptions, LogFormat, Overrides, SimulatorConfig, SourceSelection, defaults, load,
     render_effective,
@@ -73,5 +74,66 @@ fn config_render_effective_of_a_loaded_config_round_trips() {
         ..Overrides::default()
     };
     let config = load(&LoadOptions { overrides, ..isolated() }).unwrap();
+    assert_round_trips(&config);
+}
+
+#[test]
+fn config_render_effective_changed_alerts_and_notify_round_trip() {
+    let mut config = defaults();
+    config.alerts.evaluation_interval = Duration::from_millis(100);
+    config.alerts.resolved_retention = Duration::ZERO;
+    config.alerts.max_alerts = 1.try_into().unwrap();
+    let rules = &mut config.alerts.rules;
+    rules.memory_high.enabled = false;
+    rules.memory_high.threshold = 0.95;
+    rules.memory_high.clear = 0.9;
+    rules.memory_high.for_duration = Duration::from_secs(90);
+    rules.memory_high.severity = Severity::Critical;
+    rules.exhaustion_forecast.threshold = 600.5;
+    rules.exhaustion_forecast.clear = 1e9;
+    rules.exhaustion_min_fit = 0.0;
+    rules.leak_suspected.threshold = 1.0 / 3.0;
+    rules.leak_suspected.clear = 0.0;
+    rules.leak_window = Duration::from_secs(24 * 3600);
+    rules.fragmentation_min_reserved_bytes = 3 << 29;
+    rules.xid_error.severity = Severity::Info;
+    rules.xid_window = Duration::from_millis(1500);
+    config.notify.alertmanager_url = Some("http://alertmanager:9093".into());
+    config.notify.webhook_url = Some("https://hooks.example.com/v?name=\"x\"\\y".into());
+    config.notify.external_url = Some("https://gpu-node-7:9477".into());
+    config.notify.queue_capacity = 100_000.try_into().unwrap();
+    config.notify.max_retries = 0;
+    config.notify.timeout = Duration::from_millis(250);
+    assert_round_trips(&config);
+    let text = render_effective(&config);
+    for line in [
+        "\n[alerts.memory_high]\n",
+        "\nenabled = false\n",
+        "\nthreshold = 0.95\n",
+        "\nfor = \"90s\"\n",
+        "\nseverity = \"critical\"\n",
+        "\nmin_reserved = \"1536MiB\"\n",
+        "\nalertmanager_url = \"http://alertmanager:9093\"\n",
+    ] {
+        assert!(text.contains(line), "{line:?} missing from:\n{text}");
+    }
+    // `[alerts]` is opened once, before its rule tables.
+    assert_eq!(text.matches("\n[alerts]\n").count(), 1, "{text}");
+    assert!(text.find("\n[alerts]\n") < text.find("\n[alerts.memory_high]\n"));
+}
+
+#[test]
+fn config_render_effective_of_env_rule_keys_round_trips() {
+    let options = LoadOptions {
+        env: env(&[
+            ("VRAMD_ALERTS__MEMORY_HIGH__THRESHOLD", "0.9"),
+            ("VRAMD_ALERTS__MEMORY_HIGH__CLEAR", "0.85"),
+            ("VRAMD_ALERTS__DEVICE_LOST__FOR", "1m 30s"),
+            ("VRAMD_NOTIFY__WEBHOOK_URL", "https://hooks.example.com/vramd"),
+        ]),
+        ..isolated()
+    };
+    let config = load(&options).unwrap();
+    assert_eq!(config.alerts.rules.device_lost.for_duration, Duration::from_secs(90));
     assert_round_trips(&config);
 }

@@ -110,3 +110,93 @@ fn config_unknown_nvml_key_is_named_with_a_suggestion() {
         &["`nvml.xid_event`", "VRAMD_NVML__XID_EVENT", "did you mean `nvml.xid_events`?"],
     );
 }
+
+#[test]
+fn config_unknown_rule_is_named_with_its_full_path_and_a_suggestion() {
+    let error = assert_error(
+        load_file("[alerts.memory_hgh]\nthreshold = 0.9\n"),
+        &[
+            "unknown configuration key `alerts.memory_hgh.threshold`",
+            "vramd.toml",
+            "did you mean `alerts.memory_high.threshold`?",
+        ],
+    );
+    assert_eq!(error.key(), Some("alerts.memory_hgh.threshold"));
+    let error = assert_error(
+        load_env(&[("VRAMD_ALERTS__MEMORY_HGH__THRESHOLD", "0.9")]),
+        &[
+            "unknown configuration key `alerts.memory_hgh.threshold`",
+            "environment variable VRAMD_ALERTS__MEMORY_HGH__THRESHOLD",
+            "did you mean `alerts.memory_high.threshold`?",
+        ],
+    );
+    assert!(matches!(error, ConfigError::UnknownKey { origin: Origin::Environment(_), .. }));
+    // A rule name like none of the rules is named as the table.
+    assert_error(
+        load_file("[alerts.gpu_on_fire]\nthreshold = 1\n"),
+        &["unknown configuration key `alerts.gpu_on_fire`", "vramd.toml"],
+    );
+}
+
+#[test]
+fn config_unknown_rule_key_is_named_with_its_full_path_and_a_suggestion() {
+    let error = assert_error(
+        load_file("[alerts.memory_high]\ntreshold = 0.9\n"),
+        &[
+            "unknown configuration key `alerts.memory_high.treshold`",
+            "vramd.toml",
+            "did you mean `alerts.memory_high.threshold`?",
+        ],
+    );
+    assert_eq!(error.key(), Some("alerts.memory_high.treshold"));
+    assert_error(
+        load_env(&[("VRAMD_ALERTS__LEAK_SUSPECTED__WINDOWS", "1h")]),
+        &[
+            "unknown configuration key `alerts.leak_suspected.windows`",
+            "environment variable VRAMD_ALERTS__LEAK_SUSPECTED__WINDOWS",
+            "did you mean `alerts.leak_suspected.window`?",
+        ],
+    );
+    // A key another rule has is unknown in this one.
+    assert_error(
+        load_file("[alerts.memory_high]\nwindow = \"5m\"\n"),
+        &["unknown configuration key `alerts.memory_high.window`"],
+    );
+    // So is a rule key written directly in `[alerts]`.
+    assert_error(
+        load_file("[alerts]\nthreshold = 0.9\n"),
+        &["unknown configuration key `alerts.threshold`"],
+    );
+}
+
+#[test]
+fn config_unknown_notify_key_is_named_with_a_suggestion() {
+    assert_error(
+        load_env(&[("VRAMD_NOTIFY__ALERTMANAGER", "http://am:9093")]),
+        &[
+            "unknown configuration key `notify.alertmanager`",
+            "VRAMD_NOTIFY__ALERTMANAGER",
+            "did you mean `notify.alertmanager_url`?",
+        ],
+    );
+}
+
+#[test]
+fn config_rule_table_given_a_value_is_rejected() {
+    assert_error(
+        load_file("[alerts]\nmemory_high = 0.9\n"),
+        &["`alerts.memory_high`", "vramd.toml", "must be a section"],
+    );
+    assert_error(
+        load_env(&[("VRAMD_ALERTS__MEMORY_HIGH", "0.9")]),
+        &["`alerts.memory_high`", "VRAMD_ALERTS__MEMORY_HIGH", "must be a section"],
+    );
+    assert_error(
+        load_file("[alerts.memory_high.threshold]\nvalue = 0.9\n"),
+        &["alerts.memory_high.threshold", "(a table)", "expected a single value"],
+    );
+    assert_error(
+        load_env(&[("VRAMD_ALERTS__MEMORY_HIGH__FOR__X", "1m")]),
+        &["alerts.memory_high.for", "VRAMD_ALERTS__MEMORY_HIGH__FOR__X", "expected a single value"],
+    );
+}

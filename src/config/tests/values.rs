@@ -4,7 +4,11 @@
 use std::time::Duration;
 
 use super::{assert_error, isolated, load_env, load_file};
-use crate::config::{ConfigError, NvmlConfig, Origin, defaults, load};
+use crate::alerts::Severity;
+use crate::config::{
+    AlertsConfig, ConfigError, NotifyConfig, NvmlConfig, Origin, RuleConfig, RulesConfig,
+    default_alerts, defaults, load,
+};
 
 #[test]
 fn config_nvml_defaults() {
@@ -18,6 +22,211 @@ fn config_nvml_defaults() {
     };
     assert_eq!(defaults().nvml, expected);
     assert_eq!(load(&isolated()).unwrap().nvml, expected);
+}
+
+fn rule(threshold: f64, clear: f64, for_secs: u64, severity: Severity) -> RuleConfig {
+    RuleConfig {
+        enabled: true,
+        threshold,
+        clear,
+        for_duration: Duration::from_secs(for_secs),
+        severity,
+    }
+}
+
+#[test]
+fn config_alerts_defaults() {
+    let minutes = |n: u64| Duration::from_secs(60 * n);
+    let expected = AlertsConfig {
+        evaluation_interval: Duration::from_secs(5),
+        resolved_retention: minutes(15),
+        max_alerts: 1000.try_into().unwrap(),
+        trend_window: minutes(10),
+        rules: RulesConfig {
+            memory_high: rule(0.92, 0.88, 60, Severity::Warning),
+            exhaustion_forecast: rule(1800.0, 2700.0, 120, Severity::Warning),
+            exhaustion_min_fit: 0.8,
+            leak_suspected: rule(262_144.0, 65_536.0, 300, Severity::Warning),
+            leak_window: minutes(30),
+            allocator_fragmentation_high: rule(0.30, 0.20, 300, Severity::Warning),
+            fragmentation_min_reserved_bytes: 2 << 30,
+            allocator_retries: rule(1.0, 0.0, 0, Severity::Warning),
+            retries_window: minutes(5),
+            allocator_oom: rule(1.0, 0.0, 0, Severity::Critical),
+            oom_window: minutes(15),
+            device_lost: rule(1.0, 0.0, 0, Severity::Critical),
+            xid_error: rule(1.0, 0.0, 0, Severity::Critical),
+            xid_window: minutes(15),
+        },
+    };
+    assert_eq!(default_alerts(), expected);
+    assert_eq!(defaults().alerts, expected);
+    assert_eq!(load(&isolated()).unwrap().alerts, expected);
+}
+
+#[test]
+fn config_notify_defaults() {
+    let expected = NotifyConfig {
+        alertmanager_url: None,
+        webhook_url: None,
+        queue_capacity: 1024.try_into().unwrap(),
+        timeout: Duration::from_secs(5),
+        resend_interval: Duration::from_secs(60),
+        max_retries: 5,
+        retry_backoff_max: Duration::from_secs(30),
+        external_url: None,
+    };
+    assert_eq!(defaults().notify, expected);
+    assert_eq!(load(&isolated()).unwrap().notify, expected);
+}
+
+#[test]
+fn config_rule_clear_on_the_wrong_side_of_threshold_names_the_clear_key() {
+    // Fires above: clear above threshold.
+    let error = assert_error(
+        load_file("[alerts.memory_high]\nclear = 0.95\n"),
+        &[
+            "invalid value 0.95 for alerts.memory_high.clear",
+            "vramd.toml",
+            "must not exceed threshold 0.92 for a rule that fires above it",
+        ],
+    );
+    assert_eq!(error.key(), Some("alerts.memory_high.clear"));
+    // Fires below: clear below threshold.
+    let error = assert_error(
+        load_env(&[("VRAMD_ALERTS__EXHAUSTION_FORECAST__CLEAR", "1000")]),
+        &[
+            "invalid value \"1000\" for alerts.exhaustion_forecast.clear",
+            "environment variable VRAMD_ALERTS__EXHAUSTION_FORECAST__CLEAR",
+            "must not be below threshold 1800 for a rule that fires below it",
+        ],
+    );
+    assert_eq!(error.key(), Some("alerts.exhaustion_forecast.clear"));
+    // A threshold moved past the default clear names the clear key and its
+    // origin, the built-in default.
+    let error = assert_error(
+        load_env(&[("VRAMD_ALERTS__LEAK_SUSPECTED__THRESHOLD", "1000")]),
+        &[
+            "invalid value 65536.0 for alerts.leak_suspected.clear",
+            "built-in default",
+            "must not exceed threshold 1000",
+        ],
+    );
+    assert_eq!(error.key(), Some("alerts.leak_suspected.clear"));
+    // Equal is fine either way.
+    let config = load_file(
+        "[alerts.memory_high]\nthreshold = 0.9\nclear = 0.9\n\
+         [alerts.exhaustion_forecast]\nthreshold = 600\nclear = 600\n",
+    )
+    .unwrap();
+    assert_eq!(config.alerts.rules.memory_high.clear, 0.9);
+    assert_eq!(config.alerts.rules.exhaustion_forecast.clear, 600.0);
+}
+
+#[test]
+fn config_bad_severity_names_the_key() {
+    let error = assert_error(
+        load_file("[alerts.xid_error]\nseverity = \"fatal\"\n"),
+        &[
+            "invalid value \"fatal\" for alerts.xid_error.severity",
+            "vramd.toml",
+            "unknown severity `fatal`; expected info, warning or critical",
+        ],
+    );
+    assert_eq!(error.key(), Some("alerts.xid_error.severity"));
+    assert_error(
+        load_env(&[("VRAMD_ALERTS__MEMORY_HIGH__SEVERITY", "Critical")]),
+        &["alerts.memory_high.severity", "VRAMD_ALERTS__MEMORY_HIGH__SEVERITY", "unknown severity"],
+    );
+    assert_error(
+        load_file("[alerts.device_lost]\nseverity = 3\n"),
+        &["alerts.device_lost.severity", "expected a string"],
+    );
+    let config = load_env(&[("VRAMD_ALERTS__MEMORY_HIGH__SEVERITY", "info")]).unwrap();
+    assert_eq!(config.alerts.rules.memory_high.severity, Severity::Info);
+}
+
+#[test]
+fn config_bad_url_names_the_key() {
+    let cases: &[(&str, &str)] = &[
+        ("VRAMD_NOTIFY__ALERTMANAGER_URL", "alertmanager:9093"),
+        ("VRAMD_NOTIFY__ALERTMANAGER_URL", "http://"),
+        ("VRAMD_NOTIFY__WEBHOOK_URL", "ftp://hooks.example.com/x"),
+        ("VRAMD_NOTIFY__WEBHOOK_URL", "https://hooks.example.com/a b"),
+        ("VRAMD_NOTIFY__EXTERNAL_URL", " "),
+        ("VRAMD_NOTIFY__EXTERNAL_URL", "HTTP://vramd:9477"),
+    ];
+    for (var, value) in cases {
+        let key = var.trim_start_matches("VRAMD_").to_lowercase().replace("__", ".");
+        let error = assert_error(
+            load_env(&[(var, value)]),
+            &[
+                &format!("invalid value {value:?} for {key}"),
+                var,
+                "expected an http:// or https:// URL",
+            ],
+        );
+        assert_eq!(error.key(), Some(key.as_str()));
+    }
+    assert_error(
+        load_file("[notify]\nwebhook_url = 8080\n"),
+        &["notify.webhook_url", "vramd.toml", "expected a string"],
+    );
+    let config = load_file(
+        "[notify]\nalertmanager_url = \"http://alertmanager:9093\"\n\
+         webhook_url = \" https://hooks.example.com/vramd?token=x \"\n\
+         external_url = \"https://gpu-node-7.example.com:9477/\"\n",
+    )
+    .unwrap();
+    assert_eq!(config.notify.alertmanager_url.as_deref(), Some("http://alertmanager:9093"));
+    assert_eq!(
+        config.notify.webhook_url.as_deref(),
+        Some("https://hooks.example.com/vramd?token=x")
+    );
+    assert_eq!(config.notify.external_url.as_deref(), Some("https://gpu-node-7.example.com:9477/"));
+}
+
+#[test]
+fn config_rule_numbers_are_finite_and_in_the_rule_unit() {
+    let cases: &[(&str, &str, &str)] = &[
+        ("VRAMD_ALERTS__MEMORY_HIGH__THRESHOLD", "0", "a ratio above 0 and at most 1"),
+        ("VRAMD_ALERTS__MEMORY_HIGH__THRESHOLD", "1.01", "a ratio above 0 and at most 1"),
+        ("VRAMD_ALERTS__MEMORY_HIGH__THRESHOLD", "NaN", "must be a finite number"),
+        ("VRAMD_ALERTS__MEMORY_HIGH__THRESHOLD", "high", "expected a number"),
+        ("VRAMD_ALERTS__MEMORY_HIGH__CLEAR", "-0.1", "a ratio above 0 and at most 1"),
+        ("VRAMD_ALERTS__EXHAUSTION_FORECAST__THRESHOLD", "0", "seconds above 0"),
+        ("VRAMD_ALERTS__EXHAUSTION_FORECAST__CLEAR", "inf", "must be a finite number"),
+        ("VRAMD_ALERTS__LEAK_SUSPECTED__CLEAR", "-1", "bytes per second, at least 0"),
+        ("VRAMD_ALERTS__ALLOCATOR_FRAGMENTATION_HIGH__THRESHOLD", "2", "a ratio above 0"),
+        ("VRAMD_ALERTS__ALLOCATOR_RETRIES__THRESHOLD", "-1", "a count, at least 0"),
+        ("VRAMD_ALERTS__DEVICE_LOST__CLEAR", "-inf", "must be a finite number"),
+        ("VRAMD_ALERTS__XID_ERROR__THRESHOLD", "infinity", "must be a finite number"),
+        ("VRAMD_ALERTS__EXHAUSTION_FORECAST__MIN_FIT", "1.5", "from 0 to 1"),
+        ("VRAMD_ALERTS__EXHAUSTION_FORECAST__MIN_FIT", "NaN", "from 0 to 1"),
+    ];
+    for (var, value, reason) in cases {
+        let key = var.trim_start_matches("VRAMD_").to_lowercase().replace("__", ".");
+        let error = assert_error(
+            load_env(&[(var, value)]),
+            &[&format!("invalid value {value:?} for {key}"), var, reason],
+        );
+        assert_eq!(error.key(), Some(key.as_str()));
+    }
+    assert_error(
+        load_file("[alerts.allocator_oom]\nthreshold = true\n"),
+        &["alerts.allocator_oom.threshold", "expected a number"],
+    );
+    // Integers, floats and strings of either.
+    let config = load_file(
+        "[alerts.exhaustion_forecast]\nthreshold = 600\nclear = \"900.5\"\nmin_fit = 0\n\
+         [alerts.device_lost]\nthreshold = 0.5\n",
+    )
+    .unwrap();
+    let rules = &config.alerts.rules;
+    assert_eq!(rules.exhaustion_forecast.threshold, 600.0);
+    assert_eq!(rules.exhaustion_forecast.clear, 900.5);
+    assert_eq!(rules.exhaustion_min_fit, 0.0);
+    assert_eq!(rules.device_lost.threshold, 0.5);
 }
 
 #[test]
@@ -111,6 +320,28 @@ fn config_out_of_range_values_name_the_key_and_range() {
         ("VRAMD_NVML__MAX_CMDLINE_BYTES", "65537", "between 0B and 64KiB"),
         ("VRAMD_NVML__MAX_CMDLINE_BYTES", "-1", "negative"),
         ("VRAMD_NVML__REQUIRE_GPU", "yes", "true or false"),
+        ("VRAMD_ALERTS__EVALUATION_INTERVAL", "99ms", "between 100ms and 10m"),
+        ("VRAMD_ALERTS__EVALUATION_INTERVAL", "11m", "between 100ms and 10m"),
+        ("VRAMD_ALERTS__RESOLVED_RETENTION", "8d", "between 0s and 7d"),
+        ("VRAMD_ALERTS__MAX_ALERTS", "0", "between 1 and 100000"),
+        ("VRAMD_ALERTS__MAX_ALERTS", "100001", "between 1 and 100000"),
+        ("VRAMD_ALERTS__TREND_WINDOW", "9s", "between 10s and 1d"),
+        ("VRAMD_ALERTS__TREND_WINDOW", "25h", "between 10s and 1d"),
+        ("VRAMD_ALERTS__MEMORY_HIGH__ENABLED", "yes", "true or false"),
+        ("VRAMD_ALERTS__MEMORY_HIGH__FOR", "25h", "between 0s and 1d"),
+        ("VRAMD_ALERTS__MEMORY_HIGH__FOR", "60", "unit"),
+        ("VRAMD_ALERTS__LEAK_SUSPECTED__WINDOW", "59s", "between 1m and 1d"),
+        ("VRAMD_ALERTS__ALLOCATOR_FRAGMENTATION_HIGH__MIN_RESERVED", "2TiB", "between 0B and 1TiB"),
+        ("VRAMD_ALERTS__ALLOCATOR_RETRIES__WINDOW", "0s", "between 1s and 1d"),
+        ("VRAMD_ALERTS__ALLOCATOR_OOM__WINDOW", "2d", "between 1s and 1d"),
+        ("VRAMD_ALERTS__XID_ERROR__WINDOW", "500ms", "between 1s and 1d"),
+        ("VRAMD_NOTIFY__QUEUE_CAPACITY", "0", "between 1 and 100000"),
+        ("VRAMD_NOTIFY__TIMEOUT", "99ms", "between 100ms and 1m"),
+        ("VRAMD_NOTIFY__TIMEOUT", "61s", "between 100ms and 1m"),
+        ("VRAMD_NOTIFY__RESEND_INTERVAL", "999ms", "between 1s and 1h"),
+        ("VRAMD_NOTIFY__MAX_RETRIES", "101", "between 0 and 100"),
+        ("VRAMD_NOTIFY__MAX_RETRIES", "-1", "between 0 and 100"),
+        ("VRAMD_NOTIFY__RETRY_BACKOFF_MAX", "11m", "between 100ms and 10m"),
     ];
     for (var, value, reason) in cases {
         let key = var.trim_start_matches("VRAMD_").to_lowercase().replace("__", ".");

@@ -1,0 +1,89 @@
+//! Analysis benchmarks: the analyzer's per-evaluation costs on realistic
+//! series (a 30-point trend, a long window reduced to 30 buckets, the
+//! pressure rules, and leak detection over 30 minutes at 1 Hz).
+//!
+//! `cargo bench --bench analysis`. The offline pipeline needs ≥ 1 M
+//! samples/s, so the 10 000-sample trend must stay well under 10 ms.
+
+use std::hint::black_box;
+
+use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+
+use vramd::analysis::leak::{LeakParams, assess_leak, detect_leak};
+use vramd::analysis::pressure::{PressureInput, PressureThresholds, pressure};
+use vramd::analysis::trend::{TrendScratch, theil_sen};
+use vramd::model::Timestamp;
+
+const MIB: f64 = 1_048_576.0;
+const GIB: f64 = 1_073_741_824.0;
+/// 2026-01-01T00:00:00Z: realistic epoch-millisecond magnitudes.
+const START_MS: i64 = 1_767_225_600_000;
+
+/// `count` samples `step_ms` apart: steady growth of 1 MiB/s from 40 GiB
+/// with ±64 MiB of deterministic noise, as a leaking training job shows.
+fn growing(count: usize, step_ms: i64) -> Vec<(Timestamp, u64)> {
+    let mut state = 0x9E37_79B9_7F4A_7C15u64;
+    (0..count)
+        .map(|i| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            let noise = (state >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0;
+            let at_ms = START_MS + i as i64 * step_ms;
+            let seconds = (i as i64 * step_ms) as f64 / 1000.0;
+            (
+                Timestamp::from_unix_millis(at_ms),
+                (40.0 * GIB + MIB * seconds + 64.0 * MIB * noise) as u64,
+            )
+        })
+        .collect()
+}
+
+fn trend(c: &mut Criterion) {
+    let mut group = c.benchmark_group("theil_sen");
+    let short = growing(30, 1_000);
+    group.throughput(Throughput::Elements(short.len() as u64));
+    group.bench_function("30_points", |b| b.iter(|| theil_sen(black_box(&short), 30)));
+    let mut scratch = TrendScratch::new();
+    group.bench_function("30_points_reused_scratch", |b| {
+        b.iter(|| scratch.theil_sen_with(black_box(&short), 30))
+    });
+    // 10 000 fast-tier samples (about 40 minutes at 4 Hz) reduced to 30.
+    let long = growing(10_000, 250);
+    group.throughput(Throughput::Elements(long.len() as u64));
+    group.bench_function("10000_points_to_30", |b| {
+        b.iter(|| scratch.theil_sen_with(black_box(&long), 30))
+    });
+    group.finish();
+}
+
+fn pressure_rules(c: &mut Criterion) {
+    let input = PressureInput {
+        total_bytes: 81_559_187_456,
+        used_bytes: 76_000_000_000,
+        free_bytes: 4_900_000_000,
+        time_to_exhaustion_seconds: Some(1_500.0),
+        retries_in_window: Some(2),
+        ooms_in_window: Some(0),
+    };
+    let thresholds = PressureThresholds::default();
+    c.bench_function("pressure", |b| b.iter(|| pressure(black_box(&input), &thresholds)));
+}
+
+fn leak(c: &mut Criterion) {
+    let mut group = c.benchmark_group("detect_leak");
+    // 30 minutes at 1 Hz: the default leak window on the slow tier.
+    let series = growing(30 * 60 + 1, 1_000);
+    let params = LeakParams::default();
+    assert!(detect_leak(&series, &params).is_some(), "the bench series must be a leak");
+    group.throughput(Throughput::Elements(series.len() as u64));
+    group.bench_function("30min_1hz", |b| b.iter(|| detect_leak(black_box(&series), &params)));
+    let mut scratch = TrendScratch::new();
+    group.bench_function("30min_1hz_reused_scratch", |b| {
+        b.iter(|| assess_leak(&mut scratch, black_box(&series), &params))
+    });
+    group.finish();
+}
+
+criterion_group!(benches, trend, pressure_rules, leak);
+criterion_main!(benches);

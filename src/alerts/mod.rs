@@ -1,0 +1,13 @@
+//! Alerts: rules over analysis findings, their states, and delivery.
+//!
+//! Owns: the alert model, the rule set and the state machine (inactive →
+//! pending → firing → resolved), and the notifiers that deliver state
+//! changes. Depends on: `analysis`, `history` (read-only), `model`,
+//! `telemetry`. Knows nothing of HTTP routes.
+
+pub mod board;
+pub mod engine;
+pub mod model;
+pub mod notify;
+
+pub use model::{Alert, AlertKey, AlertState, Severity, Transition};

@@ -1,0 +1,170 @@
+//! What an alert is: identity, state, the numbers behind it and the words
+//! that explain it. Shared by the engine, the REST API, the metrics and the
+//! notifiers.
+
+use serde::{Deserialize, Serialize};
+
+use crate::model::Timestamp;
+
+/// How urgent an alert is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Severity {
+    Info,
+    Warning,
+    Critical,
+}
+
+impl Severity {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Severity::Info => "info",
+            Severity::Warning => "warning",
+            Severity::Critical => "critical",
+        }
+    }
+}
+
+impl std::str::FromStr for Severity {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        match text {
+            "info" => Ok(Severity::Info),
+            "warning" => Ok(Severity::Warning),
+            "critical" => Ok(Severity::Critical),
+            other => Err(format!("unknown severity `{other}`; expected info, warning or critical")),
+        }
+    }
+}
+
+/// Where an alert is in its life: inactive alerts are not kept at all.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AlertState {
+    /// The condition holds, but not yet for the rule's `for` duration.
+    Pending,
+    Firing,
+    /// The condition cleared after firing; kept visible for
+    /// `alerts.resolved_retention`.
+    Resolved,
+}
+
+impl AlertState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AlertState::Pending => "pending",
+            AlertState::Firing => "firing",
+            AlertState::Resolved => "resolved",
+        }
+    }
+}
+
+/// What an alert is about: rule + device + (optionally) process. Stable for
+/// as long as the condition lasts, so notifiers can deduplicate.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct AlertKey {
+    /// Rule name, e.g. `memory_high` (the Alertmanager `alertname` is the
+    /// CamelCase form, see [`Alert::alertname`]).
+    pub rule: String,
+    pub uuid: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pid: Option<u32>,
+}
+
+impl AlertKey {
+    /// URL-safe identifier: `memory_high.GPU-…` or `leak_suspected.GPU-….1234`.
+    pub fn id(&self) -> String {
+        match self.pid {
+            Some(pid) => format!("{}.{}.{}", self.rule, self.uuid, pid),
+            None => format!("{}.{}", self.rule, self.uuid),
+        }
+    }
+}
+
+/// An alert as the API, metrics and notifiers see it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Alert {
+    pub id: String,
+    #[serde(flatten)]
+    pub key: AlertKey,
+    pub severity: Severity,
+    pub state: AlertState,
+    /// GPU index (the parent's for a MIG device).
+    pub gpu: u32,
+    /// Process name, for process alerts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub process: Option<String>,
+    /// The measured value that crossed the threshold (unit in `unit`).
+    pub value: f64,
+    pub threshold: f64,
+    /// Unit of `value` and `threshold`: `ratio`, `bytes`, `seconds`, `count`.
+    pub unit: String,
+    /// When the condition started to hold (pending since).
+    pub since: Timestamp,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub firing_since: Option<Timestamp>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resolved_at: Option<Timestamp>,
+    /// Last evaluation that changed or confirmed it.
+    pub updated_at: Timestamp,
+    /// One line: what is wrong.
+    pub summary: String,
+    /// The evidence: slope, fit, window, the numbers behind a ratio.
+    pub description: String,
+    /// What to change.
+    pub remediation: String,
+}
+
+impl Alert {
+    /// `memory_high` → `VramdMemoryHigh`, the Alertmanager `alertname`.
+    pub fn alertname(&self) -> String {
+        let mut name = String::from("Vramd");
+        for part in self.key.rule.split('_') {
+            let mut chars = part.chars();
+            if let Some(first) = chars.next() {
+                name.extend(first.to_uppercase());
+                name.push_str(chars.as_str());
+            }
+        }
+        name
+    }
+}
+
+/// A change of an alert's state, as the engine reports it to notifiers and
+/// the event stream.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Transition {
+    /// `None` when the alert is new.
+    pub from: Option<AlertState>,
+    pub alert: Alert,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn alertname_is_camel_case_with_prefix() {
+        let alert = Alert {
+            id: String::new(),
+            key: AlertKey { rule: "allocator_fragmentation_high".into(), uuid: "GPU-1".into(), pid: Some(7) },
+            severity: Severity::Warning,
+            state: AlertState::Firing,
+            gpu: 0,
+            process: None,
+            value: 0.5,
+            threshold: 0.3,
+            unit: "ratio".into(),
+            since: Timestamp::from_unix_millis(0),
+            firing_since: None,
+            resolved_at: None,
+            updated_at: Timestamp::from_unix_millis(0),
+            summary: String::new(),
+            description: String::new(),
+            remediation: String::new(),
+        };
+        assert_eq!(alert.alertname(), "VramdAllocatorFragmentationHigh");
+        assert_eq!(alert.key.id(), "allocator_fragmentation_high.GPU-1.7");
+    }
+}

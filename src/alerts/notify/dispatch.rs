@@ -1,0 +1,258 @@
+//! Queues, batches, retries and counts deliveries: one bounded queue and one
+//! worker task per notifier.
+//!
+//! [`DispatchHandle::submit`] only pushes onto the queues (a short,
+//! uncontended lock, never an `.await`), so the alert engine is never held
+//! up by a receiver. A full queue drops its oldest entry. Each worker takes
+//! everything queued as one batch, delivers it, and retries a failure with
+//! exponential backoff (100 ms doubling up to `notify.retry_backoff_max`, at
+//! most `notify.max_retries` times) before giving the batch up. A slow or
+//! dead receiver therefore delays only its own worker.
+
+use std::collections::{HashSet, VecDeque};
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use tokio::sync::Notify;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+
+use crate::alerts::{Alert, AlertState, Transition};
+use crate::config::NotifyConfig;
+use crate::telemetry::{NotificationOutcome, Telemetry};
+
+use super::Notifier;
+
+/// First wait before a retry; doubles on each further failure.
+const INITIAL_BACKOFF: Duration = Duration::from_millis(100);
+
+/// The notifiers' queues and workers. Reached through a [`DispatchHandle`].
+pub struct Dispatcher {
+    lanes: Vec<Arc<Lane>>,
+    workers: Mutex<Vec<JoinHandle<()>>>,
+}
+
+/// One notifier's queue.
+struct Lane {
+    name: &'static str,
+    capacity: usize,
+    queue: Mutex<VecDeque<Alert>>,
+    /// Woken when something is queued.
+    wake: Notify,
+    telemetry: Arc<Telemetry>,
+}
+
+impl Lane {
+    fn push(&self, alerts: impl IntoIterator<Item = Alert>) {
+        let mut dropped = 0_u64;
+        {
+            let mut queue = self.queue.lock();
+            for alert in alerts {
+                if queue.len() >= self.capacity {
+                    queue.pop_front();
+                    dropped += 1;
+                }
+                queue.push_back(alert);
+            }
+        }
+        if dropped > 0 {
+            self.telemetry.count_notifications(self.name, NotificationOutcome::Dropped, dropped);
+            debug!(notifier = self.name, dropped, "notification queue full; dropped the oldest");
+        }
+        self.wake.notify_one();
+    }
+
+    fn take_all(&self) -> Vec<Alert> {
+        self.queue.lock().drain(..).collect()
+    }
+}
+
+#[derive(Clone, Copy)]
+struct RetryPolicy {
+    max_retries: u32,
+    backoff_max: Duration,
+}
+
+/// Starts one worker per notifier and returns the handle the alert engine
+/// submits to. Workers stop when `cancel` is cancelled, abandoning whatever
+/// is queued or in flight (firing alerts then expire in Alertmanager by
+/// their `endsAt`).
+///
+/// Must be called from within a tokio runtime (it spawns the workers).
+pub fn spawn(
+    notifiers: Vec<Arc<dyn Notifier>>,
+    config: &NotifyConfig,
+    telemetry: Arc<Telemetry>,
+    cancel: CancellationToken,
+) -> DispatchHandle {
+    let policy =
+        RetryPolicy { max_retries: config.max_retries, backoff_max: config.retry_backoff_max };
+    let mut lanes = Vec::with_capacity(notifiers.len());
+    let mut workers = Vec::with_capacity(notifiers.len());
+    for notifier in notifiers {
+        telemetry.register_notifier(notifier.name());
+        let lane = Arc::new(Lane {
+            name: notifier.name(),
+            capacity: config.queue_capacity.get(),
+            queue: Mutex::new(VecDeque::new()),
+            wake: Notify::new(),
+            telemetry: telemetry.clone(),
+        });
+        workers.push(tokio::spawn(run_worker(lane.clone(), notifier, policy, cancel.clone())));
+        lanes.push(lane);
+    }
+    DispatchHandle { dispatcher: Arc::new(Dispatcher { lanes, workers: Mutex::new(workers) }) }
+}
+
+/// What the alert engine holds: cheap to clone, never blocks.
+#[derive(Clone)]
+pub struct DispatchHandle {
+    dispatcher: Arc<Dispatcher>,
+}
+
+impl DispatchHandle {
+    /// Queues the firing and resolved alerts among `transitions` for every
+    /// notifier (pending alerts are not delivered). Returns at once.
+    pub fn submit(&self, transitions: &[Transition]) {
+        let deliverable: Vec<&Alert> = transitions
+            .iter()
+            .map(|transition| &transition.alert)
+            .filter(|alert| matches!(alert.state, AlertState::Firing | AlertState::Resolved))
+            .collect();
+        if deliverable.is_empty() {
+            return;
+        }
+        for lane in &self.dispatcher.lanes {
+            lane.push(deliverable.iter().map(|alert| (*alert).clone()));
+        }
+    }
+
+    /// Queues a periodic re-send of the firing alerts among `firing`, except
+    /// those already waiting in a notifier's queue. Returns at once.
+    pub fn resend(&self, firing: &[Alert]) {
+        for lane in &self.dispatcher.lanes {
+            let queued: HashSet<String> =
+                lane.queue.lock().iter().map(|alert| alert.id.clone()).collect();
+            let alerts = firing
+                .iter()
+                .filter(|alert| alert.state == AlertState::Firing && !queued.contains(&alert.id))
+                .cloned()
+                .collect::<Vec<_>>();
+            if !alerts.is_empty() {
+                lane.push(alerts);
+            }
+        }
+    }
+
+    /// The notifiers' names, in the order given to [`spawn`].
+    pub fn notifiers(&self) -> Vec<&'static str> {
+        self.dispatcher.lanes.iter().map(|lane| lane.name).collect()
+    }
+
+    /// How many alerts wait in `notifier`'s queue (not counting a batch in
+    /// flight); `None` for an unknown notifier.
+    pub fn queued(&self, notifier: &str) -> Option<usize> {
+        self.dispatcher
+            .lanes
+            .iter()
+            .find(|lane| lane.name == notifier)
+            .map(|lane| lane.queue.lock().len())
+    }
+
+    /// Waits for the workers to stop (after the cancellation token given to
+    /// [`spawn`] is cancelled). Returns at once on later calls.
+    pub async fn join(&self) {
+        let workers = std::mem::take(&mut *self.dispatcher.workers.lock());
+        for worker in workers {
+            if let Err(error) = worker.await
+                && error.is_panic()
+            {
+                warn!(error = %error, "a notification worker panicked");
+            }
+        }
+    }
+}
+
+async fn run_worker(
+    lane: Arc<Lane>,
+    notifier: Arc<dyn Notifier>,
+    policy: RetryPolicy,
+    cancel: CancellationToken,
+) {
+    let mut failing = false;
+    loop {
+        let batch = lane.take_all();
+        if batch.is_empty() {
+            tokio::select! {
+                biased;
+                () = cancel.cancelled() => return,
+                () = lane.wake.notified() => continue,
+            }
+        }
+        tokio::select! {
+            biased;
+            () = cancel.cancelled() => return,
+            () = deliver_with_retries(&lane, notifier.as_ref(), &batch, policy, &mut failing) => {}
+        }
+    }
+}
+
+/// Delivers `batch`, retrying with backoff; counts the outcome and logs
+/// only when the notifier starts failing or recovers.
+async fn deliver_with_retries(
+    lane: &Lane,
+    notifier: &dyn Notifier,
+    batch: &[Alert],
+    policy: RetryPolicy,
+    failing: &mut bool,
+) {
+    let count = u64::try_from(batch.len()).unwrap_or(u64::MAX);
+    let mut backoff = INITIAL_BACKOFF.min(policy.backoff_max);
+    let mut attempt = 0_u32;
+    loop {
+        let started = tokio::time::Instant::now();
+        let result = notifier.deliver(batch).await;
+        lane.telemetry.observe_notification(lane.name, started.elapsed());
+        match result {
+            Ok(()) => {
+                lane.telemetry.count_notifications(lane.name, NotificationOutcome::Sent, count);
+                if std::mem::take(failing) {
+                    info!(notifier = lane.name, alerts = count, "notification delivery recovered");
+                }
+                return;
+            }
+            Err(error) => {
+                if !*failing {
+                    *failing = true;
+                    warn!(
+                        notifier = lane.name,
+                        alerts = count,
+                        error = %error,
+                        "notification delivery failing; retrying with backoff"
+                    );
+                } else {
+                    debug!(notifier = lane.name, attempt, error = %error, "notification delivery failed again");
+                }
+                if attempt >= policy.max_retries {
+                    lane.telemetry.count_notifications(
+                        lane.name,
+                        NotificationOutcome::Failed,
+                        count,
+                    );
+                    debug!(
+                        notifier = lane.name,
+                        alerts = count,
+                        attempts = attempt + 1,
+                        "notification batch given up"
+                    );
+                    return;
+                }
+                attempt += 1;
+                tokio::time::sleep(backoff).await;
+                backoff = backoff.saturating_mul(2).min(policy.backoff_max);
+            }
+        }
+    }
+}

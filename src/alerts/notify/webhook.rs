@@ -1,0 +1,64 @@
+//! A generic JSON webhook: `POST {url}` with
+//! `{"version":"1","source":"vramd","alerts":[…]}`, each alert serialized
+//! exactly as the REST API shows it.
+
+use serde::Serialize;
+
+use crate::alerts::Alert;
+use crate::config::NotifyConfig;
+
+use super::http::{Endpoint, HttpClient};
+use super::{BoxFuture, Notifier, NotifyError};
+
+/// The webhook document's format version; bumped on incompatible changes.
+pub const WEBHOOK_VERSION: &str = "1";
+
+/// Delivers to a generic JSON webhook.
+pub struct WebhookNotifier {
+    client: HttpClient,
+    endpoint: Endpoint,
+}
+
+impl WebhookNotifier {
+    /// Posts to `url` with `config.timeout` per request.
+    pub fn new(url: &str, config: &NotifyConfig) -> Result<Self, NotifyError> {
+        let endpoint = Endpoint::parse(url)?;
+        let client = HttpClient::new(&endpoint, config.timeout)?;
+        Ok(Self { client, endpoint })
+    }
+
+    /// The URL alerts are posted to.
+    pub fn endpoint(&self) -> &str {
+        self.endpoint.as_str()
+    }
+
+    /// The request body for `batch`.
+    pub fn payload(&self, batch: &[Alert]) -> Result<Vec<u8>, NotifyError> {
+        serde_json::to_vec(&WebhookDocument {
+            version: WEBHOOK_VERSION,
+            source: "vramd",
+            alerts: batch,
+        })
+        .map_err(|source| NotifyError::Encode { notifier: "webhook", source })
+    }
+}
+
+#[derive(Serialize)]
+struct WebhookDocument<'a> {
+    version: &'static str,
+    source: &'static str,
+    alerts: &'a [Alert],
+}
+
+impl Notifier for WebhookNotifier {
+    fn name(&self) -> &'static str {
+        "webhook"
+    }
+
+    fn deliver<'a>(&'a self, batch: &'a [Alert]) -> BoxFuture<'a, Result<(), NotifyError>> {
+        Box::pin(async move {
+            let body = self.payload(batch)?;
+            self.client.post_json(&self.endpoint, body).await
+        })
+    }
+}

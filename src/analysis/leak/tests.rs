@@ -1,0 +1,205 @@
+use super::*;
+use crate::history::Ring;
+use crate::model::{AllocatorStats, ProcessInfo, SlowReading};
+use proptest::prelude::*;
+
+const MIB: f64 = 1_048_576.0;
+const GIB: f64 = 1_073_741_824.0;
+const START_MS: i64 = 1_767_225_600_000;
+/// Thirty minutes at 1 Hz.
+const SECONDS: usize = 30 * 60;
+
+fn at(seconds: usize) -> Timestamp {
+    Timestamp::from_unix_millis(START_MS + seconds as i64 * 1000)
+}
+
+/// Deterministic noise in `-1.0..1.0` (xorshift).
+fn noise(seed: u64) -> impl FnMut() -> f64 {
+    let mut state = seed.max(1);
+    move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        (state >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0
+    }
+}
+
+/// A 1 Hz series over `seconds + 1` samples of `shape(t)` plus noise.
+fn series(seconds: usize, amplitude: f64, shape: impl Fn(f64) -> f64) -> Vec<(Timestamp, u64)> {
+    let mut next = noise(0x2545_F491_4F6C_DD1D);
+    (0..=seconds).map(|t| (at(t), (shape(t as f64) + amplitude * next()) as u64)).collect()
+}
+
+fn assess(values: &[(Timestamp, u64)]) -> Result<LeakEvidence, NotALeak> {
+    assess_leak(&mut TrendScratch::new(), values, &LeakParams::default())
+}
+
+#[test]
+fn linear_growth_is_a_leak_with_its_slope() {
+    let slope = MIB;
+    let values = series(SECONDS, 16.0 * MIB, |t| 4.0 * GIB + slope * t);
+    let evidence = detect_leak(&values, &LeakParams::default()).unwrap();
+    let error = (evidence.slope_bytes_per_second - slope).abs() / slope;
+    assert!(error < 0.05, "{evidence:?}");
+    assert!(evidence.fit > 0.95);
+    assert_eq!(evidence.window_seconds, SECONDS as f64);
+    assert!((evidence.baseline_bytes as f64 - 4.0 * GIB).abs() < 17.0 * MIB);
+    assert_eq!(evidence.growth_bytes, evidence.latest_bytes - evidence.baseline_bytes);
+    let expected_growth = slope * SECONDS as f64;
+    assert!((evidence.growth_bytes as f64 - expected_growth).abs() < 40.0 * MIB);
+}
+
+#[test]
+fn epoch_sawtooth_is_not_a_leak() {
+    // Each 5-minute epoch climbs 4 GiB over 4 minutes, then frees it all.
+    let values = series(SECONDS, 16.0 * MIB, |t| {
+        let phase = t % 300.0;
+        let climb = if phase < 240.0 { phase / 240.0 } else { 1.0 - (phase - 240.0) / 60.0 };
+        8.0 * GIB + 4.0 * GIB * climb
+    });
+    assert!(detect_leak(&values, &LeakParams::default()).is_none(), "{:?}", assess(&values));
+}
+
+#[test]
+fn growth_freed_back_to_baseline_is_not_a_leak() {
+    // Steady growth, but for 30 s at minute 22 the process frees everything
+    // it gained: whatever grows is released, so it is not leaked.
+    let values = series(SECONDS, 8.0 * MIB, |t| {
+        if (1_320.0..1_350.0).contains(&t) { 4.0 * GIB } else { 4.0 * GIB + MIB * t }
+    });
+    assert_eq!(assess(&values), Err(NotALeak::ReturnsToBaseline));
+}
+
+#[test]
+fn step_then_flat_is_not_a_leak() {
+    let values = series(SECONDS, 16.0 * MIB, |t| if t < 900.0 { 4.0 * GIB } else { 7.0 * GIB });
+    let verdict = assess(&values);
+    assert!(
+        matches!(verdict, Err(NotALeak::PoorFit | NotALeak::LevelsOff | NotALeak::SlowGrowth)),
+        "{verdict:?}"
+    );
+}
+
+#[test]
+fn warm_up_that_levels_off_is_not_a_leak() {
+    // Grows steadily through the first 55 % of the window, then holds: good
+    // enough a line to pass the fit, but the second half has stopped.
+    let values = series(SECONDS, 4.0 * MIB, |t| 4.0 * GIB + 2.0 * MIB * t.min(990.0));
+    assert_eq!(assess(&values), Err(NotALeak::LevelsOff));
+}
+
+#[test]
+fn growth_below_the_minimum_slope_is_not_a_leak() {
+    // 128 KiB/s: steady, but half the default minimum.
+    let values = series(SECONDS, 0.0, |t| 4.0 * GIB + 131_072.0 * t);
+    assert_eq!(assess(&values), Err(NotALeak::SlowGrowth));
+}
+
+#[test]
+fn a_series_shorter_than_the_minimum_span_is_not_judged() {
+    // 20 minutes of strong growth in a 30-minute window (needs 24).
+    let values = series(20 * 60, 0.0, |t| 4.0 * GIB + 4.0 * MIB * t);
+    assert_eq!(assess(&values), Err(NotALeak::TooShort));
+    assert_eq!(assess(&[]), Err(NotALeak::NoTrend));
+}
+
+#[test]
+fn noisy_flat_series_is_not_a_leak() {
+    let values = series(SECONDS, 512.0 * MIB, |_| 20.0 * GIB);
+    assert!(detect_leak(&values, &LeakParams::default()).is_none());
+}
+
+fn process(pid: u32, used: Option<u64>, allocated: Option<u64>) -> ProcessInfo {
+    ProcessInfo {
+        pid,
+        name: None,
+        used_bytes: used,
+        allocator: allocated.map(|allocated| AllocatorStats {
+            allocated_bytes: allocated,
+            reserved_bytes: allocated * 2,
+            active_bytes: allocated,
+            inactive_split_bytes: 0,
+            alloc_retries: 0,
+            ooms: 0,
+        }),
+        details: Default::default(),
+    }
+}
+
+#[test]
+fn allocator_figures_are_preferred_over_nvml_usage() {
+    let nvml_only = ProcessPoint::from(&process(1, Some(10), None));
+    let torch = ProcessPoint::from(&process(1, Some(10), Some(5)));
+    let unknown = ProcessPoint::from(&process(1, None, None));
+    assert_eq!(preferred_metric([&nvml_only, &torch]), Some(ProcessMetric::AllocatorAllocated));
+    assert_eq!(preferred_metric([&unknown, &nvml_only]), Some(ProcessMetric::NvmlUsed));
+    assert_eq!(preferred_metric([&unknown]), None);
+}
+
+#[test]
+fn a_leaking_process_is_found_in_history() {
+    // Process 7's tensors grow 1 MiB/s while its NVML usage is flat (the
+    // cache was reserved up front); process 8 is steady.
+    let ring = Ring::new(4_000);
+    for t in 0..=SECONDS {
+        let allocated = (4.0 * GIB + MIB * t as f64) as u64;
+        let reading = SlowReading {
+            at: at(t),
+            processes: Some(vec![
+                process(7, Some(40 << 30), Some(allocated)),
+                process(8, Some(2 << 30), None),
+            ]),
+            temperature_celsius: None,
+            power_usage_watts: None,
+            power_limit_watts: None,
+            details: Default::default(),
+        };
+        ring.push(SlowPoint::from(&reading)).unwrap();
+    }
+    let snapshot = ring.snapshot();
+    let params = LeakParams::default();
+    let finding = detect_process_leak(&snapshot, 7, at(0), at(SECONDS), &params).unwrap();
+    assert_eq!(finding.pid, 7);
+    assert_eq!(finding.metric, ProcessMetric::AllocatorAllocated);
+    assert_eq!(finding.remediation, remediation::LEAK);
+    assert!((finding.slope_bytes_per_second - MIB).abs() < 0.01 * MIB);
+    assert_eq!(detect_process_leak(&snapshot, 8, at(0), at(SECONDS), &params), None);
+    assert_eq!(detect_process_leak(&snapshot, 9, at(0), at(SECONDS), &params), None);
+}
+
+proptest! {
+    #[test]
+    fn steady_growth_above_the_minimum_is_always_found(
+        slope in 300_000.0f64..50_000_000.0,
+        base in 0.0f64..60.0e9,
+        noise_share in 0.0f64..0.02,
+        seed in 1u64..u64::MAX,
+    ) {
+        // Noise bounded by 2 % of the growth over the window.
+        let amplitude = noise_share * slope * SECONDS as f64;
+        let mut next = noise(seed);
+        let values: Vec<(Timestamp, u64)> = (0..=SECONDS)
+            .map(|t| (at(t), (base + slope * t as f64 + amplitude * next()).max(0.0) as u64))
+            .collect();
+        let evidence = detect_leak(&values, &LeakParams::default());
+        prop_assert!(evidence.is_some(), "{:?}", assess(&values));
+        let error = (evidence.map_or(0.0, |e| e.slope_bytes_per_second) - slope).abs() / slope;
+        prop_assert!(error < 0.05);
+    }
+
+    #[test]
+    fn memory_that_returns_each_epoch_is_never_a_leak(
+        period in 60usize..600,
+        peak in 0.5f64..16.0,
+        seed in 1u64..u64::MAX,
+    ) {
+        let mut next = noise(seed);
+        let values: Vec<(Timestamp, u64)> = (0..=SECONDS)
+            .map(|t| {
+                let climb = (t % period) as f64 / period as f64;
+                (at(t), (4.0 * GIB + peak * GIB * climb + 8.0 * MIB * next()) as u64)
+            })
+            .collect();
+        prop_assert!(detect_leak(&values, &LeakParams::default()).is_none());
+    }
+}
