@@ -13,6 +13,8 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use crate::alerts::board::AlertBoard;
+use crate::alerts::notify;
+use crate::alerts::runner::{self, RunnerSettings};
 use crate::api::{self, AppState, Limits};
 use crate::clock::{ScaledClock, wall_now};
 use crate::config::{Config, SourceSelection};
@@ -41,6 +43,8 @@ pub enum AppError {
     Telemetry(#[from] TelemetryError),
     #[error("start-up task failed: {0}")]
     Startup(String),
+    #[error("notifier: {0}")]
+    Notify(crate::alerts::notify::NotifyError),
     #[error("a GPU is required (nvml.require_gpu) but none can be used: {reason}")]
     GpuRequired { reason: String },
 }
@@ -163,6 +167,22 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         cancel.clone(),
     ));
     let board = Arc::new(AlertBoard::new(config.api.max_stream_backlog.get()));
+    let notifiers = notify::notifiers_from_config(&config.notify, &format!("http://{local}"))
+        .map_err(AppError::Notify)?;
+    let dispatch = (!notifiers.is_empty())
+        .then(|| notify::spawn(notifiers, &config.notify, telemetry.clone(), cancel.clone()));
+    let evaluation = tokio::spawn(runner::run(
+        store.clone(),
+        telemetry.clone(),
+        board.clone(),
+        dispatch,
+        RunnerSettings {
+            alerts: config.alerts.clone(),
+            resend_interval: config.notify.resend_interval,
+            speed: sampler_settings(&config).speed,
+        },
+        cancel.clone(),
+    ));
     let state = AppState::new(
         store,
         telemetry,
@@ -205,6 +225,9 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     // left behind (main does not wait for blocking threads).
     if tokio::time::timeout(config.server.shutdown_timeout, sampler).await.is_err() {
         warn!("sampler did not stop within the shutdown grace time");
+    }
+    if tokio::time::timeout(config.server.shutdown_timeout, evaluation).await.is_err() {
+        warn!("alert evaluation did not stop within the shutdown grace time");
     }
     Ok(())
 }

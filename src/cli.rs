@@ -26,7 +26,8 @@ Exit status:
   0  clean exit, including after SIGTERM or SIGINT
   1  runtime failure, e.g. the listen address cannot be bound, or NVML cannot
      be initialised with --require-gpu
-  2  invalid command line or configuration";
+  2  invalid command line, configuration or replayed trace
+  3  `vramd analyze --fail-on STATE`: an alert reached that state";
 
 /// vramd watches NVIDIA GPU memory: where it went, whether it is fragmented
 /// or leaking, and when it will run out.
@@ -99,6 +100,39 @@ pub enum Command {
     CheckConfig,
     /// List the simulated scenarios, one per line.
     Scenarios,
+    /// Run the analysis and alert pipeline over --simulate or --replay as
+    /// fast as the CPU allows and print the alert timeline.
+    Analyze(AnalyzeArgs),
+}
+
+/// Options of `vramd analyze`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::Args)]
+pub struct AnalyzeArgs {
+    /// Simulated time to play with --simulate (ignored with --replay).
+    #[arg(long, value_name = "DURATION", default_value = "30m", value_parser = parse_analyze_duration)]
+    pub duration: std::time::Duration,
+    /// Print the timeline as JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+    /// Exit with status 3 when any alert reached this state (for CI).
+    #[arg(long, value_name = "STATE", value_enum, default_value_t = FailOn::Never)]
+    pub fail_on: FailOn,
+}
+
+/// `--fail-on`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum FailOn {
+    Never,
+    Pending,
+    Firing,
+}
+
+fn parse_analyze_duration(text: &str) -> Result<std::time::Duration, String> {
+    let duration = humantime::parse_duration(text).map_err(|error| error.to_string())?;
+    if duration.is_zero() || duration > std::time::Duration::from_secs(7 * 24 * 3600) {
+        return Err("must be more than 0 and at most 7d".to_owned());
+    }
+    Ok(duration)
 }
 
 fn scenario_names() -> PossibleValuesParser {

@@ -14,6 +14,7 @@ pub mod config;
 pub mod exposition;
 pub mod history;
 pub mod model;
+pub mod offline;
 pub mod sampler;
 pub mod source;
 pub mod telemetry;

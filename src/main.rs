@@ -10,8 +10,12 @@ use clap::Parser;
 use tracing::{error, info};
 use tracing_subscriber::EnvFilter;
 
-use vramd::cli::{Cli, Command, scenario_lines};
+use vramd::alerts::AlertState;
+use vramd::cli::{AnalyzeArgs, Cli, Command, FailOn, scenario_lines};
+use vramd::config::SourceSelection;
 use vramd::config::{self, Config, LoadOptions, LogFormat};
+use vramd::offline;
+use vramd::source::trace::Replay;
 
 /// How long the runtime waits for blocking source calls at exit; a call
 /// stuck in the driver must not keep the process alive.
@@ -41,6 +45,10 @@ fn main() -> ExitCode {
             }
             Err(code) => code,
         },
+        Command::Analyze(args) => match load(&cli) {
+            Ok(config) => analyze(&config, args),
+            Err(code) => code,
+        },
         Command::Run => match load(&cli) {
             Ok(config) => run(config),
             Err(code) => code,
@@ -59,6 +67,47 @@ fn load(cli: &Cli) -> Result<Config, ExitCode> {
         eprintln!("vramd: invalid configuration: {error}");
         ExitCode::from(2)
     })
+}
+
+/// `vramd analyze`: offline pipeline, timeline on stdout.
+fn analyze(config: &Config, args: AnalyzeArgs) -> ExitCode {
+    let report = match &config.source.selection {
+        SourceSelection::Simulate(simulator) => offline::simulate(config, simulator, args.duration),
+        SourceSelection::Replay { path } => {
+            match Replay::open(path, config.source.max_trace_line_bytes) {
+                Ok(trace) => offline::replay(config, &trace),
+                Err(error) => {
+                    eprintln!("vramd: {error}");
+                    return ExitCode::from(2);
+                }
+            }
+        }
+        SourceSelection::Driver => Err(offline::OfflineError::NoInput),
+    };
+    let report = match report {
+        Ok(report) => report,
+        Err(error) => {
+            eprintln!("vramd: {error}");
+            return ExitCode::from(2);
+        }
+    };
+    if args.json {
+        match serde_json::to_string_pretty(&report) {
+            Ok(text) => println!("{text}"),
+            Err(error) => {
+                eprintln!("vramd: cannot encode the report: {error}");
+                return ExitCode::from(1);
+            }
+        }
+    } else {
+        print!("{}", offline::render_table(&report));
+    }
+    let failed = match args.fail_on {
+        FailOn::Never => false,
+        FailOn::Pending => report.reached(AlertState::Pending),
+        FailOn::Firing => report.reached(AlertState::Firing),
+    };
+    if failed { ExitCode::from(3) } else { ExitCode::SUCCESS }
 }
 
 fn init_logging(config: &Config) -> anyhow::Result<()> {

@@ -356,7 +356,10 @@ fn mig_devices_are_monitored_as_devices_of_their_own() {
     });
     let metrics = get(addr, "/metrics").text();
     let labels = format!("{{gpu=\"0\",uuid=\"{MIG}\"}}");
-    assert_eq!(sample(&metrics, &format!("vramd_memory_total_bytes{labels}")), Some((40 * GIB) as f64));
+    assert_eq!(
+        sample(&metrics, &format!("vramd_memory_total_bytes{labels}")),
+        Some((40 * GIB) as f64)
+    );
     assert_eq!(sample(&metrics, &format!("vramd_memory_used_bytes{labels}")), Some(GIB as f64));
     assert!(
         metrics.lines().any(|line| line.starts_with("vramd_device_info")
@@ -365,7 +368,10 @@ fn mig_devices_are_monitored_as_devices_of_their_own() {
             && line.contains(&format!("parent_uuid=\"{GPU0}\""))),
         "{metrics}"
     );
-    assert_eq!(sample(&metrics, &format!("vramd_mig_mode{{gpu=\"0\",uuid=\"{GPU0}\"}}")), Some(1.0));
+    assert_eq!(
+        sample(&metrics, &format!("vramd_mig_mode{{gpu=\"0\",uuid=\"{GPU0}\"}}")),
+        Some(1.0)
+    );
     promtool_accepts(&metrics);
     drop(daemon);
 }

@@ -92,7 +92,12 @@ impl Engine {
         transitions
     }
 
-    fn apply(&mut self, now: Timestamp, observation: Observation, transitions: &mut Vec<Transition>) {
+    fn apply(
+        &mut self,
+        now: Timestamp,
+        observation: Observation,
+        transitions: &mut Vec<Transition>,
+    ) {
         let existing = self.alerts.get(&observation.key).map(|alert| alert.state);
         match (existing, observation.verdict) {
             (None | Some(AlertState::Resolved), Verdict::Breached) => {
@@ -116,7 +121,10 @@ impl Engine {
                     if held >= observation.for_duration {
                         alert.state = AlertState::Firing;
                         alert.firing_since = Some(now);
-                        transitions.push(Transition { from: Some(AlertState::Pending), alert: alert.clone() });
+                        transitions.push(Transition {
+                            from: Some(AlertState::Pending),
+                            alert: alert.clone(),
+                        });
                     }
                 }
             }
@@ -158,7 +166,9 @@ impl Engine {
     fn expire(&mut self, now: Timestamp) {
         let retention = self.limits.resolved_retention;
         self.alerts.retain(|_, alert| match (alert.state, alert.resolved_at) {
-            (AlertState::Resolved, Some(at)) => now.duration_since(at).is_none_or(|age| age < retention),
+            (AlertState::Resolved, Some(at)) => {
+                now.duration_since(at).is_none_or(|age| age < retention)
+            }
             _ => true,
         });
     }
@@ -264,15 +274,25 @@ mod tests {
         let mut engine = engine();
         let fired = engine.evaluate(at(0), vec![observation("memory_high", Verdict::Breached, 60)]);
         assert_eq!(states(&fired), vec![(None, AlertState::Pending)]);
-        assert!(engine.evaluate(at(30), vec![observation("memory_high", Verdict::Breached, 60)]).is_empty());
-        let fired = engine.evaluate(at(60), vec![observation("memory_high", Verdict::Breached, 60)]);
+        assert!(
+            engine
+                .evaluate(at(30), vec![observation("memory_high", Verdict::Breached, 60)])
+                .is_empty()
+        );
+        let fired =
+            engine.evaluate(at(60), vec![observation("memory_high", Verdict::Breached, 60)]);
         assert_eq!(states(&fired), vec![(Some(AlertState::Pending), AlertState::Firing)]);
         let alert = &fired[0].alert;
         assert_eq!((alert.since, alert.firing_since), (at(0), Some(at(60))));
 
-        assert!(engine.evaluate(at(70), vec![observation("memory_high", Verdict::Hysteresis, 60)]).is_empty(),
-            "between clear and threshold a firing alert keeps firing");
-        let resolved = engine.evaluate(at(80), vec![observation("memory_high", Verdict::Clear, 60)]);
+        assert!(
+            engine
+                .evaluate(at(70), vec![observation("memory_high", Verdict::Hysteresis, 60)])
+                .is_empty(),
+            "between clear and threshold a firing alert keeps firing"
+        );
+        let resolved =
+            engine.evaluate(at(80), vec![observation("memory_high", Verdict::Clear, 60)]);
         assert_eq!(states(&resolved), vec![(Some(AlertState::Firing), AlertState::Resolved)]);
         assert_eq!(resolved[0].alert.resolved_at, Some(at(80)));
         assert_eq!(resolved[0].alert.id, "memory_high.GPU-0", "identity is stable");
@@ -282,7 +302,8 @@ mod tests {
     fn a_pending_alert_that_clears_early_is_forgotten_silently() {
         let mut engine = engine();
         engine.evaluate(at(0), vec![observation("memory_high", Verdict::Breached, 60)]);
-        let transitions = engine.evaluate(at(10), vec![observation("memory_high", Verdict::Hysteresis, 60)]);
+        let transitions =
+            engine.evaluate(at(10), vec![observation("memory_high", Verdict::Hysteresis, 60)]);
         assert!(transitions.is_empty());
         assert_eq!(engine.alerts().count(), 0);
     }
@@ -290,7 +311,8 @@ mod tests {
     #[test]
     fn zero_for_fires_at_once_and_an_unseen_subject_resolves() {
         let mut engine = engine();
-        let fired = engine.evaluate(at(0), vec![observation("allocator_oom", Verdict::Breached, 0)]);
+        let fired =
+            engine.evaluate(at(0), vec![observation("allocator_oom", Verdict::Breached, 0)]);
         assert_eq!(states(&fired), vec![(None, AlertState::Firing)]);
         let resolved = engine.evaluate(at(5), vec![]);
         assert_eq!(states(&resolved), vec![(Some(AlertState::Firing), AlertState::Resolved)]);

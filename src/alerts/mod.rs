@@ -7,7 +7,10 @@
 
 pub mod board;
 pub mod engine;
+pub mod evaluator;
 pub mod model;
 pub mod notify;
+pub mod rules;
+pub mod runner;
 
 pub use model::{Alert, AlertKey, AlertState, Severity, Transition};

@@ -100,13 +100,15 @@ pub struct Alert {
     pub threshold: f64,
     /// Unit of `value` and `threshold`: `ratio`, `bytes`, `seconds`, `count`.
     pub unit: String,
-    /// When the condition started to hold (pending since).
+    /// When the condition started to hold (pending since). RFC 3339.
+    #[serde(with = "rfc3339")]
     pub since: Timestamp,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none", with = "rfc3339_option")]
     pub firing_since: Option<Timestamp>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none", with = "rfc3339_option")]
     pub resolved_at: Option<Timestamp>,
     /// Last evaluation that changed or confirmed it.
+    #[serde(with = "rfc3339")]
     pub updated_at: Timestamp,
     /// One line: what is wrong.
     pub summary: String,
@@ -131,6 +133,53 @@ impl Alert {
     }
 }
 
+mod rfc3339 {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    use crate::model::Timestamp;
+
+    pub fn serialize<S: Serializer>(at: &Timestamp, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&at.to_rfc3339())
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Timestamp, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        parse(&text).map_err(serde::de::Error::custom)
+    }
+
+    pub fn parse(text: &str) -> Result<Timestamp, String> {
+        let time = humantime::parse_rfc3339_weak(text).map_err(|error| error.to_string())?;
+        let since_epoch =
+            time.duration_since(std::time::UNIX_EPOCH).map_err(|error| error.to_string())?;
+        let millis = i64::try_from(since_epoch.as_millis()).map_err(|error| error.to_string())?;
+        Ok(Timestamp::from_unix_millis(millis))
+    }
+}
+
+mod rfc3339_option {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    use crate::model::Timestamp;
+
+    pub fn serialize<S: Serializer>(
+        at: &Option<Timestamp>,
+        serializer: S,
+    ) -> Result<S::Ok, S::Error> {
+        match at {
+            Some(at) => super::rfc3339::serialize(at, serializer),
+            None => serializer.serialize_none(),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<Option<Timestamp>, D::Error> {
+        Option::<String>::deserialize(deserializer)?
+            .map(|text| super::rfc3339::parse(&text).map_err(serde::de::Error::custom))
+            .transpose()
+    }
+}
+
 /// A change of an alert's state, as the engine reports it to notifiers and
 /// the event stream.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -148,7 +197,11 @@ mod tests {
     fn alertname_is_camel_case_with_prefix() {
         let alert = Alert {
             id: String::new(),
-            key: AlertKey { rule: "allocator_fragmentation_high".into(), uuid: "GPU-1".into(), pid: Some(7) },
+            key: AlertKey {
+                rule: "allocator_fragmentation_high".into(),
+                uuid: "GPU-1".into(),
+                pid: Some(7),
+            },
             severity: Severity::Warning,
             state: AlertState::Firing,
             gpu: 0,

@@ -11,5 +11,5 @@ pub mod leak;
 pub mod pressure;
 pub mod remediation;
 pub mod series;
-pub mod trend;
 pub mod summary;
+pub mod trend;

@@ -57,7 +57,9 @@ pub async fn list(
     let wanted_severity = filter
         .severity
         .as_deref()
-        .map(|text| text.parse::<Severity>().map_err(|reason| ApiError::bad_request("bad_filter", reason)))
+        .map(|text| {
+            text.parse::<Severity>().map_err(|reason| ApiError::bad_request("bad_filter", reason))
+        })
         .transpose()?;
     let alerts = state
         .board
@@ -76,7 +78,10 @@ pub async fn list(
     Ok(Json(AlertList { alerts }))
 }
 
-pub async fn one(State(state): State<AppState>, Path(id): Path<String>) -> Result<Json<Alert>, ApiError> {
+pub async fn one(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Json<Alert>, ApiError> {
     state.board.alerts().iter().find(|alert| alert.id == id).cloned().map(Json).ok_or_else(|| {
         ApiError::new(
             StatusCode::NOT_FOUND,
@@ -106,7 +111,9 @@ pub async fn stream(
                 let data = serde_json::to_string(&transition).unwrap_or_else(|_| "{}".to_owned());
                 Event::default().event(transition.alert.state.as_str()).data(data)
             }
-            Err(RecvError::Lagged(missed)) => Event::default().event("lagged").data(missed.to_string()),
+            Err(RecvError::Lagged(missed)) => {
+                Event::default().event("lagged").data(missed.to_string())
+            }
             Err(RecvError::Closed) => return None,
         };
         Some((Ok(event), (receiver, permit)))

@@ -139,9 +139,10 @@ async fn not_found(request: Request) -> ApiError {
 }
 
 async fn metrics(State(state): State<AppState>) -> Result<Response, ApiError> {
-    let body = exposition::render(&state.store, &state.telemetry).map_err(|error| {
-        ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", error.to_string())
-    })?;
+    let body =
+        exposition::render(&state.store, &state.telemetry, &state.board).map_err(|error| {
+            ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", error.to_string())
+        })?;
     let mut response = body.into_response();
     response
         .headers_mut()

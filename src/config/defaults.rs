@@ -116,7 +116,7 @@ pub fn default_alerts() -> AlertsConfig {
             leak_suspected: rule(262_144.0, 65_536.0, 300, Severity::Warning),
             leak_window: Duration::from_secs(30 * 60),
             // inactive_split / reserved, fires above.
-            allocator_fragmentation_high: rule(0.30, 0.20, 300, Severity::Warning),
+            allocator_fragmentation_high: rule(0.25, 0.15, 300, Severity::Warning),
             fragmentation_min_reserved_bytes: 2 << 30,
             // Counts within their window: any one fires at once.
             allocator_retries: rule(1.0, 0.0, 0, Severity::Warning),

@@ -6,9 +6,11 @@
 //! calls a device source. Absent values are left out, never written as 0.
 //! Depends on: `history`, `telemetry`, `model`.
 
+mod alerts;
 mod health;
 mod text;
 
+use crate::alerts::board::AlertBoard;
 use crate::history::{HistoryStore, LiveState};
 use crate::model::{DeviceInfo, ProcessInfo};
 use crate::telemetry::{Telemetry, TelemetryError};
@@ -19,10 +21,15 @@ use text::{Family, FamilyWriter, Kind, Labels};
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
 /// Renders the full exposition: device series, then self metrics.
-pub fn render(store: &HistoryStore, telemetry: &Telemetry) -> Result<Vec<u8>, TelemetryError> {
+pub fn render(
+    store: &HistoryStore,
+    telemetry: &Telemetry,
+    board: &AlertBoard,
+) -> Result<Vec<u8>, TelemetryError> {
     let views = collect(store);
     let mut out = Vec::with_capacity(estimate_size(&views));
     render_devices_into(&views, &mut out);
+    alerts::render(&views, board, &mut out);
     telemetry.encode_into(&mut out)?;
     Ok(out)
 }

@@ -48,7 +48,7 @@ fn config_alerts_defaults() {
             exhaustion_min_fit: 0.8,
             leak_suspected: rule(262_144.0, 65_536.0, 300, Severity::Warning),
             leak_window: minutes(30),
-            allocator_fragmentation_high: rule(0.30, 0.20, 300, Severity::Warning),
+            allocator_fragmentation_high: rule(0.25, 0.15, 300, Severity::Warning),
             fragmentation_min_reserved_bytes: 2 << 30,
             allocator_retries: rule(1.0, 0.0, 0, Severity::Warning),
             retries_window: minutes(5),

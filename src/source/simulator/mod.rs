@@ -68,6 +68,7 @@
 //! - **idle**: no processes, 2–6 MiB used, utilization exactly 0.
 
 mod devices;
+pub mod expectations;
 mod leak;
 mod noise;
 mod process;

@@ -1,0 +1,355 @@
+//! The built-in rules: what each measures, on which side of its threshold
+//! it fires, and how it explains itself (evidence and remediation).
+
+use std::time::Duration;
+
+use crate::analysis::fragmentation::split_fragmentation_ratio;
+use crate::analysis::leak::LeakFinding;
+use crate::analysis::remediation;
+use crate::analysis::trend::Trend;
+use crate::config::{RuleConfig, RulesConfig};
+use crate::model::{AllocatorStats, DeviceInfo, MemoryInfo};
+
+use super::engine::{Observation, Verdict};
+use super::model::AlertKey;
+
+/// What the analysis found about one device, as the rules need it.
+pub struct DeviceFacts {
+    pub info: DeviceInfo,
+    pub up: bool,
+    /// Why the latest fast read failed, when it did.
+    pub failure: Option<String>,
+    pub memory: Option<MemoryInfo>,
+    pub trend: Option<Trend>,
+    pub time_to_exhaustion_seconds: Option<f64>,
+    pub trend_window: Duration,
+    pub processes: Vec<ProcessFacts>,
+    pub xid_in_window: Option<u64>,
+}
+
+pub struct ProcessFacts {
+    pub pid: u32,
+    pub name: Option<String>,
+    /// Latest allocator statistics, when the process reports them.
+    pub allocator: Option<AllocatorStats>,
+    pub retries_in_window: Option<u64>,
+    pub ooms_in_window: Option<u64>,
+    pub leak: Option<LeakFinding>,
+}
+
+/// Which side of the threshold is bad.
+#[derive(Clone, Copy)]
+enum Direction {
+    Above,
+    Below,
+}
+
+fn verdict(rule: &RuleConfig, direction: Direction, value: f64) -> Verdict {
+    let (breached, held) = match direction {
+        Direction::Above => (value >= rule.threshold, value > rule.clear),
+        Direction::Below => (value <= rule.threshold, value < rule.clear),
+    };
+    if breached {
+        Verdict::Breached
+    } else if held {
+        Verdict::Hysteresis
+    } else {
+        Verdict::Clear
+    }
+}
+
+const GIB: f64 = (1u64 << 30) as f64;
+const MIB: f64 = (1u64 << 20) as f64;
+
+fn gib(bytes: u64) -> String {
+    format!("{:.1} GiB", bytes as f64 / GIB)
+}
+
+fn minutes(seconds: f64) -> String {
+    if seconds >= 3600.0 {
+        format!("{:.1} h", seconds / 3600.0)
+    } else {
+        format!("{:.0} min", seconds / 60.0)
+    }
+}
+
+struct Draft<'a> {
+    rule: &'static str,
+    config: &'a RuleConfig,
+    direction: Direction,
+    pid: Option<u32>,
+    process: Option<String>,
+    value: f64,
+    unit: &'static str,
+    summary: String,
+    description: String,
+    remediation: &'static str,
+}
+
+fn push(device: &DeviceInfo, draft: Draft<'_>, out: &mut Vec<Observation>) {
+    if !draft.config.enabled {
+        return;
+    }
+    out.push(Observation {
+        key: AlertKey { rule: draft.rule.to_owned(), uuid: device.uuid.clone(), pid: draft.pid },
+        verdict: verdict(draft.config, draft.direction, draft.value),
+        severity: draft.config.severity,
+        for_duration: draft.config.for_duration,
+        gpu: device.gpu_index(),
+        process: draft.process,
+        value: draft.value,
+        threshold: draft.config.threshold,
+        unit: draft.unit,
+        summary: draft.summary,
+        description: draft.description,
+        remediation: draft.remediation.to_owned(),
+    });
+}
+
+/// The alert for a device source that cannot list devices (NVML down).
+pub fn source_down(rules: &RulesConfig) -> Observation {
+    Observation {
+        key: AlertKey { rule: "device_lost".into(), uuid: "nvml".into(), pid: None },
+        verdict: verdict(&rules.device_lost, Direction::Above, 1.0),
+        severity: rules.device_lost.severity,
+        for_duration: rules.device_lost.for_duration,
+        gpu: 0,
+        process: None,
+        value: 1.0,
+        threshold: rules.device_lost.threshold,
+        unit: "count",
+        summary: "the GPU driver (NVML) cannot be used".into(),
+        description: "vramd cannot list devices through NVML: no GPU memory is monitored until it answers (see vramd_nvml_up and the daemon log).".into(),
+        remediation: "check that the NVIDIA driver is loaded (nvidia-smi), that the container has the driver library and device nodes, and the daemon log for the NVML error".into(),
+    }
+}
+
+/// Every rule's observation for one device and its processes.
+pub fn observe(rules: &RulesConfig, facts: &DeviceFacts, out: &mut Vec<Observation>) {
+    let device = &facts.info;
+    let name = format!("GPU {} ({})", device.gpu_index(), device.name);
+    push(
+        device,
+        Draft {
+            rule: "device_lost",
+            config: &rules.device_lost,
+            direction: Direction::Above,
+            pid: None,
+            process: None,
+            value: if facts.up { 0.0 } else { 1.0 },
+            unit: "count",
+            summary: format!("{name} does not answer"),
+            description: format!(
+                "{name} {} is not answering memory reads: {}. Its metrics are absent until it answers again.",
+                device.uuid,
+                facts.failure.as_deref().unwrap_or("no reading")
+            ),
+            remediation: "check the kernel log and Xid errors (nvidia-smi -q, dmesg); a GPU that fell off the bus needs a reset or a node drain",
+        },
+        out,
+    );
+    if let Some(memory) = facts.memory {
+        memory_rules(rules, facts, &name, memory, out);
+    }
+    for process in &facts.processes {
+        process_rules(rules, device, &name, process, out);
+    }
+    if let Some(new_errors) = facts.xid_in_window {
+        push(
+            device,
+            Draft {
+                rule: "xid_error",
+                config: &rules.xid_error,
+                direction: Direction::Above,
+                pid: None,
+                process: None,
+                value: new_errors as f64,
+                unit: "count",
+                summary: format!("{name} reported {new_errors} Xid error(s)"),
+                description: format!(
+                    "{new_errors} Xid error(s) within {}; see vramd_xid_errors_total and the daemon log for the codes and their meaning.",
+                    minutes(rules.xid_window.as_secs_f64())
+                ),
+                remediation: "look up the Xid codes (NVIDIA Xid documentation): application faults (13, 31, 43) point at the workload, ECC and bus errors (48, 63, 64, 79, 94, 95) at the hardware",
+            },
+            out,
+        );
+    }
+}
+
+fn memory_rules(
+    rules: &RulesConfig,
+    facts: &DeviceFacts,
+    name: &str,
+    memory: MemoryInfo,
+    out: &mut Vec<Observation>,
+) {
+    let device = &facts.info;
+    if memory.total_bytes > 0 {
+        let ratio = memory.used_bytes as f64 / memory.total_bytes as f64;
+        push(
+            device,
+            Draft {
+                rule: "memory_high",
+                config: &rules.memory_high,
+                direction: Direction::Above,
+                pid: None,
+                process: None,
+                value: ratio,
+                unit: "ratio",
+                summary: format!("{name} memory {:.0}% used", ratio * 100.0),
+                description: format!(
+                    "{} of {} used ({:.1}%), threshold {:.0}%; {} free, {} reserved by the driver.",
+                    gib(memory.used_bytes),
+                    gib(memory.total_bytes),
+                    ratio * 100.0,
+                    rules.memory_high.threshold * 100.0,
+                    gib(memory.free_bytes),
+                    memory.reserved_bytes.map_or_else(|| "unknown".to_owned(), gib)
+                ),
+                remediation: remediation::ALLOCATION_PRESSURE,
+            },
+            out,
+        );
+    }
+    let tte = facts.time_to_exhaustion_seconds;
+    let (slope, fit) =
+        facts.trend.as_ref().map_or((0.0, 0.0), |trend| (trend.slope_per_second, trend.fit));
+    push(
+        device,
+        Draft {
+            rule: "exhaustion_forecast",
+            config: &rules.exhaustion_forecast,
+            direction: Direction::Below,
+            pid: None,
+            process: None,
+            value: tte.unwrap_or(f64::INFINITY),
+            unit: "seconds",
+            summary: match tte {
+                Some(seconds) => format!("{name} runs out of memory in about {}", minutes(seconds)),
+                None => format!("{name} has no exhaustion forecast"),
+            },
+            description: format!(
+                "used memory grows {:.1} MiB/s (Theil–Sen over {}, fit {:.2}); {} free.",
+                slope / MIB,
+                minutes(facts.trend_window.as_secs_f64()),
+                fit,
+                gib(memory.free_bytes)
+            ),
+            remediation: "find the growing process (vramd_process_memory_used_bytes, /api/v1/devices/{gpu}); if it is a leak see its leak alert, otherwise give the job a larger GPU or reduce its peak memory",
+        },
+        out,
+    );
+}
+
+fn process_rules(
+    rules: &RulesConfig,
+    device: &DeviceInfo,
+    name: &str,
+    process: &ProcessFacts,
+    out: &mut Vec<Observation>,
+) {
+    let who = match &process.name {
+        Some(comm) => format!("{comm} (pid {})", process.pid),
+        None => format!("pid {}", process.pid),
+    };
+    if let Some(leak) = &process.leak {
+        push(
+            device,
+            Draft {
+                rule: "leak_suspected",
+                config: &rules.leak_suspected,
+                direction: Direction::Above,
+                pid: Some(process.pid),
+                process: process.name.clone(),
+                value: leak.slope_bytes_per_second,
+                unit: "bytes_per_second",
+                summary: format!("{who} on {name} grows steadily: leak suspected"),
+                description: format!(
+                    "{} grew {:.1} MiB/s over {} (fit {:.2}), from {} to {} without returning to its baseline.",
+                    leak.metric.as_str(),
+                    leak.slope_bytes_per_second / MIB,
+                    minutes(leak.window_seconds),
+                    leak.fit,
+                    gib(leak.baseline_bytes),
+                    gib(leak.latest_bytes)
+                ),
+                remediation: remediation::LEAK,
+            },
+            out,
+        );
+    }
+    if let Some(stats) = process.allocator {
+        let ratio = split_fragmentation_ratio(&stats).unwrap_or(0.0);
+        let big_enough = stats.reserved_bytes >= rules.fragmentation_min_reserved_bytes;
+        push(
+            device,
+            Draft {
+                rule: "allocator_fragmentation_high",
+                config: &rules.allocator_fragmentation_high,
+                direction: Direction::Above,
+                pid: Some(process.pid),
+                process: process.name.clone(),
+                value: if big_enough { ratio } else { 0.0 },
+                unit: "ratio",
+                summary: format!(
+                    "{who} on {name}: {:.0}% of reserved memory is fragmented",
+                    ratio * 100.0
+                ),
+                description: format!(
+                    "inactive_split {} of reserved {} ({:.1}%); allocated {}. These free pieces of split segments cannot be returned by empty_cache().",
+                    gib(stats.inactive_split_bytes),
+                    gib(stats.reserved_bytes),
+                    ratio * 100.0,
+                    gib(stats.allocated_bytes)
+                ),
+                remediation: remediation::FRAGMENTATION,
+            },
+            out,
+        );
+    }
+    if let Some(retries) = process.retries_in_window {
+        push(
+            device,
+            Draft {
+                rule: "allocator_retries",
+                config: &rules.allocator_retries,
+                direction: Direction::Above,
+                pid: Some(process.pid),
+                process: process.name.clone(),
+                value: retries as f64,
+                unit: "count",
+                summary: format!(
+                    "{who} on {name}: allocator had to flush its cache {retries} time(s)"
+                ),
+                description: format!(
+                    "num_alloc_retries rose by {retries} within {}: allocations only succeeded after freeing the whole cache, the step before an OOM.",
+                    minutes(rules.retries_window.as_secs_f64())
+                ),
+                remediation: remediation::ALLOCATION_PRESSURE,
+            },
+            out,
+        );
+    }
+    if let Some(ooms) = process.ooms_in_window {
+        push(
+            device,
+            Draft {
+                rule: "allocator_oom",
+                config: &rules.allocator_oom,
+                direction: Direction::Above,
+                pid: Some(process.pid),
+                process: process.name.clone(),
+                value: ooms as f64,
+                unit: "count",
+                summary: format!("{who} on {name} ran out of memory"),
+                description: format!(
+                    "num_ooms rose by {ooms} within {}.",
+                    minutes(rules.oom_window.as_secs_f64())
+                ),
+                remediation: remediation::ALLOCATION_PRESSURE,
+            },
+            out,
+        );
+    }
+}
