@@ -267,3 +267,71 @@ fn a_firing_alert_reaches_alertmanager_and_its_resolution_ends_it() {
         (!alerts.iter().any(is_ours)).then_some(())
     });
 }
+
+/// A replayable trace of one GPU whose memory is 95 % used for 3 s, then
+/// 50 %, stamped from now on, so alert timestamps match Alertmanager's clock.
+fn high_then_normal_trace(dir: &Path) -> std::path::PathBuf {
+    const TOTAL: u64 = 80 << 30;
+    let start = wall_now().unix_millis();
+    let mut lines = vec![serde_json::json!({
+        "format": "vramd-trace",
+        "version": 1,
+        "source": "e2e",
+        "devices": [ { "index": 0, "uuid": "GPU-e2e-high", "name": "Test GPU" } ],
+    })];
+    for step in 0..120u64 {
+        let used = if step < 12 { TOTAL * 95 / 100 } else { TOTAL / 2 };
+        lines.push(serde_json::json!({
+            "record": "fast",
+            "device": 0,
+            "at": start + (step as i64) * 250,
+            "memory": { "total_bytes": TOTAL, "reserved_bytes": 0, "used_bytes": used, "free_bytes": TOTAL - used },
+        }));
+    }
+    let path = dir.join("trace.ndjson");
+    let text: Vec<String> = lines.iter().map(Value::to_string).collect();
+    std::fs::write(&path, text.join("\n") + "\n").unwrap();
+    path
+}
+
+#[test]
+fn the_daemon_pushes_a_scenario_alert_to_alertmanager_and_then_its_resolution() {
+    let alertmanager = Alertmanager::start();
+    let dir = tempfile::tempdir().unwrap();
+    let trace = high_then_normal_trace(dir.path());
+    let url = format!("http://{}", alertmanager.addr);
+    let mut daemon = support::Process::spawn(
+        &["--replay", trace.to_str().unwrap(), "--listen", "127.0.0.1:0", "--log-format", "json"],
+        &[
+            ("VRAMD_NOTIFY__ALERTMANAGER_URL", url.as_str()),
+            ("VRAMD_ALERTS__MEMORY_HIGH__FOR", "0s"),
+            ("VRAMD_ALERTS__EVALUATION_INTERVAL", "250ms"),
+            ("VRAMD_NOTIFY__RESEND_INTERVAL", "1s"),
+        ],
+    );
+    let addr = daemon.listening();
+    daemon.wait_ready(addr);
+    let ours = |alert: &Value| {
+        alert["labels"]["alertname"] == "VramdMemoryHigh"
+            && alert["labels"]["uuid"] == "GPU-e2e-high"
+    };
+    let listed = alertmanager.wait_for(
+        "/api/v2/alerts",
+        "vramd's memory_high alert never reached Alertmanager",
+        |alerts| alerts.iter().find(|alert| ours(alert)).cloned(),
+    );
+    assert_eq!(listed["labels"]["severity"], "warning", "{listed:#}");
+    assert_eq!(listed["labels"]["gpu"], "0", "{listed:#}");
+    assert!(
+        listed["annotations"]["summary"].as_str().is_some_and(|s| s.contains("95%")),
+        "{listed:#}"
+    );
+    alertmanager.wait_for(
+        "/api/v2/alerts?active=true",
+        "the resolution did not end the alert",
+        |alerts| (!alerts.iter().any(ours)).then_some(()),
+    );
+    let alerts = support::get(addr, "/api/v1/alerts?rule=memory_high").json();
+    assert_eq!(alerts["alerts"][0]["state"], "resolved", "{alerts:#}");
+    drop(daemon);
+}

@@ -7,9 +7,9 @@
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::time::Duration;
 
-use crate::analysis::leak::{LeakParams, detect_process_leak};
+use crate::analysis::leak::{LeakFinding, LeakParams, detect_process_leak};
 use crate::analysis::pressure::{PressureInput, PressureThresholds, pressure};
-use crate::analysis::series::{self, ProcessMetric};
+use crate::analysis::series;
 use crate::analysis::summary::{DeviceAnalysis, ProcessLeak};
 use crate::analysis::trend::{TrendScratch, time_to_exhaustion};
 use crate::config::AlertsConfig;
@@ -24,6 +24,10 @@ use super::rules::{self, DeviceFacts, ProcessFacts};
 const TREND_POINTS: usize = 30;
 /// Xid totals remembered per device for the window count.
 const XID_HISTORY: usize = 1_024;
+/// How often (source time) leaks are re-assessed. A leak is judged over a
+/// 30-minute window, so a minute changes little, and it is by far the
+/// costliest analysis (every process's whole window).
+const LEAK_CHECK_INTERVAL: Duration = Duration::from_secs(60);
 
 /// What one pass produced.
 pub struct Evaluation {
@@ -40,6 +44,10 @@ pub struct Evaluator {
     pressure_thresholds: PressureThresholds,
     /// (at, cumulative Xid count) per device UUID, to count new ones.
     xid_totals: HashMap<String, VecDeque<(Timestamp, u64)>>,
+    /// Per device UUID: when leaks were last assessed, and the findings.
+    leak_cache: HashMap<String, (Timestamp, HashMap<u32, LeakFinding>)>,
+    /// Reused between passes: the used-memory window of one device.
+    used_buffer: Vec<(Timestamp, u64)>,
 }
 
 impl Evaluator {
@@ -53,6 +61,8 @@ impl Evaluator {
             scratch: TrendScratch::new(),
             pressure_thresholds: PressureThresholds::default(),
             xid_totals: HashMap::new(),
+            leak_cache: HashMap::new(),
+            used_buffer: Vec::new(),
         }
     }
 
@@ -105,8 +115,8 @@ impl Evaluator {
         let slow = device.slow_snapshot();
 
         let window_start = now.saturating_sub(self.config.trend_window);
-        let used = series::device_used(&fast, window_start, now);
-        let trend = self.scratch.theil_sen_with(&used, TREND_POINTS);
+        series::device_used_into(&fast, window_start, now, &mut self.used_buffer);
+        let trend = self.scratch.theil_sen_with(&self.used_buffer, TREND_POINTS);
         let exhaustion = match (memory, trend.as_ref()) {
             (Some(memory), Some(trend)) => {
                 time_to_exhaustion(memory.free_bytes, trend, self.config.rules.exhaustion_min_fit)
@@ -114,8 +124,9 @@ impl Evaluator {
             _ => None,
         };
 
-        let longest = rules.retries_window.max(rules.oom_window).max(rules.leak_window);
-        let pids = series::pids_in(&slow, now.saturating_sub(longest), now);
+        // Processes seen in the counter windows; leak assessment (below)
+        // looks at its own, longer window only when it is due.
+        let counters = counter_increases(&slow, now, rules.retries_window, rules.oom_window);
         let latest_processes =
             live.slow.as_ref().and_then(|slow| slow.processes.clone()).unwrap_or_default();
         let leak_params = LeakParams {
@@ -125,27 +136,36 @@ impl Evaluator {
         let mut processes = Vec::new();
         let (mut retries_total, mut ooms_total) = (None::<u64>, None::<u64>);
         let mut leaks = Vec::new();
-        for &pid in &pids {
-            let increase = |metric, window: Duration| {
-                series::counter_increase(&series::process_series(
-                    &slow,
-                    pid,
-                    now.saturating_sub(window),
-                    now,
-                    metric,
-                ))
+        let uuid = device.info().uuid.clone();
+        let stale = self.leak_cache.get(&uuid).is_none_or(|(checked, _)| {
+            now.duration_since(*checked).is_none_or(|age| age >= LEAK_CHECK_INTERVAL)
+        });
+        if stale {
+            let findings: HashMap<u32, LeakFinding> = if rules.leak_suspected.enabled {
+                let leak_pids = pids_in(&slow, now.saturating_sub(rules.leak_window), now);
+                leak_pids
+                    .iter()
+                    .filter_map(|&pid| {
+                        detect_process_leak(
+                            &slow,
+                            pid,
+                            now.saturating_sub(rules.leak_window),
+                            now,
+                            &leak_params,
+                        )
+                        .map(|finding| (pid, finding))
+                    })
+                    .collect()
+            } else {
+                HashMap::new()
             };
-            let retries = increase(ProcessMetric::AllocatorRetries, rules.retries_window);
-            let ooms = increase(ProcessMetric::AllocatorOoms, rules.oom_window);
+            self.leak_cache.insert(uuid.clone(), (now, findings));
+        }
+        let cached_leaks = self.leak_cache.get(&uuid).map(|(_, findings)| findings);
+        for &(pid, retries, ooms) in &counters {
             retries_total = add(retries_total, retries);
             ooms_total = add(ooms_total, ooms);
-            let leak = detect_process_leak(
-                &slow,
-                pid,
-                now.saturating_sub(rules.leak_window),
-                now,
-                &leak_params,
-            );
+            let leak = cached_leaks.and_then(|findings| findings.get(&pid)).cloned();
             if let Some(finding) = &leak {
                 leaks.push(ProcessLeak {
                     pid,
@@ -238,6 +258,78 @@ impl Evaluator {
             history.front().map_or(total, |&(at, count)| if at <= oldest_kept { count } else { 0 });
         Some(total.saturating_sub(baseline))
     }
+}
+
+/// The PIDs present in the longer of the two counter windows (first-seen
+/// order), each with the allocator retries and OOMs gained within its own
+/// window, in one pass (a drop means the process restarted: the new value
+/// counts in full, as `series::counter_increase` does). A handful of PIDs
+/// per device: a linear search beats hashing on every evaluation.
+fn counter_increases(
+    slow: &crate::history::Snapshot<crate::history::SlowPoint>,
+    now: Timestamp,
+    retries_window: Duration,
+    oom_window: Duration,
+) -> Vec<(u32, Option<u64>, Option<u64>)> {
+    #[derive(Default)]
+    struct Counter {
+        last: Option<u64>,
+        gained: Option<u64>,
+    }
+    impl Counter {
+        fn see(&mut self, value: u64) {
+            if let Some(last) = self.last {
+                let step = if value >= last { value - last } else { value };
+                self.gained = Some(self.gained.unwrap_or(0).saturating_add(step));
+            }
+            self.last = Some(value);
+        }
+    }
+    let retries_from = now.saturating_sub(retries_window);
+    let oom_from = now.saturating_sub(oom_window);
+    let mut state: Vec<(u32, Counter, Counter)> = Vec::new();
+    for point in slow.range(retries_from.min(oom_from), now) {
+        let at = crate::history::Stamped::at(point);
+        for process in point.processes().into_iter().flatten() {
+            let slot = match state.iter().position(|(pid, _, _)| *pid == process.pid) {
+                Some(slot) => slot,
+                None => {
+                    state.push((process.pid, Counter::default(), Counter::default()));
+                    state.len() - 1
+                }
+            };
+            let (Some(stats), Some((_, retries, ooms))) =
+                (process.allocator(), state.get_mut(slot))
+            else {
+                continue;
+            };
+            if at >= retries_from {
+                retries.see(stats.alloc_retries);
+            }
+            if at >= oom_from {
+                ooms.see(stats.ooms);
+            }
+        }
+    }
+    state.into_iter().map(|(pid, retries, ooms)| (pid, retries.gained, ooms.gained)).collect()
+}
+
+/// The PIDs present in a window, in first-seen order. A handful per device:
+/// a linear `contains` beats building a set on every evaluation.
+fn pids_in(
+    slow: &crate::history::Snapshot<crate::history::SlowPoint>,
+    from: Timestamp,
+    to: Timestamp,
+) -> Vec<u32> {
+    let mut pids: Vec<u32> = Vec::new();
+    for point in slow.range(from, to) {
+        for process in point.processes().into_iter().flatten() {
+            if !pids.contains(&process.pid) {
+                pids.push(process.pid);
+            }
+        }
+    }
+    pids
 }
 
 fn add(sum: Option<u64>, value: Option<u64>) -> Option<u64> {

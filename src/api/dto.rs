@@ -4,6 +4,7 @@
 use serde::Serialize;
 
 use crate::analysis::accounting::{self, DeviceBreakdown, ProcessBreakdown};
+use crate::analysis::summary::DeviceAnalysis;
 use crate::history::{LiveState, ReadFailure};
 use crate::model::{
     AllocatorStats, DeviceInfo, MemoryInfo, MigInfo, ProcessDetails, ProcessInfo, SlowDetails,
@@ -87,6 +88,9 @@ pub struct DeviceDetail {
     /// Processes left out by `sampler.max_processes_per_device`.
     pub processes_dropped: usize,
     pub history: HistoryCounts,
+    /// The latest analysis: growth, time to exhaustion, pressure, leaks.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub analysis: Option<DeviceAnalysis>,
 }
 
 #[derive(Debug, Serialize)]
@@ -153,7 +157,12 @@ pub fn summary(info: &DeviceInfo, live: &LiveState) -> DeviceSummary {
     }
 }
 
-pub fn detail(info: &DeviceInfo, live: &LiveState, history: HistoryCounts) -> DeviceDetail {
+pub fn detail(
+    info: &DeviceInfo,
+    live: &LiveState,
+    history: HistoryCounts,
+    analysis: Option<DeviceAnalysis>,
+) -> DeviceDetail {
     let slow = live.slow.as_deref();
     let processes = slow.and_then(|slow| slow.processes.as_deref());
     let accounting = live.fast.as_ref().and_then(|fast| fast.memory).map(|memory| {
@@ -169,6 +178,7 @@ pub fn detail(info: &DeviceInfo, live: &LiveState, history: HistoryCounts) -> De
         processes: processes.map(|list| list.iter().map(process).collect()),
         processes_dropped: live.processes_dropped,
         history,
+        analysis,
     }
 }
 

@@ -187,5 +187,6 @@ async fn device(
     let device = state.store.find(&id).ok_or_else(|| ApiError::unknown_device(&id))?;
     let counts =
         dto::HistoryCounts { fast_samples: device.fast_len(), slow_samples: device.slow_len() };
-    Ok(Json(dto::detail(device.info(), &device.live(), counts)))
+    let analysis = state.board.analysis(&device.info().uuid);
+    Ok(Json(dto::detail(device.info(), &device.live(), counts, analysis)))
 }

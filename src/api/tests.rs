@@ -289,3 +289,115 @@ async fn requests_beyond_the_concurrency_limit_get_503_json() {
     let third = app.oneshot(slow_request()).await.unwrap();
     assert_eq!(third.status(), StatusCode::OK, "the permit is returned");
 }
+
+fn alert(
+    rule: &str,
+    uuid: &str,
+    state: crate::alerts::AlertState,
+    severity: crate::alerts::Severity,
+) -> crate::alerts::Alert {
+    let key = crate::alerts::AlertKey { rule: rule.into(), uuid: uuid.into(), pid: None };
+    crate::alerts::Alert {
+        id: key.id(),
+        key,
+        severity,
+        state,
+        gpu: 0,
+        process: None,
+        value: 0.95,
+        threshold: 0.92,
+        unit: "ratio".into(),
+        since: GOLDEN_ORIGIN,
+        firing_since: Some(GOLDEN_ORIGIN),
+        resolved_at: None,
+        updated_at: GOLDEN_ORIGIN,
+        summary: "GPU 0 memory 95% used".into(),
+        description: "evidence".into(),
+        remediation: "advice".into(),
+    }
+}
+
+fn with_alerts() -> AppState {
+    use crate::alerts::{AlertState, Severity};
+    let state = filled_state();
+    let alerts = vec![
+        alert("memory_high", "GPU-a", AlertState::Firing, Severity::Warning),
+        alert("device_lost", "GPU-b", AlertState::Firing, Severity::Critical),
+        alert("xid_error", "GPU-a", AlertState::Resolved, Severity::Critical),
+    ];
+    state.board.publish(alerts, Default::default(), &[]);
+    state
+}
+
+#[tokio::test]
+async fn alerts_are_listed_filtered_and_found_by_id() {
+    let state = with_alerts();
+    let (status, all) = get_json(&state, "/api/v1/alerts").await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(all["alerts"].as_array().unwrap().len(), 3);
+    let (_, firing) = get_json(&state, "/api/v1/alerts?state=firing").await;
+    assert_eq!(firing["alerts"].as_array().unwrap().len(), 2);
+    let (_, critical) = get_json(&state, "/api/v1/alerts?severity=critical&state=firing").await;
+    assert_eq!(critical["alerts"][0]["rule"], "device_lost");
+    let (_, by_gpu) = get_json(&state, "/api/v1/alerts?gpu=gpu-a").await;
+    assert_eq!(by_gpu["alerts"].as_array().unwrap().len(), 2, "UUID filter ignores case");
+    let (_, by_rule) = get_json(&state, "/api/v1/alerts?rule=xid_error").await;
+    assert_eq!(by_rule["alerts"][0]["state"], "resolved");
+    assert_eq!(by_rule["alerts"][0]["since"], "2026-01-01T00:00:00.000Z", "times are RFC 3339");
+
+    let (status, one) = get_json(&state, "/api/v1/alerts/memory_high.GPU-a").await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(one["summary"], "GPU 0 memory 95% used");
+    let (status, body) = get_json(&state, "/api/v1/alerts/memory_high.GPU-zzz").await;
+    assert_error(status, &body, StatusCode::NOT_FOUND, "unknown_alert");
+}
+
+#[tokio::test]
+async fn bad_alert_filters_get_400_with_a_reason() {
+    let state = with_alerts();
+    for query in ["state=burning", "severity=loud", "colour=red"] {
+        let (status, body) = get_json(&state, &format!("/api/v1/alerts?{query}")).await;
+        assert_error(status, &body, StatusCode::BAD_REQUEST, "bad_filter");
+    }
+}
+
+#[tokio::test]
+async fn the_event_stream_delivers_state_changes_and_is_bounded() {
+    let state = with_alerts();
+    let response = router(state.clone())
+        .oneshot(Request::builder().uri("/api/v1/alerts/stream").body(Body::empty()).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    assert_eq!(
+        response.headers().get(header::CONTENT_TYPE).unwrap().to_str().unwrap(),
+        "text/event-stream"
+    );
+    let transition = crate::alerts::Transition {
+        from: Some(crate::alerts::AlertState::Pending),
+        alert: alert(
+            "memory_high",
+            "GPU-a",
+            crate::alerts::AlertState::Firing,
+            crate::alerts::Severity::Warning,
+        ),
+    };
+    state.board.publish(Vec::new(), Default::default(), std::slice::from_ref(&transition));
+    let mut body = response.into_body();
+    let frame =
+        tokio::time::timeout(Duration::from_secs(5), body.frame()).await.unwrap().unwrap().unwrap();
+    let text = String::from_utf8(frame.into_data().unwrap().to_vec()).unwrap();
+    assert!(text.starts_with("event: firing\n"), "{text}");
+    assert!(text.contains("\"rule\":\"memory_high\""), "{text}");
+
+    // limits() allows two streams: this one and one more, then 503.
+    let second = router(state.clone())
+        .oneshot(Request::builder().uri("/api/v1/alerts/stream").body(Body::empty()).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(second.status(), StatusCode::OK);
+    let (status, refused) = get_json(&state, "/api/v1/alerts/stream").await;
+    assert_error(status, &refused, StatusCode::SERVICE_UNAVAILABLE, "too_many_streams");
+    drop(second);
+    drop(body);
+}
