@@ -225,9 +225,13 @@ fn refresh(alert: &mut Alert, now: Timestamp, observation: &Observation) {
     if observation.process.is_some() {
         alert.process = observation.process.clone();
     }
-    alert.summary = observation.summary.clone();
-    alert.description = observation.description.clone();
-    alert.remediation = observation.remediation.clone();
+    // A clear observation carries no text (it is not written for the many
+    // subjects that are fine): a resolving alert keeps its last words.
+    if !observation.summary.is_empty() {
+        alert.summary = observation.summary.clone();
+        alert.description = observation.description.clone();
+        alert.remediation = observation.remediation.clone();
+    }
 }
 
 fn resolve(alert: &mut Alert, now: Timestamp, transitions: &mut Vec<Transition>) {

@@ -24,6 +24,9 @@ use super::rules::{self, DeviceFacts, ProcessFacts};
 const TREND_POINTS: usize = 30;
 /// Xid totals remembered per device for the window count.
 const XID_HISTORY: usize = 1_024;
+/// How often (source time) the growth trend is re-estimated: a 10-minute
+/// window moves little in 15 s, and this is the costliest per-pass step.
+const TREND_INTERVAL: Duration = Duration::from_secs(15);
 /// How often (source time) leaks are re-assessed. A leak is judged over a
 /// 30-minute window, so a minute changes little, and it is by far the
 /// costliest analysis (every process's whole window).
@@ -48,6 +51,11 @@ pub struct Evaluator {
     leak_cache: HashMap<String, (Timestamp, HashMap<u32, LeakFinding>)>,
     /// Reused between passes: the used-memory window of one device.
     used_buffer: Vec<(Timestamp, u64)>,
+    /// Per device UUID: when the growth was last estimated, and the trend.
+    trend_cache: HashMap<String, (Timestamp, Option<crate::analysis::trend::Trend>)>,
+    /// Per device UUID: allocator counter steps, kept up to date from the
+    /// samples that arrived since the previous pass.
+    counters: HashMap<String, CounterTrack>,
 }
 
 impl Evaluator {
@@ -63,6 +71,8 @@ impl Evaluator {
             xid_totals: HashMap::new(),
             leak_cache: HashMap::new(),
             used_buffer: Vec::new(),
+            trend_cache: HashMap::new(),
+            counters: HashMap::new(),
         }
     }
 
@@ -114,9 +124,17 @@ impl Evaluator {
         let fast = device.fast_snapshot();
         let slow = device.slow_snapshot();
 
-        let window_start = now.saturating_sub(self.config.trend_window);
-        series::device_used_into(&fast, window_start, now, &mut self.used_buffer);
-        let trend = self.scratch.theil_sen_with(&self.used_buffer, TREND_POINTS);
+        let uuid = device.info().uuid.clone();
+        let trend_due = self.trend_cache.get(&uuid).is_none_or(|(estimated, _)| {
+            now.duration_since(*estimated).is_none_or(|age| age >= TREND_INTERVAL)
+        });
+        if trend_due {
+            let window_start = now.saturating_sub(self.config.trend_window);
+            series::device_used_into(&fast, window_start, now, &mut self.used_buffer);
+            let estimate = self.scratch.theil_sen_with(&self.used_buffer, TREND_POINTS);
+            self.trend_cache.insert(uuid.clone(), (now, estimate));
+        }
+        let trend = self.trend_cache.get(&uuid).and_then(|(_, trend)| *trend);
         let exhaustion = match (memory, trend.as_ref()) {
             (Some(memory), Some(trend)) => {
                 time_to_exhaustion(memory.free_bytes, trend, self.config.rules.exhaustion_min_fit)
@@ -126,7 +144,11 @@ impl Evaluator {
 
         // Processes seen in the counter windows; leak assessment (below)
         // looks at its own, longer window only when it is due.
-        let counters = counter_increases(&slow, now, rules.retries_window, rules.oom_window);
+        let counters = {
+            let track = self.counters.entry(uuid.clone()).or_default();
+            track.update(&slow, now, rules.retries_window.max(rules.oom_window));
+            track.increases(now, rules.retries_window, rules.oom_window)
+        };
         let latest_processes =
             live.slow.as_ref().and_then(|slow| slow.processes.clone()).unwrap_or_default();
         let leak_params = LeakParams {
@@ -136,7 +158,6 @@ impl Evaluator {
         let mut processes = Vec::new();
         let (mut retries_total, mut ooms_total) = (None::<u64>, None::<u64>);
         let mut leaks = Vec::new();
-        let uuid = device.info().uuid.clone();
         let stale = self.leak_cache.get(&uuid).is_none_or(|(checked, _)| {
             now.duration_since(*checked).is_none_or(|age| age >= LEAK_CHECK_INTERVAL)
         });
@@ -260,58 +281,107 @@ impl Evaluator {
     }
 }
 
-/// The PIDs present in the longer of the two counter windows (first-seen
-/// order), each with the allocator retries and OOMs gained within its own
-/// window, in one pass (a drop means the process restarted: the new value
-/// counts in full, as `series::counter_increase` does). A handful of PIDs
-/// per device: a linear search beats hashing on every evaluation.
-fn counter_increases(
-    slow: &crate::history::Snapshot<crate::history::SlowPoint>,
-    now: Timestamp,
-    retries_window: Duration,
-    oom_window: Duration,
-) -> Vec<(u32, Option<u64>, Option<u64>)> {
-    #[derive(Default)]
-    struct Counter {
-        last: Option<u64>,
-        gained: Option<u64>,
-    }
-    impl Counter {
-        fn see(&mut self, value: u64) {
-            if let Some(last) = self.last {
-                let step = if value >= last { value - last } else { value };
-                self.gained = Some(self.gained.unwrap_or(0).saturating_add(step));
-            }
-            self.last = Some(value);
-        }
-    }
-    let retries_from = now.saturating_sub(retries_window);
-    let oom_from = now.saturating_sub(oom_window);
-    let mut state: Vec<(u32, Counter, Counter)> = Vec::new();
-    for point in slow.range(retries_from.min(oom_from), now) {
-        let at = crate::history::Stamped::at(point);
-        for process in point.processes().into_iter().flatten() {
-            let slot = match state.iter().position(|(pid, _, _)| *pid == process.pid) {
-                Some(slot) => slot,
-                None => {
-                    state.push((process.pid, Counter::default(), Counter::default()));
-                    state.len() - 1
+/// Allocator counters of one device's processes, maintained incrementally:
+/// each pass reads only the slow-tier samples that arrived since the last
+/// one and keeps, per PID, the steps by which `num_alloc_retries` and
+/// `num_ooms` rose (a drop means the process restarted: the new value
+/// counts in full). A handful of PIDs per device: a linear search beats
+/// hashing.
+#[derive(Default)]
+struct CounterTrack {
+    scanned_to: Option<Timestamp>,
+    pids: Vec<PidCounters>,
+}
+
+struct PidCounters {
+    pid: u32,
+    last_seen: Timestamp,
+    last: Option<(u64, u64)>,
+    /// (at, retries gained, OOMs gained), only where something was gained.
+    steps: VecDeque<(Timestamp, u64, u64)>,
+}
+
+fn gained(previous: u64, current: u64) -> u64 {
+    if current >= previous { current - previous } else { current }
+}
+
+impl CounterTrack {
+    fn update(
+        &mut self,
+        slow: &crate::history::Snapshot<crate::history::SlowPoint>,
+        now: Timestamp,
+        keep: Duration,
+    ) {
+        let from = match self.scanned_to {
+            Some(scanned) => scanned.saturating_add(Duration::from_millis(1)),
+            None => now.saturating_sub(keep),
+        };
+        for point in slow.range(from, now) {
+            let at = crate::history::Stamped::at(point);
+            for process in point.processes().into_iter().flatten() {
+                let slot = match self.pids.iter().position(|entry| entry.pid == process.pid) {
+                    Some(slot) => slot,
+                    None => {
+                        self.pids.push(PidCounters {
+                            pid: process.pid,
+                            last_seen: at,
+                            last: None,
+                            steps: VecDeque::new(),
+                        });
+                        self.pids.len() - 1
+                    }
+                };
+                let Some(entry) = self.pids.get_mut(slot) else { continue };
+                entry.last_seen = at;
+                let Some(stats) = process.allocator() else { continue };
+                let current = (stats.alloc_retries, stats.ooms);
+                if let Some((retries, ooms)) = entry.last {
+                    let step = (gained(retries, current.0), gained(ooms, current.1));
+                    if step != (0, 0) {
+                        entry.steps.push_back((at, step.0, step.1));
+                    }
                 }
-            };
-            let (Some(stats), Some((_, retries, ooms))) =
-                (process.allocator(), state.get_mut(slot))
-            else {
-                continue;
-            };
-            if at >= retries_from {
-                retries.see(stats.alloc_retries);
+                entry.last = Some(current);
             }
-            if at >= oom_from {
-                ooms.see(stats.ooms);
+        }
+        self.scanned_to = Some(self.scanned_to.map_or(now, |scanned| scanned.max(now)));
+        let oldest = now.saturating_sub(keep);
+        self.pids.retain(|entry| entry.last_seen >= oldest);
+        for entry in &mut self.pids {
+            while entry.steps.front().is_some_and(|&(at, _, _)| at < oldest) {
+                entry.steps.pop_front();
             }
         }
     }
-    state.into_iter().map(|(pid, retries, ooms)| (pid, retries.gained, ooms.gained)).collect()
+
+    /// Per PID seen within the longer window: retries gained within
+    /// `retries_window` and OOMs within `oom_window`; `None` for a process
+    /// that reports no allocator statistics.
+    fn increases(
+        &self,
+        now: Timestamp,
+        retries_window: Duration,
+        oom_window: Duration,
+    ) -> Vec<(u32, Option<u64>, Option<u64>)> {
+        let retries_from = now.saturating_sub(retries_window);
+        let oom_from = now.saturating_sub(oom_window);
+        self.pids
+            .iter()
+            .map(|entry| {
+                if entry.last.is_none() {
+                    return (entry.pid, None, None);
+                }
+                let sum = |from: Timestamp, pick: fn(&(Timestamp, u64, u64)) -> u64| {
+                    entry.steps.iter().filter(|step| step.0 >= from).map(pick).sum::<u64>()
+                };
+                (
+                    entry.pid,
+                    Some(sum(retries_from, |step| step.1)),
+                    Some(sum(oom_from, |step| step.2)),
+                )
+            })
+            .collect()
+    }
 }
 
 /// The PIDs present in a window, in first-seen order. A handful per device:

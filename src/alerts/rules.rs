@@ -81,8 +81,9 @@ struct Draft<'a> {
     process: Option<String>,
     value: f64,
     unit: &'static str,
-    summary: String,
-    description: String,
+    /// Summary and description, written only when an alert may need them:
+    /// most observations are clear, and formatting is most of a pass.
+    text: &'a dyn Fn() -> (String, String),
     remediation: &'static str,
 }
 
@@ -90,9 +91,12 @@ fn push(device: &DeviceInfo, draft: Draft<'_>, out: &mut Vec<Observation>) {
     if !draft.config.enabled {
         return;
     }
+    let verdict = verdict(draft.config, draft.direction, draft.value);
+    let (summary, description) =
+        if verdict == Verdict::Clear { (String::new(), String::new()) } else { (draft.text)() };
     out.push(Observation {
         key: AlertKey { rule: draft.rule.to_owned(), uuid: device.uuid.clone(), pid: draft.pid },
-        verdict: verdict(draft.config, draft.direction, draft.value),
+        verdict,
         severity: draft.config.severity,
         for_duration: draft.config.for_duration,
         gpu: device.gpu_index(),
@@ -100,8 +104,8 @@ fn push(device: &DeviceInfo, draft: Draft<'_>, out: &mut Vec<Observation>) {
         value: draft.value,
         threshold: draft.config.threshold,
         unit: draft.unit,
-        summary: draft.summary,
-        description: draft.description,
+        summary,
+        description,
         remediation: draft.remediation.to_owned(),
     });
 }
@@ -138,12 +142,16 @@ pub fn observe(rules: &RulesConfig, facts: &DeviceFacts, out: &mut Vec<Observati
             process: None,
             value: if facts.up { 0.0 } else { 1.0 },
             unit: "count",
-            summary: format!("{name} does not answer"),
-            description: format!(
-                "{name} {} is not answering memory reads: {}. Its metrics are absent until it answers again.",
-                device.uuid,
-                facts.failure.as_deref().unwrap_or("no reading")
-            ),
+            text: &|| {
+                (
+                    format!("{name} does not answer"),
+                    format!(
+                        "{name} {} is not answering memory reads: {}. Its metrics are absent until it answers again.",
+                        device.uuid,
+                        facts.failure.as_deref().unwrap_or("no reading")
+                    ),
+                )
+            },
             remediation: "check the kernel log and Xid errors (nvidia-smi -q, dmesg); a GPU that fell off the bus needs a reset or a node drain",
         },
         out,
@@ -165,11 +173,15 @@ pub fn observe(rules: &RulesConfig, facts: &DeviceFacts, out: &mut Vec<Observati
                 process: None,
                 value: new_errors as f64,
                 unit: "count",
-                summary: format!("{name} reported {new_errors} Xid error(s)"),
-                description: format!(
-                    "{new_errors} Xid error(s) within {}; see vramd_xid_errors_total and the daemon log for the codes and their meaning.",
-                    minutes(rules.xid_window.as_secs_f64())
-                ),
+                text: &|| {
+                    (
+                        format!("{name} reported {new_errors} Xid error(s)"),
+                        format!(
+                            "{new_errors} Xid error(s) within {}; see vramd_xid_errors_total and the daemon log for the codes and their meaning.",
+                            minutes(rules.xid_window.as_secs_f64())
+                        ),
+                    )
+                },
                 remediation: "look up the Xid codes (NVIDIA Xid documentation): application faults (13, 31, 43) point at the workload, ECC and bus errors (48, 63, 64, 79, 94, 95) at the hardware",
             },
             out,
@@ -197,16 +209,20 @@ fn memory_rules(
                 process: None,
                 value: ratio,
                 unit: "ratio",
-                summary: format!("{name} memory {:.0}% used", ratio * 100.0),
-                description: format!(
-                    "{} of {} used ({:.1}%), threshold {:.0}%; {} free, {} reserved by the driver.",
-                    gib(memory.used_bytes),
-                    gib(memory.total_bytes),
-                    ratio * 100.0,
-                    rules.memory_high.threshold * 100.0,
-                    gib(memory.free_bytes),
-                    memory.reserved_bytes.map_or_else(|| "unknown".to_owned(), gib)
-                ),
+                text: &|| {
+                    (
+                        format!("{name} memory {:.0}% used", ratio * 100.0),
+                        format!(
+                            "{} of {} used ({:.1}%), threshold {:.0}%; {} free, {} reserved by the driver.",
+                            gib(memory.used_bytes),
+                            gib(memory.total_bytes),
+                            ratio * 100.0,
+                            rules.memory_high.threshold * 100.0,
+                            gib(memory.free_bytes),
+                            memory.reserved_bytes.map_or_else(|| "unknown".to_owned(), gib)
+                        ),
+                    )
+                },
                 remediation: remediation::ALLOCATION_PRESSURE,
             },
             out,
@@ -225,17 +241,23 @@ fn memory_rules(
             process: None,
             value: tte.unwrap_or(f64::INFINITY),
             unit: "seconds",
-            summary: match tte {
-                Some(seconds) => format!("{name} runs out of memory in about {}", minutes(seconds)),
-                None => format!("{name} has no exhaustion forecast"),
+            text: &|| {
+                (
+                    match tte {
+                        Some(seconds) => {
+                            format!("{name} runs out of memory in about {}", minutes(seconds))
+                        }
+                        None => format!("{name} has no exhaustion forecast"),
+                    },
+                    format!(
+                        "used memory grows {:.1} MiB/s (Theil–Sen over {}, fit {:.2}); {} free.",
+                        slope / MIB,
+                        minutes(facts.trend_window.as_secs_f64()),
+                        fit,
+                        gib(memory.free_bytes)
+                    ),
+                )
             },
-            description: format!(
-                "used memory grows {:.1} MiB/s (Theil–Sen over {}, fit {:.2}); {} free.",
-                slope / MIB,
-                minutes(facts.trend_window.as_secs_f64()),
-                fit,
-                gib(memory.free_bytes)
-            ),
             remediation: "find the growing process (vramd_process_memory_used_bytes, /api/v1/devices/{gpu}); if it is a leak see its leak alert, otherwise give the job a larger GPU or reduce its peak memory",
         },
         out,
@@ -264,16 +286,20 @@ fn process_rules(
                 process: process.name.clone(),
                 value: leak.slope_bytes_per_second,
                 unit: "bytes_per_second",
-                summary: format!("{who} on {name} grows steadily: leak suspected"),
-                description: format!(
-                    "{} grew {:.1} MiB/s over {} (fit {:.2}), from {} to {} without returning to its baseline.",
-                    leak.metric.as_str(),
-                    leak.slope_bytes_per_second / MIB,
-                    minutes(leak.window_seconds),
-                    leak.fit,
-                    gib(leak.baseline_bytes),
-                    gib(leak.latest_bytes)
-                ),
+                text: &|| {
+                    (
+                        format!("{who} on {name} grows steadily: leak suspected"),
+                        format!(
+                            "{} grew {:.1} MiB/s over {} (fit {:.2}), from {} to {} without returning to its baseline.",
+                            leak.metric.as_str(),
+                            leak.slope_bytes_per_second / MIB,
+                            minutes(leak.window_seconds),
+                            leak.fit,
+                            gib(leak.baseline_bytes),
+                            gib(leak.latest_bytes)
+                        ),
+                    )
+                },
                 remediation: remediation::LEAK,
             },
             out,
@@ -292,17 +318,21 @@ fn process_rules(
                 process: process.name.clone(),
                 value: if big_enough { ratio } else { 0.0 },
                 unit: "ratio",
-                summary: format!(
-                    "{who} on {name}: {:.0}% of reserved memory is fragmented",
-                    ratio * 100.0
-                ),
-                description: format!(
-                    "inactive_split {} of reserved {} ({:.1}%); allocated {}. These free pieces of split segments cannot be returned by empty_cache().",
-                    gib(stats.inactive_split_bytes),
-                    gib(stats.reserved_bytes),
-                    ratio * 100.0,
-                    gib(stats.allocated_bytes)
-                ),
+                text: &|| {
+                    (
+                        format!(
+                            "{who} on {name}: {:.0}% of reserved memory is fragmented",
+                            ratio * 100.0
+                        ),
+                        format!(
+                            "inactive_split {} of reserved {} ({:.1}%); allocated {}. These free pieces of split segments cannot be returned by empty_cache().",
+                            gib(stats.inactive_split_bytes),
+                            gib(stats.reserved_bytes),
+                            ratio * 100.0,
+                            gib(stats.allocated_bytes)
+                        ),
+                    )
+                },
                 remediation: remediation::FRAGMENTATION,
             },
             out,
@@ -319,13 +349,17 @@ fn process_rules(
                 process: process.name.clone(),
                 value: retries as f64,
                 unit: "count",
-                summary: format!(
-                    "{who} on {name}: allocator had to flush its cache {retries} time(s)"
-                ),
-                description: format!(
-                    "num_alloc_retries rose by {retries} within {}: allocations only succeeded after freeing the whole cache, the step before an OOM.",
-                    minutes(rules.retries_window.as_secs_f64())
-                ),
+                text: &|| {
+                    (
+                        format!(
+                            "{who} on {name}: allocator had to flush its cache {retries} time(s)"
+                        ),
+                        format!(
+                            "num_alloc_retries rose by {retries} within {}: allocations only succeeded after freeing the whole cache, the step before an OOM.",
+                            minutes(rules.retries_window.as_secs_f64())
+                        ),
+                    )
+                },
                 remediation: remediation::ALLOCATION_PRESSURE,
             },
             out,
@@ -342,11 +376,15 @@ fn process_rules(
                 process: process.name.clone(),
                 value: ooms as f64,
                 unit: "count",
-                summary: format!("{who} on {name} ran out of memory"),
-                description: format!(
-                    "num_ooms rose by {ooms} within {}.",
-                    minutes(rules.oom_window.as_secs_f64())
-                ),
+                text: &|| {
+                    (
+                        format!("{who} on {name} ran out of memory"),
+                        format!(
+                            "num_ooms rose by {ooms} within {}.",
+                            minutes(rules.oom_window.as_secs_f64())
+                        ),
+                    )
+                },
                 remediation: remediation::ALLOCATION_PRESSURE,
             },
             out,

@@ -1,0 +1,256 @@
+#!/usr/bin/env bash
+# /metrics latency of the release daemon on the NVML code path (the fake
+# libnvidia-ml.so from tests/fake-nvml), healthy vs. one device's driver call
+# hanging:
+#   healthy: 2 GPUs, 16 compute processes each;
+#   hang:    the same, but on GPU 1 nvmlDeviceGetMemoryInfo_v2 sleeps 600 s,
+#            so its fast tier times out after sampler.call_timeout (500 ms)
+#            and stays stuck for the whole run.
+# Target: /metrics p50 and p99 with the hang within 2x of the healthy case.
+# Also records vramd_source_calls_stuck and the daemon's thread count
+# (/proc/PID/status) before and after the load, to show threads do not pile up.
+# docs/performance-nvml.md records the figures.
+#
+# Everything binds 127.0.0.1, every wait is bounded, and the daemon and the
+# stand-in workload processes are killed on exit. Tunables (environment):
+# PORT (first port tried, 19577), WRK_SECONDS (10), WRK_CONNECTIONS (4),
+# WRK_THREADS (1), WRK_REPEATS (3), SETTLE_SECONDS (3),
+# SKIP_BUILD=1 to use the existing target/release/{vramd,libnvidia_ml_fake.so}.
+# Needs curl and wrk (Debian: apt-get install wrk).
+
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PORT=${PORT:-19577}
+WRK_SECONDS=${WRK_SECONDS:-10}
+WRK_CONNECTIONS=${WRK_CONNECTIONS:-4}
+WRK_THREADS=${WRK_THREADS:-1}
+WRK_REPEATS=${WRK_REPEATS:-3}
+SETTLE_SECONDS=${SETTLE_SECONDS:-3}
+GPUS=2
+PROCESSES_PER_GPU=16
+
+BIN=target/release/vramd
+FAKE=target/release/libnvidia_ml_fake.so
+WORK=$(mktemp -d)
+PID=""
+declare -a SLEEPERS=()
+
+log() { printf '[bench-nvml] %s\n' "$*" >&2; }
+die() { log "error: $*"; exit 1; }
+
+stop_daemon() {
+    if [[ -n "$PID" ]] && kill -0 "$PID" 2>/dev/null; then
+        kill -TERM "$PID" 2>/dev/null || true
+        for _ in $(seq 50); do
+            kill -0 "$PID" 2>/dev/null || break
+            sleep 0.1
+        done
+        if kill -0 "$PID" 2>/dev/null; then
+            log "vramd (pid $PID) still running 5 s after SIGTERM: SIGKILL"
+            kill -KILL "$PID" 2>/dev/null || true
+        fi
+        wait "$PID" 2>/dev/null || true
+    fi
+    PID=""
+}
+cleanup() {
+    stop_daemon
+    for pid in "${SLEEPERS[@]}"; do
+        kill -KILL "$pid" 2>/dev/null || true
+    done
+    rm -rf "$WORK"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+command -v curl >/dev/null || die "curl is required"
+command -v wrk >/dev/null || die "wrk is required (Debian: apt-get install wrk)"
+
+if [[ "${SKIP_BUILD:-0}" != 1 ]]; then
+    log "cargo build --release; cargo build -p fake-nvml --release --lib"
+    cargo build --release --quiet
+    cargo build -p fake-nvml --release --lib --quiet
+fi
+[[ -x "$BIN" ]] || die "$BIN not found"
+[[ -f "$FAKE" ]] || die "$FAKE not found"
+LIB="$WORK/libnvidia-ml.so.1"
+cp "$FAKE" "$LIB"
+
+# Real PIDs for the process lists, so the daemon's /proc reads find
+# something: bounded sleeps, killed on exit.
+for _ in $(seq $((GPUS * PROCESSES_PER_GPU))); do
+    sleep 900 &
+    SLEEPERS+=("$!")
+done
+
+# scenario HANG_GPU: 2 GPUs, 16 processes each; HANG_GPU (or none, -1) has
+# its memory-info call sleep 600 s.
+scenario() {
+    local hang=$1 gpu slot pid sep devices="" procs
+    for ((gpu = 0; gpu < GPUS; gpu++)); do
+        procs=""
+        for ((slot = 0; slot < PROCESSES_PER_GPU; slot++)); do
+            pid=${SLEEPERS[$((gpu * PROCESSES_PER_GPU + slot))]}
+            sep=${procs:+,}
+            procs+="$sep{\"pid\": $pid, \"used_bytes\": $(((slot + 1) * 1073741824))}"
+        done
+        local faults=""
+        if ((gpu == hang)); then
+            faults=', "faults": {"sleep_ms": {"nvmlDeviceGetMemoryInfo_v2": 600000}}'
+        fi
+        sep=${devices:+,}
+        devices+="$sep
+    {\"uuid\": \"GPU-8f6a2c1e-0000-4d7b-9a1e-3b5c7d9e1f2$gpu\",
+     \"memory\": {\"total_bytes\": 85899345920, \"reserved_bytes\": 536870912,
+                \"used_bytes\": 42949672960},
+     \"utilization\": {\"gpu\": 87, \"memory\": 41},
+     \"processes\": {\"compute\": [$procs], \"graphics\": [], \"mps\": []},
+     \"temperature_c\": 64, \"power_usage_mw\": 412000, \"power_limit_mw\": 700000,
+     \"clocks\": {\"graphics_mhz\": 1980, \"sm_mhz\": 1980, \"memory_mhz\": 2619,
+                \"video_mhz\": 1755},
+     \"throttle_reasons\": 4, \"persistence_mode\": true, \"compute_mode\": \"default\",
+     \"bar1\": {\"total_bytes\": 137438953472, \"used_bytes\": 8388608}$faults}"
+    done
+    printf '{"devices": [%s\n]}\n' "$devices"
+}
+scenario -1 >"$WORK/healthy.json"
+scenario 1 >"$WORK/hang.json"
+
+free_port() {
+    local port=$1
+    while (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; do
+        port=$((port + 1))
+    done
+    echo "$port"
+}
+
+# start_daemon SCENARIO: vramd on the fake driver; waits for /readyz.
+start_daemon() {
+    PORT=$(free_port "$PORT")
+    ADDR="127.0.0.1:$PORT"
+    env -u VRAMD_SERVER__LISTEN \
+        VRAMD_NVML__LIBRARY_PATH="$LIB" \
+        FAKE_NVML_SCENARIO="$1" \
+        VRAMD_SAMPLER__CALL_TIMEOUT=500ms \
+        "$BIN" --config config/vramd.toml --log-level warn --listen "$ADDR" \
+        >"$WORK/daemon.log" 2>&1 &
+    PID=$!
+    for _ in $(seq 200); do
+        if curl -sf --max-time 1 "http://$ADDR/readyz" >/dev/null 2>&1; then
+            return 0
+        fi
+        kill -0 "$PID" 2>/dev/null || { cat "$WORK/daemon.log" >&2; die "vramd exited"; }
+        sleep 0.1
+    done
+    die "vramd not ready on $ADDR within 20 s"
+}
+
+metrics() { curl -sf --max-time 5 "http://$ADDR/metrics"; }
+
+# The value of the first series matching an awk regex, from /metrics.
+series() { metrics | awk -v pat="$1" '$0 ~ pat { print $NF; exit }'; }
+
+# wait_series REGEX VALUE SECONDS
+wait_series() {
+    local deadline=$((SECONDS + $3)) value=""
+    while ((SECONDS < deadline)); do
+        value=$(series "$1") || value=""
+        [[ "$value" == "$2" ]] && return 0
+        sleep 0.2
+    done
+    die "$1 is '${value}', not $2, after $3 s"
+}
+
+threads() { awk '$1 == "Threads:" { print $2 }' "/proc/$PID/status"; }
+
+# median, min and max of the numbers on stdin, one per line.
+stats() {
+    sort -g | awk '{ v[NR] = $1 } END {
+        if (NR == 0) { print "n/a n/a n/a"; exit }
+        med = (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2
+        printf "%s %s %s\n", med, v[1], v[NR] }'
+}
+
+declare -A P50 P99 RPS
+declare -a SUMMARY
+
+# measure LABEL: WRK_REPEATS wrk runs against /metrics.
+measure() {
+    local label=$1 run
+    : >"$WORK/rps"
+    : >"$WORK/p50"
+    : >"$WORK/p99"
+    for run in $(seq "$WRK_REPEATS"); do
+        timeout $((WRK_SECONDS + 20)) wrk -t"$WRK_THREADS" -c"$WRK_CONNECTIONS" \
+            -d"${WRK_SECONDS}s" --timeout 5s --latency "http://$ADDR/metrics" >"$WORK/wrk.out"
+        if grep -qE 'Non-2xx|Socket errors' "$WORK/wrk.out"; then
+            cat "$WORK/wrk.out" >&2
+            die "$label: errors during the run"
+        fi
+        awk '/^Requests\/sec:/ { print $2 }' "$WORK/wrk.out" >>"$WORK/rps"
+        # wrk prints latencies with units (us, ms, s); normalise to ms.
+        for q in 50 99; do
+            awk -v q="$q%" '$1 == q { v = $2
+                if (v ~ /us$/) v = v / 1000; else if (v ~ /ms$/) v = v + 0; else if (v ~ /s$/) v = v * 1000
+                print v }' "$WORK/wrk.out" >>"$WORK/p$q"
+        done
+        log "$label run $run: $(awk '/^Requests\/sec:/ { print $2 }' "$WORK/wrk.out") req/s," \
+            "p50 $(tail -1 "$WORK/p50") ms, p99 $(tail -1 "$WORK/p99") ms"
+        sed -n '/Latency Distribution/,/requests in/p' "$WORK/wrk.out" >&2
+    done
+    read -r P50["$label"] p50_min p50_max < <(stats <"$WORK/p50")
+    read -r P99["$label"] p99_min p99_max < <(stats <"$WORK/p99")
+    read -r RPS["$label"] rps_min rps_max < <(stats <"$WORK/rps")
+    SUMMARY+=("$label | p50 ${P50[$label]} ms ($p50_min-$p50_max) | p99 ${P99[$label]} ms ($p99_min-$p99_max) | ${RPS[$label]} req/s ($rps_min-$rps_max)")
+}
+
+# ------------------------------------------------------------------ healthy
+log "healthy: $GPUS GPUs x $PROCESSES_PER_GPU processes"
+start_daemon "$WORK/healthy.json"
+wait_series '^vramd_device_up[{].*gpu="1"' 1 20
+sleep "$SETTLE_SECONDS"
+body=$(metrics | wc -c)
+threads_before=$(threads)
+measure healthy
+healthy_threads="$threads_before -> $(threads)"
+healthy_stuck=$(series '^vramd_source_calls_stuck')
+stop_daemon
+
+# --------------------------------------------------------------------- hang
+log "hang: GPU 1 nvmlDeviceGetMemoryInfo_v2 sleeps 600 s, call_timeout 500ms"
+start_daemon "$WORK/hang.json"
+wait_series '^vramd_device_up[{].*gpu="1"' 0 20
+sleep "$SETTLE_SECONDS"
+hang_body=$(metrics | wc -c)
+stuck_before=$(series '^vramd_source_calls_stuck')
+threads_before=$(threads)
+gpu0_up=$(series '^vramd_device_up[{].*gpu="0"')
+measure hang
+stuck_after=$(series '^vramd_source_calls_stuck')
+hang_threads="$threads_before -> $(threads)"
+errors=$(metrics | awk '/^vramd_source_errors_total[{]/ && $NF > 0 { printf "%s%s %s", sep, $1, $NF; sep = "; " }')
+log "stopping the daemon with a call stuck in the driver"
+stop_started=$SECONDS
+stop_daemon
+stop_seconds=$((SECONDS - stop_started))
+
+# ---------------------------------------------------------------- summary
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", (b > 0) ? a / b : 0 }'; }
+printf '\nmachine: %s cores, %s\n' "$(nproc)" \
+    "$(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo)"
+printf 'load average at end: %s\n' "$(cut -d' ' -f1-3 /proc/loadavg)"
+printf 'wrk -t%s -c%s -d%ss --latency /metrics, %s runs each (median (min-max))\n\n' \
+    "$WRK_THREADS" "$WRK_CONNECTIONS" "$WRK_SECONDS" "$WRK_REPEATS"
+for row in "${SUMMARY[@]}"; do
+    printf '%s\n' "$row"
+done
+printf '\n/metrics body: healthy %s B, hang %s B\n' "$body" "$hang_body"
+printf 'ratio hang/healthy: p50 %sx, p99 %sx, req/s %sx (target: latency within 2x)\n' \
+    "$(ratio "${P50[hang]}" "${P50[healthy]}")" "$(ratio "${P99[hang]}" "${P99[healthy]}")" \
+    "$(ratio "${RPS[hang]}" "${RPS[healthy]}")"
+printf 'healthy: vramd_source_calls_stuck %s, threads %s\n' "$healthy_stuck" "$healthy_threads"
+printf 'hang: vramd_device_up gpu 0 = %s; vramd_source_calls_stuck %s -> %s; threads %s\n' \
+    "$gpu0_up" "$stuck_before" "$stuck_after" "$hang_threads"
+printf 'hang: source errors: %s\n' "${errors:-none}"
+printf 'hang: daemon stopped %s s after SIGTERM (5 s = needed SIGKILL)\n' "$stop_seconds"
