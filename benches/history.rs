@@ -9,7 +9,12 @@ use std::hint::black_box;
 use std::sync::Arc;
 use std::time::Duration;
 
+use criterion::measurement::Measurement;
 use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
+
+#[path = "support/cpu_time.rs"]
+mod cpu_time;
+use cpu_time::CpuTime;
 
 use vramd::history::{DeviceHistory, Sizing, WindowAnswer, WindowQuery};
 use vramd::model::{
@@ -142,10 +147,23 @@ fn record(c: &mut Criterion) {
 }
 
 fn query(c: &mut Criterion) {
+    query_in(c, "history/query_1h_10hz");
+}
+
+/// The same queries timed by the thread's CPU time (see support/cpu_time.rs).
+fn query_cpu(c: &mut Criterion<CpuTime>) {
+    if CpuTime::available().is_none() {
+        eprintln!("no /proc/thread-self/schedstat; CPU-time benchmarks skipped");
+        return;
+    }
+    query_in(c, "history_cpu/query_1h_10hz");
+}
+
+fn query_in<M: Measurement>(c: &mut Criterion<M>, group_name: &str) {
     // One device sampled at 10 Hz for one hour: 36,001 fast samples.
     let (device, _, _) = full_device(100, 4);
     let hour = Duration::from_secs(3_600);
-    let mut group = c.benchmark_group("history/query_1h_10hz");
+    let mut group = c.benchmark_group(group_name);
     let cases = [
         ("raw", WindowQuery { window: hour, step: None, max_points: 50_000 }),
         (
@@ -195,9 +213,18 @@ fn config() -> Criterion {
         .sample_size(50)
 }
 
+fn cpu_config() -> Criterion<CpuTime> {
+    config().with_measurement(CpuTime)
+}
+
 criterion_group! {
     name = benches;
     config = config();
     targets = record, query, snapshot
 }
-criterion_main!(benches);
+criterion_group! {
+    name = benches_cpu;
+    config = cpu_config();
+    targets = query_cpu
+}
+criterion_main!(benches, benches_cpu);

@@ -8,9 +8,14 @@
 use std::hint::black_box;
 use std::time::Duration;
 
+use criterion::measurement::Measurement;
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 
 use vramd::alerts::board::AlertBoard;
+#[path = "support/cpu_time.rs"]
+mod cpu_time;
+use cpu_time::CpuTime;
+
 use vramd::exposition::{render, render_devices};
 use vramd::history::{HistoryStore, Sizing};
 use vramd::model::{
@@ -65,6 +70,7 @@ fn process(gpu: u32, slot: u32) -> ProcessInfo {
             container_id: Some(format!("{:064x}", u64::from(gpu * 1_000 + slot) * 0x9E37_79B9)),
             pod_uid: Some(format!("7c1e4b2a-{gpu:04x}-4d5e-8f90-{slot:012x}")),
             namespace_pid: Some(1 + slot),
+            ..ProcessDetails::default()
         },
     }
 }
@@ -143,6 +149,19 @@ fn store() -> HistoryStore {
 }
 
 fn metrics(c: &mut Criterion) {
+    metrics_in(c, "metrics/8gpu_64proc");
+}
+
+/// The same renders timed by the thread's CPU time (see support/cpu_time.rs).
+fn metrics_cpu(c: &mut Criterion<CpuTime>) {
+    if CpuTime::available().is_none() {
+        eprintln!("no /proc/thread-self/schedstat; CPU-time benchmarks skipped");
+        return;
+    }
+    metrics_in(c, "metrics_cpu/8gpu_64proc");
+}
+
+fn metrics_in<M: Measurement>(c: &mut Criterion<M>, group_name: &str) {
     let store = store();
     let Ok(telemetry) = Telemetry::new("simulator") else {
         eprintln!("cannot build the self-metrics registry; metrics benchmarks skipped");
@@ -168,7 +187,7 @@ fn metrics(c: &mut Criterion) {
         lines(&full)
     );
 
-    let mut group = c.benchmark_group("metrics/8gpu_64proc");
+    let mut group = c.benchmark_group(group_name);
     group.throughput(Throughput::Bytes(devices_only.len() as u64));
     group.bench_function("render_devices", |b| b.iter(|| black_box(render_devices(&store))));
     group.throughput(Throughput::Bytes(full.len() as u64));
@@ -186,9 +205,18 @@ fn config() -> Criterion {
         .sample_size(50)
 }
 
+fn cpu_config() -> Criterion<CpuTime> {
+    config().with_measurement(CpuTime)
+}
+
 criterion_group! {
     name = benches;
     config = config();
     targets = metrics
 }
-criterion_main!(benches);
+criterion_group! {
+    name = benches_cpu;
+    config = cpu_config();
+    targets = metrics_cpu
+}
+criterion_main!(benches, benches_cpu);

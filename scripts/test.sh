@@ -8,7 +8,9 @@
 #   - cargo test --workspace --all-targets: unit tests, integration tests (including the
 #     end-to-end tests that run the real binary), benches and examples built
 #     and run once in test mode;
-#   - cargo test --doc: documentation examples (cheap when there are none).
+#   - cargo test --doc: documentation examples (cheap when there are none);
+#   - python3 -m pytest -q clients/python/tests: the Python reporter client
+#     (no GPU or torch needed; pytest is installed with pip when missing).
 # Works unattended (CI=true, no stdin). Exits non-zero on the first failure.
 set -euo pipefail
 
@@ -65,11 +67,26 @@ ensure_alertmanager() {
         die "the 'prometheus-alertmanager' package is installed but $ALERTMANAGER is missing"
 }
 
+ensure_pytest() {
+    command -v python3 >/dev/null 2>&1 ||
+        die "python3 not found; it runs the Python client's tests (clients/python)"
+    if python3 -c 'import pytest' >/dev/null 2>&1; then
+        return
+    fi
+    echo "scripts/test.sh: pytest not found; installing it with pip" >&2
+    python3 -m pip install --quiet pytest </dev/null ||
+        die "python3 -m pip install pytest failed; install pytest for python3 (or the Debian package 'python3-pytest') and rerun"
+    python3 -c 'import pytest' >/dev/null 2>&1 ||
+        die "pytest was installed but python3 cannot import it"
+}
+
 command -v cargo >/dev/null 2>&1 || die "cargo not found; install the Rust toolchain (rustup)"
 ensure_promtool
 echo "scripts/test.sh: using $(promtool --version 2>&1 | head -n 1)"
 ensure_alertmanager
 echo "scripts/test.sh: using $("$ALERTMANAGER" --version 2>&1 | head -n 1)"
+ensure_pytest
+echo "scripts/test.sh: using $(python3 -m pytest --version 2>&1 | head -n 1) on $(python3 --version 2>&1)"
 
 log="$(mktemp)"
 trap 'rm -f "$log"' EXIT
@@ -78,6 +95,10 @@ trap 'echo "scripts/test.sh: FAILED (see the output above)" >&2' ERR
 # Show cargo's output as it runs and keep a copy for the summary.
 cargo test --workspace --all-targets 2>&1 | tee "$log"
 cargo test --workspace --doc 2>&1 | tee -a "$log"
+
+# The Python reporter client (clients/python): its own pytest summary; a
+# failure fails the script.
+python3 -m pytest -q clients/python/tests
 
 # One closing line summing every "test result:" line cargo printed.
 awk '/^test result: ok\./ {

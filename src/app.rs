@@ -19,6 +19,7 @@ use crate::api::{self, AppState, Limits};
 use crate::clock::{ScaledClock, wall_now};
 use crate::config::{Config, SourceSelection};
 use crate::history::{HistoryStore, Sizing};
+use crate::ingest::{ReportLimits, ReportStore, StoreLimits};
 use crate::sampler::{self, SamplerSettings};
 use crate::source::DeviceSource;
 use crate::source::nvml::{NvmlSettings, NvmlSource};
@@ -43,6 +44,8 @@ pub enum AppError {
     Telemetry(#[from] TelemetryError),
     #[error("start-up task failed: {0}")]
     Startup(String),
+    #[error("ingest.token_file: {reason}")]
+    Token { reason: String },
     #[error("notifier: {0}")]
     Notify(crate::alerts::notify::NotifyError),
     #[error("a GPU is required (nvml.require_gpu) but none can be used: {reason}")]
@@ -108,6 +111,23 @@ async fn require_devices(
     Err(AppError::GpuRequired { reason })
 }
 
+/// The ingest bearer token from `ingest.token_file`, trimmed.
+async fn read_token(config: &Config) -> Result<Option<String>, AppError> {
+    let Some(path) = config.ingest.token_file.clone() else { return Ok(None) };
+    let read = tokio::task::spawn_blocking(move || {
+        std::fs::read_to_string(&path).map_err(|error| (path, error))
+    })
+    .await
+    .map_err(|error| AppError::Startup(error.to_string()))?;
+    match read {
+        Ok(text) if !text.trim().is_empty() => Ok(Some(text.trim().to_owned())),
+        Ok(_) => Err(AppError::Token { reason: "the token file is empty".into() }),
+        Err((path, error)) => {
+            Err(AppError::Token { reason: format!("{}: {error}", path.display()) })
+        }
+    }
+}
+
 /// The sampler settings the configuration implies.
 pub fn sampler_settings(config: &Config) -> SamplerSettings {
     SamplerSettings {
@@ -158,12 +178,19 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         .map_err(|source| AppError::Bind { addr: config.server.listen, source })?;
     info!(addr = %local, source = source.name(), "listening");
 
+    let token = read_token(&config).await?;
+    let reports = Arc::new(ReportStore::new(StoreLimits {
+        ttl: config.ingest.ttl,
+        rate_limit_per_second: config.ingest.rate_limit_per_second.get(),
+        max_reporters: config.ingest.max_reporters.get(),
+    }));
     let cancel = CancellationToken::new();
     let sampler = tokio::spawn(sampler::run(
         source,
         store.clone(),
         telemetry.clone(),
         sampler_settings(&config),
+        Some(reports.clone()),
         cancel.clone(),
     ));
     let board = Arc::new(AlertBoard::new(config.api.max_stream_backlog.get()));
@@ -196,8 +223,17 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
             max_event_streams: config.api.max_event_streams.get(),
         },
     );
-    let server = axum::serve(listener, api::router(state))
-        .with_graceful_shutdown(cancel.clone().cancelled_owned());
+    let state = state.with_ingest(api::reports::Ingest {
+        store: reports,
+        limits: ReportLimits {
+            max_devices: config.ingest.max_devices.get(),
+            max_stats: config.ingest.max_stats.get(),
+        },
+        token,
+    });
+    let app = api::router(state).into_make_service_with_connect_info::<SocketAddr>();
+    let server =
+        axum::serve(listener, app).with_graceful_shutdown(cancel.clone().cancelled_owned());
     let mut server = tokio::spawn(async move { server.await });
 
     tokio::select! {

@@ -13,6 +13,7 @@ pub mod clock;
 pub mod config;
 pub mod exposition;
 pub mod history;
+pub mod ingest;
 pub mod model;
 pub mod offline;
 pub mod sampler;

@@ -303,6 +303,19 @@ pub struct ProcessDetails {
     /// The PID inside the process's own PID namespace (`NSpid`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub namespace_pid: Option<u32>,
+    /// Summary of the process's last allocator snapshot, when it reports one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub snapshot: Option<SnapshotSummary>,
+}
+
+/// What a workload's `torch.cuda.memory_snapshot()` says about one device.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SnapshotSummary {
+    pub segments: u64,
+    pub total_bytes: u64,
+    pub allocated_bytes: u64,
+    pub largest_free_block_bytes: u64,
 }
 
 impl ProcessDetails {

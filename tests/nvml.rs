@@ -375,3 +375,38 @@ fn mig_devices_are_monitored_as_devices_of_their_own() {
     promtool_accepts(&metrics);
     drop(daemon);
 }
+
+#[test]
+fn an_allocator_report_joins_the_nvml_process_it_came_from() {
+    let me = std::process::id();
+    let scenario = json!({
+        "devices": [ device(GPU0, 10 * GIB, json!({
+            "processes": { "compute": [ { "pid": me, "used_bytes": 9 * GIB } ], "graphics": [], "mps": [] },
+        })) ],
+    });
+    let driver = FakeDriver::new(&scenario, false);
+    let (daemon, addr) = driver.start(&[]);
+    let at = vramd::clock::wall_now().to_rfc3339();
+    let report = json!({
+        "version": 1,
+        "reporter": { "pid": me, "hostname": "e2e" },
+        "at": at,
+        "devices": [ { "uuid": GPU0, "index": 0, "memory_stats": {
+            "allocated_bytes.all.current": 6 * GIB, "reserved_bytes.all.current": 8 * GIB,
+            "active_bytes.all.current": 6 * GIB, "inactive_split_bytes.all.current": GIB,
+            "num_alloc_retries": 3, "num_ooms": 0 } } ],
+    });
+    let response =
+        support::http::post(addr, "/api/v1/allocator-reports", &report.to_string()).unwrap();
+    assert_eq!(response.status, 202, "{}", response.text());
+    let series = format!("vramd_allocator_reserved_bytes{{gpu=\"0\",uuid=\"{GPU0}\",pid=\"{me}\"");
+    eventually(Duration::from_secs(10), "the report joins our NVML process", || {
+        get(addr, "/metrics").text().contains(&series)
+    });
+    let detail = get(addr, "/api/v1/devices/0").json();
+    let ours = detail["processes"].as_array().unwrap().iter().find(|p| p["pid"] == me).unwrap();
+    assert_eq!(ours["breakdown"]["outside_allocator_bytes"], GIB, "NVML 9 GiB - reserved 8 GiB");
+    let reports = get(addr, "/api/v1/allocator-reports").json();
+    assert_eq!(reports["reports"][0]["matched_pid"], me, "{reports}");
+    drop(daemon);
+}

@@ -10,6 +10,7 @@ mod alerts;
 mod dto;
 mod error;
 mod history;
+pub mod reports;
 
 #[cfg(test)]
 mod tests;
@@ -31,6 +32,7 @@ use tower_http::timeout::TimeoutLayer;
 use crate::alerts::board::AlertBoard;
 use crate::exposition;
 use crate::history::HistoryStore;
+use crate::ingest::{ReportLimits, ReportStore, StoreLimits};
 use crate::telemetry::Telemetry;
 
 pub use error::{ApiError, ErrorBody};
@@ -56,6 +58,7 @@ pub struct AppState {
     /// One permit per open event stream (`api.max_event_streams`).
     pub streams: Arc<tokio::sync::Semaphore>,
     pub limits: Limits,
+    pub ingest: Arc<reports::Ingest>,
 }
 
 impl AppState {
@@ -66,7 +69,22 @@ impl AppState {
         limits: Limits,
     ) -> Self {
         let streams = Arc::new(tokio::sync::Semaphore::new(limits.max_event_streams));
-        Self { store, telemetry, board, streams, limits }
+        let ingest = Arc::new(reports::Ingest {
+            store: Arc::new(ReportStore::new(StoreLimits {
+                ttl: Duration::from_secs(30),
+                rate_limit_per_second: 10,
+                max_reporters: 1024,
+            })),
+            limits: ReportLimits { max_devices: 16, max_stats: 1024 },
+            token: None,
+        });
+        Self { store, telemetry, board, streams, limits, ingest }
+    }
+
+    /// Replaces the default (loopback-only, default bounds) report intake.
+    pub fn with_ingest(mut self, ingest: reports::Ingest) -> Self {
+        self.ingest = Arc::new(ingest);
+        self
     }
 }
 
@@ -80,6 +98,7 @@ pub fn router(state: AppState) -> Router {
         .route("/api/v1/devices", get(devices))
         .route("/api/v1/devices/{gpu}", get(device))
         .route("/api/v1/devices/{gpu}/history", get(history::device_history))
+        .route("/api/v1/allocator-reports", get(reports::list).post(reports::post))
         .route("/api/v1/alerts", get(alerts::list))
         .route("/api/v1/alerts/stream", get(alerts::stream))
         .route("/api/v1/alerts/{id}", get(alerts::one))

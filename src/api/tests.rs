@@ -9,6 +9,7 @@ use http_body_util::BodyExt;
 use serde_json::Value;
 use tower::ServiceExt;
 
+use super::reports;
 use super::*;
 use crate::alerts::board::AlertBoard;
 use crate::clock::ScaledClock;
@@ -400,4 +401,96 @@ async fn the_event_stream_delivers_state_changes_and_is_bounded() {
     assert_error(status, &refused, StatusCode::SERVICE_UNAVAILABLE, "too_many_streams");
     drop(second);
     drop(body);
+}
+
+fn report_body(pid: u32) -> String {
+    serde_json::json!({
+        "version": 1,
+        "reporter": { "pid": pid, "hostname": "node-1" },
+        "at": "2026-01-01T00:01:59.000Z",
+        "devices": [ { "uuid": "GPU-x", "index": 0, "memory_stats": {
+            "allocated_bytes.all.current": 10, "reserved_bytes.all.current": 20,
+            "active_bytes.all.current": 10, "inactive_split_bytes.all.current": 5,
+            "num_alloc_retries": 0, "num_ooms": 0 } } ],
+    })
+    .to_string()
+}
+
+async fn post_report(
+    state: &AppState,
+    from: &str,
+    token: Option<&str>,
+    body: String,
+) -> (StatusCode, Value, Option<String>) {
+    let mut request = Request::builder()
+        .method("POST")
+        .uri("/api/v1/allocator-reports")
+        .header(header::CONTENT_TYPE, "application/json");
+    if let Some(token) = token {
+        request = request.header(header::AUTHORIZATION, format!("Bearer {token}"));
+    }
+    let mut request = request.body(Body::from(body)).unwrap();
+    let peer: std::net::SocketAddr = from.parse().unwrap();
+    request.extensions_mut().insert(axum::extract::ConnectInfo(peer));
+    let response = router(state.clone()).oneshot(request).await.unwrap();
+    let status = response.status();
+    let retry =
+        response.headers().get(header::RETRY_AFTER).map(|value| value.to_str().unwrap().to_owned());
+    let bytes = response.into_body().collect().await.unwrap().to_bytes();
+    (status, serde_json::from_slice(&bytes).unwrap(), retry)
+}
+
+fn with_token(token: Option<&str>) -> AppState {
+    filled_state().with_ingest(reports::Ingest {
+        store: Arc::new(crate::ingest::ReportStore::new(crate::ingest::StoreLimits {
+            ttl: Duration::from_secs(30),
+            rate_limit_per_second: 2,
+            max_reporters: 8,
+        })),
+        limits: crate::ingest::ReportLimits { max_devices: 4, max_stats: 64 },
+        token: token.map(str::to_owned),
+    })
+}
+
+#[tokio::test]
+async fn loopback_may_write_reports_and_others_need_the_token() {
+    let open = with_token(None);
+    let (status, body, _) = post_report(&open, "127.0.0.1:5000", None, report_body(1)).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    let (status, body, _) = post_report(&open, "10.1.2.3:5000", None, report_body(2)).await;
+    assert_error(status, &body, StatusCode::FORBIDDEN, "remote_writes_disabled");
+
+    let guarded = with_token(Some("s3cret"));
+    let (status, body, _) = post_report(&guarded, "10.1.2.3:5000", None, report_body(3)).await;
+    assert_error(status, &body, StatusCode::UNAUTHORIZED, "missing_token");
+    let (status, body, _) =
+        post_report(&guarded, "10.1.2.3:5000", Some("guess"), report_body(3)).await;
+    assert_error(status, &body, StatusCode::UNAUTHORIZED, "bad_token");
+    let (status, _, _) =
+        post_report(&guarded, "10.1.2.3:5000", Some("s3cret"), report_body(3)).await;
+    assert_eq!(status, StatusCode::ACCEPTED);
+
+    let (status, listed) = get_json(&guarded, "/api/v1/allocator-reports").await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(listed["reports"][0]["matched"], false, "GPU-x is no device here: {listed}");
+}
+
+#[tokio::test]
+async fn bad_large_and_too_frequent_reports_are_refused() {
+    let state = with_token(None);
+    let (status, body, _) =
+        post_report(&state, "127.0.0.1:1", None, "{\"version\":9}".into()).await;
+    assert_error(status, &body, StatusCode::BAD_REQUEST, "bad_report");
+    assert!(body["message"].as_str().unwrap().contains("version 9"), "{body}");
+    let huge = format!("{{\"pad\":\"{}\"}}", "x".repeat(2048));
+    let (status, body, _) = post_report(&state, "127.0.0.1:1", None, huge).await;
+    assert_error(status, &body, StatusCode::PAYLOAD_TOO_LARGE, "body_too_large");
+    for _ in 0..2 {
+        let (status, _, _) = post_report(&state, "127.0.0.1:1", None, report_body(9)).await;
+        assert_eq!(status, StatusCode::ACCEPTED);
+    }
+    let (status, body, retry_after) =
+        post_report(&state, "127.0.0.1:1", None, report_body(9)).await;
+    assert_error(status, &body, StatusCode::TOO_MANY_REQUESTS, "rate_limited");
+    assert_eq!(retry_after.as_deref(), Some("1"));
 }

@@ -10,9 +10,9 @@ use std::num::NonZeroUsize;
 use std::time::Duration;
 
 use super::types::{
-    AlertsConfig, ApiConfig, Config, HistoryConfig, LogConfig, LogFormat, MetricsConfig,
-    NotifyConfig, NvmlConfig, RuleConfig, RulesConfig, SamplerConfig, ServerConfig, SourceConfig,
-    SourceSelection,
+    AlertsConfig, ApiConfig, Config, HistoryConfig, IngestConfig, LogConfig, LogFormat,
+    MetricsConfig, NotifyConfig, NvmlConfig, RuleConfig, RulesConfig, SamplerConfig, ServerConfig,
+    SourceConfig, SourceSelection,
 };
 use crate::alerts::Severity;
 
@@ -84,6 +84,14 @@ pub fn defaults() -> Config {
             max_retries: 5,
             retry_backoff_max: Duration::from_secs(30),
             external_url: None,
+        },
+        ingest: IngestConfig {
+            token_file: None,
+            ttl: Duration::from_secs(30),
+            rate_limit_per_second: non_zero(10),
+            max_reporters: non_zero(1024),
+            max_devices: non_zero(16),
+            max_stats: non_zero(1024),
         },
     }
 }

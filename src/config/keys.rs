@@ -347,6 +347,16 @@ pub const KEYS: &[KeySpec] = &[
         "base of the generatorURL links in notifications (default http://<server.listen>)",
         "http:// or https:// URL; not set by default",
     ),
+    key(
+        "ingest.token_file",
+        "file holding the bearer token writers from other hosts must send",
+        "path; not set by default (loopback only)",
+    ),
+    key("ingest.ttl", "age after which an allocator report no longer counts", "1s to 1h"),
+    key("ingest.rate_limit", "allocator reports per second from one reporter", "1 to 1000"),
+    key("ingest.max_reporters", "reporters tracked at once", "1 to 100000"),
+    key("ingest.max_devices", "devices in one allocator report", "1 to 64"),
+    key("ingest.max_stats", "memory_stats keys per device in a report", "1 to 65536"),
 ];
 
 /// Range of every rule's `severity`.
@@ -449,7 +459,8 @@ mod tests {
                 "nvml",
                 "log",
                 "alerts",
-                "notify"
+                "notify",
+                "ingest"
             ]
         );
     }

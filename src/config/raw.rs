@@ -106,6 +106,19 @@ pub struct RawConfig {
     pub alerts: RawAlerts,
     #[serde(default)]
     pub notify: RawNotify,
+    #[serde(default)]
+    pub ingest: RawIngest,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawIngest {
+    pub token_file: Option<Scalar>,
+    pub ttl: Option<Scalar>,
+    pub rate_limit: Option<Scalar>,
+    pub max_reporters: Option<Scalar>,
+    pub max_devices: Option<Scalar>,
+    pub max_stats: Option<Scalar>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Deserialize)]

@@ -169,6 +169,12 @@ pub fn entries(config: &Config) -> Vec<(&'static str, Option<TomlValue>)> {
         ("notify.max_retries", Some(TomlValue::Int(i64::from(notify.max_retries)))),
         ("notify.retry_backoff_max", text(format_duration(notify.retry_backoff_max))),
         ("notify.external_url", notify.external_url.clone().and_then(text)),
+        ("ingest.token_file", config.ingest.token_file.as_deref().and_then(path)),
+        ("ingest.ttl", text(format_duration(config.ingest.ttl))),
+        ("ingest.rate_limit", count(config.ingest.rate_limit_per_second.get())),
+        ("ingest.max_reporters", count(config.ingest.max_reporters.get())),
+        ("ingest.max_devices", count(config.ingest.max_devices.get())),
+        ("ingest.max_stats", count(config.ingest.max_stats.get())),
     ]);
     entries
 }

@@ -23,6 +23,7 @@ pub struct Config {
     pub log: LogConfig,
     pub alerts: AlertsConfig,
     pub notify: NotifyConfig,
+    pub ingest: IngestConfig,
 }
 
 /// `[server]`: the HTTP listener and its protections.
@@ -245,4 +246,25 @@ pub struct NotifyConfig {
     /// `notify.external_url`: base of generatorURL links (default
     /// `http://<server.listen>`).
     pub external_url: Option<String>,
+}
+
+/// `[ingest]`: allocator reports POSTed by workloads.
+#[derive(Clone, Debug, PartialEq)]
+pub struct IngestConfig {
+    /// `ingest.token_file`: file holding the bearer token that writers from
+    /// other hosts must send; without it only loopback may write.
+    pub token_file: Option<PathBuf>,
+    /// `ingest.ttl`: a report older than this (against the device's newest
+    /// sample) no longer counts as live.
+    pub ttl: Duration,
+    /// `ingest.rate_limit`: reports per second accepted from one reporter;
+    /// more get 429.
+    pub rate_limit_per_second: NonZeroUsize,
+    /// `ingest.max_reporters`: reporters tracked at once; a new one beyond
+    /// gets 429 until old reports expire.
+    pub max_reporters: NonZeroUsize,
+    /// `ingest.max_devices`: devices in one report.
+    pub max_devices: NonZeroUsize,
+    /// `ingest.max_stats`: `memory_stats` keys per device.
+    pub max_stats: NonZeroUsize,
 }

@@ -12,10 +12,10 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use super::error::ConfigError;
-use super::raw::{RawAlerts, RawConfig, RawNotify, RawRule, Scalar};
+use super::raw::{RawAlerts, RawConfig, RawIngest, RawNotify, RawRule, Scalar};
 use super::types::{
-    AlertsConfig, ApiConfig, Config, HistoryConfig, LogConfig, LogFormat, MetricsConfig,
-    NotifyConfig, NvmlConfig, RuleConfig, RulesConfig, SamplerConfig, ServerConfig,
+    AlertsConfig, ApiConfig, Config, HistoryConfig, IngestConfig, LogConfig, LogFormat,
+    MetricsConfig, NotifyConfig, NvmlConfig, RuleConfig, RulesConfig, SamplerConfig, ServerConfig,
     SimulatorConfig, SourceConfig, SourceSelection,
 };
 use super::units::{format_duration, format_size, parse_duration, parse_size};
@@ -119,6 +119,7 @@ pub(super) fn validate(raw: &RawConfig, origins: &Origins) -> Result<Config, Con
     };
     let alerts = alerts(&raw.alerts, origins)?;
     let notify = notify(&raw.notify, origins)?;
+    let ingest = ingest(&raw.ingest, origins)?;
 
     let conflict =
         |first: &'static str, second: &'static str, reason: String| ConfigError::Conflict {
@@ -200,6 +201,22 @@ pub(super) fn validate(raw: &RawConfig, origins: &Origins) -> Result<Config, Con
         log,
         alerts,
         notify,
+        ingest,
+    })
+}
+
+fn ingest(raw: &RawIngest, origins: &Origins) -> Result<IngestConfig, ConfigError> {
+    let field = |key, value| Field::required(key, value, origins);
+    Ok(IngestConfig {
+        token_file: Field::optional("ingest.token_file", &raw.token_file, origins)
+            .as_ref()
+            .map(Field::path)
+            .transpose()?,
+        ttl: field("ingest.ttl", &raw.ttl)?.duration(SECOND, HOUR)?,
+        rate_limit_per_second: field("ingest.rate_limit", &raw.rate_limit)?.count(1_000)?,
+        max_reporters: field("ingest.max_reporters", &raw.max_reporters)?.count(100_000)?,
+        max_devices: field("ingest.max_devices", &raw.max_devices)?.count(64)?,
+        max_stats: field("ingest.max_stats", &raw.max_stats)?.count(65_536)?,
     })
 }
 

@@ -7,7 +7,8 @@
 //! `spawn_blocking`; one device's slow or stuck driver never delays
 //! another device, and a call stuck past its deadline is never duplicated.
 //!
-//! Depends on: `source` (the trait only), `history`, `telemetry`, `model`.
+//! Depends on: `source` (the trait only), `ingest` (reports to join),
+//! `history`, `telemetry`, `model`.
 //! Knows nothing of analysis or HTTP.
 
 mod call;
@@ -24,6 +25,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use crate::history::HistoryStore;
+use crate::ingest::ReportStore;
 use crate::source::DeviceSource;
 use crate::telemetry::Telemetry;
 
@@ -62,6 +64,8 @@ pub(crate) struct Context {
     pub telemetry: Arc<Telemetry>,
     pub settings: SamplerSettings,
     pub cancel: CancellationToken,
+    /// Allocator reports joined onto each slow reading's processes.
+    pub reports: Option<Arc<ReportStore>>,
 }
 
 /// Runs until `cancel` fires: discovers devices (retrying with backoff while
@@ -71,9 +75,10 @@ pub async fn run(
     store: Arc<HistoryStore>,
     telemetry: Arc<Telemetry>,
     settings: SamplerSettings,
+    reports: Option<Arc<ReportStore>>,
     cancel: CancellationToken,
 ) {
-    let context = Arc::new(Context { source, store, telemetry, settings, cancel });
+    let context = Arc::new(Context { source, store, telemetry, settings, cancel, reports });
     let Some(devices) = discover(&context).await else {
         return;
     };

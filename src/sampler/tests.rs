@@ -147,6 +147,7 @@ fn start(source: FakeSource, settings: SamplerSettings) -> Harness {
         store.clone(),
         telemetry.clone(),
         settings,
+        None,
         cancel.clone(),
     ));
     Harness { source, store, telemetry, cancel, task }

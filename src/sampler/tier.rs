@@ -172,6 +172,9 @@ fn store(
     let result = match reading {
         Reading::Fast(reading) => device.record_fast(reading),
         Reading::Slow(mut reading) => {
+            if let Some(reports) = &context.reports {
+                reports.attach(&device.info().uuid, &mut reading);
+            }
             let dropped = cap_processes(&mut reading, context.settings.max_processes_per_device);
             device.record_slow(reading, dropped)
         }

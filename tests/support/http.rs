@@ -55,6 +55,22 @@ pub fn get(addr: SocketAddr, path: &str) -> Result<Response, String> {
     parse(&raw).map_err(|error| format!("GET {path}: {error}"))
 }
 
+/// `POST path` with a JSON `body` to the server at `addr`.
+pub fn post(addr: SocketAddr, path: &str, body: &str) -> Result<Response, String> {
+    let mut stream = TcpStream::connect_timeout(&addr, IO_TIMEOUT)
+        .map_err(|error| format!("connect {addr}: {error}"))?;
+    stream.set_read_timeout(Some(IO_TIMEOUT)).map_err(|error| error.to_string())?;
+    stream.set_write_timeout(Some(IO_TIMEOUT)).map_err(|error| error.to_string())?;
+    let request = format!(
+        "POST {path} HTTP/1.1\r\nHost: {addr}\r\nUser-Agent: vramd-e2e\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    stream.write_all(request.as_bytes()).map_err(|error| format!("send POST {path}: {error}"))?;
+    let mut raw = Vec::new();
+    stream.read_to_end(&mut raw).map_err(|error| format!("read POST {path}: {error}"))?;
+    parse(&raw).map_err(|error| format!("POST {path}: {error}"))
+}
+
 fn parse(raw: &[u8]) -> Result<Response, String> {
     let split = raw
         .windows(4)

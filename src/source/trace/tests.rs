@@ -123,6 +123,7 @@ fn slow_script(device: u32) -> Vec<Result<SlowReading, SourceError>> {
                                     container_id: Some("ab".repeat(32)),
                                     pod_uid: None,
                                     namespace_pid: Some(7),
+                                    snapshot: None,
                                 },
                             },
                             ProcessInfo {

@@ -1,0 +1,226 @@
+//! The allocator report document (version 1) and its validation.
+//!
+//! Strict: a report that is not exactly right is refused with a reason and
+//! changes nothing. The raw `torch.cuda.memory_stats()` dictionary is read
+//! for the keys the accounting model uses.
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+use serde_json::Value;
+
+use crate::model::{AllocatorStats, SnapshotSummary, Timestamp};
+
+pub const VERSION: u64 = 1;
+
+/// Who sent a report.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Reporter {
+    /// The PID as the process sees it (inside its container).
+    pub pid: u32,
+    pub hostname: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub container: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawReport {
+    version: u64,
+    reporter: Reporter,
+    at: String,
+    devices: Vec<RawDevice>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawDevice {
+    uuid: String,
+    index: u32,
+    memory_stats: BTreeMap<String, Value>,
+    #[serde(default)]
+    snapshot: Option<SnapshotSummary>,
+}
+
+/// A validated report.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Report {
+    pub reporter: Reporter,
+    pub at: Timestamp,
+    pub devices: Vec<DeviceReport>,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct DeviceReport {
+    pub uuid: String,
+    pub index: u32,
+    /// `None` when the dictionary was empty (the allocator was never used
+    /// on that device).
+    pub stats: Option<AllocatorStats>,
+    pub snapshot: Option<SnapshotSummary>,
+}
+
+/// Bounds a report must respect.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReportLimits {
+    pub max_devices: usize,
+    pub max_stats: usize,
+}
+
+/// Why a report was refused (400).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ReportError {
+    #[error("not a valid report document: {0}")]
+    Malformed(String),
+    #[error("unsupported report version {found}; this vramd reads version {VERSION}")]
+    Version { found: u64 },
+    #[error("`at` is not an RFC 3339 time: {0}")]
+    BadTime(String),
+    #[error("{count} devices in one report; at most {max} (ingest.max_devices)")]
+    TooManyDevices { count: usize, max: usize },
+    #[error("device {uuid}: {count} memory_stats keys; at most {max} (ingest.max_stats)")]
+    TooManyStats { uuid: String, count: usize, max: usize },
+    #[error("device {uuid}: memory_stats[{key}] must be a non-negative finite number, got {value}")]
+    BadNumber { uuid: String, key: String, value: String },
+    #[error("device {uuid}: memory_stats lacks {key}")]
+    MissingStat { uuid: String, key: &'static str },
+    #[error("device {uuid}: {reason}")]
+    Inconsistent { uuid: String, reason: String },
+    #[error("device uuid `{0}` is not a GPU-… or MIG-… UUID")]
+    BadUuid(String),
+    #[error("device {0} appears twice")]
+    DuplicateDevice(String),
+}
+
+const ALLOCATED: &str = "allocated_bytes.all.current";
+const RESERVED: &str = "reserved_bytes.all.current";
+const ACTIVE: &str = "active_bytes.all.current";
+const INACTIVE_SPLIT: &str = "inactive_split_bytes.all.current";
+const RETRIES: &str = "num_alloc_retries";
+const OOMS: &str = "num_ooms";
+
+/// Parses and validates a report body.
+pub fn parse(body: &[u8], limits: &ReportLimits) -> Result<Report, ReportError> {
+    // The version is checked first, so a future document gets the clearer
+    // error rather than a complaint about a field this version lacks.
+    let value: Value =
+        serde_json::from_slice(body).map_err(|e| ReportError::Malformed(e.to_string()))?;
+    match value.get("version").and_then(Value::as_u64) {
+        Some(VERSION) => {}
+        Some(found) => return Err(ReportError::Version { found }),
+        None => return Err(ReportError::Malformed("`version` must be the number 1".into())),
+    }
+    let raw: RawReport =
+        serde_json::from_value(value).map_err(|e| ReportError::Malformed(e.to_string()))?;
+    if raw.version != VERSION {
+        return Err(ReportError::Version { found: raw.version });
+    }
+    let at = parse_time(&raw.at)?;
+    if raw.devices.len() > limits.max_devices {
+        return Err(ReportError::TooManyDevices {
+            count: raw.devices.len(),
+            max: limits.max_devices,
+        });
+    }
+    let mut devices: Vec<DeviceReport> = Vec::with_capacity(raw.devices.len());
+    for device in raw.devices {
+        if !(device.uuid.starts_with("GPU-") || device.uuid.starts_with("MIG-"))
+            || device.uuid.len() > 96
+        {
+            return Err(ReportError::BadUuid(device.uuid));
+        }
+        if devices.iter().any(|seen| seen.uuid == device.uuid) {
+            return Err(ReportError::DuplicateDevice(device.uuid));
+        }
+        if device.memory_stats.len() > limits.max_stats {
+            return Err(ReportError::TooManyStats {
+                uuid: device.uuid,
+                count: device.memory_stats.len(),
+                max: limits.max_stats,
+            });
+        }
+        for (key, value) in &device.memory_stats {
+            let valid = value.as_f64().is_some_and(|number| number.is_finite() && number >= 0.0);
+            if !valid {
+                return Err(ReportError::BadNumber {
+                    uuid: device.uuid,
+                    key: key.clone(),
+                    value: value.to_string(),
+                });
+            }
+        }
+        let stats = stats_of(&device.uuid, &device.memory_stats)?;
+        if let Some(snapshot) = device.snapshot
+            && (snapshot.allocated_bytes > snapshot.total_bytes
+                || snapshot.largest_free_block_bytes > snapshot.total_bytes)
+        {
+            return Err(ReportError::Inconsistent {
+                uuid: device.uuid,
+                reason: "snapshot allocated or largest free block exceeds its total".into(),
+            });
+        }
+        devices.push(DeviceReport {
+            uuid: device.uuid,
+            index: device.index,
+            stats,
+            snapshot: device.snapshot,
+        });
+    }
+    Ok(Report { reporter: raw.reporter, at, devices })
+}
+
+fn stats_of(
+    uuid: &str,
+    stats: &BTreeMap<String, Value>,
+) -> Result<Option<AllocatorStats>, ReportError> {
+    if stats.is_empty() {
+        return Ok(None);
+    }
+    let get = |key: &'static str| {
+        stats
+            .get(key)
+            .and_then(Value::as_f64)
+            .map(|number| number as u64)
+            .ok_or_else(|| ReportError::MissingStat { uuid: uuid.to_owned(), key })
+    };
+    let parsed = AllocatorStats {
+        allocated_bytes: get(ALLOCATED)?,
+        reserved_bytes: get(RESERVED)?,
+        active_bytes: get(ACTIVE)?,
+        inactive_split_bytes: get(INACTIVE_SPLIT)?,
+        alloc_retries: get(RETRIES)?,
+        ooms: get(OOMS)?,
+    };
+    if parsed.allocated_bytes > parsed.reserved_bytes {
+        return Err(ReportError::Inconsistent {
+            uuid: uuid.to_owned(),
+            reason: format!(
+                "allocated ({}) exceeds reserved ({})",
+                parsed.allocated_bytes, parsed.reserved_bytes
+            ),
+        });
+    }
+    if !parsed.is_consistent() {
+        return Err(ReportError::Inconsistent {
+            uuid: uuid.to_owned(),
+            reason: "active or inactive_split exceed what reserved allows".into(),
+        });
+    }
+    Ok(Some(parsed))
+}
+
+fn parse_time(text: &str) -> Result<Timestamp, ReportError> {
+    let time = humantime::parse_rfc3339_weak(text)
+        .map_err(|error| ReportError::BadTime(error.to_string()))?;
+    let since_epoch = time
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_err(|error| ReportError::BadTime(error.to_string()))?;
+    let millis = i64::try_from(since_epoch.as_millis())
+        .map_err(|error| ReportError::BadTime(error.to_string()))?;
+    Ok(Timestamp::from_unix_millis(millis))
+}

@@ -1,0 +1,185 @@
+//! The latest allocator report of every reporter, the per-reporter rate
+//! limit, and the join of reports onto NVML's processes.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use serde::Serialize;
+use tokio::time::Instant;
+
+use crate::model::SlowReading;
+
+use super::report::{DeviceReport, Report, Reporter};
+
+/// Bounds and timing of the store.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StoreLimits {
+    pub ttl: Duration,
+    pub rate_limit_per_second: usize,
+    pub max_reporters: usize,
+}
+
+/// Why a report was not taken.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Refused {
+    #[error("more than {limit} reports per second from this reporter (ingest.rate_limit)")]
+    RateLimited { limit: usize, retry_after: Duration },
+    #[error("{max} reporters are already tracked (ingest.max_reporters)")]
+    TooManyReporters { max: usize, retry_after: Duration },
+}
+
+struct Entry {
+    report: Report,
+    /// Device UUID → the NVML PID the device's report was joined to.
+    matched: BTreeMap<String, u32>,
+    /// Start of the current one-second rate window and reports in it.
+    window_start: Instant,
+    in_window: usize,
+}
+
+/// What `GET /api/v1/allocator-reports` shows of one device report.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ReportView {
+    pub reporter: Reporter,
+    pub at: String,
+    pub uuid: String,
+    pub index: u32,
+    /// The host PID it was joined to; absent while unmatched.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub matched_pid: Option<u32>,
+    pub matched: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stats: Option<crate::model::AllocatorStats>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub snapshot: Option<crate::model::SnapshotSummary>,
+}
+
+pub struct ReportStore {
+    limits: StoreLimits,
+    entries: Mutex<BTreeMap<(String, u32), Entry>>,
+}
+
+impl ReportStore {
+    pub fn new(limits: StoreLimits) -> Self {
+        Self { limits, entries: Mutex::new(BTreeMap::new()) }
+    }
+
+    /// Takes a report (replacing the reporter's previous one), unless the
+    /// reporter is over its rate or the store is full.
+    pub fn accept(&self, report: Report, now: Instant) -> Result<(), Refused> {
+        let key = (report.reporter.hostname.clone(), report.reporter.pid);
+        let mut entries = self.entries.lock();
+        if let Some(entry) = entries.get_mut(&key) {
+            if now.duration_since(entry.window_start) >= Duration::from_secs(1) {
+                entry.window_start = now;
+                entry.in_window = 0;
+            }
+            if entry.in_window >= self.limits.rate_limit_per_second {
+                let retry_after =
+                    Duration::from_secs(1).saturating_sub(now.duration_since(entry.window_start));
+                return Err(Refused::RateLimited {
+                    limit: self.limits.rate_limit_per_second,
+                    retry_after,
+                });
+            }
+            entry.in_window += 1;
+            // A device still reported keeps its join; a dropped one loses it.
+            entry
+                .matched
+                .retain(|uuid, _| report.devices.iter().any(|device| &device.uuid == uuid));
+            entry.report = report;
+            return Ok(());
+        }
+        if entries.len() >= self.limits.max_reporters {
+            return Err(Refused::TooManyReporters {
+                max: self.limits.max_reporters,
+                retry_after: self.limits.ttl,
+            });
+        }
+        entries.insert(
+            key,
+            Entry { report, matched: BTreeMap::new(), window_start: now, in_window: 1 },
+        );
+        Ok(())
+    }
+
+    /// Attaches live reports to the processes of one device's slow reading:
+    /// by host PID, else by the PID inside the process's namespace (when
+    /// exactly one listed process has it). Reports older than the TTL
+    /// (against the reading's time) are dropped; a report joined to a
+    /// process that is no longer listed leaves with it.
+    pub fn attach(&self, uuid: &str, reading: &mut SlowReading) {
+        let Some(processes) = reading.processes.as_mut() else { return };
+        let at = reading.at;
+        let ttl = self.limits.ttl;
+        let mut entries = self.entries.lock();
+        entries.retain(|_, entry| at.duration_since(entry.report.at).is_none_or(|age| age <= ttl));
+        for entry in entries.values_mut() {
+            let Some(device) = entry.report.devices.iter().find(|device| device.uuid == uuid)
+            else {
+                continue;
+            };
+            if let Some(&pid) = entry.matched.get(uuid)
+                && !processes.iter().any(|process| process.pid == pid)
+            {
+                // The process exited: its report goes with it.
+                entry.matched.remove(uuid);
+                entry.report.devices.retain(|device| device.uuid != uuid);
+                continue;
+            }
+            let reporter_pid = entry.report.reporter.pid;
+            let by_host_pid = processes.iter().position(|process| process.pid == reporter_pid);
+            let target = by_host_pid.or_else(|| {
+                let mut candidates = processes
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, process)| process.details.namespace_pid == Some(reporter_pid));
+                match (candidates.next(), candidates.next()) {
+                    (Some((slot, _)), None) => Some(slot),
+                    _ => None,
+                }
+            });
+            let Some(process) = target.and_then(|slot| processes.get_mut(slot)) else { continue };
+            join(process, device);
+            entry.matched.insert(uuid.to_owned(), process.pid);
+        }
+        // Reports emptied by exits are forgotten.
+        entries.retain(|_, entry| !entry.report.devices.is_empty());
+    }
+
+    /// Every device report, matched or not.
+    pub fn views(&self) -> Vec<ReportView> {
+        let entries = self.entries.lock();
+        entries
+            .values()
+            .flat_map(|entry| {
+                entry.report.devices.iter().map(move |device| ReportView {
+                    reporter: entry.report.reporter.clone(),
+                    at: entry.report.at.to_rfc3339(),
+                    uuid: device.uuid.clone(),
+                    index: device.index,
+                    matched_pid: entry.matched.get(&device.uuid).copied(),
+                    matched: entry.matched.contains_key(&device.uuid),
+                    stats: device.stats,
+                    snapshot: device.snapshot,
+                })
+            })
+            .collect()
+    }
+
+    pub fn reporters(&self) -> usize {
+        self.entries.lock().len()
+    }
+}
+
+fn join(process: &mut crate::model::ProcessInfo, device: &DeviceReport) {
+    // A source that already knows the allocator figures (the simulator)
+    // keeps them; a report fills them in for NVML's processes.
+    if process.allocator.is_none() {
+        process.allocator = device.stats;
+    }
+    if process.details.snapshot.is_none() {
+        process.details.snapshot = device.snapshot;
+    }
+}

@@ -1,0 +1,213 @@
+//! Report validation, the store's bounds, and the join onto processes.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tokio::time::Instant;
+
+use super::report::{ReportError, ReportLimits, parse};
+use super::store::{Refused, ReportStore, StoreLimits};
+use crate::model::{ProcessDetails, ProcessInfo, SlowReading, Timestamp};
+
+const GIB: u64 = 1 << 30;
+const UUID: &str = "GPU-8f6a2c1e-0000-4d7b-9a1e-3b5c7d9e1f20";
+
+fn stats() -> Value {
+    json!({
+        "allocated_bytes.all.current": 6 * GIB,
+        "reserved_bytes.all.current": 8 * GIB,
+        "active_bytes.all.current": 6 * GIB,
+        "inactive_split_bytes.all.current": GIB,
+        "num_alloc_retries": 2,
+        "num_ooms": 0,
+        "segment.all.current": 40,
+    })
+}
+
+fn report(pid: u32, at: &str) -> Value {
+    json!({
+        "version": 1,
+        "reporter": { "pid": pid, "hostname": "node-1", "pod": "train-0" },
+        "at": at,
+        "devices": [ { "uuid": UUID, "index": 0, "memory_stats": stats(),
+                       "snapshot": { "segments": 40, "total_bytes": 8 * GIB, "allocated_bytes": 6 * GIB, "largest_free_block_bytes": GIB / 4 } } ],
+    })
+}
+
+const LIMITS: ReportLimits = ReportLimits { max_devices: 4, max_stats: 64 };
+
+fn parsed(value: &Value) -> Result<super::Report, ReportError> {
+    parse(value.to_string().as_bytes(), &LIMITS)
+}
+
+#[test]
+fn a_good_report_parses_into_allocator_stats() {
+    let report = parsed(&report(42, "2026-01-01T00:00:10.000Z")).unwrap();
+    assert_eq!(report.reporter.pid, 42);
+    assert_eq!(report.at, Timestamp::from_unix_millis(1_767_225_610_000));
+    let stats = report.devices[0].stats.unwrap();
+    assert_eq!(
+        (stats.allocated_bytes, stats.reserved_bytes, stats.alloc_retries),
+        (6 * GIB, 8 * GIB, 2)
+    );
+    assert_eq!(report.devices[0].snapshot.map(|s| s.segments), Some(40));
+}
+
+#[test]
+fn bad_reports_are_refused_with_a_reason() {
+    let mut cases: Vec<(Value, &str)> = Vec::new();
+    let mut unknown_version = report(1, "2026-01-01T00:00:00Z");
+    unknown_version["version"] = json!(2);
+    cases.push((unknown_version, "unsupported report version 2"));
+    let mut negative = report(1, "2026-01-01T00:00:00Z");
+    negative["devices"][0]["memory_stats"]["num_ooms"] = json!(-1);
+    cases.push((negative, "non-negative finite"));
+    let mut too_much = report(1, "2026-01-01T00:00:00Z");
+    too_much["devices"][0]["memory_stats"]["allocated_bytes.all.current"] = json!(9 * GIB);
+    cases.push((too_much, "exceeds reserved"));
+    let mut missing = report(1, "2026-01-01T00:00:00Z");
+    missing["devices"][0]["memory_stats"].as_object_mut().unwrap().remove("num_ooms");
+    cases.push((missing, "lacks num_ooms"));
+    let mut bad_time = report(1, "2026-01-01T00:00:00Z");
+    bad_time["at"] = json!("yesterday");
+    cases.push((bad_time, "RFC 3339"));
+    let mut bad_uuid = report(1, "2026-01-01T00:00:00Z");
+    bad_uuid["devices"][0]["uuid"] = json!("0");
+    cases.push((bad_uuid, "not a GPU-"));
+    let mut unknown_field = report(1, "2026-01-01T00:00:00Z");
+    unknown_field["colour"] = json!("red");
+    cases.push((unknown_field, "unknown field"));
+    let mut many = report(1, "2026-01-01T00:00:00Z");
+    let device = many["devices"][0].clone();
+    many["devices"] = json!(
+        (0..5)
+            .map(|i| {
+                let mut d = device.clone();
+                d["uuid"] = json!(format!("GPU-{i}"));
+                d
+            })
+            .collect::<Vec<_>>()
+    );
+    cases.push((many, "at most 4"));
+    let mut keys = report(1, "2026-01-01T00:00:00Z");
+    for i in 0..64 {
+        keys["devices"][0]["memory_stats"][format!("extra.{i}")] = json!(1);
+    }
+    cases.push((keys, "at most 64"));
+    for (value, expected) in cases {
+        let error = parsed(&value).unwrap_err().to_string();
+        assert!(error.contains(expected), "expected `{expected}` in `{error}`");
+    }
+}
+
+#[test]
+fn an_unused_allocator_reports_no_stats_rather_than_zeros() {
+    let mut empty = report(1, "2026-01-01T00:00:00Z");
+    empty["devices"][0]["memory_stats"] = json!({});
+    assert_eq!(parsed(&empty).unwrap().devices[0].stats, None);
+}
+
+fn store() -> ReportStore {
+    ReportStore::new(StoreLimits {
+        ttl: Duration::from_secs(30),
+        rate_limit_per_second: 2,
+        max_reporters: 2,
+    })
+}
+
+fn reading(at_seconds: i64, processes: Vec<ProcessInfo>) -> SlowReading {
+    SlowReading {
+        at: Timestamp::from_unix_millis(1_767_225_600_000 + at_seconds * 1000),
+        processes: Some(processes),
+        temperature_celsius: None,
+        power_usage_watts: None,
+        power_limit_watts: None,
+        details: Default::default(),
+    }
+}
+
+fn nvml_process(pid: u32, namespace_pid: Option<u32>) -> ProcessInfo {
+    ProcessInfo {
+        pid,
+        name: Some("python3".into()),
+        used_bytes: Some(9 * GIB),
+        allocator: None,
+        details: ProcessDetails { namespace_pid, ..ProcessDetails::default() },
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn reporters_are_rate_limited_and_bounded() {
+    let store = store();
+    let now = Instant::now();
+    let report = || parsed(&report(42, "2026-01-01T00:00:10Z")).unwrap();
+    store.accept(report(), now).unwrap();
+    store.accept(report(), now).unwrap();
+    assert!(matches!(store.accept(report(), now), Err(Refused::RateLimited { .. })));
+    store.accept(report(), now + Duration::from_secs(1)).unwrap();
+
+    store.accept(parsed(&report_for(43)).unwrap(), now).unwrap();
+    assert!(matches!(
+        store.accept(parsed(&report_for(44)).unwrap(), now),
+        Err(Refused::TooManyReporters { .. })
+    ));
+}
+
+fn report_for(pid: u32) -> Value {
+    report(pid, "2026-01-01T00:00:10Z")
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_report_joins_by_host_pid_or_by_namespace_pid() {
+    let store = store();
+    store.accept(parsed(&report_for(42)).unwrap(), Instant::now()).unwrap();
+    store.accept(parsed(&report_for(7)).unwrap(), Instant::now()).unwrap();
+    // 42 is a host PID; 7 is the PID inside a container whose host PID is 9007.
+    let mut slow = reading(
+        15,
+        vec![nvml_process(42, None), nvml_process(9007, Some(7)), nvml_process(1, None)],
+    );
+    store.attach(UUID, &mut slow);
+    let processes = slow.processes.unwrap();
+    assert_eq!(processes[0].allocator.map(|a| a.reserved_bytes), Some(8 * GIB));
+    assert_eq!(
+        processes[1].allocator.map(|a| a.reserved_bytes),
+        Some(8 * GIB),
+        "joined through NSpid"
+    );
+    assert_eq!(processes[2].allocator, None, "nobody reported for it");
+    assert_eq!(processes[0].details.snapshot.map(|s| s.largest_free_block_bytes), Some(GIB / 4));
+    let views = store.views();
+    assert!(views.iter().all(|view| view.matched), "{views:?}");
+    assert_eq!(views.iter().find(|v| v.reporter.pid == 7).and_then(|v| v.matched_pid), Some(9007));
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_unmatched_report_is_kept_and_shown_unmatched() {
+    let store = store();
+    store.accept(parsed(&report_for(42)).unwrap(), Instant::now()).unwrap();
+    let mut slow = reading(15, vec![nvml_process(1, None)]);
+    store.attach(UUID, &mut slow);
+    let views = store.views();
+    assert_eq!(views.len(), 1);
+    assert!(!views[0].matched);
+    assert_eq!(slow.processes.unwrap()[0].allocator, None);
+}
+
+#[tokio::test(start_paused = true)]
+async fn stale_reports_expire_and_exited_processes_take_their_report() {
+    let store = store();
+    store.accept(parsed(&report_for(42)).unwrap(), Instant::now()).unwrap();
+    let mut late = reading(10 + 31, vec![nvml_process(42, None)]);
+    store.attach(UUID, &mut late);
+    assert_eq!(late.processes.unwrap()[0].allocator, None, "a report 31 s old is not live");
+    assert_eq!(store.reporters(), 0);
+
+    store.accept(parsed(&report_for(42)).unwrap(), Instant::now()).unwrap();
+    let mut live = reading(12, vec![nvml_process(42, None)]);
+    store.attach(UUID, &mut live);
+    assert!(live.processes.unwrap()[0].allocator.is_some());
+    let mut gone = reading(13, vec![nvml_process(1, None)]);
+    store.attach(UUID, &mut gone);
+    assert_eq!(store.reporters(), 0, "the process exited: its report left with it");
+}
