@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use criterion::measurement::Measurement;
-use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
+use criterion::{BatchSize, Criterion, SamplingMode, Throughput, criterion_group, criterion_main};
 
 #[path = "support/cpu_time.rs"]
 mod cpu_time;
@@ -147,7 +147,7 @@ fn record(c: &mut Criterion) {
 }
 
 fn query(c: &mut Criterion) {
-    query_in(c, "history/query_1h_10hz");
+    query_in(c, "history/query_1h_10hz", SamplingMode::Auto);
 }
 
 /// The same queries timed by the thread's CPU time (see support/cpu_time.rs).
@@ -156,14 +156,15 @@ fn query_cpu(c: &mut Criterion<CpuTime>) {
         eprintln!("no /proc/thread-self/schedstat; CPU-time benchmarks skipped");
         return;
     }
-    query_in(c, "history_cpu/query_1h_10hz");
+    query_in(c, "history_cpu/query_1h_10hz", SamplingMode::Flat);
 }
 
-fn query_in<M: Measurement>(c: &mut Criterion<M>, group_name: &str) {
+fn query_in<M: Measurement>(c: &mut Criterion<M>, group_name: &str, sampling: SamplingMode) {
     // One device sampled at 10 Hz for one hour: 36,001 fast samples.
     let (device, _, _) = full_device(100, 4);
     let hour = Duration::from_secs(3_600);
     let mut group = c.benchmark_group(group_name);
+    group.sampling_mode(sampling);
     let cases = [
         ("raw", WindowQuery { window: hour, step: None, max_points: 50_000 }),
         (
@@ -214,7 +215,10 @@ fn config() -> Criterion {
 }
 
 fn cpu_config() -> Criterion<CpuTime> {
-    config().with_measurement(CpuTime)
+    // The kernel updates a running thread's CPU time only at scheduler
+    // ticks (4 ms here): flat sampling with 20 samples of ~150 ms each keeps
+    // that quantisation to a few per cent per sample.
+    config().with_measurement(CpuTime).sample_size(20)
 }
 
 criterion_group! {

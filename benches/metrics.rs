@@ -9,7 +9,7 @@ use std::hint::black_box;
 use std::time::Duration;
 
 use criterion::measurement::Measurement;
-use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use criterion::{Criterion, SamplingMode, Throughput, criterion_group, criterion_main};
 
 use vramd::alerts::board::AlertBoard;
 #[path = "support/cpu_time.rs"]
@@ -149,7 +149,7 @@ fn store() -> HistoryStore {
 }
 
 fn metrics(c: &mut Criterion) {
-    metrics_in(c, "metrics/8gpu_64proc");
+    metrics_in(c, "metrics/8gpu_64proc", SamplingMode::Auto);
 }
 
 /// The same renders timed by the thread's CPU time (see support/cpu_time.rs).
@@ -158,10 +158,10 @@ fn metrics_cpu(c: &mut Criterion<CpuTime>) {
         eprintln!("no /proc/thread-self/schedstat; CPU-time benchmarks skipped");
         return;
     }
-    metrics_in(c, "metrics_cpu/8gpu_64proc");
+    metrics_in(c, "metrics_cpu/8gpu_64proc", SamplingMode::Flat);
 }
 
-fn metrics_in<M: Measurement>(c: &mut Criterion<M>, group_name: &str) {
+fn metrics_in<M: Measurement>(c: &mut Criterion<M>, group_name: &str, sampling: SamplingMode) {
     let store = store();
     let Ok(telemetry) = Telemetry::new("simulator") else {
         eprintln!("cannot build the self-metrics registry; metrics benchmarks skipped");
@@ -188,6 +188,7 @@ fn metrics_in<M: Measurement>(c: &mut Criterion<M>, group_name: &str) {
     );
 
     let mut group = c.benchmark_group(group_name);
+    group.sampling_mode(sampling);
     group.throughput(Throughput::Bytes(devices_only.len() as u64));
     group.bench_function("render_devices", |b| b.iter(|| black_box(render_devices(&store))));
     group.throughput(Throughput::Bytes(full.len() as u64));
@@ -206,7 +207,10 @@ fn config() -> Criterion {
 }
 
 fn cpu_config() -> Criterion<CpuTime> {
-    config().with_measurement(CpuTime)
+    // The kernel updates a running thread's CPU time only at scheduler
+    // ticks (4 ms here): flat sampling with 20 samples of ~150 ms each keeps
+    // that quantisation to a few per cent per sample.
+    config().with_measurement(CpuTime).sample_size(20)
 }
 
 criterion_group! {

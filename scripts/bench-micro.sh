@@ -2,7 +2,10 @@
 # Runs the criterion benchmarks (benches/history.rs, benches/metrics.rs) and
 # prints one table row per benchmark: the median time per iteration over
 # criterion's samples, and the 10th-90th percentile of those samples as the
-# spread. docs/performance.md records the figures.
+# spread. Groups named *_cpu/ time the same code by the benchmark thread's
+# CPU time (benches/support/cpu_time.rs) instead of wall time, so other
+# processes on the machine inflate them less. docs/performance.md records
+# the figures.
 #
 # Usage: scripts/bench-micro.sh [criterion filter]
 # Each benchmark warms up 1 s and measures 3 s (set in the bench files), so a
@@ -42,7 +45,7 @@ for bench in sorted(pathlib.Path("target/criterion").glob("*/*/new/benchmark.jso
     name = meta.get("full_id") or f"{meta['group_id']}/{meta['function_id']}"
     if filters and not any(f in name for f in filters):
         continue
-    if not name.startswith(("history/", "metrics/")):
+    if not name.startswith(("history/", "metrics/", "history_cpu/", "metrics_cpu/")):
         continue
     sample = json.loads((bench.parent / "sample.json").read_text())
     per_iter = [t / n for t, n in zip(sample["times"], sample["iters"])]

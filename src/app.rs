@@ -65,7 +65,15 @@ impl AppError {
 
 /// Builds the device source the configuration selects, wrapped in a
 /// recorder when `source.record` is set. Reads files: call off the runtime.
-pub fn build_source(config: &Config) -> Result<Arc<dyn DeviceSource>, AppError> {
+/// A device source, and for a simulated host the simulator whose PyTorch
+/// processes report their allocator statistics like real workloads.
+pub struct BuiltSource {
+    pub source: Arc<dyn DeviceSource>,
+    pub reporting_simulator: Option<Simulator>,
+}
+
+pub fn build_source(config: &Config) -> Result<BuiltSource, AppError> {
+    let mut reporting_simulator = None;
     let source: Arc<dyn DeviceSource> = match &config.source.selection {
         SourceSelection::Driver => Arc::new(NvmlSource::new(NvmlSettings {
             library_path: config.nvml.library_path.clone(),
@@ -82,15 +90,50 @@ pub fn build_source(config: &Config) -> Result<Arc<dyn DeviceSource>, AppError> 
                 gpus: simulator.gpus,
                 seed: simulator.seed,
             };
-            Arc::new(Simulator::with_origin(spec, clock, origin)?)
+            let simulator = Simulator::with_origin(spec, clock, origin)?.reporting_allocator();
+            reporting_simulator = Some(simulator.clone());
+            Arc::new(simulator)
         }
         SourceSelection::Replay { path } => Arc::new(
             Replay::open(path, config.source.max_trace_line_bytes).map_err(AppError::Replay)?,
         ),
     };
-    match &config.source.record {
-        Some(path) => Ok(Arc::new(Recorder::create(source, path).map_err(AppError::Record)?)),
-        None => Ok(source),
+    let source: Arc<dyn DeviceSource> = match &config.source.record {
+        Some(path) => Arc::new(Recorder::create(source, path).map_err(AppError::Record)?),
+        None => source,
+    };
+    Ok(BuiltSource { source, reporting_simulator })
+}
+
+/// Posts the simulated processes' allocator reports through the same
+/// validation and store as real ones, about once per slow-tier interval of
+/// source time (at most 5 per real second, within the default rate limit).
+fn post_simulated_reports(simulator: &Simulator, reports: &ReportStore, limits: &ReportLimits) {
+    for document in simulator.report_documents() {
+        let body = document.to_string();
+        match crate::ingest::report::parse(body.as_bytes(), limits) {
+            Ok(report) => {
+                // Over the rate limit only means the previous one stays.
+                let _ = reports.accept(report, tokio::time::Instant::now());
+            }
+            Err(error) => warn!(error = %error, "a simulated allocator report was refused"),
+        }
+    }
+}
+
+async fn simulated_reports(
+    simulator: Simulator,
+    reports: Arc<ReportStore>,
+    limits: ReportLimits,
+    period: std::time::Duration,
+    cancel: CancellationToken,
+) {
+    let mut ticker = tokio::time::interval(period);
+    loop {
+        tokio::select! {
+            () = cancel.cancelled() => return,
+            _ = ticker.tick() => post_simulated_reports(&simulator, &reports, &limits),
+        }
     }
 }
 
@@ -165,6 +208,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
             .await
             .map_err(|error| AppError::Startup(error.to_string()))??
     };
+    let BuiltSource { source, reporting_simulator } = source;
     if config.nvml.require_gpu && config.source.selection == SourceSelection::Driver {
         require_devices(&source, config.nvml.init_timeout).await?;
     }
@@ -184,7 +228,25 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         rate_limit_per_second: config.ingest.rate_limit_per_second.get(),
         max_reporters: config.ingest.max_reporters.get(),
     }));
+    let report_limits = ReportLimits {
+        max_devices: config.ingest.max_devices.get(),
+        max_stats: config.ingest.max_stats.get(),
+    };
     let cancel = CancellationToken::new();
+    if let Some(simulator) = reporting_simulator {
+        // One round before sampling starts, so the first slow sample joins.
+        post_simulated_reports(&simulator, &reports, &report_limits);
+        let speed = sampler_settings(&config).speed;
+        let period =
+            config.sampler.slow_interval.div_f64(speed).max(std::time::Duration::from_millis(200));
+        tokio::spawn(simulated_reports(
+            simulator,
+            reports.clone(),
+            report_limits,
+            period,
+            cancel.clone(),
+        ));
+    }
     let sampler = tokio::spawn(sampler::run(
         source,
         store.clone(),
@@ -223,14 +285,8 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
             max_event_streams: config.api.max_event_streams.get(),
         },
     );
-    let state = state.with_ingest(api::reports::Ingest {
-        store: reports,
-        limits: ReportLimits {
-            max_devices: config.ingest.max_devices.get(),
-            max_stats: config.ingest.max_stats.get(),
-        },
-        token,
-    });
+    let state =
+        state.with_ingest(api::reports::Ingest { store: reports, limits: report_limits, token });
     let app = api::router(state).into_make_service_with_connect_info::<SocketAddr>();
     let server =
         axum::serve(listener, app).with_graceful_shutdown(cancel.clone().cancelled_owned());

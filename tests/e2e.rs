@@ -367,3 +367,33 @@ fn recorded_trace_replays_the_same_devices_and_a_corrupt_trace_exits_2() {
     );
     assert_never_listened(&output);
 }
+
+#[test]
+fn simulated_workloads_report_their_allocator_through_the_report_path() {
+    let (daemon, addr) =
+        start_ready(&args(&["--simulate", "multi-tenant", "--gpus", "2", "--speed", "5"]));
+    let reports = get(addr, "/api/v1/allocator-reports").json();
+    let listed = reports["reports"].as_array().expect("a list");
+    assert!(!listed.is_empty(), "{reports}");
+    assert!(listed.iter().all(|r| r["reporter"]["hostname"] == "simulated"), "{reports}");
+    let deadline = Deadline::after(WAIT);
+    loop {
+        let reports = get(addr, "/api/v1/allocator-reports").json();
+        let all_matched =
+            reports["reports"].as_array().is_some_and(|l| l.iter().all(|r| r["matched"] == true));
+        if all_matched {
+            break;
+        }
+        assert!(!deadline.passed(), "simulated reports never joined their processes: {reports}");
+        pause();
+    }
+    let detail = get(addr, "/api/v1/devices/0").json();
+    let with_stats = detail["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p.get("allocator").is_some())
+        .count();
+    assert!(with_stats >= 1, "{detail}");
+    drop(daemon);
+}

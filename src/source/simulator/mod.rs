@@ -122,6 +122,10 @@ pub struct Simulator {
     model: &'static GpuModel,
     clock: ScaledClock,
     origin: Timestamp,
+    /// When set, `read_slow` leaves allocator statistics out: the
+    /// simulated workloads deliver them as allocator reports instead
+    /// (`report_documents`), through the same path as real ones.
+    reports_allocator: bool,
 }
 
 const UTILIZATION_STEP_MS: u64 = 250;
@@ -149,7 +153,13 @@ impl Simulator {
         if spec.gpus == 0 || spec.gpus > MAX_GPUS {
             return Err(SimulatorError::InvalidGpuCount { gpus: spec.gpus });
         }
-        Ok(Self { spec, model: devices::model_for(spec.scenario), clock, origin })
+        Ok(Self {
+            spec,
+            model: devices::model_for(spec.scenario),
+            clock,
+            origin,
+            reports_allocator: false,
+        })
     }
 
     pub fn spec(&self) -> SimulatorSpec {
@@ -263,6 +273,55 @@ impl DeviceSource for Simulator {
     }
 
     fn read_slow(&self, index: u32) -> Result<SlowReading, SourceError> {
-        self.slow_at(index, self.clock.now())
+        let mut reading = self.slow_at(index, self.clock.now())?;
+        if self.reports_allocator {
+            for process in reading.processes.iter_mut().flatten() {
+                process.allocator = None;
+            }
+        }
+        Ok(reading)
+    }
+}
+
+impl Simulator {
+    /// Makes the simulated PyTorch processes report their allocator
+    /// statistics as documents (see [`Simulator::report_documents`]) rather
+    /// than through the device readings.
+    pub fn reporting_allocator(mut self) -> Self {
+        self.reports_allocator = true;
+        self
+    }
+
+    /// The allocator report documents (version 1, as `vramd_reporter`
+    /// sends them) of every simulated process with allocator statistics,
+    /// at the clock's current time.
+    pub fn report_documents(&self) -> Vec<serde_json::Value> {
+        let at = self.clock.now();
+        let mut documents = Vec::new();
+        for index in 0..self.spec.gpus {
+            let Ok(reading) = self.slow_at(index, at) else { continue };
+            let uuid = devices::device_info(self.model, self.spec.seed, index).uuid;
+            for process in reading.processes.iter().flatten() {
+                let Some(stats) = process.allocator else { continue };
+                documents.push(serde_json::json!({
+                    "version": 1,
+                    "reporter": { "pid": process.pid, "hostname": "simulated" },
+                    "at": at.to_rfc3339(),
+                    "devices": [ {
+                        "uuid": uuid,
+                        "index": index,
+                        "memory_stats": {
+                            "allocated_bytes.all.current": stats.allocated_bytes,
+                            "reserved_bytes.all.current": stats.reserved_bytes,
+                            "active_bytes.all.current": stats.active_bytes,
+                            "inactive_split_bytes.all.current": stats.inactive_split_bytes,
+                            "num_alloc_retries": stats.alloc_retries,
+                            "num_ooms": stats.ooms,
+                        },
+                    } ],
+                }));
+            }
+        }
+        documents
     }
 }
