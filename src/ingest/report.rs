@@ -97,6 +97,9 @@ pub enum ReportError {
     DuplicateDevice(String),
 }
 
+/// `memory_stats()` keys whose value may be negative (-1 means unset).
+const SIGNED_KEYS: &[&str] = &["max_split_size"];
+
 const ALLOCATED: &str = "allocated_bytes.all.current";
 const RESERVED: &str = "reserved_bytes.all.current";
 const ACTIVE: &str = "active_bytes.all.current";
@@ -145,7 +148,13 @@ pub fn parse(body: &[u8], limits: &ReportLimits) -> Result<Report, ReportError> 
             });
         }
         for (key, value) in &device.memory_stats {
-            let valid = value.as_f64().is_some_and(|number| number.is_finite() && number >= 0.0);
+            // Every figure must be a finite number. Sizes and counts must not
+            // be negative; a few settings legitimately are (PyTorch reports
+            // `max_split_size` as -1 when it is unset).
+            let may_be_negative = SIGNED_KEYS.contains(&key.as_str());
+            let valid = value
+                .as_f64()
+                .is_some_and(|number| number.is_finite() && (number >= 0.0 || may_be_negative));
             if !valid {
                 return Err(ReportError::BadNumber {
                     uuid: device.uuid,

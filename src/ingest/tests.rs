@@ -211,3 +211,25 @@ async fn stale_reports_expire_and_exited_processes_take_their_report() {
     store.attach(UUID, &mut gone);
     assert_eq!(store.reporters(), 0, "the process exited: its report left with it");
 }
+
+#[test]
+fn a_full_memory_stats_dictionary_from_the_fixture_is_accepted() {
+    // Built from PyTorch's documented keys (no GPU was available to record
+    // one): 122 keys including max_split_size = -1, as PyTorch sends it.
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/memory_stats/pytorch-2-documented-keys.json");
+    let fixture: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let mut document = report(42, "2026-01-01T00:00:10Z");
+    document["devices"][0]["memory_stats"] = fixture["memory_stats"].clone();
+    let limits = ReportLimits { max_devices: 4, max_stats: 1024 };
+    let parsed = parse(document.to_string().as_bytes(), &limits).unwrap();
+    let stats = parsed.devices[0].stats.unwrap();
+    let expected = |key: &str| fixture["memory_stats"][key].as_u64().unwrap();
+    assert_eq!(stats.allocated_bytes, expected("allocated_bytes.all.current"));
+    assert_eq!(stats.reserved_bytes, expected("reserved_bytes.all.current"));
+    assert_eq!(stats.inactive_split_bytes, expected("inactive_split_bytes.all.current"));
+    assert_eq!(stats.alloc_retries, 3);
+
+    document["devices"][0]["memory_stats"]["segment.all.current"] = json!(-1);
+    let error = parse(document.to_string().as_bytes(), &limits).unwrap_err();
+    assert!(error.to_string().contains("segment.all.current"), "{error}");
+}
