@@ -10,7 +10,8 @@
 #     and run once in test mode;
 #   - cargo test --doc: documentation examples (cheap when there are none);
 #   - python3 -m pytest -q clients/python/tests: the Python reporter client
-#     (no GPU or torch needed; pytest is installed with pip when missing).
+#     (no GPU or torch needed; pytest is installed with pip when missing),
+#     including posting reports to the vramd binary cargo built.
 # Works unattended (CI=true, no stdin). Exits non-zero on the first failure.
 set -euo pipefail
 
@@ -97,8 +98,9 @@ cargo test --workspace --all-targets 2>&1 | tee "$log"
 cargo test --workspace --doc 2>&1 | tee -a "$log"
 
 # The Python reporter client (clients/python): its own pytest summary; a
-# failure fails the script.
-python3 -m pytest -q clients/python/tests
+# failure fails the script. VRAMD_BIN is the binary cargo just built, which
+# its end-to-end tests post real reports to (missing, they fail).
+VRAMD_BIN="${CARGO_TARGET_DIR:-target}/debug/vramd" python3 -m pytest -q clients/python/tests
 
 # One closing line summing every "test result:" line cargo printed.
 awk '/^test result: ok\./ {

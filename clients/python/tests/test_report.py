@@ -29,12 +29,16 @@ STATS_0 = {
     "allocated_bytes.all.current": 13 * MiB,
     "allocated_bytes.all.peak": 20 * MiB,
     "inactive_split_bytes.all.current": 8 * MiB + 512 * 1024,
+    "max_split_size": -1,
     "num_alloc_retries": 1,
+    "num_device_alloc": 2,
     "num_ooms": 0,
+    "requested_bytes.all.current": 13 * MiB - 4096,
     "reserved_bytes.all.current": 22 * MiB,
     "segment.all.current": 2,
 }
 STATS_1 = {
+    "active_bytes.all.current": 2 * MiB,
     "allocated_bytes.all.current": 2 * MiB,
     "inactive_split_bytes.all.current": 0,
     "num_alloc_retries": 0,

@@ -16,7 +16,9 @@ __version__ = "0.0.0+fake"
 
 MiB = 1024 * 1024
 
-# Two visible devices: device 0 reports its UUID as a uuid.UUID (like recent
+# Two visible devices, each with the keys vramd requires (docs/api.md):
+# allocated/reserved/active/inactive_split bytes, num_alloc_retries, num_ooms.
+# Device 0 reports its UUID as a uuid.UUID (like recent
 # PyTorch's _CUuuid, whose str() has no prefix), device 1 as a plain string.
 DEFAULT_DEVICES = [
     {
@@ -28,8 +30,11 @@ DEFAULT_DEVICES = [
             "allocated_bytes.all.current": 13 * MiB,
             "allocated_bytes.all.peak": 20 * MiB,
             "inactive_split_bytes.all.current": 8 * MiB + 512 * 1024,
+            "max_split_size": -1,  # PyTorch's "unset"
             "num_alloc_retries": 1,
+            "num_device_alloc": 2,
             "num_ooms": 0,
+            "requested_bytes.all.current": 13 * MiB - 4096,
             "reserved_bytes.all.current": 22 * MiB,
             "segment.all.current": 2,
         },
@@ -38,6 +43,7 @@ DEFAULT_DEVICES = [
         "name": "NVIDIA H200",
         "uuid": "3c1d9a7b-1111-4e2f-8a3b-5d7e9f1a2b3c",
         "stats": {
+            "active_bytes.all.current": 2 * MiB,
             "allocated_bytes.all.current": 2 * MiB,
             "inactive_split_bytes.all.current": 0,
             "num_alloc_retries": 0,
