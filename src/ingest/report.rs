@@ -173,6 +173,11 @@ pub fn parse(body: &[u8], limits: &ReportLimits) -> Result<Report, ReportError> 
                 reason: "snapshot allocated or largest free block exceeds its total".into(),
             });
         }
+        // A device the process never allocated on (every visible device of
+        // a data-parallel rank is reported) says nothing: not kept.
+        if stats.is_none() && device.snapshot.is_none() {
+            continue;
+        }
         devices.push(DeviceReport {
             uuid: device.uuid,
             index: device.index,

@@ -101,10 +101,13 @@ fn bad_reports_are_refused_with_a_reason() {
 }
 
 #[test]
-fn an_unused_allocator_reports_no_stats_rather_than_zeros() {
+fn a_device_the_process_never_allocated_on_is_not_kept() {
     let mut empty = report(1, "2026-01-01T00:00:00Z");
     empty["devices"][0]["memory_stats"] = json!({});
-    assert_eq!(parsed(&empty).unwrap().devices[0].stats, None);
+    let with_snapshot = parsed(&empty).unwrap();
+    assert_eq!(with_snapshot.devices[0].stats, None, "no statistics, not zeros");
+    empty["devices"][0].as_object_mut().unwrap().remove("snapshot");
+    assert!(parsed(&empty).unwrap().devices.is_empty());
 }
 
 fn store() -> ReportStore {
