@@ -14,8 +14,10 @@ use vramd::ingest::report::parse;
 use vramd::ingest::{ReportLimits, ReportStore, StoreLimits};
 
 fn document(pid: u32) -> String {
-    let fixture: Value = serde_json::from_str(include_str!("../tests/fixtures/memory_stats/pytorch-2-documented-keys.json"))
-        .unwrap_or(Value::Null);
+    let fixture: Value = serde_json::from_str(include_str!(
+        "../tests/fixtures/memory_stats/pytorch-2-documented-keys.json"
+    ))
+    .unwrap_or(Value::Null);
     json!({
         "version": 1,
         "reporter": { "pid": pid, "hostname": "node-1", "pod": "train-0" },
@@ -31,7 +33,9 @@ fn ingest(c: &mut Criterion) {
     let mut group = c.benchmark_group("ingest");
     group.measurement_time(Duration::from_secs(4)).warm_up_time(Duration::from_secs(1));
     group.throughput(Throughput::Elements(1));
-    group.bench_function("parse_and_validate_122_keys", |b| b.iter(|| black_box(parse(body.as_bytes(), &limits).is_ok())));
+    group.bench_function("parse_and_validate_122_keys", |b| {
+        b.iter(|| black_box(parse(body.as_bytes(), &limits).is_ok()))
+    });
     let store = ReportStore::new(StoreLimits {
         ttl: Duration::from_secs(30),
         rate_limit_per_second: usize::MAX,

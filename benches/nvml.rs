@@ -240,7 +240,7 @@ fn slow_wrapper_calls(nvml: &Nvml) -> Result<usize, NvmlError> {
     black_box(device.is_ecc_enabled()?);
     for error in [MemoryError::Corrected, MemoryError::Uncorrected] {
         for counter in [EccCounter::Volatile, EccCounter::Aggregate] {
-            black_box(device.total_ecc_errors(error.clone(), counter.clone())?);
+            black_box(device.total_ecc_errors(error, counter)?);
         }
     }
     black_box(device.bar1_memory_info()?);

@@ -11,7 +11,9 @@
 # on exit. Tunables (environment): PORT (first port tried, 19477),
 # FILL_TIMEOUT (s, 240), RSS_SAMPLES (5), WRK_SECONDS (10), WRK_CONNECTIONS (2),
 # WRK_THREADS (1), WRK_REPEATS (3), CPU_SECONDS (30), CPU_WINDOWS (3),
-# SKIP_BUILD=1 to use the existing target/release/vramd.
+# PARTS (which of "memory scrape cpu" to run; all by default),
+# SKIP_BUILD=1 to use the existing target/release/vramd. The daemon inherits
+# the environment, so e.g. MALLOC_ARENA_MAX=2 applies to it.
 # Needs curl and wrk (Debian: apt-get install wrk).
 
 set -euo pipefail
@@ -26,6 +28,7 @@ WRK_THREADS=${WRK_THREADS:-1}
 WRK_REPEATS=${WRK_REPEATS:-3}
 CPU_SECONDS=${CPU_SECONDS:-30}
 CPU_WINDOWS=${CPU_WINDOWS:-3}
+PARTS=${PARTS:-memory scrape cpu}
 # Default sizing: 1 h / 250 ms + 1 and 1 h / 1 s + 1.
 FAST_CAPACITY=14401
 SLOW_CAPACITY=3601
@@ -115,7 +118,11 @@ stats() {
 TCK=$(getconf CLK_TCK)
 declare -a SUMMARY
 
+part() { [[ " $PARTS " == *" $1 "* ]]; }
+mib() { awk -v k="$1" 'BEGIN { printf "%.1f", k / 1024 }'; }
+
 # ---------------------------------------------------------------- (a) memory
+if part memory; then
 log "(a) resident memory: multi-tenant, 8 GPUs, speed 120, until rings are full"
 start_daemon --simulate multi-tenant --gpus 8 --speed 120
 ticks0=$(cpu_ticks)
@@ -153,13 +160,14 @@ anon=$(status_kib RssAnon)
 cpu_per_sample_us=$(awk -v t="$fill_ticks" -v hz="$TCK" -v s="$samples_total" \
     'BEGIN { printf "%.1f", t / hz / s * 1e6 }')
 stop_daemon
-mib() { awk -v k="$1" 'BEGIN { printf "%.1f", k / 1024 }'; }
 SUMMARY+=("memory  | VmRSS, rings full (8 GPUs, $processes)  | $(mib "$rss_med") MiB (min $(mib "$rss_min"), max $(mib "$rss_max"), n=$RSS_SAMPLES) | <= 40 MiB")
 SUMMARY+=("memory  | VmHWM (peak RSS)                       | $(mib "$hwm_max") MiB | <= 40 MiB")
 SUMMARY+=("memory  | RssAnon                                | $(mib "$anon") MiB |")
 SUMMARY+=("cpu     | while filling at 120x, per stored sample | ${cpu_per_sample_us} us ($samples_total samples, ${fill_s} s) |")
+fi
 
 # ------------------------------------------------------------- (b) scraping
+if part scrape; then
 log "(b) scrape throughput: multi-tenant, 8 GPUs, speed 1.0"
 start_daemon --simulate multi-tenant --gpus 8
 sleep 3
@@ -193,6 +201,7 @@ for endpoint in /metrics /api/v1/devices; do
     SUMMARY+=("scrape  | $endpoint ($size B), wrk -t$WRK_THREADS -c$WRK_CONNECTIONS ${WRK_SECONDS}s x$WRK_REPEATS | $rps_med req/s (min $rps_min, max $rps_max); p50 ${p50_med} ms, p99 ${p99_med} ms (max ${p99_max}) |")
 done
 stop_daemon
+fi
 
 # ------------------------------------------------------------------ (c) CPU
 cpu_share() { # label, daemon args...
@@ -226,13 +235,17 @@ cpu_share() { # label, daemon args...
     stop_daemon
     SUMMARY+=("cpu     | $label, ${CPU_SECONDS}s idle of scrapes | ${total} % of one core (${window}s windows: min $cmin, max $cmax); VmRSS $rss MiB |")
 }
-cpu_share "multi-tenant, 2 GPUs (default), speed 1" --simulate multi-tenant
-cpu_share "multi-tenant, 8 GPUs, speed 1" --simulate multi-tenant --gpus 8
+if part cpu; then
+    cpu_share "multi-tenant, 2 GPUs (default), speed 1" --simulate multi-tenant
+    cpu_share "multi-tenant, 8 GPUs, speed 1" --simulate multi-tenant --gpus 8
+fi
 
 # ---------------------------------------------------------------- summary
 printf '\nmachine: %s cores, %s\n' "$(nproc)" \
     "$(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo)"
-printf 'load average at end: %s\n\n' "$(cut -d' ' -f1-3 /proc/loadavg)"
+printf 'load average at end: %s\n' "$(cut -d' ' -f1-3 /proc/loadavg)"
+[[ -z "${MALLOC_ARENA_MAX:-}" ]] || printf 'MALLOC_ARENA_MAX=%s\n' "$MALLOC_ARENA_MAX"
+echo
 printf '%-7s | %-40s | %s | %s\n' what measurement result target
 trim() { sed -e 's/^ *//' -e 's/ *$//' <<<"$1"; }
 for row in "${SUMMARY[@]}"; do

@@ -24,9 +24,10 @@ daemon=$!
 for _ in $(seq 1 100); do curl -sf "127.0.0.1:$port/readyz" >/dev/null && break; sleep 0.1; done
 
 python3 - "$work/report.lua" <<'PY'
-import json, sys
+import datetime, json, sys
+NOW = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 stats = json.load(open("tests/fixtures/memory_stats/pytorch-2-documented-keys.json"))["memory_stats"]
-body = json.dumps({"version": 1, "reporter": {"pid": 0, "hostname": "bench"}, "at": "2099-01-01T00:00:00.000Z",
+body = json.dumps({"version": 1, "reporter": {"pid": 0, "hostname": "bench"}, "at": NOW,
                    "devices": [{"uuid": "GPU-00000000-0000-0000-0000-000000000000", "index": 0, "memory_stats": stats}]})
 head, tail = body.split('"pid": 0', 1)
 lua = f"""
@@ -45,11 +46,12 @@ wrk -t2 -c8 -d10s --latency -s "$work/report.lua" "http://127.0.0.1:$port" | gre
 rss() { awk '/VmRSS/ {print $2}' "/proc/$daemon/status"; }
 before=$(rss)
 python3 - "$port" <<'PY'
-import json, sys, urllib.request
+import datetime, json, sys, urllib.request
 port = sys.argv[1]
+NOW = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 stats = json.load(open("tests/fixtures/memory_stats/pytorch-2-documented-keys.json"))["memory_stats"]
 for pid in range(100000, 110000):
-    body = json.dumps({"version": 1, "reporter": {"pid": pid, "hostname": "bench"}, "at": "2099-01-01T00:00:00.000Z",
+    body = json.dumps({"version": 1, "reporter": {"pid": pid, "hostname": "bench"}, "at": NOW,
                        "devices": [{"uuid": "GPU-00000000-0000-0000-0000-000000000000", "index": 0, "memory_stats": stats}]}).encode()
     request = urllib.request.Request(f"http://127.0.0.1:{port}/api/v1/allocator-reports", data=body,
                                      headers={"Content-Type": "application/json"})

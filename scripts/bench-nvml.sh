@@ -59,6 +59,7 @@ cleanup() {
     for pid in "${SLEEPERS[@]}"; do
         kill -KILL "$pid" 2>/dev/null || true
     done
+    SLEEPERS=()
     rm -rf "$WORK"
 }
 trap cleanup EXIT
@@ -74,14 +75,18 @@ if [[ "${SKIP_BUILD:-0}" != 1 ]]; then
 fi
 [[ -x "$BIN" ]] || die "$BIN not found"
 [[ -f "$FAKE" ]] || die "$FAKE not found"
+# Private copies: a concurrent cargo build cannot replace them mid-run.
 LIB="$WORK/libnvidia-ml.so.1"
 cp "$FAKE" "$LIB"
+cp "$BIN" "$WORK/vramd"
+BIN="$WORK/vramd"
 
 # Real PIDs for the process lists, so the daemon's /proc reads find
 # something: bounded sleeps, killed on exit.
 for _ in $(seq $((GPUS * PROCESSES_PER_GPU))); do
     sleep 900 &
     SLEEPERS+=("$!")
+    disown "$!"
 done
 
 # scenario HANG_GPU: 2 GPUs, 16 processes each; HANG_GPU (or none, -1) has

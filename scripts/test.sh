@@ -11,7 +11,11 @@
 #   - cargo test --doc: documentation examples (cheap when there are none);
 #   - python3 -m pytest -q clients/python/tests: the Python reporter client
 #     (no GPU or torch needed; pytest is installed with pip when missing),
-#     including posting reports to the vramd binary cargo built.
+#     including posting reports to the vramd binary cargo built;
+#   - scripts/fuzz-api.sh: schemathesis (pinned; installed with pip when
+#     missing) fuzzes the REST API from its OpenAPI document against that
+#     binary on a simulated host: no 5xx, every answer as documented, the
+#     daemon alive and its memory bounded afterwards (about 75 s).
 # Works unattended (CI=true, no stdin). Exits non-zero on the first failure.
 set -euo pipefail
 
@@ -101,6 +105,10 @@ cargo test --workspace --doc 2>&1 | tee -a "$log"
 # failure fails the script. VRAMD_BIN is the binary cargo just built, which
 # its end-to-end tests post real reports to (missing, they fail).
 VRAMD_BIN="${CARGO_TARGET_DIR:-target}/debug/vramd" python3 -m pytest -q clients/python/tests
+
+# Schema-driven fuzzing of the REST API against the binary cargo built; a
+# failure (or schemathesis that cannot be installed) fails the script.
+scripts/fuzz-api.sh "${CARGO_TARGET_DIR:-target}/debug/vramd"
 
 # One closing line summing every "test result:" line cargo printed.
 awk '/^test result: ok\./ {

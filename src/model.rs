@@ -59,6 +59,14 @@ impl Timestamp {
     }
 }
 
+/// Serializes a timestamp as RFC 3339 text (for JSON documents people read).
+pub fn serialize_rfc3339<S: serde::Serializer>(
+    at: &Timestamp,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    serializer.serialize_str(&at.to_rfc3339())
+}
+
 fn duration_millis(duration: Duration) -> i64 {
     i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
 }
@@ -89,7 +97,7 @@ impl DeviceInfo {
 }
 
 /// Where a MIG device sits.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct MigInfo {
     pub parent_index: u32,
@@ -148,7 +156,7 @@ pub struct SlowReading {
 
 /// Device health and configuration read on the slow tier. Each field is
 /// absent when the device or driver does not report it.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SlowDetails {
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -206,7 +214,7 @@ pub const THROTTLE_REASONS: &[(u64, &str)] = &[
     (0x100, "display_clock_setting"),
 ];
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Bar1Memory {
     pub total_bytes: u64,
     pub used_bytes: u64,
@@ -214,7 +222,7 @@ pub struct Bar1Memory {
 }
 
 /// ECC error counts (all memory locations together).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct EccCounters {
     /// Since the last driver reload.
     pub volatile_corrected: u64,
@@ -225,7 +233,7 @@ pub struct EccCounters {
 }
 
 /// Pages retired for ECC errors (pre-Ampere GPUs).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct RetiredPages {
     pub single_bit_ecc: u64,
     pub double_bit_ecc: u64,
@@ -235,7 +243,7 @@ pub struct RetiredPages {
 }
 
 /// Rows remapped for memory errors (Ampere and later).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct RemappedRows {
     pub correctable: u64,
     pub uncorrectable: u64,
@@ -245,7 +253,7 @@ pub struct RemappedRows {
     pub failure: bool,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum ComputeMode {
     Default,
@@ -287,7 +295,7 @@ pub struct ProcessInfo {
 
 /// Identity of a process beyond its PID and name; each field absent when
 /// unknown (the process exited, no permission, not in a container).
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ProcessDetails {
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -309,12 +317,16 @@ pub struct ProcessDetails {
 }
 
 /// What a workload's `torch.cuda.memory_snapshot()` says about one device.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SnapshotSummary {
+    #[schema(maximum = 18446744073709551615_u64)]
     pub segments: u64,
+    #[schema(maximum = 18446744073709551615_u64)]
     pub total_bytes: u64,
+    #[schema(maximum = 18446744073709551615_u64)]
     pub allocated_bytes: u64,
+    #[schema(maximum = 18446744073709551615_u64)]
     pub largest_free_block_bytes: u64,
 }
 
@@ -325,7 +337,7 @@ impl ProcessDetails {
 }
 
 /// How a process uses the GPU, as NVML lists it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum ProcessKind {
     Compute,
@@ -351,7 +363,7 @@ impl ProcessKind {
 ///
 /// Invariant kept by every source: `allocated <= reserved`,
 /// `active <= reserved`, `inactive_split <= reserved - allocated`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct AllocatorStats {
     /// `allocated_bytes.all.current`: live tensors.
     pub allocated_bytes: u64,

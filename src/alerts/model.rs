@@ -7,7 +7,19 @@ use serde::{Deserialize, Serialize};
 use crate::model::Timestamp;
 
 /// How urgent an alert is.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    Serialize,
+    Deserialize,
+    utoipa::ToSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum Severity {
     Info,
@@ -39,7 +51,7 @@ impl std::str::FromStr for Severity {
 }
 
 /// Where an alert is in its life: inactive alerts are not kept at all.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum AlertState {
     /// The condition holds, but not yet for the rule's `for` duration.
@@ -62,7 +74,9 @@ impl AlertState {
 
 /// What an alert is about: rule + device + (optionally) process. Stable for
 /// as long as the condition lasts, so notifiers can deduplicate.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(
+    Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, utoipa::ToSchema,
+)]
 pub struct AlertKey {
     /// Rule name, e.g. `memory_high` (the Alertmanager `alertname` is the
     /// CamelCase form, see [`Alert::alertname`]).
@@ -83,7 +97,7 @@ impl AlertKey {
 }
 
 /// An alert as the API, metrics and notifiers see it.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Alert {
     pub id: String,
     #[serde(flatten)]
@@ -102,13 +116,17 @@ pub struct Alert {
     pub unit: String,
     /// When the condition started to hold (pending since). RFC 3339.
     #[serde(with = "rfc3339")]
+    #[schema(value_type = String, format = DateTime, example = "2026-01-01T00:00:00.000Z")]
     pub since: Timestamp,
     #[serde(default, skip_serializing_if = "Option::is_none", with = "rfc3339_option")]
+    #[schema(value_type = Option<String>, format = DateTime)]
     pub firing_since: Option<Timestamp>,
     #[serde(default, skip_serializing_if = "Option::is_none", with = "rfc3339_option")]
+    #[schema(value_type = Option<String>, format = DateTime)]
     pub resolved_at: Option<Timestamp>,
     /// Last evaluation that changed or confirmed it.
     #[serde(with = "rfc3339")]
+    #[schema(value_type = String, format = DateTime)]
     pub updated_at: Timestamp,
     /// One line: what is wrong.
     pub summary: String,
@@ -182,7 +200,7 @@ mod rfc3339_option {
 
 /// A change of an alert's state, as the engine reports it to notifiers and
 /// the event stream.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Transition {
     /// `None` when the alert is new.
     pub from: Option<AlertState>,

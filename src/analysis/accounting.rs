@@ -10,7 +10,7 @@ use serde::Serialize;
 use crate::model::{AllocatorStats, MemoryInfo, ProcessInfo};
 
 /// The split of one process's memory. Parts that cannot be known are absent.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct ProcessBreakdown {
     /// `allocated`: live tensors.
     pub live_tensors_bytes: u64,
@@ -51,7 +51,7 @@ pub fn process_breakdown(process: &ProcessInfo) -> Option<ProcessBreakdown> {
 }
 
 /// The split of a device's memory.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct DeviceBreakdown {
     pub total_bytes: u64,
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -6,9 +6,11 @@ use serde::Serialize;
 use crate::model::Timestamp;
 
 /// What the analyzer concluded about one device at one evaluation.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct DeviceAnalysis {
     /// The newest sample the analysis saw.
+    #[serde(serialize_with = "crate::model::serialize_rfc3339")]
+    #[schema(value_type = String, format = DateTime, example = "2026-01-01T00:00:00.000Z")]
     pub at: Timestamp,
     /// Growth of used memory over `trend_window_seconds` (Theil–Sen);
     /// absent with too few samples.
@@ -35,7 +37,7 @@ pub struct DeviceAnalysis {
 }
 
 /// A suspected leak, with its evidence.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct ProcessLeak {
     pub pid: u32,
     pub slope_bytes_per_second: f64,

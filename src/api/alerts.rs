@@ -5,7 +5,7 @@ use std::convert::Infallible;
 
 use axum::Json;
 use axum::extract::rejection::QueryRejection;
-use axum::extract::{Path, Query, State};
+use axum::extract::{Query, State};
 use axum::http::StatusCode;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use futures_util::stream::{self, Stream};
@@ -14,19 +14,29 @@ use tokio::sync::broadcast::error::RecvError;
 
 use crate::alerts::{Alert, AlertState, Severity};
 
-use super::AppState;
-use super::error::ApiError;
+use super::error::{ApiError, ErrorBody};
+use super::{AppState, PathId};
 
-#[derive(Debug, Deserialize)]
+/// Filters of `GET /api/v1/alerts`; each one given must match.
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub struct AlertFilter {
+    /// Only alerts in this state.
+    #[param(value_type = Option<AlertState>, example = "firing")]
     state: Option<String>,
+    /// Only alerts of this severity.
+    #[param(value_type = Option<Severity>, example = "critical")]
     severity: Option<String>,
+    /// Only alerts about this GPU: index, or UUID in any case.
+    #[param(example = "0")]
     gpu: Option<String>,
+    /// Only alerts of this rule (docs/alerts.md), e.g. `memory_high`.
+    #[param(example = "memory_high")]
     rule: Option<String>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct AlertList {
     alerts: Vec<Alert>,
 }
@@ -43,6 +53,28 @@ fn parse_state(text: &str) -> Result<AlertState, ApiError> {
     }
 }
 
+/// Alerts, optionally filtered.
+#[utoipa::path(
+    get,
+    path = "/api/v1/alerts",
+    tag = "alerts",
+    operation_id = "list_alerts",
+    summary = "Alerts, optionally filtered",
+    description = "Pending, firing and recently resolved alerts (kept for \
+`alerts.resolved_retention`), each with its evidence and remediation.",
+    params(AlertFilter),
+    responses(
+        (status = 200, description = "The alerts that match every filter given", body = AlertList,
+            links(("GetAlert" = (
+                operation_id = "get_alert",
+                parameters(("id" = "$response.body#/alerts/0/id")),
+                description = "The first alert listed, by its id",
+            )))),
+        (status = 400, description = "An unknown state or severity, or an unknown parameter \
+(`bad_filter`)", body = ErrorBody,
+            example = json!({"code": "bad_filter", "message": "unknown state `burning`; expected pending, firing or resolved"})),
+    )
+)]
 pub async fn list(
     State(state): State<AppState>,
     filter: Result<Query<AlertFilter>, QueryRejection>,
@@ -78,9 +110,27 @@ pub async fn list(
     Ok(Json(AlertList { alerts }))
 }
 
+/// One alert by id.
+#[utoipa::path(
+    get,
+    path = "/api/v1/alerts/{id}",
+    tag = "alerts",
+    operation_id = "get_alert",
+    summary = "One alert by id",
+    params(
+        ("id" = String, Path, description = "Alert id: `rule.UUID`, or `rule.UUID.PID` for a process alert",
+            example = "memory_high.GPU-8f6a2c1e-0000-4d7b-9a1e-3b5c7d9e1f20"),
+    ),
+    responses(
+        (status = 200, description = "The alert", body = Alert),
+        (status = 404, description = "No such alert (`unknown_alert`); resolved alerts are kept \
+for `alerts.resolved_retention`", body = ErrorBody,
+            example = json!({"code": "unknown_alert", "message": "no alert `memory_high.GPU-zzz`; resolved alerts are kept for alerts.resolved_retention"})),
+    )
+)]
 pub async fn one(
     State(state): State<AppState>,
-    Path(id): Path<String>,
+    PathId(id): PathId,
 ) -> Result<Json<Alert>, ApiError> {
     state.board.alerts().iter().find(|alert| alert.id == id).cloned().map(Json).ok_or_else(|| {
         ApiError::new(
@@ -94,6 +144,30 @@ pub async fn one(
 /// Each state change as an event named after the new state, its data the
 /// alert as JSON. A reader too slow for `api.max_stream_backlog` changes
 /// gets a `lagged` event saying how many it missed.
+#[utoipa::path(
+    get,
+    path = "/api/v1/alerts/stream",
+    tag = "alerts",
+    operation_id = "stream_alerts",
+    summary = "Server-sent events of alert state changes",
+    description = "A stream that stays open: each state change is an event named after the \
+new state (`pending`, `firing`, `resolved`) whose data is a `Transition` as JSON \
+(`{\"from\": …, \"alert\": {…}}`); a reader too slow for `api.max_stream_backlog` changes gets \
+a `lagged` event whose data is how many it missed. Comments keep idle connections alive. At \
+most `api.max_event_streams` streams are open at once.",
+    responses(
+        (status = 200, description = "The event stream (`text/event-stream`), open until the \
+client leaves", body = String, content_type = "text/event-stream",
+            example = "event: firing\ndata: {\"from\":\"pending\",\"alert\":{\"id\":\"memory_high.GPU-8f6a2c1e-0000-4d7b-9a1e-3b5c7d9e1f20\",\"rule\":\"memory_high\",\"state\":\"firing\"}}\n\n"),
+        (status = 503, description = "`api.max_event_streams` streams are already open \
+(`too_many_streams`), or more than `server.max_concurrent_requests` requests are in flight \
+(`overloaded`)", body = ErrorBody,
+            examples(
+                ("too_many_streams" = (value = json!({"code": "too_many_streams", "message": "too many open event streams (api.max_event_streams); retry later"}))),
+                ("overloaded" = (value = json!({"code": "overloaded", "message": "too many concurrent requests (server.max_concurrent_requests); retry shortly"}))),
+            )),
+    )
+)]
 pub async fn stream(
     State(state): State<AppState>,
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {

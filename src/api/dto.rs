@@ -10,12 +10,12 @@ use crate::model::{
     AllocatorStats, DeviceInfo, MemoryInfo, MigInfo, ProcessDetails, ProcessInfo, SlowDetails,
 };
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct DeviceList {
     pub devices: Vec<DeviceSummary>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct DeviceSummary {
     pub index: u32,
     pub uuid: String,
@@ -45,7 +45,7 @@ pub struct DeviceSummary {
     pub failures: Vec<FailureDto>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct MemoryDto {
     pub total_bytes: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -57,7 +57,7 @@ pub struct MemoryDto {
     pub used_peak_bytes: Option<u64>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct FailureDto {
     pub tier: &'static str,
     pub kind: &'static str,
@@ -65,7 +65,7 @@ pub struct FailureDto {
     pub consecutive: u32,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct DeviceDetail {
     #[serde(flatten)]
     pub summary: DeviceSummary,
@@ -93,13 +93,13 @@ pub struct DeviceDetail {
     pub analysis: Option<DeviceAnalysis>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct HistoryCounts {
     pub fast_samples: usize,
     pub slow_samples: usize,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct ProcessDto {
     pub pid: u32,
     #[serde(skip_serializing_if = "Option::is_none")]

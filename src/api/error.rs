@@ -5,9 +5,20 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+/// The body of every error answer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+#[schema(example = json!({"code": "unknown_device", "message": "no device with index or UUID `7`; GET /api/v1/devices lists them"}))]
 pub struct ErrorBody {
+    /// Stable, machine-readable: `not_found`, `unknown_device`,
+    /// `unknown_alert` (404); `bad_window`, `bad_step`, `bad_query`,
+    /// `bad_filter`, `too_many_points`, `bad_report` (400); `missing_token`,
+    /// `bad_token` (401); `remote_writes_disabled` (403);
+    /// `method_not_allowed` (405); `request_timeout` (408); `body_too_large`
+    /// (413); `rate_limited` (429); `internal` (500); `overloaded`,
+    /// `too_many_streams`, `not_ready` (503).
+    #[schema(example = "unknown_device")]
     pub code: &'static str,
+    /// For people: what was wrong and, where it helps, what to do.
     pub message: String,
 }
 

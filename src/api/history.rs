@@ -4,25 +4,32 @@ use std::time::Duration;
 
 use axum::Json;
 use axum::extract::rejection::QueryRejection;
-use axum::extract::{Path, Query, State};
+use axum::extract::{Query, State};
 use serde::{Deserialize, Serialize};
 
 use crate::history::{Aggregate, Bucket, FastPoint, QueryError, WindowAnswer, WindowQuery};
 
-use super::AppState;
-use super::error::ApiError;
+use super::error::{ApiError, ErrorBody};
+use super::{AppState, PathId};
 
 /// Window used when the request names none.
 const DEFAULT_WINDOW: Duration = Duration::from_secs(600);
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub struct HistoryParams {
+    /// How far back from the newest sample: a duration such as `10m`, `1h`,
+    /// `500ms` (at least 1ms, at most `history.retention`; default 10m).
+    #[param(example = "10m")]
     window: Option<String>,
+    /// Downsample into buckets this long, each with min, max and last (at
+    /// least 1ms, at most `window`); without it every sample is listed.
+    #[param(example = "30s")]
     step: Option<String>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct HistoryResponse {
     gpu: u32,
     uuid: String,
@@ -42,7 +49,8 @@ pub struct HistoryResponse {
     buckets: Option<Vec<BucketDto>>,
 }
 
-#[derive(Debug, Serialize)]
+/// One fast-tier sample.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 struct PointDto {
     at: String,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -59,7 +67,8 @@ struct PointDto {
     memory_bandwidth_utilization_ratio: Option<f64>,
 }
 
-#[derive(Debug, Serialize)]
+/// One downsampled bucket `[start, start + step)`.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 struct BucketDto {
     start: String,
     samples: u32,
@@ -77,9 +86,40 @@ struct BucketDto {
     memory_bandwidth_utilization_ratio: Option<Aggregate<f64>>,
 }
 
+/// Memory and utilization history of one device.
+#[utoipa::path(
+    get,
+    path = "/api/v1/devices/{gpu}/history",
+    tag = "devices",
+    operation_id = "get_device_history",
+    summary = "Memory and utilization history of one device",
+    description = "The fast tier's samples within `window` of the newest (`points`), or, \
+with `step`, downsampled `buckets` keeping min, max and last of each quantity. At most \
+`api.max_history_points` points or buckets.",
+    params(
+        ("gpu" = String, Path, description = "Device index (`0`) or UUID (`GPU-…`, any case)", example = "0"),
+        HistoryParams,
+    ),
+    responses(
+        (status = 200, description = "The samples or buckets of the window", body = HistoryResponse),
+        (status = 400, description = "A parameter is not a duration, too short or too long \
+(`bad_window`, `bad_step`), unknown (`bad_query`), or the answer would exceed \
+`api.max_history_points` (`too_many_points`)", body = ErrorBody,
+            examples(
+                ("bad_window" = (value = json!({"code": "bad_window", "message": "window `soon` is not a duration (expected number at 0); use e.g. 10m, 1h, 500ms"}))),
+                ("bad_step" = (value = json!({"code": "bad_step", "message": "step 2m is longer than the window 1m"}))),
+                ("bad_query" = (value = json!({"code": "bad_query", "message": "Failed to deserialize query string: unknown field `windw`, expected `window` or `step`; accepted parameters: window, step"}))),
+                ("too_many_points" = (value = json!({"code": "too_many_points", "message": "the window holds 14400 samples, more than api.max_history_points (2000); add a step"}))),
+            )),
+        (status = 404, description = "No device has that index or UUID (`unknown_device`)", body = ErrorBody,
+            example = json!({"code": "unknown_device", "message": "no device with index or UUID `7`; GET /api/v1/devices lists them"})),
+        (status = 500, description = "The history query task failed (`internal`); a bug", body = ErrorBody,
+            example = json!({"code": "internal", "message": "task panicked"})),
+    )
+)]
 pub async fn device_history(
     State(state): State<AppState>,
-    Path(id): Path<String>,
+    PathId(id): PathId,
     params: Result<Query<HistoryParams>, QueryRejection>,
 ) -> Result<Json<HistoryResponse>, ApiError> {
     let Query(params) = params.map_err(|rejection| {

@@ -10,6 +10,7 @@ mod alerts;
 mod dto;
 mod error;
 mod history;
+pub mod openapi;
 pub mod reports;
 
 #[cfg(test)]
@@ -18,13 +19,12 @@ mod tests;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::extract::{DefaultBodyLimit, Path, Request, State};
+use axum::extract::{DefaultBodyLimit, FromRequestParts, Path, Request, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
-use axum::{Json, Router};
-use serde_json::json;
+use axum::{Extension, Json, Router};
+use serde::Serialize;
 use tower::ServiceBuilder;
 use tower::limit::GlobalConcurrencyLimitLayer;
 use tower_http::timeout::TimeoutLayer;
@@ -88,21 +88,15 @@ impl AppState {
     }
 }
 
-/// Builds the router with every route and protection.
+/// Builds the router with every route and protection. Routes come only
+/// from [`openapi::operations`], so `GET /api/v1/openapi.json` describes
+/// exactly what is served.
 pub fn router(state: AppState) -> Router {
     let limits = state.limits;
-    let routes = Router::new()
-        .route("/metrics", get(metrics))
-        .route("/healthz", get(healthz))
-        .route("/readyz", get(readyz))
-        .route("/api/v1/devices", get(devices))
-        .route("/api/v1/devices/{gpu}", get(device))
-        .route("/api/v1/devices/{gpu}/history", get(history::device_history))
-        .route("/api/v1/allocator-reports", get(reports::list).post(reports::post))
-        .route("/api/v1/alerts", get(alerts::list))
-        .route("/api/v1/alerts/stream", get(alerts::stream))
-        .route("/api/v1/alerts/{id}", get(alerts::one))
+    let (routes, document) = openapi::build();
+    let routes = routes
         .fallback(not_found)
+        .layer(Extension(openapi::Document::new(&document)))
         .with_state(state);
     protect(routes, limits)
 }
@@ -145,6 +139,38 @@ async fn json_errors(request: Request, next: Next) -> Response {
     }
 }
 
+/// A `{gpu}` or `{id}` path segment, percent-decoded. axum refuses one that
+/// is not UTF-8 (`%FF`) with a plain-text 400; no device or alert has such a
+/// name, so the handlers answer it with their JSON 404 like any unknown
+/// name (the segment shown as sent, still percent-encoded).
+pub(crate) struct PathId(pub String);
+
+impl<S: Send + Sync> FromRequestParts<S> for PathId {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        state: &S,
+    ) -> Result<Self, Self::Rejection> {
+        if let Ok(Path(id)) = Path::<String>::from_request_parts(parts, state).await {
+            return Ok(Self(id));
+        }
+        let raw = parts
+            .extensions
+            .get::<axum::extract::MatchedPath>()
+            .and_then(|matched| {
+                matched
+                    .as_str()
+                    .split('/')
+                    .zip(parts.uri.path().split('/'))
+                    .find(|(template, _)| template.starts_with('{'))
+                    .map(|(_, raw)| raw.to_owned())
+            })
+            .unwrap_or_default();
+        Ok(Self(raw))
+    }
+}
+
 async fn not_found(request: Request) -> ApiError {
     ApiError::new(
         StatusCode::NOT_FOUND,
@@ -157,7 +183,24 @@ async fn not_found(request: Request) -> ApiError {
     )
 }
 
-async fn metrics(State(state): State<AppState>) -> Result<Response, ApiError> {
+/// Prometheus exposition of every device, process, alert and vramd itself.
+#[utoipa::path(
+    get,
+    path = "/metrics",
+    tag = "operations",
+    operation_id = "get_metrics",
+    summary = "Prometheus metrics",
+    description = "The Prometheus text exposition format (0.0.4): `vramd_memory_*`, \
+`vramd_process_*`, `vramd_allocator_*`, `vramd_alert_active`, health and build series.",
+    responses(
+        (status = 200, description = "Every series, in the Prometheus text format", body = String,
+            content_type = "text/plain",
+            example = "vramd_memory_used_bytes{gpu=\"0\",uuid=\"GPU-8f6a2c1e-0000-4d7b-9a1e-3b5c7d9e1f20\"} 8589934592\n"),
+        (status = 500, description = "The exposition could not be rendered (`internal`); a bug",
+            body = ErrorBody, example = json!({"code": "internal", "message": "duplicate metric"})),
+    )
+)]
+pub(crate) async fn metrics(State(state): State<AppState>) -> Result<Response, ApiError> {
     let body =
         exposition::render(&state.store, &state.telemetry, &state.board).map_err(|error| {
             ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", error.to_string())
@@ -169,17 +212,58 @@ async fn metrics(State(state): State<AppState>) -> Result<Response, ApiError> {
     Ok(response)
 }
 
+/// The answer of `/healthz` and `/readyz`.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct Status {
+    /// `ok` (`/healthz`) or `ready` (`/readyz`).
+    #[schema(example = "ok")]
+    pub status: &'static str,
+}
+
 /// The process is responsive. Says nothing about GPUs, on purpose: a
 /// liveness probe that failed on GPU trouble would restart a healthy daemon.
-async fn healthz() -> Json<serde_json::Value> {
-    Json(json!({ "status": "ok" }))
+#[utoipa::path(
+    get,
+    path = "/healthz",
+    tag = "operations",
+    operation_id = "get_healthz",
+    summary = "Liveness",
+    description = "The process answers. Never reflects GPU health, on purpose: a liveness \
+probe that failed on GPU trouble would restart a healthy daemon.",
+    responses(
+        (status = 200, description = "The process is responsive", body = Status,
+            example = json!({"status": "ok"})),
+    )
+)]
+pub(crate) async fn healthz() -> Json<Status> {
+    Json(Status { status: "ok" })
 }
 
 /// The sampler has completed a cycle, so `/metrics` holds real readings
 /// (or the definite news that the device source is down).
-async fn readyz(State(state): State<AppState>) -> Result<Json<serde_json::Value>, ApiError> {
+#[utoipa::path(
+    get,
+    path = "/readyz",
+    tag = "operations",
+    operation_id = "get_readyz",
+    summary = "Readiness",
+    description = "200 once the sampler has completed a cycle, so `/metrics` holds real \
+readings (or the definite news that the device source is down).",
+    responses(
+        (status = 200, description = "The sampler has completed a cycle", body = Status,
+            example = json!({"status": "ready"})),
+        (status = 503, description = "The sampler has not completed a cycle yet (`not_ready`), \
+or more than `server.max_concurrent_requests` requests are in flight (`overloaded`)",
+            body = ErrorBody,
+            examples(
+                ("not_ready" = (value = json!({"code": "not_ready", "message": "the sampler has not completed its first cycle yet"}))),
+                ("overloaded" = (value = json!({"code": "overloaded", "message": "too many concurrent requests (server.max_concurrent_requests); retry shortly"}))),
+            )),
+    )
+)]
+pub(crate) async fn readyz(State(state): State<AppState>) -> Result<Json<Status>, ApiError> {
     if state.store.cycle_completed() {
-        Ok(Json(json!({ "status": "ready" })))
+        Ok(Json(Status { status: "ready" }))
     } else {
         Err(ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
@@ -189,7 +273,32 @@ async fn readyz(State(state): State<AppState>) -> Result<Json<serde_json::Value>
     }
 }
 
-async fn devices(State(state): State<AppState>) -> Json<dto::DeviceList> {
+/// Every device.
+#[utoipa::path(
+    get,
+    path = "/api/v1/devices",
+    tag = "devices",
+    operation_id = "list_devices",
+    summary = "Every device",
+    description = "Identity, `up`, memory (with `used_peak_bytes`), utilization, process \
+count and the latest read failures of every monitored device.",
+    responses(
+        (status = 200, description = "Every monitored device, by index", body = dto::DeviceList,
+            links(
+                ("GetDevice" = (
+                    operation_id = "get_device",
+                    parameters(("gpu" = "$response.body#/devices/0/uuid")),
+                    description = "The first device listed, by its UUID",
+                )),
+                ("GetDeviceHistory" = (
+                    operation_id = "get_device_history",
+                    parameters(("gpu" = "$response.body#/devices/0/uuid")),
+                    description = "The history of the first device listed, by its UUID",
+                )),
+            )),
+    )
+)]
+pub(crate) async fn devices(State(state): State<AppState>) -> Json<dto::DeviceList> {
     let devices = state
         .store
         .devices()
@@ -199,9 +308,28 @@ async fn devices(State(state): State<AppState>) -> Json<dto::DeviceList> {
     Json(dto::DeviceList { devices })
 }
 
-async fn device(
+/// One device in detail.
+#[utoipa::path(
+    get,
+    path = "/api/v1/devices/{gpu}",
+    tag = "devices",
+    operation_id = "get_device",
+    summary = "One device in detail",
+    description = "The summary plus health (clocks, ECC, …), the memory `accounting` \
+breakdown, processes with their allocator statistics and `breakdown`, and the latest \
+`analysis` (growth, time to exhaustion, pressure, suspected leaks).",
+    params(
+        ("gpu" = String, Path, description = "Device index (`0`) or UUID (`GPU-…`, any case)", example = "0"),
+    ),
+    responses(
+        (status = 200, description = "The device", body = dto::DeviceDetail),
+        (status = 404, description = "No device has that index or UUID (`unknown_device`)", body = ErrorBody,
+            example = json!({"code": "unknown_device", "message": "no device with index or UUID `7`; GET /api/v1/devices lists them"})),
+    )
+)]
+pub(crate) async fn device(
     State(state): State<AppState>,
-    Path(id): Path<String>,
+    PathId(id): PathId,
 ) -> Result<Json<dto::DeviceDetail>, ApiError> {
     let device = state.store.find(&id).ok_or_else(|| ApiError::unknown_device(&id))?;
     let counts =

@@ -10,12 +10,11 @@ use axum::body::Bytes;
 use axum::extract::{ConnectInfo, Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use serde_json::json;
 
 use crate::ingest::{self, Refused, ReportLimits, ReportStore, ReportView};
 
 use super::AppState;
-use super::error::ApiError;
+use super::error::{ApiError, ErrorBody};
 
 /// What the write endpoint needs.
 pub struct Ingest {
@@ -65,6 +64,61 @@ fn authorise(
     }
 }
 
+/// The answer to an accepted report.
+#[derive(Debug, serde::Serialize, utoipa::ToSchema)]
+pub struct Accepted {
+    /// Always `accepted`.
+    #[schema(example = "accepted")]
+    pub status: &'static str,
+    /// Devices of the report kept (a device with an empty `memory_stats` and
+    /// no snapshot says nothing and is not kept).
+    #[schema(example = 1)]
+    pub devices: usize,
+}
+
+/// A workload's PyTorch allocator statistics.
+#[utoipa::path(
+    post,
+    path = "/api/v1/allocator-reports",
+    tag = "allocator-reports",
+    operation_id = "post_allocator_report",
+    summary = "Report a workload's PyTorch allocator statistics",
+    description = "Replaces the reporter's (hostname and PID) previous report. Loopback may \
+write; other hosts need `Authorization: Bearer <token>` matching `ingest.token_file`. The \
+report joins the NVML process with the same device UUID whose host PID, or namespace PID, is \
+`reporter.pid` (docs/api.md).",
+    request_body(
+        content = super::openapi::AllocatorReport,
+        content_type = "application/json",
+        description = "The allocator report document, version 1",
+    ),
+    security((), ("bearer" = [])),
+    responses(
+        (status = 202, description = "Accepted", body = Accepted,
+            example = json!({"status": "accepted", "devices": 1})),
+        (status = 400, description = "Not a valid report (`bad_report`): malformed JSON, \
+unknown version or field, negative or non-finite number, allocated > reserved, a missing \
+key, more than `ingest.max_devices` devices or `ingest.max_stats` keys", body = ErrorBody,
+            example = json!({"code": "bad_report", "message": "unsupported report version 9; this vramd reads version 1"})),
+        (status = 401, description = "From another host with `ingest.token_file` set: no \
+bearer token (`missing_token`) or the wrong one (`bad_token`)", body = ErrorBody,
+            examples(
+                ("missing_token" = (value = json!({"code": "missing_token", "message": "writes from other hosts need Authorization: Bearer <token> (ingest.token_file)"}))),
+                ("bad_token" = (value = json!({"code": "bad_token", "message": "the bearer token is not the one configured (ingest.token_file)"}))),
+            )),
+        (status = 403, description = "From another host without `ingest.token_file` \
+(`remote_writes_disabled`)", body = ErrorBody,
+            example = json!({"code": "remote_writes_disabled", "message": "only loopback may write allocator reports; set ingest.token_file to accept others"})),
+        (status = 413, description = "The body is larger than `server.max_request_body` \
+(`body_too_large`)", body = ErrorBody,
+            example = json!({"code": "body_too_large", "message": "the report is larger than server.max_request_body (1048576 bytes)"})),
+        (status = 429, description = "More than `ingest.rate_limit` reports a second from \
+this reporter, or `ingest.max_reporters` reporters already tracked (`rate_limited`)",
+            body = ErrorBody,
+            headers(("Retry-After" = u64, description = "Seconds to wait before reporting again")),
+            example = json!({"code": "rate_limited", "message": "more than 10 reports per second from this reporter (ingest.rate_limit)"})),
+    )
+)]
 pub async fn post(State(state): State<AppState>, request: Request) -> Result<Response, ApiError> {
     let peer = request.extensions().get::<ConnectInfo<SocketAddr>>().map(|ConnectInfo(addr)| *addr);
     authorise(peer, request.headers(), state.ingest.token.as_deref())?;
@@ -81,7 +135,7 @@ pub async fn post(State(state): State<AppState>, request: Request) -> Result<Res
     let devices = report.devices.len();
     match state.ingest.store.accept(report, tokio::time::Instant::now()) {
         Ok(()) => {
-            Ok((StatusCode::ACCEPTED, Json(json!({ "status": "accepted", "devices": devices })))
+            Ok((StatusCode::ACCEPTED, Json(Accepted { status: "accepted", devices }))
                 .into_response())
         }
         Err(refused) => {
@@ -101,11 +155,25 @@ pub async fn post(State(state): State<AppState>, request: Request) -> Result<Res
     }
 }
 
-#[derive(serde::Serialize)]
+#[derive(serde::Serialize, utoipa::ToSchema)]
 pub struct ReportList {
     reports: Vec<ReportView>,
 }
 
+/// The reports held.
+#[utoipa::path(
+    get,
+    path = "/api/v1/allocator-reports",
+    tag = "allocator-reports",
+    operation_id = "list_allocator_reports",
+    summary = "The allocator reports held",
+    description = "One entry per device of each reporter's latest report, and the NVML \
+process it joined (`matched`, `matched_pid`). A report older than `ingest.ttl` against the \
+device's newest sample is dropped, and one whose process exited goes with it.",
+    responses(
+        (status = 200, description = "The reports held", body = ReportList),
+    )
+)]
 pub async fn list(State(state): State<AppState>) -> Json<ReportList> {
     Json(ReportList { reports: state.ingest.store.views() })
 }

@@ -6,7 +6,6 @@
 //! building `prometheus` protobuf families for thousands of series; the
 //! daemon's own counters still go through the `prometheus` crate.
 
-use std::fmt::Display;
 use std::io::Write;
 
 /// The metadata of one metric family.
@@ -47,19 +46,36 @@ impl<'a> FamilyWriter<'a> {
     /// Writes one sample; `labels` is a pre-rendered `a="x",b="y"` list.
     /// Non-finite floats are skipped: an unknown value is left out.
     pub fn float(&mut self, labels: &str, value: f64) {
-        if value.is_finite() {
-            self.write(labels, value);
+        if !value.is_finite() {
+            return;
         }
+        // Byte counts and counters reach here as f64 but are whole numbers:
+        // write them as integers (the same text as f64 `Display`, which
+        // never uses an exponent) and skip shortest-float formatting.
+        let magnitude = value.abs();
+        if magnitude < 9_007_199_254_740_992.0 && (magnitude as u64) as f64 == magnitude {
+            self.start(labels);
+            if value < 0.0 {
+                self.out.push(b'-');
+            }
+            write_uint(self.out, magnitude as u64);
+        } else {
+            self.start(labels);
+            let _ = write!(self.out, "{value}");
+        }
+        self.out.push(b'\n');
     }
 
     pub fn int(&mut self, labels: &str, value: u64) {
-        self.write(labels, value);
+        self.start(labels);
+        write_uint(self.out, value);
+        self.out.push(b'\n');
     }
 
-    fn write(&mut self, labels: &str, value: impl Display) {
+    /// HELP/TYPE before the first sample, then `name{labels} `.
+    fn start(&mut self, labels: &str) {
         if !self.started {
             self.started = true;
-            // Writing into a Vec cannot fail.
             let _ = writeln!(
                 self.out,
                 "# HELP {name} {help}\n# TYPE {name} {kind}",
@@ -68,12 +84,30 @@ impl<'a> FamilyWriter<'a> {
                 kind = self.family.kind.as_str()
             );
         }
-        let _ = if labels.is_empty() {
-            writeln!(self.out, "{} {}", self.family.name, value)
-        } else {
-            writeln!(self.out, "{}{{{}}} {}", self.family.name, labels, value)
-        };
+        self.out.extend_from_slice(self.family.name.as_bytes());
+        if !labels.is_empty() {
+            self.out.push(b'{');
+            self.out.extend_from_slice(labels.as_bytes());
+            self.out.push(b'}');
+        }
+        self.out.push(b' ');
     }
+}
+
+/// Appends the decimal digits of `value`.
+fn write_uint(out: &mut Vec<u8>, value: u64) {
+    let mut buffer = [0u8; 20];
+    let mut at = buffer.len();
+    let mut rest = value;
+    loop {
+        at -= 1;
+        buffer[at] = b'0' + (rest % 10) as u8;
+        rest /= 10;
+        if rest == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(&buffer[at..]);
 }
 
 /// Builds a label list, escaping values as the text format requires.
@@ -92,6 +126,11 @@ impl Labels {
         }
         self.0.push_str(name);
         self.0.push_str("=\"");
+        if !value.bytes().any(|byte| matches!(byte, b'\\' | b'"' | b'\n')) {
+            self.0.push_str(value);
+            self.0.push('"');
+            return;
+        }
         for character in value.chars() {
             match character {
                 '\\' => self.0.push_str("\\\\"),

@@ -36,7 +36,7 @@ pub enum QueryError {
 }
 
 /// Min, max and last of one quantity in a bucket.
-#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, utoipa::ToSchema)]
 pub struct Aggregate<T> {
     pub min: T,
     pub max: T,
@@ -148,7 +148,8 @@ pub fn run(
                 suggested_step_ms,
             });
         }
-        let points = snapshot.range(from, to).copied().collect();
+        let mut points = Vec::with_capacity(count);
+        points.extend(snapshot.range(from, to).copied());
         return Ok(WindowAnswer::Raw { from, to, points });
     };
     let step_ms = u64::try_from(step.as_millis()).unwrap_or(u64::MAX);
@@ -166,18 +167,22 @@ pub fn run(
         });
     }
     let step_i64 = i64::try_from(step_ms).unwrap_or(i64::MAX);
-    let mut buckets: Vec<Bucket> = Vec::new();
+    let mut buckets: Vec<Bucket> = Vec::with_capacity(usize::try_from(buckets_needed).unwrap_or(0));
+    // End of the current bucket: a division only when a point crosses it.
+    let mut bucket_end = i64::MIN;
     for point in snapshot.range(from, to) {
         let millis = point.at().unix_millis();
-        let start = Timestamp::from_unix_millis(millis - millis.rem_euclid(step_i64));
-        match buckets.last_mut() {
-            Some(bucket) if bucket.start == start => bucket.add(point),
-            _ => {
-                let mut bucket = Bucket::empty(start);
-                bucket.add(point);
-                buckets.push(bucket);
-            }
+        if millis < bucket_end
+            && let Some(bucket) = buckets.last_mut()
+        {
+            bucket.add(point);
+            continue;
         }
+        let start = millis - millis.rem_euclid(step_i64);
+        bucket_end = start.saturating_add(step_i64);
+        let mut bucket = Bucket::empty(Timestamp::from_unix_millis(start));
+        bucket.add(point);
+        buckets.push(bucket);
     }
     Ok(WindowAnswer::Downsampled { from, to, step, buckets })
 }

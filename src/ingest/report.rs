@@ -14,17 +14,33 @@ use crate::model::{AllocatorStats, SnapshotSummary, Timestamp};
 pub const VERSION: u64 = 1;
 
 /// Who sent a report.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Deserialize, serde::Serialize)]
+#[derive(
+    Clone,
+    Debug,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    Deserialize,
+    serde::Serialize,
+    utoipa::ToSchema,
+)]
 #[serde(deny_unknown_fields)]
 pub struct Reporter {
     /// The PID as the process sees it (inside its container).
+    #[schema(maximum = 4294967295_u64)]
     pub pid: u32,
+    #[schema(max_length = 253)]
     pub hostname: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(max_length = 253)]
     pub pod: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(max_length = 253)]
     pub namespace: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(max_length = 253)]
     pub container: Option<String>,
 }
 
@@ -97,6 +113,9 @@ pub enum ReportError {
     DuplicateDevice(String),
 }
 
+/// Longest host, pod, namespace or container name accepted (a DNS name).
+pub const MAX_NAME_BYTES: usize = 253;
+
 /// `memory_stats()` keys whose value may be negative (-1 means unset).
 const SIGNED_KEYS: &[&str] = &["max_split_size"];
 
@@ -124,6 +143,24 @@ pub fn parse(body: &[u8], limits: &ReportLimits) -> Result<Report, ReportError> 
         return Err(ReportError::Version { found: raw.version });
     }
     let at = parse_time(&raw.at)?;
+    // Reporter strings are kept for as long as the report lives: bounded,
+    // so a client cannot make the daemon hold arbitrary text.
+    let names = [
+        ("reporter.hostname", Some(&raw.reporter.hostname)),
+        ("reporter.pod", raw.reporter.pod.as_ref()),
+        ("reporter.namespace", raw.reporter.namespace.as_ref()),
+        ("reporter.container", raw.reporter.container.as_ref()),
+    ];
+    for (field, value) in names {
+        if let Some(value) = value
+            && value.len() > MAX_NAME_BYTES
+        {
+            return Err(ReportError::Malformed(format!(
+                "{field} is {} bytes long; at most {MAX_NAME_BYTES}",
+                value.len()
+            )));
+        }
+    }
     if raw.devices.len() > limits.max_devices {
         return Err(ReportError::TooManyDevices {
             count: raw.devices.len(),

@@ -39,7 +39,7 @@ struct Entry {
 }
 
 /// What `GET /api/v1/allocator-reports` shows of one device report.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct ReportView {
     pub reporter: Reporter,
     pub at: String,
@@ -114,7 +114,13 @@ impl ReportStore {
         let at = reading.at;
         let ttl = self.limits.ttl;
         let mut entries = self.entries.lock();
-        entries.retain(|_, entry| at.duration_since(entry.report.at).is_none_or(|age| age <= ttl));
+        // Age in either direction: a report dated in the future (a skewed
+        // clock) must not live forever either.
+        entries.retain(|_, entry| {
+            at.duration_since(entry.report.at)
+                .or_else(|| entry.report.at.duration_since(at))
+                .is_some_and(|age| age <= ttl)
+        });
         for entry in entries.values_mut() {
             let Some(device) = entry.report.devices.iter().find(|device| device.uuid == uuid)
             else {

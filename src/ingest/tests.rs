@@ -219,7 +219,10 @@ async fn stale_reports_expire_and_exited_processes_take_their_report() {
 fn a_full_memory_stats_dictionary_from_the_fixture_is_accepted() {
     // Built from PyTorch's documented keys (no GPU was available to record
     // one): 122 keys including max_split_size = -1, as PyTorch sends it.
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/memory_stats/pytorch-2-documented-keys.json");
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/memory_stats/pytorch-2-documented-keys.json"
+    );
     let fixture: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
     let mut document = report(42, "2026-01-01T00:00:10Z");
     document["devices"][0]["memory_stats"] = fixture["memory_stats"].clone();
@@ -235,4 +238,23 @@ fn a_full_memory_stats_dictionary_from_the_fixture_is_accepted() {
     document["devices"][0]["memory_stats"]["segment.all.current"] = json!(-1);
     let error = parse(document.to_string().as_bytes(), &limits).unwrap_err();
     assert!(error.to_string().contains("segment.all.current"), "{error}");
+}
+
+#[test]
+fn reporter_names_are_bounded() {
+    let mut long = report(1, "2026-01-01T00:00:00Z");
+    long["reporter"]["hostname"] = json!("h".repeat(254));
+    let error = parsed(&long).unwrap_err().to_string();
+    assert!(error.contains("reporter.hostname is 254 bytes"), "{error}");
+    long["reporter"]["hostname"] = json!("h".repeat(253));
+    assert!(parsed(&long).is_ok());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_report_dated_in_the_future_expires_too() {
+    let store = store();
+    store.accept(parsed(&report(42, "2026-01-01T01:00:00Z")).unwrap(), Instant::now()).unwrap();
+    let mut now = reading(10, vec![nvml_process(1, None)]);
+    store.attach(UUID, &mut now);
+    assert_eq!(store.reporters(), 0, "an hour ahead of the device's clock is not live");
 }

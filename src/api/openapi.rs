@@ -1,0 +1,354 @@
+//! The OpenAPI 3.1 document of the HTTP surface, generated from the code.
+//!
+//! Each handler carries a `#[utoipa::path]` annotation (method, path,
+//! parameters, bodies, answers). [`operations`] is the one list of handlers:
+//! the router registers every route from it (utoipa-axum takes the method
+//! and path from the same annotation), and the served document is the one
+//! those registrations produce, so the two cannot drift. A route added with
+//! a plain `.route(…)` instead would be missing from the document; the unit
+//! test `openapi_lists_every_registered_route` checks the served document
+//! against [`operations`] and probes every listed route through the router.
+//!
+//! Statuses the protections of every route can answer (405 for a method the
+//! path does not list, 408 past the request timeout, 503 beyond the
+//! concurrency limit) are added to every operation by [`protection_answers`].
+
+use std::collections::BTreeMap;
+
+use axum::body::Bytes;
+use axum::http::{HeaderValue, header};
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+use serde_json::json;
+use utoipa::openapi::path::Operation;
+use utoipa::openapi::{ContentBuilder, OpenApi, RefOr, ResponseBuilder, Schema};
+use utoipa::{OpenApi as _, ToSchema};
+use utoipa_axum::router::{OpenApiRouter, UtoipaMethodRouter};
+use utoipa_axum::routes;
+
+use crate::model::SnapshotSummary;
+
+use super::error::ErrorBody;
+use super::{AppState, alerts, history, reports};
+
+/// Where the document is served.
+pub const DOCUMENT_PATH: &str = "/api/v1/openapi.json";
+
+#[derive(utoipa::OpenApi)]
+#[openapi(
+    info(
+        title = "vramd REST API",
+        description = "GPU memory of one host: devices, where their memory went, its history, \
+alerts, and the PyTorch allocator reports workloads send. Everything under `/api/v1/` is JSON; \
+errors are `{\"code\": \"…\", \"message\": \"…\"}` with a stable `code`. Times are RFC 3339 \
+with milliseconds unless a field says otherwise. Absent values are left out, never `0` or \
+`null`. Any route answers 405 `method_not_allowed` (with `Allow`) to a method it does not \
+list, 408 `request_timeout` past `server.request_timeout` and 503 `overloaded` beyond \
+`server.max_concurrent_requests`.",
+        license(name = "Apache-2.0", identifier = "Apache-2.0"),
+    ),
+    tags(
+        (name = "devices", description = "GPUs, their memory and its history"),
+        (name = "alerts", description = "Alerts and their state changes (docs/alerts.md)"),
+        (name = "allocator-reports", description = "PyTorch caching-allocator statistics sent by workloads"),
+        (name = "operations", description = "Prometheus metrics, liveness, readiness, this document"),
+    ),
+    components(schemas(ErrorBody, crate::alerts::Transition)),
+    modifiers(&BearerToken),
+)]
+struct ApiDoc;
+
+/// The bearer token writers on other hosts present (`ingest.token_file`).
+struct BearerToken;
+
+impl utoipa::Modify for BearerToken {
+    fn modify(&self, document: &mut OpenApi) {
+        use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+        let scheme = HttpBuilder::new()
+            .scheme(HttpAuthScheme::Bearer)
+            .description(Some(
+                "The contents of `ingest.token_file`; needed only for writes from other hosts \
+(loopback may write without it).",
+            ))
+            .build();
+        document
+            .components
+            .get_or_insert_with(Default::default)
+            .add_security_scheme("bearer", SecurityScheme::Http(scheme));
+    }
+}
+
+/// Every operation the daemon serves. The router is built from this list
+/// only, and the served document is what it registers.
+pub fn operations() -> Vec<UtoipaMethodRouter<AppState>> {
+    vec![
+        routes!(super::metrics),
+        routes!(super::healthz),
+        routes!(super::readyz),
+        routes!(openapi_json),
+        routes!(super::devices),
+        routes!(super::device),
+        routes!(history::device_history),
+        routes!(reports::list, reports::post),
+        routes!(alerts::list),
+        routes!(alerts::stream),
+        routes!(alerts::one),
+    ]
+}
+
+/// The routes of [`operations`] and the document they make.
+pub fn build() -> (axum::Router<AppState>, OpenApi) {
+    let (router, mut document) = operations()
+        .into_iter()
+        .fold(OpenApiRouter::with_openapi(ApiDoc::openapi()), OpenApiRouter::routes)
+        .split_for_parts();
+    protection_answers(&mut document);
+    open_flattened(&mut document);
+    (router, document)
+}
+
+/// A type with `#[serde(deny_unknown_fields)]` gets `additionalProperties:
+/// false`; flattened into another (`allOf`), that would refuse the other
+/// type's fields, so the parts of an `allOf` are left open.
+fn open_flattened(document: &mut OpenApi) {
+    let Some(components) = document.components.as_mut() else { return };
+    let prefix = "#/components/schemas/";
+    let flattened: Vec<String> = components
+        .schemas
+        .values()
+        .filter_map(|schema| match schema {
+            RefOr::T(Schema::AllOf(all_of)) => Some(all_of.items.iter()),
+            _ => None,
+        })
+        .flatten()
+        .filter_map(|item| match item {
+            RefOr::Ref(reference) => reference.ref_location.strip_prefix(prefix).map(str::to_owned),
+            RefOr::T(_) => None,
+        })
+        .collect();
+    for name in flattened {
+        if let Some(RefOr::T(Schema::Object(object))) = components.schemas.get_mut(&name) {
+            object.additional_properties = None;
+        }
+    }
+}
+
+/// The served document, serialized once when the router is built.
+#[derive(Clone)]
+pub struct Document(pub Bytes);
+
+impl Document {
+    pub fn new(document: &OpenApi) -> Self {
+        // Serializing plain maps and strings cannot fail; an empty object
+        // would still be valid JSON (and fail the unit tests loudly).
+        let mut value = serde_json::to_value(document).unwrap_or_else(|_| json!({}));
+        fix_spellings(&mut value);
+        Self(Bytes::from(serde_json::to_vec(&value).unwrap_or_else(|_| b"{}".to_vec())))
+    }
+}
+
+/// Two spellings utoipa 5.5 gets wrong in the JSON it writes: the formats of
+/// unsigned integers come out as `u-int32`, `u-int64` (its enum in kebab
+/// case) where `uint32`, `uint64` are meant (without them a `u32` would be
+/// documented as `int32`, whose range stops at 2^31 - 1), and a link's
+/// fields come out in snake case (`operation_id`) where OpenAPI spells them
+/// in camel case (`operationId`).
+fn fix_spellings(value: &mut serde_json::Value) {
+    match value {
+        serde_json::Value::Object(map) => {
+            for (key, item) in map.iter_mut() {
+                match item {
+                    serde_json::Value::String(text) if key == "format" => {
+                        if let Some(bits) = text.strip_prefix("u-int") {
+                            *text = format!("uint{bits}");
+                        }
+                    }
+                    serde_json::Value::Object(links) if key == "links" => {
+                        for link in links.values_mut() {
+                            camel_case_link(link);
+                        }
+                    }
+                    _ => fix_spellings(item),
+                }
+            }
+        }
+        serde_json::Value::Array(items) => items.iter_mut().for_each(fix_spellings),
+        _ => {}
+    }
+}
+
+fn camel_case_link(link: &mut serde_json::Value) {
+    let Some(fields) = link.as_object_mut() else { return };
+    for (snake, camel) in [
+        ("operation_id", "operationId"),
+        ("operation_ref", "operationRef"),
+        ("request_body", "requestBody"),
+    ] {
+        if let Some(value) = fields.remove(snake) {
+            fields.insert(camel.to_owned(), value);
+        }
+    }
+}
+
+/// This document: the OpenAPI 3.1 description of every route.
+#[utoipa::path(
+    get,
+    path = "/api/v1/openapi.json",
+    tag = "operations",
+    operation_id = "get_openapi",
+    summary = "This OpenAPI 3.1 document",
+    responses(
+        (status = 200, description = "The OpenAPI 3.1 document of this vramd", body = Object,
+            content_type = "application/json"),
+    )
+)]
+pub async fn openapi_json(axum::Extension(document): axum::Extension<Document>) -> Response {
+    let mut response = document.0.into_response();
+    response
+        .headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    response
+}
+
+/// The JSON error answers the protections give on any route.
+fn protection_answers(document: &mut OpenApi) {
+    let error = |description: &str, code: &str, message: &str| {
+        let content = ContentBuilder::new()
+            .schema(Some(utoipa::openapi::Ref::from_schema_name("ErrorBody")))
+            .example(Some(json!({ "code": code, "message": message })))
+            .build();
+        RefOr::T(
+            ResponseBuilder::new()
+                .description(description)
+                .content("application/json", content)
+                .build(),
+        )
+    };
+    let common = [
+        (
+            "405",
+            error(
+                "The path does not accept this method (another method on the path: the \
+`Allow` header lists the accepted ones). OpenAPI has no place for answers to methods a path \
+does not list, so it is shown on every operation.",
+                "method_not_allowed",
+                "this route does not accept that method",
+            ),
+        ),
+        (
+            "408",
+            error(
+                "The request took longer than `server.request_timeout`.",
+                "request_timeout",
+                "the request took longer than server.request_timeout",
+            ),
+        ),
+        (
+            "503",
+            error(
+                "More than `server.max_concurrent_requests` requests are in flight; retry shortly.",
+                "overloaded",
+                "too many concurrent requests (server.max_concurrent_requests); retry shortly",
+            ),
+        ),
+    ];
+    for item in document.paths.paths.values_mut() {
+        let operations: [&mut Option<Operation>; 8] = [
+            &mut item.get,
+            &mut item.put,
+            &mut item.post,
+            &mut item.delete,
+            &mut item.options,
+            &mut item.head,
+            &mut item.patch,
+            &mut item.trace,
+        ];
+        for operation in operations.into_iter().flatten() {
+            for (status, answer) in &common {
+                // An operation that documents its own answer for a status
+                // (503 `not_ready`, 503 `too_many_streams`) keeps it.
+                operation
+                    .responses
+                    .responses
+                    .entry((*status).to_owned())
+                    .or_insert_with(|| answer.clone());
+            }
+        }
+    }
+}
+
+/// A time as milliseconds since the Unix epoch (the analysis's `at`).
+#[derive(ToSchema)]
+#[schema(example = 1767225600250_i64)]
+pub struct UnixMillis(#[allow(dead_code)] i64);
+
+/// The allocator report document (version 1) that workloads POST.
+///
+/// Only a description for the OpenAPI document: the daemon parses reports in
+/// `crate::ingest::report`, strictly (unknown fields are refused). A unit
+/// test parses this schema's example with the real parser.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(example = json!(example_report()))]
+pub struct AllocatorReport {
+    /// Document version; this vramd reads version 1.
+    #[schema(minimum = 1, maximum = 1, example = 1)]
+    pub version: u64,
+    pub reporter: crate::ingest::Reporter,
+    /// When the statistics were read (RFC 3339).
+    #[schema(format = DateTime, example = "2026-11-21T01:00:00.123Z")]
+    pub at: String,
+    /// One entry per device the process can see (at most
+    /// `ingest.max_devices`, each UUID once).
+    pub devices: Vec<DeviceReport>,
+}
+
+/// One device's statistics in an allocator report.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DeviceReport {
+    /// The device's UUID as NVML reports it (`GPU-…` or `MIG-…`).
+    #[schema(
+        pattern = "^(GPU|MIG)-",
+        max_length = 96,
+        example = "GPU-8f6a2c1e-0000-4d7b-9a1e-3b5c7d9e1f20"
+    )]
+    pub uuid: String,
+    /// The device's index as the process sees it.
+    #[schema(maximum = 4294967295_u64)]
+    pub index: u32,
+    /// The raw `torch.cuda.memory_stats(i)` dictionary: key to number (at
+    /// most `ingest.max_stats` keys). Every value must be finite, and sizes
+    /// and counts non-negative (`max_split_size` may be -1). vramd reads
+    /// `allocated_bytes.all.current`, `reserved_bytes.all.current`,
+    /// `active_bytes.all.current`, `inactive_split_bytes.all.current`,
+    /// `num_alloc_retries` and `num_ooms`, all required unless the
+    /// dictionary is empty (an allocator never used); allocated must not
+    /// exceed reserved.
+    pub memory_stats: BTreeMap<String, f64>,
+    /// A summary of `torch.cuda.memory_snapshot()` for this device.
+    #[serde(default)]
+    pub snapshot: Option<SnapshotSummary>,
+}
+
+/// The example report of docs/api.md.
+pub fn example_report() -> serde_json::Value {
+    json!({
+        "version": 1,
+        "reporter": {"pid": 4242, "hostname": "node-1", "pod": "train-0", "namespace": "ml", "container": "trainer"},
+        "at": "2026-11-21T01:00:00.123Z",
+        "devices": [{
+            "uuid": "GPU-8f6a2c1e-0000-4d7b-9a1e-3b5c7d9e1f20",
+            "index": 0,
+            "memory_stats": {
+                "allocated_bytes.all.current": 6442450944_u64,
+                "reserved_bytes.all.current": 8589934592_u64,
+                "active_bytes.all.current": 6442450944_u64,
+                "inactive_split_bytes.all.current": 1073741824_u64,
+                "num_alloc_retries": 3,
+                "num_ooms": 0
+            },
+            "snapshot": {"segments": 40, "total_bytes": 8589934592_u64, "allocated_bytes": 6442450944_u64, "largest_free_block_bytes": 268435456}
+        }]
+    })
+}
