@@ -121,14 +121,13 @@ impl Evaluator {
         let rules = &self.config.rules;
         let live = device.live();
         let memory = live.fast.as_ref().and_then(|fast| fast.memory);
-        let fast = device.fast_snapshot();
-        let slow = device.slow_snapshot();
-
         let uuid = device.info().uuid.clone();
         let trend_due = self.trend_cache.get(&uuid).is_none_or(|(estimated, _)| {
             now.duration_since(*estimated).is_none_or(|age| age >= TREND_INTERVAL)
         });
         if trend_due {
+            // Snapshots copy the open chunk of a ring: only taken when due.
+            let fast = device.fast_snapshot();
             let window_start = now.saturating_sub(self.config.trend_window);
             series::device_used_into(&fast, window_start, now, &mut self.used_buffer);
             let estimate = self.scratch.theil_sen_with(&self.used_buffer, TREND_POINTS);
@@ -146,11 +145,13 @@ impl Evaluator {
         // looks at its own, longer window only when it is due.
         let counters = {
             let track = self.counters.entry(uuid.clone()).or_default();
-            track.update(&slow, now, rules.retries_window.max(rules.oom_window));
+            track.update(device, now, rules.retries_window.max(rules.oom_window));
             track.increases(now, rules.retries_window, rules.oom_window)
         };
-        let latest_processes =
-            live.slow.as_ref().and_then(|slow| slow.processes.clone()).unwrap_or_default();
+        // Borrowed from the shared latest reading: cloning every process's
+        // strings on every pass was a tenth of an offline run.
+        let latest_processes: &[crate::model::ProcessInfo] =
+            live.slow.as_deref().and_then(|slow| slow.processes.as_deref()).unwrap_or(&[]);
         let leak_params = LeakParams {
             min_slope_bytes_per_second: rules.leak_suspected.threshold,
             ..LeakParams::for_window(rules.leak_window)
@@ -162,6 +163,7 @@ impl Evaluator {
             now.duration_since(*checked).is_none_or(|age| age >= LEAK_CHECK_INTERVAL)
         });
         if stale {
+            let slow = device.slow_snapshot();
             let findings: HashMap<u32, LeakFinding> = if rules.leak_suspected.enabled {
                 let leak_pids = pids_in(&slow, now.saturating_sub(rules.leak_window), now);
                 leak_pids
@@ -224,7 +226,7 @@ impl Evaluator {
         let breakdown = memory.map(|memory| {
             crate::analysis::accounting::device_breakdown(
                 &memory,
-                Some(&latest_processes),
+                Some(latest_processes),
                 live.processes_dropped == 0,
             )
         });
@@ -306,32 +308,32 @@ fn gained(previous: u64, current: u64) -> u64 {
 }
 
 impl CounterTrack {
-    fn update(
-        &mut self,
-        slow: &crate::history::Snapshot<crate::history::SlowPoint>,
-        now: Timestamp,
-        keep: Duration,
-    ) {
+    fn update(&mut self, device: &DeviceHistory, now: Timestamp, keep: Duration) {
         let from = match self.scanned_to {
             Some(scanned) => scanned.saturating_add(Duration::from_millis(1)),
             None => now.saturating_sub(keep),
         };
-        for point in slow.range(from, now) {
+        // Only what arrived since the last pass: a few samples, read under
+        // the ring's lock rather than through a snapshot.
+        let pids = &mut self.pids;
+        let mut newest_seen = self.scanned_to;
+        device.visit_recent_slow(from, now, |point| {
             let at = crate::history::Stamped::at(point);
+            newest_seen = Some(newest_seen.map_or(at, |seen| seen.max(at)));
             for process in point.processes().into_iter().flatten() {
-                let slot = match self.pids.iter().position(|entry| entry.pid == process.pid) {
+                let slot = match pids.iter().position(|entry| entry.pid == process.pid) {
                     Some(slot) => slot,
                     None => {
-                        self.pids.push(PidCounters {
+                        pids.push(PidCounters {
                             pid: process.pid,
                             last_seen: at,
                             last: None,
                             steps: VecDeque::new(),
                         });
-                        self.pids.len() - 1
+                        pids.len() - 1
                     }
                 };
-                let Some(entry) = self.pids.get_mut(slot) else { continue };
+                let Some(entry) = pids.get_mut(slot) else { continue };
                 entry.last_seen = at;
                 let Some(stats) = process.allocator() else { continue };
                 let current = (stats.alloc_retries, stats.ooms);
@@ -343,8 +345,10 @@ impl CounterTrack {
                 }
                 entry.last = Some(current);
             }
-        }
-        self.scanned_to = Some(self.scanned_to.map_or(now, |scanned| scanned.max(now)));
+        });
+        // Up to the newest sample read, not `now`: another device's newer
+        // sample may set `now` before this device's latest one is stored.
+        self.scanned_to = newest_seen;
         let oldest = now.saturating_sub(keep);
         self.pids.retain(|entry| entry.last_seen >= oldest);
         for entry in &mut self.pids {

@@ -173,6 +173,12 @@ impl DeviceHistory {
         self.slow.snapshot()
     }
 
+    /// Visits the slow-tier samples with `from <= at <= to` under the ring's
+    /// lock; for a handful of recent samples only.
+    pub fn visit_recent_slow(&self, from: Timestamp, to: Timestamp, visit: impl FnMut(&SlowPoint)) {
+        self.slow.visit_recent(from, to, visit);
+    }
+
     pub fn fast_len(&self) -> usize {
         self.fast.len()
     }

@@ -112,6 +112,31 @@ impl<T: Stamped + Clone> Ring<T> {
         self.len() == 0
     }
 
+    /// Calls `visit` for every item with `from <= at <= to`, oldest first,
+    /// under the lock. For the few newest items only (an evaluation reading
+    /// what arrived since the last one): a long range would hold up the
+    /// writer, so take a [`Ring::snapshot`] for those.
+    pub fn visit_recent(&self, from: Timestamp, to: Timestamp, mut visit: impl FnMut(&T)) {
+        let state = self.state.lock();
+        let mut first_chunk = state.sealed.len();
+        while first_chunk > 0
+            && state
+                .sealed
+                .get(first_chunk - 1)
+                .and_then(|chunk| chunk.last())
+                .is_some_and(|last| last.at() >= from)
+        {
+            first_chunk -= 1;
+        }
+        let sealed = state.sealed.iter().skip(first_chunk).flat_map(|chunk| chunk.iter());
+        for item in sealed.chain(state.open.iter()) {
+            let at = item.at();
+            if at >= from && at <= to {
+                visit(item);
+            }
+        }
+    }
+
     /// A consistent, lock-free view of the current contents.
     pub fn snapshot(&self) -> Snapshot<T> {
         let state = self.state.lock();
@@ -240,6 +265,21 @@ mod tests {
         ring.push(Item(2)).unwrap();
         assert_eq!(ring.snapshot().newest(), Some(&Item(2)));
         assert!(ring.len() <= 1);
+    }
+
+    #[test]
+    fn visit_recent_sees_exactly_the_range() {
+        let ring = Ring::new(1000);
+        for i in 0..2000 {
+            ring.push(Item(i)).unwrap();
+        }
+        let mut seen = Vec::new();
+        ring.visit_recent(ts(1990), ts(1995), |item| seen.push(item.0));
+        assert_eq!(seen, vec![1990, 1991, 1992, 1993, 1994, 1995]);
+        let mut across_chunks = Vec::new();
+        ring.visit_recent(ts(1500), ts(1999), |item| across_chunks.push(item.0));
+        assert_eq!(across_chunks.len(), 500);
+        assert_eq!(across_chunks.first(), Some(&1500));
     }
 
     proptest! {
