@@ -9,7 +9,7 @@
 //! the test harness. For the recorded figures it was built in release:
 //! `cargo build -p fake-nvml --release --lib` and
 //! `FAKE_NVML_LIBRARY=target/release/libnvidia_ml_fake.so cargo bench --bench nvml`.
-//! Figures and the machine are in docs/performance-nvml.md.
+//! Figures and the machine are in docs/performance.md ("NVML source").
 //!
 //! The slow tier lists 64 compute processes whose PIDs are real: 64 `sleep`
 //! children of this benchmark (killed at the end), each with a

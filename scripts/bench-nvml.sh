@@ -12,7 +12,7 @@
 # Also records vramd_source_calls_stuck, the source errors and each daemon's
 # thread count (/proc/PID/status) before and after the load, and how long
 # the hung daemon takes to stop on SIGTERM.
-# docs/performance-nvml.md records the figures.
+# docs/performance.md ("NVML source") records the figures.
 #
 # Everything binds 127.0.0.1, every wait is bounded, and the daemons and the
 # stand-in workload processes are killed on exit. Tunables (environment):
