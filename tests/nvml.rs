@@ -142,6 +142,7 @@ fn the_real_nvml_path_reports_what_the_driver_says() {
                 },
                 "supported_event_types": 65439,
                 "xid_events": [ { "after_ms": 300, "xid": 79 } ],
+                "remapped_rows": { "correctable": 3, "uncorrectable": 0, "pending": true, "failure": false },
             })),
             device(GPU1, 2 * GIB, json!({
                 "faults": { "not_supported": ["nvmlDeviceGetPowerUsage"] },
@@ -182,6 +183,18 @@ fn the_real_nvml_path_reports_what_the_driver_says() {
         "vramd_ecc_errors_total{{gpu=\"0\",uuid=\"{GPU0}\",type=\"corrected\",scope=\"aggregate\"}} 17"
     )));
     assert!(!metrics.contains("vramd_ecc_errors_total{gpu=\"1\""), "ECC off: no counters");
+    assert!(
+        metrics.contains(&format!(
+            "vramd_remapped_rows{{gpu=\"0\",uuid=\"{GPU0}\",type=\"correctable\"}} 3"
+        )),
+        "remapped rows come through NVML field values"
+    );
+    assert_eq!(sample(&metrics, &format!("vramd_remapped_rows_pending{labels0}")), Some(1.0));
+    assert_eq!(
+        sample(&metrics, &format!("vramd_remapped_rows_pending{labels1}")),
+        None,
+        "a device without row remapping leaves it out"
+    );
     let process = format!("pid=\"{me}\"");
     let used = metrics
         .lines()

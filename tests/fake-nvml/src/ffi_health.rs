@@ -270,6 +270,45 @@ pub unsafe extern "C" fn nvmlDeviceGetRemappedRows(
     })
 }
 
+/// Field values: only the row-remapping fields (142–145), which vramd reads
+/// this way; every other field answers NOT_SUPPORTED in its own slot.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetFieldValues(
+    device: nvmlDevice_t,
+    values_count: std::os::raw::c_int,
+    values: *mut nvmlFieldValue_t,
+) -> nvmlReturn_t {
+    device_call("nvmlDeviceGetFieldValues", Subject::Handle(device), |call| {
+        let count = usize::try_from(values_count).map_err(|_| INVALID_ARGUMENT)?;
+        if count == 0 {
+            return Ok(());
+        }
+        non_null(&[values.cast_const()])?;
+        let rows = call.physical()?.remapped_rows;
+        for slot in 0..count {
+            // SAFETY: the caller passes `values_count` valid, writable
+            // elements at `values` (the NVML contract), checked non-null.
+            let value = unsafe { &mut *values.add(slot) };
+            let answer = match (value.fieldId, rows) {
+                (142, Some(rows)) => Some(c_ulonglong::from(rows.correctable)),
+                (143, Some(rows)) => Some(c_ulonglong::from(rows.uncorrectable)),
+                (144, Some(rows)) => Some(c_ulonglong::from(rows.pending)),
+                (145, Some(rows)) => Some(c_ulonglong::from(rows.failure)),
+                _ => None,
+            };
+            match answer {
+                Some(number) => {
+                    value.valueType = nvmlValueType_enum_NVML_VALUE_TYPE_UNSIGNED_LONG_LONG;
+                    value.value = nvmlValue_t { ullVal: number };
+                    value.nvmlReturn = SUCCESS;
+                }
+                None => value.nvmlReturn = NOT_SUPPORTED,
+            }
+        }
+        Ok(())
+    })
+}
+
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlDeviceGetPersistenceMode(
     device: nvmlDevice_t,

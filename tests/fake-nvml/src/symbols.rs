@@ -38,6 +38,7 @@ pub const ALL: &[&str] = &[
     "nvmlDeviceGetRetiredPages_v2",
     "nvmlDeviceGetRetiredPagesPendingStatus",
     "nvmlDeviceGetRemappedRows",
+    "nvmlDeviceGetFieldValues",
     "nvmlDeviceGetPersistenceMode",
     "nvmlDeviceGetComputeMode",
     "nvmlDeviceGetPcieThroughput",
