@@ -236,9 +236,11 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     if let Some(simulator) = reporting_simulator {
         // One round before sampling starts, so the first slow sample joins.
         post_simulated_reports(&simulator, &reports, &report_limits);
-        let speed = sampler_settings(&config).speed;
-        let period =
-            config.sampler.slow_interval.div_f64(speed).max(std::time::Duration::from_millis(200));
+        let period = crate::clock::real_interval(
+            config.sampler.slow_interval,
+            sampler_settings(&config).speed,
+        )
+        .max(std::time::Duration::from_millis(200));
         tokio::spawn(simulated_reports(
             simulator,
             reports.clone(),

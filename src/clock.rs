@@ -52,6 +52,13 @@ impl ScaledClock {
     }
 }
 
+/// The real time that `interval` of source time takes at `speed` source
+/// seconds per real second (simulation and replay run faster than real
+/// time). A non-finite or non-positive speed counts as 1.
+pub fn real_interval(interval: std::time::Duration, speed: f64) -> std::time::Duration {
+    if speed.is_finite() && speed > 0.0 { interval.div_f64(speed) } else { interval }
+}
+
 /// The current wall-clock time.
 pub fn wall_now() -> Timestamp {
     let millis = SystemTime::now()

@@ -44,6 +44,16 @@ impl Timestamp {
         u64::try_from(delta).ok().map(Duration::from_millis)
     }
 
+    /// Reads RFC 3339 text (`2026-01-01T00:00:00.250Z`; offsets and a
+    /// missing fraction accepted) to millisecond precision.
+    pub fn parse_rfc3339(text: &str) -> Result<Timestamp, String> {
+        let time = humantime::parse_rfc3339_weak(text).map_err(|error| error.to_string())?;
+        let since_epoch =
+            time.duration_since(std::time::UNIX_EPOCH).map_err(|error| error.to_string())?;
+        let millis = i64::try_from(since_epoch.as_millis()).map_err(|error| error.to_string())?;
+        Ok(Timestamp::from_unix_millis(millis))
+    }
+
     /// RFC 3339 text with millisecond precision, e.g. `2026-01-01T00:00:00.250Z`.
     pub fn to_rfc3339(self) -> String {
         let since_epoch = Duration::from_millis(self.0.unsigned_abs());
@@ -59,12 +69,46 @@ impl Timestamp {
     }
 }
 
-/// Serializes a timestamp as RFC 3339 text (for JSON documents people read).
-pub fn serialize_rfc3339<S: serde::Serializer>(
-    at: &Timestamp,
-    serializer: S,
-) -> Result<S::Ok, S::Error> {
-    serializer.serialize_str(&at.to_rfc3339())
+/// Serde forms of a [`Timestamp`] as RFC 3339 text, for JSON documents
+/// people read (`#[serde(with = "crate::model::rfc3339")]`, or
+/// `rfc3339::option` for an `Option<Timestamp>`).
+pub mod rfc3339 {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    use super::Timestamp;
+
+    pub fn serialize<S: Serializer>(at: &Timestamp, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&at.to_rfc3339())
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Timestamp, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        Timestamp::parse_rfc3339(&text).map_err(serde::de::Error::custom)
+    }
+
+    pub mod option {
+        use serde::{Deserialize, Deserializer, Serializer};
+
+        use super::super::Timestamp;
+
+        pub fn serialize<S: Serializer>(
+            at: &Option<Timestamp>,
+            serializer: S,
+        ) -> Result<S::Ok, S::Error> {
+            match at {
+                Some(at) => super::serialize(at, serializer),
+                None => serializer.serialize_none(),
+            }
+        }
+
+        pub fn deserialize<'de, D: Deserializer<'de>>(
+            deserializer: D,
+        ) -> Result<Option<Timestamp>, D::Error> {
+            Option::<String>::deserialize(deserializer)?
+                .map(|text| Timestamp::parse_rfc3339(&text).map_err(serde::de::Error::custom))
+                .transpose()
+        }
+    }
 }
 
 fn duration_millis(duration: Duration) -> i64 {

@@ -16,7 +16,7 @@ use crate::config::AlertsConfig;
 use crate::history::{DeviceHistory, HistoryStore};
 use crate::model::Timestamp;
 
-use super::engine::{Engine, EngineLimits, Observation};
+use super::engine::{Engine, EngineLimits};
 use super::model::{Alert, Transition};
 use super::rules::{self, DeviceFacts, ProcessFacts};
 
@@ -74,10 +74,6 @@ impl Evaluator {
             trend_cache: HashMap::new(),
             counters: HashMap::new(),
         }
-    }
-
-    pub fn dropped_alerts(&self) -> u64 {
-        self.engine.dropped()
     }
 
     pub fn firing(&self) -> Vec<Alert> {
@@ -165,7 +161,7 @@ impl Evaluator {
         if stale {
             let slow = device.slow_snapshot();
             let findings: HashMap<u32, LeakFinding> = if rules.leak_suspected.enabled {
-                let leak_pids = pids_in(&slow, now.saturating_sub(rules.leak_window), now);
+                let leak_pids = series::pids_in(&slow, now.saturating_sub(rules.leak_window), now);
                 leak_pids
                     .iter()
                     .filter_map(|&pid| {
@@ -303,10 +299,6 @@ struct PidCounters {
     steps: VecDeque<(Timestamp, u64, u64)>,
 }
 
-fn gained(previous: u64, current: u64) -> u64 {
-    if current >= previous { current - previous } else { current }
-}
-
 impl CounterTrack {
     fn update(&mut self, device: &DeviceHistory, now: Timestamp, keep: Duration) {
         let from = match self.scanned_to {
@@ -338,7 +330,10 @@ impl CounterTrack {
                 let Some(stats) = process.allocator() else { continue };
                 let current = (stats.alloc_retries, stats.ooms);
                 if let Some((retries, ooms)) = entry.last {
-                    let step = (gained(retries, current.0), gained(ooms, current.1));
+                    let step = (
+                        series::counter_step(retries, current.0),
+                        series::counter_step(ooms, current.1),
+                    );
                     if step != (0, 0) {
                         entry.steps.push_back((at, step.0, step.1));
                     }
@@ -388,37 +383,9 @@ impl CounterTrack {
     }
 }
 
-/// The PIDs present in a window, in first-seen order. A handful per device:
-/// a linear `contains` beats building a set on every evaluation.
-fn pids_in(
-    slow: &crate::history::Snapshot<crate::history::SlowPoint>,
-    from: Timestamp,
-    to: Timestamp,
-) -> Vec<u32> {
-    let mut pids: Vec<u32> = Vec::new();
-    for point in slow.range(from, to) {
-        for process in point.processes().into_iter().flatten() {
-            if !pids.contains(&process.pid) {
-                pids.push(process.pid);
-            }
-        }
-    }
-    pids
-}
-
 fn add(sum: Option<u64>, value: Option<u64>) -> Option<u64> {
     match (sum, value) {
         (None, None) => None,
         (sum, value) => Some(sum.unwrap_or(0).saturating_add(value.unwrap_or(0))),
     }
-}
-
-/// The observations of one pass, for tests of the rules alone.
-pub fn observations_for(
-    rules: &crate::config::RulesConfig,
-    facts: &DeviceFacts,
-) -> Vec<Observation> {
-    let mut observations = Vec::new();
-    rules::observe(rules, facts, &mut observations);
-    observations
 }

@@ -115,17 +115,25 @@ pub struct Alert {
     /// Unit of `value` and `threshold`: `ratio`, `bytes`, `seconds`, `count`.
     pub unit: String,
     /// When the condition started to hold (pending since). RFC 3339.
-    #[serde(with = "rfc3339")]
+    #[serde(with = "crate::model::rfc3339")]
     #[schema(value_type = String, format = DateTime, example = "2026-01-01T00:00:00.000Z")]
     pub since: Timestamp,
-    #[serde(default, skip_serializing_if = "Option::is_none", with = "rfc3339_option")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "crate::model::rfc3339::option"
+    )]
     #[schema(value_type = Option<String>, format = DateTime)]
     pub firing_since: Option<Timestamp>,
-    #[serde(default, skip_serializing_if = "Option::is_none", with = "rfc3339_option")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "crate::model::rfc3339::option"
+    )]
     #[schema(value_type = Option<String>, format = DateTime)]
     pub resolved_at: Option<Timestamp>,
     /// Last evaluation that changed or confirmed it.
-    #[serde(with = "rfc3339")]
+    #[serde(with = "crate::model::rfc3339")]
     #[schema(value_type = String, format = DateTime)]
     pub updated_at: Timestamp,
     /// One line: what is wrong.
@@ -148,53 +156,6 @@ impl Alert {
             }
         }
         name
-    }
-}
-
-mod rfc3339 {
-    use serde::{Deserialize, Deserializer, Serializer};
-
-    use crate::model::Timestamp;
-
-    pub fn serialize<S: Serializer>(at: &Timestamp, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.serialize_str(&at.to_rfc3339())
-    }
-
-    pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Timestamp, D::Error> {
-        let text = String::deserialize(deserializer)?;
-        parse(&text).map_err(serde::de::Error::custom)
-    }
-
-    pub fn parse(text: &str) -> Result<Timestamp, String> {
-        let time = humantime::parse_rfc3339_weak(text).map_err(|error| error.to_string())?;
-        let since_epoch =
-            time.duration_since(std::time::UNIX_EPOCH).map_err(|error| error.to_string())?;
-        let millis = i64::try_from(since_epoch.as_millis()).map_err(|error| error.to_string())?;
-        Ok(Timestamp::from_unix_millis(millis))
-    }
-}
-
-mod rfc3339_option {
-    use serde::{Deserialize, Deserializer, Serializer};
-
-    use crate::model::Timestamp;
-
-    pub fn serialize<S: Serializer>(
-        at: &Option<Timestamp>,
-        serializer: S,
-    ) -> Result<S::Ok, S::Error> {
-        match at {
-            Some(at) => super::rfc3339::serialize(at, serializer),
-            None => serializer.serialize_none(),
-        }
-    }
-
-    pub fn deserialize<'de, D: Deserializer<'de>>(
-        deserializer: D,
-    ) -> Result<Option<Timestamp>, D::Error> {
-        Option::<String>::deserialize(deserializer)?
-            .map(|text| super::rfc3339::parse(&text).map_err(serde::de::Error::custom))
-            .transpose()
     }
 }
 

@@ -32,9 +32,8 @@ pub async fn run(
     settings: RunnerSettings,
     cancel: CancellationToken,
 ) {
-    let speed =
-        if settings.speed.is_finite() && settings.speed > 0.0 { settings.speed } else { 1.0 };
-    let period = settings.alerts.evaluation_interval.div_f64(speed).max(Duration::from_millis(1));
+    let period = crate::clock::real_interval(settings.alerts.evaluation_interval, settings.speed)
+        .max(Duration::from_millis(1));
     let mut ticker = tokio::time::interval(period);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     let mut evaluator = Some(Evaluator::new(&settings.alerts));

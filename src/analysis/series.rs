@@ -163,13 +163,16 @@ pub fn counter_increase(series: &[(Timestamp, u64)]) -> Option<u64> {
         return None;
     }
     let increase = series.windows(2).fold(0u64, |sum, pair| match pair {
-        [(_, previous), (_, current)] if current >= previous => {
-            sum.saturating_add(current - previous)
-        }
-        [_, (_, current)] => sum.saturating_add(*current),
+        [(_, previous), (_, current)] => sum.saturating_add(counter_step(*previous, *current)),
         _ => sum,
     });
     Some(increase)
+}
+
+/// What a monotonic counter gained from `previous` to `current`; a drop
+/// means the process restarted its counters, so the new value counts in full.
+pub fn counter_step(previous: u64, current: u64) -> u64 {
+    if current >= previous { current - previous } else { current }
 }
 
 #[cfg(test)]

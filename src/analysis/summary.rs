@@ -9,7 +9,7 @@ use crate::model::Timestamp;
 #[derive(Clone, Debug, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct DeviceAnalysis {
     /// The newest sample the analysis saw.
-    #[serde(serialize_with = "crate::model::serialize_rfc3339")]
+    #[serde(serialize_with = "crate::model::rfc3339::serialize")]
     #[schema(value_type = String, format = DateTime, example = "2026-01-01T00:00:00.000Z")]
     pub at: Timestamp,
     /// Growth of used memory over `trend_window_seconds` (Theil–Sen);

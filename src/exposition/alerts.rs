@@ -6,13 +6,7 @@ use crate::alerts::AlertState;
 use crate::alerts::board::AlertBoard;
 
 use super::DeviceView;
-use super::text::{Family, FamilyWriter, Kind, Labels};
-
-macro_rules! family {
-    ($ident:ident, $name:literal, $kind:ident, $help:literal) => {
-        const $ident: Family = Family { name: $name, help: $help, kind: Kind::$kind };
-    };
-}
+use super::text::{Family, FamilyWriter, Labels, family};
 
 family!(
     GROWTH,

@@ -4,35 +4,29 @@
 use crate::history::LiveState;
 use crate::model::{SlowDetails, THROTTLE_REASONS};
 
-use super::text::{Family, FamilyWriter, Kind};
+use super::text::{Family, FamilyWriter, family};
 use super::{DeviceView, device_family};
-
-macro_rules! family {
-    ($ident:ident, $name:literal, $kind:ident, $help:literal) => {
-        pub(super) const $ident: Family = Family { name: $name, help: $help, kind: Kind::$kind };
-    };
-}
 
 #[rustfmt::skip]
 mod families {
     use super::*;
-    family!(BAR1_TOTAL, "vramd_bar1_total_bytes", Gauge, "Size of the BAR1 aperture (CPU-mapped device memory).");
-    family!(BAR1_USED, "vramd_bar1_used_bytes", Gauge, "BAR1 aperture in use.");
-    family!(SM_CLOCK, "vramd_sm_clock_hertz", Gauge, "Current streaming-multiprocessor clock.");
-    family!(MEMORY_CLOCK, "vramd_memory_clock_hertz", Gauge, "Current memory clock.");
-    family!(THROTTLE, "vramd_clock_throttle_active", Gauge, "1 while the named clock throttle reason is active, else 0.");
-    family!(ECC_ERRORS, "vramd_ecc_errors_total", Counter, "ECC errors by type (corrected, uncorrected) and scope (volatile: since the driver loaded; aggregate: lifetime). Present only while ECC is enabled.");
-    family!(RETIRED_PAGES, "vramd_retired_pages", Gauge, "Device memory pages retired for ECC errors, by cause.");
-    family!(RETIRED_PENDING, "vramd_retired_pages_pending", Gauge, "1 when a page retirement waits for the next driver reload.");
-    family!(REMAPPED_ROWS, "vramd_remapped_rows", Gauge, "Memory rows remapped for errors, by type.");
-    family!(REMAP_PENDING, "vramd_remapped_rows_pending", Gauge, "1 when a row remapping waits for the next GPU reset.");
-    family!(REMAP_FAILURE, "vramd_remapped_rows_failure", Gauge, "1 when a row remapping failed: the GPU needs service.");
-    family!(PERSISTENCE, "vramd_persistence_mode", Gauge, "1 when persistence mode is on.");
-    family!(COMPUTE_MODE, "vramd_compute_mode", Gauge, "The device's compute mode; the series with value 1 names it.");
-    family!(MIG_MODE, "vramd_mig_mode", Gauge, "1 when MIG mode is enabled.");
-    family!(PCIE_TX, "vramd_pcie_tx_bytes_per_second", Gauge, "PCIe transmit throughput (only with nvml.pcie_throughput).");
-    family!(PCIE_RX, "vramd_pcie_rx_bytes_per_second", Gauge, "PCIe receive throughput (only with nvml.pcie_throughput).");
-    family!(XID_ERRORS, "vramd_xid_errors_total", Counter, "Xid errors reported by the driver since vramd started, by code.");
+    family!(pub(super) BAR1_TOTAL, "vramd_bar1_total_bytes", Gauge, "Size of the BAR1 aperture (CPU-mapped device memory).");
+    family!(pub(super) BAR1_USED, "vramd_bar1_used_bytes", Gauge, "BAR1 aperture in use.");
+    family!(pub(super) SM_CLOCK, "vramd_sm_clock_hertz", Gauge, "Current streaming-multiprocessor clock.");
+    family!(pub(super) MEMORY_CLOCK, "vramd_memory_clock_hertz", Gauge, "Current memory clock.");
+    family!(pub(super) THROTTLE, "vramd_clock_throttle_active", Gauge, "1 while the named clock throttle reason is active, else 0.");
+    family!(pub(super) ECC_ERRORS, "vramd_ecc_errors_total", Counter, "ECC errors by type (corrected, uncorrected) and scope (volatile: since the driver loaded; aggregate: lifetime). Present only while ECC is enabled.");
+    family!(pub(super) RETIRED_PAGES, "vramd_retired_pages", Gauge, "Device memory pages retired for ECC errors, by cause.");
+    family!(pub(super) RETIRED_PENDING, "vramd_retired_pages_pending", Gauge, "1 when a page retirement waits for the next driver reload.");
+    family!(pub(super) REMAPPED_ROWS, "vramd_remapped_rows", Gauge, "Memory rows remapped for errors, by type.");
+    family!(pub(super) REMAP_PENDING, "vramd_remapped_rows_pending", Gauge, "1 when a row remapping waits for the next GPU reset.");
+    family!(pub(super) REMAP_FAILURE, "vramd_remapped_rows_failure", Gauge, "1 when a row remapping failed: the GPU needs service.");
+    family!(pub(super) PERSISTENCE, "vramd_persistence_mode", Gauge, "1 when persistence mode is on.");
+    family!(pub(super) COMPUTE_MODE, "vramd_compute_mode", Gauge, "The device's compute mode; the series with value 1 names it.");
+    family!(pub(super) MIG_MODE, "vramd_mig_mode", Gauge, "1 when MIG mode is enabled.");
+    family!(pub(super) PCIE_TX, "vramd_pcie_tx_bytes_per_second", Gauge, "PCIe transmit throughput (only with nvml.pcie_throughput).");
+    family!(pub(super) PCIE_RX, "vramd_pcie_rx_bytes_per_second", Gauge, "PCIe receive throughput (only with nvml.pcie_throughput).");
+    family!(pub(super) XID_ERRORS, "vramd_xid_errors_total", Counter, "Xid errors reported by the driver since vramd started, by code.");
 }
 
 use families::*;

@@ -4,18 +4,20 @@
 //! Owns: metric names, help texts and labels (DESIGN.md's naming contract).
 //! A scrape only reads the live state the sampler left in history; it never
 //! calls a device source. Absent values are left out, never written as 0.
-//! Depends on: `history`, `telemetry`, `model`.
+//! Depends on: `history`, `analysis::accounting`, `alerts::board`,
+//! `telemetry`, `model`.
 
 mod alerts;
 mod health;
 mod text;
 
 use crate::alerts::board::AlertBoard;
+use crate::analysis::accounting;
 use crate::history::{HistoryStore, LiveState};
 use crate::model::{DeviceInfo, ProcessInfo};
 use crate::telemetry::{Telemetry, TelemetryError};
 
-use text::{Family, FamilyWriter, Kind, Labels};
+use text::{Family, FamilyWriter, Labels, family};
 
 /// The content type of the text exposition format.
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
@@ -82,12 +84,6 @@ fn estimate_size(views: &[DeviceView]) -> usize {
         .filter_map(|view| view.live.slow.as_ref()?.processes.as_ref().map(Vec::len))
         .sum();
     8_192 + views.len() * 2_048 + processes * 1_200
-}
-
-macro_rules! family {
-    ($ident:ident, $name:literal, $kind:ident, $help:literal) => {
-        const $ident: Family = Family { name: $name, help: $help, kind: Kind::$kind };
-    };
 }
 
 family!(DEVICE_INFO, "vramd_device_info", Gauge, "Static facts about a monitored GPU; always 1.");
@@ -267,16 +263,15 @@ fn render_devices_into(views: &[DeviceView], out: &mut Vec<u8>) {
         Some(live.processes_dropped as f64)
     });
     device_family(out, views, &UNATTRIBUTED, |live| {
-        // Only meaningful when every process is listed with its usage.
-        if live.processes_dropped > 0 {
-            return None;
-        }
-        let used = memory(live)?.used_bytes;
-        let processes = live.slow.as_ref()?.processes.as_ref()?;
-        let attributed = processes
-            .iter()
-            .try_fold(0u64, |sum, p| p.used_bytes.map(|b| sum.saturating_add(b)))?;
-        Some(used.saturating_sub(attributed) as f64)
+        // The accounting model's definition: absent unless every process is
+        // listed with its usage.
+        let processes = live.slow.as_ref()?.processes.as_deref()?;
+        let breakdown = accounting::device_breakdown(
+            &memory(live)?,
+            Some(processes),
+            live.processes_dropped == 0,
+        );
+        breakdown.unattributed_bytes.map(|bytes| bytes as f64)
     });
     {
         let mut writer = FamilyWriter::new(out, &HISTORY_SAMPLES);
@@ -353,17 +348,13 @@ fn render_processes(views: &[DeviceView], out: &mut Vec<u8>) {
         p.allocator.map(|a| a.alloc_retries as f64)
     });
     process_family(out, &processes, &ALLOC_OOMS, |p| p.allocator.map(|a| a.ooms as f64));
+    // Ratios as the accounting model defines them (one definition for the
+    // metrics, the REST document and the alert rules).
     process_family(out, &processes, &ALLOC_CACHE_RATIO, |p| {
-        let stats = p.allocator?;
-        (stats.reserved_bytes > 0).then(|| {
-            stats.reserved_bytes.saturating_sub(stats.allocated_bytes) as f64
-                / stats.reserved_bytes as f64
-        })
+        accounting::process_breakdown(p)?.cache_ratio
     });
     process_family(out, &processes, &ALLOC_FRAGMENTATION, |p| {
-        let stats = p.allocator?;
-        (stats.reserved_bytes > 0)
-            .then(|| stats.inactive_split_bytes as f64 / stats.reserved_bytes as f64)
+        accounting::process_breakdown(p)?.fragmentation_ratio
     });
 }
 

@@ -8,6 +8,19 @@
 
 use std::io::Write;
 
+/// Declares a [`Family`] constant: `family!(NAME, "metric_name", Gauge, "Help.")`,
+/// with an optional visibility first.
+macro_rules! family {
+    ($vis:vis $ident:ident, $name:literal, $kind:ident, $help:literal) => {
+        $vis const $ident: $crate::exposition::text::Family = $crate::exposition::text::Family {
+            name: $name,
+            help: $help,
+            kind: $crate::exposition::text::Kind::$kind,
+        };
+    };
+}
+pub(crate) use family;
+
 /// The metadata of one metric family.
 pub struct Family {
     pub name: &'static str,

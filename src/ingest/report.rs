@@ -266,12 +266,5 @@ fn stats_of(
 }
 
 fn parse_time(text: &str) -> Result<Timestamp, ReportError> {
-    let time = humantime::parse_rfc3339_weak(text)
-        .map_err(|error| ReportError::BadTime(error.to_string()))?;
-    let since_epoch = time
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_err(|error| ReportError::BadTime(error.to_string()))?;
-    let millis = i64::try_from(since_epoch.as_millis())
-        .map_err(|error| ReportError::BadTime(error.to_string()))?;
-    Ok(Timestamp::from_unix_millis(millis))
+    Timestamp::parse_rfc3339(text).map_err(ReportError::BadTime)
 }

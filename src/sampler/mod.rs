@@ -49,11 +49,7 @@ pub struct SamplerSettings {
 
 impl SamplerSettings {
     fn real(&self, interval: Duration) -> Duration {
-        if self.speed.is_finite() && self.speed > 0.0 {
-            interval.div_f64(self.speed).max(Duration::from_micros(100))
-        } else {
-            interval
-        }
+        crate::clock::real_interval(interval, self.speed).max(Duration::from_micros(100))
     }
 }
 
