@@ -26,50 +26,39 @@ die() {
     exit 1
 }
 
-ensure_promtool() {
-    if command -v promtool >/dev/null 2>&1; then
+# ensure_debian_file PATH PACKAGE: installs the Debian package that provides
+# PATH when PATH is missing; fails (never skips) when that cannot be done.
+ensure_debian_file() {
+    local path="$1" package="$2"
+    if [ -x "$path" ]; then
         return
     fi
-    echo "scripts/test.sh: promtool not found; installing the Debian package 'prometheus'" >&2
+    echo "scripts/test.sh: $path not found; installing the Debian package '$package'" >&2
     command -v apt-get >/dev/null 2>&1 ||
-        die "promtool is required and apt-get is not available; install promtool (Prometheus) and rerun"
+        die "$path is required and apt-get is not available; install the '$package' package and rerun"
     local sudo=""
     if [ "$(id -u)" -ne 0 ]; then
         command -v sudo >/dev/null 2>&1 ||
-            die "promtool is required; run as root or install sudo, or install the 'prometheus' package yourself"
+            die "$path is required; run as root or install sudo, or install the '$package' package yourself"
         sudo="sudo -n"
     fi
     export DEBIAN_FRONTEND=noninteractive
     $sudo apt-get update </dev/null ||
-        die "apt-get update failed; cannot install promtool"
-    $sudo apt-get install -y --no-install-recommends prometheus </dev/null ||
-        die "apt-get install prometheus failed; cannot install promtool"
-    command -v promtool >/dev/null 2>&1 ||
-        die "the 'prometheus' package is installed but promtool is not on PATH"
+        die "apt-get update failed; cannot install $package"
+    $sudo apt-get install -y --no-install-recommends "$package" </dev/null ||
+        die "apt-get install $package failed"
+    [ -x "$path" ] ||
+        die "the '$package' package is installed but $path is missing"
 }
 
 ALERTMANAGER=/usr/bin/prometheus-alertmanager
 
+ensure_promtool() {
+    command -v promtool >/dev/null 2>&1 || ensure_debian_file /usr/bin/promtool prometheus
+}
+
 ensure_alertmanager() {
-    if [ -x "$ALERTMANAGER" ]; then
-        return
-    fi
-    echo "scripts/test.sh: $ALERTMANAGER not found; installing the Debian package 'prometheus-alertmanager'" >&2
-    command -v apt-get >/dev/null 2>&1 ||
-        die "Alertmanager is required and apt-get is not available; install the 'prometheus-alertmanager' package and rerun"
-    local sudo=""
-    if [ "$(id -u)" -ne 0 ]; then
-        command -v sudo >/dev/null 2>&1 ||
-            die "Alertmanager is required; run as root or install sudo, or install the 'prometheus-alertmanager' package yourself"
-        sudo="sudo -n"
-    fi
-    export DEBIAN_FRONTEND=noninteractive
-    $sudo apt-get update </dev/null ||
-        die "apt-get update failed; cannot install Alertmanager"
-    $sudo apt-get install -y --no-install-recommends prometheus-alertmanager </dev/null ||
-        die "apt-get install prometheus-alertmanager failed; cannot install Alertmanager"
-    [ -x "$ALERTMANAGER" ] ||
-        die "the 'prometheus-alertmanager' package is installed but $ALERTMANAGER is missing"
+    ensure_debian_file "$ALERTMANAGER" prometheus-alertmanager
 }
 
 ensure_pytest() {

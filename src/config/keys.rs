@@ -402,6 +402,11 @@ pub fn is_known(key: &str) -> bool {
 /// The known key or table closest to an unknown one, when close enough
 /// to be a likely typo.
 pub fn suggest(unknown: &str) -> Option<String> {
+    // No key is near a name this long, and the edit distance is quadratic:
+    // a megabyte-long variable name must not stall start-up.
+    if unknown.len() > MAX_SUGGESTABLE {
+        return None;
+    }
     let candidates = KEYS.iter().map(|spec| spec.key).chain(tables());
     candidates
         .map(|known| (edit_distance(unknown, known), known))
@@ -409,6 +414,10 @@ pub fn suggest(unknown: &str) -> Option<String> {
         .min_by_key(|(distance, _)| *distance)
         .map(|(_, known)| known.to_owned())
 }
+
+/// Longest unknown name a suggestion is looked for (the longest key is
+/// under 60 bytes).
+const MAX_SUGGESTABLE: usize = 256;
 
 /// Levenshtein distance, counting `.` and `_` as the same character so that
 /// `VRAMD_SAMPLER_FAST_INTERVAL` (one underscore) suggests the right key.
