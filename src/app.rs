@@ -12,6 +12,7 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
+use crate::alerts::AlertState;
 use crate::alerts::board::AlertBoard;
 use crate::alerts::notify;
 use crate::alerts::runner::{self, RunnerSettings};
@@ -20,9 +21,12 @@ use crate::clock::{ScaledClock, wall_now};
 use crate::config::{Config, SourceSelection};
 use crate::history::{HistoryStore, Sizing};
 use crate::ingest::{ReportLimits, ReportStore, StoreLimits};
+use crate::sampler::probe::{ProbeGate, ProbeSettings};
 use crate::sampler::{self, SamplerSettings};
 use crate::source::DeviceSource;
+use crate::source::cuda::ChildProber;
 use crate::source::nvml::{NvmlSettings, NvmlSource};
+use crate::source::probe::{ProbeRequest, Prober};
 use crate::source::simulator::{Simulator, SimulatorError, SimulatorSpec};
 use crate::source::trace::{Recorder, Replay, TraceError};
 use crate::telemetry::{Telemetry, TelemetryError};
@@ -70,18 +74,25 @@ impl AppError {
 pub struct BuiltSource {
     pub source: Arc<dyn DeviceSource>,
     pub reporting_simulator: Option<Simulator>,
+    /// What answers the CUDA probe: a child process for the real driver,
+    /// the simulator for a simulated host, nothing for a replayed trace.
+    pub prober: Option<Arc<dyn Prober>>,
 }
 
 pub fn build_source(config: &Config) -> Result<BuiltSource, AppError> {
     let mut reporting_simulator = None;
+    let mut prober: Option<Arc<dyn Prober>> = None;
     let source: Arc<dyn DeviceSource> = match &config.source.selection {
-        SourceSelection::Driver => Arc::new(NvmlSource::new(NvmlSettings {
-            library_path: config.nvml.library_path.clone(),
-            pcie_throughput: config.nvml.pcie_throughput,
-            max_cmdline_bytes: config.nvml.max_cmdline_bytes,
-            xid_events: config.nvml.xid_events,
-            ..NvmlSettings::default()
-        })),
+        SourceSelection::Driver => {
+            prober = Some(Arc::new(ChildProber::current_binary()));
+            Arc::new(NvmlSource::new(NvmlSettings {
+                library_path: config.nvml.library_path.clone(),
+                pcie_throughput: config.nvml.pcie_throughput,
+                max_cmdline_bytes: config.nvml.max_cmdline_bytes,
+                xid_events: config.nvml.xid_events,
+                ..NvmlSettings::default()
+            }))
+        }
         SourceSelection::Simulate(simulator) => {
             let clock = ScaledClock::starting_at(wall_now(), config.source.speed);
             let origin = clock.origin();
@@ -92,6 +103,7 @@ pub fn build_source(config: &Config) -> Result<BuiltSource, AppError> {
             };
             let simulator = Simulator::with_origin(spec, clock, origin)?.reporting_allocator();
             reporting_simulator = Some(simulator.clone());
+            prober = Some(Arc::new(simulator.clone()));
             Arc::new(simulator)
         }
         SourceSelection::Replay { path } => Arc::new(
@@ -102,7 +114,8 @@ pub fn build_source(config: &Config) -> Result<BuiltSource, AppError> {
         Some(path) => Arc::new(Recorder::create(source, path).map_err(AppError::Record)?),
         None => source,
     };
-    Ok(BuiltSource { source, reporting_simulator })
+    let prober = prober.filter(|_| config.probe.enabled);
+    Ok(BuiltSource { source, reporting_simulator, prober })
 }
 
 /// Posts the simulated processes' allocator reports through the same
@@ -190,6 +203,40 @@ pub fn sampler_settings(config: &Config) -> SamplerSettings {
     }
 }
 
+/// The probe scheduler's settings the configuration implies.
+pub fn probe_settings(config: &Config) -> ProbeSettings {
+    let probe = &config.probe;
+    ProbeSettings {
+        interval: probe.interval,
+        max_backoff: probe.max_backoff,
+        speed: sampler_settings(config).speed,
+        min_free_bytes: probe.min_free_bytes,
+        request: ProbeRequest {
+            block_bytes: probe.block_bytes,
+            samples: probe.samples,
+            margin_bytes: probe.margin_bytes,
+            headroom_time_budget: probe.headroom.then_some(probe.headroom_time_budget),
+            timeout: probe.timeout,
+            cuda_library: probe.cuda_library.clone(),
+            nvml_library: config.nvml.library_path.clone(),
+        },
+    }
+}
+
+/// Probing is unsafe while the workload on a device is already short of
+/// memory: its allocator is raising OOMs or flushing its cache to retry.
+struct AlertGate(Arc<AlertBoard>);
+
+impl ProbeGate for AlertGate {
+    fn unsafe_alert_firing(&self, uuid: &str) -> bool {
+        self.0.alerts().iter().any(|alert| {
+            alert.state == AlertState::Firing
+                && alert.key.uuid == uuid
+                && matches!(alert.key.rule.as_str(), "allocator_oom" | "allocator_retries")
+        })
+    }
+}
+
 pub fn history_sizing(config: &Config) -> Sizing {
     Sizing::for_retention(
         config.history.retention,
@@ -208,7 +255,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
             .await
             .map_err(|error| AppError::Startup(error.to_string()))??
     };
-    let BuiltSource { source, reporting_simulator } = source;
+    let BuiltSource { source, reporting_simulator, prober } = source;
     if config.nvml.require_gpu && config.source.selection == SourceSelection::Driver {
         require_devices(&source, config.nvml.init_timeout).await?;
     }
@@ -258,6 +305,15 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         cancel.clone(),
     ));
     let board = Arc::new(AlertBoard::new(config.api.max_stream_backlog.get()));
+    if let Some(prober) = prober {
+        tokio::spawn(crate::sampler::probe::run(
+            prober,
+            store.clone(),
+            Arc::new(AlertGate(board.clone())),
+            probe_settings(&config),
+            cancel.clone(),
+        ));
+    }
     let notifiers = notify::notifiers_from_config(&config.notify, &format!("http://{local}"))
         .map_err(AppError::Notify)?;
     let dispatch = (!notifiers.is_empty())

@@ -27,7 +27,9 @@ Exit status:
   1  runtime failure, e.g. the listen address cannot be bound, or NVML cannot
      be initialised with --require-gpu
   2  invalid command line, configuration or replayed trace
-  3  `vramd analyze --fail-on STATE`: an alert reached that state";
+  3  `vramd analyze --fail-on STATE`: an alert reached that state
+  4  `vramd probe`: the CUDA driver library or one of its symbols is missing
+  5  `vramd probe`: the probe failed (the message, or --json, says how)";
 
 /// vramd watches NVIDIA GPU memory: where it went, whether it is fragmented
 /// or leaking, and when it will run out.
@@ -92,7 +94,7 @@ pub struct Cli {
 }
 
 /// The subcommands.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Subcommand)]
+#[derive(Clone, Debug, PartialEq, Eq, Subcommand)]
 pub enum Command {
     /// Run the daemon (the default).
     Run,
@@ -103,6 +105,64 @@ pub enum Command {
     /// Run the analysis and alert pipeline over --simulate or --replay as
     /// fast as the CPU allows and print the alert timeline.
     Analyze(AnalyzeArgs),
+    /// Probe one device through the CUDA driver and exit: free memory per
+    /// CUDA and NVML, context creation time, allocation latency, and with
+    /// --headroom the largest allocatable block. The daemon runs this in a
+    /// child process; it creates a CUDA context (100-550 MiB of GPU memory)
+    /// for its duration. Exit status 4: the CUDA driver library or a symbol
+    /// is missing; 5: the probe failed.
+    Probe(ProbeCommand),
+}
+
+/// Options of `vramd probe`.
+#[derive(Clone, Debug, PartialEq, Eq, clap::Args)]
+pub struct ProbeCommand {
+    /// UUID of the device, as NVML and nvidia-smi print it (GPU-… or MIG-…).
+    #[arg(long, value_name = "UUID")]
+    pub device: String,
+    /// Also search for the largest block the driver will allocate (briefly
+    /// takes free memory down to --margin).
+    #[arg(long)]
+    pub headroom: bool,
+    /// Print one JSON document instead of text.
+    #[arg(long)]
+    pub json: bool,
+    /// Size of the block whose allocation and release are timed.
+    #[arg(long, value_name = "SIZE", default_value = "64MiB", value_parser = parse_probe_size)]
+    pub block_size: u64,
+    /// Allocation/release pairs timed (the median is reported), 1 to 100.
+    #[arg(long, value_name = "N", default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=100))]
+    pub samples: u32,
+    /// Free memory no allocation may take the device below.
+    #[arg(long, value_name = "SIZE", default_value = "1GiB", value_parser = parse_probe_size)]
+    pub margin: u64,
+    /// The largest-block search stops after this.
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_time_budget)]
+    pub time_budget: std::time::Duration,
+    /// Load the CUDA driver from this file instead of libcuda.so.1.
+    #[arg(long, value_name = "PATH")]
+    pub cuda_library: Option<PathBuf>,
+    /// Load NVML (for the comparison values) from this file.
+    #[arg(long, value_name = "PATH")]
+    pub nvml_library: Option<PathBuf>,
+}
+
+fn parse_probe_size(text: &str) -> Result<u64, String> {
+    let bytes = crate::config::parse_size(text).map_err(|error| error.to_string())?;
+    if bytes == 0 {
+        return Err("must be more than 0".to_owned());
+    }
+    Ok(bytes)
+}
+
+fn parse_time_budget(text: &str) -> Result<std::time::Duration, String> {
+    let duration = humantime::parse_duration(text).map_err(|error| error.to_string())?;
+    if duration < std::time::Duration::from_millis(100)
+        || duration > std::time::Duration::from_secs(300)
+    {
+        return Err("must be 100ms to 5m".to_owned());
+    }
+    Ok(duration)
 }
 
 /// Options of `vramd analyze`.
@@ -142,7 +202,7 @@ fn scenario_names() -> PossibleValuesParser {
 impl Cli {
     /// The subcommand, `run` when none was given.
     pub fn subcommand(&self) -> Command {
-        self.command.unwrap_or(Command::Run)
+        self.command.clone().unwrap_or(Command::Run)
     }
 
     /// The options that override configuration keys.
@@ -327,6 +387,40 @@ mod tests {
             "VRAMD_SAMPLER__FAST_INTERVAL",
         ] {
             assert!(help.contains(needle), "{needle} missing from:\n{help}");
+        }
+    }
+
+    #[test]
+    fn cli_probe_takes_a_device_and_bounded_options() {
+        let cli = parse(&[
+            "probe",
+            "--device",
+            "GPU-1",
+            "--json",
+            "--headroom",
+            "--block-size",
+            "2MiB",
+            "--margin=512MiB",
+            "--time-budget",
+            "2s",
+        ])
+        .unwrap();
+        let Some(Command::Probe(probe)) = cli.command else { panic!("{cli:?}") };
+        assert_eq!(probe.device, "GPU-1");
+        assert!(probe.json && probe.headroom);
+        assert_eq!((probe.block_size, probe.margin, probe.samples), (2 << 20, 512 << 20, 5));
+        assert_eq!(probe.time_budget, std::time::Duration::from_secs(2));
+        let defaults = parse(&["probe", "--device", "GPU-1"]).unwrap();
+        let Some(Command::Probe(probe)) = defaults.command else { panic!("{defaults:?}") };
+        assert_eq!((probe.block_size, probe.margin), (64 << 20, 1 << 30));
+        assert!(!probe.json && !probe.headroom);
+        for args in [
+            &["probe"][..],
+            &["probe", "--device", "GPU-1", "--samples", "0"],
+            &["probe", "--device", "GPU-1", "--block-size", "0"],
+            &["probe", "--device", "GPU-1", "--time-budget", "1h"],
+        ] {
+            assert_eq!(parse(args).unwrap_err().exit_code(), 2, "{args:?}");
         }
     }
 

@@ -59,6 +59,21 @@ pub fn real_interval(interval: std::time::Duration, speed: f64) -> std::time::Du
     if speed.is_finite() && speed > 0.0 { interval.div_f64(speed) } else { interval }
 }
 
+/// Measures elapsed real time on the monotonic clock (for the probe's
+/// latencies and deadlines, which are real durations, not source time).
+#[derive(Clone, Copy, Debug)]
+pub struct Stopwatch(Instant);
+
+impl Stopwatch {
+    pub fn start() -> Self {
+        Self(Instant::now())
+    }
+
+    pub fn elapsed(&self) -> std::time::Duration {
+        self.0.elapsed()
+    }
+}
+
 /// The current wall-clock time.
 pub fn wall_now() -> Timestamp {
     let millis = SystemTime::now()

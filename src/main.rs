@@ -11,10 +11,11 @@ use tracing::{error, info};
 use tracing_subscriber::EnvFilter;
 
 use vramd::alerts::AlertState;
-use vramd::cli::{AnalyzeArgs, Cli, Command, FailOn, scenario_lines};
+use vramd::cli::{AnalyzeArgs, Cli, Command, FailOn, ProbeCommand, scenario_lines};
 use vramd::config::SourceSelection;
 use vramd::config::{self, Config, LoadOptions, LogFormat};
 use vramd::offline;
+use vramd::source::cuda::{ProbeAnswer, ProbeArgs, render_text};
 use vramd::source::trace::Replay;
 
 /// How long the runtime waits for blocking source calls at exit; a call
@@ -45,6 +46,7 @@ fn main() -> ExitCode {
             }
             Err(code) => code,
         },
+        Command::Probe(args) => probe(&args),
         Command::Analyze(args) => match load(&cli) {
             Ok(config) => analyze(&config, args),
             Err(code) => code,
@@ -67,6 +69,33 @@ fn load(cli: &Cli) -> Result<Config, ExitCode> {
         eprintln!("vramd: invalid configuration: {error}");
         ExitCode::from(2)
     })
+}
+
+/// `vramd probe`: one CUDA driver probe of one device, then exit. Its
+/// answer goes to stdout (JSON with --json); notes go to stderr.
+fn probe(args: &ProbeCommand) -> ExitCode {
+    let request = ProbeArgs {
+        device_uuid: args.device.clone(),
+        block_bytes: args.block_size,
+        samples: args.samples,
+        margin_bytes: args.margin,
+        headroom_time_budget: args.headroom.then_some(args.time_budget),
+        cuda_library: args.cuda_library.clone(),
+        nvml_library: args.nvml_library.clone(),
+    };
+    let answer = ProbeAnswer::new(&args.device, vramd::source::cuda::child::run(&request));
+    if args.json {
+        match serde_json::to_string(&answer) {
+            Ok(text) => println!("{text}"),
+            Err(error) => {
+                eprintln!("vramd probe: cannot encode the answer: {error}");
+                return ExitCode::from(5);
+            }
+        }
+    } else {
+        print!("{}", render_text(&answer));
+    }
+    ExitCode::from(answer.exit_status())
 }
 
 /// `vramd analyze`: offline pipeline, timeline on stdout.

@@ -250,6 +250,7 @@ impl Evaluator {
             trend_window: self.config.trend_window,
             processes,
             xid_in_window,
+            probe: device.probe().latest,
         };
         (facts, analysis)
     }

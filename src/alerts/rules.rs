@@ -8,7 +8,7 @@ use crate::analysis::leak::LeakFinding;
 use crate::analysis::remediation;
 use crate::analysis::trend::Trend;
 use crate::config::{RuleConfig, RulesConfig};
-use crate::model::{AllocatorStats, DeviceInfo, MemoryInfo};
+use crate::model::{AllocatorStats, DeviceInfo, MemoryInfo, ProbeReading};
 
 use super::engine::{Observation, Verdict};
 use super::model::AlertKey;
@@ -25,6 +25,8 @@ pub struct DeviceFacts {
     pub trend_window: Duration,
     pub processes: Vec<ProcessFacts>,
     pub xid_in_window: Option<u64>,
+    /// The latest successful CUDA probe of the device.
+    pub probe: Option<ProbeReading>,
 }
 
 pub struct ProcessFacts {
@@ -39,7 +41,7 @@ pub struct ProcessFacts {
 
 /// Which side of the threshold is bad.
 #[derive(Clone, Copy)]
-enum Direction {
+pub(super) enum Direction {
     Above,
     Below,
 }
@@ -58,10 +60,10 @@ fn verdict(rule: &RuleConfig, direction: Direction, value: f64) -> Verdict {
     }
 }
 
-const GIB: f64 = (1u64 << 30) as f64;
+pub(super) const GIB: f64 = (1u64 << 30) as f64;
 const MIB: f64 = (1u64 << 20) as f64;
 
-fn gib(bytes: u64) -> String {
+pub(super) fn gib(bytes: u64) -> String {
     format!("{:.1} GiB", bytes as f64 / GIB)
 }
 
@@ -73,21 +75,21 @@ fn minutes(seconds: f64) -> String {
     }
 }
 
-struct Draft<'a> {
-    rule: &'static str,
-    config: &'a RuleConfig,
-    direction: Direction,
-    pid: Option<u32>,
-    process: Option<String>,
-    value: f64,
-    unit: &'static str,
+pub(super) struct Draft<'a> {
+    pub(super) rule: &'static str,
+    pub(super) config: &'a RuleConfig,
+    pub(super) direction: Direction,
+    pub(super) pid: Option<u32>,
+    pub(super) process: Option<String>,
+    pub(super) value: f64,
+    pub(super) unit: &'static str,
     /// Summary and description, written only when an alert may need them:
     /// most observations are clear, and formatting is most of a pass.
-    text: &'a dyn Fn() -> (String, String),
-    remediation: &'static str,
+    pub(super) text: &'a dyn Fn() -> (String, String),
+    pub(super) remediation: &'static str,
 }
 
-fn push(device: &DeviceInfo, draft: Draft<'_>, out: &mut Vec<Observation>) {
+pub(super) fn push(device: &DeviceInfo, draft: Draft<'_>, out: &mut Vec<Observation>) {
     if !draft.config.enabled {
         return;
     }
@@ -161,6 +163,9 @@ pub fn observe(rules: &RulesConfig, facts: &DeviceFacts, out: &mut Vec<Observati
     }
     for process in &facts.processes {
         process_rules(rules, device, &name, process, out);
+    }
+    if let Some(reading) = &facts.probe {
+        super::probe_rules::observe(rules, device, &name, reading, out);
     }
     if let Some(new_errors) = facts.xid_in_window {
         push(

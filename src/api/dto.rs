@@ -5,9 +5,10 @@ use serde::Serialize;
 
 use crate::analysis::accounting::{self, DeviceBreakdown, ProcessBreakdown};
 use crate::analysis::summary::DeviceAnalysis;
-use crate::history::{LiveState, ReadFailure};
+use crate::history::{LiveState, ProbeAttempt, ProbeState, ReadFailure};
 use crate::model::{
-    AllocatorStats, DeviceInfo, MemoryInfo, MigInfo, ProcessDetails, ProcessInfo, SlowDetails,
+    AllocatorStats, DeviceInfo, MemoryInfo, MigInfo, ProbeFailureKind, ProbeReading,
+    ProbeSkipReason, ProcessDetails, ProcessInfo, SlowDetails,
 };
 
 #[derive(Debug, Serialize, utoipa::ToSchema)]
@@ -43,6 +44,66 @@ pub struct DeviceSummary {
     /// Failures of the latest reads, by tier.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub failures: Vec<FailureDto>,
+    /// The CUDA driver probe; absent when the device is not probed
+    /// (probe.enabled off, or a replayed trace).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub probe: Option<ProbeDto>,
+}
+
+/// What the CUDA driver probe says about a device.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct ProbeDto {
+    /// The latest successful probe; kept after later failures (its `at`
+    /// says how old it is).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub latest: Option<ProbeReading>,
+    /// NVML free minus CUDA free at that probe; may be negative.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub free_difference_bytes: Option<i64>,
+    /// How the latest turn ended: succeeded, failed (kind, message) or
+    /// skipped (reason).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_attempt: Option<ProbeAttemptDto>,
+    /// Probes started (succeeded or failed).
+    pub runs: u64,
+    /// Failures since the last success.
+    pub consecutive_failures: u32,
+    /// Failures by kind, every kind listed.
+    pub failures: std::collections::BTreeMap<&'static str, u64>,
+    /// Skipped turns by reason, every reason listed.
+    pub skipped: std::collections::BTreeMap<&'static str, u64>,
+}
+
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct ProbeAttemptDto {
+    /// When (RFC 3339, source time).
+    pub at: String,
+    #[serde(flatten)]
+    pub attempt: ProbeAttempt,
+}
+
+pub fn probe(state: &ProbeState) -> Option<ProbeDto> {
+    if !state.scheduled {
+        return None;
+    }
+    Some(ProbeDto {
+        free_difference_bytes: state.latest.as_ref().and_then(ProbeReading::free_difference_bytes),
+        latest: state.latest.clone(),
+        last_attempt: state
+            .last_attempt
+            .clone()
+            .map(|(at, attempt)| ProbeAttemptDto { at: at.to_rfc3339(), attempt }),
+        runs: state.runs,
+        consecutive_failures: state.consecutive_failures,
+        failures: ProbeFailureKind::ALL
+            .iter()
+            .map(|kind| (kind.as_str(), state.failures_of(*kind)))
+            .collect(),
+        skipped: ProbeSkipReason::ALL
+            .iter()
+            .map(|reason| (reason.as_str(), state.skipped_for(*reason)))
+            .collect(),
+    })
 }
 
 #[derive(Debug, Serialize, utoipa::ToSchema)]
@@ -127,7 +188,7 @@ fn failures(live: &LiveState) -> Vec<FailureDto> {
     fast.into_iter().chain(slow).collect()
 }
 
-pub fn summary(info: &DeviceInfo, live: &LiveState) -> DeviceSummary {
+pub fn summary(info: &DeviceInfo, live: &LiveState, probe_state: &ProbeState) -> DeviceSummary {
     let fast = live.fast.as_ref();
     DeviceSummary {
         index: info.index,
@@ -154,12 +215,14 @@ pub fn summary(info: &DeviceInfo, live: &LiveState) -> DeviceSummary {
             .and_then(|slow| slow.processes.as_ref())
             .map(|list| list.len() + live.processes_dropped),
         failures: failures(live),
+        probe: probe(probe_state),
     }
 }
 
 pub fn detail(
     info: &DeviceInfo,
     live: &LiveState,
+    probe_state: &ProbeState,
     history: HistoryCounts,
     analysis: Option<DeviceAnalysis>,
 ) -> DeviceDetail {
@@ -169,7 +232,7 @@ pub fn detail(
         accounting::device_breakdown(&memory, processes, live.processes_dropped == 0)
     });
     DeviceDetail {
-        summary: summary(info, live),
+        summary: summary(info, live, probe_state),
         temperature_celsius: slow.and_then(|slow| slow.temperature_celsius),
         power_usage_watts: slow.and_then(|slow| slow.power_usage_watts),
         power_limit_watts: slow.and_then(|slow| slow.power_limit_watts),

@@ -303,7 +303,7 @@ pub(crate) async fn devices(State(state): State<AppState>) -> Json<dto::DeviceLi
         .store
         .devices()
         .iter()
-        .map(|device| dto::summary(device.info(), &device.live()))
+        .map(|device| dto::summary(device.info(), &device.live(), &device.probe()))
         .collect();
     Json(dto::DeviceList { devices })
 }
@@ -335,5 +335,5 @@ pub(crate) async fn device(
     let counts =
         dto::HistoryCounts { fast_samples: device.fast_len(), slow_samples: device.slow_len() };
     let analysis = state.board.analysis(&device.info().uuid);
-    Ok(Json(dto::detail(device.info(), &device.live(), counts, analysis)))
+    Ok(Json(dto::detail(device.info(), &device.live(), &device.probe(), counts, analysis)))
 }

@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use super::types::{
     AlertsConfig, ApiConfig, Config, HistoryConfig, IngestConfig, LogConfig, LogFormat,
-    MetricsConfig, NotifyConfig, NvmlConfig, RuleConfig, RulesConfig, SamplerConfig, ServerConfig,
-    SourceConfig, SourceSelection,
+    MetricsConfig, NotifyConfig, NvmlConfig, ProbeConfig, RuleConfig, RulesConfig, SamplerConfig,
+    ServerConfig, SourceConfig, SourceSelection,
 };
 use crate::alerts::Severity;
 
@@ -72,6 +72,22 @@ pub fn defaults() -> Config {
             pcie_throughput: false,
             max_cmdline_bytes: 256,
             xid_events: true,
+        },
+        probe: ProbeConfig {
+            enabled: true,
+            interval: Duration::from_secs(15 * 60),
+            timeout: Duration::from_secs(60),
+            min_free_bytes: 2 << 30,
+            margin_bytes: 1 << 30,
+            block_bytes: 64 << 20,
+            samples: 5,
+            // Off by default: the search briefly takes a device's free
+            // memory down to probe.margin, which a workload allocating at
+            // that moment would feel.
+            headroom: false,
+            headroom_time_budget: Duration::from_secs(10),
+            max_backoff: Duration::from_secs(6 * 3600),
+            cuda_library: None,
         },
         log: LogConfig { format: LogFormat::Text, level: DEFAULT_LOG_LEVEL.to_owned() },
         alerts: default_alerts(),
@@ -135,6 +151,11 @@ pub fn default_alerts() -> AlertsConfig {
             device_lost: rule(1.0, 0.0, 0, Severity::Critical),
             xid_error: rule(1.0, 0.0, 0, Severity::Critical),
             xid_window: Duration::from_secs(15 * 60),
+            // |NVML free − CUDA free| in bytes: 1 GiB, cleared at 512 MiB.
+            probe_free_mismatch: rule(1_073_741_824.0, 536_870_912.0, 0, Severity::Warning),
+            // Largest allocatable block in bytes, fires at or below the job
+            // size (4 GiB), cleared at 5 GiB.
+            probe_headroom_low: rule(4_294_967_296.0, 5_368_709_120.0, 0, Severity::Warning),
         },
     }
 }

@@ -163,6 +163,45 @@ pub const KEYS: &[KeySpec] = &[
         "size, 0B to 64KiB",
     ),
     key("nvml.xid_events", "watch NVML Xid error events on a dedicated thread", "true or false"),
+    key(
+        "probe.enabled",
+        "run the CUDA driver probe (a short-lived child process per device)",
+        "true or false",
+    ),
+    key("probe.interval", "how often each device is probed, in source time", "1m to 24h"),
+    key(
+        "probe.timeout",
+        "a probe child still running after this is killed and counted as a timeout",
+        "1s to 10m",
+    ),
+    key(
+        "probe.min_free",
+        "never probe a device with less NVML free memory than this",
+        "size, 256MiB to 1TiB",
+    ),
+    key("probe.margin", "free memory no probe allocation may go below", "size, 64MiB to 1TiB"),
+    key("probe.block_size", "block whose allocation and release are timed", "size, 1MiB to 16GiB"),
+    key("probe.samples", "allocation and release pairs timed per probe", "1 to 100"),
+    key(
+        "probe.headroom",
+        "search for the largest allocatable block (briefly takes free memory down to probe.margin)",
+        "true or false",
+    ),
+    key(
+        "probe.headroom_time_budget",
+        "the largest-block search stops after this, keeping its best answer",
+        "100ms to 5m, less than probe.timeout",
+    ),
+    key(
+        "probe.max_backoff",
+        "longest wait between probes of a device whose probes keep failing",
+        "1m to 7d, at least probe.interval",
+    ),
+    key(
+        "probe.cuda_library",
+        "load the CUDA driver from this file instead of the system's libcuda.so.1",
+        "path; not set by default",
+    ),
     key("log.format", "log line format", "\"text\" or \"json\""),
     key(
         "log.level",
@@ -324,6 +363,44 @@ pub const KEYS: &[KeySpec] = &[
     key("alerts.xid_error.severity", "severity of the alert", SEVERITIES),
     key("alerts.xid_error.window", "window the Xid errors are counted in", "1s to 24h"),
     key(
+        "alerts.probe_free_mismatch.enabled",
+        "evaluate the probe_free_mismatch rule",
+        "true or false",
+    ),
+    key(
+        "alerts.probe_free_mismatch.threshold",
+        "fires when NVML and CUDA free memory differ by at least this many bytes",
+        "bytes or a size, at least 0",
+    ),
+    key(
+        "alerts.probe_free_mismatch.clear",
+        "resolves only when the difference is back at or below this",
+        "bytes or a size, at least 0, at most threshold",
+    ),
+    key(
+        "alerts.probe_free_mismatch.for",
+        "how long the difference must stay at threshold (in source time)",
+        "0s to 24h",
+    ),
+    key("alerts.probe_free_mismatch.severity", "severity of the alert", SEVERITIES),
+    key(
+        "alerts.probe_headroom_low.enabled",
+        "evaluate the probe_headroom_low rule (needs probe.headroom)",
+        "true or false",
+    ),
+    key(
+        "alerts.probe_headroom_low.threshold",
+        "the job size: fires when the largest allocatable block is at or below this",
+        "bytes or a size, at least 0",
+    ),
+    key(
+        "alerts.probe_headroom_low.clear",
+        "resolves only when the largest allocatable block is back at or above this",
+        "bytes or a size, at least threshold",
+    ),
+    key("alerts.probe_headroom_low.for", "how long headroom must stay at threshold", "0s to 24h"),
+    key("alerts.probe_headroom_low.severity", "severity of the alert", SEVERITIES),
+    key(
         "notify.alertmanager_url",
         "send alert state changes to this Alertmanager (API v2)",
         "http:// or https:// URL; not set by default",
@@ -466,6 +543,7 @@ mod tests {
                 "source",
                 "simulator",
                 "nvml",
+                "probe",
                 "log",
                 "alerts",
                 "notify",
@@ -488,7 +566,9 @@ mod tests {
                 "alerts.allocator_retries",
                 "alerts.allocator_oom",
                 "alerts.device_lost",
-                "alerts.xid_error"
+                "alerts.xid_error",
+                "alerts.probe_free_mismatch",
+                "alerts.probe_headroom_low",
             ]
         );
         for rule in rules {

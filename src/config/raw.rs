@@ -101,6 +101,8 @@ pub struct RawConfig {
     #[serde(default)]
     pub nvml: RawNvml,
     #[serde(default)]
+    pub probe: RawProbe,
+    #[serde(default)]
     pub log: RawLog,
     #[serde(default)]
     pub alerts: RawAlerts,
@@ -108,6 +110,22 @@ pub struct RawConfig {
     pub notify: RawNotify,
     #[serde(default)]
     pub ingest: RawIngest,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawProbe {
+    pub enabled: Option<Scalar>,
+    pub interval: Option<Scalar>,
+    pub timeout: Option<Scalar>,
+    pub min_free: Option<Scalar>,
+    pub margin: Option<Scalar>,
+    pub block_size: Option<Scalar>,
+    pub samples: Option<Scalar>,
+    pub headroom: Option<Scalar>,
+    pub headroom_time_budget: Option<Scalar>,
+    pub max_backoff: Option<Scalar>,
+    pub cuda_library: Option<Scalar>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Deserialize)]
@@ -220,6 +238,10 @@ pub struct RawAlerts {
     pub device_lost: RawRule,
     #[serde(default)]
     pub xid_error: RawRule,
+    #[serde(default)]
+    pub probe_free_mismatch: RawRule,
+    #[serde(default)]
+    pub probe_headroom_low: RawRule,
 }
 
 /// `[alerts.<rule>]`: the keys every rule has, and the extra keys some

@@ -88,6 +88,7 @@ pub fn entries(config: &Config) -> Vec<(&'static str, Option<TomlValue>)> {
     let sampler = &config.sampler;
     let source = &config.source;
     let nvml = &config.nvml;
+    let probe = &config.probe;
     let (simulate, replay, gpus, seed) = match &source.selection {
         SourceSelection::Driver => (None, None, DEFAULT_SIMULATOR_GPUS, DEFAULT_SIMULATOR_SEED),
         SourceSelection::Simulate(simulator) => {
@@ -135,6 +136,17 @@ pub fn entries(config: &Config) -> Vec<(&'static str, Option<TomlValue>)> {
         ("nvml.pcie_throughput", boolean(nvml.pcie_throughput)),
         ("nvml.max_cmdline_bytes", text(format_size(nvml.max_cmdline_bytes as u64))),
         ("nvml.xid_events", boolean(nvml.xid_events)),
+        ("probe.enabled", boolean(probe.enabled)),
+        ("probe.interval", text(format_duration(probe.interval))),
+        ("probe.timeout", text(format_duration(probe.timeout))),
+        ("probe.min_free", text(format_size(probe.min_free_bytes))),
+        ("probe.margin", text(format_size(probe.margin_bytes))),
+        ("probe.block_size", text(format_size(probe.block_bytes))),
+        ("probe.samples", Some(TomlValue::Int(i64::from(probe.samples)))),
+        ("probe.headroom", boolean(probe.headroom)),
+        ("probe.headroom_time_budget", text(format_duration(probe.headroom_time_budget))),
+        ("probe.max_backoff", text(format_duration(probe.max_backoff))),
+        ("probe.cuda_library", probe.cuda_library.as_deref().and_then(path)),
         ("log.format", text(format)),
         ("log.level", text(config.log.level.clone())),
         ("alerts.evaluation_interval", text(format_duration(alerts.evaluation_interval))),
@@ -160,6 +172,8 @@ pub fn entries(config: &Config) -> Vec<(&'static str, Option<TomlValue>)> {
     entries.extend(rule_entries!("device_lost", &rules.device_lost));
     entries.extend(rule_entries!("xid_error", &rules.xid_error));
     entries.push(("alerts.xid_error.window", text(format_duration(rules.xid_window))));
+    entries.extend(rule_entries!("probe_free_mismatch", &rules.probe_free_mismatch));
+    entries.extend(rule_entries!("probe_headroom_low", &rules.probe_headroom_low));
     entries.extend([
         ("notify.alertmanager_url", notify.alertmanager_url.clone().and_then(text)),
         ("notify.webhook_url", notify.webhook_url.clone().and_then(text)),

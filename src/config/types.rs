@@ -20,6 +20,7 @@ pub struct Config {
     pub api: ApiConfig,
     pub source: SourceConfig,
     pub nvml: NvmlConfig,
+    pub probe: ProbeConfig,
     pub log: LogConfig,
     pub alerts: AlertsConfig,
     pub notify: NotifyConfig,
@@ -223,6 +224,39 @@ pub struct RulesConfig {
     /// `[alerts.xid_error]`: Xid errors within `window` (count).
     pub xid_error: RuleConfig,
     pub xid_window: Duration,
+    /// `[alerts.probe_free_mismatch]`: |NVML free − CUDA free| at the
+    /// latest probe (bytes), above.
+    pub probe_free_mismatch: RuleConfig,
+    /// `[alerts.probe_headroom_low]`: largest allocatable block at the
+    /// latest probe (bytes), below; the threshold is the job size.
+    pub probe_headroom_low: RuleConfig,
+}
+
+/// `[probe]`: the CUDA driver probe, run in a short-lived child process.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ProbeConfig {
+    /// `probe.enabled`.
+    pub enabled: bool,
+    /// `probe.interval`: time between probes of one device (source time).
+    pub interval: Duration,
+    /// `probe.timeout`: the child is killed after this (real time).
+    pub timeout: Duration,
+    /// `probe.min_free`: NVML free memory below which a device is skipped.
+    pub min_free_bytes: u64,
+    /// `probe.margin`: free memory no probe allocation may go below.
+    pub margin_bytes: u64,
+    /// `probe.block_size`: the block whose allocation is timed.
+    pub block_bytes: u64,
+    /// `probe.samples`: allocation/release pairs timed.
+    pub samples: u32,
+    /// `probe.headroom`: search for the largest allocatable block.
+    pub headroom: bool,
+    /// `probe.headroom_time_budget`: the search keeps its best answer after this.
+    pub headroom_time_budget: Duration,
+    /// `probe.max_backoff`: ceiling of the wait after repeated failures.
+    pub max_backoff: Duration,
+    /// `probe.cuda_library`: CUDA driver library to load instead of libcuda.so.1.
+    pub cuda_library: Option<PathBuf>,
 }
 
 /// `[notify]`: where alert state changes are delivered.

@@ -12,11 +12,11 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use super::error::ConfigError;
-use super::raw::{RawAlerts, RawConfig, RawIngest, RawNotify, RawRule, Scalar};
+use super::raw::{RawAlerts, RawConfig, RawIngest, RawNotify, RawProbe, RawRule, Scalar};
 use super::types::{
     AlertsConfig, ApiConfig, Config, HistoryConfig, IngestConfig, LogConfig, LogFormat,
-    MetricsConfig, NotifyConfig, NvmlConfig, RuleConfig, RulesConfig, SamplerConfig, ServerConfig,
-    SimulatorConfig, SourceConfig, SourceSelection,
+    MetricsConfig, NotifyConfig, NvmlConfig, ProbeConfig, RuleConfig, RulesConfig, SamplerConfig,
+    ServerConfig, SimulatorConfig, SourceConfig, SourceSelection,
 };
 use super::units::{format_duration, format_size, parse_duration, parse_size};
 use super::walk::Origins;
@@ -30,6 +30,7 @@ const HOUR: Duration = Duration::from_secs(3600);
 const DAY: Duration = Duration::from_secs(86_400);
 const KIB: u64 = 1 << 10;
 const MIB: u64 = 1 << 20;
+const GIB: u64 = 1 << 30;
 const TIB: u64 = 1 << 40;
 
 /// Most samples `history.retention / sampler.fast_interval` may ask for.
@@ -113,6 +114,7 @@ pub(super) fn validate(raw: &RawConfig, origins: &Origins) -> Result<Config, Con
             .size(0, 64 * KIB)?,
         xid_events: field("nvml.xid_events", &raw.nvml.xid_events)?.boolean()?,
     };
+    let probe = probe(&raw.probe, origins)?;
     let log = LogConfig {
         format: field("log.format", &raw.log.format)?.log_format()?,
         level: field("log.level", &raw.log.level)?.log_level()?,
@@ -121,14 +123,7 @@ pub(super) fn validate(raw: &RawConfig, origins: &Origins) -> Result<Config, Con
     let notify = notify(&raw.notify, origins)?;
     let ingest = ingest(&raw.ingest, origins)?;
 
-    let conflict =
-        |first: &'static str, second: &'static str, reason: String| ConfigError::Conflict {
-            first,
-            first_origin: origins.of(first),
-            second,
-            second_origin: origins.of(second),
-            reason,
-        };
+    let conflict = |first, second, reason| conflict(origins, first, second, reason);
     if sampler.slow_interval < sampler.fast_interval {
         return Err(conflict(
             "sampler.fast_interval",
@@ -198,11 +193,75 @@ pub(super) fn validate(raw: &RawConfig, origins: &Origins) -> Result<Config, Con
         api,
         source: SourceConfig { selection, record: record_path, speed, max_trace_line_bytes },
         nvml,
+        probe,
         log,
         alerts,
         notify,
         ingest,
     })
+}
+
+/// Two keys whose values cannot go together, each with its origin.
+fn conflict(
+    origins: &Origins,
+    first: &'static str,
+    second: &'static str,
+    reason: String,
+) -> ConfigError {
+    ConfigError::Conflict {
+        first,
+        first_origin: origins.of(first),
+        second,
+        second_origin: origins.of(second),
+        reason,
+    }
+}
+
+fn probe(raw: &RawProbe, origins: &Origins) -> Result<ProbeConfig, ConfigError> {
+    let field = |key, value| Field::required(key, value, origins);
+    let probe = ProbeConfig {
+        enabled: field("probe.enabled", &raw.enabled)?.boolean()?,
+        interval: field("probe.interval", &raw.interval)?.duration(MINUTE, DAY)?,
+        timeout: field("probe.timeout", &raw.timeout)?.duration(SECOND, 10 * MINUTE)?,
+        min_free_bytes: field("probe.min_free", &raw.min_free)?.bytes(256 * MIB, TIB)?,
+        margin_bytes: field("probe.margin", &raw.margin)?.bytes(64 * MIB, TIB)?,
+        block_bytes: field("probe.block_size", &raw.block_size)?.bytes(MIB, 16 * GIB)?,
+        samples: u32::try_from(field("probe.samples", &raw.samples)?.count(100)?.get())
+            .unwrap_or(100),
+        headroom: field("probe.headroom", &raw.headroom)?.boolean()?,
+        headroom_time_budget: field("probe.headroom_time_budget", &raw.headroom_time_budget)?
+            .duration(100 * MS, 5 * MINUTE)?,
+        max_backoff: field("probe.max_backoff", &raw.max_backoff)?.duration(MINUTE, 7 * DAY)?,
+        cuda_library: Field::optional("probe.cuda_library", &raw.cuda_library, origins)
+            .as_ref()
+            .map(Field::path)
+            .transpose()?,
+    };
+    let conflict = |first, second, reason| conflict(origins, first, second, reason);
+    if probe.headroom_time_budget >= probe.timeout {
+        return Err(conflict(
+            "probe.headroom_time_budget",
+            "probe.timeout",
+            format!(
+                "probe.headroom_time_budget ({}) must be less than probe.timeout ({}), \
+                 or every headroom search would be killed",
+                format_duration(probe.headroom_time_budget),
+                format_duration(probe.timeout)
+            ),
+        ));
+    }
+    if probe.max_backoff < probe.interval {
+        return Err(conflict(
+            "probe.interval",
+            "probe.max_backoff",
+            format!(
+                "probe.max_backoff ({}) must be at least probe.interval ({})",
+                format_duration(probe.max_backoff),
+                format_duration(probe.interval)
+            ),
+        ));
+    }
+    Ok(probe)
 }
 
 fn ingest(raw: &RawIngest, origins: &Origins) -> Result<IngestConfig, ConfigError> {
@@ -231,6 +290,8 @@ enum RuleUnit {
     Rate,
     /// Events (or 1 for "down"), at least 0.
     Count,
+    /// Bytes, at least 0; a size such as "4GiB" is accepted too.
+    Bytes,
 }
 
 /// Which side of `threshold` a rule fires on; `clear` is on the other side.
@@ -242,7 +303,7 @@ enum Direction {
 
 fn alerts(raw: &RawAlerts, origins: &Origins) -> Result<AlertsConfig, ConfigError> {
     use Direction::{Above, Below};
-    use RuleUnit::{Count, Rate, Ratio, Seconds};
+    use RuleUnit::{Bytes, Count, Rate, Ratio, Seconds};
     let field = |key, value| Field::required(key, value, origins);
     let rule = |name, raw, unit, direction| rule_config(name, raw, unit, direction, origins);
     let rules = RulesConfig {
@@ -277,6 +338,8 @@ fn alerts(raw: &RawAlerts, origins: &Origins) -> Result<AlertsConfig, ConfigErro
         xid_error: rule("xid_error", &raw.xid_error, Count, Above)?,
         xid_window: field("alerts.xid_error.window", &raw.xid_error.window)?
             .duration(SECOND, DAY)?,
+        probe_free_mismatch: rule("probe_free_mismatch", &raw.probe_free_mismatch, Bytes, Above)?,
+        probe_headroom_low: rule("probe_headroom_low", &raw.probe_headroom_low, Bytes, Below)?,
     };
     Ok(AlertsConfig {
         evaluation_interval: field("alerts.evaluation_interval", &raw.evaluation_interval)?
@@ -495,6 +558,9 @@ impl<'a> Field<'a> {
 
     /// A rule's `threshold` or `clear`, in the rule's unit.
     fn threshold(&self, unit: RuleUnit) -> Result<f64, ConfigError> {
+        if let (RuleUnit::Bytes, Scalar::Str(_)) = (unit, self.value) {
+            return self.bytes(0, u64::MAX).map(|bytes| bytes as f64);
+        }
         let value = self.number()?;
         if !value.is_finite() {
             return Err(self.invalid("must be a finite number"));
@@ -504,6 +570,9 @@ impl<'a> Field<'a> {
             RuleUnit::Seconds => (value > 0.0, "a number of seconds above 0"),
             RuleUnit::Rate => (value >= 0.0, "a number of bytes per second, at least 0"),
             RuleUnit::Count => (value >= 0.0, "a count, at least 0"),
+            RuleUnit::Bytes => {
+                (value >= 0.0, "a number of bytes (or a size such as \"4GiB\"), at least 0")
+            }
         };
         if !valid {
             return Err(self.invalid(format!("must be {range}")));

@@ -9,11 +9,12 @@
 
 mod alerts;
 mod health;
+mod probe;
 mod text;
 
 use crate::alerts::board::AlertBoard;
 use crate::analysis::accounting;
-use crate::history::{HistoryStore, LiveState};
+use crate::history::{HistoryStore, LiveState, ProbeState};
 use crate::model::{DeviceInfo, ProcessInfo};
 use crate::telemetry::{Telemetry, TelemetryError};
 
@@ -49,6 +50,7 @@ struct DeviceView {
     info: DeviceInfo,
     labels: Labels,
     live: LiveState,
+    probe: ProbeState,
     fast_len: usize,
     slow_len: usize,
 }
@@ -71,6 +73,7 @@ fn collect(store: &HistoryStore) -> Vec<DeviceView> {
                 info,
                 labels,
                 live: device.live(),
+                probe: device.probe(),
                 fast_len: device.fast_len(),
                 slow_len: device.slow_len(),
             }
@@ -281,6 +284,7 @@ fn render_devices_into(views: &[DeviceView], out: &mut Vec<u8>) {
         }
     }
     health::render(views, out);
+    probe::render(views, out);
     render_processes(views, out);
 }
 

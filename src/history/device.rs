@@ -10,6 +10,7 @@ use crate::model::{DeviceInfo, FastReading, SlowReading, Timestamp};
 
 use super::peak::PeakTracker;
 use super::points::{FastPoint, SlowPoint};
+use super::probe::ProbeState;
 use super::query::{self, QueryError, WindowAnswer, WindowQuery};
 use super::ring::{OutOfOrder, Ring, Snapshot};
 
@@ -89,6 +90,7 @@ pub struct DeviceHistory {
     slow: Ring<SlowPoint>,
     live: Mutex<LiveState>,
     peak: Mutex<PeakTracker>,
+    probe: Mutex<ProbeState>,
 }
 
 impl DeviceHistory {
@@ -99,6 +101,7 @@ impl DeviceHistory {
             slow: Ring::new(sizing.slow_capacity),
             live: Mutex::new(LiveState::default()),
             peak: Mutex::new(PeakTracker::new(sizing.peak_window)),
+            probe: Mutex::new(ProbeState::default()),
         }
     }
 
@@ -161,6 +164,16 @@ impl DeviceHistory {
     }
 
     /// A copy of the live state; cheap (the process list is shared).
+    /// Changes the device's probe state (the probe scheduler's only write).
+    pub fn update_probe(&self, change: impl FnOnce(&mut ProbeState)) {
+        change(&mut self.probe.lock());
+    }
+
+    /// A copy of the device's probe state.
+    pub fn probe(&self) -> ProbeState {
+        self.probe.lock().clone()
+    }
+
     pub fn live(&self) -> LiveState {
         self.live.lock().clone()
     }

@@ -8,6 +8,7 @@
 mod device;
 mod peak;
 mod points;
+mod probe;
 mod query;
 mod ring;
 
@@ -21,6 +22,7 @@ use crate::model::DeviceInfo;
 pub use device::{DeviceHistory, LiveState, ReadFailure, Sizing};
 pub use peak::PeakTracker;
 pub use points::{FastPoint, ProcessPoint, SlowPoint};
+pub use probe::{ProbeAttempt, ProbeState};
 pub use query::{Aggregate, Bucket, QueryError, WindowAnswer, WindowQuery};
 pub use ring::{MAX_CHUNK_LEN, OutOfOrder, Ring, Snapshot, Stamped};
 

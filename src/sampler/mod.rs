@@ -12,6 +12,7 @@
 //! Knows nothing of analysis or HTTP.
 
 mod call;
+pub mod probe;
 mod tier;
 
 #[cfg(test)]

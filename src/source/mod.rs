@@ -8,7 +8,9 @@
 //! runs each on `spawn_blocking` with a deadline; implementations never need
 //! to be async and must never panic on driver or file input.
 
+pub mod cuda;
 pub mod nvml;
+pub mod probe;
 pub mod procfs;
 pub mod simulator;
 pub mod trace;

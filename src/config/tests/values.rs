@@ -6,8 +6,8 @@ use std::time::Duration;
 use super::{assert_error, isolated, load_env, load_file};
 use crate::alerts::Severity;
 use crate::config::{
-    AlertsConfig, ConfigError, NotifyConfig, NvmlConfig, Origin, RuleConfig, RulesConfig,
-    default_alerts, defaults, load,
+    AlertsConfig, ConfigError, NotifyConfig, NvmlConfig, Origin, ProbeConfig, RuleConfig,
+    RulesConfig, default_alerts, defaults, load,
 };
 
 #[test]
@@ -57,11 +57,73 @@ fn config_alerts_defaults() {
             device_lost: rule(1.0, 0.0, 0, Severity::Critical),
             xid_error: rule(1.0, 0.0, 0, Severity::Critical),
             xid_window: minutes(15),
+            probe_free_mismatch: rule(1_073_741_824.0, 536_870_912.0, 0, Severity::Warning),
+            probe_headroom_low: rule(4_294_967_296.0, 5_368_709_120.0, 0, Severity::Warning),
         },
     };
     assert_eq!(default_alerts(), expected);
     assert_eq!(defaults().alerts, expected);
     assert_eq!(load(&isolated()).unwrap().alerts, expected);
+}
+
+#[test]
+fn config_probe_defaults_are_cautious() {
+    let expected = ProbeConfig {
+        enabled: true,
+        interval: Duration::from_secs(15 * 60),
+        timeout: Duration::from_secs(60),
+        min_free_bytes: 2 << 30,
+        margin_bytes: 1 << 30,
+        block_bytes: 64 << 20,
+        samples: 5,
+        headroom: false,
+        headroom_time_budget: Duration::from_secs(10),
+        max_backoff: Duration::from_secs(6 * 3600),
+        cuda_library: None,
+    };
+    assert_eq!(defaults().probe, expected);
+    assert_eq!(load(&isolated()).unwrap().probe, expected);
+}
+
+#[test]
+fn config_probe_keys_are_validated_with_their_conflicts() {
+    let ok = load_env(&[
+        ("VRAMD_PROBE__INTERVAL", "5m"),
+        ("VRAMD_PROBE__MIN_FREE", "8GiB"),
+        ("VRAMD_PROBE__HEADROOM", "true"),
+        ("VRAMD_PROBE__CUDA_LIBRARY", "/opt/fake/libcuda.so.1"),
+        ("VRAMD_ALERTS__PROBE_HEADROOM_LOW__THRESHOLD", "16GiB"),
+        ("VRAMD_ALERTS__PROBE_HEADROOM_LOW__CLEAR", "20GiB"),
+    ])
+    .unwrap();
+    assert_eq!(ok.probe.interval, Duration::from_secs(300));
+    assert_eq!(ok.probe.min_free_bytes, 8 << 30);
+    assert!(ok.probe.headroom);
+    assert_eq!(
+        ok.probe.cuda_library.as_deref(),
+        Some(std::path::Path::new("/opt/fake/libcuda.so.1"))
+    );
+    assert_eq!(ok.alerts.rules.probe_headroom_low.threshold, (16u64 << 30) as f64);
+    for (env, needle) in [
+        (&[("VRAMD_PROBE__INTERVAL", "10s")][..], "probe.interval"),
+        (&[("VRAMD_PROBE__SAMPLES", "0")], "probe.samples"),
+        (&[("VRAMD_PROBE__MIN_FREE", "1MiB")], "probe.min_free"),
+        (
+            &[("VRAMD_PROBE__TIMEOUT", "5s"), ("VRAMD_PROBE__HEADROOM_TIME_BUDGET", "5s")],
+            "probe.headroom_time_budget",
+        ),
+        (
+            &[("VRAMD_PROBE__MAX_BACKOFF", "1m"), ("VRAMD_PROBE__INTERVAL", "2m")],
+            "probe.max_backoff",
+        ),
+        (&[("VRAMD_ALERTS__PROBE_HEADROOM_LOW__CLEAR", "1GiB")], "alerts.probe_headroom_low.clear"),
+        (
+            &[("VRAMD_ALERTS__PROBE_FREE_MISMATCH__THRESHOLD", "-1")],
+            "alerts.probe_free_mismatch.threshold",
+        ),
+    ] {
+        assert_error(load_env(env), &[needle]);
+    }
 }
 
 #[test]

@@ -71,6 +71,7 @@ mod devices;
 pub mod expectations;
 mod leak;
 mod noise;
+mod probe;
 mod process;
 mod scenario;
 mod spike;

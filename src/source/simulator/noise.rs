@@ -23,6 +23,7 @@ pub(super) enum Stream {
     Temperature,
     Power,
     TenantCount,
+    Probe,
 }
 
 impl Stream {
@@ -40,6 +41,7 @@ impl Stream {
             Stream::Temperature => 0x5445_4d50,
             Stream::Power => 0x504f_5752,
             Stream::TenantCount => 0x5445_4e54,
+            Stream::Probe => 0x5052_4f42,
         }
     }
 }

@@ -4,6 +4,12 @@
 //! Owns: timestamps, device facts and the readings of the two sampling tiers.
 //! Depends on nothing else in the crate. An absent value is `None`, never `0`.
 
+mod probe;
+
+pub use probe::{
+    HeadroomSearch, HeadroomStop, ProbeFailure, ProbeFailureKind, ProbeReading, ProbeSkipReason,
+};
+
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};

@@ -1,0 +1,226 @@
+//! `vramd probe`: the CUDA driver probe itself, run in a short-lived child
+//! process so the daemon never holds a CUDA context.
+//!
+//! Loads the driver library at run time (a missing library or symbol is a
+//! failure of its own kind, never a panic), finds the device by UUID,
+//! creates a context, reads `cuMemGetInfo` and NVML's free memory one right
+//! after the other, times allocations, optionally searches for the largest
+//! allocatable block, and releases everything. NVML is read best-effort
+//! (for the comparison and the context's cost); without it those values
+//! are absent.
+
+use std::ffi::OsStr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use cuda_driver::{Context, CudaError, Driver, LoadError};
+use nvml_wrapper::Nvml;
+
+use crate::clock::{Stopwatch, wall_now};
+use crate::model::{ProbeFailure, ProbeFailureKind, ProbeReading};
+
+use super::search::{MAX_ATTEMPTS, SearchLimits, TrialAllocator, median, search_headroom};
+
+/// What `vramd probe` was asked to measure.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ProbeArgs {
+    pub device_uuid: String,
+    pub block_bytes: u64,
+    pub samples: u32,
+    pub margin_bytes: u64,
+    /// Search for the largest block, stopping after this.
+    pub headroom_time_budget: Option<Duration>,
+    pub cuda_library: Option<PathBuf>,
+    pub nvml_library: Option<PathBuf>,
+}
+
+fn failure(kind: ProbeFailureKind, error: impl std::fmt::Display) -> ProbeFailure {
+    ProbeFailure::new(kind, error.to_string())
+}
+
+/// Runs the probe once. Blocking; meant for the `vramd probe` process.
+pub fn run(args: &ProbeArgs) -> Result<ProbeReading, ProbeFailure> {
+    let stopwatch = Stopwatch::start();
+    let nvml = NvmlView::open(args);
+    let used_before = nvml.as_ref().and_then(NvmlView::used_bytes);
+
+    let library = args.cuda_library.as_ref().map_or_else(
+        || OsStr::new(cuda_driver::DEFAULT_LIBRARY).to_owned(),
+        |path| path.as_os_str().to_owned(),
+    );
+    let driver = Driver::load(&library).map_err(|error| match error {
+        LoadError::Library { .. } => failure(ProbeFailureKind::LibraryMissing, error),
+        LoadError::Symbol { .. } => failure(ProbeFailureKind::SymbolMissing, error),
+    })?;
+    driver.init().map_err(|error| failure(ProbeFailureKind::InitFailed, error))?;
+    let device = find_device(&driver, &args.device_uuid)?;
+
+    let creating = Stopwatch::start();
+    let context = driver
+        .create_context(device)
+        .map_err(|error| failure(ProbeFailureKind::ContextFailed, error))?;
+    let context_create_seconds = creating.elapsed().as_secs_f64();
+
+    let memory =
+        context.memory_info().map_err(|error| failure(ProbeFailureKind::ContextFailed, error))?;
+    let at = wall_now();
+    let nvml_free_bytes = nvml.as_ref().and_then(NvmlView::free_bytes);
+    let context_bytes = nvml.as_ref().and_then(|view| {
+        view.own_process_bytes().or_else(|| {
+            let during = view.used_bytes()?;
+            during.checked_sub(used_before?).filter(|bytes| *bytes > 0)
+        })
+    });
+
+    let (alloc_latency, free_latency, alloc_samples) = time_pairs(&context, args)
+        .map_err(|error| failure(ProbeFailureKind::AllocFailed, error))?;
+    let headroom = match args.headroom_time_budget {
+        Some(budget) => {
+            let limits = SearchLimits {
+                margin_bytes: args.margin_bytes,
+                time_budget: budget,
+                max_attempts: MAX_ATTEMPTS,
+            };
+            let searching = Stopwatch::start();
+            let search = search_headroom(&mut Trials(&context), &limits, &|| searching.elapsed())
+                .map_err(|error| failure(ProbeFailureKind::AllocFailed, error))?;
+            Some(search)
+        }
+        None => None,
+    };
+    if let Err(error) = context.destroy() {
+        // Exiting releases the context anyway; the measurements stand.
+        eprintln!("vramd probe: {error}");
+    }
+    Ok(ProbeReading {
+        at,
+        cuda_free_bytes: memory.free_bytes,
+        cuda_total_bytes: memory.total_bytes,
+        nvml_free_bytes,
+        context_create_seconds,
+        context_bytes,
+        alloc_block_bytes: args.block_bytes,
+        alloc_latency_seconds: alloc_latency,
+        free_latency_seconds: free_latency,
+        alloc_samples,
+        headroom,
+        duration_seconds: stopwatch.elapsed().as_secs_f64(),
+    })
+}
+
+/// The CUDA device whose UUID is `uuid` (`GPU-…` or `MIG-…`).
+fn find_device(driver: &Driver, uuid: &str) -> Result<cuda_driver::Device, ProbeFailure> {
+    let wanted = cuda_driver::parse_uuid(uuid).ok_or_else(|| {
+        failure(ProbeFailureKind::DeviceNotFound, format!("{uuid:?} is not a GPU-… or MIG-… UUID"))
+    })?;
+    let count =
+        driver.device_count().map_err(|error| failure(ProbeFailureKind::InitFailed, error))?;
+    let mut seen = Vec::new();
+    for ordinal in 0..count {
+        let device =
+            driver.device(ordinal).map_err(|error| failure(ProbeFailureKind::InitFailed, error))?;
+        let bytes = driver
+            .device_uuid(device)
+            .map_err(|error| failure(ProbeFailureKind::InitFailed, error))?;
+        if bytes == wanted {
+            return Ok(device);
+        }
+        if seen.len() < 8 {
+            seen.push(cuda_driver::format_uuid("GPU", &bytes));
+        }
+    }
+    Err(failure(
+        ProbeFailureKind::DeviceNotFound,
+        format!("no CUDA device has UUID {uuid}; CUDA sees {count}: {}", seen.join(", ")),
+    ))
+}
+
+/// Times `args.samples` allocations and releases of the block, when it
+/// fits above the margin: (median alloc, median free, pairs timed).
+fn time_pairs(
+    context: &Context<'_>,
+    args: &ProbeArgs,
+) -> Result<(Option<f64>, Option<f64>, u32), CudaError> {
+    let free = context.memory_info()?.free_bytes;
+    if free.saturating_sub(args.margin_bytes) < args.block_bytes {
+        return Ok((None, None, 0));
+    }
+    let mut allocs = Vec::with_capacity(args.samples as usize);
+    let mut frees = Vec::with_capacity(args.samples as usize);
+    for _ in 0..args.samples {
+        let timing = Stopwatch::start();
+        let block = context.allocate(args.block_bytes)?;
+        allocs.push(timing.elapsed().as_secs_f64());
+        let timing = Stopwatch::start();
+        block.free()?;
+        frees.push(timing.elapsed().as_secs_f64());
+    }
+    Ok((median(&mut allocs), median(&mut frees), args.samples))
+}
+
+/// The headroom search's view of a context.
+struct Trials<'a, 'd>(&'a Context<'d>);
+
+impl TrialAllocator for Trials<'_, '_> {
+    type Error = CudaError;
+
+    fn free_bytes(&mut self) -> Result<u64, CudaError> {
+        Ok(self.0.memory_info()?.free_bytes)
+    }
+
+    fn try_block(&mut self, bytes: u64) -> Result<bool, CudaError> {
+        match self.0.allocate(bytes) {
+            Ok(block) => block.free().map(|()| true),
+            Err(error) if error.is_out_of_memory() => Ok(false),
+            Err(error) => Err(error),
+        }
+    }
+}
+
+/// NVML, opened by the probe for its own comparison readings.
+struct NvmlView {
+    nvml: Nvml,
+    uuid: String,
+}
+
+impl NvmlView {
+    fn open(args: &ProbeArgs) -> Option<Self> {
+        let mut builder = Nvml::builder();
+        if let Some(path) = &args.nvml_library {
+            builder.lib_path(path.as_os_str());
+        }
+        match builder.init() {
+            Ok(nvml) => Some(Self { nvml, uuid: args.device_uuid.clone() }),
+            Err(error) => {
+                eprintln!("vramd probe: NVML unavailable, comparison values left out: {error}");
+                None
+            }
+        }
+    }
+
+    fn memory(&self) -> Option<nvml_wrapper::struct_wrappers::device::MemoryInfo> {
+        self.nvml.device_by_uuid(self.uuid.as_str()).ok()?.memory_info().ok()
+    }
+
+    fn used_bytes(&self) -> Option<u64> {
+        self.memory().map(|memory| memory.used)
+    }
+
+    fn free_bytes(&self) -> Option<u64> {
+        self.memory().map(|memory| memory.free)
+    }
+
+    /// What NVML attributes to this process: exactly the context's cost,
+    /// when the probe can see its own PID (not in a container without
+    /// the host's PID namespace).
+    fn own_process_bytes(&self) -> Option<u64> {
+        let device = self.nvml.device_by_uuid(self.uuid.as_str()).ok()?;
+        let pid = std::process::id();
+        let processes = device.running_compute_processes().ok()?;
+        let own = processes.into_iter().find(|process| process.pid == pid)?;
+        match own.used_gpu_memory {
+            nvml_wrapper::enums::device::UsedGpuMemory::Used(bytes) => Some(bytes),
+            nvml_wrapper::enums::device::UsedGpuMemory::Unavailable => None,
+        }
+    }
+}
