@@ -98,6 +98,62 @@ def show(step, rows):
         print(f"{label:34} {fmt(ours)} {fmt(theirs):>17}  {verdict}")
 
 
+def probe_check(binary, base, uuid, failures):
+    """The CUDA probe: the daemon's own scheduled probe (its first runs right
+    after the first sampling cycle), then `vramd probe --headroom` by hand,
+    next to torch's cuMemGetInfo and nvidia-smi."""
+    import torch
+
+    scheduled = vramd_device(base, 0).get("probe", {})
+    print("\n== CUDA probe, scheduled by the daemon ==")
+    print(json.dumps(scheduled, indent=1))
+    if not scheduled.get("latest"):
+        failures.append("daemon probe produced no reading")
+    before = smi_gpu(0)
+    started = time.monotonic()
+    result = subprocess.run(
+        [binary, "probe", "--json", "--device", uuid, "--headroom", "--margin", "4GiB", "--time-budget", "5s"],
+        capture_output=True, text=True, timeout=120,
+    )
+    wall = time.monotonic() - started
+    torch_free, torch_total = torch.cuda.mem_get_info(0)
+    after = smi_gpu(0)
+    print("\n== vramd probe --headroom ==")
+    print(f"exit status {result.returncode}, {wall:.2f} s wall; stderr: {result.stderr.strip()[-300:]}")
+    try:
+        answer = json.loads(result.stdout)
+    except ValueError:
+        failures.append("vramd probe answer not JSON")
+        print(result.stdout[-500:])
+        return
+    reading = answer.get("reading")
+    if result.returncode != 0 or not reading:
+        failures.append(f"vramd probe failed: {answer.get('failure')}")
+        return
+    context = reading.get("context_bytes")
+    rows = [
+        ("CUDA free (probe, own ctx alive)", reading["cuda_free_bytes"], None, "n/a"),
+        ("NVML free (probe, same moment)", reading.get("nvml_free_bytes"), None, "n/a"),
+        ("torch mem_get_info free (after)", torch_free, None, "n/a"),
+        ("nvidia-smi free before / after", before["free"], after["free"], "n/a"),
+        ("probe context (NVML)", context, None, "n/a"),
+        ("largest allocatable block", (reading.get("headroom") or {}).get("largest_block_bytes"), None, "n/a"),
+    ]
+    show("probe", rows)
+    difference = (reading.get("nvml_free_bytes") or 0) - reading["cuda_free_bytes"]
+    print(f"NVML - CUDA free: {difference / MIB:+.1f} MiB; context created in "
+          f"{reading['context_create_seconds'] * 1e3:.0f} ms; alloc {reading.get('alloc_latency_seconds', 0) * 1e6:.0f} us, "
+          f"free {reading.get('free_latency_seconds', 0) * 1e6:.0f} us (median of {reading['alloc_samples']}); "
+          f"probe {reading['duration_seconds']:.2f} s; headroom search {reading.get('headroom')}")
+    # With the probe's context gone, torch sees the probe's free plus that context.
+    if context is not None:
+        compare("torch free - probe free - context", torch_free - reading["cuda_free_bytes"] - context, 0, DEVICE_TOLERANCE, [], failures)
+    if abs(difference) > 64 * MIB:
+        failures.append("NVML and CUDA free differ by more than 64 MiB")
+    if context is not None and not (50 * MIB <= context <= 1024 * MIB):
+        failures.append("probe context size outside 50 MiB - 1 GiB")
+
+
 def main():
     import torch
 
@@ -130,6 +186,7 @@ def main():
                 outside = mine["used_bytes"] - torch.cuda.memory_reserved(0)
                 rows.append(("outside the allocator (context…)", outside, None, "n/a"))
             show(step, rows)
+        probe_check(binary, base, vramd_device(base, 0)["uuid"], failures)
     finally:
         held.clear()
         daemon.send_signal(signal.SIGTERM)

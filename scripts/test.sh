@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The one command that runs every vramd test:
-#   - installs what the tests need when it is missing: promtool (Debian
-#     package `prometheus`), used by tests/e2e.rs to lint the /metrics output,
-#     and Alertmanager (Debian package `prometheus-alertmanager`, binary
+#   - installs what the tests need when it is missing: promtool and the
+#     Prometheus server (Debian package `prometheus`), used by tests/e2e.rs to
+#     lint the /metrics output and by tests/prometheus.rs (rule unit tests,
+#     and a real Prometheus scraping the daemon and running every dashboard
+#     and rule expression), and Alertmanager (Debian package `prometheus-alertmanager`, binary
 #     /usr/bin/prometheus-alertmanager), which tests/alertmanager.rs delivers
 #     alerts to;
 #   - cargo test --workspace --all-targets: unit tests, integration tests (including the
@@ -15,7 +17,10 @@
 #   - scripts/fuzz-api.sh: schemathesis (pinned; installed with pip when
 #     missing) fuzzes the REST API from its OpenAPI document against that
 #     binary on a simulated host: no 5xx, every answer as documented, the
-#     daemon alive and its memory bounded afterwards (about 75 s).
+#     daemon alive and its memory bounded afterwards (about 75 s);
+#   - scripts/check-deploy.sh: deploy/ (systemd unit, Dockerfile, Kubernetes
+#     manifests) against systemd-analyze, strace, hadolint and the Kubernetes
+#     schemas (tools installed when missing; about 25 s).
 # Works unattended (CI=true, no stdin). Exits non-zero on the first failure.
 set -euo pipefail
 
@@ -52,9 +57,17 @@ ensure_debian_file() {
 }
 
 ALERTMANAGER=/usr/bin/prometheus-alertmanager
+# The Prometheus server (Debian package `prometheus`, which also provides
+# promtool): tests/prometheus.rs scrapes the daemon with it and runs every
+# PromQL expression of dashboards/ and deploy/prometheus/ through its API.
+PROMETHEUS=/usr/bin/prometheus
 
 ensure_promtool() {
     command -v promtool >/dev/null 2>&1 || ensure_debian_file /usr/bin/promtool prometheus
+}
+
+ensure_prometheus() {
+    ensure_debian_file "$PROMETHEUS" prometheus
 }
 
 ensure_alertmanager() {
@@ -77,6 +90,8 @@ ensure_pytest() {
 command -v cargo >/dev/null 2>&1 || die "cargo not found; install the Rust toolchain (rustup)"
 ensure_promtool
 echo "scripts/test.sh: using $(promtool --version 2>&1 | head -n 1)"
+ensure_prometheus
+echo "scripts/test.sh: using $("$PROMETHEUS" --version 2>&1 | head -n 1)"
 ensure_alertmanager
 echo "scripts/test.sh: using $("$ALERTMANAGER" --version 2>&1 | head -n 1)"
 ensure_pytest
@@ -98,6 +113,11 @@ VRAMD_BIN="${CARGO_TARGET_DIR:-target}/debug/vramd" python3 -m pytest -q clients
 # Schema-driven fuzzing of the REST API against the binary cargo built; a
 # failure (or schemathesis that cannot be installed) fails the script.
 scripts/fuzz-api.sh "${CARGO_TARGET_DIR:-target}/debug/vramd"
+
+# The deployment artefacts against real tools (systemd-analyze verify and
+# security, systemd-sysusers, strace against SystemCallFilter=, hadolint,
+# kubernetes-validate and the CRD schemas, promtool); installs what it needs.
+scripts/check-deploy.sh "${CARGO_TARGET_DIR:-target}/debug/vramd"
 
 # One closing line summing every "test result:" line cargo printed.
 awk '/^test result: ok\./ {

@@ -1,0 +1,439 @@
+//! The deployment artefacts against real tools: `promtool check rules`,
+//! `promtool test rules` and `promtool check config` on `deploy/prometheus/`,
+//! `scripts/check-dashboards.py` on `dashboards/`, and
+//! `deploy/kubernetes/prometheusrule.yaml` being exactly what
+//! `scripts/sync-prometheusrule.py` makes of the rules file. Then, live: the
+//! vramd binary on a simulated host (training-fragmentation at 15×, with
+//! probe.headroom on: its exhaustion_forecast alert fires ~12 s in and stays
+//! firing ~1 min; the simulator provides CUDA probe readings) scraped
+//! by a real Prometheus on loopback (job="vramd", scrape and evaluation every
+//! 1 s, `deploy/prometheus/vramd-rules.yml` loaded). VramdForwardedAlert must
+//! reach state firing for the daemon's alert; then every expression is run
+//! through `/api/v1/query` and every failure is reported at once.
+//!
+//! What "returns data" means, per kind of expression:
+//! - dashboard targets (`targets[].expr` anywhere in dashboards/*.json, rows
+//!   included): `$__rate_interval`, `$__interval` and `$__range` become
+//!   `30s`, any other template variable (`$instance`, `${gpu}` …) `.*`
+//!   (dashboards use `=~` for variables); the result must be non-empty;
+//! - `label_values(SELECTOR, LABEL)` variables: `count by (LABEL) (SELECTOR)`
+//!   must be non-empty;
+//! - recording rules: the expression must be non-empty;
+//! - alerting rules, legitimately empty while nothing is wrong: the
+//!   expression must be accepted, and every metric it names (identifiers
+//!   outside strings starting `vramd_` or `vramd:`, and `up{…}`) must have
+//!   data;
+//! - every rule's health in `/api/v1/rules` must be `ok`.
+//!
+//! Needs `/usr/bin/prometheus` and `promtool` (Debian package `prometheus`)
+//! and `python3`; `scripts/test.sh` installs them. Every wait is bounded;
+//! both processes are killed when the test ends, pass or fail.
+
+// A test crate: a panic here is a failed test, not a failed daemon.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+// Real processes and sockets: wall-clock waits are what this test measures.
+#![allow(clippy::disallowed_types)]
+
+mod support;
+
+use std::fs::File;
+use std::net::{SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use serde_json::Value;
+use tempfile::TempDir;
+
+use support::{Deadline, SERVE, http, pause};
+
+const PROMETHEUS: &str = "/usr/bin/prometheus";
+const RULES: &str = "deploy/prometheus/vramd-rules.yml";
+
+/// Bound of every wait on Prometheus (start-up, scrapes, the alert).
+const PROM_WAIT: Duration = Duration::from_secs(60);
+
+/// What the dashboards' interval variables become.
+const RANGE: &str = "30s";
+
+fn repo(path: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(path)
+}
+
+/// Runs a tool in the repository root: whether it succeeded, and its output.
+fn tool(program: &str, args: &[&str]) -> (bool, String) {
+    let output = Command::new(program)
+        .args(args)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|error| {
+            panic!(
+                "cannot run {program}: {error}; scripts/test.sh installs it (promtool: Debian \
+                 package `prometheus`)"
+            )
+        });
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    (output.status.success(), String::from_utf8_lossy(&output.stdout).into_owned() + &stderr)
+}
+
+/// `scripts/sync-prometheusrule.py`'s transformation: the rules file from
+/// its `groups:` line on, non-empty lines indented by two spaces.
+fn prometheusrule_groups(rules: &str) -> String {
+    let start = rules.lines().position(|line| line == "groups:").expect("no `groups:` line");
+    let indent =
+        |line: &str| if line.trim().is_empty() { String::new() } else { format!("  {line}") };
+    rules.lines().skip(start).map(|line| indent(line) + "\n").collect()
+}
+
+#[test]
+fn rules_dashboards_and_manifests_pass_their_static_checks() {
+    for args in [
+        &["check", "rules", RULES][..],
+        &["test", "rules", "deploy/prometheus/vramd-rules.test.yml"],
+        &["check", "config", "deploy/prometheus/prometheus.yml"],
+    ] {
+        let (ok, said) = tool("promtool", args);
+        assert!(ok, "promtool {} failed:\n{said}", args.join(" "));
+    }
+    let (ok, said) = tool("python3", &["scripts/check-dashboards.py"]);
+    assert!(ok, "scripts/check-dashboards.py failed:\n{said}");
+
+    let rules = std::fs::read_to_string(repo(RULES)).unwrap();
+    let manifest = std::fs::read_to_string(repo("deploy/kubernetes/prometheusrule.yaml")).unwrap();
+    let groups = manifest.split_once("\nspec:\n").map(|(_, groups)| groups);
+    assert!(
+        groups == Some(prometheusrule_groups(&rules).as_str()),
+        "deploy/kubernetes/prometheusrule.yaml's spec.groups differs from {RULES}: run \
+         scripts/sync-prometheusrule.py"
+    );
+}
+
+/// A running Prometheus, killed and reaped on drop.
+struct Prometheus {
+    child: Child,
+    addr: SocketAddr,
+    dir: TempDir,
+}
+
+impl Prometheus {
+    /// Starts Prometheus on a free loopback port scraping vramd at
+    /// `target` (retrying with another port if it loses the race for one)
+    /// and waits for `/-/ready`.
+    fn start(target: SocketAddr) -> Self {
+        assert!(
+            Path::new(PROMETHEUS).exists(),
+            "{PROMETHEUS} is missing: run scripts/test.sh, which installs the Debian package \
+             `prometheus`"
+        );
+        let config = format!(
+            "global: {{scrape_interval: 1s, evaluation_interval: 1s}}\nrule_files: [\"{}\"]\n\
+             scrape_configs: [{{job_name: vramd, static_configs: [{{targets: [\"{target}\"]}}]}}]",
+            repo(RULES).display()
+        );
+        let mut last_log = String::new();
+        for _ in 0..3 {
+            let dir = tempfile::tempdir().unwrap();
+            std::fs::write(dir.path().join("prometheus.yml"), &config).unwrap();
+            let log = File::create(dir.path().join("prometheus.log")).unwrap();
+            let addr = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+            let child = Command::new(PROMETHEUS)
+                .arg(format!("--config.file={}", dir.path().join("prometheus.yml").display()))
+                .arg(format!("--storage.tsdb.path={}", dir.path().join("data").display()))
+                .arg(format!("--web.listen-address={addr}"))
+                .stdin(Stdio::null())
+                .stdout(log.try_clone().unwrap())
+                .stderr(log)
+                .spawn()
+                .unwrap_or_else(|error| panic!("cannot start {PROMETHEUS}: {error}"));
+            let mut prometheus = Self { child, addr, dir };
+            if prometheus.wait_ready() {
+                return prometheus;
+            }
+            last_log = prometheus.log();
+        }
+        panic!("Prometheus exited before it was ready, three times; last log:\n{last_log}");
+    }
+
+    fn wait_ready(&mut self) -> bool {
+        let deadline = Deadline::after(PROM_WAIT);
+        loop {
+            if matches!(http::get(self.addr, "/-/ready"), Ok(response) if response.status == 200) {
+                return true;
+            }
+            if self.child.try_wait().unwrap().is_some() {
+                return false;
+            }
+            assert!(!deadline.passed(), "Prometheus not ready in {PROM_WAIT:?}:\n{}", self.log());
+            pause();
+        }
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("prometheus.log")).unwrap_or_default()
+    }
+
+    /// `GET path`'s JSON `data`; fails the test unless status is success.
+    fn api(&self, path: &str) -> Value {
+        let response = http::get(self.addr, path).unwrap_or_else(|error| panic!("{error}"));
+        let body = response.json();
+        assert_eq!(body["status"], "success", "GET {path}: {body}");
+        body["data"].clone()
+    }
+
+    /// An instant query's result vector, or why it failed.
+    fn query(&self, expr: &str) -> Result<Vec<Value>, String> {
+        let path = format!("/api/v1/query?query={}", encode(expr));
+        let response = http::get(self.addr, &path)?;
+        let body: Value = serde_json::from_slice(&response.body)
+            .map_err(|_| format!("HTTP {}: {}", response.status, response.text()))?;
+        match body["status"].as_str() {
+            Some("success") => Ok(body["data"]["result"].as_array().cloned().unwrap_or_default()),
+            _ => Err(format!("{}: {}", body["errorType"], body["error"])),
+        }
+    }
+
+    /// Polls `found` until it returns something; fails after `PROM_WAIT`.
+    fn wait_for<T>(&self, what: &str, mut found: impl FnMut() -> Option<T>) -> T {
+        let deadline = Deadline::after(PROM_WAIT);
+        loop {
+            if let Some(result) = found() {
+                return result;
+            }
+            assert!(!deadline.passed(), "{what} within {PROM_WAIT:?}; log:\n{}", self.log());
+            std::thread::sleep(Duration::from_millis(250));
+        }
+    }
+}
+
+impl Drop for Prometheus {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Percent-encodes a query parameter value.
+fn encode(text: &str) -> String {
+    text.bytes()
+        .map(|byte| match byte {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
+                char::from(byte).to_string()
+            }
+            _ => format!("%{byte:02X}"),
+        })
+        .collect()
+}
+
+/// Replaces Grafana's interval variables with `RANGE` and every other
+/// template variable (`$name`, `${name}`, `${name:format}`) with `.*`.
+fn substitute(expr: &str) -> String {
+    let mut text = expr.to_owned();
+    for name in ["__rate_interval", "__interval", "__range"] {
+        text = text.replace(&format!("${{{name}}}"), RANGE).replace(&format!("${name}"), RANGE);
+    }
+    let mut out = String::new();
+    let mut rest = text.as_str();
+    while let Some(at) = rest.find('$') {
+        out.push_str(&rest[..at]);
+        let after = &rest[at + 1..];
+        let end = if let Some(braced) = after.strip_prefix('{') {
+            braced.find('}').map_or(after.len(), |close| close + 2)
+        } else {
+            after.find(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).unwrap_or(after.len())
+        };
+        // A `$` not followed by a name (as in label_replace's "$1") stays.
+        let is_variable = end > 0 && !after[..end].starts_with(|c: char| c.is_ascii_digit());
+        out.push_str(if is_variable { ".*" } else { "$" });
+        rest = if is_variable { &after[end..] } else { after };
+    }
+    out + rest
+}
+
+/// Every `targets[].expr` and every `label_values(…)` variable query (as
+/// `count by (label) (selector)`) in `node`, with variables substituted.
+fn dashboard_exprs(node: &Value, file: &str, out: &mut Vec<(String, String)>) {
+    match node {
+        Value::Object(map) => {
+            for target in map.get("targets").and_then(Value::as_array).into_iter().flatten() {
+                let expr = target["expr"].as_str().unwrap_or_default();
+                let title = map.get("title").and_then(Value::as_str).unwrap_or_default();
+                out.push((format!("{file}: panel {title:?}"), substitute(expr)));
+            }
+            // A query variable's query: a string, or {"query": string}.
+            let query = map.get("query").filter(|_| map.get("type") == Some(&"query".into()));
+            let query = query.and_then(|query| query.get("query").or(Some(query)));
+            if let Some(inner) = query.and_then(Value::as_str).and_then(|q| {
+                q.trim().strip_prefix("label_values(").and_then(|q| q.strip_suffix(')'))
+            }) {
+                let (selector, label) =
+                    inner.rsplit_once(',').expect("label_values(selector, label)");
+                let expr = format!("count by ({}) ({selector})", label.trim());
+                let name = map.get("name").and_then(Value::as_str).unwrap_or_default();
+                out.push((format!("{file}: variable {name}"), substitute(&expr)));
+            }
+            map.values().for_each(|value| dashboard_exprs(value, file, out));
+        }
+        Value::Array(items) => items.iter().for_each(|value| dashboard_exprs(value, file, out)),
+        _ => {}
+    }
+}
+
+/// The metric names an expression selects: identifiers outside string
+/// literals that start with `vramd_` or `vramd:`, and `up` before a `{`.
+fn metric_names(expr: &str) -> Vec<String> {
+    let (mut code, mut quote, mut escaped) = (String::new(), None, false);
+    for c in expr.chars() {
+        if let Some(open) = quote {
+            quote = (c != open || escaped).then_some(open);
+            escaped = c == '\\' && !escaped;
+        } else if matches!(c, '"' | '\'' | '`') {
+            quote = Some(c);
+        }
+        code.push(if quote.is_some() { ' ' } else { c });
+    }
+    let mut names: Vec<String> = code
+        .split(|c: char| !(c.is_ascii_alphanumeric() || matches!(c, '_' | ':' | '{')))
+        .filter_map(|token| {
+            let (name, selector) = token.split_once('{').map_or((token, false), |(n, _)| (n, true));
+            let metric = name.starts_with("vramd_") || name.starts_with("vramd:");
+            (metric || (name == "up" && selector)).then(|| name.to_owned())
+        })
+        .collect();
+    names.sort();
+    names.dedup();
+    names
+}
+
+/// Why a query that must return data did not, if it did not.
+fn verdict(what: &str, expr: &str, result: Result<Vec<Value>, String>) -> Option<String> {
+    match result {
+        Ok(result) if !result.is_empty() => None,
+        Ok(_) => Some(format!("{what}: empty: {expr}")),
+        Err(error) => Some(format!("{what}: {error}: {expr}")),
+    }
+}
+
+#[test]
+fn every_dashboard_and_rule_expression_returns_data_from_a_real_prometheus() {
+    let mut daemon = support::Process::spawn(
+        &[&["--simulate", "training-fragmentation", "--speed", "15"][..], &SERVE].concat(),
+        // The headroom search is off by default; its panel needs it.
+        &[("VRAMD_PROBE__HEADROOM", "true")],
+    );
+    let target = daemon.listening();
+    daemon.wait_ready(target);
+    let prometheus = Prometheus::start(target);
+
+    // The daemon's first firing alert, then Prometheus forwarding it.
+    let fired = prometheus.wait_for("vramd raised no firing alert", || {
+        let alerts = support::get(target, "/api/v1/alerts?state=firing").json();
+        alerts["alerts"].as_array().and_then(|list| list.first().cloned())
+    });
+    let forwarded = prometheus.wait_for("VramdForwardedAlert did not fire", || {
+        let alerts = prometheus.api("/api/v1/alerts")["alerts"].clone();
+        let ours = |alert: &&Value| {
+            alert["labels"]["alertname"] == "VramdForwardedAlert"
+                && alert["labels"]["rule"] == fired["rule"]
+                && alert["labels"]["uuid"] == fired["uuid"]
+                && alert["state"] == "firing"
+        };
+        alerts.as_array().into_iter().flatten().find(ours).cloned()
+    });
+    let labels = &forwarded["labels"];
+    let alertname = labels["vramd_alertname"].as_str().unwrap_or_default();
+    assert!(alertname.starts_with("Vramd"), "{forwarded:#}");
+    assert_eq!(labels["severity"], fired["severity"], "{forwarded:#}");
+    assert_eq!(labels["gpu"], fired["gpu"].to_string().as_str(), "{forwarded:#}");
+    let summary = forwarded["annotations"]["summary"].as_str().unwrap_or_default();
+    assert!(summary.starts_with(alertname), "{forwarded:#}");
+
+    // A few scrapes, so that range functions over RANGE have samples.
+    prometheus.wait_for("fewer than 5 successful scrapes", || {
+        let result = prometheus.query(r#"sum_over_time(up{job="vramd"}[1m]) >= 5"#).ok()?;
+        (!result.is_empty()).then_some(())
+    });
+
+    let (mut failures, mut exprs) = (Vec::new(), Vec::new());
+    let mut files: Vec<PathBuf> = std::fs::read_dir(repo("dashboards"))
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .filter(|path| path.extension().is_some_and(|ext| ext == "json"))
+        .collect();
+    files.sort();
+    assert!(!files.is_empty(), "no dashboards/*.json");
+    for path in &files {
+        let dashboard: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap())
+            .unwrap_or_else(|error| panic!("{}: {error}", path.display()));
+        let name = path.file_name().unwrap().to_string_lossy();
+        dashboard_exprs(&dashboard, &name, &mut exprs);
+    }
+    for (what, expr) in &exprs {
+        failures.extend(verdict(what, expr, prometheus.query(expr)));
+    }
+
+    let groups = prometheus.api("/api/v1/rules")["groups"].clone();
+    let rules: Vec<Value> = groups
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|group| group["rules"].as_array().cloned().unwrap_or_default())
+        .collect();
+    let in_file = std::fs::read_to_string(repo(RULES)).unwrap();
+    let in_file = in_file.lines().filter(|line| {
+        let line = line.trim_start();
+        line.starts_with("- record:") || line.starts_with("- alert:")
+    });
+    assert_eq!(rules.len(), in_file.count(), "Prometheus did not load every rule of {RULES}");
+    for rule in &rules {
+        let name = rule["name"].as_str().unwrap_or_default();
+        let expr = rule["query"].as_str().unwrap_or_default();
+        if rule["health"] != "ok" {
+            failures
+                .push(format!("rule {name}: health {} ({})", rule["health"], rule["lastError"]));
+        }
+        if rule["type"] == "recording" {
+            failures.extend(verdict(
+                &format!("recording rule {name}"),
+                expr,
+                prometheus.query(expr),
+            ));
+            continue;
+        }
+        if let Err(error) = prometheus.query(expr) {
+            failures.push(format!("alerting rule {name}: {error}: {expr}"));
+        }
+        for metric in metric_names(expr) {
+            let what = format!("alerting rule {name}: metric {metric}");
+            failures.extend(verdict(&what, &metric, prometheus.query(&format!("count({metric})"))));
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} of {} dashboard expressions and {} rules failed (daemon alert forwarded: {}):\n{}",
+        failures.len(),
+        exprs.len(),
+        rules.len(),
+        alertname,
+        failures.join("\n")
+    );
+}
+
+#[test]
+fn substitution_and_metric_names_follow_the_documented_rules() {
+    assert_eq!(
+        substitute(r#"rate(x{a=~"$instance",b=~"${gpu}",c=~"${pid:regex}"}[$__rate_interval])"#),
+        r#"rate(x{a=~".*",b=~".*",c=~".*"}[30s])"#
+    );
+    assert_eq!(
+        substitute(r#"label_replace(x, "y", "$1", "z", "(.*)")"#),
+        r#"label_replace(x, "y", "$1", "z", "(.*)")"#
+    );
+    assert_eq!(
+        metric_names(concat!(
+            r#"absent(up{job="vramd"}) or vramd:a:ratio > 1 unless "#,
+            r#"label_replace(vramd_b, "vramd_c", "$1", "d", "up")"#
+        )),
+        ["up", "vramd:a:ratio", "vramd_b"]
+    );
+}
