@@ -299,6 +299,15 @@ if strace -f -o /dev/null true >/dev/null 2>&1; then
     check "systemd: system calls of vramd --simulate (strace) within SystemCallFilter=" \
         trace_vramd VRAMD_SOURCE__SIMULATE=training-fragmentation VRAMD_SOURCE__SPEED=30
     FAKE_NVML="$(dirname "$BIN")/libnvidia_ml_fake.so"
+    FAKE_CUDA="$(dirname "$BIN")/libcuda_fake.so"
+    # `cargo test` builds the fake driver libraries into their own target
+    # directories; the traces below want them beside the binary, so build
+    # them there (cheap: the code is compiled already) rather than skip.
+    if { [ ! -f "$FAKE_NVML" ] || [ ! -f "$FAKE_CUDA" ]; } && command -v cargo >/dev/null 2>&1; then
+        say "building the fake driver libraries beside $BIN (cargo build -p fake-nvml -p fake-cuda --lib)"
+        cargo build --quiet -p fake-nvml -p fake-cuda --lib ||
+            say "cargo build of the fake driver libraries failed; the traces that need them are skipped"
+    fi
     if [ -f "$FAKE_NVML" ]; then
         mkdir -p "$WORK/nvml"
         cp "$FAKE_NVML" "$WORK/nvml/libnvidia-ml.so.1"
@@ -319,7 +328,6 @@ EOF
     else
         skip "systemd: system calls on NVML: $FAKE_NVML not built (cargo build -p fake-nvml)"
     fi
-    FAKE_CUDA="$(dirname "$BIN")/libcuda_fake.so"
     if [ -f "$FAKE_CUDA" ] && [ -f "$FAKE_NVML" ] && "$BIN" probe --help >/dev/null 2>&1; then
         mkdir -p "$WORK/cuda"
         cp "$FAKE_CUDA" "$WORK/cuda/libcuda.so.1"

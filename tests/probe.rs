@@ -172,6 +172,32 @@ fn probe_failures_have_a_kind_and_an_exit_status() {
     assert_eq!((status, failure_kind(&answer)), (5, "context_failed"), "{answer}");
 }
 
+#[test]
+fn probe_accepts_a_legacy_mig_name_only_when_cuda_visible_devices_selects_it() {
+    let fake = FakeCuda::new(&json!({ "devices": [device(json!({}))] }));
+    let legacy = "MIG-GPU-8f6a2c1e-0000-4d7b-9a1e-3b5c7d9e1f20/1/0";
+    let run = |visible: Option<&str>| {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_vramd"));
+        command
+            .args(["probe", "--json", "--device", legacy, "--cuda-library"])
+            .arg(&fake.library)
+            .args(["--nvml-library", "/nonexistent/libnvidia-ml.so.1"])
+            .env(cuda::SCENARIO_ENV, &fake.scenario)
+            .env_remove("CUDA_VISIBLE_DEVICES");
+        if let Some(visible) = visible {
+            command.env("CUDA_VISIBLE_DEVICES", visible);
+        }
+        let output = command.output().unwrap();
+        let answer: Value = serde_json::from_slice(&output.stdout).unwrap();
+        (output.status.code(), answer)
+    };
+    let (status, answer) = run(Some(legacy));
+    assert_eq!(status, Some(0), "{answer}");
+    assert_eq!(answer["device"], legacy);
+    let (status, answer) = run(None);
+    assert_eq!((status, failure_kind(&answer)), (Some(5), "device_not_found"), "{answer}");
+}
+
 /// Starts the daemon on the fake NVML and fake CUDA with one device.
 fn daemon(fake: &FakeCuda, extra_env: &[(&str, &str)]) -> (Process, std::net::SocketAddr, TempDir) {
     let nvml_dir = TempDir::new().unwrap();

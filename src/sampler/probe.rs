@@ -109,14 +109,24 @@ pub async fn run(
     let mut scheduler = Scheduler { prober, settings, due: HashMap::new(), stuck: None };
     loop {
         let now = Instant::now();
-        for device in store.devices() {
+        let devices = store.devices();
+        // CUDA cannot create a context on a GPU whose memory is split into
+        // MIG devices: such a GPU is probed through its MIG devices only.
+        let mig_parents: Vec<String> = devices
+            .iter()
+            .filter_map(|device| device.info().mig.as_ref().map(|mig| mig.parent_uuid.clone()))
+            .collect();
+        for device in devices {
             if cancel.is_cancelled() {
                 return;
             }
-            let due = *scheduler.due.entry(device.info().uuid.clone()).or_insert_with(|| {
-                device.update_probe(|state| state.scheduled = true);
-                now
-            });
+            if mig_parents.contains(&device.info().uuid) {
+                continue;
+            }
+            // Marked on every pass, not once: a device history made anew
+            // (rediscovery) must show as covered too.
+            device.update_probe(|state| state.scheduled = true);
+            let due = *scheduler.due.entry(device.info().uuid.clone()).or_insert(now);
             if due > Instant::now() {
                 continue;
             }

@@ -259,6 +259,34 @@ async fn probe_scheduler_gives_up_on_a_hung_probe_and_never_starts_a_second() {
     assert_eq!(store.devices()[1].probe().runs, 0);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn probe_scheduler_probes_a_mig_gpu_through_its_mig_devices_only() {
+    let store = store(&[40, 40], None);
+    // Rebuild the list so device 1 is a MIG device of device 0.
+    let mut infos: Vec<DeviceInfo> = store.devices().iter().map(|d| d.info().clone()).collect();
+    infos[1].mig = Some(crate::model::MigInfo {
+        parent_index: 0,
+        parent_uuid: infos[0].uuid.clone(),
+        slot: 0,
+        profile: Some("3g.40gb".into()),
+    });
+    let fresh = self::store(&[40, 40], None);
+    let devices = fresh.set_devices(infos);
+    for (device, old) in devices.iter().zip(store.devices()) {
+        device.record_fast(old.live().fast.unwrap()).unwrap();
+    }
+    fresh.mark_cycle_completed();
+    let prober = Arc::new(FakeProber::default());
+    let watched = fresh.clone();
+    run_until(prober.clone(), fresh.clone(), gate(false), settings(), move || {
+        watched.devices()[1].probe().runs >= 2
+    })
+    .await;
+    assert!(prober.probed.lock().iter().all(|uuid| uuid == "GPU-1"), "{:?}", prober.probed.lock());
+    let parent = fresh.devices()[0].probe();
+    assert!(!parent.scheduled && parent.runs == 0);
+}
+
 #[test]
 fn probe_retry_delay_doubles_per_failure_up_to_the_ceiling() {
     let settings = settings();

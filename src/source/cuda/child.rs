@@ -110,11 +110,24 @@ pub fn run(args: &ProbeArgs) -> Result<ProbeReading, ProbeFailure> {
 
 /// The CUDA device whose UUID is `uuid` (`GPU-…` or `MIG-…`).
 fn find_device(driver: &Driver, uuid: &str) -> Result<cuda_driver::Device, ProbeFailure> {
-    let wanted = cuda_driver::parse_uuid(uuid).ok_or_else(|| {
-        failure(ProbeFailureKind::DeviceNotFound, format!("{uuid:?} is not a GPU-… or MIG-… UUID"))
-    })?;
     let count =
         driver.device_count().map_err(|error| failure(ProbeFailureKind::InitFailed, error))?;
+    let Some(wanted) = cuda_driver::parse_uuid(uuid) else {
+        // Drivers before R470 name MIG devices `MIG-GPU-<uuid>/<gi>/<ci>`,
+        // which carry no 16-byte UUID. The daemon starts the probe with
+        // CUDA_VISIBLE_DEVICES set to exactly that name, so the one device
+        // CUDA then shows is the one meant.
+        let visible = std::env::var("CUDA_VISIBLE_DEVICES").unwrap_or_default();
+        if count == 1 && visible == uuid {
+            return driver.device(0).map_err(|error| failure(ProbeFailureKind::InitFailed, error));
+        }
+        return Err(failure(
+            ProbeFailureKind::DeviceNotFound,
+            format!(
+                "{uuid:?} is not a GPU-… or MIG-… UUID, and CUDA_VISIBLE_DEVICES does not select it alone"
+            ),
+        ));
+    };
     let mut seen = Vec::new();
     for ordinal in 0..count {
         let device =
