@@ -8,8 +8,8 @@
 use std::time::Duration;
 
 use prometheus::{
-    Encoder, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
-    TextEncoder,
+    Encoder, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
+    Registry, TextEncoder,
 };
 
 /// Every `kind` a source error can be counted under, pre-created at zero so
@@ -70,6 +70,7 @@ pub struct Telemetry {
     notifications: IntCounterVec,
     notifications_dropped: IntCounterVec,
     notification_duration: HistogramVec,
+    alerts_dropped: IntCounter,
 }
 
 impl Telemetry {
@@ -154,7 +155,13 @@ impl Telemetry {
             source,
         })?;
 
-        let collectors: [(&'static str, Box<dyn prometheus::core::Collector>); 9] = [
+        let alerts_dropped = IntCounter::new(
+            "vramd_alerts_dropped_total",
+            "New alerts not kept because alerts.max_alerts alerts were already pending or firing (resolved ones are evicted first).",
+        )
+        .map_err(|source| TelemetryError::Register { name: "vramd_alerts_dropped_total", source })?;
+
+        let collectors: [(&'static str, Box<dyn prometheus::core::Collector>); 10] = [
             ("vramd_source_errors_total", Box::new(source_errors.clone())),
             ("vramd_sample_duration_seconds", Box::new(sample_duration.clone())),
             ("vramd_nvml_up", Box::new(source_up.clone())),
@@ -164,6 +171,7 @@ impl Telemetry {
             ("vramd_notifications_total", Box::new(notifications.clone())),
             ("vramd_notifications_dropped_total", Box::new(notifications_dropped.clone())),
             ("vramd_notification_duration_seconds", Box::new(notification_duration.clone())),
+            ("vramd_alerts_dropped_total", Box::new(alerts_dropped.clone())),
         ];
         for (name, collector) in collectors {
             registry
@@ -179,7 +187,17 @@ impl Telemetry {
             notifications,
             notifications_dropped,
             notification_duration,
+            alerts_dropped,
         })
+    }
+
+    /// Counts new alerts the engine could not keep (`alerts.max_alerts`).
+    pub fn count_alerts_dropped(&self, count: u64) {
+        self.alerts_dropped.inc_by(count);
+    }
+
+    pub fn alerts_dropped(&self) -> u64 {
+        self.alerts_dropped.get()
     }
 
     /// Counts one failed source call.
@@ -287,7 +305,17 @@ mod tests {
         telemetry.set_source_up(true);
         let mut text = Vec::new();
         telemetry.encode_into(&mut text).unwrap();
+        let before = String::from_utf8(text.clone()).unwrap();
+        assert!(
+            before.contains("vramd_alerts_dropped_total 0"),
+            "absent is not zero: exported from the start"
+        );
+        telemetry.count_alerts_dropped(3);
+        text.clear();
+        telemetry.encode_into(&mut text).unwrap();
         let text = String::from_utf8(text).unwrap();
+        assert!(text.contains("vramd_alerts_dropped_total 3"));
+        assert_eq!(telemetry.alerts_dropped(), 3);
         assert!(text.contains("vramd_source_errors_total{kind=\"timeout\"} 2"));
         assert!(text.contains("vramd_nvml_up 1"));
         assert_eq!(telemetry.error_count("timeout"), 2);

@@ -397,3 +397,33 @@ fn simulated_workloads_report_their_allocator_through_the_report_path() {
     assert!(with_stats >= 1, "{detail}");
     drop(daemon);
 }
+
+#[test]
+fn alerts_beyond_max_alerts_are_counted_not_kept() {
+    // oom-spike: at 10:05 two allocator alerts fire together on GPU 0; with
+    // room for one alert the other is dropped, and /metrics says so.
+    let env = [("VRAMD_ALERTS__MAX_ALERTS", "1"), ("VRAMD_ALERTS__EVALUATION_INTERVAL", "1s")];
+    let mut daemon = support::Process::spawn(
+        &args(&["--simulate", "oom-spike", "--gpus", "1", "--speed", "100"]),
+        &env,
+    );
+    let addr = daemon.listening();
+    daemon.wait_ready(addr);
+    let dropped = || {
+        get(addr, "/metrics")
+            .text()
+            .lines()
+            .find_map(|line| line.strip_prefix("vramd_alerts_dropped_total ")?.parse::<f64>().ok())
+    };
+    assert_eq!(dropped(), Some(0.0), "exported from the start");
+    let deadline = Deadline::after(Duration::from_secs(30));
+    while dropped() < Some(1.0) {
+        assert!(!deadline.passed(), "no alert dropped within 30 s");
+        pause();
+    }
+    let alerts = get(addr, "/api/v1/alerts").json();
+    let active = alerts["alerts"].as_array().map_or(0, Vec::len);
+    assert!(active <= 1, "{alerts}");
+    daemon.signal("TERM");
+    assert_exit(&daemon.finish(WAIT), 0);
+}

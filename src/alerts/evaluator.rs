@@ -80,6 +80,11 @@ impl Evaluator {
         self.engine.firing().cloned().collect()
     }
 
+    /// New alerts the engine could not keep, since this evaluator was made.
+    pub fn dropped(&self) -> u64 {
+        self.engine.dropped()
+    }
+
     /// The newest sample time over all devices, the clock of a pass.
     pub fn newest(store: &HistoryStore) -> Option<Timestamp> {
         store.devices().iter().filter_map(|device| device.live().newest_at()).max()

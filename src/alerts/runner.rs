@@ -38,6 +38,7 @@ pub async fn run(
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     let mut evaluator = Some(Evaluator::new(&settings.alerts));
     let mut last_resend: Option<Timestamp> = None;
+    let mut dropped_counted = 0u64;
     loop {
         tokio::select! {
             () = cancel.cancelled() => return,
@@ -66,9 +67,15 @@ pub async fn run(
             Ok(done) => done,
             Err(error) => {
                 warn!(error = %error, "alert evaluation failed; starting from no alerts");
+                dropped_counted = 0;
                 (Evaluator::new(&settings.alerts), empty(now))
             }
         };
+        let dropped = working.dropped();
+        if dropped > dropped_counted {
+            telemetry.count_alerts_dropped(dropped - dropped_counted);
+            dropped_counted = dropped;
+        }
         board.publish(evaluation.alerts, evaluation.analyses, &evaluation.transitions);
         if let Some(dispatch) = &dispatch {
             dispatch.submit(&evaluation.transitions);
