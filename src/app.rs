@@ -107,7 +107,12 @@ pub fn build_source(config: &Config) -> Result<BuiltSource, AppError> {
             Arc::new(simulator)
         }
         SourceSelection::Replay { path } => Arc::new(
-            Replay::open(path, config.source.max_trace_line_bytes).map_err(AppError::Replay)?,
+            Replay::open_bounded(
+                path,
+                config.source.max_trace_line_bytes,
+                config.source.max_trace_bytes,
+            )
+            .map_err(AppError::Replay)?,
         ),
     };
     let source: Arc<dyn DeviceSource> = match &config.source.record {

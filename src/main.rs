@@ -103,7 +103,11 @@ fn analyze(config: &Config, args: AnalyzeArgs) -> ExitCode {
     let report = match &config.source.selection {
         SourceSelection::Simulate(simulator) => offline::simulate(config, simulator, args.duration),
         SourceSelection::Replay { path } => {
-            match Replay::open(path, config.source.max_trace_line_bytes) {
+            match Replay::open_bounded(
+                path,
+                config.source.max_trace_line_bytes,
+                config.source.max_trace_bytes,
+            ) {
                 Ok(trace) => offline::replay(config, &trace),
                 Err(error) => {
                     eprintln!("vramd: {error}");

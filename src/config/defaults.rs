@@ -62,6 +62,7 @@ pub fn defaults() -> Config {
             record: None,
             speed: 1.0,
             max_trace_line_bytes: 1 << 20,
+            max_trace_bytes: 1 << 30,
         },
         nvml: NvmlConfig {
             library_path: None,

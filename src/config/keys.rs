@@ -135,6 +135,11 @@ pub const KEYS: &[KeySpec] = &[
         "longest accepted line of a replayed trace",
         "size, 1KiB to 64MiB",
     ),
+    key(
+        "source.max_trace_size",
+        "largest replayed trace file; its records are all held in memory",
+        "size, 1MiB to 64GiB",
+    ),
     key("simulator.gpus", "number of simulated GPUs", "1 to 8"),
     key(
         "simulator.seed",

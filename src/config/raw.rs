@@ -187,6 +187,7 @@ pub struct RawSource {
     pub record: Option<Scalar>,
     pub speed: Option<Scalar>,
     pub max_trace_line: Option<Scalar>,
+    pub max_trace_size: Option<Scalar>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Deserialize)]

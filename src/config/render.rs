@@ -128,6 +128,7 @@ pub fn entries(config: &Config) -> Vec<(&'static str, Option<TomlValue>)> {
         ("source.record", source.record.as_deref().and_then(path)),
         ("source.speed", Some(TomlValue::Float(source.speed))),
         ("source.max_trace_line", text(format_size(source.max_trace_line_bytes as u64))),
+        ("source.max_trace_size", text(format_size(source.max_trace_bytes))),
         ("simulator.gpus", Some(TomlValue::Int(i64::from(gpus)))),
         ("simulator.seed", Some(seed)),
         ("nvml.library_path", nvml.library_path.as_deref().and_then(path)),

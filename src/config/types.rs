@@ -100,6 +100,8 @@ pub struct SourceConfig {
     pub speed: f64,
     /// `source.max_trace_line`: longest accepted line of a replayed trace.
     pub max_trace_line_bytes: usize,
+    /// `source.max_trace_size`: largest replayed trace file.
+    pub max_trace_bytes: u64,
 }
 
 /// Which device source the daemon reads.

@@ -101,6 +101,8 @@ pub(super) fn validate(raw: &RawConfig, origins: &Origins) -> Result<Config, Con
     let speed = field("source.speed", &raw.source.speed)?.speed()?;
     let max_trace_line_bytes =
         field("source.max_trace_line", &raw.source.max_trace_line)?.size(KIB, 64 * MIB)?;
+    let max_trace_bytes =
+        field("source.max_trace_size", &raw.source.max_trace_size)?.bytes(MIB, 64 * GIB)?;
     let nvml = NvmlConfig {
         library_path: optional("nvml.library_path", &raw.nvml.library_path)
             .as_ref()
@@ -191,7 +193,13 @@ pub(super) fn validate(raw: &RawConfig, origins: &Origins) -> Result<Config, Con
         history,
         metrics,
         api,
-        source: SourceConfig { selection, record: record_path, speed, max_trace_line_bytes },
+        source: SourceConfig {
+            selection,
+            record: record_path,
+            speed,
+            max_trace_line_bytes,
+            max_trace_bytes,
+        },
         nvml,
         probe,
         log,

@@ -35,6 +35,13 @@ pub enum TraceError {
         #[source]
         source: std::io::Error,
     },
+    /// The file is larger than `source.max_trace_size` (its records would
+    /// all be held in memory).
+    #[error(
+        "{path}: the trace is {size} bytes, more than source.max_trace_size ({max} bytes); \
+         its records are held in memory: raise the limit or replay a shorter trace"
+    )]
+    TooLarge { path: String, size: u64, max: u64 },
     /// The file has no lines at all, so not even a header.
     #[error("{path}: the file is empty; a trace starts with a header line")]
     Empty { path: String },
@@ -53,7 +60,10 @@ impl TraceError {
     pub fn line(&self) -> Option<u64> {
         match self {
             TraceError::Read { line, .. } | TraceError::Line { line, .. } => Some(*line),
-            TraceError::Create { .. } | TraceError::Open { .. } | TraceError::Empty { .. } => None,
+            TraceError::Create { .. }
+            | TraceError::Open { .. }
+            | TraceError::Empty { .. }
+            | TraceError::TooLarge { .. } => None,
         }
     }
 }

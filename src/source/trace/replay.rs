@@ -50,12 +50,31 @@ impl Replay {
     /// than `max_line_bytes` (its newline not counted). Any problem is an
     /// error naming the line, so a bad trace stops the daemon at start-up.
     pub fn open(path: &Path, max_line_bytes: usize) -> Result<Replay, TraceError> {
+        Self::open_bounded(path, max_line_bytes, u64::MAX)
+    }
+
+    /// [`Replay::open`], refusing a file larger than `max_file_bytes`
+    /// (`source.max_trace_size`): all its records are held in memory. The
+    /// size is checked before reading and again as lines are read, in case
+    /// the file grows meanwhile.
+    pub fn open_bounded(
+        path: &Path,
+        max_line_bytes: usize,
+        max_file_bytes: u64,
+    ) -> Result<Replay, TraceError> {
         let shown = path.display().to_string();
         let file =
             File::open(path).map_err(|source| TraceError::Open { path: shown.clone(), source })?;
+        let too_large =
+            |size| TraceError::TooLarge { path: shown.clone(), size, max: max_file_bytes };
+        let size = file.metadata().map(|metadata| metadata.len()).unwrap_or(0);
+        if size > max_file_bytes {
+            return Err(too_large(size));
+        }
         let mut lines = BoundedLines::new(BufReader::new(file), max_line_bytes);
         let mut loader = Loader::default();
         let mut number: u64 = 0;
+        let mut read: u64 = 0;
         loop {
             number = number.saturating_add(1);
             let in_line = |reason| TraceError::Line { path: shown.clone(), line: number, reason };
@@ -69,6 +88,10 @@ impl Replay {
                     return Err(TraceError::Read { path: shown.clone(), line: number, source });
                 }
             };
+            read = read.saturating_add(line.bytes.len() as u64 + 1);
+            if read > max_file_bytes.saturating_add(1) {
+                return Err(too_large(read));
+            }
             let text = std::str::from_utf8(line.bytes).map_err(|_| in_line(LineError::NotUtf8))?;
             loader.accept(text).map_err(|reason| match reason {
                 LineError::Json { reason } if !line.terminated => {

@@ -201,3 +201,22 @@ fn invalid_utf8_is_refused() {
     let err = Replay::open(&path, 4096).unwrap_err();
     assert!(matches!(err, TraceError::Line { line: 2, reason: LineError::NotUtf8, .. }), "{err}");
 }
+
+#[test]
+fn a_trace_larger_than_max_trace_size_is_refused_before_it_is_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("trace.ndjson");
+    let text = format!("{HEADER}\n{}\n{}\n", fast(0, 1), fast(0, 2));
+    std::fs::write(&path, &text).unwrap();
+    let size = text.len() as u64;
+    let err = Replay::open_bounded(&path, 4096, size - 1).unwrap_err();
+    assert!(
+        matches!(err, TraceError::TooLarge { size: s, max, .. } if s == size && max == size - 1),
+        "{err}"
+    );
+    assert!(err.to_string().contains("source.max_trace_size"), "{err}");
+    assert_eq!(err.line(), None);
+    // Exactly at the limit is fine.
+    let replay = Replay::open_bounded(&path, 4096, size).unwrap();
+    assert_eq!(replay.records().len(), 2);
+}
