@@ -86,7 +86,7 @@ fn estimate_size(views: &[DeviceView]) -> usize {
         .iter()
         .filter_map(|view| view.live.slow.as_ref()?.processes.as_ref().map(Vec::len))
         .sum();
-    8_192 + views.len() * 2_048 + processes * 1_200
+    8_192 + views.len() * 4_096 + processes * 1_600
 }
 
 family!(DEVICE_INFO, "vramd_device_info", Gauge, "Static facts about a monitored GPU; always 1.");

@@ -74,7 +74,10 @@ impl<'a> FamilyWriter<'a> {
             write_uint(self.out, magnitude as u64);
         } else {
             self.start(labels);
-            let _ = write!(self.out, "{value}");
+            // Shortest text that parses back to the same f64; it may use an
+            // exponent (`1e-7`), which the text format allows.
+            let mut buffer = ryu::Buffer::new();
+            self.out.extend_from_slice(buffer.format_finite(value).as_bytes());
         }
         self.out.push(b'\n');
     }
@@ -134,6 +137,9 @@ impl Labels {
     }
 
     pub fn push(&mut self, name: &str, value: &str) {
+        // Labels are cloned with exact capacity and then extended: one
+        // amortised growth here instead of one per `push_str`.
+        self.0.reserve(name.len() + value.len() + 4);
         if !self.0.is_empty() {
             self.0.push(',');
         }
