@@ -255,7 +255,12 @@ impl Evaluator {
             trend_window: self.config.trend_window,
             processes,
             xid_in_window,
-            probe: device.probe().latest,
+            // Only a current reading: one older than twice the probe
+            // interval means the device has been skipped or failing since.
+            probe: device.probe().latest.filter(|reading| {
+                now.duration_since(reading.at)
+                    .is_none_or(|age| age <= self.config.rules.probe_stale_after)
+            }),
         };
         (facts, analysis)
     }

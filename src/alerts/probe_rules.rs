@@ -169,6 +169,56 @@ mod tests {
     }
 
     #[test]
+    fn a_stale_probe_reading_is_not_judged_so_its_alert_resolves() {
+        use crate::alerts::AlertState;
+        use crate::alerts::evaluator::Evaluator;
+        use crate::history::{HistoryStore, Sizing};
+        use crate::model::{FastReading, MemoryInfo};
+        use std::time::Duration;
+
+        let sizing = Sizing::for_retention(
+            Duration::from_secs(3600),
+            Duration::from_secs(1),
+            Duration::from_secs(1),
+            Duration::from_secs(10),
+        );
+        let store = HistoryStore::new(sizing);
+        let history = store.set_devices(vec![device()]).remove(0);
+        let config = default_alerts();
+        let stale_after = config.rules.probe_stale_after;
+        assert_eq!(stale_after, Duration::from_secs(30 * 60));
+        let probed = reading(5 * GIB, None, Some(GIB));
+        history.update_probe(|state| state.record_success(probed.clone()));
+        let at = |after: Duration| {
+            Timestamp::from_unix_millis(probed.at.unix_millis() + after.as_millis() as i64)
+        };
+        let mut evaluator = Evaluator::new(&config);
+        let headroom_alert = |evaluator: &mut Evaluator, now: Timestamp| {
+            let fast = FastReading {
+                at: now,
+                memory: Some(MemoryInfo {
+                    total_bytes: 80 * GIB,
+                    reserved_bytes: Some(0),
+                    used_bytes: 40 * GIB,
+                    free_bytes: 40 * GIB,
+                }),
+                gpu_utilization: None,
+                memory_bandwidth_utilization: None,
+            };
+            history.record_fast(fast).unwrap();
+            let evaluation = evaluator.evaluate(&store, true, now);
+            evaluation.alerts.into_iter().find(|alert| alert.key.rule == "probe_headroom_low")
+        };
+        let fresh = headroom_alert(&mut evaluator, at(Duration::from_secs(60))).unwrap();
+        assert_eq!(fresh.state, AlertState::Firing);
+        let still = headroom_alert(&mut evaluator, at(stale_after)).unwrap();
+        assert_eq!(still.state, AlertState::Firing, "at exactly the limit it still counts");
+        let stale =
+            headroom_alert(&mut evaluator, at(stale_after + Duration::from_secs(1))).unwrap();
+        assert_eq!(stale.state, AlertState::Resolved);
+    }
+
+    #[test]
     fn probe_alerts_explain_themselves_with_numbers() {
         let rules = default_alerts().rules;
         let mut out = Vec::new();

@@ -157,6 +157,7 @@ pub fn default_alerts() -> AlertsConfig {
             // Largest allocatable block in bytes, fires at or below the job
             // size (4 GiB), cleared at 5 GiB.
             probe_headroom_low: rule(4_294_967_296.0, 5_368_709_120.0, 0, Severity::Warning),
+            probe_stale_after: Duration::from_secs(2 * 15 * 60),
         },
     }
 }

@@ -232,6 +232,10 @@ pub struct RulesConfig {
     /// `[alerts.probe_headroom_low]`: largest allocatable block at the
     /// latest probe (bytes), below; the threshold is the job size.
     pub probe_headroom_low: RuleConfig,
+    /// Not a key: twice `probe.interval`. A probe reading older than this
+    /// (its device skipped or failing since) is not judged by the probe
+    /// rules, so their alerts resolve instead of firing on stale numbers.
+    pub probe_stale_after: Duration,
 }
 
 /// `[probe]`: the CUDA driver probe, run in a short-lived child process.

@@ -121,7 +121,8 @@ pub(super) fn validate(raw: &RawConfig, origins: &Origins) -> Result<Config, Con
         format: field("log.format", &raw.log.format)?.log_format()?,
         level: field("log.level", &raw.log.level)?.log_level()?,
     };
-    let alerts = alerts(&raw.alerts, origins)?;
+    let mut alerts = alerts(&raw.alerts, origins)?;
+    alerts.rules.probe_stale_after = probe.interval.saturating_mul(2);
     let notify = notify(&raw.notify, origins)?;
     let ingest = ingest(&raw.ingest, origins)?;
 
@@ -348,6 +349,8 @@ fn alerts(raw: &RawAlerts, origins: &Origins) -> Result<AlertsConfig, ConfigErro
             .duration(SECOND, DAY)?,
         probe_free_mismatch: rule("probe_free_mismatch", &raw.probe_free_mismatch, Bytes, Above)?,
         probe_headroom_low: rule("probe_headroom_low", &raw.probe_headroom_low, Bytes, Below)?,
+        // Set from probe.interval once [probe] is validated.
+        probe_stale_after: Duration::ZERO,
     };
     Ok(AlertsConfig {
         evaluation_interval: field("alerts.evaluation_interval", &raw.evaluation_interval)?

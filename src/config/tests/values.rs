@@ -59,6 +59,7 @@ fn config_alerts_defaults() {
             xid_window: minutes(15),
             probe_free_mismatch: rule(1_073_741_824.0, 536_870_912.0, 0, Severity::Warning),
             probe_headroom_low: rule(4_294_967_296.0, 5_368_709_120.0, 0, Severity::Warning),
+            probe_stale_after: Duration::from_secs(2 * 15 * 60),
         },
     };
     assert_eq!(default_alerts(), expected);
@@ -97,6 +98,8 @@ fn config_probe_keys_are_validated_with_their_conflicts() {
     ])
     .unwrap();
     assert_eq!(ok.probe.interval, Duration::from_secs(300));
+    // Probe rules judge readings up to two intervals old.
+    assert_eq!(ok.alerts.rules.probe_stale_after, Duration::from_secs(600));
     assert_eq!(ok.probe.min_free_bytes, 8 << 30);
     assert!(ok.probe.headroom);
     assert_eq!(
