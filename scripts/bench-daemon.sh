@@ -29,9 +29,11 @@ WRK_REPEATS=${WRK_REPEATS:-3}
 CPU_SECONDS=${CPU_SECONDS:-30}
 CPU_WINDOWS=${CPU_WINDOWS:-3}
 PARTS=${PARTS:-memory scrape cpu}
-# Default sizing: 1 h / 250 ms + 1 and 1 h / 1 s + 1.
+# Default sizing: 1 h / 250 ms + 1 for the fast tier; the slow tier (process
+# lists) covers what the alert rules read, the 30 min leak window plus a
+# minute: 32 min / 1 s + 1.
 FAST_CAPACITY=14401
-SLOW_CAPACITY=3601
+SLOW_CAPACITY=1921
 
 BIN=target/release/vramd
 WORK=$(mktemp -d)

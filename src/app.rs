@@ -242,6 +242,8 @@ impl ProbeGate for AlertGate {
     }
 }
 
+/// Ring sizes: the fast tier covers `history.retention`; the slow tier
+/// (process lists) only what the alert rules read, when that is shorter.
 pub fn history_sizing(config: &Config) -> Sizing {
     Sizing::for_retention(
         config.history.retention,
@@ -249,6 +251,7 @@ pub fn history_sizing(config: &Config) -> Sizing {
         config.sampler.slow_interval,
         config.metrics.peak_window,
     )
+    .with_slow_retention(config.alerts.rules.slow_history_needed(), config.sampler.slow_interval)
 }
 
 /// Runs the daemon until `shutdown` completes, then stops serving and

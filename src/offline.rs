@@ -74,12 +74,20 @@ struct Pipeline {
 impl Pipeline {
     fn new(config: &Config) -> Self {
         Self {
-            store: HistoryStore::new(Sizing::for_retention(
-                config.history.retention,
-                config.sampler.fast_interval,
-                config.sampler.slow_interval,
-                config.metrics.peak_window,
-            )),
+            // As the daemon sizes it (`app::history_sizing`), so the same
+            // rules see the same history.
+            store: HistoryStore::new(
+                Sizing::for_retention(
+                    config.history.retention,
+                    config.sampler.fast_interval,
+                    config.sampler.slow_interval,
+                    config.metrics.peak_window,
+                )
+                .with_slow_retention(
+                    config.alerts.rules.slow_history_needed(),
+                    config.sampler.slow_interval,
+                ),
+            ),
             evaluator: Evaluator::new(&config.alerts),
             evaluation_interval: config.alerts.evaluation_interval,
             next_evaluation: None,

@@ -265,6 +265,18 @@ pub struct ProbeConfig {
     pub cuda_library: Option<PathBuf>,
 }
 
+impl RulesConfig {
+    /// How far back the rules read the slow tier (process lists and their
+    /// allocator counters): the longest of the leak, retries and OOM
+    /// windows, plus a minute so the oldest sample of a window is kept.
+    pub fn slow_history_needed(&self) -> Duration {
+        self.leak_window
+            .max(self.retries_window)
+            .max(self.oom_window)
+            .saturating_add(Duration::from_secs(60))
+    }
+}
+
 /// `[notify]`: where alert state changes are delivered.
 #[derive(Clone, Debug, PartialEq)]
 pub struct NotifyConfig {

@@ -38,6 +38,17 @@ impl Sizing {
     }
 }
 
+impl Sizing {
+    /// Keeps the slow tier only as far back as `needed` when that is less
+    /// than it covers now. Its points are process lists, most of the
+    /// history's memory, and only the alert rules read them, over their
+    /// own windows.
+    pub fn with_slow_retention(mut self, needed: Duration, slow_interval: Duration) -> Self {
+        self.slow_capacity = self.slow_capacity.min(samples_in(needed, slow_interval));
+        self
+    }
+}
+
 fn samples_in(retention: Duration, interval: Duration) -> usize {
     let interval_ns = interval.as_nanos().max(1);
     let count = retention.as_nanos().div_ceil(interval_ns).saturating_add(1);
@@ -247,6 +258,20 @@ mod tests {
 
     fn sizing() -> Sizing {
         Sizing { fast_capacity: 100, slow_capacity: 10, peak_window: Duration::from_secs(10) }
+    }
+
+    #[test]
+    fn slow_retention_only_ever_shortens_the_slow_ring() {
+        let hour = Sizing::for_retention(
+            Duration::from_secs(3600),
+            Duration::from_millis(250),
+            Duration::from_secs(1),
+            Duration::from_secs(10),
+        );
+        let shorter = hour.with_slow_retention(Duration::from_secs(1800), Duration::from_secs(1));
+        assert_eq!((shorter.fast_capacity, shorter.slow_capacity), (hour.fast_capacity, 1_801));
+        let longer = hour.with_slow_retention(Duration::from_secs(7200), Duration::from_secs(1));
+        assert_eq!(longer, hour);
     }
 
     #[test]
