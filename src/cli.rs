@@ -145,6 +145,10 @@ pub struct ProbeCommand {
     /// Load NVML (for the comparison values) from this file.
     #[arg(long, value_name = "PATH")]
     pub nvml_library: Option<PathBuf>,
+    /// Go on without NVML's comparison values when NVML does not initialise
+    /// within this (100ms to 5m).
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_time_budget)]
+    pub nvml_timeout: std::time::Duration,
 }
 
 fn parse_probe_size(text: &str) -> Result<u64, String> {

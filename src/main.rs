@@ -82,6 +82,7 @@ fn probe(args: &ProbeCommand) -> ExitCode {
         headroom_time_budget: args.headroom.then_some(args.time_budget),
         cuda_library: args.cuda_library.clone(),
         nvml_library: args.nvml_library.clone(),
+        nvml_timeout: args.nvml_timeout,
     };
     let answer = ProbeAnswer::new(&args.device, vramd::source::cuda::child::run(&request));
     if args.json {

@@ -173,6 +173,51 @@ fn probe_failures_have_a_kind_and_an_exit_status() {
 }
 
 #[test]
+fn probe_measures_through_cuda_when_nvml_hangs_and_reads_nvml_when_it_answers() {
+    let fake = FakeCuda::new(&json!({ "devices": [device(json!({}))] }));
+    let nvml_dir = TempDir::new().unwrap();
+    let nvml_library =
+        nvml::install_as_libnvidia(nvml_dir.path(), &nvml::build_fake_library(false).unwrap());
+    let nvml_device = json!({
+        "uuid": UUID,
+        "name": "NVIDIA H100 80GB HBM3",
+        "memory": { "total_bytes": 80 * GIB, "reserved_bytes": GIB / 2, "used_bytes": 20 * GIB },
+    });
+    let run = |scenario: &Value| {
+        let scenario = nvml::write_scenario(nvml_dir.path(), scenario);
+        let output = Command::new(env!("CARGO_BIN_EXE_vramd"))
+            .args([
+                "probe",
+                "--json",
+                "--device",
+                UUID,
+                "--nvml-timeout",
+                "300ms",
+                "--cuda-library",
+            ])
+            .arg(&fake.library)
+            .arg("--nvml-library")
+            .arg(&nvml_library)
+            .env(cuda::SCENARIO_ENV, &fake.scenario)
+            .env(nvml::SCENARIO_ENV, &scenario)
+            .output()
+            .unwrap();
+        let answer: Value = serde_json::from_slice(&output.stdout).unwrap();
+        (output.status.code(), answer, String::from_utf8_lossy(&output.stderr).into_owned())
+    };
+    let (status, answer, _) = run(&json!({ "devices": [nvml_device.clone()] }));
+    assert_eq!(status, Some(0), "{answer}");
+    assert_eq!(answer["reading"]["nvml_free_bytes"], 59 * GIB + GIB / 2, "{answer}");
+    // nvmlInit that never returns (60 s here) costs only the NVML values.
+    let (status, answer, stderr) =
+        run(&json!({ "init": { "sleep_ms": 60_000 }, "devices": [nvml_device] }));
+    assert_eq!(status, Some(0), "{answer}");
+    assert_eq!(answer["reading"]["cuda_free_bytes"], 60 * GIB - 500 * MIB, "{answer}");
+    assert!(answer["reading"].get("nvml_free_bytes").is_none(), "{answer}");
+    assert!(stderr.contains("nvmlInit did not return within 300ms"), "{stderr}");
+}
+
+#[test]
 fn probe_accepts_a_legacy_mig_name_only_when_cuda_visible_devices_selects_it() {
     let fake = FakeCuda::new(&json!({ "devices": [device(json!({}))] }));
     let legacy = "MIG-GPU-8f6a2c1e-0000-4d7b-9a1e-3b5c7d9e1f20/1/0";

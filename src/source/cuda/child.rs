@@ -32,6 +32,10 @@ pub struct ProbeArgs {
     pub headroom_time_budget: Option<Duration>,
     pub cuda_library: Option<PathBuf>,
     pub nvml_library: Option<PathBuf>,
+    /// Longest wait for `nvmlInit` (it can take seconds with persistence
+    /// mode off, or hang); beyond it the probe goes on without NVML's
+    /// comparison values.
+    pub nvml_timeout: Duration,
 }
 
 fn failure(kind: ProbeFailureKind, error: impl std::fmt::Display) -> ProbeFailure {
@@ -197,15 +201,34 @@ struct NvmlView {
 }
 
 impl NvmlView {
+    /// Initialises NVML on a thread of its own, waiting at most
+    /// `args.nvml_timeout`: a hung `nvmlInit` (seen on some drivers)
+    /// costs the comparison values, never the CUDA measurements. A thread
+    /// left behind ends with the process.
     fn open(args: &ProbeArgs) -> Option<Self> {
-        let mut builder = Nvml::builder();
-        if let Some(path) = &args.nvml_library {
-            builder.lib_path(path.as_os_str());
-        }
-        match builder.init() {
-            Ok(nvml) => Some(Self { nvml, uuid: args.device_uuid.clone() }),
-            Err(error) => {
+        let library = args.nvml_library.clone();
+        let (sender, receiver) = std::sync::mpsc::channel();
+        let spawned = std::thread::Builder::new().name("probe-nvml-init".into()).spawn(move || {
+            let mut builder = Nvml::builder();
+            if let Some(path) = &library {
+                builder.lib_path(path.as_os_str());
+            }
+            let _ = sender.send(builder.init());
+        });
+        let outcome = match spawned {
+            Ok(_) => receiver
+                .recv_timeout(args.nvml_timeout)
+                .map_err(|_| format!("nvmlInit did not return within {:?}", args.nvml_timeout)),
+            Err(error) => Err(format!("cannot start a thread for nvmlInit: {error}")),
+        };
+        match outcome {
+            Ok(Ok(nvml)) => Some(Self { nvml, uuid: args.device_uuid.clone() }),
+            Ok(Err(error)) => {
                 eprintln!("vramd probe: NVML unavailable, comparison values left out: {error}");
+                None
+            }
+            Err(reason) => {
+                eprintln!("vramd probe: NVML unavailable, comparison values left out: {reason}");
                 None
             }
         }

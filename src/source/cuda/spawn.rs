@@ -72,8 +72,11 @@ impl ChildProber {
         }
         // Only this device is visible to the child's CUDA: initialisation
         // touches no other GPU, and a MIG device is addressed by its UUID.
+        // The probe loads no kernels; no JIT cache is ever worth writing
+        // (and the file system may be read-only).
         command
             .env("CUDA_VISIBLE_DEVICES", &device.uuid)
+            .env("CUDA_CACHE_DISABLE", "1")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
