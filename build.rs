@@ -1,5 +1,9 @@
 //! Embeds the git revision for `vramd_build_info{revision}`; "unknown" when
 //! the source is not a git checkout or git is missing.
+//!
+//! The variable must not start with `VRAMD_`: cargo also sets it in the
+//! environment of `cargo run` and `cargo test`, and every `VRAMD_*`
+//! variable is read as a configuration key.
 
 use std::process::Command;
 
@@ -13,7 +17,7 @@ fn main() {
         .map(|text| text.trim().to_owned())
         .filter(|text| !text.is_empty())
         .unwrap_or_else(|| "unknown".to_owned());
-    println!("cargo:rustc-env=VRAMD_REVISION={revision}");
+    println!("cargo:rustc-env=BUILD_GIT_REVISION={revision}");
     println!("cargo:rerun-if-changed=.git/HEAD");
     println!("cargo:rerun-if-changed=.git/refs");
 }

@@ -106,20 +106,38 @@ pub fn build_source(config: &Config) -> Result<BuiltSource, AppError> {
             prober = Some(Arc::new(simulator.clone()));
             Arc::new(simulator)
         }
-        SourceSelection::Replay { path } => Arc::new(
-            Replay::open_bounded(
-                path,
-                config.source.max_trace_line_bytes,
-                config.source.max_trace_bytes,
-            )
-            .map_err(AppError::Replay)?,
-        ),
-    };
-    let source: Arc<dyn DeviceSource> = match &config.source.record {
-        Some(path) => Arc::new(Recorder::create(source, path).map_err(AppError::Record)?),
-        None => source,
+        SourceSelection::Replay { path } => {
+            let replay = Arc::new(
+                Replay::open_bounded(
+                    path,
+                    config.source.max_trace_line_bytes,
+                    config.source.max_trace_bytes,
+                )
+                .map_err(AppError::Replay)?,
+            );
+            // A trace recorded with the probe on answers it again.
+            if replay.has_probe_records() {
+                prober = Some(replay.clone());
+            }
+            replay
+        }
     };
     let prober = prober.filter(|_| config.probe.enabled);
+    let (source, prober): (Arc<dyn DeviceSource>, Option<Arc<dyn Prober>>) =
+        match &config.source.record {
+            Some(path) => {
+                let recorder = Recorder::create(source, path).map_err(AppError::Record)?;
+                let recording_probes = prober.is_some();
+                let recorder = Arc::new(match prober {
+                    Some(prober) => recorder.with_prober(prober),
+                    None => recorder,
+                });
+                let prober: Option<Arc<dyn Prober>> =
+                    recording_probes.then(|| recorder.clone() as Arc<dyn Prober>);
+                (recorder, prober)
+            }
+            None => (source, prober),
+        };
     Ok(BuiltSource { source, reporting_simulator, prober })
 }
 

@@ -207,6 +207,18 @@ pub fn replay(config: &Config, trace: &Replay) -> Result<Report, OfflineError> {
                     device.record_slow_failure(error.kind(), error.to_string())
                 }
             },
+            // As the daemon's probe scheduler records them, so the probe
+            // rules judge a replay as they judged the recording.
+            TraceRecord::Probe { outcome, .. } => {
+                let at = device.live().newest_at().unwrap_or(GOLDEN_ORIGIN);
+                device.update_probe(|state| {
+                    state.scheduled = true;
+                    match outcome {
+                        Ok(reading) => state.record_success(reading.as_ref().clone()),
+                        Err(failure) => state.record_failure(at, failure.clone()),
+                    }
+                });
+            }
         }
         pipeline.report.samples += 1;
         if let Some(at) = record.at() {

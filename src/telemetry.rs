@@ -115,7 +115,9 @@ impl Telemetry {
             &["version", "revision"],
         )
         .map_err(|source| TelemetryError::Register { name: "vramd_build_info", source })?;
-        build_info.with_label_values(&[env!("CARGO_PKG_VERSION"), env!("VRAMD_REVISION")]).set(1);
+        build_info
+            .with_label_values(&[env!("CARGO_PKG_VERSION"), env!("BUILD_GIT_REVISION")])
+            .set(1);
         let source_info = IntGaugeVec::new(
             Opts::new("vramd_source_info", "The device source this daemon reads; always 1."),
             &["source"],

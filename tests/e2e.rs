@@ -427,3 +427,22 @@ fn alerts_beyond_max_alerts_are_counted_not_kept() {
     daemon.signal("TERM");
     assert_exit(&daemon.finish(WAIT), 0);
 }
+
+#[test]
+fn the_binary_accepts_the_environment_cargo_runs_it_with() {
+    // `cargo run` and `cargo test` export the build script's variables;
+    // none may look like a configuration key (VRAMD_*), or the README's
+    // `cargo run -- --simulate …` would refuse to start.
+    let output = Command::new(env!("CARGO_BIN_EXE_vramd"))
+        .arg("check-config")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stray: Vec<String> =
+        std::env::vars().map(|(key, _)| key).filter(|key| key.starts_with("VRAMD_")).collect();
+    assert!(
+        output.status.success(),
+        "VRAMD_* variables in the test environment: {stray:?}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}

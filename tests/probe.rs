@@ -361,3 +361,60 @@ fn probe_child_running(parent: u32) -> bool {
         ppid == Some(&parent.to_string()) && String::from_utf8_lossy(&cmdline).contains("probe")
     })
 }
+
+#[test]
+fn recorded_probe_outcomes_replay_in_order() {
+    let dir = TempDir::new().unwrap();
+    let trace = dir.path().join("probe.ndjson");
+    let trace_arg = trace.to_str().unwrap();
+    let fast_probes = [("VRAMD_PROBE__INTERVAL", "1m"), ("VRAMD_PROBE__MAX_BACKOFF", "1m")];
+    let recording = [
+        &["--simulate", "steady-inference", "--gpus", "1", "--speed", "60", "--record", trace_arg]
+            [..],
+        &SERVE,
+    ]
+    .concat();
+    let mut recorder = Process::spawn(&recording, &fast_probes);
+    let addr = recorder.listening();
+    recorder.wait_ready(addr);
+    let runs = |addr| {
+        get(addr, "/metrics").text().lines().find_map(|line| {
+            line.strip_prefix("vramd_probe_runs_total{")?.split_once("} ")?.1.parse::<f64>().ok()
+        })
+    };
+    eventually(Duration::from_secs(30), "two recorded probes", || runs(addr) >= Some(2.0));
+    recorder.signal("TERM");
+    recorder.finish(Duration::from_secs(10));
+
+    let text = std::fs::read_to_string(&trace).unwrap();
+    let probes: Vec<Value> = text
+        .lines()
+        .filter(|line| line.contains("\"record\":\"probe\""))
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    assert!(probes.len() >= 2, "{} probe records", probes.len());
+    let first_free = probes[0]["reading"]["cuda_free_bytes"].as_u64().unwrap();
+    assert!(probes[0]["reading"]["at"].is_u64(), "integer milliseconds like every record");
+
+    let replaying = [&["--replay", trace_arg, "--speed", "60"][..], &SERVE].concat();
+    let mut replay = Process::spawn(&replaying, &fast_probes);
+    let addr = replay.listening();
+    replay.wait_ready(addr);
+    eventually(Duration::from_secs(30), "a replayed probe reading", || {
+        get(addr, "/api/v1/devices").json()["devices"][0]["probe"]["latest"].is_object()
+    });
+    let device = get(addr, "/api/v1/devices").json();
+    let runs_seen = device["devices"][0]["probe"]["runs"].as_u64().unwrap();
+    // The first replayed turn answers the first recorded outcome.
+    if runs_seen == 1 {
+        assert_eq!(device["devices"][0]["probe"]["latest"]["cuda_free_bytes"], first_free);
+    }
+    replay.signal("TERM");
+    replay.finish(Duration::from_secs(10));
+
+    let analyzed = Command::new(env!("CARGO_BIN_EXE_vramd"))
+        .args(["analyze", "--replay", trace_arg, "--json"])
+        .output()
+        .unwrap();
+    assert_eq!(analyzed.status.code(), Some(0), "{}", String::from_utf8_lossy(&analyzed.stderr));
+}

@@ -123,10 +123,12 @@ pub enum ProbeFailureKind {
     BadOutput,
     /// The child could not be started.
     SpawnFailed,
+    /// A replayed trace has no more probe records for the device.
+    TraceEnded,
 }
 
 impl ProbeFailureKind {
-    pub const ALL: [ProbeFailureKind; 10] = [
+    pub const ALL: [ProbeFailureKind; 11] = [
         Self::LibraryMissing,
         Self::SymbolMissing,
         Self::InitFailed,
@@ -137,6 +139,7 @@ impl ProbeFailureKind {
         Self::Crashed,
         Self::BadOutput,
         Self::SpawnFailed,
+        Self::TraceEnded,
     ];
 
     /// The `kind` label.
@@ -152,6 +155,7 @@ impl ProbeFailureKind {
             Self::Crashed => "crashed",
             Self::BadOutput => "bad_output",
             Self::SpawnFailed => "spawn_failed",
+            Self::TraceEnded => "trace_ended",
         }
     }
 

@@ -101,7 +101,7 @@ pub enum LineError {
     DuplicateDevice { index: u32 },
     #[error("not a trace record: {reason}")]
     NotARecord { reason: String },
-    #[error("unknown record type {record:?} (expected \"fast\", \"slow\" or \"error\")")]
+    #[error("unknown record type {record:?} (expected \"fast\", \"slow\", \"error\" or \"probe\")")]
     UnknownRecord { record: String },
     #[error("bad {record} record: {reason}")]
     BadRecord { record: &'static str, reason: String },
@@ -113,6 +113,12 @@ pub enum LineError {
         previous = previous.unix_millis()
     )]
     OutOfOrder { tier: Tier, device: u32, at: Timestamp, previous: Timestamp },
+    #[error(
+        "probe record for device {device} at {at} is earlier than the previous one at {previous}",
+        at = at.unix_millis(),
+        previous = previous.unix_millis()
+    )]
+    ProbeOutOfOrder { device: u32, at: Timestamp, previous: Timestamp },
     /// Replay keeps record positions as `u32` to stay compact.
     #[error("the trace has more than {max} records")]
     TooManyRecords { max: u64 },

@@ -54,6 +54,17 @@ pub(crate) fn deserialize_option<'de, D: Deserializer<'de>>(
     }
 }
 
+/// [`serialize_option`] for a value that is always there.
+pub(crate) fn serialize<S: Serializer>(value: &f64, serializer: S) -> Result<S::Ok, S::Error> {
+    serialize_option(&Some(*value), serializer)
+}
+
+/// [`deserialize_option`] for a value that must be there.
+pub(crate) fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<f64, D::Error> {
+    deserialize_option(deserializer)?
+        .ok_or_else(|| D::Error::custom("expected a number, found null"))
+}
+
 #[cfg(test)]
 mod tests {
     use serde::{Deserialize, Serialize};

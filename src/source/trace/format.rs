@@ -1,4 +1,4 @@
-//! The trace file format: the header, the three record types, and how each
+//! The trace file format: the header, the four record types, and how each
 //! is written as one JSON line and parsed back (docs/trace-format.md).
 //!
 //! Owns: [`TraceHeader`], [`TraceRecord`] and the line encoders/decoders.
@@ -16,7 +16,8 @@ use serde::{Deserialize, Serialize};
 use super::error::LineError;
 use super::error_record::ErrorLine;
 use crate::model::{
-    DeviceInfo, FastReading, MemoryInfo, ProcessInfo, SlowDetails, SlowReading, Timestamp,
+    DeviceInfo, FastReading, HeadroomSearch, MemoryInfo, ProbeFailure, ProbeReading, ProcessInfo,
+    SlowDetails, SlowReading, Timestamp,
 };
 use crate::source::{SourceError, Tier};
 
@@ -64,6 +65,11 @@ pub enum TraceRecord {
         tier: Tier,
         error: SourceError,
     },
+    /// One CUDA probe's outcome: its reading, or why it produced none.
+    Probe {
+        device: u32,
+        outcome: Result<Box<ProbeReading>, ProbeFailure>,
+    },
 }
 
 impl TraceRecord {
@@ -71,15 +77,18 @@ impl TraceRecord {
         match self {
             TraceRecord::Fast { device, .. }
             | TraceRecord::Slow { device, .. }
-            | TraceRecord::Error { device, .. } => *device,
+            | TraceRecord::Error { device, .. }
+            | TraceRecord::Probe { device, .. } => *device,
         }
     }
 
-    pub fn tier(&self) -> Tier {
+    /// The sampling tier of a reading or error; `None` for a probe.
+    pub fn tier(&self) -> Option<Tier> {
         match self {
-            TraceRecord::Fast { .. } => Tier::Fast,
-            TraceRecord::Slow { .. } => Tier::Slow,
-            TraceRecord::Error { tier, .. } => *tier,
+            TraceRecord::Fast { .. } => Some(Tier::Fast),
+            TraceRecord::Slow { .. } => Some(Tier::Slow),
+            TraceRecord::Error { tier, .. } => Some(*tier),
+            TraceRecord::Probe { .. } => None,
         }
     }
 
@@ -88,7 +97,8 @@ impl TraceRecord {
         match self {
             TraceRecord::Fast { reading, .. } => Some(reading.at),
             TraceRecord::Slow { reading, .. } => Some(reading.at),
-            TraceRecord::Error { .. } => None,
+            TraceRecord::Probe { outcome: Ok(reading), .. } => Some(reading.at),
+            TraceRecord::Error { .. } | TraceRecord::Probe { outcome: Err(_), .. } => None,
         }
     }
 }
@@ -100,6 +110,7 @@ pub(super) enum RecordKind {
     Fast,
     Slow,
     Error,
+    Probe,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -157,6 +168,142 @@ struct SlowLine {
     power_limit_watts: Option<f64>,
     #[serde(default, skip_serializing_if = "SlowDetails::is_empty")]
     details: SlowDetails,
+}
+
+/// A probe record: exactly one of `reading` and `failure`.
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ProbeLine {
+    record: RecordKind,
+    device: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    reading: Option<ProbeReadingLine>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    failure: Option<ProbeFailure>,
+}
+
+/// [`ProbeReading`] with the trace's integer-millisecond `at`.
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ProbeReadingLine {
+    at: Timestamp,
+    cuda_free_bytes: u64,
+    cuda_total_bytes: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    nvml_free_bytes: Option<u64>,
+    #[serde(
+        serialize_with = "super::float::serialize",
+        deserialize_with = "super::float::deserialize"
+    )]
+    context_create_seconds: f64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    context_bytes: Option<u64>,
+    alloc_block_bytes: u64,
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "super::float::serialize_option",
+        deserialize_with = "super::float::deserialize_option"
+    )]
+    alloc_latency_seconds: Option<f64>,
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "super::float::serialize_option",
+        deserialize_with = "super::float::deserialize_option"
+    )]
+    free_latency_seconds: Option<f64>,
+    alloc_samples: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    headroom: Option<HeadroomSearch>,
+    #[serde(
+        serialize_with = "super::float::serialize",
+        deserialize_with = "super::float::deserialize"
+    )]
+    duration_seconds: f64,
+}
+
+impl From<&ProbeReading> for ProbeReadingLine {
+    fn from(reading: &ProbeReading) -> Self {
+        let ProbeReading {
+            at,
+            cuda_free_bytes,
+            cuda_total_bytes,
+            nvml_free_bytes,
+            context_create_seconds,
+            context_bytes,
+            alloc_block_bytes,
+            alloc_latency_seconds,
+            free_latency_seconds,
+            alloc_samples,
+            headroom,
+            duration_seconds,
+        } = reading;
+        Self {
+            at: *at,
+            cuda_free_bytes: *cuda_free_bytes,
+            cuda_total_bytes: *cuda_total_bytes,
+            nvml_free_bytes: *nvml_free_bytes,
+            context_create_seconds: *context_create_seconds,
+            context_bytes: *context_bytes,
+            alloc_block_bytes: *alloc_block_bytes,
+            alloc_latency_seconds: *alloc_latency_seconds,
+            free_latency_seconds: *free_latency_seconds,
+            alloc_samples: *alloc_samples,
+            headroom: headroom.clone(),
+            duration_seconds: *duration_seconds,
+        }
+    }
+}
+
+impl From<ProbeReadingLine> for ProbeReading {
+    fn from(line: ProbeReadingLine) -> Self {
+        let ProbeReadingLine {
+            at,
+            cuda_free_bytes,
+            cuda_total_bytes,
+            nvml_free_bytes,
+            context_create_seconds,
+            context_bytes,
+            alloc_block_bytes,
+            alloc_latency_seconds,
+            free_latency_seconds,
+            alloc_samples,
+            headroom,
+            duration_seconds,
+        } = line;
+        Self {
+            at,
+            cuda_free_bytes,
+            cuda_total_bytes,
+            nvml_free_bytes,
+            context_create_seconds,
+            context_bytes,
+            alloc_block_bytes,
+            alloc_latency_seconds,
+            free_latency_seconds,
+            alloc_samples,
+            headroom,
+            duration_seconds,
+        }
+    }
+}
+
+/// A probe outcome as one line, newline included.
+pub(super) fn encode_probe(
+    device: u32,
+    outcome: &Result<ProbeReading, ProbeFailure>,
+) -> Result<Vec<u8>, serde_json::Error> {
+    let (reading, failure) = match outcome {
+        Ok(reading) => (Some(ProbeReadingLine::from(reading)), None),
+        Err(failure) => (None, Some(failure.clone())),
+    };
+    finish_line(serde_json::to_vec(&ProbeLine {
+        record: RecordKind::Probe,
+        device,
+        reading,
+        failure,
+    }))
 }
 
 /// The header as one line, newline included.
@@ -326,6 +473,21 @@ pub(super) fn parse_record(line: &str) -> Result<TraceRecord, LineError> {
                 .into_error()
                 .map_err(|reason| LineError::BadRecord { record: "error", reason })?;
             Ok(TraceRecord::Error { device, tier, error })
+        }
+        "probe" => {
+            let ProbeLine { record: _, device, reading, failure } =
+                serde_json::from_str(line).map_err(bad("probe"))?;
+            let outcome = match (reading, failure) {
+                (Some(reading), None) => Ok(Box::new(ProbeReading::from(reading))),
+                (None, Some(failure)) => Err(failure),
+                _ => {
+                    return Err(LineError::BadRecord {
+                        record: "probe",
+                        reason: "needs exactly one of `reading` and `failure`".to_owned(),
+                    });
+                }
+            };
+            Ok(TraceRecord::Probe { device, outcome })
         }
         _ => Err(LineError::UnknownRecord { record: kind }),
     }

@@ -1,7 +1,8 @@
 //! Recording what a device source returns into a trace file.
 //!
-//! Owns: [`Recorder`], a [`DeviceSource`] that passes every call through to
-//! the source it wraps and appends the result to an NDJSON trace. Depends
+//! Owns: [`Recorder`], a [`DeviceSource`] (and [`Prober`]) that passes every
+//! call through to the source (and prober) it wraps and appends the result
+//! to an NDJSON trace. Depends
 //! only on `model` and `source`; knows nothing of history, sampler or HTTP.
 //!
 //! The recorder only writes traces that `Replay` accepts: nothing before the
@@ -13,17 +14,23 @@ use std::collections::{BTreeSet, HashMap};
 use std::fs::File;
 use std::io::{Seek, SeekFrom, Write};
 use std::path::Path;
+use std::sync::Arc;
 
 use parking_lot::Mutex;
 
 use super::error::TraceError;
 use super::format::{self, TraceHeader};
-use crate::model::{DeviceInfo, FastReading, SlowReading, Timestamp};
+use crate::model::{
+    DeviceInfo, FastReading, ProbeFailure, ProbeFailureKind, ProbeReading, SlowReading, Timestamp,
+};
+use crate::source::probe::{ProbeRequest, Prober};
 use crate::source::{DeviceSource, SourceError, Tier};
 
-/// Wraps a source and records every reading and error it returns.
+/// Wraps a source and records every reading and error it returns; given a
+/// prober ([`Recorder::with_prober`]), also every probe outcome.
 pub struct Recorder<S> {
     inner: S,
+    prober: Option<Arc<dyn Prober>>,
     path: String,
     state: Mutex<State>,
 }
@@ -43,6 +50,7 @@ struct State {
     header_written: bool,
     header_indices: BTreeSet<u32>,
     latest: HashMap<(u32, Tier), Timestamp>,
+    latest_probe: HashMap<u32, Timestamp>,
 }
 
 impl<S: DeviceSource> Recorder<S> {
@@ -60,8 +68,48 @@ impl<S: DeviceSource> Recorder<S> {
             header_written: false,
             header_indices: BTreeSet::new(),
             latest: HashMap::new(),
+            latest_probe: HashMap::new(),
         };
-        Ok(Self { inner, path: shown, state: Mutex::new(state) })
+        Ok(Self { inner, prober: None, path: shown, state: Mutex::new(state) })
+    }
+
+    /// Also answers (and records) the CUDA probe through `prober`.
+    pub fn with_prober(mut self, prober: Arc<dyn Prober>) -> Self {
+        self.prober = Some(prober);
+        self
+    }
+
+    /// Appends one probe outcome. The outcome stands whether or not it
+    /// could be written; the caller logs a failure to write.
+    fn record_probe(
+        &self,
+        device: u32,
+        outcome: &Result<ProbeReading, ProbeFailure>,
+    ) -> Result<(), SourceError> {
+        let mut state = self.state.lock();
+        self.ensure_header(&mut state)?;
+        if !state.header_indices.contains(&device) {
+            return Err(self.record_error(format!(
+                "device {device} is not in the trace header, so its probe is not recorded"
+            )));
+        }
+        if let Ok(reading) = outcome
+            && let Some(&previous) = state.latest_probe.get(&device)
+            && reading.at < previous
+        {
+            return Err(self.record_error(format!(
+                "probe of device {device} at {} is earlier than the recorded one at {}",
+                reading.at.unix_millis(),
+                previous.unix_millis()
+            )));
+        }
+        let line = format::encode_probe(device, outcome)
+            .map_err(|err| self.record_error(format!("cannot encode the probe: {err}")))?;
+        write_line(&mut state, &line).map_err(|err| self.record_error(err.to_string()))?;
+        if let Ok(reading) = outcome {
+            state.latest_probe.insert(device, reading.at);
+        }
+        Ok(())
     }
 
     /// The wrapped source.
@@ -204,6 +252,30 @@ fn write_line(state: &mut State, line: &[u8]) -> std::io::Result<()> {
     let written = u64::try_from(written).unwrap_or(u64::MAX);
     state.good_len = state.good_len.saturating_add(written);
     Ok(())
+}
+
+impl<S: DeviceSource> Prober for Recorder<S> {
+    fn name(&self) -> &'static str {
+        self.prober.as_ref().map_or("none", |prober| prober.name())
+    }
+
+    fn probe(
+        &self,
+        device: &DeviceInfo,
+        request: &ProbeRequest,
+    ) -> Result<ProbeReading, ProbeFailure> {
+        let Some(prober) = &self.prober else {
+            return Err(ProbeFailure::new(
+                ProbeFailureKind::SpawnFailed,
+                "the recorder was given no prober",
+            ));
+        };
+        let outcome = prober.probe(device, request);
+        if let Err(failure) = self.record_probe(device.index, &outcome) {
+            tracing::warn!(path = %self.path, %failure, "a probe outcome was not recorded");
+        }
+        outcome
+    }
 }
 
 impl<S: DeviceSource> DeviceSource for Recorder<S> {

@@ -18,7 +18,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use super::error::{LineError, TraceError};
 use super::format::{self, TraceHeader, TraceRecord};
 use super::lines::{BoundedLines, LineReadError};
-use crate::model::{DeviceInfo, FastReading, SlowReading, Timestamp};
+use crate::model::{
+    DeviceInfo, FastReading, ProbeFailure, ProbeFailureKind, ProbeReading, SlowReading, Timestamp,
+};
+use crate::source::probe::{ProbeRequest, Prober};
 use crate::source::{DeviceSource, SourceError, Tier};
 
 /// A trace loaded into memory, read back as a [`DeviceSource`].
@@ -35,6 +38,7 @@ pub struct Replay {
 struct DeviceLanes {
     fast: Lane,
     slow: Lane,
+    probe: Lane,
 }
 
 /// The records of one (device, tier), as positions into `records`, and the
@@ -141,7 +145,7 @@ impl DeviceSource for Replay {
             Some(TraceRecord::Fast { reading, .. }) => Ok(reading.clone()),
             Some(TraceRecord::Error { error, .. }) => Err(error.clone()),
             // Lanes hold only their own tier, so this is the end of the lane.
-            Some(TraceRecord::Slow { .. }) | None => {
+            Some(TraceRecord::Slow { .. } | TraceRecord::Probe { .. }) | None => {
                 Err(SourceError::TraceEnded { index, tier: Tier::Fast })
             }
         }
@@ -152,9 +156,43 @@ impl DeviceSource for Replay {
         match self.take(&lanes.slow) {
             Some(TraceRecord::Slow { reading, .. }) => Ok(reading.as_ref().clone()),
             Some(TraceRecord::Error { error, .. }) => Err(error.clone()),
-            Some(TraceRecord::Fast { .. }) | None => {
+            Some(TraceRecord::Fast { .. } | TraceRecord::Probe { .. }) | None => {
                 Err(SourceError::TraceEnded { index, tier: Tier::Slow })
             }
+        }
+    }
+}
+
+impl Replay {
+    /// Whether the trace holds any probe record (recorded with the CUDA
+    /// probe on); only then does the replay answer the probe.
+    pub fn has_probe_records(&self) -> bool {
+        self.lanes.values().any(|lanes| !lanes.probe.positions.is_empty())
+    }
+}
+
+/// Hands out each device's recorded probe outcomes in file order, one per
+/// call, as the scheduler asks (the recording's skips are decided again).
+impl Prober for Replay {
+    fn name(&self) -> &'static str {
+        "replay"
+    }
+
+    fn probe(
+        &self,
+        device: &DeviceInfo,
+        _request: &ProbeRequest,
+    ) -> Result<ProbeReading, ProbeFailure> {
+        let ended = || {
+            ProbeFailure::new(
+                ProbeFailureKind::TraceEnded,
+                format!("the replayed trace has no more probe records for device {}", device.index),
+            )
+        };
+        let lanes = self.lanes.get(&device.index).ok_or_else(ended)?;
+        match self.take(&lanes.probe) {
+            Some(TraceRecord::Probe { outcome, .. }) => outcome.clone().map(|reading| *reading),
+            _ => Err(ended()),
         }
     }
 }
@@ -166,7 +204,8 @@ struct Loader {
     header: Option<TraceHeader>,
     records: Vec<TraceRecord>,
     lanes: BTreeMap<u32, DeviceLanes>,
-    latest: HashMap<(u32, Tier), Timestamp>,
+    /// Newest timestamp per device and tier (`None`: probe records).
+    latest: HashMap<(u32, Option<Tier>), Timestamp>,
 }
 
 impl Loader {
@@ -192,15 +231,19 @@ impl Loader {
             if let Some(&previous) = self.latest.get(&(device, tier))
                 && at < previous
             {
-                return Err(LineError::OutOfOrder { tier, device, at, previous });
+                return Err(match tier {
+                    Some(tier) => LineError::OutOfOrder { tier, device, at, previous },
+                    None => LineError::ProbeOutOfOrder { device, at, previous },
+                });
             }
             self.latest.insert((device, tier), at);
         }
         let position = u32::try_from(self.records.len())
             .map_err(|_| LineError::TooManyRecords { max: u64::from(u32::MAX) })?;
         let lane = match tier {
-            Tier::Fast => &mut lanes.fast,
-            Tier::Slow => &mut lanes.slow,
+            Some(Tier::Fast) => &mut lanes.fast,
+            Some(Tier::Slow) => &mut lanes.slow,
+            None => &mut lanes.probe,
         };
         lane.positions.push(position);
         self.records.push(record);
@@ -213,6 +256,7 @@ impl Loader {
         for lane in lanes.values_mut() {
             lane.fast.positions.shrink_to_fit();
             lane.slow.positions.shrink_to_fit();
+            lane.probe.positions.shrink_to_fit();
         }
         header.map(|header| Replay { header, records, lanes })
     }

@@ -363,6 +363,9 @@ fn the_documented_example_replays_and_is_exactly_what_the_recorder_writes() {
                 TraceRecord::Error { device, tier, error } => {
                     format::encode_error(*device, *tier, error).unwrap()
                 }
+                TraceRecord::Probe { device, outcome } => {
+                    format::encode_probe(*device, &outcome.clone().map(|reading| *reading))
+                }
             }
             .unwrap(),
         );
@@ -375,4 +378,24 @@ fn the_documented_example_replays_and_is_exactly_what_the_recorder_writes() {
     let lost = SourceError::DeviceLost { index: 1, reason: "GPU_IS_LOST".into() };
     assert_eq!(replay.read_fast(1), Err(lost));
     assert_eq!(replay.read_fast(1), Err(SourceError::TraceEnded { index: 1, tier: Tier::Fast }));
+
+    use crate::model::ProbeFailureKind;
+    use crate::source::probe::Prober;
+    assert!(replay.has_probe_records());
+    let devices = replay.devices().unwrap();
+    let request = crate::source::probe::ProbeRequest {
+        block_bytes: 64 << 20,
+        samples: 5,
+        margin_bytes: 1 << 30,
+        headroom_time_budget: None,
+        timeout: std::time::Duration::from_secs(60),
+        cuda_library: None,
+        nvml_library: None,
+    };
+    let reading = replay.probe(&devices[0], &request).unwrap();
+    assert_eq!(reading.context_bytes, Some(531_628_032));
+    assert_eq!(reading.free_difference_bytes(), Some(2_096_128));
+    assert_eq!(replay.probe(&devices[0], &request).unwrap_err().kind, ProbeFailureKind::Timeout);
+    assert_eq!(replay.probe(&devices[0], &request).unwrap_err().kind, ProbeFailureKind::TraceEnded);
+    assert_eq!(replay.probe(&devices[1], &request).unwrap_err().kind, ProbeFailureKind::TraceEnded);
 }
