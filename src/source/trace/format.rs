@@ -16,8 +16,8 @@ use serde::{Deserialize, Serialize};
 use super::error::LineError;
 use super::error_record::ErrorLine;
 use crate::model::{
-    DeviceInfo, FastReading, HeadroomSearch, MemoryInfo, ProbeFailure, ProbeReading, ProcessInfo,
-    SlowDetails, SlowReading, Timestamp,
+    DeviceInfo, FastReading, MemoryInfo, ProbeFailure, ProbeReading, ProcessInfo, SlowDetails,
+    SlowReading, Timestamp,
 };
 use crate::source::{SourceError, Tier};
 
@@ -170,142 +170,6 @@ struct SlowLine {
     details: SlowDetails,
 }
 
-/// A probe record: exactly one of `reading` and `failure`.
-#[derive(Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ProbeLine {
-    record: RecordKind,
-    device: u32,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    reading: Option<ProbeReadingLine>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    failure: Option<ProbeFailure>,
-}
-
-/// [`ProbeReading`] with the trace's integer-millisecond `at`.
-#[derive(Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ProbeReadingLine {
-    at: Timestamp,
-    cuda_free_bytes: u64,
-    cuda_total_bytes: u64,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    nvml_free_bytes: Option<u64>,
-    #[serde(
-        serialize_with = "super::float::serialize",
-        deserialize_with = "super::float::deserialize"
-    )]
-    context_create_seconds: f64,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    context_bytes: Option<u64>,
-    alloc_block_bytes: u64,
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        serialize_with = "super::float::serialize_option",
-        deserialize_with = "super::float::deserialize_option"
-    )]
-    alloc_latency_seconds: Option<f64>,
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        serialize_with = "super::float::serialize_option",
-        deserialize_with = "super::float::deserialize_option"
-    )]
-    free_latency_seconds: Option<f64>,
-    alloc_samples: u32,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    headroom: Option<HeadroomSearch>,
-    #[serde(
-        serialize_with = "super::float::serialize",
-        deserialize_with = "super::float::deserialize"
-    )]
-    duration_seconds: f64,
-}
-
-impl From<&ProbeReading> for ProbeReadingLine {
-    fn from(reading: &ProbeReading) -> Self {
-        let ProbeReading {
-            at,
-            cuda_free_bytes,
-            cuda_total_bytes,
-            nvml_free_bytes,
-            context_create_seconds,
-            context_bytes,
-            alloc_block_bytes,
-            alloc_latency_seconds,
-            free_latency_seconds,
-            alloc_samples,
-            headroom,
-            duration_seconds,
-        } = reading;
-        Self {
-            at: *at,
-            cuda_free_bytes: *cuda_free_bytes,
-            cuda_total_bytes: *cuda_total_bytes,
-            nvml_free_bytes: *nvml_free_bytes,
-            context_create_seconds: *context_create_seconds,
-            context_bytes: *context_bytes,
-            alloc_block_bytes: *alloc_block_bytes,
-            alloc_latency_seconds: *alloc_latency_seconds,
-            free_latency_seconds: *free_latency_seconds,
-            alloc_samples: *alloc_samples,
-            headroom: headroom.clone(),
-            duration_seconds: *duration_seconds,
-        }
-    }
-}
-
-impl From<ProbeReadingLine> for ProbeReading {
-    fn from(line: ProbeReadingLine) -> Self {
-        let ProbeReadingLine {
-            at,
-            cuda_free_bytes,
-            cuda_total_bytes,
-            nvml_free_bytes,
-            context_create_seconds,
-            context_bytes,
-            alloc_block_bytes,
-            alloc_latency_seconds,
-            free_latency_seconds,
-            alloc_samples,
-            headroom,
-            duration_seconds,
-        } = line;
-        Self {
-            at,
-            cuda_free_bytes,
-            cuda_total_bytes,
-            nvml_free_bytes,
-            context_create_seconds,
-            context_bytes,
-            alloc_block_bytes,
-            alloc_latency_seconds,
-            free_latency_seconds,
-            alloc_samples,
-            headroom,
-            duration_seconds,
-        }
-    }
-}
-
-/// A probe outcome as one line, newline included.
-pub(super) fn encode_probe(
-    device: u32,
-    outcome: &Result<ProbeReading, ProbeFailure>,
-) -> Result<Vec<u8>, serde_json::Error> {
-    let (reading, failure) = match outcome {
-        Ok(reading) => (Some(ProbeReadingLine::from(reading)), None),
-        Err(failure) => (None, Some(failure.clone())),
-    };
-    finish_line(serde_json::to_vec(&ProbeLine {
-        record: RecordKind::Probe,
-        device,
-        reading,
-        failure,
-    }))
-}
-
 /// The header as one line, newline included.
 pub(super) fn encode_header(header: &TraceHeader) -> Result<Vec<u8>, serde_json::Error> {
     finish_line(serde_json::to_vec(header))
@@ -362,7 +226,9 @@ pub(super) fn encode_error(
     ErrorLine::from_error(device, tier, error).map(|line| finish_line(serde_json::to_vec(&line)))
 }
 
-fn finish_line(encoded: Result<Vec<u8>, serde_json::Error>) -> Result<Vec<u8>, serde_json::Error> {
+pub(super) fn finish_line(
+    encoded: Result<Vec<u8>, serde_json::Error>,
+) -> Result<Vec<u8>, serde_json::Error> {
     encoded.map(|mut line| {
         line.push(b'\n');
         line
@@ -474,21 +340,7 @@ pub(super) fn parse_record(line: &str) -> Result<TraceRecord, LineError> {
                 .map_err(|reason| LineError::BadRecord { record: "error", reason })?;
             Ok(TraceRecord::Error { device, tier, error })
         }
-        "probe" => {
-            let ProbeLine { record: _, device, reading, failure } =
-                serde_json::from_str(line).map_err(bad("probe"))?;
-            let outcome = match (reading, failure) {
-                (Some(reading), None) => Ok(Box::new(ProbeReading::from(reading))),
-                (None, Some(failure)) => Err(failure),
-                _ => {
-                    return Err(LineError::BadRecord {
-                        record: "probe",
-                        reason: "needs exactly one of `reading` and `failure`".to_owned(),
-                    });
-                }
-            };
-            Ok(TraceRecord::Probe { device, outcome })
-        }
+        "probe" => super::probe_line::parse(line),
         _ => Err(LineError::UnknownRecord { record: kind }),
     }
 }
@@ -496,7 +348,7 @@ pub(super) fn parse_record(line: &str) -> Result<TraceRecord, LineError> {
 /// serde_json's message without its "at line 1 column N" suffix: each line
 /// is parsed on its own, so its line is always 1 and would mislead next to
 /// the file line the caller reports. The column is kept.
-fn json_reason(err: &serde_json::Error) -> String {
+pub(super) fn json_reason(err: &serde_json::Error) -> String {
     let text = err.to_string();
     let suffix = format!(" at line {} column {}", err.line(), err.column());
     match text.strip_suffix(&suffix) {

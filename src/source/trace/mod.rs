@@ -10,6 +10,7 @@ mod error_record;
 mod float;
 mod format;
 mod lines;
+mod probe_line;
 mod record;
 mod replay;
 

@@ -103,7 +103,7 @@ impl<S: DeviceSource> Recorder<S> {
                 previous.unix_millis()
             )));
         }
-        let line = format::encode_probe(device, outcome)
+        let line = super::probe_line::encode_probe(device, outcome)
             .map_err(|err| self.record_error(format!("cannot encode the probe: {err}")))?;
         write_line(&mut state, &line).map_err(|err| self.record_error(err.to_string()))?;
         if let Ok(reading) = outcome {

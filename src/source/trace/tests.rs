@@ -363,9 +363,10 @@ fn the_documented_example_replays_and_is_exactly_what_the_recorder_writes() {
                 TraceRecord::Error { device, tier, error } => {
                     format::encode_error(*device, *tier, error).unwrap()
                 }
-                TraceRecord::Probe { device, outcome } => {
-                    format::encode_probe(*device, &outcome.clone().map(|reading| *reading))
-                }
+                TraceRecord::Probe { device, outcome } => super::probe_line::encode_probe(
+                    *device,
+                    &outcome.clone().map(|reading| *reading),
+                ),
             }
             .unwrap(),
         );
