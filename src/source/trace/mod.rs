@@ -1,8 +1,8 @@
 //! Recording device readings to NDJSON trace files and replaying them.
 //!
 //! Owns: the trace format (docs/trace-format.md), the [`Recorder`] that wraps
-//! any source and writes what it returns, and the [`Replay`] source that reads
-//! a trace back, record by record. Depends only on `model` and `source`; knows
+//! any source (and prober) and writes what it returns, and the [`Replay`]
+//! source (and prober) that reads a trace back, record by record. Depends only on `model` and `source`; knows
 //! nothing of history, sampler or HTTP.
 
 mod error;
