@@ -18,7 +18,7 @@ use crate::history::{HistoryStore, LiveState, ProbeState};
 use crate::model::{DeviceInfo, ProcessInfo};
 use crate::telemetry::{Telemetry, TelemetryError};
 
-use text::{Family, FamilyWriter, Labels, family};
+use text::{Family, FamilyWriter, Labels, SampleValue, family};
 
 /// The content type of the text exposition format.
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
@@ -302,6 +302,10 @@ fn device_family(
     }
 }
 
+/// Bytes reserved beyond the device labels for a process's `pid` and
+/// `process` labels.
+const PROCESS_LABELS_ROOM: usize = 96;
+
 fn render_processes(views: &[DeviceView], out: &mut Vec<u8>) {
     let processes: Vec<ProcessView<'_>> = views
         .iter()
@@ -310,8 +314,8 @@ fn render_processes(views: &[DeviceView], out: &mut Vec<u8>) {
             listed.into_iter().flatten().map(move |process| ProcessView {
                 labels: view
                     .labels
-                    .clone()
-                    .with("pid", &process.pid.to_string())
+                    .clone_with_room(PROCESS_LABELS_ROOM)
+                    .with_uint("pid", u64::from(process.pid))
                     .with("process", process.name.as_deref().unwrap_or("")),
                 process,
             })
@@ -319,39 +323,37 @@ fn render_processes(views: &[DeviceView], out: &mut Vec<u8>) {
         .collect();
     {
         let mut writer = FamilyWriter::new(out, &PROCESS_INFO);
+        // The identity labels of one process at a time, in one reused
+        // buffer, written after the process's own labels.
+        let mut identity = Labels::default();
         for view in &processes {
             let details = &view.process.details;
-            let mut labels = view.labels.clone();
+            identity.clear();
             if let Some(kind) = details.kind {
-                labels.push("kind", kind.as_str());
+                identity.push("kind", kind.as_str());
             }
             if let Some(container) = &details.container_id {
-                labels.push("container_id", container);
+                identity.push("container_id", container);
             }
             if let Some(pod) = &details.pod_uid {
-                labels.push("pod_uid", pod);
+                identity.push("pod_uid", pod);
             }
             if let Some(namespace_pid) = details.namespace_pid {
-                labels.push("namespace_pid", &namespace_pid.to_string());
+                identity = identity.with_uint("namespace_pid", u64::from(namespace_pid));
             }
-            writer.int(labels.as_str(), 1);
+            writer.int_joined(view.labels.as_str(), identity.as_str(), 1);
         }
     }
-    process_family(out, &processes, &PROCESS_USED, |p| p.used_bytes.map(|b| b as f64));
-    process_family(out, &processes, &ALLOC_ALLOCATED, |p| {
-        p.allocator.map(|a| a.allocated_bytes as f64)
-    });
-    process_family(out, &processes, &ALLOC_RESERVED, |p| {
-        p.allocator.map(|a| a.reserved_bytes as f64)
-    });
-    process_family(out, &processes, &ALLOC_ACTIVE, |p| p.allocator.map(|a| a.active_bytes as f64));
+    // Byte counts and counters as integers: no detour through f64.
+    process_family(out, &processes, &PROCESS_USED, |p| p.used_bytes);
+    process_family(out, &processes, &ALLOC_ALLOCATED, |p| p.allocator.map(|a| a.allocated_bytes));
+    process_family(out, &processes, &ALLOC_RESERVED, |p| p.allocator.map(|a| a.reserved_bytes));
+    process_family(out, &processes, &ALLOC_ACTIVE, |p| p.allocator.map(|a| a.active_bytes));
     process_family(out, &processes, &ALLOC_INACTIVE_SPLIT, |p| {
-        p.allocator.map(|a| a.inactive_split_bytes as f64)
+        p.allocator.map(|a| a.inactive_split_bytes)
     });
-    process_family(out, &processes, &ALLOC_RETRIES, |p| {
-        p.allocator.map(|a| a.alloc_retries as f64)
-    });
-    process_family(out, &processes, &ALLOC_OOMS, |p| p.allocator.map(|a| a.ooms as f64));
+    process_family(out, &processes, &ALLOC_RETRIES, |p| p.allocator.map(|a| a.alloc_retries));
+    process_family(out, &processes, &ALLOC_OOMS, |p| p.allocator.map(|a| a.ooms));
     // Ratios as the accounting model defines them (one definition for the
     // metrics, the REST document and the alert rules).
     process_family(out, &processes, &ALLOC_CACHE_RATIO, |p| {
@@ -362,16 +364,16 @@ fn render_processes(views: &[DeviceView], out: &mut Vec<u8>) {
     });
 }
 
-fn process_family(
+fn process_family<V: SampleValue>(
     out: &mut Vec<u8>,
     processes: &[ProcessView<'_>],
     family: &Family,
-    value: impl Fn(&ProcessInfo) -> Option<f64>,
+    value: impl Fn(&ProcessInfo) -> Option<V>,
 ) {
     let mut writer = FamilyWriter::new(out, family);
     for view in processes {
         if let Some(value) = value(view.process) {
-            writer.float(view.labels.as_str(), value);
+            value.write(&mut writer, view.labels.as_str());
         }
     }
 }

@@ -14,6 +14,7 @@ macro_rules! family {
     ($vis:vis $ident:ident, $name:literal, $kind:ident, $help:literal) => {
         $vis const $ident: $crate::exposition::text::Family = $crate::exposition::text::Family {
             name: $name,
+            open: concat!($name, "{"),
             help: $help,
             kind: $crate::exposition::text::Kind::$kind,
         };
@@ -24,6 +25,8 @@ pub(crate) use family;
 /// The metadata of one metric family.
 pub struct Family {
     pub name: &'static str,
+    /// `name{`: written whole before a sample's labels.
+    pub open: &'static str,
     pub help: &'static str,
     pub kind: Kind,
 }
@@ -88,8 +91,38 @@ impl<'a> FamilyWriter<'a> {
         self.out.push(b'\n');
     }
 
+    /// [`FamilyWriter::int`] with the labels `labels` then `more` (either
+    /// may be empty), without joining them in a new string first.
+    pub fn int_joined(&mut self, labels: &str, more: &str, value: u64) {
+        if labels.is_empty() || more.is_empty() {
+            let only = if more.is_empty() { labels } else { more };
+            return self.int(only, value);
+        }
+        self.header();
+        self.out.extend_from_slice(self.family.open.as_bytes());
+        self.out.extend_from_slice(labels.as_bytes());
+        self.out.push(b',');
+        self.out.extend_from_slice(more.as_bytes());
+        self.out.extend_from_slice(b"} ");
+        write_uint(self.out, value);
+        self.out.push(b'\n');
+    }
+
     /// HELP/TYPE before the first sample, then `name{labels} `.
     fn start(&mut self, labels: &str) {
+        self.header();
+        if labels.is_empty() {
+            self.out.extend_from_slice(self.family.name.as_bytes());
+            self.out.push(b' ');
+        } else {
+            self.out.extend_from_slice(self.family.open.as_bytes());
+            self.out.extend_from_slice(labels.as_bytes());
+            self.out.extend_from_slice(b"} ");
+        }
+    }
+
+    /// HELP and TYPE, once, before the family's first sample.
+    fn header(&mut self) {
         if !self.started {
             self.started = true;
             let _ = writeln!(
@@ -100,30 +133,31 @@ impl<'a> FamilyWriter<'a> {
                 kind = self.family.kind.as_str()
             );
         }
-        self.out.extend_from_slice(self.family.name.as_bytes());
-        if !labels.is_empty() {
-            self.out.push(b'{');
-            self.out.extend_from_slice(labels.as_bytes());
-            self.out.push(b'}');
-        }
-        self.out.push(b' ');
+    }
+}
+
+/// A sample's value: byte counts and counters are written as integers
+/// directly, everything else as a float.
+pub trait SampleValue: Copy {
+    fn write(self, writer: &mut FamilyWriter<'_>, labels: &str);
+}
+
+impl SampleValue for u64 {
+    fn write(self, writer: &mut FamilyWriter<'_>, labels: &str) {
+        writer.int(labels, self);
+    }
+}
+
+impl SampleValue for f64 {
+    fn write(self, writer: &mut FamilyWriter<'_>, labels: &str) {
+        writer.float(labels, self);
     }
 }
 
 /// Appends the decimal digits of `value`.
 fn write_uint(out: &mut Vec<u8>, value: u64) {
-    let mut buffer = [0u8; 20];
-    let mut at = buffer.len();
-    let mut rest = value;
-    loop {
-        at -= 1;
-        buffer[at] = b'0' + (rest % 10) as u8;
-        rest /= 10;
-        if rest == 0 {
-            break;
-        }
-    }
-    out.extend_from_slice(&buffer[at..]);
+    let mut buffer = itoa::Buffer::new();
+    out.extend_from_slice(buffer.format(value).as_bytes());
 }
 
 /// Builds a label list, escaping values as the text format requires.
@@ -145,7 +179,7 @@ impl Labels {
         }
         self.0.push_str(name);
         self.0.push_str("=\"");
-        if !value.bytes().any(|byte| matches!(byte, b'\\' | b'"' | b'\n')) {
+        if memchr::memchr3(b'\\', b'"', b'\n', value.as_bytes()).is_none() {
             self.0.push_str(value);
             self.0.push('"');
             return;
@@ -161,6 +195,34 @@ impl Labels {
         self.0.push('"');
     }
 
+    /// Empties the list, keeping its buffer for reuse.
+    pub fn clear(&mut self) {
+        self.0.clear();
+    }
+
+    /// A copy with room for `extra` more bytes, so the pushes that follow
+    /// write into it without reallocating.
+    pub fn clone_with_room(&self, extra: usize) -> Self {
+        let mut labels = String::with_capacity(self.0.len() + extra);
+        labels.push_str(&self.0);
+        Self(labels)
+    }
+
+    /// Adds a label whose value is a number (digits need no escaping).
+    pub fn with_uint(mut self, name: &str, value: u64) -> Self {
+        let mut digits = itoa::Buffer::new();
+        let digits = digits.format(value);
+        self.0.reserve(name.len() + digits.len() + 4);
+        if !self.0.is_empty() {
+            self.0.push(',');
+        }
+        self.0.push_str(name);
+        self.0.push_str("=\"");
+        self.0.push_str(digits);
+        self.0.push('"');
+        self
+    }
+
     pub fn as_str(&self) -> &str {
         &self.0
     }
@@ -170,7 +232,39 @@ impl Labels {
 mod tests {
     use super::*;
 
-    const FAMILY: Family = Family { name: "vramd_test_bytes", help: "Test.", kind: Kind::Gauge };
+    family!(FAMILY, "vramd_test_bytes", Gauge, "Test.");
+
+    #[test]
+    fn numeric_labels_and_roomy_clones_render_like_any_other() {
+        let base = Labels::default().with("gpu", "0");
+        let labels = base.clone_with_room(64).with_uint("pid", 4242).with("process", "py");
+        assert_eq!(labels.as_str(), r#"gpu="0",pid="4242",process="py""#);
+        assert_eq!(Labels::default().with_uint("pid", 0).as_str(), r#"pid="0""#);
+    }
+
+    #[test]
+    fn joined_labels_write_like_one_list() {
+        let mut out = Vec::new();
+        {
+            let mut writer = FamilyWriter::new(&mut out, &FAMILY);
+            writer.int_joined("gpu=\"0\"", "kind=\"compute\"", 1);
+            writer.int_joined("gpu=\"1\"", "", 2);
+            writer.int_joined("", "kind=\"x\"", 3);
+            writer.int_joined("", "", 4);
+        }
+        let text = String::from_utf8(out).unwrap();
+        let samples: Vec<&str> = text.lines().filter(|line| !line.starts_with('#')).collect();
+        assert_eq!(
+            samples,
+            [
+                "vramd_test_bytes{gpu=\"0\",kind=\"compute\"} 1",
+                "vramd_test_bytes{gpu=\"1\"} 2",
+                "vramd_test_bytes{kind=\"x\"} 3",
+                "vramd_test_bytes 4",
+            ]
+        );
+        assert_eq!(text.matches("# HELP").count(), 1);
+    }
 
     #[test]
     fn label_values_are_escaped() {
