@@ -14,6 +14,7 @@
 
 mod defaults;
 mod error;
+mod field;
 mod keys;
 mod load;
 mod raw;
