@@ -97,6 +97,18 @@ pub enum HeadroomStop {
     MaxAttempts,
 }
 
+impl HeadroomStop {
+    /// The serialized name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Converged => "converged",
+            Self::Margin => "margin",
+            Self::TimeBudget => "time_budget",
+            Self::MaxAttempts => "max_attempts",
+        }
+    }
+}
+
 /// Why a probe produced no reading, as counted in
 /// `vramd_probe_failures_total{kind}`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
@@ -159,8 +171,9 @@ impl ProbeFailureKind {
         }
     }
 
+    /// Index into [`Self::ALL`] (declaration order).
     pub fn position(self) -> usize {
-        Self::ALL.iter().position(|kind| *kind == self).unwrap_or(0)
+        self as usize
     }
 }
 
@@ -210,8 +223,9 @@ impl ProbeSkipReason {
         }
     }
 
+    /// Index into [`Self::ALL`] (declaration order).
     pub fn position(self) -> usize {
-        Self::ALL.iter().position(|reason| *reason == self).unwrap_or(0)
+        self as usize
     }
 }
 
@@ -279,6 +293,14 @@ mod tests {
         for (position, reason) in ProbeSkipReason::ALL.iter().enumerate() {
             assert_eq!(reason.position(), position);
             assert_eq!(serde_json::to_value(reason).unwrap(), reason.as_str());
+        }
+        for stop in [
+            HeadroomStop::Converged,
+            HeadroomStop::Margin,
+            HeadroomStop::TimeBudget,
+            HeadroomStop::MaxAttempts,
+        ] {
+            assert_eq!(serde_json::to_value(stop).unwrap(), stop.as_str());
         }
         let failure = ProbeFailure::new(ProbeFailureKind::Timeout, "killed after 60s");
         assert_eq!(failure.to_string(), "timeout: killed after 60s");

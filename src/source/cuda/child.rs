@@ -45,9 +45,6 @@ fn failure(kind: ProbeFailureKind, error: impl std::fmt::Display) -> ProbeFailur
 /// Runs the probe once. Blocking; meant for the `vramd probe` process.
 pub fn run(args: &ProbeArgs) -> Result<ProbeReading, ProbeFailure> {
     let stopwatch = Stopwatch::start();
-    let nvml = NvmlView::open(args);
-    let used_before = nvml.as_ref().and_then(NvmlView::used_bytes);
-
     let library = args.cuda_library.as_ref().map_or_else(
         || OsStr::new(cuda_driver::DEFAULT_LIBRARY).to_owned(),
         |path| path.as_os_str().to_owned(),
@@ -58,6 +55,10 @@ pub fn run(args: &ProbeArgs) -> Result<ProbeReading, ProbeFailure> {
     })?;
     driver.init().map_err(|error| failure(ProbeFailureKind::InitFailed, error))?;
     let device = find_device(&driver, &args.device_uuid)?;
+    // NVML only once the driver is known to be usable: a host without
+    // CUDA never pays for initialising it.
+    let nvml = NvmlView::open(args);
+    let used_before = nvml.as_ref().and_then(|view| view.memory()).map(|memory| memory.used);
 
     let creating = Stopwatch::start();
     let context = driver
@@ -68,16 +69,19 @@ pub fn run(args: &ProbeArgs) -> Result<ProbeReading, ProbeFailure> {
     let memory =
         context.memory_info().map_err(|error| failure(ProbeFailureKind::ContextFailed, error))?;
     let at = wall_now();
-    let nvml_free_bytes = nvml.as_ref().and_then(NvmlView::free_bytes);
+    // One NVML read for both the comparison and the context's cost.
+    let during = nvml.as_ref().and_then(|view| view.memory());
+    let nvml_free_bytes = during.as_ref().map(|memory| memory.free);
     let context_bytes = nvml.as_ref().and_then(|view| {
         view.own_process_bytes().or_else(|| {
-            let during = view.used_bytes()?;
+            let during = during.as_ref()?.used;
             during.checked_sub(used_before?).filter(|bytes| *bytes > 0)
         })
     });
 
-    let (alloc_latency, free_latency, alloc_samples) = time_pairs(&context, args)
-        .map_err(|error| failure(ProbeFailureKind::AllocFailed, error))?;
+    let (alloc_latency, free_latency, alloc_samples) =
+        time_pairs(&context, memory.free_bytes, args)
+            .map_err(|error| failure(ProbeFailureKind::AllocFailed, error))?;
     let headroom = match args.headroom_time_budget {
         Some(budget) => {
             let limits = SearchLimits {
@@ -156,9 +160,9 @@ fn find_device(driver: &Driver, uuid: &str) -> Result<cuda_driver::Device, Probe
 /// fits above the margin: (median alloc, median free, pairs timed).
 fn time_pairs(
     context: &Context<'_>,
+    free: u64,
     args: &ProbeArgs,
 ) -> Result<(Option<f64>, Option<f64>, u32), CudaError> {
-    let free = context.memory_info()?.free_bytes;
     if free.saturating_sub(args.margin_bytes) < args.block_bytes {
         return Ok((None, None, 0));
     }
@@ -236,14 +240,6 @@ impl NvmlView {
 
     fn memory(&self) -> Option<nvml_wrapper::struct_wrappers::device::MemoryInfo> {
         self.nvml.device_by_uuid(self.uuid.as_str()).ok()?.memory_info().ok()
-    }
-
-    fn used_bytes(&self) -> Option<u64> {
-        self.memory().map(|memory| memory.used)
-    }
-
-    fn free_bytes(&self) -> Option<u64> {
-        self.memory().map(|memory| memory.free)
     }
 
     /// What NVML attributes to this process: exactly the context's cost,

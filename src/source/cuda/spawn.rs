@@ -95,7 +95,7 @@ fn read_bounded(mut from: impl Read + Send + 'static) -> JoinHandle<Vec<u8>> {
 }
 
 /// Waits for the child until `timeout`; kills it then. `None` on timeout.
-fn wait_with_deadline(child: &mut Child, timeout: Duration) -> std::io::Result<Option<ExitStatus>> {
+fn wait_with_deadline(mut child: Child, timeout: Duration) -> std::io::Result<Option<ExitStatus>> {
     let running = Stopwatch::start();
     loop {
         if let Some(status) = child.try_wait()? {
@@ -106,10 +106,13 @@ fn wait_with_deadline(child: &mut Child, timeout: Duration) -> std::io::Result<O
             let reaping = Stopwatch::start();
             while reaping.elapsed() < REAP_WAIT {
                 if child.try_wait()?.is_some() {
-                    break;
+                    return Ok(None);
                 }
                 std::thread::sleep(POLL);
             }
+            // Killed but not gone (stuck in an uninterruptible driver
+            // call): a thread waits for it, so it never stays a zombie.
+            std::thread::spawn(move || child.wait());
             return Ok(None);
         }
         std::thread::sleep(POLL);
@@ -140,7 +143,7 @@ impl Prober for ChildProber {
         })?;
         let stdout = child.stdout.take().map(read_bounded);
         let stderr = child.stderr.take().map(read_bounded);
-        let status = wait_with_deadline(&mut child, request.timeout).map_err(|error| {
+        let status = wait_with_deadline(child, request.timeout).map_err(|error| {
             ProbeFailure::new(ProbeFailureKind::Crashed, format!("waiting for the probe: {error}"))
         })?;
         let Some(status) = status else {

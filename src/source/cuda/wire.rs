@@ -121,10 +121,7 @@ pub fn render_text(answer: &ProbeAnswer) -> String {
             lines.push(format!(
                 "largest block     {} ({}, {} attempts in {:.2} s, margin {})",
                 gib(search.largest_block_bytes),
-                serde_json::to_value(search.stopped)
-                    .ok()
-                    .and_then(|value| value.as_str().map(str::to_owned))
-                    .unwrap_or_default(),
+                search.stopped.as_str(),
                 search.attempts,
                 search.seconds,
                 gib(search.margin_bytes)
