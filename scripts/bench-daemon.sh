@@ -18,6 +18,8 @@
 
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=scripts/bench-lib.sh
+source scripts/bench-lib.sh
 
 PORT=${PORT:-19477}
 FILL_TIMEOUT=${FILL_TIMEOUT:-240}
@@ -67,15 +69,6 @@ if [[ "${SKIP_BUILD:-0}" != 1 ]]; then
 fi
 [[ -x "$BIN" ]] || die "$BIN not found"
 
-# The first port from $PORT on that nothing listens on.
-free_port() {
-    local port=$1
-    while (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; do
-        port=$((port + 1))
-    done
-    echo "$port"
-}
-
 # start_daemon ARGS...: starts vramd with the built-in defaults (the shipped
 # config/vramd.toml, which equals them) plus ARGS; waits for /readyz.
 start_daemon() {
@@ -108,14 +101,6 @@ status_kib() { awk -v key="$1:" '$1 == key { print $2 }' "/proc/$PID/status"; }
 cpu_ticks() { awk '{ sub(/^.*\) /, ""); print $12 + $13 }' "/proc/$PID/stat"; }
 
 now() { date +%s.%N; }
-
-# median, min and max of the numbers on stdin, one per line.
-stats() {
-    sort -g | awk '{ v[NR] = $1 } END {
-        if (NR == 0) { print "n/a n/a n/a"; exit }
-        med = (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2
-        printf "%s %s %s\n", med, v[1], v[NR] }'
-}
 
 TCK=$(getconf CLK_TCK)
 declare -a SUMMARY
@@ -176,9 +161,9 @@ sleep 3
 body=$(metrics | wc -c)
 devices_body=$(curl -sf --max-time 5 "http://$ADDR/api/v1/devices" | wc -c)
 for endpoint in /metrics /api/v1/devices; do
-    : >"$WORK/rps"
-    : >"$WORK/p99"
-    : >"$WORK/p50"
+    : >"$WORK/scrape.rps"
+    : >"$WORK/scrape.p99"
+    : >"$WORK/scrape.p50"
     for run in $(seq "$WRK_REPEATS"); do
         timeout $((WRK_SECONDS + 20)) wrk -t"$WRK_THREADS" -c"$WRK_CONNECTIONS" \
             -d"${WRK_SECONDS}s" --timeout 5s --latency "http://$ADDR$endpoint" >"$WORK/wrk.out"
@@ -186,18 +171,12 @@ for endpoint in /metrics /api/v1/devices; do
             cat "$WORK/wrk.out" >&2
             die "$endpoint answered non-2xx"
         fi
-        awk '/^Requests\/sec:/ { print $2 }' "$WORK/wrk.out" >>"$WORK/rps"
-        # wrk prints latencies with units (us, ms, s); normalise to ms.
-        for q in 50 99; do
-            awk -v q="$q%" '$1 == q { v = $2
-                if (v ~ /us$/) v = v / 1000; else if (v ~ /ms$/) v = v + 0; else if (v ~ /s$/) v = v * 1000
-                print v }' "$WORK/wrk.out" >>"$WORK/p$q"
-        done
+        wrk_figures "$WORK/wrk.out" "$WORK/scrape"
         log "$endpoint run $run: $(awk '/^Requests\/sec:/ { print $2 }' "$WORK/wrk.out") req/s"
     done
-    read -r rps_med rps_min rps_max < <(stats <"$WORK/rps")
-    read -r p50_med _ _ < <(stats <"$WORK/p50")
-    read -r p99_med _ p99_max < <(stats <"$WORK/p99")
+    read -r rps_med rps_min rps_max < <(stats <"$WORK/scrape.rps")
+    read -r p50_med _ _ < <(stats <"$WORK/scrape.p50")
+    read -r p99_med _ p99_max < <(stats <"$WORK/scrape.p99")
     size=$body
     [[ "$endpoint" == /metrics ]] || size=$devices_body
     SUMMARY+=("scrape  | $endpoint ($size B), wrk -t$WRK_THREADS -c$WRK_CONNECTIONS ${WRK_SECONDS}s x$WRK_REPEATS | $rps_med req/s (min $rps_min, max $rps_max); p50 ${p50_med} ms, p99 ${p99_med} ms (max ${p99_max}) |")

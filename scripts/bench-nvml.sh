@@ -23,6 +23,8 @@
 
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=scripts/bench-lib.sh
+source scripts/bench-lib.sh
 
 PORT=${PORT:-19577}
 WRK_SECONDS=${WRK_SECONDS:-10}
@@ -130,14 +132,6 @@ scenario() {
 scenario -1 >"$WORK/healthy.json"
 scenario 1 >"$WORK/hang.json"
 
-free_port() {
-    local port=$1
-    while (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; do
-        port=$((port + 1))
-    done
-    echo "$port"
-}
-
 # start_daemon CASE: vramd on the fake driver with $WORK/CASE.json; waits
 # for /readyz.
 start_daemon() {
@@ -183,31 +177,17 @@ wait_series() {
 # threads CASE: the daemon's thread count.
 threads() { awk '$1 == "Threads:" { print $2 }' "/proc/${PIDS[$1]}/status"; }
 
-# median, min and max of the numbers on stdin, one per line.
-stats() {
-    sort -g | awk '{ v[NR] = $1 } END {
-        if (NR == 0) { print "n/a n/a n/a"; exit }
-        med = (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2
-        printf "%s %s %s\n", med, v[1], v[NR] }'
-}
-
 # run_wrk CASE RUN: one wrk run against CASE's /metrics; appends req/s, p50
 # and p99 (ms) to $WORK/CASE.{rps,p50,p99}.
 run_wrk() {
-    local case=$1 run=$2 out="$WORK/wrk.out" q
+    local case=$1 run=$2 out="$WORK/wrk.out"
     timeout $((WRK_SECONDS + 20)) wrk -t"$WRK_THREADS" -c"$WRK_CONNECTIONS" \
         -d"${WRK_SECONDS}s" --timeout 5s --latency "http://${ADDRS[$case]}/metrics" >"$out"
     if grep -qE 'Non-2xx|Socket errors' "$out"; then
         cat "$out" >&2
         die "$case: errors during the run"
     fi
-    awk '/^Requests\/sec:/ { print $2 }' "$out" >>"$WORK/$case.rps"
-    # wrk prints latencies with units (us, ms, s); normalise to ms.
-    for q in 50 99; do
-        awk -v q="$q%" '$1 == q { v = $2
-            if (v ~ /us$/) v = v / 1000; else if (v ~ /ms$/) v = v + 0; else if (v ~ /s$/) v = v * 1000
-            print v }' "$out" >>"$WORK/$case.p$q"
-    done
+    wrk_figures "$out" "$WORK/$case"
     log "$case run $run: $(tail -1 "$WORK/$case.rps") req/s, p50 $(tail -1 "$WORK/$case.p50") ms," \
         "p99 $(tail -1 "$WORK/$case.p99") ms; load $(cut -d' ' -f1 /proc/loadavg)"
     sed -n '/Latency Distribution/,/requests in/p' "$out" >&2
