@@ -37,7 +37,8 @@ impl AbsentLog {
         }
     }
 
-    fn note(&self, index: u32, what: &'static str, error: &NvmlError) {
+    /// Logs, the first time for this device and value, why it is absent.
+    pub(super) fn note(&self, index: u32, what: &'static str, error: &NvmlError) {
         let mut seen = self.seen.lock();
         if seen.len() >= MAX_REMEMBERED || !seen.insert((index, what)) {
             return;

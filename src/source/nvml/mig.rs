@@ -19,8 +19,10 @@ pub const MIG_INDEX_BASE: u32 = 10_000;
 /// Slots per parent in the synthetic index (NVML allows at most 7 today).
 const SLOTS_PER_PARENT: u32 = 100;
 
-fn synthetic_index(parent: u32, slot: u32) -> u32 {
-    MIG_INDEX_BASE + parent * SLOTS_PER_PARENT + slot
+/// `None` past `u32::MAX`, which only a driver reporting absurd device
+/// counts could reach.
+fn synthetic_index(parent: u32, slot: u32) -> Option<u32> {
+    parent.checked_mul(SLOTS_PER_PARENT)?.checked_add(MIG_INDEX_BASE)?.checked_add(slot)
 }
 
 /// The parent index and slot of a synthetic MIG index.
@@ -54,19 +56,27 @@ pub(super) fn list(parent: &Device<'_>, parent_info: &DeviceInfo) -> Vec<DeviceI
     };
     let mut devices = Vec::new();
     for slot in 0..slots {
+        let Some(index) = synthetic_index(parent_info.index, slot) else {
+            info!(
+                gpu = parent_info.index,
+                "MIG is on but this GPU's index is too large to address its devices"
+            );
+            break;
+        };
         let described = parent.mig_device_by_index(slot).and_then(|mig| {
             let name = mig.name()?;
+            let profile = profile_from_name(&name);
             Ok(DeviceInfo {
-                index: synthetic_index(parent_info.index, slot),
+                index,
                 uuid: mig.uuid()?,
-                name: name.clone(),
+                name,
                 pci_bus_id: None,
                 driver_version: parent_info.driver_version.clone(),
                 mig: Some(MigInfo {
                     parent_index: parent_info.index,
                     parent_uuid: parent_info.uuid.clone(),
                     slot,
-                    profile: profile_from_name(&name),
+                    profile,
                 }),
             })
         });
@@ -95,8 +105,8 @@ mod tests {
     #[test]
     fn synthetic_indices_round_trip_and_do_not_collide_with_gpus() {
         assert_eq!(split(7), None);
-        assert_eq!(split(synthetic_index(0, 0)), Some((0, 0)));
-        assert_eq!(split(synthetic_index(7, 6)), Some((7, 6)));
+        assert_eq!(split(synthetic_index(0, 0).unwrap()), Some((0, 0)));
+        assert_eq!(split(synthetic_index(7, 6).unwrap()), Some((7, 6)));
     }
 
     #[test]

@@ -173,9 +173,7 @@ impl DeviceSource for NvmlSource {
         // a driver without it leaves memory absent rather than wrong.
         let memory = match device.memory_info() {
             Err(error @ (NvmlError::FailedToLoadSymbol(_) | NvmlError::FunctionNotFound)) => {
-                self.absent
-                    .value::<()>(index, "memory info v2", Err(error))
-                    .map_err(|error| driver_error(index, "memory_info_v2", error))?;
+                self.absent.note(index, "memory info v2", &error);
                 None
             }
             other => Some(other.map_err(|error| driver_error(index, "memory_info_v2", error))?),

@@ -135,7 +135,8 @@ fn record(counts: &XidCounts, index: Option<u32>, code: Option<u64>) {
     } else {
         "other".to_owned()
     };
-    *per_device.entry(label).or_insert(0) += 1;
+    let count = per_device.entry(label).or_insert(0);
+    *count = count.saturating_add(1);
 }
 
 #[cfg(test)]

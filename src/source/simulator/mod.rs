@@ -134,14 +134,9 @@ const THERMAL_STEP_MS: u64 = 5_000;
 const LOST_REASON: &str = "GPU has fallen off the bus (simulated Xid 79)";
 
 impl Simulator {
-    /// A simulator whose scenario starts now, as `clock` reads it.
-    ///
-    /// `ScaledClock` does not expose its origin, so this reads the clock
-    /// once; for a freshly made clock that is its origin to within the
-    /// scaled construction delay. Use [`Simulator::with_origin`] where the
-    /// origin must be exact (tests, golden files).
+    /// A simulator whose scenario starts at the clock's origin.
     pub fn new(spec: SimulatorSpec, clock: ScaledClock) -> Result<Self, SimulatorError> {
-        let origin = clock.now();
+        let origin = clock.origin();
         Self::with_origin(spec, clock, origin)
     }
 

@@ -17,9 +17,9 @@ use crate::model::{
 use crate::source::probe::{ProbeRequest, Prober};
 
 use super::Simulator;
+use super::devices::MIB;
 use super::noise::Stream;
 
-const MIB: u64 = 1 << 20;
 /// Allocation granularity of large `cuMemAlloc` blocks.
 const GRANULARITY: u64 = 2 * MIB;
 /// Process slot whose context size the probe's own context takes.

@@ -1,12 +1,11 @@
 //! The shape of each scenario, as the module documentation promises it:
 //! what grows, what stays flat, and when counters and losses happen.
 
+use super::devices::{GIB, MIB};
 use super::tests::{MINUTE_MS, at, simulator};
 use super::*;
 use crate::model::{AllocatorStats, MemoryInfo, ProcessInfo};
 
-const MIB: u64 = 1 << 20;
-const GIB: u64 = 1 << 30;
 const SEEDS: [u64; 4] = [0, 1, 0xDEAD_BEEF, u64::MAX];
 
 fn memory(sim: &Simulator, index: u32, t_ms: u64) -> MemoryInfo {

@@ -8,11 +8,10 @@
 
 use std::time::Duration;
 
+use super::devices::MIB;
 use super::process::{self, Gpu, INFERENCE_LOAD, SimProcess};
 use super::scenario::ScenarioKind;
 use super::{leak, spike, tenants, training};
-
-const MIB: u64 = 1 << 20;
 
 /// `training-fragmentation`: length of one grow → retry → OOM cycle. The OOM
 /// happens at the end of each cycle (20:00, 40:00, …).

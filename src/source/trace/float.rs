@@ -1,20 +1,17 @@
-//! Exact JSON numbers for the `f64` fields of trace records.
+//! Finite JSON numbers for the `f64` fields of trace records.
 //!
-//! Owns: the serde functions used on every `Option<f64>` a record carries.
-//! Depends on nothing in the crate.
+//! Owns: the serde functions that write every `f64` / `Option<f64>` a record
+//! carries. Depends on nothing in the crate.
 //!
-//! Why this exists: serde_json writes an `f64` as its shortest round-trip
-//! decimal, but without its `float_roundtrip` feature (not enabled in this
-//! crate) it *parses* decimals with a fast method that is off by one unit in
-//! the last place for roughly one value in ten (e.g. `0.9941414234139935`).
-//! A replay must reproduce a recording exactly, so these functions take the
-//! number's literal text (serde_json's `RawValue`) and parse it with the
-//! standard library, which rounds correctly.
+//! Reading needs nothing of its own: serde_json writes an `f64` as its
+//! shortest round-trip decimal, and with its `float_roundtrip` feature
+//! (enabled in Cargo.toml for the whole crate) parses decimals with correct
+//! rounding, so a replay reproduces a recording bit for bit. The tests below
+//! pin that: without the feature about one value in ten comes back one unit
+//! in the last place off (e.g. `0.9941414234139935`).
 
-use serde::de::Error as _;
+use serde::Serializer;
 use serde::ser::Error as _;
-use serde::{Deserialize, Deserializer, Serializer};
-use serde_json::value::RawValue;
 
 /// Writes a finite value as a JSON number, `None` as `null` (callers skip
 /// `None` fields). NaN and infinities are refused rather than written: JSON
@@ -33,36 +30,9 @@ pub(crate) fn serialize_option<S: Serializer>(
     }
 }
 
-/// Reads a JSON number (or `null`) exactly. Must be called through
-/// `serde_json::from_str`/`from_slice` directly on a plain struct: buffered
-/// deserialization (`flatten`, internally tagged enums) hides the raw text.
-pub(crate) fn deserialize_option<'de, D: Deserializer<'de>>(
-    deserializer: D,
-) -> Result<Option<f64>, D::Error> {
-    let Some(raw) = Option::<&'de RawValue>::deserialize(deserializer)? else {
-        return Ok(None);
-    };
-    let text = raw.get();
-    // A RawValue is valid JSON, so a string keeps its quotes and an object
-    // its braces; neither parses as a number and both land here.
-    let number: f64 =
-        text.parse().map_err(|_| D::Error::custom(format!("expected a number, found {text}")))?;
-    if number.is_finite() {
-        Ok(Some(number))
-    } else {
-        Err(D::Error::custom(format!("the number {text} is out of range")))
-    }
-}
-
 /// [`serialize_option`] for a value that is always there.
 pub(crate) fn serialize<S: Serializer>(value: &f64, serializer: S) -> Result<S::Ok, S::Error> {
     serialize_option(&Some(*value), serializer)
-}
-
-/// [`deserialize_option`] for a value that must be there.
-pub(crate) fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<f64, D::Error> {
-    deserialize_option(deserializer)?
-        .ok_or_else(|| D::Error::custom("expected a number, found null"))
 }
 
 #[cfg(test)]
@@ -74,8 +44,7 @@ mod tests {
         #[serde(
             default,
             skip_serializing_if = "Option::is_none",
-            serialize_with = "super::serialize_option",
-            deserialize_with = "super::deserialize_option"
+            serialize_with = "super::serialize_option"
         )]
         value: Option<f64>,
     }

@@ -6,10 +6,11 @@
 //! HTTP.
 //!
 //! Records are written from private mirror structs rather than from the model
-//! types with `#[serde(flatten)]`: flattening buffers values, which would both
-//! hide the numbers' text from the exact float parser (see `float`) and let a
-//! field added to the model go unrecorded. The conversions below destructure
-//! the model types without `..`, so such a field fails to compile here.
+//! types with `#[serde(flatten)]`: the trace spells some fields its own way
+//! (finite floats only, see `float`; the probe's integer-millisecond `at`),
+//! and a field added to the model must not enter or leave the format
+//! unnoticed. The conversions destructure the model types without `..`, so
+//! such a field fails to compile here.
 
 use serde::{Deserialize, Serialize};
 
@@ -124,15 +125,13 @@ struct FastLine {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        serialize_with = "super::float::serialize_option",
-        deserialize_with = "super::float::deserialize_option"
+        serialize_with = "super::float::serialize_option"
     )]
     gpu_utilization: Option<f64>,
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        serialize_with = "super::float::serialize_option",
-        deserialize_with = "super::float::deserialize_option"
+        serialize_with = "super::float::serialize_option"
     )]
     memory_bandwidth_utilization: Option<f64>,
 }
@@ -148,22 +147,19 @@ struct SlowLine {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        serialize_with = "super::float::serialize_option",
-        deserialize_with = "super::float::deserialize_option"
+        serialize_with = "super::float::serialize_option"
     )]
     temperature_celsius: Option<f64>,
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        serialize_with = "super::float::serialize_option",
-        deserialize_with = "super::float::deserialize_option"
+        serialize_with = "super::float::serialize_option"
     )]
     power_usage_watts: Option<f64>,
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        serialize_with = "super::float::serialize_option",
-        deserialize_with = "super::float::deserialize_option"
+        serialize_with = "super::float::serialize_option"
     )]
     power_limit_watts: Option<f64>,
     #[serde(default, skip_serializing_if = "SlowDetails::is_empty")]

@@ -1,6 +1,6 @@
 //! The `probe` record of a trace: one CUDA probe outcome (docs/trace-format.md).
 //!
-//! Owns: its line mirror (integer-millisecond `at`, exact floats, like the
+//! Owns: its line mirror (integer-millisecond `at`, finite floats, like the
 //! other records) and its encoder and parser. Depends only on `model` and
 //! the trace format's helpers.
 
@@ -31,10 +31,7 @@ struct ProbeReadingLine {
     cuda_total_bytes: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     nvml_free_bytes: Option<u64>,
-    #[serde(
-        serialize_with = "super::float::serialize",
-        deserialize_with = "super::float::deserialize"
-    )]
+    #[serde(serialize_with = "super::float::serialize")]
     context_create_seconds: f64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     context_bytes: Option<u64>,
@@ -42,92 +39,57 @@ struct ProbeReadingLine {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        serialize_with = "super::float::serialize_option",
-        deserialize_with = "super::float::deserialize_option"
+        serialize_with = "super::float::serialize_option"
     )]
     alloc_latency_seconds: Option<f64>,
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        serialize_with = "super::float::serialize_option",
-        deserialize_with = "super::float::deserialize_option"
+        serialize_with = "super::float::serialize_option"
     )]
     free_latency_seconds: Option<f64>,
     alloc_samples: u32,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     headroom: Option<HeadroomSearch>,
-    #[serde(
-        serialize_with = "super::float::serialize",
-        deserialize_with = "super::float::deserialize"
-    )]
+    #[serde(serialize_with = "super::float::serialize")]
     duration_seconds: f64,
 }
 
-impl From<&ProbeReading> for ProbeReadingLine {
-    fn from(reading: &ProbeReading) -> Self {
-        let ProbeReading {
-            at,
-            cuda_free_bytes,
-            cuda_total_bytes,
-            nvml_free_bytes,
-            context_create_seconds,
-            context_bytes,
-            alloc_block_bytes,
-            alloc_latency_seconds,
-            free_latency_seconds,
-            alloc_samples,
-            headroom,
-            duration_seconds,
-        } = reading;
-        Self {
-            at: *at,
-            cuda_free_bytes: *cuda_free_bytes,
-            cuda_total_bytes: *cuda_total_bytes,
-            nvml_free_bytes: *nvml_free_bytes,
-            context_create_seconds: *context_create_seconds,
-            context_bytes: *context_bytes,
-            alloc_block_bytes: *alloc_block_bytes,
-            alloc_latency_seconds: *alloc_latency_seconds,
-            free_latency_seconds: *free_latency_seconds,
-            alloc_samples: *alloc_samples,
-            headroom: headroom.clone(),
-            duration_seconds: *duration_seconds,
+/// Moves every field between a model struct and its line mirror, both ways.
+/// Each side is destructured without `..` (see `format`), so a field added
+/// to either and not listed here fails to compile.
+macro_rules! mirror {
+    ($model:ident <=> $line:ident { $($field:ident),* $(,)? }) => {
+        impl From<$model> for $line {
+            fn from(value: $model) -> Self {
+                let $model { $($field),* } = value;
+                Self { $($field),* }
+            }
         }
-    }
+
+        impl From<$line> for $model {
+            fn from(value: $line) -> Self {
+                let $line { $($field),* } = value;
+                Self { $($field),* }
+            }
+        }
+    };
 }
 
-impl From<ProbeReadingLine> for ProbeReading {
-    fn from(line: ProbeReadingLine) -> Self {
-        let ProbeReadingLine {
-            at,
-            cuda_free_bytes,
-            cuda_total_bytes,
-            nvml_free_bytes,
-            context_create_seconds,
-            context_bytes,
-            alloc_block_bytes,
-            alloc_latency_seconds,
-            free_latency_seconds,
-            alloc_samples,
-            headroom,
-            duration_seconds,
-        } = line;
-        Self {
-            at,
-            cuda_free_bytes,
-            cuda_total_bytes,
-            nvml_free_bytes,
-            context_create_seconds,
-            context_bytes,
-            alloc_block_bytes,
-            alloc_latency_seconds,
-            free_latency_seconds,
-            alloc_samples,
-            headroom,
-            duration_seconds,
-        }
-    }
-}
+mirror!(ProbeReading <=> ProbeReadingLine {
+    at,
+    cuda_free_bytes,
+    cuda_total_bytes,
+    nvml_free_bytes,
+    context_create_seconds,
+    context_bytes,
+    alloc_block_bytes,
+    alloc_latency_seconds,
+    free_latency_seconds,
+    alloc_samples,
+    headroom,
+    duration_seconds,
+});
 
 /// A probe outcome as one line, newline included.
 pub(super) fn encode_probe(
@@ -135,7 +97,7 @@ pub(super) fn encode_probe(
     outcome: &Result<ProbeReading, ProbeFailure>,
 ) -> Result<Vec<u8>, serde_json::Error> {
     let (reading, failure) = match outcome {
-        Ok(reading) => (Some(ProbeReadingLine::from(reading)), None),
+        Ok(reading) => (Some(ProbeReadingLine::from(reading.clone())), None),
         Err(failure) => (None, Some(failure.clone())),
     };
     finish_line(serde_json::to_vec(&ProbeLine {

@@ -44,13 +44,25 @@ struct State {
     /// cut back to this, so the trace never keeps a partial line in the middle.
     good_len: u64,
     damaged: bool,
-    /// The devices of the latest successful `devices()` before the header
-    /// went out; frozen once it has.
-    devices: Option<Vec<DeviceInfo>>,
-    header_written: bool,
-    header_indices: BTreeSet<u32>,
+    header: Header,
     latest: HashMap<(u32, Tier), Timestamp>,
     latest_probe: HashMap<u32, Timestamp>,
+}
+
+/// Where the header stands.
+enum Header {
+    /// Not written yet: the devices of the latest successful `devices()`,
+    /// if there was one.
+    Pending(Option<Vec<DeviceInfo>>),
+    /// Written, listing these device indices; frozen from then on.
+    Written(BTreeSet<u32>),
+}
+
+impl State {
+    /// Whether the written header lists `device` (never before it is written).
+    fn lists(&self, device: u32) -> bool {
+        matches!(&self.header, Header::Written(indices) if indices.contains(&device))
+    }
 }
 
 impl<S: DeviceSource> Recorder<S> {
@@ -64,9 +76,7 @@ impl<S: DeviceSource> Recorder<S> {
             file,
             good_len: 0,
             damaged: false,
-            devices: None,
-            header_written: false,
-            header_indices: BTreeSet::new(),
+            header: Header::Pending(None),
             latest: HashMap::new(),
             latest_probe: HashMap::new(),
         };
@@ -88,7 +98,7 @@ impl<S: DeviceSource> Recorder<S> {
     ) -> Result<(), SourceError> {
         let mut state = self.state.lock();
         self.ensure_header(&mut state)?;
-        if !state.header_indices.contains(&device) {
+        if !state.lists(device) {
             return Err(self.record_error(format!(
                 "device {device} is not in the trace header, so its probe is not recorded"
             )));
@@ -124,13 +134,14 @@ impl<S: DeviceSource> Recorder<S> {
     /// Writes the header if it has not gone out yet. Retried on every call
     /// until it succeeds, so a transient failure costs no more than it must.
     fn ensure_header(&self, state: &mut State) -> Result<(), SourceError> {
-        if state.header_written {
-            return Ok(());
-        }
-        let Some(devices) = state.devices.clone() else {
-            return Err(self.record_error(
-                "no header yet: the source has not listed its devices, so nothing is recorded",
-            ));
+        let devices = match &state.header {
+            Header::Written(_) => return Ok(()),
+            Header::Pending(Some(devices)) => devices.clone(),
+            Header::Pending(None) => {
+                return Err(self.record_error(
+                    "no header yet: the source has not listed its devices, so nothing is recorded",
+                ));
+            }
         };
         let mut indices = BTreeSet::new();
         if let Some(duplicate) = devices.iter().find(|device| !indices.insert(device.index)) {
@@ -142,8 +153,7 @@ impl<S: DeviceSource> Recorder<S> {
         let line = format::encode_header(&TraceHeader::new(self.inner.name(), devices))
             .map_err(|err| self.record_error(format!("cannot encode the header: {err}")))?;
         write_line(state, &line).map_err(|err| self.record_error(err.to_string()))?;
-        state.header_written = true;
-        state.header_indices = indices;
+        state.header = Header::Written(indices);
         Ok(())
     }
 
@@ -172,7 +182,7 @@ impl<S: DeviceSource> Recorder<S> {
             }
         };
         self.ensure_header(&mut state)?;
-        if !state.header_indices.contains(&device) {
+        if !state.lists(device) {
             return Err(self.record_error(format!(
                 "device {device} is not in the trace header, so its reading is not recorded"
             )));
@@ -206,7 +216,7 @@ impl<S: DeviceSource> Recorder<S> {
             return Ok(()); // never recorded (the end of a replay)
         };
         self.ensure_header(state)?;
-        if !state.header_indices.contains(&device) {
+        if !state.lists(device) {
             // Replay answers reads of unlisted devices with UnknownDevice by
             // itself; such a record would only make the trace invalid.
             return Ok(());
@@ -286,8 +296,8 @@ impl<S: DeviceSource> DeviceSource for Recorder<S> {
     fn devices(&self) -> Result<Vec<DeviceInfo>, SourceError> {
         let devices = self.inner.devices()?;
         let mut state = self.state.lock();
-        if !state.header_written {
-            state.devices = Some(devices.clone());
+        if let Header::Pending(pending) = &mut state.header {
+            *pending = Some(devices.clone());
             self.ensure_header(&mut state)?;
         }
         Ok(devices)

@@ -50,17 +50,19 @@ struct Lane {
 }
 
 impl Replay {
-    /// Reads and validates the whole trace at `path`; no line may be longer
-    /// than `max_line_bytes` (its newline not counted). Any problem is an
-    /// error naming the line, so a bad trace stops the daemon at start-up.
+    /// [`Replay::open_bounded`] without a size limit, for tests.
+    #[cfg(test)]
     pub fn open(path: &Path, max_line_bytes: usize) -> Result<Replay, TraceError> {
         Self::open_bounded(path, max_line_bytes, u64::MAX)
     }
 
-    /// [`Replay::open`], refusing a file larger than `max_file_bytes`
-    /// (`source.max_trace_size`): all its records are held in memory. The
-    /// size is checked before reading and again as lines are read, in case
-    /// the file grows meanwhile.
+    /// Reads and validates the whole trace at `path`; no line may be longer
+    /// than `max_line_bytes` (its newline not counted) and the file no
+    /// larger than `max_file_bytes` (`source.max_trace_size`): all its
+    /// records are held in memory. The size is checked before reading and
+    /// again as lines are read, in case the file grows meanwhile. Any
+    /// problem is an error naming the line, so a bad trace stops the daemon
+    /// at start-up.
     pub fn open_bounded(
         path: &Path,
         max_line_bytes: usize,
