@@ -52,11 +52,20 @@ impl ScaledClock {
     }
 }
 
+/// Longest real interval [`real_interval`] returns: far beyond any run, yet
+/// small enough that adding it to an `Instant` cannot overflow.
+const MAX_REAL_INTERVAL: std::time::Duration = std::time::Duration::from_secs(100 * 365 * 86_400);
+
 /// The real time that `interval` of source time takes at `speed` source
 /// seconds per real second (simulation and replay run faster than real
-/// time). A non-finite or non-positive speed counts as 1.
+/// time). A non-finite or non-positive speed counts as 1. A tiny speed
+/// (`--speed 1e-30`) saturates at a century rather than overflowing.
 pub fn real_interval(interval: std::time::Duration, speed: f64) -> std::time::Duration {
-    if speed.is_finite() && speed > 0.0 { interval.div_f64(speed) } else { interval }
+    if !(speed.is_finite() && speed > 0.0) {
+        return interval;
+    }
+    std::time::Duration::try_from_secs_f64(interval.as_secs_f64() / speed)
+        .map_or(MAX_REAL_INTERVAL, |real| real.min(MAX_REAL_INTERVAL))
 }
 
 /// Measures elapsed real time on the monotonic clock (for the probe's
@@ -96,6 +105,14 @@ mod tests {
         let second = clock.now();
         assert!(first >= origin);
         assert!(second > first, "a 100x clock advances at least 500 ms in 5 ms");
+    }
+
+    #[test]
+    fn real_interval_divides_by_the_speed_and_never_overflows() {
+        let second = std::time::Duration::from_secs(1);
+        assert_eq!(real_interval(second, 4.0), std::time::Duration::from_millis(250));
+        assert_eq!(real_interval(second, 0.0), second);
+        assert_eq!(real_interval(second, 1e-300), MAX_REAL_INTERVAL);
     }
 
     #[test]

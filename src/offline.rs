@@ -210,7 +210,7 @@ pub fn replay(config: &Config, trace: &Replay) -> Result<Report, OfflineError> {
             // As the daemon's probe scheduler records them, so the probe
             // rules judge a replay as they judged the recording.
             TraceRecord::Probe { outcome, .. } => {
-                let at = device.live().newest_at().unwrap_or(GOLDEN_ORIGIN);
+                let at = device.newest_at().unwrap_or(GOLDEN_ORIGIN);
                 device.update_probe(|state| {
                     state.scheduled = true;
                     match outcome {

@@ -38,7 +38,7 @@ pub struct Observation {
     pub unit: &'static str,
     pub summary: String,
     pub description: String,
-    pub remediation: String,
+    pub remediation: &'static str,
 }
 
 /// Bounds and retention of the engine.
@@ -115,10 +115,11 @@ impl Engine {
             }
             (None | Some(AlertState::Resolved), Verdict::Hysteresis | Verdict::Clear) => {}
             (Some(AlertState::Pending), Verdict::Breached) => {
+                let for_duration = observation.for_duration;
                 if let Some(alert) = self.alerts.get_mut(&observation.key) {
-                    refresh(alert, now, &observation);
+                    refresh(alert, now, observation);
                     let held = now.duration_since(alert.since).unwrap_or_default();
-                    if held >= observation.for_duration {
+                    if held >= for_duration {
                         alert.state = AlertState::Firing;
                         alert.firing_since = Some(now);
                         transitions.push(Transition {
@@ -135,12 +136,12 @@ impl Engine {
             }
             (Some(AlertState::Firing), Verdict::Breached | Verdict::Hysteresis) => {
                 if let Some(alert) = self.alerts.get_mut(&observation.key) {
-                    refresh(alert, now, &observation);
+                    refresh(alert, now, observation);
                 }
             }
             (Some(AlertState::Firing), Verdict::Clear) => {
                 if let Some(alert) = self.alerts.get_mut(&observation.key) {
-                    refresh(alert, now, &observation);
+                    refresh(alert, now, observation);
                     resolve(alert, now, transitions);
                 }
             }
@@ -212,25 +213,28 @@ fn new_alert(now: Timestamp, observation: &Observation) -> Alert {
         updated_at: now,
         summary: observation.summary.clone(),
         description: observation.description.clone(),
-        remediation: observation.remediation.clone(),
+        remediation: observation.remediation.to_owned(),
     }
 }
 
-/// The latest numbers and words; identity and timeline stay.
-fn refresh(alert: &mut Alert, now: Timestamp, observation: &Observation) {
+/// The latest numbers and words; identity and timeline stay. Takes the
+/// observation, so its texts move rather than being copied every pass.
+fn refresh(alert: &mut Alert, now: Timestamp, observation: Observation) {
     alert.value = observation.value;
     alert.threshold = observation.threshold;
     alert.severity = observation.severity;
     alert.updated_at = now;
     if observation.process.is_some() {
-        alert.process = observation.process.clone();
+        alert.process = observation.process;
     }
     // A clear observation carries no text (it is not written for the many
     // subjects that are fine): a resolving alert keeps its last words.
     if !observation.summary.is_empty() {
-        alert.summary = observation.summary.clone();
-        alert.description = observation.description.clone();
-        alert.remediation = observation.remediation.clone();
+        alert.summary = observation.summary;
+        alert.description = observation.description;
+        if alert.remediation != observation.remediation {
+            alert.remediation = observation.remediation.to_owned();
+        }
     }
 }
 
@@ -261,7 +265,7 @@ mod tests {
             unit: "ratio",
             summary: "memory high".into(),
             description: "used 95% of total".into(),
-            remediation: "free memory".into(),
+            remediation: "free memory",
         }
     }
 

@@ -11,7 +11,7 @@ use crate::analysis::leak::{LeakFinding, LeakParams, detect_process_leak};
 use crate::analysis::pressure::{PressureInput, PressureThresholds, pressure};
 use crate::analysis::series;
 use crate::analysis::summary::{DeviceAnalysis, ProcessLeak};
-use crate::analysis::trend::{TrendScratch, time_to_exhaustion};
+use crate::analysis::trend::{Trend, TrendScratch, time_to_exhaustion};
 use crate::config::AlertsConfig;
 use crate::history::{DeviceHistory, HistoryStore};
 use crate::model::Timestamp;
@@ -45,17 +45,24 @@ pub struct Evaluator {
     engine: Engine,
     scratch: TrendScratch,
     pressure_thresholds: PressureThresholds,
-    /// (at, cumulative Xid count) per device UUID, to count new ones.
-    xid_totals: HashMap<String, VecDeque<(Timestamp, u64)>>,
-    /// Per device UUID: when leaks were last assessed, and the findings.
-    leak_cache: HashMap<String, (Timestamp, HashMap<u32, LeakFinding>)>,
     /// Reused between passes: the used-memory window of one device.
     used_buffer: Vec<(Timestamp, u64)>,
-    /// Per device UUID: when the growth was last estimated, and the trend.
-    trend_cache: HashMap<String, (Timestamp, Option<crate::analysis::trend::Trend>)>,
-    /// Per device UUID: allocator counter steps, kept up to date from the
-    /// samples that arrived since the previous pass.
-    counters: HashMap<String, CounterTrack>,
+    /// What each listed device carries from pass to pass, by UUID.
+    memos: HashMap<String, DeviceMemo>,
+}
+
+/// One device's state between passes.
+#[derive(Default)]
+struct DeviceMemo {
+    /// When the growth was last estimated, and the trend.
+    trend: Option<(Timestamp, Option<Trend>)>,
+    /// When leaks were last assessed, and the findings by PID.
+    leaks: Option<(Timestamp, HashMap<u32, LeakFinding>)>,
+    /// Allocator counter steps, kept up to date from the samples that
+    /// arrived since the previous pass.
+    counters: CounterTrack,
+    /// (at, cumulative Xid count), to count new ones.
+    xid_totals: VecDeque<(Timestamp, u64)>,
 }
 
 impl Evaluator {
@@ -68,11 +75,8 @@ impl Evaluator {
             config: config.clone(),
             scratch: TrendScratch::new(),
             pressure_thresholds: PressureThresholds::default(),
-            xid_totals: HashMap::new(),
-            leak_cache: HashMap::new(),
             used_buffer: Vec::new(),
-            trend_cache: HashMap::new(),
-            counters: HashMap::new(),
+            memos: HashMap::new(),
         }
     }
 
@@ -87,7 +91,7 @@ impl Evaluator {
 
     /// The newest sample time over all devices, the clock of a pass.
     pub fn newest(store: &HistoryStore) -> Option<Timestamp> {
-        store.devices().iter().filter_map(|device| device.live().newest_at()).max()
+        store.devices().iter().filter_map(|device| device.newest_at()).max()
     }
 
     /// Runs every rule at `now`. `source_up` is false while the device
@@ -104,6 +108,8 @@ impl Evaluator {
         if !source_up {
             observations.push(rules::source_down(&self.config.rules));
         }
+        // A device no longer listed leaves nothing behind.
+        self.memos.retain(|uuid, _| devices.iter().any(|device| device.info().uuid == *uuid));
         for device in &devices {
             let (facts, analysis) = self.analyse(device, now);
             rules::observe(&self.config.rules, &facts, &mut observations);
@@ -119,12 +125,28 @@ impl Evaluator {
     }
 
     fn analyse(&mut self, device: &DeviceHistory, now: Timestamp) -> (DeviceFacts, DeviceAnalysis) {
+        // Taken out and put back with its key, so a known device costs no
+        // key allocation per pass.
+        let (uuid, mut memo) = self
+            .memos
+            .remove_entry(&device.info().uuid)
+            .unwrap_or_else(|| (device.info().uuid.clone(), DeviceMemo::default()));
+        let result = self.analyse_with(device, &mut memo, now);
+        self.memos.insert(uuid, memo);
+        result
+    }
+
+    fn analyse_with(
+        &mut self,
+        device: &DeviceHistory,
+        memo: &mut DeviceMemo,
+        now: Timestamp,
+    ) -> (DeviceFacts, DeviceAnalysis) {
         let rules = &self.config.rules;
         let live = device.live();
         let memory = live.fast.as_ref().and_then(|fast| fast.memory);
-        let uuid = device.info().uuid.clone();
-        let trend_due = self.trend_cache.get(&uuid).is_none_or(|(estimated, _)| {
-            now.duration_since(*estimated).is_none_or(|age| age >= TREND_INTERVAL)
+        let trend_due = memo.trend.is_none_or(|(estimated, _)| {
+            now.duration_since(estimated).is_none_or(|age| age >= TREND_INTERVAL)
         });
         if trend_due {
             // Snapshots copy the open chunk of a ring: only taken when due.
@@ -132,9 +154,9 @@ impl Evaluator {
             let window_start = now.saturating_sub(self.config.trend_window);
             series::device_used_into(&fast, window_start, now, &mut self.used_buffer);
             let estimate = self.scratch.theil_sen_with(&self.used_buffer, TREND_POINTS);
-            self.trend_cache.insert(uuid.clone(), (now, estimate));
+            memo.trend = Some((now, estimate));
         }
-        let trend = self.trend_cache.get(&uuid).and_then(|(_, trend)| *trend);
+        let trend = memo.trend.and_then(|(_, trend)| trend);
         let exhaustion = match (memory, trend.as_ref()) {
             (Some(memory), Some(trend)) => {
                 time_to_exhaustion(memory.free_bytes, trend, self.config.rules.exhaustion_min_fit)
@@ -144,48 +166,39 @@ impl Evaluator {
 
         // Processes seen in the counter windows; leak assessment (below)
         // looks at its own, longer window only when it is due.
-        let counters = {
-            let track = self.counters.entry(uuid.clone()).or_default();
-            track.update(device, now, rules.retries_window.max(rules.oom_window));
-            track.increases(now, rules.retries_window, rules.oom_window)
-        };
+        memo.counters.update(device, now, rules.retries_window.max(rules.oom_window));
+        let counters = memo.counters.increases(now, rules.retries_window, rules.oom_window);
         // Borrowed from the shared latest reading: cloning every process's
         // strings on every pass was a tenth of an offline run.
         let latest_processes: &[crate::model::ProcessInfo] =
             live.slow.as_deref().and_then(|slow| slow.processes.as_deref()).unwrap_or(&[]);
-        let leak_params = LeakParams {
-            min_slope_bytes_per_second: rules.leak_suspected.threshold,
-            ..LeakParams::for_window(rules.leak_window)
-        };
         let mut processes = Vec::new();
         let (mut retries_total, mut ooms_total) = (None::<u64>, None::<u64>);
         let mut leaks = Vec::new();
-        let stale = self.leak_cache.get(&uuid).is_none_or(|(checked, _)| {
+        let stale = memo.leaks.as_ref().is_none_or(|(checked, _)| {
             now.duration_since(*checked).is_none_or(|age| age >= LEAK_CHECK_INTERVAL)
         });
         if stale {
-            let slow = device.slow_snapshot();
             let findings: HashMap<u32, LeakFinding> = if rules.leak_suspected.enabled {
-                let leak_pids = series::pids_in(&slow, now.saturating_sub(rules.leak_window), now);
-                leak_pids
-                    .iter()
-                    .filter_map(|&pid| {
-                        detect_process_leak(
-                            &slow,
-                            pid,
-                            now.saturating_sub(rules.leak_window),
-                            now,
-                            &leak_params,
-                        )
-                        .map(|finding| (pid, finding))
+                let slow = device.slow_snapshot();
+                let leak_params = LeakParams {
+                    min_slope_bytes_per_second: rules.leak_suspected.threshold,
+                    ..LeakParams::for_window(rules.leak_window)
+                };
+                let from = now.saturating_sub(rules.leak_window);
+                series::pids_in(&slow, from, now)
+                    .into_iter()
+                    .filter_map(|pid| {
+                        detect_process_leak(&slow, pid, from, now, &leak_params)
+                            .map(|finding| (pid, finding))
                     })
                     .collect()
             } else {
                 HashMap::new()
             };
-            self.leak_cache.insert(uuid.clone(), (now, findings));
+            memo.leaks = Some((now, findings));
         }
-        let cached_leaks = self.leak_cache.get(&uuid).map(|(_, findings)| findings);
+        let cached_leaks = memo.leaks.as_ref().map(|(_, findings)| findings);
         for &(pid, retries, ooms) in &counters {
             retries_total = add(retries_total, retries);
             ooms_total = add(ooms_total, ooms);
@@ -231,7 +244,8 @@ impl Evaluator {
                 live.processes_dropped == 0,
             )
         });
-        let xid_in_window = self.xid_increase(device, &live, now);
+        let xid_in_window =
+            xid_increase(&mut memo.xid_totals, &live, now, self.config.rules.xid_window);
         let analysis = DeviceAnalysis {
             at: now,
             growth_bytes_per_second: trend.as_ref().map(|trend| trend.slope_per_second),
@@ -240,11 +254,12 @@ impl Evaluator {
             time_to_exhaustion_seconds: exhaustion,
             pressure_level: level.as_ref().map_or(0, |p| p.level.as_u8()),
             pressure: level.as_ref().map_or("unknown", |p| p.level.as_str()),
-            pressure_reasons: level.as_ref().map(|p| p.reasons.clone()).unwrap_or_default(),
+            pressure_reasons: level.map(|p| p.reasons).unwrap_or_default(),
             allocator_cache_bytes: breakdown.map_or(0, |b| b.allocator_cache_bytes),
             allocator_fragmented_bytes: breakdown.map_or(0, |b| b.fragmented_bytes),
             leaks,
         };
+        let stale_after = self.config.rules.probe_stale_after;
         let facts = DeviceFacts {
             info: device.info().clone(),
             up: live.is_up(),
@@ -257,37 +272,47 @@ impl Evaluator {
             xid_in_window,
             // Only a current reading: one older than twice the probe
             // interval means the device has been skipped or failing since.
-            probe: device.probe().latest.filter(|reading| {
-                now.duration_since(reading.at)
-                    .is_none_or(|age| age <= self.config.rules.probe_stale_after)
+            // Read in place: the rest of the probe state is not needed.
+            probe: device.read_probe(|state| {
+                state
+                    .latest
+                    .as_ref()
+                    .filter(|reading| {
+                        now.duration_since(reading.at).is_none_or(|age| age <= stale_after)
+                    })
+                    .cloned()
             }),
         };
         (facts, analysis)
     }
+}
 
-    /// New Xid errors of a device within the window, from the cumulative
-    /// counts its slow readings carry.
-    fn xid_increase(
-        &mut self,
-        device: &DeviceHistory,
-        live: &crate::history::LiveState,
-        now: Timestamp,
-    ) -> Option<u64> {
-        let total: u64 = live.slow.as_ref()?.details.xid_errors.values().sum();
-        let history = self.xid_totals.entry(device.info().uuid.clone()).or_default();
-        if history.back().is_none_or(|&(_, last)| last != total) {
-            history.push_back((now, total));
-        }
-        let oldest_kept = now.saturating_sub(self.config.rules.xid_window);
-        while history.len() > XID_HISTORY
-            || history.get(1).is_some_and(|&(at, _)| at <= oldest_kept)
-        {
-            history.pop_front();
-        }
-        let baseline =
-            history.front().map_or(total, |&(at, count)| if at <= oldest_kept { count } else { 0 });
-        Some(total.saturating_sub(baseline))
+/// New Xid errors of a device within `window`, from the cumulative counts
+/// its slow readings carry; `history` holds the totals seen so far.
+fn xid_increase(
+    history: &mut VecDeque<(Timestamp, u64)>,
+    live: &crate::history::LiveState,
+    now: Timestamp,
+    window: Duration,
+) -> Option<u64> {
+    // Saturating: the counts come from the driver or a replayed trace.
+    let total = live
+        .slow
+        .as_ref()?
+        .details
+        .xid_errors
+        .values()
+        .fold(0u64, |sum, &count| sum.saturating_add(count));
+    if history.back().is_none_or(|&(_, last)| last != total) {
+        history.push_back((now, total));
     }
+    let oldest_kept = now.saturating_sub(window);
+    while history.len() > XID_HISTORY || history.get(1).is_some_and(|&(at, _)| at <= oldest_kept) {
+        history.pop_front();
+    }
+    let baseline =
+        history.front().map_or(total, |&(at, count)| if at <= oldest_kept { count } else { 0 });
+    Some(total.saturating_sub(baseline))
 }
 
 /// Allocator counters of one device's processes, maintained incrementally:
@@ -382,7 +407,12 @@ impl CounterTrack {
                     return (entry.pid, None, None);
                 }
                 let sum = |from: Timestamp, pick: fn(&(Timestamp, u64, u64)) -> u64| {
-                    entry.steps.iter().filter(|step| step.0 >= from).map(pick).sum::<u64>()
+                    // Saturating: the counters come from allocator reports.
+                    entry
+                        .steps
+                        .iter()
+                        .filter(|step| step.0 >= from)
+                        .fold(0u64, |sum, step| sum.saturating_add(pick(step)))
                 };
                 (
                     entry.pid,

@@ -108,7 +108,7 @@ pub(super) fn push(device: &DeviceInfo, draft: Draft<'_>, out: &mut Vec<Observat
         unit: draft.unit,
         summary,
         description,
-        remediation: draft.remediation.to_owned(),
+        remediation: draft.remediation,
     });
 }
 
@@ -126,7 +126,7 @@ pub fn source_down(rules: &RulesConfig) -> Observation {
         unit: "count",
         summary: "the GPU driver (NVML) cannot be used".into(),
         description: "vramd cannot list devices through NVML: no GPU memory is monitored until it answers (see vramd_nvml_up and the daemon log).".into(),
-        remediation: "check that the NVIDIA driver is loaded (nvidia-smi), that the container has the driver library and device nodes, and the daemon log for the NVML error".into(),
+        remediation: "check that the NVIDIA driver is loaded (nvidia-smi), that the container has the driver library and device nodes, and the daemon log for the NVML error",
     }
 }
 
@@ -276,7 +276,8 @@ fn process_rules(
     process: &ProcessFacts,
     out: &mut Vec<Observation>,
 ) {
-    let who = match &process.name {
+    // Formatted only inside the texts: most observations are clear.
+    let who = || match &process.name {
         Some(comm) => format!("{comm} (pid {})", process.pid),
         None => format!("pid {}", process.pid),
     };
@@ -292,6 +293,7 @@ fn process_rules(
                 value: leak.slope_bytes_per_second,
                 unit: "bytes_per_second",
                 text: &|| {
+                    let who = who();
                     (
                         format!("{who} on {name} grows steadily: leak suspected"),
                         format!(
@@ -324,6 +326,7 @@ fn process_rules(
                 value: if big_enough { ratio } else { 0.0 },
                 unit: "ratio",
                 text: &|| {
+                    let who = who();
                     (
                         format!(
                             "{who} on {name}: {:.0}% of reserved memory is fragmented",
@@ -355,6 +358,7 @@ fn process_rules(
                 value: retries as f64,
                 unit: "count",
                 text: &|| {
+                    let who = who();
                     (
                         format!(
                             "{who} on {name}: allocator had to flush its cache {retries} time(s)"
@@ -382,6 +386,7 @@ fn process_rules(
                 value: ooms as f64,
                 unit: "count",
                 text: &|| {
+                    let who = who();
                     (
                         format!("{who} on {name} ran out of memory"),
                         format!(

@@ -174,10 +174,10 @@ impl DeviceHistory {
         live.slow_failure = Some(next_failure(live.slow_failure.as_ref(), kind, message));
     }
 
-    /// A copy of the live state; cheap (the process list is shared).
-    /// Changes the device's probe state (the probe scheduler's only write).
-    pub fn update_probe(&self, change: impl FnOnce(&mut ProbeState)) {
-        change(&mut self.probe.lock());
+    /// Changes the device's probe state (the probe scheduler's only write)
+    /// and returns what `change` does.
+    pub fn update_probe<R>(&self, change: impl FnOnce(&mut ProbeState) -> R) -> R {
+        change(&mut self.probe.lock())
     }
 
     /// A copy of the device's probe state.
@@ -185,8 +185,20 @@ impl DeviceHistory {
         self.probe.lock().clone()
     }
 
+    /// Reads part of the probe state without copying the rest (its
+    /// messages and counters), for the per-pass readers.
+    pub fn read_probe<R>(&self, read: impl FnOnce(&ProbeState) -> R) -> R {
+        read(&self.probe.lock())
+    }
+
+    /// A copy of the live state; cheap (the process list is shared).
     pub fn live(&self) -> LiveState {
         self.live.lock().clone()
+    }
+
+    /// [`LiveState::newest_at`] without copying the live state.
+    pub fn newest_at(&self) -> Option<Timestamp> {
+        self.live.lock().newest_at()
     }
 
     pub fn fast_snapshot(&self) -> Snapshot<FastPoint> {

@@ -8,9 +8,8 @@ use tokio::task::JoinHandle;
 pub(crate) enum CallOutcome<T> {
     Done(T),
     /// Still running at the deadline; the handle lets the caller see when
-    /// it finally returns, so it is never started twice at once. `None`
-    /// when the caller already holds the handle.
-    TimedOut(Option<JoinHandle<T>>),
+    /// it finally returns, so it is never started twice at once.
+    TimedOut(JoinHandle<T>),
     Panicked(String),
 }
 
@@ -20,10 +19,18 @@ where
     F: FnOnce() -> T + Send + 'static,
     T: Send + 'static,
 {
-    let mut handle = tokio::task::spawn_blocking(call);
+    wait_with_deadline(deadline, tokio::task::spawn_blocking(call)).await
+}
+
+/// Waits at most `deadline` for a call already running (one that timed out
+/// before and is waited on again rather than started a second time).
+pub(crate) async fn wait_with_deadline<T>(
+    deadline: Duration,
+    mut handle: JoinHandle<T>,
+) -> CallOutcome<T> {
     match tokio::time::timeout(deadline, &mut handle).await {
         Ok(Ok(value)) => CallOutcome::Done(value),
         Ok(Err(join_error)) => CallOutcome::Panicked(join_error.to_string()),
-        Err(_elapsed) => CallOutcome::TimedOut(Some(handle)),
+        Err(_elapsed) => CallOutcome::TimedOut(handle),
     }
 }

@@ -30,7 +30,7 @@ use crate::ingest::ReportStore;
 use crate::source::DeviceSource;
 use crate::telemetry::Telemetry;
 
-use call::{CallOutcome, call_with_deadline};
+use call::{CallOutcome, call_with_deadline, wait_with_deadline};
 
 /// How the sampler paces and bounds its work.
 #[derive(Clone, Debug, PartialEq)]
@@ -104,13 +104,7 @@ async fn discover(context: &Arc<Context>) -> Option<Vec<Arc<crate::history::Devi
         let outcome = match stuck.take() {
             // A listing still stuck in the driver (a hung nvmlInit) is
             // waited on again rather than joined by a second one.
-            Some(mut handle) => {
-                match tokio::time::timeout(context.settings.discovery_timeout, &mut handle).await {
-                    Ok(Ok(result)) => CallOutcome::Done(result),
-                    Ok(Err(error)) => CallOutcome::Panicked(error.to_string()),
-                    Err(_) => CallOutcome::TimedOut(Some(handle)),
-                }
-            }
+            Some(handle) => wait_with_deadline(context.settings.discovery_timeout, handle).await,
             None => {
                 let source = context.source.clone();
                 call_with_deadline(context.settings.discovery_timeout, move || source.devices())
@@ -132,7 +126,7 @@ async fn discover(context: &Arc<Context>) -> Option<Vec<Arc<crate::history::Devi
                 error.to_string()
             }
             CallOutcome::TimedOut(handle) => {
-                stuck = handle;
+                stuck = Some(handle);
                 context.telemetry.count_error("timeout");
                 format!("listing devices took longer than {:?}", context.settings.discovery_timeout)
             }

@@ -17,9 +17,11 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use crate::history::{DeviceHistory, HistoryStore};
+use crate::history::{DeviceHistory, HistoryStore, ProbeAttempt};
 use crate::model::{ComputeMode, ProbeFailure, ProbeFailureKind, ProbeReading, ProbeSkipReason};
 use crate::source::probe::{ProbeRequest, Prober};
+
+use super::call::{CallOutcome, call_with_deadline};
 
 /// Time a probe's blocking call gets beyond `request.timeout` to kill and
 /// reap its child before the scheduler gives up on it.
@@ -110,44 +112,66 @@ pub async fn run(
     loop {
         let now = Instant::now();
         let devices = store.devices();
+        // Due times follow the device list, not every UUID ever listed.
+        scheduler.due.retain(|uuid, _| devices.iter().any(|device| device.info().uuid == *uuid));
         // CUDA cannot create a context on a GPU whose memory is split into
         // MIG devices: such a GPU is probed through its MIG devices only.
-        let mig_parents: Vec<String> = devices
+        let mig_parents: Vec<&str> = devices
             .iter()
-            .filter_map(|device| device.info().mig.as_ref().map(|mig| mig.parent_uuid.clone()))
+            .filter_map(|device| device.info().mig.as_ref().map(|mig| mig.parent_uuid.as_str()))
             .collect();
-        for device in devices {
+        for device in &devices {
             if cancel.is_cancelled() {
                 return;
             }
-            if mig_parents.contains(&device.info().uuid) {
+            let uuid = &device.info().uuid;
+            if mig_parents.contains(&uuid.as_str()) {
                 continue;
             }
             // Marked on every pass, not once: a device history made anew
             // (rediscovery) must show as covered too.
             device.update_probe(|state| state.scheduled = true);
-            let due = *scheduler.due.entry(device.info().uuid.clone()).or_insert(now);
+            let due = match scheduler.due.get(uuid) {
+                Some(&due) => due,
+                None => {
+                    scheduler.due.insert(uuid.clone(), now);
+                    now
+                }
+            };
             if due > Instant::now() {
                 continue;
             }
             if !scheduler.ready() {
                 break;
             }
-            let next = scheduler.visit(&device, gate.as_ref()).await;
-            scheduler.due.insert(device.info().uuid.clone(), Instant::now() + next);
+            let next = scheduler.visit(device, gate.as_ref()).await;
+            scheduler.due.insert(uuid.clone(), Instant::now() + next);
         }
-        let wake = scheduler
-            .due
-            .values()
-            .min()
-            .copied()
-            .unwrap_or_else(|| {
-                Instant::now() + scheduler.settings.real(scheduler.settings.interval)
-            })
-            .max(Instant::now() + Duration::from_millis(10));
-        tokio::select! {
-            () = cancel.cancelled() => return,
-            () = tokio::time::sleep_until(wake) => {}
+        match scheduler.stuck.as_mut() {
+            // Nothing can be probed until the stuck call returns: wait for
+            // it rather than waking every few milliseconds to find it still
+            // running.
+            Some(handle) if !handle.is_finished() => {
+                tokio::select! {
+                    () = cancel.cancelled() => return,
+                    _ = handle => {}
+                }
+            }
+            _ => {
+                let wake = scheduler
+                    .due
+                    .values()
+                    .min()
+                    .copied()
+                    .unwrap_or_else(|| {
+                        Instant::now() + scheduler.settings.real(scheduler.settings.interval)
+                    })
+                    .max(Instant::now() + Duration::from_millis(10));
+                tokio::select! {
+                    () = cancel.cancelled() => return,
+                    () = tokio::time::sleep_until(wake) => {}
+                }
+            }
         }
     }
 }
@@ -179,13 +203,21 @@ impl Scheduler {
     /// Skips or probes one due device, records the outcome, and returns
     /// the real time until it is due again.
     async fn visit(&mut self, device: &DeviceHistory, gate: &dyn ProbeGate) -> Duration {
-        let at = device.live().newest_at().unwrap_or_else(crate::clock::wall_now);
+        let at = device.newest_at().unwrap_or_else(crate::clock::wall_now);
         if let Some(reason) = skip_reason(device, self.settings.min_free_bytes, gate) {
             debug!(uuid = %device.info().uuid, reason = reason.as_str(), "probe skipped");
             device.update_probe(|state| state.record_skip(at, reason));
             return self.settings.real(self.settings.skip_delay());
         }
-        let previous_failure = device.probe().consecutive_failures;
+        // Only this scheduler writes the probe state, so what it says before
+        // the attempt still holds after it.
+        let (previous_failure, last_kind) = device.read_probe(|state| {
+            let last_kind = match &state.last_attempt {
+                Some((_, ProbeAttempt::Failed { kind, .. })) => Some(*kind),
+                _ => None,
+            };
+            (state.consecutive_failures, last_kind)
+        });
         match self.attempt(device).await {
             Ok(reading) => {
                 if previous_failure > 0 {
@@ -201,11 +233,6 @@ impl Scheduler {
                 self.settings.real(self.settings.interval)
             }
             Err(failure) => {
-                let last_kind =
-                    device.probe().last_attempt.and_then(|(_, attempt)| match attempt {
-                        crate::history::ProbeAttempt::Failed { kind, .. } => Some(kind),
-                        _ => None,
-                    });
                 let failures = previous_failure.saturating_add(1);
                 let retry = self.settings.retry_delay(failures);
                 if last_kind != Some(failure.kind) {
@@ -228,14 +255,13 @@ impl Scheduler {
         let info = device.info().clone();
         let request = self.settings.request.clone();
         let deadline = request.timeout.saturating_add(REAP_GRACE);
-        let mut handle = tokio::task::spawn_blocking(move || prober.probe(&info, &request));
-        match tokio::time::timeout(deadline, &mut handle).await {
-            Ok(Ok(result)) => result,
-            Ok(Err(error)) => Err(ProbeFailure::new(
+        match call_with_deadline(deadline, move || prober.probe(&info, &request)).await {
+            CallOutcome::Done(result) => result,
+            CallOutcome::Panicked(message) => Err(ProbeFailure::new(
                 ProbeFailureKind::Crashed,
-                format!("the probe call ended abnormally: {error}"),
+                format!("the probe call ended abnormally: {message}"),
             )),
-            Err(_) => {
+            CallOutcome::TimedOut(handle) => {
                 self.stuck = Some(handle);
                 Err(ProbeFailure::new(
                     ProbeFailureKind::Timeout,

@@ -149,7 +149,7 @@ async fn sample_once(
             false
         }
         CallOutcome::TimedOut(handle) => {
-            *stuck = handle;
+            *stuck = Some(handle);
             context.telemetry.call_stuck();
             let message = format!("no answer within {:?}", context.settings.call_timeout);
             fail(context, device, tier, health, "timeout", message);
