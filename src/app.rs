@@ -67,8 +67,6 @@ impl AppError {
     }
 }
 
-/// Builds the device source the configuration selects, wrapped in a
-/// recorder when `source.record` is set. Reads files: call off the runtime.
 /// A device source, and for a simulated host the simulator whose PyTorch
 /// processes report their allocator statistics like real workloads.
 pub struct BuiltSource {
@@ -79,20 +77,21 @@ pub struct BuiltSource {
     pub prober: Option<Arc<dyn Prober>>,
 }
 
+/// Builds the device source the configuration selects, wrapped in a
+/// recorder when `source.record` is set. Reads files: call off the runtime.
 pub fn build_source(config: &Config) -> Result<BuiltSource, AppError> {
-    let mut reporting_simulator = None;
-    let mut prober: Option<Arc<dyn Prober>> = None;
-    let source: Arc<dyn DeviceSource> = match &config.source.selection {
-        SourceSelection::Driver => {
-            prober = Some(Arc::new(ChildProber::current_binary()));
-            Arc::new(NvmlSource::new(NvmlSettings {
+    let BuiltSource { source, reporting_simulator, prober } = match &config.source.selection {
+        SourceSelection::Driver => BuiltSource {
+            source: Arc::new(NvmlSource::new(NvmlSettings {
                 library_path: config.nvml.library_path.clone(),
                 pcie_throughput: config.nvml.pcie_throughput,
                 max_cmdline_bytes: config.nvml.max_cmdline_bytes,
                 xid_events: config.nvml.xid_events,
                 ..NvmlSettings::default()
-            }))
-        }
+            })),
+            reporting_simulator: None,
+            prober: Some(Arc::new(ChildProber::current_binary())),
+        },
         SourceSelection::Simulate(simulator) => {
             let clock = ScaledClock::starting_at(wall_now(), config.source.speed);
             let origin = clock.origin();
@@ -102,9 +101,11 @@ pub fn build_source(config: &Config) -> Result<BuiltSource, AppError> {
                 seed: simulator.seed,
             };
             let simulator = Simulator::with_origin(spec, clock, origin)?.reporting_allocator();
-            reporting_simulator = Some(simulator.clone());
-            prober = Some(Arc::new(simulator.clone()));
-            Arc::new(simulator)
+            BuiltSource {
+                source: Arc::new(simulator.clone()),
+                prober: Some(Arc::new(simulator.clone())),
+                reporting_simulator: Some(simulator),
+            }
         }
         SourceSelection::Replay { path } => {
             let replay = Arc::new(
@@ -116,28 +117,24 @@ pub fn build_source(config: &Config) -> Result<BuiltSource, AppError> {
                 .map_err(AppError::Replay)?,
             );
             // A trace recorded with the probe on answers it again.
-            if replay.has_probe_records() {
-                prober = Some(replay.clone());
-            }
-            replay
+            let prober = replay.has_probe_records().then(|| replay.clone() as Arc<dyn Prober>);
+            BuiltSource { source: replay, reporting_simulator: None, prober }
         }
     };
     let prober = prober.filter(|_| config.probe.enabled);
-    let (source, prober): (Arc<dyn DeviceSource>, Option<Arc<dyn Prober>>) =
-        match &config.source.record {
-            Some(path) => {
-                let recorder = Recorder::create(source, path).map_err(AppError::Record)?;
-                let recording_probes = prober.is_some();
-                let recorder = Arc::new(match prober {
-                    Some(prober) => recorder.with_prober(prober),
-                    None => recorder,
-                });
-                let prober: Option<Arc<dyn Prober>> =
-                    recording_probes.then(|| recorder.clone() as Arc<dyn Prober>);
-                (recorder, prober)
-            }
-            None => (source, prober),
-        };
+    let Some(path) = &config.source.record else {
+        return Ok(BuiltSource { source, reporting_simulator, prober });
+    };
+    let recorder = Recorder::create(source, path).map_err(AppError::Record)?;
+    // The recorder also answers the probe, through the prober, so that each
+    // outcome is written to the trace.
+    let (source, prober): (Arc<dyn DeviceSource>, Option<Arc<dyn Prober>>) = match prober {
+        Some(prober) => {
+            let recorder = Arc::new(recorder.with_prober(prober));
+            (recorder.clone(), Some(recorder))
+        }
+        None => (Arc::new(recorder), None),
+    };
     Ok(BuiltSource { source, reporting_simulator, prober })
 }
 
@@ -282,6 +279,8 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
             .map_err(|error| AppError::Startup(error.to_string()))??
     };
     let BuiltSource { source, reporting_simulator, prober } = source;
+    let sampler_settings = sampler_settings(&config);
+    let speed = sampler_settings.speed;
     if config.nvml.require_gpu && config.source.selection == SourceSelection::Driver {
         require_devices(&source, config.nvml.init_timeout).await?;
     }
@@ -309,11 +308,8 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     if let Some(simulator) = reporting_simulator {
         // One round before sampling starts, so the first slow sample joins.
         post_simulated_reports(&simulator, &reports, &report_limits);
-        let period = crate::clock::real_interval(
-            config.sampler.slow_interval,
-            sampler_settings(&config).speed,
-        )
-        .max(std::time::Duration::from_millis(200));
+        let period = crate::clock::real_interval(config.sampler.slow_interval, speed)
+            .max(std::time::Duration::from_millis(200));
         tokio::spawn(simulated_reports(
             simulator,
             reports.clone(),
@@ -326,7 +322,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         source,
         store.clone(),
         telemetry.clone(),
-        sampler_settings(&config),
+        sampler_settings,
         Some(reports.clone()),
         cancel.clone(),
     ));
@@ -352,7 +348,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         RunnerSettings {
             alerts: config.alerts.clone(),
             resend_interval: config.notify.resend_interval,
-            speed: sampler_settings(&config).speed,
+            speed,
         },
         cancel.clone(),
     ));

@@ -8,7 +8,7 @@ use crate::analysis::summary::DeviceAnalysis;
 use crate::history::{LiveState, ProbeAttempt, ProbeState, ReadFailure};
 use crate::model::{
     AllocatorStats, DeviceInfo, MemoryInfo, MigInfo, ProbeFailureKind, ProbeReading,
-    ProbeSkipReason, ProcessDetails, ProcessInfo, SlowDetails,
+    ProbeSkipReason, ProcessDetails, ProcessInfo, SlowDetails, Timestamp,
 };
 
 #[derive(Debug, Serialize, utoipa::ToSchema)]
@@ -31,8 +31,9 @@ pub struct DeviceSummary {
     /// The device answered its latest memory read.
     pub up: bool,
     /// Time of the newest reading (RFC 3339).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub at: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none", with = "crate::model::rfc3339::option")]
+    #[schema(value_type = Option<String>)]
+    pub at: Option<Timestamp>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub memory: Option<MemoryDto>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -77,7 +78,9 @@ pub struct ProbeDto {
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct ProbeAttemptDto {
     /// When (RFC 3339, source time).
-    pub at: String,
+    #[serde(with = "crate::model::rfc3339")]
+    #[schema(value_type = String)]
+    pub at: Timestamp,
     #[serde(flatten)]
     pub attempt: ProbeAttempt,
 }
@@ -92,7 +95,7 @@ pub fn probe(state: &ProbeState) -> Option<ProbeDto> {
         last_attempt: state
             .last_attempt
             .clone()
-            .map(|(at, attempt)| ProbeAttemptDto { at: at.to_rfc3339(), attempt }),
+            .map(|(at, attempt)| ProbeAttemptDto { at, attempt }),
         runs: state.runs,
         consecutive_failures: state.consecutive_failures,
         failures: ProbeFailureKind::ALL
@@ -198,7 +201,7 @@ pub fn summary(info: &DeviceInfo, live: &LiveState, probe_state: &ProbeState) ->
         driver_version: info.driver_version.clone(),
         mig: info.mig.clone(),
         up: live.is_up(),
-        at: live.newest_at().map(|at| at.to_rfc3339()),
+        at: live.newest_at(),
         memory: fast.and_then(|reading| reading.memory).map(|memory: MemoryInfo| MemoryDto {
             total_bytes: memory.total_bytes,
             reserved_bytes: memory.reserved_bytes,

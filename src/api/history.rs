@@ -2,12 +2,14 @@
 
 use std::time::Duration;
 
-use axum::Json;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
 
 use crate::history::{Aggregate, Bucket, FastPoint, QueryError, WindowAnswer, WindowQuery};
+use crate::model::{DeviceInfo, Timestamp};
 
 use super::error::{ApiError, ErrorBody};
 use super::{AppState, PathId};
@@ -37,10 +39,12 @@ pub struct HistoryResponse {
     #[serde(skip_serializing_if = "Option::is_none")]
     step_seconds: Option<f64>,
     /// Start and end of the window; absent while the device has no samples.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    from: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    to: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none", with = "crate::model::rfc3339::option")]
+    #[schema(value_type = Option<String>)]
+    from: Option<Timestamp>,
+    #[serde(skip_serializing_if = "Option::is_none", with = "crate::model::rfc3339::option")]
+    #[schema(value_type = Option<String>)]
+    to: Option<Timestamp>,
     /// Every sample in the window (without `step`).
     #[serde(skip_serializing_if = "Option::is_none")]
     points: Option<Vec<PointDto>>,
@@ -52,7 +56,9 @@ pub struct HistoryResponse {
 /// One fast-tier sample.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 struct PointDto {
-    at: String,
+    #[serde(with = "crate::model::rfc3339")]
+    #[schema(value_type = String)]
+    at: Timestamp,
     #[serde(skip_serializing_if = "Option::is_none")]
     total_bytes: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -70,7 +76,9 @@ struct PointDto {
 /// One downsampled bucket `[start, start + step)`.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 struct BucketDto {
-    start: String,
+    #[serde(with = "crate::model::rfc3339")]
+    #[schema(value_type = String)]
+    start: Timestamp,
     samples: u32,
     #[serde(skip_serializing_if = "Option::is_none")]
     total_bytes: Option<Aggregate<u64>>,
@@ -121,7 +129,7 @@ pub async fn device_history(
     State(state): State<AppState>,
     PathId(id): PathId,
     params: Result<Query<HistoryParams>, QueryRejection>,
-) -> Result<Json<HistoryResponse>, ApiError> {
+) -> Result<Response, ApiError> {
     let Query(params) = params.map_err(|rejection| {
         ApiError::bad_request(
             "bad_query",
@@ -157,23 +165,38 @@ pub async fn device_history(
     }
     let device = state.store.find(&id).ok_or_else(|| ApiError::unknown_device(&id))?;
     let query = WindowQuery { window, step, max_points: state.limits.max_history_points };
-    // A large window is a few milliseconds of copying: keep it off the
-    // async workers so scrapes are never queued behind it.
-    let answer = tokio::task::spawn_blocking({
-        let device = device.clone();
-        move || device.query(&query)
+    // Copying a large window out of the ring and writing it as JSON (up to
+    // api.max_history_points entries) takes milliseconds: both run off the
+    // async workers, so scrapes and the sampler are never queued behind them.
+    let body = tokio::task::spawn_blocking(move || {
+        let answer = device.query(&query).map_err(query_error)?;
+        serde_json::to_vec(&response(device.info(), window, step, answer)).map_err(internal)
     })
     .await
-    .map_err(|error| {
-        ApiError::new(axum::http::StatusCode::INTERNAL_SERVER_ERROR, "internal", error.to_string())
-    })?
-    .map_err(|error| match error {
+    .map_err(internal)??;
+    Ok(([(header::CONTENT_TYPE, HeaderValue::from_static("application/json"))], body)
+        .into_response())
+}
+
+fn query_error(error: QueryError) -> ApiError {
+    match error {
         QueryError::ZeroStep => ApiError::bad_request("bad_step", error.to_string()),
         QueryError::TooManyPoints { .. } | QueryError::TooManyBuckets { .. } => {
             ApiError::bad_request("too_many_points", error.to_string())
         }
-    })?;
-    let info = device.info();
+    }
+}
+
+fn internal(error: impl std::fmt::Display) -> ApiError {
+    ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", error.to_string())
+}
+
+fn response(
+    info: &DeviceInfo,
+    window: Duration,
+    step: Option<Duration>,
+    answer: WindowAnswer,
+) -> HistoryResponse {
     let mut response = HistoryResponse {
         gpu: info.index,
         uuid: info.uuid.clone(),
@@ -187,20 +210,20 @@ pub async fn device_history(
     match answer {
         WindowAnswer::Empty => response.points = step.is_none().then(Vec::new),
         WindowAnswer::Raw { from, to, points } => {
-            response.from = Some(from.to_rfc3339());
-            response.to = Some(to.to_rfc3339());
+            response.from = Some(from);
+            response.to = Some(to);
             response.points = Some(points.iter().map(point_dto).collect());
         }
         WindowAnswer::Downsampled { from, to, buckets, .. } => {
-            response.from = Some(from.to_rfc3339());
-            response.to = Some(to.to_rfc3339());
+            response.from = Some(from);
+            response.to = Some(to);
             response.buckets = Some(buckets.iter().map(bucket_dto).collect());
         }
     }
     if step.is_some() && response.buckets.is_none() {
         response.buckets = Some(Vec::new());
     }
-    Ok(Json(response))
+    response
 }
 
 fn parse_duration(name: &'static str, text: &str) -> Result<Duration, ApiError> {
@@ -223,7 +246,7 @@ fn parse_duration(name: &'static str, text: &str) -> Result<Duration, ApiError> 
 fn point_dto(point: &FastPoint) -> PointDto {
     let memory = point.memory();
     PointDto {
-        at: point.at().to_rfc3339(),
+        at: point.at(),
         total_bytes: memory.map(|m| m.total_bytes),
         reserved_bytes: memory.and_then(|m| m.reserved_bytes),
         used_bytes: memory.map(|m| m.used_bytes),
@@ -235,7 +258,7 @@ fn point_dto(point: &FastPoint) -> PointDto {
 
 fn bucket_dto(bucket: &Bucket) -> BucketDto {
     BucketDto {
-        start: bucket.start.to_rfc3339(),
+        start: bucket.start,
         samples: bucket.samples,
         total_bytes: bucket.total_bytes,
         reserved_bytes: bucket.reserved_bytes,

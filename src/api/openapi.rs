@@ -277,11 +277,6 @@ does not list, so it is shown on every operation.",
     }
 }
 
-/// A time as milliseconds since the Unix epoch (the analysis's `at`).
-#[derive(ToSchema)]
-#[schema(example = 1767225600250_i64)]
-pub struct UnixMillis(#[allow(dead_code)] i64);
-
 /// The allocator report document (version 1) that workloads POST.
 ///
 /// Only a description for the OpenAPI document: the daemon parses reports in

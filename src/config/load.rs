@@ -234,6 +234,12 @@ fn env_key(name: &str) -> Option<String> {
     Some(rest.to_lowercase().replace(ENV_SEPARATOR, "."))
 }
 
+/// Most levels an environment variable's key may have. Keys have two or
+/// three; the configuration library nests one table per level, recursively,
+/// so a name with thousands of `__` would overflow the stack before the
+/// unknown-key walk could refuse it.
+const MAX_ENV_KEY_LEVELS: usize = 64;
+
 /// The `VRAMD_*` variables as a layer, and which variable set which key.
 fn environment_layer(
     env: &[(String, String)],
@@ -242,6 +248,10 @@ fn environment_layer(
     let mut source = Map::new();
     for (name, value) in env {
         let Some(key) = env_key(name) else { continue };
+        if key.split('.').nth(MAX_ENV_KEY_LEVELS).is_some() {
+            let origin = Origin::Environment(name.clone());
+            return Err(ConfigError::UnknownKey { key, origin, suggestion: None });
+        }
         if let Some(first) = vars.insert(key.clone(), name.clone())
             && first != *name
         {

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use super::error::ConfigError;
 use super::field::{Field, RuleUnit};
-use super::raw::{RawAlerts, RawConfig, RawIngest, RawNotify, RawProbe, RawRule};
+use super::raw::{RawAlerts, RawConfig, RawIngest, RawNotify, RawProbe, RawRule, Scalar};
 use super::types::{
     AlertsConfig, ApiConfig, Config, HistoryConfig, IngestConfig, LogConfig, MetricsConfig,
     NotifyConfig, NvmlConfig, ProbeConfig, RuleConfig, RulesConfig, SamplerConfig, ServerConfig,
@@ -84,13 +84,9 @@ pub(super) fn validate(raw: &RawConfig, origins: &Origins) -> Result<Config, Con
             .count(65_536)?,
     };
 
-    let optional = |key, value| Field::optional(key, value, origins);
-    let simulate = optional("source.simulate", &raw.source.simulate);
-    let replay = optional("source.replay", &raw.source.replay);
-    let record = optional("source.record", &raw.source.record);
-    let scenario = simulate.as_ref().map(Field::scenario).transpose()?;
-    let replay_path = replay.as_ref().map(Field::path).transpose()?;
-    let record_path = record.as_ref().map(Field::path).transpose()?;
+    let scenario = optional("source.simulate", &raw.source.simulate, origins, Field::scenario)?;
+    let replay_path = optional("source.replay", &raw.source.replay, origins, Field::path)?;
+    let record_path = optional("source.record", &raw.source.record, origins, Field::path)?;
     let gpus = field("simulator.gpus", &raw.simulator.gpus)?.integer(1, 8)?;
     let seed = field("simulator.seed", &raw.simulator.seed)?.integer(0, u64::MAX)?;
     let speed = field("source.speed", &raw.source.speed)?.speed()?;
@@ -99,10 +95,7 @@ pub(super) fn validate(raw: &RawConfig, origins: &Origins) -> Result<Config, Con
     let max_trace_bytes =
         field("source.max_trace_size", &raw.source.max_trace_size)?.bytes(MIB, 64 * GIB)?;
     let nvml = NvmlConfig {
-        library_path: optional("nvml.library_path", &raw.nvml.library_path)
-            .as_ref()
-            .map(Field::path)
-            .transpose()?,
+        library_path: optional("nvml.library_path", &raw.nvml.library_path, origins, Field::path)?,
         require_gpu: field("nvml.require_gpu", &raw.nvml.require_gpu)?.boolean()?,
         init_timeout: field("nvml.init_timeout", &raw.nvml.init_timeout)?
             .duration(100 * MS, 10 * MINUTE)?,
@@ -121,9 +114,8 @@ pub(super) fn validate(raw: &RawConfig, origins: &Origins) -> Result<Config, Con
     let notify = notify(&raw.notify, origins)?;
     let ingest = ingest(&raw.ingest, origins)?;
 
-    let conflict = |first, second, reason| conflict(origins, first, second, reason);
     if sampler.slow_interval < sampler.fast_interval {
-        return Err(conflict(
+        return Err(origins.conflict(
             "sampler.fast_interval",
             "sampler.slow_interval",
             format!(
@@ -135,7 +127,7 @@ pub(super) fn validate(raw: &RawConfig, origins: &Origins) -> Result<Config, Con
     }
     let samples = history.retention.as_nanos() / sampler.fast_interval.as_nanos().max(1);
     if samples > MAX_SAMPLES_PER_DEVICE {
-        return Err(conflict(
+        return Err(origins.conflict(
             "history.retention",
             "sampler.fast_interval",
             format!(
@@ -147,7 +139,7 @@ pub(super) fn validate(raw: &RawConfig, origins: &Origins) -> Result<Config, Con
         ));
     }
     if metrics.peak_window > history.retention {
-        return Err(conflict(
+        return Err(origins.conflict(
             "metrics.peak_window",
             "history.retention",
             format!(
@@ -159,7 +151,7 @@ pub(super) fn validate(raw: &RawConfig, origins: &Origins) -> Result<Config, Con
     }
     let selection = match (scenario, replay_path) {
         (Some(_), Some(_)) => {
-            return Err(conflict(
+            return Err(origins.conflict(
                 "source.simulate",
                 "source.replay",
                 "choose one device source: simulate a scenario or replay a trace".to_owned(),
@@ -172,7 +164,7 @@ pub(super) fn validate(raw: &RawConfig, origins: &Origins) -> Result<Config, Con
         }),
         (None, Some(path)) => {
             if record_path.as_ref() == Some(&path) {
-                return Err(conflict(
+                return Err(origins.conflict(
                     "source.replay",
                     "source.record",
                     "recording into the trace being replayed would overwrite it".to_owned(),
@@ -205,20 +197,14 @@ pub(super) fn validate(raw: &RawConfig, origins: &Origins) -> Result<Config, Con
     })
 }
 
-/// Two keys whose values cannot go together, each with its origin.
-fn conflict(
-    origins: &Origins,
-    first: &'static str,
-    second: &'static str,
-    reason: String,
-) -> ConfigError {
-    ConfigError::Conflict {
-        first,
-        first_origin: origins.of(first),
-        second,
-        second_origin: origins.of(second),
-        reason,
-    }
+/// An optional key, read with `read` when it is set.
+fn optional<'a, T>(
+    key: &'a str,
+    value: &'a Option<Scalar>,
+    origins: &'a Origins,
+    read: impl FnOnce(&Field<'a>) -> Result<T, ConfigError>,
+) -> Result<Option<T>, ConfigError> {
+    Field::optional(key, value, origins).as_ref().map(read).transpose()
 }
 
 fn probe(raw: &RawProbe, origins: &Origins) -> Result<ProbeConfig, ConfigError> {
@@ -236,14 +222,10 @@ fn probe(raw: &RawProbe, origins: &Origins) -> Result<ProbeConfig, ConfigError> 
         headroom_time_budget: field("probe.headroom_time_budget", &raw.headroom_time_budget)?
             .duration(100 * MS, 5 * MINUTE)?,
         max_backoff: field("probe.max_backoff", &raw.max_backoff)?.duration(MINUTE, 7 * DAY)?,
-        cuda_library: Field::optional("probe.cuda_library", &raw.cuda_library, origins)
-            .as_ref()
-            .map(Field::path)
-            .transpose()?,
+        cuda_library: optional("probe.cuda_library", &raw.cuda_library, origins, Field::path)?,
     };
-    let conflict = |first, second, reason| conflict(origins, first, second, reason);
     if probe.headroom_time_budget >= probe.timeout {
-        return Err(conflict(
+        return Err(origins.conflict(
             "probe.headroom_time_budget",
             "probe.timeout",
             format!(
@@ -255,7 +237,7 @@ fn probe(raw: &RawProbe, origins: &Origins) -> Result<ProbeConfig, ConfigError> 
         ));
     }
     if probe.max_backoff < probe.interval {
-        return Err(conflict(
+        return Err(origins.conflict(
             "probe.interval",
             "probe.max_backoff",
             format!(
@@ -271,10 +253,7 @@ fn probe(raw: &RawProbe, origins: &Origins) -> Result<ProbeConfig, ConfigError> 
 fn ingest(raw: &RawIngest, origins: &Origins) -> Result<IngestConfig, ConfigError> {
     let field = |key, value| Field::required(key, value, origins);
     Ok(IngestConfig {
-        token_file: Field::optional("ingest.token_file", &raw.token_file, origins)
-            .as_ref()
-            .map(Field::path)
-            .transpose()?,
+        token_file: optional("ingest.token_file", &raw.token_file, origins, Field::path)?,
         ttl: field("ingest.ttl", &raw.ttl)?.duration(SECOND, HOUR)?,
         rate_limit_per_second: field("ingest.rate_limit", &raw.rate_limit)?.count(1_000)?,
         max_reporters: field("ingest.max_reporters", &raw.max_reporters)?.count(100_000)?,
@@ -384,8 +363,7 @@ fn rule_config(
 
 fn notify(raw: &RawNotify, origins: &Origins) -> Result<NotifyConfig, ConfigError> {
     let field = |key, value| Field::required(key, value, origins);
-    let url =
-        |key, value| Field::optional(key, value, origins).as_ref().map(Field::url).transpose();
+    let url = |key, value| optional(key, value, origins, Field::url);
     Ok(NotifyConfig {
         alertmanager_url: url("notify.alertmanager_url", &raw.alertmanager_url)?,
         webhook_url: url("notify.webhook_url", &raw.webhook_url)?,

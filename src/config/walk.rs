@@ -55,6 +55,23 @@ impl Origins {
     pub fn of(&self, key: &str) -> Origin {
         self.0.get(key).cloned().unwrap_or(Origin::Default)
     }
+
+    /// The error for two keys whose values cannot go together, each named
+    /// with its origin.
+    pub(super) fn conflict(
+        &self,
+        first: &'static str,
+        second: &'static str,
+        reason: String,
+    ) -> ConfigError {
+        ConfigError::Conflict {
+            first,
+            first_origin: self.of(first),
+            second,
+            second_origin: self.of(second),
+            reason,
+        }
+    }
 }
 
 /// Checks the shape of the merged tree (tables of known keys holding

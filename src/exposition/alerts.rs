@@ -4,9 +4,10 @@
 
 use crate::alerts::AlertState;
 use crate::alerts::board::AlertBoard;
+use crate::analysis::summary::DeviceAnalysis;
 
-use super::DeviceView;
 use super::text::{Family, FamilyWriter, Labels, family};
+use super::{DeviceView, per_device};
 
 family!(
     GROWTH,
@@ -51,27 +52,18 @@ family!(
     "1 for each pending or firing vramd alert (alertstate says which)."
 );
 
-pub(super) fn render(views: &[DeviceView], board: &AlertBoard, out: &mut Vec<u8>) {
+pub(super) fn render(views: &[DeviceView<'_>], board: &AlertBoard, out: &mut Vec<u8>) {
     let analyses = board.analyses();
-    let per_device =
-        |family: &Family,
-         out: &mut Vec<u8>,
-         value: &dyn Fn(&crate::analysis::summary::DeviceAnalysis) -> Option<f64>| {
-            let mut writer = FamilyWriter::new(out, family);
-            for view in views {
-                if let Some(value) = analyses.get(&view.info.uuid).and_then(value) {
-                    writer.float(view.labels.as_str(), value);
-                }
-            }
+    let analysis =
+        |out: &mut Vec<u8>, family: &Family, value: fn(&DeviceAnalysis) -> Option<f64>| {
+            per_device(out, views, family, |view| analyses.get(&view.info.uuid).and_then(value));
         };
-    per_device(&GROWTH, out, &|a| a.growth_bytes_per_second);
-    per_device(&GROWTH_FIT, out, &|a| a.growth_fit);
-    per_device(&EXHAUSTION, out, &|a| a.time_to_exhaustion_seconds);
-    per_device(&PRESSURE, out, &|a| {
-        (a.pressure != "unknown").then_some(f64::from(a.pressure_level))
-    });
-    per_device(&CACHE, out, &|a| Some(a.allocator_cache_bytes as f64));
-    per_device(&FRAGMENTED, out, &|a| Some(a.allocator_fragmented_bytes as f64));
+    analysis(out, &GROWTH, |a| a.growth_bytes_per_second);
+    analysis(out, &GROWTH_FIT, |a| a.growth_fit);
+    analysis(out, &EXHAUSTION, |a| a.time_to_exhaustion_seconds);
+    analysis(out, &PRESSURE, |a| (a.pressure != "unknown").then_some(f64::from(a.pressure_level)));
+    analysis(out, &CACHE, |a| Some(a.allocator_cache_bytes as f64));
+    analysis(out, &FRAGMENTED, |a| Some(a.allocator_fragmented_bytes as f64));
 
     let alerts = board.alerts();
     let mut writer = FamilyWriter::new(out, &ALERT_ACTIVE);
@@ -81,10 +73,10 @@ pub(super) fn render(views: &[DeviceView], board: &AlertBoard, out: &mut Vec<u8>
             .with("alertstate", alert.state.as_str())
             .with("severity", alert.severity.as_str())
             .with("rule", &alert.key.rule)
-            .with("gpu", &alert.gpu.to_string())
+            .with_uint("gpu", u64::from(alert.gpu))
             .with("uuid", &alert.key.uuid);
         if let Some(pid) = alert.key.pid {
-            labels.push("pid", &pid.to_string());
+            labels = labels.with_uint("pid", u64::from(pid));
         }
         if let Some(process) = &alert.process {
             labels.push("process", process);

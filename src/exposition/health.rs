@@ -37,7 +37,7 @@ fn details(live: &LiveState) -> Option<&SlowDetails> {
     live.slow.as_deref().map(|slow| &slow.details)
 }
 
-pub(super) fn render(views: &[DeviceView], out: &mut Vec<u8>) {
+pub(super) fn render(views: &[DeviceView<'_>], out: &mut Vec<u8>) {
     let flag = |value: bool| if value { 1.0 } else { 0.0 };
     device_family(out, views, &BAR1_TOTAL, |live| Some(details(live)?.bar1?.total_bytes as f64));
     device_family(out, views, &BAR1_USED, |live| Some(details(live)?.bar1?.used_bytes as f64));
@@ -114,7 +114,7 @@ pub(super) fn render(views: &[DeviceView], out: &mut Vec<u8>) {
 /// A family whose series per device carry extra labels.
 fn labelled(
     out: &mut Vec<u8>,
-    views: &[DeviceView],
+    views: &[DeviceView<'_>],
     family: &Family,
     series: impl Fn(&LiveState, &mut dyn FnMut(&[(&str, &str)], f64)),
 ) {

@@ -12,9 +12,11 @@ mod health;
 mod probe;
 mod text;
 
+use std::sync::Arc;
+
 use crate::alerts::board::AlertBoard;
 use crate::analysis::accounting;
-use crate::history::{HistoryStore, LiveState, ProbeState};
+use crate::history::{DeviceHistory, HistoryStore, LiveState, ProbeState};
 use crate::model::{DeviceInfo, ProcessInfo};
 use crate::telemetry::{Telemetry, TelemetryError};
 
@@ -29,7 +31,8 @@ pub fn render(
     telemetry: &Telemetry,
     board: &AlertBoard,
 ) -> Result<Vec<u8>, TelemetryError> {
-    let views = collect(store);
+    let devices = store.devices();
+    let views = collect(&devices);
     let mut out = Vec::with_capacity(estimate_size(&views));
     render_devices_into(&views, &mut out);
     alerts::render(&views, board, &mut out);
@@ -40,14 +43,18 @@ pub fn render(
 /// Renders only the device and process series (deterministic for a given
 /// state; what the golden test pins down).
 pub fn render_devices(store: &HistoryStore) -> Vec<u8> {
-    let views = collect(store);
+    let devices = store.devices();
+    let views = collect(&devices);
     let mut out = Vec::with_capacity(estimate_size(&views));
     render_devices_into(&views, &mut out);
     out
 }
 
-struct DeviceView {
-    info: DeviceInfo,
+/// One device as a scrape sees it: its static facts borrowed from history,
+/// copies of its live and probe state (taken once, so the locks are held
+/// only for the copy), and its `gpu`/`uuid` labels.
+struct DeviceView<'a> {
+    info: &'a DeviceInfo,
     labels: Labels,
     live: LiveState,
     probe: ProbeState,
@@ -60,14 +67,13 @@ struct ProcessView<'a> {
     process: &'a ProcessInfo,
 }
 
-fn collect(store: &HistoryStore) -> Vec<DeviceView> {
-    store
-        .devices()
+fn collect(devices: &[Arc<DeviceHistory>]) -> Vec<DeviceView<'_>> {
+    devices
         .iter()
         .map(|device| {
-            let info = device.info().clone();
+            let info = device.info();
             let labels = Labels::default()
-                .with("gpu", &info.gpu_index().to_string())
+                .with_uint("gpu", u64::from(info.gpu_index()))
                 .with("uuid", &info.uuid);
             DeviceView {
                 info,
@@ -81,7 +87,7 @@ fn collect(store: &HistoryStore) -> Vec<DeviceView> {
         .collect()
 }
 
-fn estimate_size(views: &[DeviceView]) -> usize {
+fn estimate_size(views: &[DeviceView<'_>]) -> usize {
     let processes: usize = views
         .iter()
         .filter_map(|view| view.live.slow.as_ref()?.processes.as_ref().map(Vec::len))
@@ -221,7 +227,7 @@ family!(
     "Samples held in the device's history ring, by tier."
 );
 
-fn render_devices_into(views: &[DeviceView], out: &mut Vec<u8>) {
+fn render_devices_into(views: &[DeviceView<'_>], out: &mut Vec<u8>) {
     {
         let mut writer = FamilyWriter::new(out, &DEVICE_INFO);
         for view in views {
@@ -288,25 +294,37 @@ fn render_devices_into(views: &[DeviceView], out: &mut Vec<u8>) {
     render_processes(views, out);
 }
 
-fn device_family(
+/// A family with at most one sample per device, which `value` picks from
+/// the device's view (`None`: no sample).
+fn per_device<'v, 'a: 'v>(
     out: &mut Vec<u8>,
-    views: &[DeviceView],
+    views: impl IntoIterator<Item = &'v DeviceView<'a>>,
     family: &Family,
-    value: impl Fn(&LiveState) -> Option<f64>,
+    value: impl Fn(&DeviceView<'a>) -> Option<f64>,
 ) {
     let mut writer = FamilyWriter::new(out, family);
     for view in views {
-        if let Some(value) = value(&view.live) {
+        if let Some(value) = value(view) {
             writer.float(view.labels.as_str(), value);
         }
     }
+}
+
+/// [`per_device`] with a value from the device's live state.
+fn device_family(
+    out: &mut Vec<u8>,
+    views: &[DeviceView<'_>],
+    family: &Family,
+    value: impl Fn(&LiveState) -> Option<f64>,
+) {
+    per_device(out, views, family, |view| value(&view.live));
 }
 
 /// Bytes reserved beyond the device labels for a process's `pid` and
 /// `process` labels.
 const PROCESS_LABELS_ROOM: usize = 96;
 
-fn render_processes(views: &[DeviceView], out: &mut Vec<u8>) {
+fn render_processes(views: &[DeviceView<'_>], out: &mut Vec<u8>) {
     let processes: Vec<ProcessView<'_>> = views
         .iter()
         .flat_map(|view| {

@@ -6,8 +6,8 @@
 
 use crate::model::{ProbeFailureKind, ProbeReading, ProbeSkipReason};
 
-use super::DeviceView;
 use super::text::{Family, FamilyWriter, family};
+use super::{DeviceView, per_device};
 
 family!(
     CUDA_FREE,
@@ -94,32 +94,29 @@ family!(
     "Probe turns skipped because probing could hurt a workload or could not be judged safe, by reason."
 );
 
-pub(super) fn render(views: &[DeviceView], out: &mut Vec<u8>) {
-    let scheduled: Vec<&DeviceView> = views.iter().filter(|view| view.probe.scheduled).collect();
-    let reading =
-        |family: &Family, out: &mut Vec<u8>, value: &dyn Fn(&ProbeReading) -> Option<f64>| {
-            let mut writer = FamilyWriter::new(out, family);
-            for view in &scheduled {
-                if let Some(value) = view.probe.latest.as_ref().and_then(value) {
-                    writer.float(view.labels.as_str(), value);
-                }
-            }
-        };
-    reading(&CUDA_FREE, out, &|r| Some(r.cuda_free_bytes as f64));
-    reading(&CUDA_TOTAL, out, &|r| Some(r.cuda_total_bytes as f64));
-    reading(&NVML_FREE, out, &|r| r.nvml_free_bytes.map(|bytes| bytes as f64));
-    reading(&FREE_DIFFERENCE, out, &|r| r.free_difference_bytes().map(|bytes| bytes as f64));
-    reading(&HEADROOM, out, &|r| r.headroom_bytes().map(|bytes| bytes as f64));
-    reading(&ALLOC_LATENCY, out, &|r| r.alloc_latency_seconds);
-    reading(&FREE_LATENCY, out, &|r| r.free_latency_seconds);
-    reading(&CONTEXT_CREATE, out, &|r| Some(r.context_create_seconds));
-    reading(&CONTEXT_BYTES, out, &|r| r.context_bytes.map(|bytes| bytes as f64));
-    reading(&DURATION, out, &|r| Some(r.duration_seconds));
-    reading(&LAST_SUCCESS, out, &|r| Some(r.at.unix_millis() as f64 / 1000.0));
+pub(super) fn render(views: &[DeviceView<'_>], out: &mut Vec<u8>) {
+    let scheduled: Vec<&DeviceView<'_>> =
+        views.iter().filter(|view| view.probe.scheduled).collect();
+    let reading = |out: &mut Vec<u8>, family: &Family, value: fn(&ProbeReading) -> Option<f64>| {
+        per_device(out, scheduled.iter().copied(), family, |view| {
+            view.probe.latest.as_ref().and_then(value)
+        });
+    };
+    reading(out, &CUDA_FREE, |r| Some(r.cuda_free_bytes as f64));
+    reading(out, &CUDA_TOTAL, |r| Some(r.cuda_total_bytes as f64));
+    reading(out, &NVML_FREE, |r| r.nvml_free_bytes.map(|bytes| bytes as f64));
+    reading(out, &FREE_DIFFERENCE, |r| r.free_difference_bytes().map(|bytes| bytes as f64));
+    reading(out, &HEADROOM, |r| r.headroom_bytes().map(|bytes| bytes as f64));
+    reading(out, &ALLOC_LATENCY, |r| r.alloc_latency_seconds);
+    reading(out, &FREE_LATENCY, |r| r.free_latency_seconds);
+    reading(out, &CONTEXT_CREATE, |r| Some(r.context_create_seconds));
+    reading(out, &CONTEXT_BYTES, |r| r.context_bytes.map(|bytes| bytes as f64));
+    reading(out, &DURATION, |r| Some(r.duration_seconds));
+    reading(out, &LAST_SUCCESS, |r| Some(r.at.unix_seconds_f64()));
     counters(&scheduled, out);
 }
 
-fn counters(scheduled: &[&DeviceView], out: &mut Vec<u8>) {
+fn counters(scheduled: &[&DeviceView<'_>], out: &mut Vec<u8>) {
     {
         let mut writer = FamilyWriter::new(out, &RUNS);
         for view in scheduled {

@@ -200,3 +200,15 @@ fn config_rule_table_given_a_value_is_rejected() {
         &["alerts.memory_high.for", "VRAMD_ALERTS__MEMORY_HIGH__FOR__X", "expected a single value"],
     );
 }
+
+#[test]
+fn config_env_variable_nested_thousands_deep_is_refused_without_overflowing() {
+    // Each `__` is one more level of nested tables for the configuration
+    // library, which recurses over them.
+    let name = format!("VRAMD_SERVER{}", "__A".repeat(20_000));
+    let error = assert_error(
+        load_env(&[(name.as_str(), "1")]),
+        &["unknown configuration key `server.a.a.", "environment variable VRAMD_SERVER__A__A"],
+    );
+    assert!(matches!(error, ConfigError::UnknownKey { origin: Origin::Environment(_), .. }));
+}
