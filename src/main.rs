@@ -3,6 +3,7 @@
 //! (0 clean exit, 1 runtime failure, 2 invalid command line, configuration
 //! or input file). The only place `anyhow`-style top-level handling lives.
 
+use std::io::Write;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -14,6 +15,7 @@ use vramd::alerts::AlertState;
 use vramd::cli::{AnalyzeArgs, Cli, Command, FailOn, ProbeCommand, scenario_lines};
 use vramd::config::SourceSelection;
 use vramd::config::{self, Config, LoadOptions, LogFormat};
+use vramd::logging::{LogGuard, LogSink};
 use vramd::offline;
 use vramd::source::cuda::{ProbeAnswer, ProbeArgs, render_text};
 use vramd::source::trace::Replay;
@@ -21,6 +23,10 @@ use vramd::source::trace::Replay;
 /// How long the runtime waits for blocking source calls at exit; a call
 /// stuck in the driver must not keep the process alive.
 const BLOCKING_GRACE: Duration = Duration::from_millis(200);
+
+/// Formatted log lines that may wait for stderr before new ones are dropped
+/// (and counted in `vramd_log_lines_dropped_total`).
+const LOG_QUEUE_LINES: usize = 4_096;
 
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
@@ -144,26 +150,35 @@ fn analyze(config: &Config, args: AnalyzeArgs) -> ExitCode {
     if failed { ExitCode::from(3) } else { ExitCode::SUCCESS }
 }
 
-fn init_logging(config: &Config) -> anyhow::Result<()> {
+/// Sets up logging through the lossy sink (`vramd::logging`): a closed or
+/// full stderr drops lines and counts them, and never stops sampling.
+fn init_logging(config: &Config) -> anyhow::Result<LogGuard> {
     let filter = EnvFilter::try_new(&config.log.level)?;
     // Colour only on a terminal: journald and `kubectl logs` show escapes.
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let (sink, guard) = LogSink::stderr(LOG_QUEUE_LINES)?;
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
+        .with_writer(sink)
+        .log_internal_errors(false)
         .with_ansi(ansi);
     match config.log.format {
         LogFormat::Text => builder.try_init(),
         LogFormat::Json => builder.json().flatten_event(true).try_init(),
     }
-    .map_err(|error| anyhow::anyhow!("{error}"))
+    .map_err(|error| anyhow::anyhow!("{error}"))?;
+    Ok(guard)
 }
 
 fn run(config: Config) -> ExitCode {
-    if let Err(error) = init_logging(&config) {
-        eprintln!("vramd: cannot set up logging: {error:#}");
-        return ExitCode::from(2);
-    }
+    let _log_guard = match init_logging(&config) {
+        Ok(guard) => guard,
+        Err(error) => {
+            // stderr may be the very thing that is broken: never panic here.
+            let _ = writeln!(std::io::stderr(), "vramd: cannot set up logging: {error:#}");
+            return ExitCode::from(2);
+        }
+    };
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(runtime) => runtime,
         Err(error) => {
@@ -173,12 +188,12 @@ fn run(config: Config) -> ExitCode {
     };
     let shutdown = {
         let _entered = runtime.enter();
-        shutdown_signal()
+        vramd::signals::install()
     };
     let shutdown = match shutdown {
         Ok(shutdown) => shutdown,
         Err(error) => {
-            error!(error = %error, "cannot install the SIGTERM/SIGINT handlers");
+            error!(error = %error, "cannot install the signal handlers");
             return ExitCode::from(1);
         }
     };
@@ -194,19 +209,4 @@ fn run(config: Config) -> ExitCode {
             ExitCode::from(error.exit_code())
         }
     }
-}
-
-/// Installs the SIGTERM and SIGINT handlers now (so a signal that arrives
-/// during start-up is not lost) and returns a future that completes on
-/// either, logging which.
-fn shutdown_signal() -> std::io::Result<impl std::future::Future<Output = ()>> {
-    use tokio::signal::unix::{SignalKind, signal};
-    let mut terminate = signal(SignalKind::terminate())?;
-    let mut interrupt = signal(SignalKind::interrupt())?;
-    Ok(async move {
-        tokio::select! {
-            _ = terminate.recv() => info!(signal = "SIGTERM", "shutting down"),
-            _ = interrupt.recv() => info!(signal = "SIGINT", "shutting down"),
-        }
-    })
 }

@@ -3,7 +3,7 @@
 //! Owns: counters and histograms that record how sampling went (errors by
 //! kind, call durations per tier), whether the device source is usable, and
 //! build information. Every error that is logged is also counted here.
-//! Depends on nothing else in the crate; the sampler writes, exposition reads.
+//! Depends only on `logging` (for its dropped-line count); the sampler writes, exposition reads.
 
 use std::time::Duration;
 
@@ -71,6 +71,9 @@ pub struct Telemetry {
     notifications_dropped: IntCounterVec,
     notification_duration: HistogramVec,
     alerts_dropped: IntCounter,
+    /// Mirrors `logging::dropped_lines()` at every encode: the log sink
+    /// exists before any `Telemetry` and must not depend on it.
+    log_lines_dropped: IntCounter,
 }
 
 impl Telemetry {
@@ -163,7 +166,13 @@ impl Telemetry {
         )
         .map_err(|source| TelemetryError::Register { name: "vramd_alerts_dropped_total", source })?;
 
-        let collectors: [(&'static str, Box<dyn prometheus::core::Collector>); 10] = [
+        let log_lines_dropped = IntCounter::new(
+            "vramd_log_lines_dropped_total",
+            "Log lines not written because the log queue was full or stderr failed (closed pipe, full disk); logging never blocks sampling.",
+        )
+        .map_err(|source| TelemetryError::Register { name: "vramd_log_lines_dropped_total", source })?;
+
+        let collectors: [(&'static str, Box<dyn prometheus::core::Collector>); 11] = [
             ("vramd_source_errors_total", Box::new(source_errors.clone())),
             ("vramd_sample_duration_seconds", Box::new(sample_duration.clone())),
             ("vramd_nvml_up", Box::new(source_up.clone())),
@@ -174,6 +183,7 @@ impl Telemetry {
             ("vramd_notifications_dropped_total", Box::new(notifications_dropped.clone())),
             ("vramd_notification_duration_seconds", Box::new(notification_duration.clone())),
             ("vramd_alerts_dropped_total", Box::new(alerts_dropped.clone())),
+            ("vramd_log_lines_dropped_total", Box::new(log_lines_dropped.clone())),
         ];
         for (name, collector) in collectors {
             registry
@@ -190,6 +200,7 @@ impl Telemetry {
             notifications_dropped,
             notification_duration,
             alerts_dropped,
+            log_lines_dropped,
         })
     }
 
@@ -274,6 +285,8 @@ impl Telemetry {
 
     /// Appends the self metrics in the text exposition format.
     pub fn encode_into(&self, out: &mut Vec<u8>) -> Result<(), TelemetryError> {
+        let dropped = crate::logging::dropped_lines();
+        self.log_lines_dropped.inc_by(dropped.saturating_sub(self.log_lines_dropped.get()));
         TextEncoder::new().encode(&self.registry.gather(), out)?;
         Ok(())
     }
