@@ -197,3 +197,102 @@ fn a_daemon_whose_log_is_fine_drops_nothing() {
     assert!(metrics.contains("vramd_log_lines_dropped_total 0"), "{metrics}");
     drop(daemon);
 }
+
+const HEADER: &str = r#"{"format":"vramd-trace","version":1,"source":"simulator","devices":[{"index":0,"uuid":"GPU-972aef12-9421-4446-c663-d8e89bade7ec","name":"NVIDIA H100 80GB HBM3","pci_bus_id":"00000000:18:00.0","driver_version":"570.124.06"}]}"#;
+
+/// A one-device trace of three fast readings, the second one `bad`.
+fn trace_with(bad: &str) -> tempfile::NamedTempFile {
+    let good = |at: u64| {
+        format!(
+            r#"{{"record":"fast","device":0,"at":{at},"memory":{{"total_bytes":85520809984,"reserved_bytes":569376768,"used_bytes":5177601,"free_bytes":84946255615}},"gpu_utilization":0.5}}"#
+        )
+    };
+    let text =
+        format!("{HEADER}\n{}\n{bad}\n{}\n", good(1_767_225_600_000), good(1_767_225_602_000));
+    let mut file = tempfile::NamedTempFile::new().unwrap();
+    std::io::Write::write_all(&mut file, text.as_bytes()).unwrap();
+    file
+}
+
+#[test]
+fn traces_with_impossible_times_or_values_are_refused_at_start_naming_the_field() {
+    let fast = |at: &str, memory: &str, utilization: &str| {
+        format!(
+            r#"{{"record":"fast","device":0,"at":{at},"memory":{memory},"gpu_utilization":{utilization}}}"#
+        )
+    };
+    let memory = r#"{"total_bytes":85520809984,"used_bytes":5177601,"free_bytes":84946255615}"#;
+    let cases = [
+        (fast("-5", memory, "0.5"), "outside 1970-01-01T00:00:00Z..9999-12-31T23:59:59.999Z"),
+        (fast("253402300800000", memory, "0.5"), "outside 1970"),
+        (fast("9223372036854775807", memory, "0.5"), "outside 1970"),
+        (
+            fast("1767225601000", r#"{"total_bytes":100,"used_bytes":160,"free_bytes":0}"#, "0.5"),
+            "memory.used_bytes (160) exceeds memory.total_bytes (100)",
+        ),
+        (fast("1767225601000", memory, "-1"), "utilization ratio must be within 0..1"),
+    ];
+    for (line, reason) in cases {
+        let trace = trace_with(&line);
+        let path = trace.path().to_str().unwrap();
+        // Offline analysis refuses it with status 2 ...
+        let output = support::run(&["analyze", "--replay", path], &[]);
+        assert_eq!(output.status.code(), Some(2), "analyze of {line}: {}", output.stderr);
+        assert!(
+            output.stderr.contains(reason) && output.stderr.contains("line 3"),
+            "{}",
+            output.stderr
+        );
+        // ... and so does the daemon, before it binds.
+        let mut args = SERVE.to_vec();
+        args.extend(["--replay", path]);
+        let output = support::run(&args, &[]);
+        assert_eq!(output.status.code(), Some(2), "daemon on {line}: {}", output.stderr);
+        assert!(
+            !output.stderr.contains("\"listening\""),
+            "refused before binding: {}",
+            output.stderr
+        );
+    }
+}
+
+#[test]
+fn device_indices_are_parsed_strictly_and_implausible_reports_are_refused() {
+    let mut args = SERVE.to_vec();
+    args.extend(["--simulate", "idle"]);
+    let (_daemon, addr) = start_ready(&args);
+    assert_eq!(get(addr, "/api/v1/devices/0").status, 200);
+    for alias in ["00", "+0", "0x0", " 0"] {
+        let path = format!("/api/v1/devices/{}", alias.replace(' ', "%20"));
+        assert_eq!(get(addr, &path).status, 404, "{path} must not resolve to device 0");
+    }
+    let uuid = get(addr, "/api/v1/devices/0").json()["uuid"].as_str().unwrap().to_owned();
+    let report = |stat: &str, value: &str| {
+        format!(
+            r#"{{"version":1,"reporter":{{"pid":4242,"hostname":"node"}},"at":"2026-01-01T00:00:00Z","devices":[{{"uuid":"{uuid}","index":0,"memory_stats":{{"allocated_bytes.all.current":1024,"reserved_bytes.all.current":2048,"active_bytes.all.current":1024,"inactive_split_bytes.all.current":0,"num_alloc_retries":0,"num_ooms":0,"{stat}":{value}}}}}]}}"#
+        )
+    };
+    let cases = [
+        (
+            report("reserved_bytes.all.current", "18446744073709551615"),
+            "reserved_bytes.all.current",
+        ),
+        (report("num_ooms", "1e300"), "memory_stats[num_ooms]"),
+        (report("max_split_size", "-2"), "max_split_size"),
+        // 1 PiB reserved on an 80 GB device.
+        (
+            report("reserved_bytes.all.current", "1125899906842624"),
+            "more than the device's total memory",
+        ),
+    ];
+    for (body, field) in cases {
+        let response = support::http::post(addr, "/api/v1/allocator-reports", &body).unwrap();
+        assert_eq!(response.status, 400, "{body}: {}", response.text());
+        let answer = response.json();
+        assert_eq!(answer["code"], "bad_report");
+        assert!(answer["message"].as_str().unwrap().contains(field), "{answer}");
+    }
+    // Nothing of them was kept.
+    let reports = get(addr, "/api/v1/allocator-reports").json();
+    assert_eq!(reports["reports"].as_array().map(Vec::len), Some(0), "{reports}");
+}

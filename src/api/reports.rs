@@ -97,8 +97,9 @@ report joins the NVML process with the same device UUID whose host PID, or names
         (status = 202, description = "Accepted", body = Accepted,
             example = json!({"status": "accepted", "devices": 1})),
         (status = 400, description = "Not a valid report (`bad_report`): malformed JSON, \
-unknown version or field, negative or non-finite number, allocated > reserved, a missing \
-key, more than `ingest.max_devices` devices or `ingest.max_stats` keys", body = ErrorBody,
+unknown version or field, negative or non-finite number, a value above 2^53, a negative \
+`max_split_size` other than -1, allocated > reserved, reserved beyond the device's total \
+memory, a missing key, more than `ingest.max_devices` devices or `ingest.max_stats` keys", body = ErrorBody,
             example = json!({"code": "bad_report", "message": "unsupported report version 9; this vramd reads version 1"})),
         (status = 401, description = "From another host with `ingest.token_file` set: no \
 bearer token (`missing_token`) or the wrong one (`bad_token`)", body = ErrorBody,
@@ -131,6 +132,12 @@ pub async fn post(State(state): State<AppState>, request: Request) -> Result<Res
         )
     })?;
     let report = ingest::report::parse(&body, &state.ingest.limits)
+        .map_err(|error| ApiError::bad_request("bad_report", error.to_string()))?;
+    let total_of = |uuid: &str| {
+        let device = state.store.find(uuid)?;
+        device.live().fast?.memory.map(|memory| memory.total_bytes)
+    };
+    ingest::report::check_device_totals(&report, total_of)
         .map_err(|error| ApiError::bad_request("bad_report", error.to_string()))?;
     let devices = report.devices.len();
     match state.ingest.store.accept(report, tokio::time::Instant::now()) {

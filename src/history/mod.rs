@@ -56,10 +56,15 @@ impl HistoryStore {
         self.devices.read().clone()
     }
 
-    /// Finds a device by index (`"0"`) or UUID (`"GPU-…"`, case-insensitive).
+    /// Finds a device by index (`"0"`, decimal without sign or leading
+    /// zeros) or UUID (`"GPU-…"`, case-insensitive).
     pub fn find(&self, id: &str) -> Option<Arc<DeviceHistory>> {
         let devices = self.devices.read();
-        if let Ok(index) = id.parse::<u32>() {
+        // Strictly canonical: `00` or `+0` is not device 0 (`u32::from_str`
+        // accepts both), so one device has exactly one index URL.
+        if let Ok(index) = id.parse::<u32>()
+            && index.to_string() == id
+        {
             return devices.iter().find(|device| device.info().index == index).cloned();
         }
         devices.iter().find(|device| device.info().uuid.eq_ignore_ascii_case(id)).cloned()

@@ -103,6 +103,12 @@ pub enum ReportError {
     TooManyStats { uuid: String, count: usize, max: usize },
     #[error("device {uuid}: memory_stats[{key}] must be a non-negative finite number, got {value}")]
     BadNumber { uuid: String, key: String, value: String },
+    #[error("device {uuid}: memory_stats[{key}] is {value}; {reason}")]
+    OutOfRange { uuid: String, key: String, value: String, reason: &'static str },
+    #[error(
+        "device {uuid}: {field} is {value} bytes, more than the device's total memory ({total} bytes)"
+    )]
+    BeyondDevice { uuid: String, field: &'static str, value: u64, total: u64 },
     #[error("device {uuid}: memory_stats lacks {key}")]
     MissingStat { uuid: String, key: &'static str },
     #[error("device {uuid}: {reason}")]
@@ -199,8 +205,28 @@ pub fn parse(body: &[u8], limits: &ReportLimits) -> Result<Report, ReportError> 
                     value: value.to_string(),
                 });
             }
+            if let Some(reason) =
+                value.as_f64().and_then(|number| out_of_range(number, may_be_negative))
+            {
+                return Err(ReportError::OutOfRange {
+                    uuid: device.uuid,
+                    key: key.clone(),
+                    value: value.to_string(),
+                    reason,
+                });
+            }
         }
         let stats = stats_of(&device.uuid, &device.memory_stats)?;
+        if let Some(snapshot) = device.snapshot
+            && snapshot.total_bytes > MAX_EXACT_U64
+        {
+            return Err(ReportError::OutOfRange {
+                uuid: device.uuid,
+                key: "snapshot.total_bytes".into(),
+                value: snapshot.total_bytes.to_string(),
+                reason: "above 2^53, more memory than any device has",
+            });
+        }
         if let Some(snapshot) = device.snapshot
             && (snapshot.allocated_bytes > snapshot.total_bytes
                 || snapshot.largest_free_block_bytes > snapshot.total_bytes)
@@ -263,6 +289,54 @@ fn stats_of(
         });
     }
     Ok(Some(parsed))
+}
+
+/// The largest integer a JSON number (an IEEE double) holds exactly: no
+/// counter or size of a real allocator comes near it (8 PiB), and values
+/// past it are rounded, so a report carrying one is refused, not believed.
+const MAX_EXACT: f64 = 9_007_199_254_740_992.0;
+const MAX_EXACT_U64: u64 = 1 << 53;
+
+/// Why a finite `memory_stats` value cannot be true, if it cannot.
+fn out_of_range(number: f64, may_be_negative: bool) -> Option<&'static str> {
+    if number > MAX_EXACT {
+        Some("above 2^53, beyond what any allocator counts or a JSON number holds exactly")
+    } else if may_be_negative && number < 0.0 && number != -1.0 {
+        Some("the only negative value it may take is -1 (unset)")
+    } else {
+        None
+    }
+}
+
+/// Refuses a report whose allocator holds more than its device has: a
+/// device's `total_bytes` is what its newest reading says (`total_of`),
+/// and a device not yet read is not checked. Since validation already
+/// keeps allocated, active and inactive-split within reserved, reserved
+/// and the snapshot's total are the figures to compare.
+pub fn check_device_totals(
+    report: &Report,
+    total_of: impl Fn(&str) -> Option<u64>,
+) -> Result<(), ReportError> {
+    for device in &report.devices {
+        let Some(total) = total_of(&device.uuid) else { continue };
+        let figures = [
+            ("reserved_bytes.all.current", device.stats.map(|stats| stats.reserved_bytes)),
+            ("snapshot.total_bytes", device.snapshot.map(|snapshot| snapshot.total_bytes)),
+        ];
+        for (field, value) in figures {
+            if let Some(value) = value
+                && value > total
+            {
+                return Err(ReportError::BeyondDevice {
+                    uuid: device.uuid.clone(),
+                    field,
+                    value,
+                    total,
+                });
+            }
+        }
+    }
+    Ok(())
 }
 
 fn parse_time(text: &str) -> Result<Timestamp, ReportError> {

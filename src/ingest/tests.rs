@@ -258,3 +258,43 @@ async fn a_report_dated_in_the_future_expires_too() {
     store.attach(UUID, &mut now);
     assert_eq!(store.reporters(), 0, "an hour ahead of the device's clock is not live");
 }
+
+#[test]
+fn implausible_values_are_refused_naming_the_field() {
+    let with_stat = |key: &str, value: Value| {
+        let mut body = report(7, "2026-01-01T00:00:00Z");
+        body["devices"][0]["memory_stats"][key] = value;
+        parsed(&body).unwrap_err().to_string()
+    };
+    let error = with_stat("num_ooms", json!(1e300));
+    assert!(error.contains("memory_stats[num_ooms]") && error.contains("2^53"), "{error}");
+    let error = with_stat("reserved_bytes.all.current", json!(u64::MAX));
+    assert!(error.contains("memory_stats[reserved_bytes.all.current]"), "{error}");
+    let error = with_stat("max_split_size", json!(-2));
+    assert!(error.contains("max_split_size") && error.contains("-1"), "{error}");
+    // -1 is PyTorch's "unset" and stays accepted.
+    let mut unset = report(7, "2026-01-01T00:00:00Z");
+    unset["devices"][0]["memory_stats"]["max_split_size"] = json!(-1);
+    assert!(parsed(&unset).is_ok());
+    let mut huge_snapshot = report(7, "2026-01-01T00:00:00Z");
+    huge_snapshot["devices"][0]["snapshot"]["total_bytes"] = json!(u64::MAX);
+    let error = parsed(&huge_snapshot).unwrap_err().to_string();
+    assert!(error.contains("snapshot.total_bytes"), "{error}");
+    // Times RFC 3339 cannot write are refused at the edge.
+    assert!(parsed(&report(7, "1969-12-31T23:59:59Z")).is_err());
+}
+
+#[test]
+fn a_report_holding_more_than_its_device_has_is_refused() {
+    let report = parsed(&report(7, "2026-01-01T00:00:00Z")).unwrap();
+    // 8 GiB reserved on a 40 GiB device is fine, on a 4 GiB one it is not;
+    // a device not read yet is not judged.
+    assert!(super::report::check_device_totals(&report, |_| Some(40 * GIB)).is_ok());
+    assert!(super::report::check_device_totals(&report, |_| None).is_ok());
+    let error = super::report::check_device_totals(&report, |_| Some(4 * GIB)).unwrap_err();
+    let text = error.to_string();
+    assert!(
+        text.contains("reserved_bytes.all.current") && text.contains(&(4 * GIB).to_string()),
+        "{text}"
+    );
+}

@@ -19,11 +19,46 @@ use serde::{Deserialize, Serialize};
 /// Every reading carries one of these, stamped by its source; later stages
 /// compute only from these, never from the wall clock, so simulation at any
 /// speed and replay of recorded traces behave exactly like live sampling.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+///
+/// Input (traces, reports) can only produce times in
+/// [`Timestamp::EARLIEST`]`..=`[`Timestamp::LATEST`]: deserialising refuses
+/// anything else, so no later stage ever formats or iterates over an
+/// absurd time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 #[serde(transparent)]
 pub struct Timestamp(i64);
 
+/// Why a time from input was refused.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "timestamp {millis} ms since the Unix epoch is outside 1970-01-01T00:00:00Z..9999-12-31T23:59:59.999Z"
+)]
+pub struct TimestampOutOfRange {
+    pub millis: i128,
+}
+
+impl<'de> Deserialize<'de> for Timestamp {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let millis = i64::deserialize(deserializer)?;
+        Timestamp::checked(millis).map_err(serde::de::Error::custom)
+    }
+}
+
 impl Timestamp {
+    /// The Unix epoch: nothing vramd reads comes from before it.
+    pub const EARLIEST: Timestamp = Timestamp(0);
+    /// 9999-12-31T23:59:59.999Z, the last instant RFC 3339 can write.
+    pub const LATEST: Timestamp = Timestamp(253_402_300_799_999);
+
+    /// A time from input, refused outside `EARLIEST..=LATEST`.
+    pub fn checked(millis: i64) -> Result<Self, TimestampOutOfRange> {
+        if (Self::EARLIEST.0..=Self::LATEST.0).contains(&millis) {
+            Ok(Self(millis))
+        } else {
+            Err(TimestampOutOfRange { millis: i128::from(millis) })
+        }
+    }
+
     pub const fn from_unix_millis(millis: i64) -> Self {
         Self(millis)
     }
@@ -56,19 +91,25 @@ impl Timestamp {
         let time = humantime::parse_rfc3339_weak(text).map_err(|error| error.to_string())?;
         let since_epoch =
             time.duration_since(std::time::UNIX_EPOCH).map_err(|error| error.to_string())?;
-        let millis = i64::try_from(since_epoch.as_millis()).map_err(|error| error.to_string())?;
-        Ok(Timestamp::from_unix_millis(millis))
+        let millis = i64::try_from(since_epoch.as_millis()).map_err(|_| {
+            TimestampOutOfRange {
+                millis: i128::try_from(since_epoch.as_millis()).unwrap_or(i128::MAX),
+            }
+            .to_string()
+        })?;
+        Timestamp::checked(millis).map_err(|error| error.to_string())
     }
 
     /// RFC 3339 text with millisecond precision, e.g. `2026-01-01T00:00:00.250Z`.
+    /// Total: a time outside what RFC 3339 can write (only reachable by
+    /// arithmetic, never from input) is written `@<millis>ms` instead of
+    /// panicking in the formatter, which accepts only years 1970 to 9999.
     pub fn to_rfc3339(self) -> String {
+        if Timestamp::checked(self.0).is_err() {
+            return format!("@{}ms", self.0);
+        }
         let since_epoch = Duration::from_millis(self.0.unsigned_abs());
-        let system_time = if self.0 >= 0 {
-            std::time::UNIX_EPOCH.checked_add(since_epoch)
-        } else {
-            std::time::UNIX_EPOCH.checked_sub(since_epoch)
-        };
-        match system_time {
+        match std::time::UNIX_EPOCH.checked_add(since_epoch) {
             Some(time) => humantime::format_rfc3339_millis(time).to_string(),
             None => format!("@{}ms", self.0),
         }
@@ -161,7 +202,11 @@ pub struct MigInfo {
 
 /// Device memory as NVML's memory info v2 reports it:
 /// `total = reserved + used + free`, with `reserved` the driver's own share.
+///
+/// Read from input (a trace), no part may exceed the total: a reading that
+/// says otherwise is refused rather than exported.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "UncheckedMemoryInfo")]
 pub struct MemoryInfo {
     pub total_bytes: u64,
     /// Driver-reserved memory; absent where only memory info v1 is available.
@@ -171,6 +216,60 @@ pub struct MemoryInfo {
     pub free_bytes: u64,
 }
 
+/// [`MemoryInfo`] as written, before its parts are checked against its total.
+#[derive(Deserialize)]
+struct UncheckedMemoryInfo {
+    total_bytes: u64,
+    #[serde(default)]
+    reserved_bytes: Option<u64>,
+    used_bytes: u64,
+    free_bytes: u64,
+}
+
+impl TryFrom<UncheckedMemoryInfo> for MemoryInfo {
+    type Error = String;
+
+    fn try_from(raw: UncheckedMemoryInfo) -> Result<Self, String> {
+        let parts = [
+            ("used_bytes", Some(raw.used_bytes)),
+            ("free_bytes", Some(raw.free_bytes)),
+            ("reserved_bytes", raw.reserved_bytes),
+        ];
+        for (field, value) in parts {
+            if let Some(value) = value
+                && value > raw.total_bytes
+            {
+                return Err(format!(
+                    "memory.{field} ({value}) exceeds memory.total_bytes ({})",
+                    raw.total_bytes
+                ));
+            }
+        }
+        Ok(MemoryInfo {
+            total_bytes: raw.total_bytes,
+            reserved_bytes: raw.reserved_bytes,
+            used_bytes: raw.used_bytes,
+            free_bytes: raw.free_bytes,
+        })
+    }
+}
+
+/// Serde for an optional fraction read from input: refused outside 0..=1
+/// (NVML reports utilization in percent, so anything else is corrupt).
+pub mod ratio {
+    use serde::{Deserialize, Deserializer};
+
+    pub fn option<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<f64>, D::Error> {
+        let value = Option::<f64>::deserialize(deserializer)?;
+        match value {
+            Some(fraction) if !(0.0..=1.0).contains(&fraction) => Err(serde::de::Error::custom(
+                format!("a utilization ratio must be within 0..1, got {fraction}"),
+            )),
+            _ => Ok(value),
+        }
+    }
+}
+
 /// What the fast tier reads: cheap calls, sampled several times a second.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct FastReading {
@@ -178,10 +277,10 @@ pub struct FastReading {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory: Option<MemoryInfo>,
     /// Fraction of time a kernel was running, 0.0–1.0.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "ratio::option")]
     pub gpu_utilization: Option<f64>,
     /// Fraction of time device memory was being read or written, 0.0–1.0.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "ratio::option")]
     pub memory_bandwidth_utilization: Option<f64>,
 }
 
@@ -370,13 +469,13 @@ pub struct ProcessDetails {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SnapshotSummary {
-    #[schema(maximum = 18446744073709551615_u64)]
+    #[schema(maximum = 9007199254740992_u64)]
     pub segments: u64,
-    #[schema(maximum = 18446744073709551615_u64)]
+    #[schema(maximum = 9007199254740992_u64)]
     pub total_bytes: u64,
-    #[schema(maximum = 18446744073709551615_u64)]
+    #[schema(maximum = 9007199254740992_u64)]
     pub allocated_bytes: u64,
-    #[schema(maximum = 18446744073709551615_u64)]
+    #[schema(maximum = 9007199254740992_u64)]
     pub largest_free_block_bytes: u64,
 }
 
@@ -462,6 +561,49 @@ mod tests {
     fn timestamp_formats_as_rfc3339_with_millis() {
         let at = Timestamp::from_unix_millis(1_767_225_600_250);
         assert_eq!(at.to_rfc3339(), "2026-01-01T00:00:00.250Z");
+    }
+
+    #[test]
+    fn times_outside_1970_to_9999_are_refused_from_input_and_never_panic_when_written() {
+        for bad in ["-5", "253402300800000", "9223372036854775807", "-9223372036854775808"] {
+            let error = serde_json::from_str::<Timestamp>(bad).unwrap_err().to_string();
+            assert!(
+                error.contains("outside 1970-01-01T00:00:00Z..9999-12-31T23:59:59.999Z"),
+                "{bad}: {error}"
+            );
+        }
+        assert_eq!(serde_json::from_str::<Timestamp>("0").unwrap(), Timestamp::EARLIEST);
+        assert_eq!(
+            serde_json::from_str::<Timestamp>("253402300799999").unwrap(),
+            Timestamp::LATEST
+        );
+        assert_eq!(Timestamp::LATEST.to_rfc3339(), "9999-12-31T23:59:59.999Z");
+        // Reachable only by arithmetic, and still total.
+        assert_eq!(Timestamp::from_unix_millis(-5).to_rfc3339(), "@-5ms");
+        assert_eq!(Timestamp::from_unix_millis(i64::MAX).to_rfc3339(), format!("@{}ms", i64::MAX));
+        assert!(Timestamp::parse_rfc3339("+10000-01-01T00:00:00Z").is_err());
+        assert!(Timestamp::parse_rfc3339("1969-12-31T23:59:59Z").is_err());
+    }
+
+    #[test]
+    fn readings_that_cannot_be_true_are_refused_naming_the_field() {
+        let fast = |memory: &str, utilization: &str| {
+            serde_json::from_str::<FastReading>(&format!(
+                r#"{{"at":1000,"memory":{memory},"gpu_utilization":{utilization}}}"#
+            ))
+        };
+        let good = r#"{"total_bytes":100,"reserved_bytes":5,"used_bytes":60,"free_bytes":35}"#;
+        assert!(fast(good, "0.5").is_ok());
+        let used_above_total = r#"{"total_bytes":100,"used_bytes":160,"free_bytes":0}"#;
+        let error = fast(used_above_total, "0.5").unwrap_err().to_string();
+        assert!(
+            error.contains("memory.used_bytes (160) exceeds memory.total_bytes (100)"),
+            "{error}"
+        );
+        for bad in ["-1", "1.5"] {
+            let error = fast(good, bad).unwrap_err().to_string();
+            assert!(error.contains("utilization ratio must be within 0..1"), "{bad}: {error}");
+        }
     }
 
     #[test]

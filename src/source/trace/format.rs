@@ -125,13 +125,15 @@ struct FastLine {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        serialize_with = "super::float::serialize_option"
+        serialize_with = "super::float::serialize_option",
+        deserialize_with = "crate::model::ratio::option"
     )]
     gpu_utilization: Option<f64>,
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        serialize_with = "super::float::serialize_option"
+        serialize_with = "super::float::serialize_option",
+        deserialize_with = "crate::model::ratio::option"
     )]
     memory_bandwidth_utilization: Option<f64>,
 }

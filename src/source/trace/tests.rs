@@ -73,10 +73,12 @@ fn fast_script(device: u32) -> Vec<Result<FastReading, SourceError>> {
                         START + 250 * i64::from(if step == 7 { 6 } else { step }),
                     ),
                     memory: (step % 4 != 1).then_some(MemoryInfo {
-                        total_bytes: 85_520_809_984,
+                        // Integers beyond 2^53 must survive exactly; no part
+                        // may exceed the total, so the total carries them.
+                        total_bytes: u64::MAX - u64::from(step),
                         reserved_bytes: (step % 2 == 0).then_some(566_231_040),
                         used_bytes: 1_000_000_000 + u64::from(step) * 123_456_789,
-                        free_bytes: u64::MAX - u64::from(step),
+                        free_bytes: u64::MAX - 2_000_000_000 - u64::from(step),
                     }),
                     gpu_utilization: (step % 3 != 2).then(|| x.sin().abs()),
                     memory_bandwidth_utilization: (step % 5 != 4)
