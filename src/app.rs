@@ -28,7 +28,7 @@ use crate::source::cuda::ChildProber;
 use crate::source::nvml::{NvmlSettings, NvmlSource};
 use crate::source::probe::{ProbeRequest, Prober};
 use crate::source::simulator::{Simulator, SimulatorError, SimulatorSpec};
-use crate::source::trace::{Recorder, Replay, TraceError};
+use crate::source::trace::{RecordHealth, RecordOptions, Recorder, Replay, TraceError};
 use crate::telemetry::{Telemetry, TelemetryError};
 
 /// Why the daemon could not start or keep running.
@@ -62,6 +62,8 @@ impl AppError {
     pub fn exit_code(&self) -> u8 {
         match self {
             AppError::Replay(_) => 2,
+            // A recording that would destroy a trace is refused like bad input.
+            AppError::Record(TraceError::Exists { .. } | TraceError::SameFile { .. }) => 2,
             _ => 1,
         }
     }
@@ -75,12 +77,14 @@ pub struct BuiltSource {
     /// What answers the CUDA probe: a child process for the real driver,
     /// the simulator for a simulated host, nothing for a replayed trace.
     pub prober: Option<Arc<dyn Prober>>,
+    /// How the recording goes, when `source.record` is set.
+    pub record_health: Option<Arc<RecordHealth>>,
 }
 
 /// Builds the device source the configuration selects, wrapped in a
 /// recorder when `source.record` is set. Reads files: call off the runtime.
 pub fn build_source(config: &Config) -> Result<BuiltSource, AppError> {
-    let BuiltSource { source, reporting_simulator, prober } = match &config.source.selection {
+    let BuiltSource { source, reporting_simulator, prober, .. } = match &config.source.selection {
         SourceSelection::Driver => BuiltSource {
             source: Arc::new(NvmlSource::new(NvmlSettings {
                 library_path: config.nvml.library_path.clone(),
@@ -91,6 +95,7 @@ pub fn build_source(config: &Config) -> Result<BuiltSource, AppError> {
             })),
             reporting_simulator: None,
             prober: Some(Arc::new(ChildProber::current_binary())),
+            record_health: None,
         },
         SourceSelection::Simulate(simulator) => {
             let clock = ScaledClock::starting_at(wall_now(), config.source.speed);
@@ -105,6 +110,7 @@ pub fn build_source(config: &Config) -> Result<BuiltSource, AppError> {
                 source: Arc::new(simulator.clone()),
                 prober: Some(Arc::new(simulator.clone())),
                 reporting_simulator: Some(simulator),
+                record_health: None,
             }
         }
         SourceSelection::Replay { path } => {
@@ -118,14 +124,22 @@ pub fn build_source(config: &Config) -> Result<BuiltSource, AppError> {
             );
             // A trace recorded with the probe on answers it again.
             let prober = replay.has_probe_records().then(|| replay.clone() as Arc<dyn Prober>);
-            BuiltSource { source: replay, reporting_simulator: None, prober }
+            BuiltSource { source: replay, reporting_simulator: None, prober, record_health: None }
         }
     };
     let prober = prober.filter(|_| config.probe.enabled);
     let Some(path) = &config.source.record else {
-        return Ok(BuiltSource { source, reporting_simulator, prober });
+        return Ok(BuiltSource { source, reporting_simulator, prober, record_health: None });
     };
-    let recorder = Recorder::create(source, path).map_err(AppError::Record)?;
+    let options = RecordOptions {
+        protect: match &config.source.selection {
+            SourceSelection::Replay { path } => Some(path.clone()),
+            _ => None,
+        },
+        ..RecordOptions::default()
+    };
+    let recorder = Recorder::create(source, path, &options).map_err(AppError::Record)?;
+    let record_health = Some(recorder.health());
     // The recorder also answers the probe, through the prober, so that each
     // outcome is written to the trace.
     let (source, prober): (Arc<dyn DeviceSource>, Option<Arc<dyn Prober>>) = match prober {
@@ -135,7 +149,7 @@ pub fn build_source(config: &Config) -> Result<BuiltSource, AppError> {
         }
         None => (Arc::new(recorder), None),
     };
-    Ok(BuiltSource { source, reporting_simulator, prober })
+    Ok(BuiltSource { source, reporting_simulator, prober, record_health })
 }
 
 /// Posts the simulated processes' allocator reports through the same
@@ -278,13 +292,16 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
             .await
             .map_err(|error| AppError::Startup(error.to_string()))??
     };
-    let BuiltSource { source, reporting_simulator, prober } = source;
+    let BuiltSource { source, reporting_simulator, prober, record_health } = source;
     let sampler_settings = sampler_settings(&config);
     let speed = sampler_settings.speed;
     if config.nvml.require_gpu && config.source.selection == SourceSelection::Driver {
         require_devices(&source, config.nvml.init_timeout).await?;
     }
     let telemetry = Arc::new(Telemetry::new(source.name())?);
+    if let Some(health) = record_health {
+        telemetry.watch_recording(Box::new(move || (health.errors(), health.failing())))?;
+    }
     let store = Arc::new(HistoryStore::new(history_sizing(&config)));
     let listener = TcpListener::bind(config.server.listen)
         .await

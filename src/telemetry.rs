@@ -74,6 +74,17 @@ pub struct Telemetry {
     /// Mirrors `logging::dropped_lines()` at every encode: the log sink
     /// exists before any `Telemetry` and must not depend on it.
     log_lines_dropped: IntCounter,
+    /// Set once a recording exists: its health, and the series mirroring it.
+    recording: std::sync::OnceLock<RecordingSeries>,
+}
+
+/// Reads a recording's (errors so far, failing now).
+pub type RecordingHealthReader = Box<dyn Fn() -> (u64, bool) + Send + Sync>;
+
+struct RecordingSeries {
+    read: RecordingHealthReader,
+    errors: IntCounter,
+    failing: IntGauge,
 }
 
 impl Telemetry {
@@ -201,7 +212,39 @@ impl Telemetry {
             notification_duration,
             alerts_dropped,
             log_lines_dropped,
+            recording: std::sync::OnceLock::new(),
         })
+    }
+
+    /// Exports a recording's health (`vramd_record_errors_total`,
+    /// `vramd_record_failing`); without a recording they are absent. Only
+    /// the first call registers.
+    pub fn watch_recording(&self, read: RecordingHealthReader) -> Result<(), TelemetryError> {
+        let errors = IntCounter::new(
+            "vramd_record_errors_total",
+            "Trace records (readings, errors, probe outcomes, the header) that --record could not write; live monitoring is unaffected.",
+        )
+        .map_err(|source| TelemetryError::Register { name: "vramd_record_errors_total", source })?;
+        let failing = IntGauge::new(
+            "vramd_record_failing",
+            "1 while the latest trace write failed (disk full, file gone), else 0.",
+        )
+        .map_err(|source| TelemetryError::Register { name: "vramd_record_failing", source })?;
+        let series = RecordingSeries { read, errors: errors.clone(), failing: failing.clone() };
+        if self.recording.set(series).is_ok() {
+            for (name, collector) in [
+                (
+                    "vramd_record_errors_total",
+                    Box::new(errors) as Box<dyn prometheus::core::Collector>,
+                ),
+                ("vramd_record_failing", Box::new(failing)),
+            ] {
+                self.registry
+                    .register(collector)
+                    .map_err(|source| TelemetryError::Register { name, source })?;
+            }
+        }
+        Ok(())
     }
 
     /// Counts new alerts the engine could not keep (`alerts.max_alerts`).
@@ -287,6 +330,11 @@ impl Telemetry {
     pub fn encode_into(&self, out: &mut Vec<u8>) -> Result<(), TelemetryError> {
         let dropped = crate::logging::dropped_lines();
         self.log_lines_dropped.inc_by(dropped.saturating_sub(self.log_lines_dropped.get()));
+        if let Some(recording) = self.recording.get() {
+            let (errors, failing) = (recording.read)();
+            recording.errors.inc_by(errors.saturating_sub(recording.errors.get()));
+            recording.failing.set(i64::from(failing));
+        }
         TextEncoder::new().encode(&self.registry.gather(), out)?;
         Ok(())
     }

@@ -316,8 +316,12 @@ fn verdict(what: &str, expr: &str, result: Result<Vec<Value>, String>) -> Option
 
 #[test]
 fn every_dashboard_and_rule_expression_returns_data_from_a_real_prometheus() {
+    // Recording too, so the recording's series and rule have data.
+    let trace_dir = tempfile::tempdir().unwrap();
+    let trace = trace_dir.path().join("trace.ndjson");
+    let record = ["--record", trace.to_str().unwrap()];
     let mut daemon = support::Process::spawn(
-        &[&["--simulate", "training-fragmentation", "--speed", "15"][..], &SERVE].concat(),
+        &[&["--simulate", "training-fragmentation", "--speed", "15"][..], &record, &SERVE].concat(),
         // The headroom search is off by default; its panel needs it.
         &[("VRAMD_PROBE__HEADROOM", "true")],
     );

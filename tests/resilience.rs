@@ -14,7 +14,7 @@ use std::io::{BufRead, BufReader};
 use std::net::{SocketAddr, TcpListener};
 use std::process::{Child, Command, Stdio};
 
-use support::{BIN, Deadline, SERVE, WAIT, get, pause, start_ready};
+use support::{BIN, Deadline, Process, SERVE, WAIT, get, pause, start_ready};
 
 /// Simulated seconds per real second: the device-lost scenario loses its
 /// second GPU within a few real seconds.
@@ -295,4 +295,122 @@ fn device_indices_are_parsed_strictly_and_implausible_reports_are_refused() {
     // Nothing of them was kept.
     let reports = get(addr, "/api/v1/allocator-reports").json();
     assert_eq!(reports["reports"].as_array().map(Vec::len), Some(0), "{reports}");
+}
+
+fn metric(text: &str, name: &str) -> Option<f64> {
+    text.lines().find_map(|line| line.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+}
+
+/// Recording is a side path: with its writes failing, the devices are
+/// still served with their memory series, and the failure is counted.
+fn assert_recording_fails_without_blinding(daemon: &mut Process, addr: SocketAddr) {
+    let deadline = Deadline::after(WAIT * 2);
+    loop {
+        let metrics = get(addr, "/metrics").text();
+        let errors = metric(&metrics, "vramd_record_errors_total").unwrap_or(0.0);
+        let failing = metric(&metrics, "vramd_record_failing");
+        let served = metrics.contains("vramd_memory_used_bytes{")
+            && metric(&metrics, "vramd_nvml_up") == Some(1.0)
+            && !metrics
+                .lines()
+                .any(|line| line.starts_with("vramd_device_up{") && line.ends_with(" 0"));
+        if errors > 0.0 && failing == Some(1.0) && served {
+            break;
+        }
+        assert!(daemon.exited().is_none(), "vramd exited:\n{}", daemon.stderr());
+        assert!(
+            !deadline.passed(),
+            "recording failure must be counted and blind nothing: errors={errors} failing={failing:?} served={served}"
+        );
+        pause();
+    }
+    let first = newest_sample_at(addr);
+    let deadline = Deadline::after(WAIT);
+    while newest_sample_at(addr) == first {
+        assert!(!deadline.passed(), "history froze while recording failed");
+        pause();
+    }
+    let devices = get(addr, "/api/v1/devices").json();
+    assert!(devices["devices"].as_array().is_some_and(|list| !list.is_empty()));
+    assert!(
+        devices["devices"].as_array().unwrap().iter().all(|device| device["up"] == true),
+        "{devices}"
+    );
+    let warnings = daemon
+        .log()
+        .iter()
+        .filter(|line| {
+            line["message"]
+                == "recording failed; live monitoring is unaffected, the trace has a gap"
+        })
+        .count();
+    assert!((1..=3).contains(&warnings), "logged at a bounded rate, got {warnings} lines");
+}
+
+#[test]
+fn recording_to_a_full_device_blinds_nothing() {
+    let mut args = SERVE.to_vec();
+    args.extend(["--simulate", "steady-inference", "--speed", "20", "--record", "/dev/full"]);
+    let mut daemon = Process::spawn(&args, &[]);
+    let addr = daemon.listening();
+    daemon.wait_ready(addr);
+    assert_recording_fails_without_blinding(&mut daemon, addr);
+}
+
+#[test]
+fn a_recording_disk_filling_mid_run_blinds_nothing() {
+    // A size-capped file (RLIMIT_FSIZE, 64 KiB): writes past it fail with
+    // EFBIG exactly as on a full disk, with no privileges needed to mount.
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("trace.ndjson");
+    let command = format!(
+        "ulimit -f 64 && exec \"$0\" --listen 127.0.0.1:0 --log-format json --simulate steady-inference --speed 20 --record {}",
+        trace.display()
+    );
+    let mut daemon =
+        Process::spawn_command(std::process::Command::new("bash").args(["-c", &command, BIN]), &[]);
+    let addr = daemon.listening();
+    daemon.wait_ready(addr);
+    assert_recording_fails_without_blinding(&mut daemon, addr);
+    // What was written before the cap stays a valid trace up to its last
+    // whole line.
+    let text = std::fs::read_to_string(&trace).unwrap();
+    assert!(text.len() <= 64 * 1024 && text.ends_with('\n'), "{} bytes", text.len());
+}
+
+#[test]
+fn an_existing_recording_is_kept_not_truncated() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("trace.ndjson");
+    std::fs::write(&trace, "the previous run's trace\n").unwrap();
+    let mut args = SERVE.to_vec();
+    let path = trace.to_str().unwrap();
+    args.extend(["--simulate", "idle", "--record", path]);
+    let (daemon, _addr) = start_ready(&args);
+    drop(daemon);
+    let kept = dir.path().join("trace.ndjson.1");
+    assert_eq!(std::fs::read_to_string(kept).unwrap(), "the previous run's trace\n");
+    assert!(std::fs::read_to_string(&trace).unwrap().starts_with("{\"format\":\"vramd-trace\""));
+}
+
+#[test]
+fn recording_through_a_link_to_the_replayed_trace_is_refused() {
+    let replayed = trace_with(
+        r#"{"record":"fast","device":0,"at":1767225601000,"memory":{"total_bytes":100,"used_bytes":10,"free_bytes":90}}"#,
+    );
+    let before = std::fs::read(replayed.path()).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let link = dir.path().join("link.ndjson");
+    std::os::unix::fs::symlink(replayed.path(), &link).unwrap();
+    let mut args = SERVE.to_vec();
+    args.extend([
+        "--replay",
+        replayed.path().to_str().unwrap(),
+        "--record",
+        link.to_str().unwrap(),
+    ]);
+    let output = support::run(&args, &[]);
+    assert_eq!(output.status.code(), Some(2), "{}", output.stderr);
+    assert!(output.stderr.contains("it is the trace being replayed"), "{}", output.stderr);
+    assert_eq!(std::fs::read(replayed.path()).unwrap(), before, "the replay's source is intact");
 }

@@ -78,8 +78,14 @@ impl Process {
     /// no inherited `VRAMD_*` variables; `env` adds variables.
     pub fn spawn<A: AsRef<OsStr>>(args: &[A], env: &[(&str, &str)]) -> Self {
         let mut command = Command::new(BIN);
+        command.args(args);
+        Self::spawn_command(&mut command, env)
+    }
+
+    /// Starts `command` (which should end up running `vramd`, e.g. through
+    /// a shell that sets a resource limit) like [`Process::spawn`].
+    pub fn spawn_command(command: &mut Command, env: &[(&str, &str)]) -> Self {
         command
-            .args(args)
             .current_dir(env!("CARGO_MANIFEST_DIR"))
             .stdin(Stdio::null())
             .stdout(Stdio::piped())

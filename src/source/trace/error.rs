@@ -20,6 +20,21 @@ pub enum TraceError {
         #[source]
         source: std::io::Error,
     },
+    /// `source.record_mode = "refuse"` and the file exists.
+    #[error(
+        "the trace {path} already exists; refusing to overwrite it (source.record_mode = \"refuse\"; \"rotate\" keeps it as {path}.1)"
+    )]
+    Exists { path: String },
+    /// The file to record into is the one being replayed (by any path).
+    #[error("refusing to record into {path}: it is the trace being replayed ({replayed})")]
+    SameFile { path: String, replayed: String },
+    /// Earlier recordings could not be moved aside.
+    #[error("cannot rotate the earlier recording {path} to {path}.1: {source}")]
+    Rotate {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
     /// The replay file could not be opened.
     #[error("cannot open the trace {path}: {source}")]
     Open {
@@ -61,6 +76,9 @@ impl TraceError {
         match self {
             TraceError::Read { line, .. } | TraceError::Line { line, .. } => Some(*line),
             TraceError::Create { .. }
+            | TraceError::Exists { .. }
+            | TraceError::SameFile { .. }
+            | TraceError::Rotate { .. }
             | TraceError::Open { .. }
             | TraceError::Empty { .. }
             | TraceError::TooLarge { .. } => None,

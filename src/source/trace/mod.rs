@@ -10,6 +10,7 @@ mod error_record;
 mod float;
 mod format;
 mod lines;
+mod open;
 mod probe_line;
 mod record;
 mod replay;
@@ -21,5 +22,6 @@ mod validation_tests;
 
 pub use error::{LineError, TraceError};
 pub use format::{FORMAT, TraceHeader, TraceRecord, VERSION};
-pub use record::Recorder;
+pub use open::{RecordMode, RecordOptions};
+pub use record::{RecordHealth, Recorder};
 pub use replay::Replay;

@@ -7,19 +7,28 @@
 //!
 //! The recorder only writes traces that `Replay` accepts: nothing before the
 //! header, no record for a device the header lacks, no out-of-order reading.
-//! What it cannot write, it reports as `SourceError::Record`, the error the
-//! sampler counts, so an incomplete trace never goes unnoticed.
+//!
+//! Recording is a side path: every call returns exactly what the wrapped
+//! source returned, whether or not it could be written. What cannot be
+//! written is counted in [`RecordHealth`] (exported as
+//! `vramd_record_errors_total` and `vramd_record_failing`, and alerted on by
+//! the shipped `VramdRecordingFailing` rule) and logged at a bounded rate;
+//! a full disk leaves a gap in the trace, never a blind monitor.
 
 use std::collections::{BTreeSet, HashMap};
 use std::fs::File;
 use std::io::{Seek, SeekFrom, Write};
 use std::path::Path;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
 
 use parking_lot::Mutex;
 
 use super::error::TraceError;
 use super::format::{self, TraceHeader};
+use super::open::{RecordOptions, open_for_recording};
+use crate::clock::Stopwatch;
 use crate::model::{
     DeviceInfo, FastReading, ProbeFailure, ProbeFailureKind, ProbeReading, SlowReading, Timestamp,
 };
@@ -33,6 +42,30 @@ pub struct Recorder<S> {
     prober: Option<Arc<dyn Prober>>,
     path: String,
     state: Mutex<State>,
+    health: Arc<RecordHealth>,
+}
+
+/// How often, at most, a recording that keeps failing is logged again.
+const FAILURE_LOG_INTERVAL: Duration = Duration::from_secs(60);
+
+/// How the recording is going; read by telemetry, written by the recorder.
+#[derive(Debug, Default)]
+pub struct RecordHealth {
+    errors: AtomicU64,
+    failing: AtomicBool,
+}
+
+impl RecordHealth {
+    /// Records (readings, errors, probe outcomes, the header) that could
+    /// not be written since the recording started.
+    pub fn errors(&self) -> u64 {
+        self.errors.load(Ordering::Relaxed)
+    }
+
+    /// Whether the latest write failed.
+    pub fn failing(&self) -> bool {
+        self.failing.load(Ordering::Relaxed)
+    }
 }
 
 /// Each line is encoded whole and handed to the file at once (no buffer), so
@@ -47,6 +80,9 @@ struct State {
     header: Header,
     latest: HashMap<(u32, Tier), Timestamp>,
     latest_probe: HashMap<u32, Timestamp>,
+    /// When a failure was last logged, and failures since then.
+    last_logged: Option<Stopwatch>,
+    unlogged_failures: u64,
 }
 
 /// Where the header stands.
@@ -66,12 +102,11 @@ impl State {
 }
 
 impl<S: DeviceSource> Recorder<S> {
-    /// Creates (or truncates) the trace file at `path`. Nothing is written
-    /// until the first successful `devices()` call supplies the header.
-    pub fn create(inner: S, path: &Path) -> Result<Self, TraceError> {
-        let shown = path.display().to_string();
-        let file = File::create(path)
-            .map_err(|source| TraceError::Create { path: shown.clone(), source })?;
+    /// Creates the trace file at `path`, as `options` say about an existing
+    /// one (rotate it, refuse, or overwrite). Nothing is written until the
+    /// first successful `devices()` call supplies the header.
+    pub fn create(inner: S, path: &Path, options: &RecordOptions) -> Result<Self, TraceError> {
+        let file: File = open_for_recording(path, options)?;
         let state = State {
             file,
             good_len: 0,
@@ -79,8 +114,48 @@ impl<S: DeviceSource> Recorder<S> {
             header: Header::Pending(None),
             latest: HashMap::new(),
             latest_probe: HashMap::new(),
+            last_logged: None,
+            unlogged_failures: 0,
         };
-        Ok(Self { inner, prober: None, path: shown, state: Mutex::new(state) })
+        Ok(Self {
+            inner,
+            prober: None,
+            path: path.display().to_string(),
+            state: Mutex::new(state),
+            health: Arc::default(),
+        })
+    }
+
+    /// The recording's health, for telemetry.
+    pub fn health(&self) -> Arc<RecordHealth> {
+        Arc::clone(&self.health)
+    }
+
+    /// Counts a record that could not be written, and logs it: the first
+    /// failure at once, then at most once per [`FAILURE_LOG_INTERVAL`] with
+    /// the number of failures in between.
+    fn failed(&self, state: &mut State, failure: &SourceError) {
+        self.health.errors.fetch_add(1, Ordering::Relaxed);
+        let started = !self.health.failing.swap(true, Ordering::Relaxed);
+        state.unlogged_failures += 1;
+        let due = state.last_logged.as_ref().is_none_or(|at| at.elapsed() >= FAILURE_LOG_INTERVAL);
+        if started || due {
+            tracing::warn!(
+                path = %self.path,
+                error = %failure,
+                failures = state.unlogged_failures,
+                "recording failed; live monitoring is unaffected, the trace has a gap"
+            );
+            state.last_logged = Some(Stopwatch::start());
+            state.unlogged_failures = 0;
+        }
+    }
+
+    fn succeeded(&self, state: &mut State) {
+        if self.health.failing.swap(false, Ordering::Relaxed) {
+            tracing::info!(path = %self.path, lost = self.health.errors(), "recording recovered");
+            state.unlogged_failures = 0;
+        }
     }
 
     /// Also answers (and records) the CUDA probe through `prober`.
@@ -157,9 +232,8 @@ impl<S: DeviceSource> Recorder<S> {
         Ok(())
     }
 
-    /// Appends the outcome of one read and returns what the caller should
-    /// see: the inner result, or a `Record` error when a reading could not
-    /// be recorded.
+    /// Appends the outcome of one read and returns it unchanged; what
+    /// could not be written is counted and logged, never returned.
     fn record<T>(
         &self,
         device: u32,
@@ -169,25 +243,33 @@ impl<S: DeviceSource> Recorder<S> {
         encode: impl Fn(&T) -> Result<Vec<u8>, serde_json::Error>,
     ) -> Result<T, SourceError> {
         let mut state = self.state.lock();
-        let value = match result {
-            Ok(value) => value,
-            Err(error) => {
-                // An error is passed through even if it cannot be written:
-                // a lost device matters more than a gap in the trace (the
-                // gap is logged, and later readings will report it too).
-                if let Err(failure) = self.append_error(&mut state, device, tier, &error) {
-                    tracing::warn!(path = %self.path, %failure, %error, "a source error was not recorded");
-                }
-                return Err(error);
-            }
+        let written = match &result {
+            Ok(value) => self.append_reading(&mut state, device, tier, value, &at, &encode),
+            Err(error) => self.append_error(&mut state, device, tier, error),
         };
-        self.ensure_header(&mut state)?;
+        match written {
+            Ok(()) => self.succeeded(&mut state),
+            Err(failure) => self.failed(&mut state, &failure),
+        }
+        result
+    }
+
+    fn append_reading<T>(
+        &self,
+        state: &mut State,
+        device: u32,
+        tier: Tier,
+        value: &T,
+        at: impl Fn(&T) -> Timestamp,
+        encode: impl Fn(&T) -> Result<Vec<u8>, serde_json::Error>,
+    ) -> Result<(), SourceError> {
+        self.ensure_header(state)?;
         if !state.lists(device) {
             return Err(self.record_error(format!(
                 "device {device} is not in the trace header, so its reading is not recorded"
             )));
         }
-        let stamp = at(&value);
+        let stamp = at(value);
         if let Some(&previous) = state.latest.get(&(device, tier))
             && stamp < previous
         {
@@ -198,11 +280,11 @@ impl<S: DeviceSource> Recorder<S> {
                 previous.unix_millis()
             )));
         }
-        let line = encode(&value)
+        let line = encode(value)
             .map_err(|err| self.record_error(format!("cannot encode the {tier} reading: {err}")))?;
-        write_line(&mut state, &line).map_err(|err| self.record_error(err.to_string()))?;
+        write_line(state, &line).map_err(|err| self.record_error(err.to_string()))?;
         state.latest.insert((device, tier), stamp);
-        Ok(value)
+        Ok(())
     }
 
     fn append_error(
@@ -226,41 +308,46 @@ impl<S: DeviceSource> Recorder<S> {
     }
 }
 
-/// Appends one whole line, first cutting off what a failed earlier write
-/// left of its line (retried on every call until it works, e.g. once the
-/// disk has room again).
+/// Appends one whole line. A write that fails part-way is cut back at once,
+/// so the file always ends with a whole line (a reader of a trace whose
+/// disk filled up sees every line up to the failure); if even the cut
+/// fails, it is retried before the next line.
 fn write_line(state: &mut State, line: &[u8]) -> std::io::Result<()> {
     if state.damaged {
-        state
-            .file
-            .set_len(state.good_len)
-            .and_then(|()| state.file.seek(SeekFrom::Start(state.good_len)))
-            .map_err(|err| {
-                std::io::Error::new(
-                    err.kind(),
-                    format!("cannot remove the partial line of an earlier failed write: {err}"),
-                )
-            })?;
-        state.damaged = false;
+        cut_back(state).map_err(|err| {
+            std::io::Error::new(
+                err.kind(),
+                format!("cannot remove the partial line of an earlier failed write: {err}"),
+            )
+        })?;
     }
     // `write_all` by hand, to know whether part of the line went out.
     let mut written = 0;
     while let Some(rest) = line.get(written..).filter(|rest| !rest.is_empty()) {
-        match state.file.write(rest) {
-            Ok(0) => {
-                state.damaged = written > 0;
-                return Err(std::io::ErrorKind::WriteZero.into());
+        let failure = match state.file.write(rest) {
+            Ok(0) => std::io::ErrorKind::WriteZero.into(),
+            Ok(n) => {
+                written += n;
+                continue;
             }
-            Ok(n) => written += n,
-            Err(err) if err.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(err) => {
-                state.damaged = written > 0;
-                return Err(err);
-            }
+            Err(err) if err.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(err) => err,
+        };
+        if written > 0 {
+            state.damaged = cut_back(state).is_err();
         }
+        return Err(failure);
     }
     let written = u64::try_from(written).unwrap_or(u64::MAX);
     state.good_len = state.good_len.saturating_add(written);
+    Ok(())
+}
+
+/// Truncates the file to its whole lines and moves the cursor there.
+fn cut_back(state: &mut State) -> std::io::Result<()> {
+    state.file.set_len(state.good_len)?;
+    state.file.seek(SeekFrom::Start(state.good_len))?;
+    state.damaged = false;
     Ok(())
 }
 
@@ -281,8 +368,11 @@ impl<S: DeviceSource> Prober for Recorder<S> {
             ));
         };
         let outcome = prober.probe(device, request);
-        if let Err(failure) = self.record_probe(device.index, &outcome) {
-            tracing::warn!(path = %self.path, %failure, "a probe outcome was not recorded");
+        let result = self.record_probe(device.index, &outcome);
+        let mut state = self.state.lock();
+        match result {
+            Ok(()) => self.succeeded(&mut state),
+            Err(failure) => self.failed(&mut state, &failure),
         }
         outcome
     }
@@ -298,7 +388,10 @@ impl<S: DeviceSource> DeviceSource for Recorder<S> {
         let mut state = self.state.lock();
         if let Header::Pending(pending) = &mut state.header {
             *pending = Some(devices.clone());
-            self.ensure_header(&mut state)?;
+            match self.ensure_header(&mut state) {
+                Ok(()) => self.succeeded(&mut state),
+                Err(failure) => self.failed(&mut state, &failure),
+            }
         }
         Ok(devices)
     }
@@ -365,7 +458,7 @@ mod tests {
     fn the_partial_line_of_a_failed_write_is_cut_off_before_the_next_line() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("trace.ndjson");
-        let recorder = Recorder::create(One, &path).unwrap();
+        let recorder = Recorder::create(One, &path, &RecordOptions::default()).unwrap();
         recorder.devices().unwrap();
         recorder.read_fast(0).unwrap();
         let good = std::fs::read_to_string(&path).unwrap();
