@@ -40,6 +40,14 @@ impl FakeDriver {
 
     /// Starts the daemon on this driver and waits until it is ready.
     fn start(&self, extra_env: &[(&str, &str)]) -> (Process, SocketAddr) {
+        let (mut daemon, addr) = self.start_listening(extra_env);
+        daemon.wait_ready(addr);
+        (daemon, addr)
+    }
+
+    /// Starts the daemon on this driver and waits until it listens (a
+    /// driver that hangs from the start never lets it become ready).
+    fn start_listening(&self, extra_env: &[(&str, &str)]) -> (Process, SocketAddr) {
         let library = self.library.to_str().unwrap().to_owned();
         let scenario = self.scenario.to_str().unwrap().to_owned();
         let mut env = vec![
@@ -51,7 +59,6 @@ impl FakeDriver {
         env.extend_from_slice(extra_env);
         let mut daemon = Process::spawn(&SERVE, &env);
         let addr = daemon.listening();
-        daemon.wait_ready(addr);
         let _ = &self.dir;
         (daemon, addr)
     }
@@ -245,6 +252,10 @@ fn a_lost_gpu_goes_down_alone_and_comes_back() {
     eventually(Duration::from_secs(15), "GPU 1 is reported down", || {
         up(addr, 1, GPU1) == Some(0.0)
     });
+    // A lost GPU answers (GPU_IS_LOST): the sampler is sampling, and says
+    // so; readiness is not GPU health.
+    let ready = get(addr, "/readyz");
+    assert_eq!(ready.status, 200, "{}", ready.text());
     let metrics = get(addr, "/metrics").text();
     assert_eq!(
         sample(&metrics, &format!("vramd_device_up{{gpu=\"0\",uuid=\"{GPU0}\"}}")),
@@ -273,10 +284,43 @@ fn a_hung_driver_call_marks_the_device_down_and_never_slows_a_scrape() {
         ],
     });
     let driver = FakeDriver::new(&scenario, false);
-    let (daemon, addr) = driver.start(&[("VRAMD_SAMPLER__CALL_TIMEOUT", "300ms")]);
+    let (daemon, addr) = driver.start_listening(&[("VRAMD_SAMPLER__CALL_TIMEOUT", "300ms")]);
     eventually(Duration::from_secs(10), "GPU 1 is reported down", || {
         up(addr, 1, GPU1) == Some(0.0)
     });
+    // A call stuck in the driver is a device the sampler cannot see: not
+    // ready, naming it, with how late it is; the healthy GPU is not named.
+    eventually(Duration::from_secs(10), "/readyz names GPU 1's fast tier as stale", || {
+        let answer = get(addr, "/readyz");
+        let body = answer.json();
+        let stale = body["stale"].as_array().cloned().unwrap_or_default();
+        answer.status == 503
+            && body["code"] == "not_ready"
+            && stale.iter().any(|tier| {
+                tier["gpu"] == 1
+                    && tier["tier"] == "fast"
+                    && tier["overdue_seconds"].as_f64().is_some()
+            })
+            && stale.iter().all(|tier| tier["gpu"] == 1)
+    });
+    let metrics = get(addr, "/metrics").text();
+    let last = sample(
+        &metrics,
+        &format!(
+            "vramd_sampler_last_success_timestamp_seconds{{gpu=\"0\",uuid=\"{GPU0}\",tier=\"fast\"}}"
+        ),
+    );
+    assert!(last.is_some_and(|seconds| seconds > 1.7e9), "GPU 0 is sampled: {last:?}");
+    assert_eq!(
+        sample(
+            &metrics,
+            &format!(
+                "vramd_sampler_last_success_timestamp_seconds{{gpu=\"1\",uuid=\"{GPU1}\",tier=\"fast\"}}"
+            ),
+        ),
+        None,
+        "GPU 1's fast tier never stored a reading"
+    );
     let threads = || -> u64 {
         let status = std::fs::read_to_string(format!("/proc/{}/status", daemon.pid())).unwrap();
         status.lines().find_map(|l| l.strip_prefix("Threads:")).unwrap().trim().parse().unwrap()

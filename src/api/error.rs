@@ -6,7 +6,7 @@ use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 
 /// The body of every error answer.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 #[schema(example = json!({"code": "unknown_device", "message": "no device with index or UUID `7`; GET /api/v1/devices lists them"}))]
 pub struct ErrorBody {
     /// Stable, machine-readable: `not_found`, `unknown_device`,
@@ -20,10 +20,29 @@ pub struct ErrorBody {
     pub code: &'static str,
     /// For people: what was wrong and, where it helps, what to do.
     pub message: String,
+    /// Only on `/readyz`'s 503 `not_ready`: the device tiers the sampler
+    /// has fallen behind on.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stale: Option<Vec<StaleTier>>,
+}
+
+/// One device tier the sampler has not kept up with.
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+pub struct StaleTier {
+    pub gpu: u32,
+    pub uuid: String,
+    /// `fast` or `slow`.
+    #[schema(example = "fast")]
+    pub tier: &'static str,
+    /// How long past its promised next sample the tier is.
+    pub overdue_seconds: f64,
+    /// Time since the tier last stored a reading (absent: never).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub since_success_seconds: Option<f64>,
 }
 
 /// An error answer of the API.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct ApiError {
     pub status: StatusCode,
     pub body: ErrorBody,
@@ -31,7 +50,7 @@ pub struct ApiError {
 
 impl ApiError {
     pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
-        Self { status, body: ErrorBody { code, message: message.into() } }
+        Self { status, body: ErrorBody { code, message: message.into(), stale: None } }
     }
 
     pub fn bad_request(code: &'static str, message: impl Into<String>) -> Self {

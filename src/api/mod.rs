@@ -35,7 +35,7 @@ use crate::history::HistoryStore;
 use crate::ingest::{ReportLimits, ReportStore, StoreLimits};
 use crate::telemetry::Telemetry;
 
-pub use error::{ApiError, ErrorBody};
+pub use error::{ApiError, ErrorBody, StaleTier};
 
 /// The bounds the HTTP layer enforces.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -239,38 +239,68 @@ pub(crate) async fn healthz() -> Json<Status> {
     Json(Status { status: "ok" })
 }
 
-/// The sampler has completed a cycle, so `/metrics` holds real readings
-/// (or the definite news that the device source is down).
+/// The sampler is sampling: it has completed a cycle, and every tier of
+/// every device has completed a step (stored a reading, or got an answer
+/// from the driver, a lost GPU's included) within its interval plus its
+/// call deadline. A call stuck in the driver or a sampler that stopped
+/// makes it 503, naming the devices and tiers and how late they are.
 #[utoipa::path(
     get,
     path = "/readyz",
     tag = "operations",
     operation_id = "get_readyz",
-    summary = "Readiness",
-    description = "200 once the sampler has completed a cycle, so `/metrics` holds real \
-readings (or the definite news that the device source is down).",
+    summary = "Readiness: the sampler is sampling",
+    description = "200 while the sampler keeps up: it has completed a first cycle, and every \
+tier of every device has completed a step (a stored reading, or an answer from the driver, a \
+lost GPU's error included) within one interval plus the call deadline and as much again (at \
+least 1 s). 503 `not_ready` otherwise, listing the stale device tiers: a call stuck in the \
+driver past its deadline, or a sampler that stopped, shows here, not only in `/metrics`.",
     responses(
-        (status = 200, description = "The sampler has completed a cycle", body = Status,
+        (status = 200, description = "The sampler is keeping up", body = Status,
             example = json!({"status": "ready"})),
-        (status = 503, description = "The sampler has not completed a cycle yet (`not_ready`), \
-or more than `server.max_concurrent_requests` requests are in flight (`overloaded`)",
-            body = ErrorBody,
+        (status = 503, description = "The sampler has not completed its first cycle or has \
+fallen behind on the listed device tiers (`not_ready`, with `stale`), or more than \
+`server.max_concurrent_requests` requests are in flight (`overloaded`)", body = ErrorBody,
             examples(
-                ("not_ready" = (value = json!({"code": "not_ready", "message": "the sampler has not completed its first cycle yet"}))),
+                ("not_ready" = (value = json!({"code": "not_ready", "message": "the sampler has fallen behind on 1 device tier", "stale": [{"gpu": 1, "uuid": "GPU-5c3e1d2a-0000-4d7b-9a1e-3b5c7d9e1f20", "tier": "fast", "overdue_seconds": 4.2, "since_success_seconds": 5.4}]}))),
                 ("overloaded" = (value = json!({"code": "overloaded", "message": "too many concurrent requests (server.max_concurrent_requests); retry shortly"}))),
             )),
     )
 )]
-pub(crate) async fn readyz(State(state): State<AppState>) -> Result<Json<Status>, ApiError> {
-    if state.store.cycle_completed() {
-        Ok(Json(Status { status: "ready" }))
-    } else {
-        Err(ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "not_ready",
-            "the sampler has not completed its first cycle yet",
-        ))
+pub(crate) async fn readyz(State(state): State<AppState>) -> Response {
+    let not_ready = |message: String, stale: Vec<StaleTier>| {
+        let mut error = ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "not_ready", message);
+        error.body.stale = (!stale.is_empty()).then_some(stale);
+        error.into_response()
+    };
+    if !state.store.cycle_completed() {
+        return not_ready("the sampler has not completed its first cycle yet".into(), Vec::new());
     }
+    let now = crate::clock::wall_now();
+    let stale: Vec<StaleTier> = state
+        .store
+        .devices()
+        .iter()
+        .flat_map(|device| {
+            let info = device.info();
+            device.progress().stale(now).into_iter().map(|late| StaleTier {
+                gpu: info.gpu_index(),
+                uuid: info.uuid.clone(),
+                tier: late.tier.as_str(),
+                overdue_seconds: late.overdue.as_secs_f64(),
+                since_success_seconds: late.since_success.map(|age| age.as_secs_f64()),
+            })
+        })
+        .collect();
+    if stale.is_empty() {
+        return Json(Status { status: "ready" }).into_response();
+    }
+    let message = format!(
+        "the sampler has fallen behind on {} device tier{}",
+        stale.len(),
+        if stale.len() == 1 { "" } else { "s" }
+    );
+    not_ready(message, stale)
 }
 
 /// Every device.

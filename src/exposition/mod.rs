@@ -60,6 +60,8 @@ struct DeviceView<'a> {
     probe: ProbeState,
     fast_len: usize,
     slow_len: usize,
+    /// Wall time of each tier's last stored reading, fast then slow.
+    last_success: [Option<crate::model::Timestamp>; 2],
 }
 
 struct ProcessView<'a> {
@@ -82,6 +84,8 @@ fn collect(devices: &[Arc<DeviceHistory>]) -> Vec<DeviceView<'_>> {
                 probe: device.probe(),
                 fast_len: device.fast_len(),
                 slow_len: device.slow_len(),
+                last_success: crate::model::Tier::ALL
+                    .map(|tier| device.progress().last_success(tier)),
             }
         })
         .collect()
@@ -96,6 +100,12 @@ fn estimate_size(views: &[DeviceView<'_>]) -> usize {
 }
 
 family!(DEVICE_INFO, "vramd_device_info", Gauge, "Static facts about a monitored GPU; always 1.");
+family!(
+    SAMPLER_LAST_SUCCESS,
+    "vramd_sampler_last_success_timestamp_seconds",
+    Gauge,
+    "Wall-clock time the sampler last stored a reading of this device and tier; with time(), how long a GPU has gone unseen (VramdSamplerStalled)."
+);
 family!(
     DEVICE_UP,
     "vramd_device_up",
@@ -248,6 +258,17 @@ fn render_devices_into(views: &[DeviceView<'_>], out: &mut Vec<u8>) {
         }
     }
     device_family(out, views, &DEVICE_UP, |live| Some(u64::from(live.is_up()) as f64));
+    {
+        let mut writer = FamilyWriter::new(out, &SAMPLER_LAST_SUCCESS);
+        for view in views {
+            for (tier, at) in crate::model::Tier::ALL.into_iter().zip(view.last_success) {
+                if let Some(at) = at {
+                    let labels = view.labels.clone().with("tier", tier.as_str());
+                    writer.float(labels.as_str(), at.unix_seconds_f64());
+                }
+            }
+        }
+    }
     let memory = |live: &LiveState| live.fast.as_ref().and_then(|fast| fast.memory);
     device_family(out, views, &MEMORY_TOTAL, |live| memory(live).map(|m| m.total_bytes as f64));
     device_family(out, views, &MEMORY_USED, |live| memory(live).map(|m| m.used_bytes as f64));

@@ -11,6 +11,7 @@ use crate::model::{DeviceInfo, FastReading, SlowReading, Timestamp};
 use super::peak::PeakTracker;
 use super::points::{FastPoint, SlowPoint};
 use super::probe::ProbeState;
+use super::progress::SamplingProgress;
 use super::query::{self, QueryError, WindowAnswer, WindowQuery};
 use super::ring::{OutOfOrder, Ring, Snapshot};
 
@@ -102,6 +103,7 @@ pub struct DeviceHistory {
     live: Mutex<LiveState>,
     peak: Mutex<PeakTracker>,
     probe: Mutex<ProbeState>,
+    progress: SamplingProgress,
 }
 
 impl DeviceHistory {
@@ -113,7 +115,13 @@ impl DeviceHistory {
             live: Mutex::new(LiveState::default()),
             peak: Mutex::new(PeakTracker::new(sizing.peak_window)),
             probe: Mutex::new(ProbeState::default()),
+            progress: SamplingProgress::default(),
         }
+    }
+
+    /// Whether the sampler is keeping up with this device, in wall time.
+    pub fn progress(&self) -> &SamplingProgress {
+        &self.progress
     }
 
     pub fn info(&self) -> &DeviceInfo {

@@ -9,6 +9,7 @@ mod device;
 mod peak;
 mod points;
 mod probe;
+mod progress;
 mod query;
 mod ring;
 
@@ -23,6 +24,7 @@ pub use device::{DeviceHistory, LiveState, ReadFailure, Sizing};
 pub use peak::PeakTracker;
 pub use points::{FastPoint, ProcessPoint, SlowPoint};
 pub use probe::{ProbeAttempt, ProbeState};
+pub use progress::{SamplingProgress, Stale};
 pub use query::{Aggregate, Bucket, QueryError, WindowAnswer, WindowQuery};
 pub use ring::{MAX_CHUNK_LEN, OutOfOrder, Ring, Snapshot, Stamped};
 

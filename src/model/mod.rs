@@ -200,6 +200,32 @@ pub struct MigInfo {
     pub profile: Option<String>,
 }
 
+/// The two sampling tiers: fast (memory, utilization) and slow (processes
+/// and everything else).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Tier {
+    Fast,
+    Slow,
+}
+
+impl Tier {
+    pub const ALL: [Tier; 2] = [Tier::Fast, Tier::Slow];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Tier::Fast => "fast",
+            Tier::Slow => "slow",
+        }
+    }
+}
+
+impl std::fmt::Display for Tier {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// Device memory as NVML's memory info v2 reports it:
 /// `total = reserved + used + free`, with `reserved` the driver's own share.
 ///

@@ -6,6 +6,7 @@ use tokio::task::JoinHandle;
 use tokio::time::{Instant, MissedTickBehavior};
 use tracing::{debug, info, warn};
 
+use crate::clock::wall_now;
 use crate::history::DeviceHistory;
 use crate::model::{FastReading, ProcessInfo, SlowReading};
 use crate::source::{SourceError, Tier};
@@ -44,20 +45,37 @@ async fn run_tier(
         Tier::Fast => context.settings.fast_interval,
         Tier::Slow => context.settings.slow_interval,
     };
-    let mut ticker = tokio::time::interval(context.settings.real(interval));
+    let period = context.settings.real(interval);
+    let mut ticker = tokio::time::interval(period);
     ticker.set_missed_tick_behavior(MissedTickBehavior::Skip);
     let mut stuck: Option<JoinHandle<ReadResult>> = None;
     let mut first = true;
     let mut health = TierHealth::default();
+    // The promise /readyz checks: the next step within one period, its
+    // call's deadline, and as much again for a busy machine (at least 1 s).
+    let patience = period
+        .saturating_add(context.settings.call_timeout)
+        .saturating_add(period.max(std::time::Duration::from_secs(1)));
+    let promise = || device.progress().stepped(tier, wall_now().saturating_add(patience));
+    promise();
     loop {
         tokio::select! {
             () = context.cancel.cancelled() => break,
             _ = ticker.tick() => {}
         }
         if health.retry_at.is_some_and(|at| Instant::now() < at) {
+            // Backing off from a lost device is sampling as planned.
+            promise();
             continue;
         }
         let finished = sample_once(&context, &device, tier, &mut stuck, &mut health).await;
+        if finished {
+            device.progress().ended(tier);
+        } else if stuck.is_none() {
+            // Answered, one way or another (a reading, or an error the
+            // source gave); a call stuck past its deadline keeps no promise.
+            promise();
+        }
         if first {
             first = false;
             first_cycle.attempt_finished();
@@ -181,6 +199,7 @@ fn store(
     };
     match result {
         Ok(()) => {
+            device.progress().succeeded(tier, wall_now());
             health.reset_backoff();
             if let Some(kind) = health.failing.take() {
                 info!(gpu = device.info().index, tier = %tier, after = kind, "device readings recovered");

@@ -91,25 +91,5 @@ impl SourceError {
     }
 }
 
-/// The two sampling tiers.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Tier {
-    Fast,
-    Slow,
-}
-
-impl Tier {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Tier::Fast => "fast",
-            Tier::Slow => "slow",
-        }
-    }
-}
-
-impl std::fmt::Display for Tier {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
+/// The two sampling tiers (defined with the readings they produce).
+pub use crate::model::Tier;
