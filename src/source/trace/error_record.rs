@@ -6,9 +6,6 @@
 //! The mapping is lossless for every variant a recorder writes, so a replayed
 //! error compares equal to the recorded one; `TraceEnded` is never written.
 
-use std::collections::BTreeSet;
-
-use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 
 use super::format::RecordKind;
@@ -42,7 +39,7 @@ impl ErrorLine {
             record: RecordKind::Error,
             device,
             tier,
-            kind: error.kind().to_owned(),
+            kind: error.kind().as_str().to_owned(),
             message: String::new(),
             index: None,
             call: None,
@@ -61,7 +58,7 @@ impl ErrorLine {
             SourceError::Unavailable { reason } => line.message = reason.clone(),
             SourceError::Driver { index, call, reason } => {
                 line.index = other_index(*index);
-                line.call = Some((*call).to_owned());
+                line.call = Some(call.to_string());
                 line.message = reason.clone();
             }
             SourceError::Record { path, reason } => {
@@ -107,7 +104,12 @@ impl ErrorLine {
             "driver" => {
                 uses(true, true, false)?;
                 let call = call.ok_or("kind \"driver\" needs the field `call`")?;
-                Ok(SourceError::Driver { index, call: intern_call(&call)?, reason: message })
+                if call.len() > MAX_CALL_NAME_BYTES {
+                    return Err(format!(
+                        "the driver call name is longer than {MAX_CALL_NAME_BYTES} bytes"
+                    ));
+                }
+                Ok(SourceError::Driver { index, call: call.into(), reason: message })
             }
             "record" => {
                 uses(false, false, true)?;
@@ -123,32 +125,9 @@ impl ErrorLine {
     }
 }
 
-/// Longest driver call name a trace may carry, and how many distinct ones a
-/// process keeps: real names are NVML function names, a few dozen at most.
+/// Longest driver call name a trace may carry: real names are NVML function
+/// names, and a replay holds every recorded one in memory.
 const MAX_CALL_NAME_BYTES: usize = 128;
-const MAX_CALL_NAMES: usize = 256;
-
-/// Names already turned into `&'static str`.
-static CALL_NAMES: Mutex<BTreeSet<&'static str>> = Mutex::new(BTreeSet::new());
-
-/// `SourceError::Driver::call` is a `&'static str`, so a replayed name has to
-/// live for the whole process. Each distinct name is leaked once and reused;
-/// the caps bound that memory (at most 32 KiB) whatever the trace contains.
-fn intern_call(name: &str) -> Result<&'static str, String> {
-    if name.len() > MAX_CALL_NAME_BYTES {
-        return Err(format!("the driver call name is longer than {MAX_CALL_NAME_BYTES} bytes"));
-    }
-    let mut names = CALL_NAMES.lock();
-    if let Some(existing) = names.get(name) {
-        return Ok(existing);
-    }
-    if names.len() >= MAX_CALL_NAMES {
-        return Err(format!("more than {MAX_CALL_NAMES} distinct driver call names"));
-    }
-    let leaked: &'static str = Box::leak(name.to_owned().into_boxed_str());
-    names.insert(leaked);
-    Ok(leaked)
-}
 
 #[cfg(test)]
 mod tests {
@@ -170,9 +149,16 @@ mod tests {
         round_trip(0, SourceError::Unavailable { reason: "no libnvidia-ml".into() });
         round_trip(
             0,
-            SourceError::Driver { index: 0, call: "nvmlDeviceGetPowerUsage", reason: "x".into() },
+            SourceError::Driver {
+                index: 0,
+                call: "nvmlDeviceGetPowerUsage".into(),
+                reason: "x".into(),
+            },
         );
-        round_trip(0, SourceError::Driver { index: 3, call: "nvmlX", reason: String::new() });
+        round_trip(
+            0,
+            SourceError::Driver { index: 3, call: "nvmlX".into(), reason: String::new() },
+        );
         round_trip(0, SourceError::Record { path: "/t.ndjson".into(), reason: "full".into() });
     }
 
@@ -199,12 +185,5 @@ mod tests {
         let long = "n".repeat(MAX_CALL_NAME_BYTES + 1);
         let err = parse(&format!(r#"{head}"kind":"driver","call":"{long}"}}"#)).unwrap_err();
         assert!(err.contains("longer than"), "{err}");
-    }
-
-    #[test]
-    fn interned_call_names_are_shared() {
-        let first = intern_call("nvmlDeviceGetTemperature").unwrap();
-        let second = intern_call(&String::from("nvmlDeviceGetTemperature")).unwrap();
-        assert!(std::ptr::eq(first, second));
     }
 }

@@ -94,11 +94,13 @@ fn slow_script(device: u32) -> Vec<Result<SlowReading, SourceError>> {
             match (device, step) {
                 (0, 2) => Err(SourceError::Driver {
                     index: 0,
-                    call: "nvmlDeviceGetComputeRunningProcesses_v3",
+                    call: "nvmlDeviceGetComputeRunningProcesses_v3".into(),
                     reason: "Timeout".into(),
                 }),
                 (1, 4) => Err(SourceError::Unavailable { reason: "driver unloaded".into() }),
-                (1, 6) => Err(SourceError::Driver { index: 3, call: "nvmlX", reason: "".into() }),
+                (1, 6) => {
+                    Err(SourceError::Driver { index: 3, call: "nvmlX".into(), reason: "".into() })
+                }
                 _ => Ok(SlowReading {
                     at: Timestamp::from_unix_millis(START + 1000 * i64::from(step)),
                     processes: match step % 3 {
