@@ -6,14 +6,14 @@
 //! nothing of history, sampler or HTTP.
 
 mod error;
-mod error_record;
-mod float;
 mod format;
+mod line;
 mod lines;
-mod probe_line;
 mod record;
 mod replay;
 
+#[cfg(test)]
+mod line_tests;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]

@@ -19,7 +19,8 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 
 use super::error::TraceError;
-use super::format::{self, TraceHeader};
+use super::format::{TraceHeader, encode};
+use super::line::Line;
 use crate::model::{
     DeviceInfo, FastReading, ProbeFailure, ProbeFailureKind, ProbeReading, SlowReading, Timestamp,
 };
@@ -113,7 +114,7 @@ impl<S: DeviceSource> Recorder<S> {
                 previous.unix_millis()
             )));
         }
-        let line = super::probe_line::encode_probe(device, outcome)
+        let line = encode(&Line::probe(device, outcome.as_ref()))
             .map_err(|err| self.record_error(format!("cannot encode the probe: {err}")))?;
         write_line(&mut state, &line).map_err(|err| self.record_error(err.to_string()))?;
         if let Ok(reading) = outcome {
@@ -150,7 +151,7 @@ impl<S: DeviceSource> Recorder<S> {
                 duplicate.index
             )));
         }
-        let line = format::encode_header(&TraceHeader::new(self.inner.name(), devices))
+        let line = encode(&TraceHeader::new(self.inner.name(), devices))
             .map_err(|err| self.record_error(format!("cannot encode the header: {err}")))?;
         write_line(state, &line).map_err(|err| self.record_error(err.to_string()))?;
         state.header = Header::Written(indices);
@@ -212,7 +213,7 @@ impl<S: DeviceSource> Recorder<S> {
         tier: Tier,
         error: &SourceError,
     ) -> Result<(), SourceError> {
-        let Some(line) = format::encode_error(device, tier, error) else {
+        let Some(line) = Line::error(device, tier, error) else {
             return Ok(()); // never recorded (the end of a replay)
         };
         self.ensure_header(state)?;
@@ -221,7 +222,8 @@ impl<S: DeviceSource> Recorder<S> {
             // itself; such a record would only make the trace invalid.
             return Ok(());
         }
-        let line = line.map_err(|err| self.record_error(format!("cannot encode: {err}")))?;
+        let line =
+            encode(&line).map_err(|err| self.record_error(format!("cannot encode: {err}")))?;
         write_line(state, &line).map_err(|err| self.record_error(err.to_string()))
     }
 }
@@ -312,7 +314,7 @@ impl<S: DeviceSource> DeviceSource for Recorder<S> {
             Tier::Fast,
             result,
             |reading| reading.at,
-            |reading| format::encode_fast(index, reading),
+            |reading| encode(&Line::fast(index, reading)),
         )
     }
 
@@ -323,7 +325,7 @@ impl<S: DeviceSource> DeviceSource for Recorder<S> {
             Tier::Slow,
             result,
             |reading| reading.at,
-            |reading| format::encode_slow(index, reading),
+            |reading| encode(&Line::slow(index, reading)),
         )
     }
 }

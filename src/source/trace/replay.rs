@@ -17,6 +17,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use super::error::{LineError, TraceError};
 use super::format::{self, TraceHeader, TraceRecord};
+use super::line;
 use super::lines::{BoundedLines, LineReadError};
 use crate::model::{
     DeviceInfo, FastReading, ProbeFailure, ProbeFailureKind, ProbeReading, SlowReading, Timestamp,
@@ -225,7 +226,7 @@ impl Loader {
             self.header = Some(header);
             return Ok(());
         }
-        let record = format::parse_record(text)?;
+        let record = line::parse_record(text)?;
         let (device, tier) = (record.device(), record.tier());
         let lanes =
             self.lanes.get_mut(&device).ok_or(LineError::UnknownDevice { index: device })?;

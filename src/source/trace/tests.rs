@@ -6,6 +6,7 @@ use std::path::Path;
 
 use parking_lot::Mutex;
 
+use super::line::Line;
 use super::*;
 use crate::model::{
     AllocatorStats, ComputeMode, DeviceInfo, EccCounters, FastReading, MemoryInfo, ProcessDetails,
@@ -356,22 +357,9 @@ fn the_documented_example_replays_and_is_exactly_what_the_recorder_writes() {
     std::fs::write(&path, &example).unwrap();
     let replay = Replay::open(&path, 4096).unwrap();
 
-    let mut written = format::encode_header(replay.header()).unwrap();
+    let mut written = format::encode(replay.header()).unwrap();
     for record in replay.records() {
-        written.extend(
-            match record {
-                TraceRecord::Fast { device, reading } => format::encode_fast(*device, reading),
-                TraceRecord::Slow { device, reading } => format::encode_slow(*device, reading),
-                TraceRecord::Error { device, tier, error } => {
-                    format::encode_error(*device, *tier, error).unwrap()
-                }
-                TraceRecord::Probe { device, outcome } => super::probe_line::encode_probe(
-                    *device,
-                    &outcome.clone().map(|reading| *reading),
-                ),
-            }
-            .unwrap(),
-        );
+        written.extend(format::encode(&Line::of(record).unwrap()).unwrap());
     }
     assert_eq!(String::from_utf8(written).unwrap(), example);
 
