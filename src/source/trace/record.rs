@@ -46,8 +46,8 @@ struct State {
     good_len: u64,
     damaged: bool,
     header: Header,
-    latest: HashMap<(u32, Tier), Timestamp>,
-    latest_probe: HashMap<u32, Timestamp>,
+    /// Newest timestamp per device and tier (`None`: probe readings).
+    latest: HashMap<(u32, Option<Tier>), Timestamp>,
 }
 
 /// Where the header stands.
@@ -79,7 +79,6 @@ impl<S: DeviceSource> Recorder<S> {
             damaged: false,
             header: Header::Pending(None),
             latest: HashMap::new(),
-            latest_probe: HashMap::new(),
         };
         Ok(Self { inner, prober: None, path: shown, state: Mutex::new(state) })
     }
@@ -88,44 +87,6 @@ impl<S: DeviceSource> Recorder<S> {
     pub fn with_prober(mut self, prober: Arc<dyn Prober>) -> Self {
         self.prober = Some(prober);
         self
-    }
-
-    /// Appends one probe outcome. The outcome stands whether or not it
-    /// could be written; the caller logs a failure to write.
-    fn record_probe(
-        &self,
-        device: u32,
-        outcome: &Result<ProbeReading, ProbeFailure>,
-    ) -> Result<(), SourceError> {
-        let mut state = self.state.lock();
-        self.ensure_header(&mut state)?;
-        if !state.lists(device) {
-            return Err(self.record_error(format!(
-                "device {device} is not in the trace header, so its probe is not recorded"
-            )));
-        }
-        if let Ok(reading) = outcome
-            && let Some(&previous) = state.latest_probe.get(&device)
-            && reading.at < previous
-        {
-            return Err(self.record_error(format!(
-                "probe of device {device} at {} is earlier than the recorded one at {}",
-                reading.at.unix_millis(),
-                previous.unix_millis()
-            )));
-        }
-        let line = encode(&Line::probe(device, outcome.as_ref()))
-            .map_err(|err| self.record_error(format!("cannot encode the probe: {err}")))?;
-        write_line(&mut state, &line).map_err(|err| self.record_error(err.to_string()))?;
-        if let Ok(reading) = outcome {
-            state.latest_probe.insert(device, reading.at);
-        }
-        Ok(())
-    }
-
-    /// The wrapped source.
-    pub fn inner(&self) -> &S {
-        &self.inner
     }
 
     fn record_error(&self, reason: impl Into<String>) -> SourceError {
@@ -158,73 +119,89 @@ impl<S: DeviceSource> Recorder<S> {
         Ok(())
     }
 
-    /// Appends the outcome of one read and returns what the caller should
-    /// see: the inner result, or a `Record` error when a reading could not
-    /// be recorded.
+    /// Appends a reading (`lane` its tier) or a probe outcome (`lane`
+    /// `None`; `at` only for a probe reading), unless it comes before the
+    /// header, for a device the header lacks, or earlier than the lane's
+    /// last: such a trace could not be replayed.
+    fn append(
+        &self,
+        device: u32,
+        lane: Option<Tier>,
+        at: Option<Timestamp>,
+        line: &Line<'_>,
+    ) -> Result<(), SourceError> {
+        let what = match lane {
+            Some(Tier::Fast) => "fast reading",
+            Some(Tier::Slow) => "slow reading",
+            None => "probe",
+        };
+        let mut state = self.state.lock();
+        self.ensure_header(&mut state)?;
+        if !state.lists(device) {
+            return Err(self.record_error(format!(
+                "device {device} is not in the trace header, so its {what} is not recorded"
+            )));
+        }
+        if let Some(at) = at
+            && let Some(&previous) = state.latest.get(&(device, lane))
+            && at < previous
+        {
+            return Err(self.record_error(format!(
+                "{what} of device {device} at {} is earlier than the recorded one at {}; \
+                 not recorded",
+                at.unix_millis(),
+                previous.unix_millis()
+            )));
+        }
+        let line = encode(line)
+            .map_err(|err| self.record_error(format!("cannot encode the {what}: {err}")))?;
+        write_line(&mut state, &line).map_err(|err| self.record_error(err.to_string()))?;
+        if let Some(at) = at {
+            state.latest.insert((device, lane), at);
+        }
+        Ok(())
+    }
+
+    /// Appends a read's error. The error is passed on even if it cannot be
+    /// written: a lost device matters more than a gap in the trace (the gap
+    /// is logged, and later readings will report it too).
+    fn append_error(&self, device: u32, tier: Tier, error: &SourceError) {
+        let Some(line) = Line::error(device, tier, error) else {
+            return; // never recorded (the end of a replay)
+        };
+        let mut state = self.state.lock();
+        let written = self.ensure_header(&mut state).and_then(|()| {
+            // Replay answers reads of unlisted devices with UnknownDevice by
+            // itself; such a record would only make the trace invalid.
+            if !state.lists(device) {
+                return Ok(());
+            }
+            let line =
+                encode(&line).map_err(|err| self.record_error(format!("cannot encode: {err}")))?;
+            write_line(&mut state, &line).map_err(|err| self.record_error(err.to_string()))
+        });
+        if let Err(failure) = written {
+            tracing::warn!(path = %self.path, %failure, %error, "a source error was not recorded");
+        }
+    }
+
+    /// Records one read's outcome and returns what the caller should see:
+    /// the outcome, or a `Record` error when a reading could not be recorded.
     fn record<T>(
         &self,
         device: u32,
         tier: Tier,
         result: Result<T, SourceError>,
-        at: impl Fn(&T) -> Timestamp,
-        encode: impl Fn(&T) -> Result<Vec<u8>, serde_json::Error>,
+        line: impl Fn(&T) -> (Timestamp, Line<'_>),
     ) -> Result<T, SourceError> {
-        let mut state = self.state.lock();
-        let value = match result {
-            Ok(value) => value,
-            Err(error) => {
-                // An error is passed through even if it cannot be written:
-                // a lost device matters more than a gap in the trace (the
-                // gap is logged, and later readings will report it too).
-                if let Err(failure) = self.append_error(&mut state, device, tier, &error) {
-                    tracing::warn!(path = %self.path, %failure, %error, "a source error was not recorded");
-                }
-                return Err(error);
+        match &result {
+            Ok(value) => {
+                let (at, line) = line(value);
+                self.append(device, Some(tier), Some(at), &line)?;
             }
-        };
-        self.ensure_header(&mut state)?;
-        if !state.lists(device) {
-            return Err(self.record_error(format!(
-                "device {device} is not in the trace header, so its reading is not recorded"
-            )));
+            Err(error) => self.append_error(device, tier, error),
         }
-        let stamp = at(&value);
-        if let Some(&previous) = state.latest.get(&(device, tier))
-            && stamp < previous
-        {
-            return Err(self.record_error(format!(
-                "{tier} reading of device {device} at {} is earlier than the recorded one at {}; \
-                 not recorded",
-                stamp.unix_millis(),
-                previous.unix_millis()
-            )));
-        }
-        let line = encode(&value)
-            .map_err(|err| self.record_error(format!("cannot encode the {tier} reading: {err}")))?;
-        write_line(&mut state, &line).map_err(|err| self.record_error(err.to_string()))?;
-        state.latest.insert((device, tier), stamp);
-        Ok(value)
-    }
-
-    fn append_error(
-        &self,
-        state: &mut State,
-        device: u32,
-        tier: Tier,
-        error: &SourceError,
-    ) -> Result<(), SourceError> {
-        let Some(line) = Line::error(device, tier, error) else {
-            return Ok(()); // never recorded (the end of a replay)
-        };
-        self.ensure_header(state)?;
-        if !state.lists(device) {
-            // Replay answers reads of unlisted devices with UnknownDevice by
-            // itself; such a record would only make the trace invalid.
-            return Ok(());
-        }
-        let line =
-            encode(&line).map_err(|err| self.record_error(format!("cannot encode: {err}")))?;
-        write_line(state, &line).map_err(|err| self.record_error(err.to_string()))
+        result
     }
 }
 
@@ -245,7 +222,8 @@ fn write_line(state: &mut State, line: &[u8]) -> std::io::Result<()> {
             })?;
         state.damaged = false;
     }
-    // `write_all` by hand, to know whether part of the line went out.
+    // `write_all` by hand, to know whether part of the line went out (only
+    // then is there anything to cut, which a device like /dev/full refuses).
     let mut written = 0;
     while let Some(rest) = line.get(written..).filter(|rest| !rest.is_empty()) {
         match state.file.write(rest) {
@@ -271,6 +249,8 @@ impl<S: DeviceSource> Prober for Recorder<S> {
         self.prober.as_ref().map_or("none", |prober| prober.name())
     }
 
+    /// The outcome stands whether or not it could be written; a failure to
+    /// write is logged.
     fn probe(
         &self,
         device: &DeviceInfo,
@@ -283,7 +263,9 @@ impl<S: DeviceSource> Prober for Recorder<S> {
             ));
         };
         let outcome = prober.probe(device, request);
-        if let Err(failure) = self.record_probe(device.index, &outcome) {
+        let at = outcome.as_ref().ok().map(|reading| reading.at);
+        let line = Line::probe(device.index, outcome.as_ref());
+        if let Err(failure) = self.append(device.index, None, at, &line) {
             tracing::warn!(path = %self.path, %failure, "a probe outcome was not recorded");
         }
         outcome
@@ -305,28 +287,16 @@ impl<S: DeviceSource> DeviceSource for Recorder<S> {
         Ok(devices)
     }
 
+    // The inner calls run without the lock: one may be a slow driver call
+    // and other devices' reads must not queue behind it.
     fn read_fast(&self, index: u32) -> Result<FastReading, SourceError> {
-        // The inner call runs without the lock: it may be a slow driver call
-        // and other devices' reads must not queue behind it.
         let result = self.inner.read_fast(index);
-        self.record(
-            index,
-            Tier::Fast,
-            result,
-            |reading| reading.at,
-            |reading| encode(&Line::fast(index, reading)),
-        )
+        self.record(index, Tier::Fast, result, |reading| (reading.at, Line::fast(index, reading)))
     }
 
     fn read_slow(&self, index: u32) -> Result<SlowReading, SourceError> {
         let result = self.inner.read_slow(index);
-        self.record(
-            index,
-            Tier::Slow,
-            result,
-            |reading| reading.at,
-            |reading| encode(&Line::slow(index, reading)),
-        )
+        self.record(index, Tier::Slow, result, |reading| (reading.at, Line::slow(index, reading)))
     }
 }
 
