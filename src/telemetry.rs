@@ -278,7 +278,7 @@ mod tests {
         let mut text = Vec::new();
         telemetry.encode_into(&mut text).unwrap();
         let text = String::from_utf8(text).unwrap();
-        for kind in ErrorKind::ALL {
+        for kind in ErrorKind::ALL.map(ErrorKind::as_str) {
             assert!(
                 text.contains(&format!("vramd_source_errors_total{{kind=\"{kind}\"}} 0")),
                 "{kind}"

@@ -57,12 +57,6 @@ impl ErrorKind {
     }
 }
 
-impl std::fmt::Display for ErrorKind {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -71,7 +65,7 @@ mod tests {
     fn labels_are_distinct_and_match_serde() {
         let mut seen = std::collections::BTreeSet::new();
         for kind in ErrorKind::ALL {
-            assert!(seen.insert(kind.as_str()), "{kind}");
+            assert!(seen.insert(kind.as_str()), "{kind:?}");
             assert_eq!(serde_json::to_value(kind).unwrap(), kind.as_str());
         }
     }

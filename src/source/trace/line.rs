@@ -166,52 +166,38 @@ fn source_error(
              driver or record)"
         ));
     };
-    let uses = |takes_index: bool, takes_call: bool, takes_path: bool| {
-        let stray = [
-            ("index", index.is_some() && !takes_index),
-            ("call", call.is_some() && !takes_call),
-            ("path", path.is_some() && !takes_path),
-        ];
-        match stray.into_iter().find(|(_, stray)| *stray) {
-            Some((field, _)) => Err(format!("field `{field}` does not apply to kind {kind:?}")),
-            None => Ok(()),
-        }
+    // Which of `index`, `call` and `path` the kind carries; the kinds no
+    // recorder writes are refused below whatever their fields.
+    let takes = match known {
+        ErrorKind::DeviceLost | ErrorKind::UnknownDevice => [true, false, false],
+        ErrorKind::Unavailable => [false, false, false],
+        ErrorKind::Driver => [true, true, false],
+        ErrorKind::Record => [false, false, true],
+        _ => [true, true, true],
     };
-    let index_or_device = index.unwrap_or(device);
-    match known {
-        ErrorKind::DeviceLost => {
-            uses(true, false, false)?;
-            Ok(SourceError::DeviceLost { index: index_or_device, reason })
+    let present = [("index", index.is_some()), ("call", call.is_some()), ("path", path.is_some())];
+    if let Some(((field, _), _)) =
+        present.into_iter().zip(takes).find(|((_, present), takes)| *present && !takes)
+    {
+        return Err(format!("field `{field}` does not apply to kind {kind:?}"));
+    }
+    let index = index.unwrap_or(device);
+    match (known, call, path) {
+        (ErrorKind::DeviceLost, ..) => Ok(SourceError::DeviceLost { index, reason }),
+        (ErrorKind::UnknownDevice, ..) => Ok(SourceError::UnknownDevice { index }),
+        (ErrorKind::Unavailable, ..) => Ok(SourceError::Unavailable { reason }),
+        (ErrorKind::Driver, Some(call), _) if call.len() > MAX_CALL_NAME_BYTES => {
+            Err(format!("the driver call name is longer than {MAX_CALL_NAME_BYTES} bytes"))
         }
-        ErrorKind::UnknownDevice => {
-            uses(true, false, false)?;
-            Ok(SourceError::UnknownDevice { index: index_or_device })
+        (ErrorKind::Driver, Some(call), _) => {
+            Ok(SourceError::Driver { index, call: Cow::Owned(call.into_owned()), reason })
         }
-        ErrorKind::Unavailable => {
-            uses(false, false, false)?;
-            Ok(SourceError::Unavailable { reason })
-        }
-        ErrorKind::Driver => {
-            uses(true, true, false)?;
-            let call = call.ok_or("kind \"driver\" needs the field `call`")?;
-            if call.len() > MAX_CALL_NAME_BYTES {
-                return Err(format!(
-                    "the driver call name is longer than {MAX_CALL_NAME_BYTES} bytes"
-                ));
-            }
-            let call = Cow::Owned(call.into_owned());
-            Ok(SourceError::Driver { index: index_or_device, call, reason })
-        }
-        ErrorKind::Record => {
-            uses(false, false, true)?;
-            let path = path.ok_or("kind \"record\" needs the field `path`")?;
+        (ErrorKind::Driver, None, _) => Err("kind \"driver\" needs the field `call`".to_owned()),
+        (ErrorKind::Record, _, Some(path)) => {
             Ok(SourceError::Record { path: path.into_owned(), reason })
         }
-        ErrorKind::TraceEnded
-        | ErrorKind::Timeout
-        | ErrorKind::StillRunning
-        | ErrorKind::Panicked
-        | ErrorKind::OutOfOrder => Err(format!("kind {kind:?} is never recorded")),
+        (ErrorKind::Record, _, None) => Err("kind \"record\" needs the field `path`".to_owned()),
+        _ => Err(format!("kind {kind:?} is never recorded")),
     }
 }
 
