@@ -76,9 +76,11 @@ impl<'a> Line<'a> {
 
     pub fn probe(device: u32, outcome: Result<&ProbeReading, &'a ProbeFailure>) -> Self {
         match outcome {
-            Ok(reading) => {
-                Line::Probe { device, reading: Some(reading.clone().into()), failure: None }
-            }
+            Ok(reading) => Line::Probe {
+                device,
+                reading: Some(ProbeReadingLine(reading.clone())),
+                failure: None,
+            },
             Err(failure) => {
                 Line::Probe { device, reading: None, failure: Some(Cow::Borrowed(failure)) }
             }
@@ -138,7 +140,7 @@ impl<'a> Line<'a> {
             }
             Line::Probe { device, reading, failure } => {
                 let outcome = match (reading, failure) {
-                    (Some(reading), None) => Ok(Box::new(ProbeReading::from(reading))),
+                    (Some(ProbeReadingLine(reading)), None) => Ok(Box::new(reading)),
                     (None, Some(failure)) => Err(failure.into_owned()),
                     _ => return Err("needs exactly one of `reading` and `failure`".to_owned()),
                 };
@@ -232,11 +234,19 @@ pub(super) fn parse_record(line: &str) -> Result<TraceRecord, LineError> {
     line.into_record().map_err(bad)
 }
 
-/// [`ProbeReading`] with the trace's integer-millisecond `at` (the model's
-/// serde form, used by the REST API and the probe child, is RFC 3339).
+/// A [`ProbeReading`] as a trace writes it: with integer-millisecond `at`
+/// like every other record (the model's serde form, used by the REST API and
+/// the probe child, is RFC 3339).
 #[derive(Debug, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(super) struct ProbeReadingLine {
+#[serde(transparent)]
+pub(super) struct ProbeReadingLine(#[serde(with = "ProbeReadingFields")] ProbeReading);
+
+/// The fields of [`ProbeReading`] (serde's remote derive: deserializing
+/// builds the model struct, so a field added to it and not here fails to
+/// compile).
+#[derive(Serialize, Deserialize)]
+#[serde(remote = "ProbeReading", deny_unknown_fields)]
+struct ProbeReadingFields {
     at: Timestamp,
     cuda_free_bytes: u64,
     cuda_total_bytes: u64,
@@ -255,39 +265,3 @@ pub(super) struct ProbeReadingLine {
     headroom: Option<HeadroomSearch>,
     duration_seconds: f64,
 }
-
-/// Moves every field between [`ProbeReading`] and its line, both ways. Each
-/// side is destructured without `..`, so a field added to either and not
-/// listed here fails to compile.
-macro_rules! mirror {
-    ($model:ident <=> $line:ident { $($field:ident),* $(,)? }) => {
-        impl From<$model> for $line {
-            fn from(value: $model) -> Self {
-                let $model { $($field),* } = value;
-                Self { $($field),* }
-            }
-        }
-
-        impl From<$line> for $model {
-            fn from(value: $line) -> Self {
-                let $line { $($field),* } = value;
-                Self { $($field),* }
-            }
-        }
-    };
-}
-
-mirror!(ProbeReading <=> ProbeReadingLine {
-    at,
-    cuda_free_bytes,
-    cuda_total_bytes,
-    nvml_free_bytes,
-    context_create_seconds,
-    context_bytes,
-    alloc_block_bytes,
-    alloc_latency_seconds,
-    free_latency_seconds,
-    alloc_samples,
-    headroom,
-    duration_seconds,
-});
