@@ -6,8 +6,8 @@
 //! [`parse_record`]. Depends only on `model`, `source` and `format`.
 //!
 //! Readings are the model types themselves, flattened next to `device`, so
-//! a field added to a model type enters the format with it (and the
-//! documented example test fails until the document says so). `Cow` lets the
+//! a field added to a model type enters the format with it: a format change
+//! that docs/trace-format.md must then describe. `Cow` lets the
 //! recorder write what it borrows and replay own what it reads. A new record
 //! type is one more variant here and in [`TraceRecord`].
 
