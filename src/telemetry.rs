@@ -3,29 +3,17 @@
 //! Owns: counters and histograms that record how sampling went (errors by
 //! kind, call durations per tier), whether the device source is usable, and
 //! build information. Every error that is logged is also counted here.
-//! Depends only on `logging` (for its dropped-line count); the sampler writes, exposition reads.
+//! Depends only on `model` (for [`ErrorKind`]) and `logging` (for its
+//! dropped-line count); the sampler writes, exposition reads.
 
 use std::time::Duration;
+
+use crate::model::ErrorKind;
 
 use prometheus::{
     Encoder, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
     Registry, TextEncoder,
 };
-
-/// Every `kind` a source error can be counted under, pre-created at zero so
-/// `rate()` works from the first scrape.
-pub const ERROR_KINDS: &[&str] = &[
-    "device_lost",
-    "unknown_device",
-    "unavailable",
-    "driver",
-    "trace_ended",
-    "record",
-    "timeout",
-    "still_running",
-    "panicked",
-    "out_of_order",
-];
 
 /// What became of an alert notification (one alert in one delivery), the
 /// `outcome` label of `vramd_notifications_total`.
@@ -99,8 +87,9 @@ impl Telemetry {
             &["kind"],
         )
         .map_err(|source| TelemetryError::Register { name: "vramd_source_errors_total", source })?;
-        for kind in ERROR_KINDS {
-            source_errors.with_label_values(&[kind]);
+        // Pre-created at zero so `rate()` works from the first scrape.
+        for kind in ErrorKind::ALL {
+            source_errors.with_label_values(&[kind.as_str()]);
         }
         let sample_duration = HistogramVec::new(
             HistogramOpts::new(
@@ -257,12 +246,12 @@ impl Telemetry {
     }
 
     /// Counts one failed source call.
-    pub fn count_error(&self, kind: &str) {
-        self.source_errors.with_label_values(&[kind]).inc();
+    pub fn count_error(&self, kind: ErrorKind) {
+        self.source_errors.with_label_values(&[kind.as_str()]).inc();
     }
 
-    pub fn error_count(&self, kind: &str) -> u64 {
-        self.source_errors.with_label_values(&[kind]).get()
+    pub fn error_count(&self, kind: ErrorKind) -> u64 {
+        self.source_errors.with_label_values(&[kind.as_str()]).get()
     }
 
     pub fn observe_call(&self, tier: &str, took: Duration) {
@@ -350,7 +339,7 @@ mod tests {
         let mut text = Vec::new();
         telemetry.encode_into(&mut text).unwrap();
         let text = String::from_utf8(text).unwrap();
-        for kind in ERROR_KINDS {
+        for kind in ErrorKind::ALL.map(ErrorKind::as_str) {
             assert!(
                 text.contains(&format!("vramd_source_errors_total{{kind=\"{kind}\"}} 0")),
                 "{kind}"
@@ -363,8 +352,8 @@ mod tests {
     #[test]
     fn counting_shows_in_the_exposition() {
         let telemetry = Telemetry::new("nvml").unwrap();
-        telemetry.count_error("timeout");
-        telemetry.count_error("timeout");
+        telemetry.count_error(ErrorKind::Timeout);
+        telemetry.count_error(ErrorKind::Timeout);
         telemetry.set_source_up(true);
         let mut text = Vec::new();
         telemetry.encode_into(&mut text).unwrap();
@@ -381,6 +370,6 @@ mod tests {
         assert_eq!(telemetry.alerts_dropped(), 3);
         assert!(text.contains("vramd_source_errors_total{kind=\"timeout\"} 2"));
         assert!(text.contains("vramd_nvml_up 1"));
-        assert_eq!(telemetry.error_count("timeout"), 2);
+        assert_eq!(telemetry.error_count(ErrorKind::Timeout), 2);
     }
 }

@@ -182,7 +182,7 @@ pub struct ProcessDto {
 fn failures(live: &LiveState) -> Vec<FailureDto> {
     let entry = |tier: &'static str, failure: &ReadFailure| FailureDto {
         tier,
-        kind: failure.kind,
+        kind: failure.kind.as_str(),
         message: failure.message.clone(),
         consecutive: failure.consecutive,
     };

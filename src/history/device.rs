@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 
-use crate::model::{DeviceInfo, FastReading, SlowReading, Timestamp};
+use crate::model::{DeviceInfo, ErrorKind, FastReading, SlowReading, Timestamp};
 
 use super::peak::PeakTracker;
 use super::points::{FastPoint, SlowPoint};
@@ -60,7 +60,7 @@ fn samples_in(retention: Duration, interval: Duration) -> usize {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ReadFailure {
     /// The `kind` label it was counted under.
-    pub kind: &'static str,
+    pub kind: ErrorKind,
     pub message: String,
     /// Failures in a row, reset by the next success.
     pub consecutive: u32,
@@ -167,7 +167,7 @@ impl DeviceHistory {
     /// The fast-tier read failed: its values become absent until the next
     /// success, and so does the peak (it would describe a device that no
     /// longer answers).
-    pub fn record_fast_failure(&self, kind: &'static str, message: String) {
+    pub fn record_fast_failure(&self, kind: ErrorKind, message: String) {
         self.peak.lock().clear();
         let mut live = self.live.lock();
         live.fast = None;
@@ -175,7 +175,7 @@ impl DeviceHistory {
         live.fast_failure = Some(next_failure(live.fast_failure.as_ref(), kind, message));
     }
 
-    pub fn record_slow_failure(&self, kind: &'static str, message: String) {
+    pub fn record_slow_failure(&self, kind: ErrorKind, message: String) {
         let mut live = self.live.lock();
         live.slow = None;
         live.processes_dropped = 0;
@@ -237,11 +237,7 @@ impl DeviceHistory {
     }
 }
 
-fn next_failure(
-    previous: Option<&ReadFailure>,
-    kind: &'static str,
-    message: String,
-) -> ReadFailure {
+fn next_failure(previous: Option<&ReadFailure>, kind: ErrorKind, message: String) -> ReadFailure {
     let consecutive = previous.map_or(1, |failure| failure.consecutive.saturating_add(1));
     ReadFailure { kind, message, consecutive }
 }
@@ -313,8 +309,8 @@ mod tests {
         assert!(device.live().is_up());
         assert_eq!(device.live().peak_used_bytes, Some(500));
 
-        device.record_fast_failure("timeout", "late".into());
-        device.record_fast_failure("timeout", "late".into());
+        device.record_fast_failure(ErrorKind::Timeout, "late".into());
+        device.record_fast_failure(ErrorKind::Timeout, "late".into());
         let live = device.live();
         assert!(!live.is_up());
         assert_eq!(live.peak_used_bytes, None);

@@ -4,8 +4,10 @@
 //! Owns: timestamps, device facts and the readings of the two sampling tiers.
 //! Depends on nothing else in the crate. An absent value is `None`, never `0`.
 
+mod error_kind;
 mod probe;
 
+pub use error_kind::ErrorKind;
 pub use probe::{
     HeadroomSearch, HeadroomStop, ProbeFailure, ProbeFailureKind, ProbeReading, ProbeSkipReason,
 };

@@ -27,6 +27,7 @@ use tracing::{info, warn};
 
 use crate::history::HistoryStore;
 use crate::ingest::ReportStore;
+use crate::model::ErrorKind;
 use crate::source::DeviceSource;
 use crate::telemetry::Telemetry;
 
@@ -127,11 +128,11 @@ async fn discover(context: &Arc<Context>) -> Option<Vec<Arc<crate::history::Devi
             }
             CallOutcome::TimedOut(handle) => {
                 stuck = Some(handle);
-                context.telemetry.count_error("timeout");
+                context.telemetry.count_error(ErrorKind::Timeout);
                 format!("listing devices took longer than {:?}", context.settings.discovery_timeout)
             }
             CallOutcome::Panicked(message) => {
-                context.telemetry.count_error("panicked");
+                context.telemetry.count_error(ErrorKind::Panicked);
                 format!("listing devices panicked: {message}")
             }
         };

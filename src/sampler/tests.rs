@@ -9,7 +9,9 @@ use tokio_util::sync::CancellationToken;
 
 use super::*;
 use crate::history::{HistoryStore, Sizing};
-use crate::model::{DeviceInfo, FastReading, MemoryInfo, ProcessInfo, SlowReading, Timestamp};
+use crate::model::{
+    DeviceInfo, ErrorKind, FastReading, MemoryInfo, ProcessInfo, SlowReading, Timestamp,
+};
 use crate::source::{DeviceSource, SourceError};
 use crate::telemetry::Telemetry;
 
@@ -185,14 +187,14 @@ async fn a_hung_device_does_not_delay_another_and_its_call_is_not_repeated() {
 
     let hung = devices[1].live();
     assert!(!hung.is_up(), "a device whose call hangs has no current values");
-    assert_eq!(hung.fast_failure.as_ref().map(|f| f.kind), Some("still_running"));
+    assert_eq!(hung.fast_failure.as_ref().map(|f| f.kind), Some(ErrorKind::StillRunning));
     assert_eq!(
         harness.source.fast_calls[1].load(Ordering::SeqCst),
         1,
         "the stuck call must not be started again while it runs"
     );
-    assert!(harness.telemetry.error_count("timeout") >= 2, "fast and slow both timed out");
-    assert!(harness.telemetry.error_count("still_running") >= 18);
+    assert!(harness.telemetry.error_count(ErrorKind::Timeout) >= 2, "fast and slow both timed out");
+    assert!(harness.telemetry.error_count(ErrorKind::StillRunning) >= 18);
     assert_eq!(harness.telemetry.calls_stuck(), 2);
     assert!(harness.store.cycle_completed());
 
@@ -233,7 +235,7 @@ async fn an_unavailable_source_serves_ready_with_no_devices_then_recovers() {
     assert!(harness.store.cycle_completed(), "ready: the daemon can say the source is down");
     assert!(!harness.telemetry.source_up());
     assert!(harness.store.devices().is_empty());
-    assert_eq!(harness.telemetry.error_count("unavailable"), 1);
+    assert_eq!(harness.telemetry.error_count(ErrorKind::Unavailable), 1);
 
     harness.source.available.store(true, Ordering::SeqCst);
     advance(Duration::from_secs(1), 1).await;
@@ -264,7 +266,7 @@ async fn a_lost_device_is_retried_with_backoff_and_recovers() {
     assert!((3..=5).contains(&calls), "retries at 0, 1, 3, 7 s; got {calls} calls");
     let devices = harness.store.devices();
     assert!(!devices[1].live().is_up());
-    assert_eq!(devices[1].live().fast_failure.map(|f| f.kind), Some("device_lost"));
+    assert_eq!(devices[1].live().fast_failure.map(|f| f.kind), Some(ErrorKind::DeviceLost));
     assert!(devices[0].live().fast_samples >= 40, "the healthy device is unaffected");
 
     harness.source.lost.store(false, Ordering::SeqCst);

@@ -8,7 +8,7 @@ use tracing::{debug, info, warn};
 
 use crate::clock::wall_now;
 use crate::history::DeviceHistory;
-use crate::model::{FastReading, ProcessInfo, SlowReading};
+use crate::model::{ErrorKind, FastReading, ProcessInfo, SlowReading};
 use crate::source::{SourceError, Tier};
 
 use super::call::{CallOutcome, call_with_deadline};
@@ -93,7 +93,7 @@ async fn run_tier(
 /// or changes kind, not on every tick; and backs off from a lost device.
 #[derive(Default)]
 struct TierHealth {
-    failing: Option<&'static str>,
+    failing: Option<ErrorKind>,
     /// Consecutive `device_lost` answers.
     lost_streak: u32,
     /// While a device is lost, the next tick at which to try it again.
@@ -135,7 +135,7 @@ async fn sample_once(
                 device,
                 tier,
                 health,
-                "still_running",
+                ErrorKind::StillRunning,
                 "the previous call has not returned".into(),
             );
             return false;
@@ -170,11 +170,11 @@ async fn sample_once(
             *stuck = Some(handle);
             context.telemetry.call_stuck();
             let message = format!("no answer within {:?}", context.settings.call_timeout);
-            fail(context, device, tier, health, "timeout", message);
+            fail(context, device, tier, health, ErrorKind::Timeout, message);
             false
         }
         CallOutcome::Panicked(message) => {
-            fail(context, device, tier, health, "panicked", message);
+            fail(context, device, tier, health, ErrorKind::Panicked, message);
             false
         }
     }
@@ -202,11 +202,11 @@ fn store(
             device.progress().succeeded(tier, wall_now());
             health.reset_backoff();
             if let Some(kind) = health.failing.take() {
-                info!(gpu = device.info().index, tier = %tier, after = kind, "device readings recovered");
+                info!(gpu = device.info().index, tier = %tier, after = kind.as_str(), "device readings recovered");
             }
         }
         Err(out_of_order) => {
-            fail(context, device, tier, health, "out_of_order", out_of_order.to_string());
+            fail(context, device, tier, health, ErrorKind::OutOfOrder, out_of_order.to_string());
         }
     }
 }
@@ -216,18 +216,18 @@ fn fail(
     device: &DeviceHistory,
     tier: Tier,
     health: &mut TierHealth,
-    kind: &'static str,
+    kind: ErrorKind,
     message: String,
 ) {
     context.telemetry.count_error(kind);
     let index = device.info().index;
     if health.failing != Some(kind) {
-        warn!(gpu = index, uuid = %device.info().uuid, tier = %tier, kind, error = %message, "device read failed");
+        warn!(gpu = index, uuid = %device.info().uuid, tier = %tier, kind = kind.as_str(), error = %message, "device read failed");
         health.failing = Some(kind);
     } else {
-        debug!(gpu = index, tier = %tier, kind, error = %message, "device read failed again");
+        debug!(gpu = index, tier = %tier, kind = kind.as_str(), error = %message, "device read failed again");
     }
-    if kind == "device_lost" {
+    if kind == ErrorKind::DeviceLost {
         health.back_off(context);
     }
     match tier {

@@ -15,9 +15,10 @@ pub mod procfs;
 pub mod simulator;
 pub mod trace;
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
-use crate::model::{DeviceInfo, FastReading, SlowReading};
+use crate::model::{DeviceInfo, ErrorKind, FastReading, SlowReading};
 
 /// A set of devices that can be listed and read.
 pub trait DeviceSource: Send + Sync + 'static {
@@ -65,9 +66,10 @@ pub enum SourceError {
     /// The driver or library cannot be used at all.
     #[error("source unavailable: {reason}")]
     Unavailable { reason: String },
-    /// A driver call failed for a reason other than the above.
+    /// A driver call failed for a reason other than the above. `call` is
+    /// borrowed from the driver binding, owned when replayed from a trace.
     #[error("driver call {call} failed on device {index}: {reason}")]
-    Driver { index: u32, call: &'static str, reason: String },
+    Driver { index: u32, call: Cow<'static, str>, reason: String },
     /// A replayed trace has no more readings of this tier for the device.
     #[error("the trace has no more {tier} readings for device {index}")]
     TraceEnded { index: u32, tier: Tier },
@@ -79,14 +81,14 @@ pub enum SourceError {
 
 impl SourceError {
     /// Stable label value for `vramd_source_errors_total{kind}`.
-    pub fn kind(&self) -> &'static str {
+    pub fn kind(&self) -> ErrorKind {
         match self {
-            SourceError::DeviceLost { .. } => "device_lost",
-            SourceError::UnknownDevice { .. } => "unknown_device",
-            SourceError::Unavailable { .. } => "unavailable",
-            SourceError::Driver { .. } => "driver",
-            SourceError::TraceEnded { .. } => "trace_ended",
-            SourceError::Record { .. } => "record",
+            SourceError::DeviceLost { .. } => ErrorKind::DeviceLost,
+            SourceError::UnknownDevice { .. } => ErrorKind::UnknownDevice,
+            SourceError::Unavailable { .. } => ErrorKind::Unavailable,
+            SourceError::Driver { .. } => ErrorKind::Driver,
+            SourceError::TraceEnded { .. } => ErrorKind::TraceEnded,
+            SourceError::Record { .. } => ErrorKind::Record,
         }
     }
 }

@@ -129,7 +129,7 @@ fn driver_error(index: u32, call: &'static str, error: NvmlError) -> SourceError
             SourceError::DeviceLost { index, reason: format!("{call}: GPU is lost") }
         }
         NvmlError::InvalidArg => SourceError::UnknownDevice { index },
-        other => SourceError::Driver { index, call, reason: other.to_string() },
+        other => SourceError::Driver { index, call: call.into(), reason: other.to_string() },
     }
 }
 

@@ -72,6 +72,7 @@ pub enum TraceError {
 
 impl TraceError {
     /// The 1-based line the error is about, when it is about one.
+    #[cfg(test)]
     pub fn line(&self) -> Option<u64> {
         match self {
             TraceError::Read { line, .. } | TraceError::Line { line, .. } => Some(*line),

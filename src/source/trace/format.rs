@@ -1,25 +1,16 @@
-//! The trace file format: the header, the four record types, and how each
-//! is written as one JSON line and parsed back (docs/trace-format.md).
+//! The trace file format: its header, the records a trace holds, and how a
+//! line is written (docs/trace-format.md; the record lines are `line`).
 //!
-//! Owns: [`TraceHeader`], [`TraceRecord`] and the line encoders/decoders.
-//! Depends only on `model` and `source`; knows nothing of history, sampler or
-//! HTTP.
-//!
-//! Records are written from private mirror structs rather than from the model
-//! types with `#[serde(flatten)]`: the trace spells some fields its own way
-//! (finite floats only, see `float`; the probe's integer-millisecond `at`),
-//! and a field added to the model must not enter or leave the format
-//! unnoticed. The conversions destructure the model types without `..`, so
-//! such a field fails to compile here.
+//! Owns: [`TraceHeader`], [`TraceRecord`], the header's parser and the one
+//! line encoder. Depends only on `model` and `source`; knows nothing of
+//! history, sampler or HTTP.
+
+use std::io;
 
 use serde::{Deserialize, Serialize};
 
 use super::error::LineError;
-use super::error_record::ErrorLine;
-use crate::model::{
-    DeviceInfo, FastReading, MemoryInfo, ProbeFailure, ProbeReading, ProcessInfo, SlowDetails,
-    SlowReading, Timestamp,
-};
+use crate::model::{DeviceInfo, FastReading, ProbeFailure, ProbeReading, SlowReading, Timestamp};
 use crate::source::{SourceError, Tier};
 
 /// The `format` value of every trace header.
@@ -104,133 +95,31 @@ impl TraceRecord {
     }
 }
 
-/// The `record` tag.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub(super) enum RecordKind {
-    Fast,
-    Slow,
-    Error,
-    Probe,
+/// Writes `value` as one line, newline included. NaN and infinities are
+/// refused rather than written: JSON has no spelling for them and
+/// serde_json would write `null`, which would replay as "absent", a silent
+/// change.
+pub(super) fn encode<T: Serialize>(value: &T) -> Result<Vec<u8>, serde_json::Error> {
+    let mut line = Vec::with_capacity(256);
+    value.serialize(&mut serde_json::Serializer::with_formatter(&mut line, FiniteOnly))?;
+    line.push(b'\n');
+    Ok(line)
 }
 
-#[derive(Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct FastLine {
-    record: RecordKind,
-    device: u32,
-    at: Timestamp,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    memory: Option<MemoryInfo>,
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        serialize_with = "super::float::serialize_option",
-        deserialize_with = "crate::model::ratio::option"
-    )]
-    gpu_utilization: Option<f64>,
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        serialize_with = "super::float::serialize_option",
-        deserialize_with = "crate::model::ratio::option"
-    )]
-    memory_bandwidth_utilization: Option<f64>,
-}
+/// serde_json's compact output, except that `null` is an error. serde_json
+/// writes `null` for a non-finite float, and for `None` and `()`; every
+/// optional field of a trace is skipped when absent and no record holds a
+/// unit, so on a trace line `null` can only mean a non-finite float, at
+/// whatever depth (a nested one included).
+struct FiniteOnly;
 
-#[derive(Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct SlowLine {
-    record: RecordKind,
-    device: u32,
-    at: Timestamp,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    processes: Option<Vec<ProcessInfo>>,
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        serialize_with = "super::float::serialize_option"
-    )]
-    temperature_celsius: Option<f64>,
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        serialize_with = "super::float::serialize_option"
-    )]
-    power_usage_watts: Option<f64>,
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        serialize_with = "super::float::serialize_option"
-    )]
-    power_limit_watts: Option<f64>,
-    #[serde(default, skip_serializing_if = "SlowDetails::is_empty")]
-    details: SlowDetails,
-}
-
-/// The header as one line, newline included.
-pub(super) fn encode_header(header: &TraceHeader) -> Result<Vec<u8>, serde_json::Error> {
-    finish_line(serde_json::to_vec(header))
-}
-
-/// A fast reading as one line, newline included.
-pub(super) fn encode_fast(
-    device: u32,
-    reading: &FastReading,
-) -> Result<Vec<u8>, serde_json::Error> {
-    let FastReading { at, memory, gpu_utilization, memory_bandwidth_utilization } = reading;
-    finish_line(serde_json::to_vec(&FastLine {
-        record: RecordKind::Fast,
-        device,
-        at: *at,
-        memory: *memory,
-        gpu_utilization: *gpu_utilization,
-        memory_bandwidth_utilization: *memory_bandwidth_utilization,
-    }))
-}
-
-/// A slow reading as one line, newline included.
-pub(super) fn encode_slow(
-    device: u32,
-    reading: &SlowReading,
-) -> Result<Vec<u8>, serde_json::Error> {
-    let SlowReading {
-        at,
-        processes,
-        temperature_celsius,
-        power_usage_watts,
-        power_limit_watts,
-        details,
-    } = reading;
-    finish_line(serde_json::to_vec(&SlowLine {
-        record: RecordKind::Slow,
-        device,
-        at: *at,
-        processes: processes.clone(),
-        temperature_celsius: *temperature_celsius,
-        power_usage_watts: *power_usage_watts,
-        power_limit_watts: *power_limit_watts,
-        details: details.clone(),
-    }))
-}
-
-/// An error as one line, newline included; `None` for errors that are never
-/// recorded (`TraceEnded`).
-pub(super) fn encode_error(
-    device: u32,
-    tier: Tier,
-    error: &SourceError,
-) -> Option<Result<Vec<u8>, serde_json::Error>> {
-    ErrorLine::from_error(device, tier, error).map(|line| finish_line(serde_json::to_vec(&line)))
-}
-
-pub(super) fn finish_line(
-    encoded: Result<Vec<u8>, serde_json::Error>,
-) -> Result<Vec<u8>, serde_json::Error> {
-    encoded.map(|mut line| {
-        line.push(b'\n');
-        line
-    })
+impl serde_json::ser::Formatter for FiniteOnly {
+    fn write_null<W: ?Sized + io::Write>(&mut self, _writer: &mut W) -> io::Result<()> {
+        Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            "cannot record a non-finite number (NaN or an infinity), which JSON cannot spell",
+        ))
+    }
 }
 
 /// Parses and checks the first line. The format and version are checked
@@ -270,77 +159,6 @@ pub(super) fn parse_header(line: &str) -> Result<TraceHeader, LineError> {
         return Err(LineError::DuplicateDevice { index: duplicate.index });
     }
     Ok(header)
-}
-
-/// The `record` field alone; other fields are ignored at this step.
-#[derive(Deserialize)]
-struct Tag {
-    record: Option<serde_json::Value>,
-}
-
-/// Parses one record line (after the header).
-pub(super) fn parse_record(line: &str) -> Result<TraceRecord, LineError> {
-    let tag: Tag = serde_json::from_str(line).map_err(|err| match err.classify() {
-        serde_json::error::Category::Data => {
-            LineError::NotARecord { reason: "expected a JSON object".to_owned() }
-        }
-        _ => LineError::Json { reason: json_reason(&err) },
-    })?;
-    let kind = match tag.record {
-        Some(serde_json::Value::String(kind)) => kind,
-        Some(other) => return Err(LineError::UnknownRecord { record: other.to_string() }),
-        None => {
-            return Err(LineError::NotARecord { reason: "no \"record\" field".to_owned() });
-        }
-    };
-    let bad = |record: &'static str| {
-        move |err: serde_json::Error| LineError::BadRecord { record, reason: json_reason(&err) }
-    };
-    match kind.as_str() {
-        "fast" => {
-            let FastLine {
-                record: _,
-                device,
-                at,
-                memory,
-                gpu_utilization,
-                memory_bandwidth_utilization,
-            } = serde_json::from_str(line).map_err(bad("fast"))?;
-            let reading = FastReading { at, memory, gpu_utilization, memory_bandwidth_utilization };
-            Ok(TraceRecord::Fast { device, reading })
-        }
-        "slow" => {
-            let SlowLine {
-                record: _,
-                device,
-                at,
-                processes,
-                temperature_celsius,
-                power_usage_watts,
-                power_limit_watts,
-                details,
-            } = serde_json::from_str(line).map_err(bad("slow"))?;
-            let reading = SlowReading {
-                at,
-                processes,
-                temperature_celsius,
-                power_usage_watts,
-                power_limit_watts,
-                details,
-            };
-            Ok(TraceRecord::Slow { device, reading: Box::new(reading) })
-        }
-        "error" => {
-            let error_line: ErrorLine = serde_json::from_str(line).map_err(bad("error"))?;
-            let (device, tier) = (error_line.device, error_line.tier);
-            let error = error_line
-                .into_error()
-                .map_err(|reason| LineError::BadRecord { record: "error", reason })?;
-            Ok(TraceRecord::Error { device, tier, error })
-        }
-        "probe" => super::probe_line::parse(line),
-        _ => Err(LineError::UnknownRecord { record: kind }),
-    }
 }
 
 /// serde_json's message without its "at line 1 column N" suffix: each line

@@ -9,7 +9,7 @@ use std::io::{BufRead, Read};
 
 /// One line as read: its bytes without the newline, and whether a newline
 /// ended it (only the last line of a file may lack one).
-pub(super) struct Line<'a> {
+pub(super) struct RawLine<'a> {
     pub bytes: &'a [u8],
     pub terminated: bool,
 }
@@ -33,7 +33,7 @@ impl<R: BufRead> BoundedLines<R> {
 
     /// The next line, `Ok(None)` at the end of the file. A line is at most
     /// `max` bytes, not counting its newline.
-    pub fn next_line(&mut self) -> Result<Option<Line<'_>>, LineReadError> {
+    pub fn next_line(&mut self) -> Result<Option<RawLine<'_>>, LineReadError> {
         self.buffer.clear();
         // max bytes of content plus the newline; one byte more than a
         // well-formed line needs tells "too long" from "exactly max".
@@ -46,12 +46,12 @@ impl<R: BufRead> BoundedLines<R> {
             return Ok(None);
         }
         match self.buffer.split_last() {
-            Some((b'\n', content)) => Ok(Some(Line { bytes: content, terminated: true })),
+            Some((b'\n', content)) => Ok(Some(RawLine { bytes: content, terminated: true })),
             // No newline within max + 1 bytes: more than max bytes of content
             // (the file may even end right there; still too long).
             _ if self.buffer.len() > self.max => Err(LineReadError::TooLong),
             // Fewer bytes than the limit and no newline: the end of the file.
-            _ => Ok(Some(Line { bytes: &self.buffer, terminated: false })),
+            _ => Ok(Some(RawLine { bytes: &self.buffer, terminated: false })),
         }
     }
 }

@@ -6,15 +6,15 @@
 //! nothing of history, sampler or HTTP.
 
 mod error;
-mod error_record;
-mod float;
 mod format;
+mod line;
 mod lines;
 mod open;
-mod probe_line;
 mod record;
 mod replay;
 
+#[cfg(test)]
+mod line_tests;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]

@@ -26,7 +26,8 @@ use std::time::Duration;
 use parking_lot::Mutex;
 
 use super::error::TraceError;
-use super::format::{self, TraceHeader};
+use super::format::{TraceHeader, encode};
+use super::line::Line;
 use super::open::{RecordOptions, open_for_recording};
 use crate::clock::Stopwatch;
 use crate::model::{
@@ -78,8 +79,8 @@ struct State {
     good_len: u64,
     damaged: bool,
     header: Header,
-    latest: HashMap<(u32, Tier), Timestamp>,
-    latest_probe: HashMap<u32, Timestamp>,
+    /// Newest timestamp per device and tier (`None`: probe readings).
+    latest: HashMap<(u32, Option<Tier>), Timestamp>,
     /// When a failure was last logged, and failures since then.
     last_logged: Option<Stopwatch>,
     unlogged_failures: u64,
@@ -113,7 +114,6 @@ impl<S: DeviceSource> Recorder<S> {
             damaged: false,
             header: Header::Pending(None),
             latest: HashMap::new(),
-            latest_probe: HashMap::new(),
             last_logged: None,
             unlogged_failures: 0,
         };
@@ -131,10 +131,18 @@ impl<S: DeviceSource> Recorder<S> {
         Arc::clone(&self.health)
     }
 
-    /// Counts a record that could not be written, and logs it: the first
-    /// failure at once, then at most once per [`FAILURE_LOG_INTERVAL`] with
-    /// the number of failures in between.
-    fn failed(&self, state: &mut State, failure: &SourceError) {
+    /// Counts what a write attempt came to, and logs a failure: the first
+    /// at once, then at most once per [`FAILURE_LOG_INTERVAL`] with the
+    /// number of failures in between; a recovery once.
+    fn account(&self, written: Result<(), SourceError>) {
+        let mut state = self.state.lock();
+        let Err(failure) = written else {
+            if self.health.failing.swap(false, Ordering::Relaxed) {
+                tracing::info!(path = %self.path, lost = self.health.errors(), "recording recovered");
+                state.unlogged_failures = 0;
+            }
+            return;
+        };
         self.health.errors.fetch_add(1, Ordering::Relaxed);
         let started = !self.health.failing.swap(true, Ordering::Relaxed);
         state.unlogged_failures += 1;
@@ -151,55 +159,10 @@ impl<S: DeviceSource> Recorder<S> {
         }
     }
 
-    fn succeeded(&self, state: &mut State) {
-        if self.health.failing.swap(false, Ordering::Relaxed) {
-            tracing::info!(path = %self.path, lost = self.health.errors(), "recording recovered");
-            state.unlogged_failures = 0;
-        }
-    }
-
     /// Also answers (and records) the CUDA probe through `prober`.
     pub fn with_prober(mut self, prober: Arc<dyn Prober>) -> Self {
         self.prober = Some(prober);
         self
-    }
-
-    /// Appends one probe outcome. The outcome stands whether or not it
-    /// could be written; the caller logs a failure to write.
-    fn record_probe(
-        &self,
-        device: u32,
-        outcome: &Result<ProbeReading, ProbeFailure>,
-    ) -> Result<(), SourceError> {
-        let mut state = self.state.lock();
-        self.ensure_header(&mut state)?;
-        if !state.lists(device) {
-            return Err(self.record_error(format!(
-                "device {device} is not in the trace header, so its probe is not recorded"
-            )));
-        }
-        if let Ok(reading) = outcome
-            && let Some(&previous) = state.latest_probe.get(&device)
-            && reading.at < previous
-        {
-            return Err(self.record_error(format!(
-                "probe of device {device} at {} is earlier than the recorded one at {}",
-                reading.at.unix_millis(),
-                previous.unix_millis()
-            )));
-        }
-        let line = super::probe_line::encode_probe(device, outcome)
-            .map_err(|err| self.record_error(format!("cannot encode the probe: {err}")))?;
-        write_line(&mut state, &line).map_err(|err| self.record_error(err.to_string()))?;
-        if let Ok(reading) = outcome {
-            state.latest_probe.insert(device, reading.at);
-        }
-        Ok(())
-    }
-
-    /// The wrapped source.
-    pub fn inner(&self) -> &S {
-        &self.inner
     }
 
     fn record_error(&self, reason: impl Into<String>) -> SourceError {
@@ -225,86 +188,91 @@ impl<S: DeviceSource> Recorder<S> {
                 duplicate.index
             )));
         }
-        let line = format::encode_header(&TraceHeader::new(self.inner.name(), devices))
+        let line = encode(&TraceHeader::new(self.inner.name(), devices))
             .map_err(|err| self.record_error(format!("cannot encode the header: {err}")))?;
         write_line(state, &line).map_err(|err| self.record_error(err.to_string()))?;
         state.header = Header::Written(indices);
         Ok(())
     }
 
-    /// Appends the outcome of one read and returns it unchanged; what
-    /// could not be written is counted and logged, never returned.
+    /// Appends a reading (`lane` its tier) or a probe outcome (`lane`
+    /// `None`; `at` only for a probe reading), unless it comes before the
+    /// header, for a device the header lacks, or earlier than the lane's
+    /// last: such a trace could not be replayed.
+    fn append(
+        &self,
+        device: u32,
+        lane: Option<Tier>,
+        at: Option<Timestamp>,
+        line: &Line<'_>,
+    ) -> Result<(), SourceError> {
+        let what = match lane {
+            Some(Tier::Fast) => "fast reading",
+            Some(Tier::Slow) => "slow reading",
+            None => "probe",
+        };
+        let mut state = self.state.lock();
+        self.ensure_header(&mut state)?;
+        if !state.lists(device) {
+            return Err(self.record_error(format!(
+                "device {device} is not in the trace header, so its {what} is not recorded"
+            )));
+        }
+        if let Some(at) = at
+            && let Some(&previous) = state.latest.get(&(device, lane))
+            && at < previous
+        {
+            return Err(self.record_error(format!(
+                "{what} of device {device} at {} is earlier than the recorded one at {}; \
+                 not recorded",
+                at.unix_millis(),
+                previous.unix_millis()
+            )));
+        }
+        let line = encode(line)
+            .map_err(|err| self.record_error(format!("cannot encode the {what}: {err}")))?;
+        write_line(&mut state, &line).map_err(|err| self.record_error(err.to_string()))?;
+        if let Some(at) = at {
+            state.latest.insert((device, lane), at);
+        }
+        Ok(())
+    }
+
+    /// Appends a read's error (unless it is one never recorded: the end of
+    /// a replay).
+    fn append_error(&self, device: u32, tier: Tier, error: &SourceError) -> Result<(), SourceError> {
+        let Some(line) = Line::error(device, tier, error) else {
+            return Ok(());
+        };
+        let mut state = self.state.lock();
+        self.ensure_header(&mut state)?;
+        // Replay answers reads of unlisted devices with UnknownDevice by
+        // itself; such a record would only make the trace invalid.
+        if !state.lists(device) {
+            return Ok(());
+        }
+        let line = encode(&line).map_err(|err| self.record_error(format!("cannot encode: {err}")))?;
+        write_line(&mut state, &line).map_err(|err| self.record_error(err.to_string()))
+    }
+
+    /// Records one read's outcome and returns it unchanged: what could not
+    /// be written is counted and logged, never returned.
     fn record<T>(
         &self,
         device: u32,
         tier: Tier,
         result: Result<T, SourceError>,
-        at: impl Fn(&T) -> Timestamp,
-        encode: impl Fn(&T) -> Result<Vec<u8>, serde_json::Error>,
+        line: impl Fn(&T) -> (Timestamp, Line<'_>),
     ) -> Result<T, SourceError> {
-        let mut state = self.state.lock();
         let written = match &result {
-            Ok(value) => self.append_reading(&mut state, device, tier, value, &at, &encode),
-            Err(error) => self.append_error(&mut state, device, tier, error),
+            Ok(value) => {
+                let (at, line) = line(value);
+                self.append(device, Some(tier), Some(at), &line)
+            }
+            Err(error) => self.append_error(device, tier, error),
         };
-        match written {
-            Ok(()) => self.succeeded(&mut state),
-            Err(failure) => self.failed(&mut state, &failure),
-        }
+        self.account(written);
         result
-    }
-
-    fn append_reading<T>(
-        &self,
-        state: &mut State,
-        device: u32,
-        tier: Tier,
-        value: &T,
-        at: impl Fn(&T) -> Timestamp,
-        encode: impl Fn(&T) -> Result<Vec<u8>, serde_json::Error>,
-    ) -> Result<(), SourceError> {
-        self.ensure_header(state)?;
-        if !state.lists(device) {
-            return Err(self.record_error(format!(
-                "device {device} is not in the trace header, so its reading is not recorded"
-            )));
-        }
-        let stamp = at(value);
-        if let Some(&previous) = state.latest.get(&(device, tier))
-            && stamp < previous
-        {
-            return Err(self.record_error(format!(
-                "{tier} reading of device {device} at {} is earlier than the recorded one at {}; \
-                 not recorded",
-                stamp.unix_millis(),
-                previous.unix_millis()
-            )));
-        }
-        let line = encode(value)
-            .map_err(|err| self.record_error(format!("cannot encode the {tier} reading: {err}")))?;
-        write_line(state, &line).map_err(|err| self.record_error(err.to_string()))?;
-        state.latest.insert((device, tier), stamp);
-        Ok(())
-    }
-
-    fn append_error(
-        &self,
-        state: &mut State,
-        device: u32,
-        tier: Tier,
-        error: &SourceError,
-    ) -> Result<(), SourceError> {
-        let Some(line) = format::encode_error(device, tier, error) else {
-            return Ok(()); // never recorded (the end of a replay)
-        };
-        self.ensure_header(state)?;
-        if !state.lists(device) {
-            // Replay answers reads of unlisted devices with UnknownDevice by
-            // itself; such a record would only make the trace invalid.
-            return Ok(());
-        }
-        let line = line.map_err(|err| self.record_error(format!("cannot encode: {err}")))?;
-        write_line(state, &line).map_err(|err| self.record_error(err.to_string()))
     }
 }
 
@@ -321,7 +289,8 @@ fn write_line(state: &mut State, line: &[u8]) -> std::io::Result<()> {
             )
         })?;
     }
-    // `write_all` by hand, to know whether part of the line went out.
+    // `write_all` by hand, to know whether part of the line went out (only
+    // then is there anything to cut, which a device like /dev/full refuses).
     let mut written = 0;
     while let Some(rest) = line.get(written..).filter(|rest| !rest.is_empty()) {
         let failure = match state.file.write(rest) {
@@ -356,6 +325,7 @@ impl<S: DeviceSource> Prober for Recorder<S> {
         self.prober.as_ref().map_or("none", |prober| prober.name())
     }
 
+    /// The outcome stands whether or not it could be written.
     fn probe(
         &self,
         device: &DeviceInfo,
@@ -368,12 +338,9 @@ impl<S: DeviceSource> Prober for Recorder<S> {
             ));
         };
         let outcome = prober.probe(device, request);
-        let result = self.record_probe(device.index, &outcome);
-        let mut state = self.state.lock();
-        match result {
-            Ok(()) => self.succeeded(&mut state),
-            Err(failure) => self.failed(&mut state, &failure),
-        }
+        let at = outcome.as_ref().ok().map(|reading| reading.at);
+        let line = Line::probe(device.index, outcome.as_ref());
+        self.account(self.append(device.index, None, at, &line));
         outcome
     }
 }
@@ -385,39 +352,30 @@ impl<S: DeviceSource> DeviceSource for Recorder<S> {
 
     fn devices(&self) -> Result<Vec<DeviceInfo>, SourceError> {
         let devices = self.inner.devices()?;
-        let mut state = self.state.lock();
-        if let Header::Pending(pending) = &mut state.header {
-            *pending = Some(devices.clone());
-            match self.ensure_header(&mut state) {
-                Ok(()) => self.succeeded(&mut state),
-                Err(failure) => self.failed(&mut state, &failure),
+        let written = {
+            let mut state = self.state.lock();
+            match &mut state.header {
+                Header::Pending(pending) => {
+                    *pending = Some(devices.clone());
+                    self.ensure_header(&mut state)
+                }
+                Header::Written(_) => return Ok(devices),
             }
-        }
+        };
+        self.account(written);
         Ok(devices)
     }
 
+    // The inner calls run without the lock: one may be a slow driver call
+    // and other devices' reads must not queue behind it.
     fn read_fast(&self, index: u32) -> Result<FastReading, SourceError> {
-        // The inner call runs without the lock: it may be a slow driver call
-        // and other devices' reads must not queue behind it.
         let result = self.inner.read_fast(index);
-        self.record(
-            index,
-            Tier::Fast,
-            result,
-            |reading| reading.at,
-            |reading| format::encode_fast(index, reading),
-        )
+        self.record(index, Tier::Fast, result, |reading| (reading.at, Line::fast(index, reading)))
     }
 
     fn read_slow(&self, index: u32) -> Result<SlowReading, SourceError> {
         let result = self.inner.read_slow(index);
-        self.record(
-            index,
-            Tier::Slow,
-            result,
-            |reading| reading.at,
-            |reading| format::encode_slow(index, reading),
-        )
+        self.record(index, Tier::Slow, result, |reading| (reading.at, Line::slow(index, reading)))
     }
 }
 

@@ -9,7 +9,7 @@
 //! calls, so a replay reproduces the recorded sequence exactly; pacing is the
 //! sampler's business and timestamps come from the records.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::fs::File;
 use std::io::BufReader;
 use std::path::Path;
@@ -17,6 +17,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use super::error::{LineError, TraceError};
 use super::format::{self, TraceHeader, TraceRecord};
+use super::line;
 use super::lines::{BoundedLines, LineReadError};
 use crate::model::{
     DeviceInfo, FastReading, ProbeFailure, ProbeFailureKind, ProbeReading, SlowReading, Timestamp,
@@ -31,14 +32,8 @@ pub struct Replay {
     /// Parsed records in file order (not the lines: a parsed reading is
     /// several times smaller than its JSON).
     records: Vec<TraceRecord>,
-    lanes: BTreeMap<u32, DeviceLanes>,
-}
-
-#[derive(Debug, Default)]
-struct DeviceLanes {
-    fast: Lane,
-    slow: Lane,
-    probe: Lane,
+    /// Per device listed in the header and tier (`None`: probe outcomes).
+    lanes: HashMap<(u32, Option<Tier>), Lane>,
 }
 
 /// The records of one (device, tier), as positions into `records`, and the
@@ -47,6 +42,8 @@ struct DeviceLanes {
 struct Lane {
     positions: Vec<u32>,
     next: AtomicUsize,
+    /// The newest reading's timestamp, for the ordering check while loading.
+    latest: Option<Timestamp>,
 }
 
 impl Replay {
@@ -119,16 +116,17 @@ impl Replay {
         &self.records
     }
 
-    /// The next record of `lane`, advancing its cursor; `None` once it is
-    /// exhausted (the cursor then stays put rather than counting on).
-    fn take(&self, lane: &Lane) -> Option<&TraceRecord> {
+    /// The next record of `device`'s `lane`, advancing its cursor; `None`
+    /// once it is exhausted (the cursor then stays put rather than counting
+    /// on), `Err` for a device the header does not list.
+    fn take(&self, index: u32, lane: Option<Tier>) -> Result<Option<&TraceRecord>, SourceError> {
+        let lane = self.lanes.get(&(index, lane)).ok_or(SourceError::UnknownDevice { index })?;
         let len = lane.positions.len();
         let slot = lane
             .next
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| (n < len).then_some(n + 1))
-            .ok()?;
-        let position = usize::try_from(*lane.positions.get(slot)?).ok()?;
-        self.records.get(position)
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| (n < len).then_some(n + 1));
+        let position = slot.ok().and_then(|slot| lane.positions.get(slot));
+        Ok(position.and_then(|&position| self.records.get(usize::try_from(position).ok()?)))
     }
 }
 
@@ -142,8 +140,7 @@ impl DeviceSource for Replay {
     }
 
     fn read_fast(&self, index: u32) -> Result<FastReading, SourceError> {
-        let lanes = self.lanes.get(&index).ok_or(SourceError::UnknownDevice { index })?;
-        match self.take(&lanes.fast) {
+        match self.take(index, Some(Tier::Fast))? {
             Some(TraceRecord::Fast { reading, .. }) => Ok(reading.clone()),
             Some(TraceRecord::Error { error, .. }) => Err(error.clone()),
             // Lanes hold only their own tier, so this is the end of the lane.
@@ -154,8 +151,7 @@ impl DeviceSource for Replay {
     }
 
     fn read_slow(&self, index: u32) -> Result<SlowReading, SourceError> {
-        let lanes = self.lanes.get(&index).ok_or(SourceError::UnknownDevice { index })?;
-        match self.take(&lanes.slow) {
+        match self.take(index, Some(Tier::Slow))? {
             Some(TraceRecord::Slow { reading, .. }) => Ok(reading.as_ref().clone()),
             Some(TraceRecord::Error { error, .. }) => Err(error.clone()),
             Some(TraceRecord::Fast { .. } | TraceRecord::Probe { .. }) | None => {
@@ -169,7 +165,7 @@ impl Replay {
     /// Whether the trace holds any probe record (recorded with the CUDA
     /// probe on); only then does the replay answer the probe.
     pub fn has_probe_records(&self) -> bool {
-        self.lanes.values().any(|lanes| !lanes.probe.positions.is_empty())
+        self.lanes.iter().any(|((_, tier), lane)| tier.is_none() && !lane.positions.is_empty())
     }
 }
 
@@ -191,23 +187,20 @@ impl Prober for Replay {
                 format!("the replayed trace has no more probe records for device {}", device.index),
             )
         };
-        let lanes = self.lanes.get(&device.index).ok_or_else(ended)?;
-        match self.take(&lanes.probe) {
-            Some(TraceRecord::Probe { outcome, .. }) => outcome.clone().map(|reading| *reading),
+        match self.take(device.index, None) {
+            Ok(Some(TraceRecord::Probe { outcome, .. })) => outcome.clone().map(|reading| *reading),
             _ => Err(ended()),
         }
     }
 }
 
-/// State while reading the file: the header once seen, the records so far,
-/// and each lane's latest timestamp for the ordering check.
+/// State while reading the file: the header once seen and the records so
+/// far.
 #[derive(Default)]
 struct Loader {
     header: Option<TraceHeader>,
     records: Vec<TraceRecord>,
-    lanes: BTreeMap<u32, DeviceLanes>,
-    /// Newest timestamp per device and tier (`None`: probe records).
-    latest: HashMap<(u32, Option<Tier>), Timestamp>,
+    lanes: HashMap<(u32, Option<Tier>), Lane>,
 }
 
 impl Loader {
@@ -217,20 +210,23 @@ impl Loader {
         }
         if self.header.is_none() {
             let header = format::parse_header(text)?;
+            let tiers = [Some(Tier::Fast), Some(Tier::Slow), None];
             self.lanes = header
                 .devices
                 .iter()
-                .map(|device| (device.index, DeviceLanes::default()))
+                .flat_map(|device| tiers.map(|tier| ((device.index, tier), Lane::default())))
                 .collect();
             self.header = Some(header);
             return Ok(());
         }
-        let record = format::parse_record(text)?;
+        let record = line::parse_record(text)?;
         let (device, tier) = (record.device(), record.tier());
-        let lanes =
-            self.lanes.get_mut(&device).ok_or(LineError::UnknownDevice { index: device })?;
+        let lane = self
+            .lanes
+            .get_mut(&(device, tier))
+            .ok_or(LineError::UnknownDevice { index: device })?;
         if let Some(at) = record.at() {
-            if let Some(&previous) = self.latest.get(&(device, tier))
+            if let Some(previous) = lane.latest
                 && at < previous
             {
                 return Err(match tier {
@@ -238,28 +234,19 @@ impl Loader {
                     None => LineError::ProbeOutOfOrder { device, at, previous },
                 });
             }
-            self.latest.insert((device, tier), at);
+            lane.latest = Some(at);
         }
         let position = u32::try_from(self.records.len())
             .map_err(|_| LineError::TooManyRecords { max: u64::from(u32::MAX) })?;
-        let lane = match tier {
-            Some(Tier::Fast) => &mut lanes.fast,
-            Some(Tier::Slow) => &mut lanes.slow,
-            None => &mut lanes.probe,
-        };
         lane.positions.push(position);
         self.records.push(record);
         Ok(())
     }
 
     fn finish(self) -> Option<Replay> {
-        let Loader { header, mut records, mut lanes, latest: _ } = self;
+        let Loader { header, mut records, mut lanes } = self;
         records.shrink_to_fit();
-        for lane in lanes.values_mut() {
-            lane.fast.positions.shrink_to_fit();
-            lane.slow.positions.shrink_to_fit();
-            lane.probe.positions.shrink_to_fit();
-        }
+        lanes.values_mut().for_each(|lane| lane.positions.shrink_to_fit());
         header.map(|header| Replay { header, records, lanes })
     }
 }

@@ -6,6 +6,7 @@ use std::path::Path;
 
 use parking_lot::Mutex;
 
+use super::line::Line;
 use super::*;
 use crate::model::{
     AllocatorStats, ComputeMode, DeviceInfo, EccCounters, FastReading, MemoryInfo, ProcessDetails,
@@ -96,11 +97,13 @@ fn slow_script(device: u32) -> Vec<Result<SlowReading, SourceError>> {
             match (device, step) {
                 (0, 2) => Err(SourceError::Driver {
                     index: 0,
-                    call: "nvmlDeviceGetComputeRunningProcesses_v3",
+                    call: "nvmlDeviceGetComputeRunningProcesses_v3".into(),
                     reason: "Timeout".into(),
                 }),
                 (1, 4) => Err(SourceError::Unavailable { reason: "driver unloaded".into() }),
-                (1, 6) => Err(SourceError::Driver { index: 3, call: "nvmlX", reason: "".into() }),
+                (1, 6) => {
+                    Err(SourceError::Driver { index: 3, call: "nvmlX".into(), reason: "".into() })
+                }
                 _ => Ok(SlowReading {
                     at: Timestamp::from_unix_millis(START + 1000 * i64::from(step)),
                     processes: match step % 3 {
@@ -353,22 +356,9 @@ fn the_documented_example_replays_and_is_exactly_what_the_recorder_writes() {
     std::fs::write(&path, &example).unwrap();
     let replay = Replay::open(&path, 4096).unwrap();
 
-    let mut written = format::encode_header(replay.header()).unwrap();
+    let mut written = format::encode(replay.header()).unwrap();
     for record in replay.records() {
-        written.extend(
-            match record {
-                TraceRecord::Fast { device, reading } => format::encode_fast(*device, reading),
-                TraceRecord::Slow { device, reading } => format::encode_slow(*device, reading),
-                TraceRecord::Error { device, tier, error } => {
-                    format::encode_error(*device, *tier, error).unwrap()
-                }
-                TraceRecord::Probe { device, outcome } => super::probe_line::encode_probe(
-                    *device,
-                    &outcome.clone().map(|reading| *reading),
-                ),
-            }
-            .unwrap(),
-        );
+        written.extend(format::encode(&Line::of(record).unwrap()).unwrap());
     }
     assert_eq!(String::from_utf8(written).unwrap(), example);
 
