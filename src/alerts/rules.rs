@@ -1,43 +1,14 @@
 //! The built-in rules: what each measures, on which side of its threshold
 //! it fires, and how it explains itself (evidence and remediation).
 
-use std::time::Duration;
-
 use crate::analysis::fragmentation::split_fragmentation_ratio;
-use crate::analysis::leak::LeakFinding;
 use crate::analysis::remediation;
-use crate::analysis::trend::Trend;
+pub use crate::analysis::snapshot::{DeviceFacts, ProcessFacts};
 use crate::config::{RuleConfig, RulesConfig};
-use crate::model::{AllocatorStats, DeviceInfo, MemoryInfo, ProbeReading};
+use crate::model::{DeviceInfo, MemoryInfo};
 
 use super::engine::{Observation, Verdict};
 use super::model::AlertKey;
-
-/// What the analysis found about one device, as the rules need it.
-pub struct DeviceFacts {
-    pub info: DeviceInfo,
-    pub up: bool,
-    /// Why the latest fast read failed, when it did.
-    pub failure: Option<String>,
-    pub memory: Option<MemoryInfo>,
-    pub trend: Option<Trend>,
-    pub time_to_exhaustion_seconds: Option<f64>,
-    pub trend_window: Duration,
-    pub processes: Vec<ProcessFacts>,
-    pub xid_in_window: Option<u64>,
-    /// The latest successful CUDA probe of the device.
-    pub probe: Option<ProbeReading>,
-}
-
-pub struct ProcessFacts {
-    pub pid: u32,
-    pub name: Option<String>,
-    /// Latest allocator statistics, when the process reports them.
-    pub allocator: Option<AllocatorStats>,
-    pub retries_in_window: Option<u64>,
-    pub ooms_in_window: Option<u64>,
-    pub leak: Option<LeakFinding>,
-}
 
 /// Which side of the threshold is bad.
 #[derive(Clone, Copy)]

@@ -58,8 +58,10 @@ fn state_with(store: Arc<HistoryStore>) -> AppState {
     AppState::new(
         store,
         Arc::new(Telemetry::new("simulator").unwrap()),
+        Arc::new(AnalysisBoard::default()),
         Arc::new(AlertBoard::new(16)),
         limits(),
+        crate::app::report_intake(&crate::config::defaults(), None),
     )
 }
 
@@ -326,7 +328,7 @@ fn with_alerts() -> AppState {
         alert("device_lost", "GPU-b", AlertState::Firing, Severity::Critical),
         alert("xid_error", "GPU-a", AlertState::Resolved, Severity::Critical),
     ];
-    state.board.publish(alerts, Default::default(), &[]);
+    state.board.publish(alerts, &[]);
     state
 }
 
@@ -383,7 +385,7 @@ async fn the_event_stream_delivers_state_changes_and_is_bounded() {
             crate::alerts::Severity::Warning,
         ),
     };
-    state.board.publish(Vec::new(), Default::default(), std::slice::from_ref(&transition));
+    state.board.publish(Vec::new(), std::slice::from_ref(&transition));
     let mut body = response.into_body();
     let frame =
         tokio::time::timeout(Duration::from_secs(5), body.frame()).await.unwrap().unwrap().unwrap();
