@@ -284,8 +284,8 @@ does not list, so it is shown on every operation.",
 /// test parses this schema's example with the real parser.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-#[schema(example = json!(example_report()))]
-pub struct AllocatorReport {
+#[schema(as = AllocatorReport, example = json!(example_report()))]
+pub struct AllocatorReportDocument {
     /// Document version; this vramd reads version 1.
     #[schema(minimum = 1, maximum = 1, example = 1)]
     pub version: u64,
@@ -295,13 +295,14 @@ pub struct AllocatorReport {
     pub at: String,
     /// One entry per device the process can see (at most
     /// `ingest.max_devices`, each UUID once).
-    pub devices: Vec<DeviceReport>,
+    pub devices: Vec<DeviceReportDocument>,
 }
 
 /// One device's statistics in an allocator report.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct DeviceReport {
+#[schema(as = DeviceReport)]
+pub struct DeviceReportDocument {
     /// The device's UUID as NVML reports it (`GPU-…` or `MIG-…`).
     #[schema(
         pattern = "^(GPU|MIG)-",

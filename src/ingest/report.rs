@@ -65,14 +65,14 @@ struct RawDevice {
 
 /// A validated report.
 #[derive(Clone, Debug, PartialEq)]
-pub struct Report {
+pub struct AllocatorReport {
     pub reporter: Reporter,
     pub at: Timestamp,
-    pub devices: Vec<DeviceReport>,
+    pub devices: Vec<ReportedDevice>,
 }
 
 #[derive(Clone, Debug, PartialEq)]
-pub struct DeviceReport {
+pub struct ReportedDevice {
     pub uuid: String,
     pub index: u32,
     /// `None` when the dictionary was empty (the allocator was never used
@@ -127,7 +127,7 @@ const RETRIES: &str = "num_alloc_retries";
 const OOMS: &str = "num_ooms";
 
 /// Parses and validates a report body.
-pub fn parse(body: &[u8], limits: &ReportLimits) -> Result<Report, ReportError> {
+pub fn parse(body: &[u8], limits: &ReportLimits) -> Result<AllocatorReport, ReportError> {
     // The version is checked first, so a future document gets the clearer
     // error rather than a complaint about a field this version lacks.
     let value: Value =
@@ -167,7 +167,7 @@ pub fn parse(body: &[u8], limits: &ReportLimits) -> Result<Report, ReportError> 
             max: limits.max_devices,
         });
     }
-    let mut devices: Vec<DeviceReport> = Vec::with_capacity(raw.devices.len());
+    let mut devices: Vec<ReportedDevice> = Vec::with_capacity(raw.devices.len());
     for device in raw.devices {
         if !(device.uuid.starts_with("GPU-") || device.uuid.starts_with("MIG-"))
             || device.uuid.len() > 96
@@ -215,14 +215,14 @@ pub fn parse(body: &[u8], limits: &ReportLimits) -> Result<Report, ReportError> 
         if stats.is_none() && device.snapshot.is_none() {
             continue;
         }
-        devices.push(DeviceReport {
+        devices.push(ReportedDevice {
             uuid: device.uuid,
             index: device.index,
             stats,
             snapshot: device.snapshot,
         });
     }
-    Ok(Report { reporter: raw.reporter, at, devices })
+    Ok(AllocatorReport { reporter: raw.reporter, at, devices })
 }
 
 fn stats_of(
