@@ -64,7 +64,7 @@ impl Evaluator {
             observations.push(rules::source_down(&self.config.rules));
         }
         for device in &snapshot.devices {
-            rules::observe(&self.config.rules, &device.facts, &mut observations);
+            rules::observe(&self.config.rules, device, &mut observations);
         }
         let transitions = self.engine.evaluate(now, observations);
         Evaluation { at: now, transitions, alerts: self.engine.alerts().cloned().collect() }

@@ -1,9 +1,9 @@
 //! The built-in rules: what each measures, on which side of its threshold
 //! it fires, and how it explains itself (evidence and remediation).
 
-use crate::analysis::fragmentation::split_fragmentation_ratio;
+use crate::analysis::accounting::split_fragmentation_ratio;
 use crate::analysis::remediation;
-pub use crate::analysis::snapshot::{DeviceFacts, ProcessFacts};
+use crate::analysis::snapshot::{DeviceSnapshot, ProcessFacts};
 use crate::config::{RuleConfig, RulesConfig};
 use crate::model::{DeviceInfo, MemoryInfo};
 
@@ -102,7 +102,8 @@ pub fn source_down(rules: &RulesConfig) -> Observation {
 }
 
 /// Every rule's observation for one device and its processes.
-pub fn observe(rules: &RulesConfig, facts: &DeviceFacts, out: &mut Vec<Observation>) {
+pub fn observe(rules: &RulesConfig, snapshot: &DeviceSnapshot, out: &mut Vec<Observation>) {
+    let facts = &snapshot.facts;
     let device = &facts.info;
     let name = format!("GPU {} ({})", device.gpu_index(), device.name);
     push(
@@ -130,7 +131,7 @@ pub fn observe(rules: &RulesConfig, facts: &DeviceFacts, out: &mut Vec<Observati
         out,
     );
     if let Some(memory) = facts.memory {
-        memory_rules(rules, facts, &name, memory, out);
+        memory_rules(rules, snapshot, &name, memory, out);
     }
     for process in &facts.processes {
         process_rules(rules, device, &name, process, out);
@@ -167,12 +168,12 @@ pub fn observe(rules: &RulesConfig, facts: &DeviceFacts, out: &mut Vec<Observati
 
 fn memory_rules(
     rules: &RulesConfig,
-    facts: &DeviceFacts,
+    snapshot: &DeviceSnapshot,
     name: &str,
     memory: MemoryInfo,
     out: &mut Vec<Observation>,
 ) {
-    let device = &facts.info;
+    let (device, analysis) = (&snapshot.facts.info, &snapshot.analysis);
     if memory.total_bytes > 0 {
         let ratio = memory.used_bytes as f64 / memory.total_bytes as f64;
         push(
@@ -204,9 +205,11 @@ fn memory_rules(
             out,
         );
     }
-    let tte = facts.time_to_exhaustion_seconds;
-    let (slope, fit) =
-        facts.trend.as_ref().map_or((0.0, 0.0), |trend| (trend.slope_per_second, trend.fit));
+    let tte = analysis.time_to_exhaustion_seconds;
+    let (slope, fit) = match (analysis.growth_bytes_per_second, analysis.growth_fit) {
+        (Some(slope), Some(fit)) => (slope, fit),
+        _ => (0.0, 0.0),
+    };
     push(
         device,
         Draft {
@@ -228,7 +231,7 @@ fn memory_rules(
                     format!(
                         "used memory grows {:.1} MiB/s (Theil–Sen over {}, fit {:.2}); {} free.",
                         slope / MIB,
-                        minutes(facts.trend_window.as_secs_f64()),
+                        minutes(analysis.trend_window_seconds),
                         fit,
                         gib(memory.free_bytes)
                     ),

@@ -238,9 +238,6 @@ impl Analyzer {
             up: live.is_up(),
             failure: live.fast_failure.as_ref().map(|failure| failure.message.clone()),
             memory,
-            trend,
-            time_to_exhaustion_seconds: exhaustion,
-            trend_window: settings.trend_window,
             processes,
             xid_in_window,
             // Only a current reading: one older than twice the probe

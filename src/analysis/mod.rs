@@ -10,7 +10,6 @@
 
 pub mod accounting;
 pub mod analyzer;
-pub mod fragmentation;
 pub mod leak;
 pub mod pressure;
 pub mod remediation;

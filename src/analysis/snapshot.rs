@@ -6,7 +6,6 @@
 //! an `Arc` and never wait on a pass.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use parking_lot::RwLock;
 
@@ -14,7 +13,6 @@ use crate::model::{AllocatorStats, DeviceInfo, MemoryInfo, ProbeReading, Timesta
 
 use super::leak::LeakFinding;
 use super::summary::DeviceAnalysis;
-use super::trend::Trend;
 
 /// One pass over every listed device, in the store's order.
 #[derive(Clone, Debug, Default)]
@@ -39,7 +37,8 @@ pub struct DeviceSnapshot {
     pub analysis: DeviceAnalysis,
 }
 
-/// What the analysis found about one device, as the rules need it.
+/// What the rules need about one device beyond its summary: identity,
+/// health, the latest reading, processes, Xid errors and the probe.
 #[derive(Clone, Debug)]
 pub struct DeviceFacts {
     pub info: DeviceInfo,
@@ -47,9 +46,6 @@ pub struct DeviceFacts {
     /// Why the latest fast read failed, when it did.
     pub failure: Option<String>,
     pub memory: Option<MemoryInfo>,
-    pub trend: Option<Trend>,
-    pub time_to_exhaustion_seconds: Option<f64>,
-    pub trend_window: Duration,
     pub processes: Vec<ProcessFacts>,
     pub xid_in_window: Option<u64>,
     /// The latest successful CUDA probe of the device, while current.

@@ -76,12 +76,6 @@ impl AppState {
         let ingest = Arc::new(ingest);
         Self { store, telemetry, analyses, board, streams, limits, ingest }
     }
-
-    /// Replaces the report intake.
-    pub fn with_ingest(mut self, ingest: reports::Ingest) -> Self {
-        self.ingest = Arc::new(ingest);
-        self
-    }
 }
 
 /// Builds the router with every route and protection. Routes come only

@@ -30,6 +30,10 @@ fn limits() -> Limits {
 
 /// A store filled with two minutes of a simulated multi-tenant host.
 fn filled_state() -> AppState {
+    state_with(filled_store())
+}
+
+fn filled_store() -> Arc<HistoryStore> {
     let spec = SimulatorSpec { scenario: ScenarioKind::MultiTenant, gpus: 2, seed: 3 };
     let simulator =
         Simulator::with_origin(spec, ScaledClock::starting_at(GOLDEN_ORIGIN, 1.0), GOLDEN_ORIGIN)
@@ -51,17 +55,21 @@ fn filled_state() -> AppState {
         }
     }
     store.mark_cycle_completed();
-    state_with(store)
+    store
 }
 
 fn state_with(store: Arc<HistoryStore>) -> AppState {
+    state_with_intake(store, crate::app::report_intake(&crate::config::defaults(), None))
+}
+
+fn state_with_intake(store: Arc<HistoryStore>, intake: reports::Ingest) -> AppState {
     AppState::new(
         store,
         Arc::new(Telemetry::new("simulator").unwrap()),
         Arc::new(AnalysisBoard::default()),
         Arc::new(AlertBoard::new(16)),
         limits(),
-        crate::app::report_intake(&crate::config::defaults(), None),
+        intake,
     )
 }
 
@@ -443,15 +451,18 @@ async fn post_report(
 }
 
 fn with_token(token: Option<&str>) -> AppState {
-    filled_state().with_ingest(reports::Ingest {
-        store: Arc::new(crate::ingest::ReportStore::new(crate::ingest::StoreLimits {
-            ttl: Duration::from_secs(30),
-            rate_limit_per_second: 2,
-            max_reporters: 8,
-        })),
-        limits: crate::ingest::ReportLimits { max_devices: 4, max_stats: 64 },
-        token: token.map(str::to_owned),
-    })
+    state_with_intake(
+        filled_store(),
+        reports::Ingest {
+            store: Arc::new(crate::ingest::ReportStore::new(crate::ingest::StoreLimits {
+                ttl: Duration::from_secs(30),
+                rate_limit_per_second: 2,
+                max_reporters: 8,
+            })),
+            limits: crate::ingest::ReportLimits { max_devices: 4, max_stats: 64 },
+            token: token.map(str::to_owned),
+        },
+    )
 }
 
 #[tokio::test]
