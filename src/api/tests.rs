@@ -724,7 +724,7 @@ async fn openapi_documents_parameters_bodies_and_media_types() {
 #[test]
 fn the_documented_report_example_is_what_the_parser_accepts() {
     let limits = crate::ingest::ReportLimits { max_devices: 16, max_stats: 1024 };
-    let example = openapi::example_report();
+    let example = crate::ingest::report::example_report();
     let report = crate::ingest::report::parse(example.to_string().as_bytes(), &limits)
         .expect("the documented example is a valid report");
     assert_eq!(report.devices.len(), 1);
