@@ -9,13 +9,14 @@ use std::time::Duration;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 
-use vramd::alerts::evaluator::Evaluator;
+use vramd::alerts::evaluator::{Evaluator, SourceState};
+use vramd::analysis::analyzer::Analyzer;
+use vramd::analyze;
 use vramd::config::{SimulatorConfig, defaults};
 use vramd::history::{HistoryStore, Sizing};
 use vramd::model::{
     AllocatorStats, DeviceInfo, FastReading, MemoryInfo, ProcessInfo, SlowReading, Timestamp,
 };
-use vramd::offline;
 use vramd::source::simulator::ScenarioKind;
 
 const GIB: u64 = 1 << 30;
@@ -108,8 +109,12 @@ fn evaluation(c: &mut Criterion) {
         .measurement_time(Duration::from_secs(8))
         .warm_up_time(Duration::from_secs(2));
     group.bench_function("evaluate_8_gpus_x_64_processes", |b| {
+        let mut analyzer = Analyzer::new(vramd::app::analysis_settings(&config.alerts));
         let mut evaluator = Evaluator::new(&config.alerts);
-        b.iter(|| black_box(evaluator.evaluate(&store, true, now).alerts.len()))
+        b.iter(|| {
+            let snapshot = analyzer.analyse(&store, now);
+            black_box(evaluator.evaluate(&snapshot, SourceState::Up, now).alerts.len())
+        })
     });
     group.finish();
 }
@@ -118,7 +123,9 @@ fn offline_throughput(c: &mut Criterion) {
     let config = defaults();
     let simulator = SimulatorConfig { scenario: ScenarioKind::MultiTenant, gpus: 8, seed: 1 };
     let duration = Duration::from_secs(30 * 60);
-    let samples = offline::simulate(&config, &simulator, duration).map(|r| r.samples).unwrap_or(0);
+    let settings = vramd::app::analyze_settings(&config);
+    let samples =
+        analyze::simulate(&settings, &simulator, duration).map(|r| r.samples).unwrap_or(0);
     let mut group = c.benchmark_group("offline");
     group
         .sample_size(10)
@@ -127,7 +134,7 @@ fn offline_throughput(c: &mut Criterion) {
     group.throughput(Throughput::Elements(samples));
     group.bench_function("analyze_multi_tenant_8_gpus_30m", |b| {
         b.iter(|| {
-            black_box(offline::simulate(&config, &simulator, duration).map(|r| r.timeline.len()))
+            black_box(analyze::simulate(&settings, &simulator, duration).map(|r| r.timeline.len()))
         })
     });
     group.finish();

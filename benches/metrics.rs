@@ -177,7 +177,8 @@ fn metrics_in<M: Measurement>(c: &mut Criterion<M>, group_name: &str, sampling: 
     // An empty board: alert and analysis series are measured with the
     // evaluator's own benchmarks.
     let board = AlertBoard::new(16);
-    let full = render(&store, &telemetry, &board).unwrap_or_default();
+    let analyses = vramd::analysis::snapshot::AnalysisSnapshot::default();
+    let full = render(&store, &telemetry, &analyses, &board).unwrap_or_default();
     let lines = |text: &[u8]| text.iter().filter(|&&b| b == b'\n').count();
     eprintln!(
         "exposition: devices {} bytes / {} lines; full {} bytes / {} lines",
@@ -193,7 +194,7 @@ fn metrics_in<M: Measurement>(c: &mut Criterion<M>, group_name: &str, sampling: 
     group.bench_function("render_devices", |b| b.iter(|| black_box(render_devices(&store))));
     group.throughput(Throughput::Bytes(full.len() as u64));
     group.bench_function("render_full", |b| {
-        b.iter(|| black_box(render(&store, &telemetry, &board)))
+        b.iter(|| black_box(render(&store, &telemetry, &analyses, &board)))
     });
     group.finish();
 }

@@ -15,10 +15,15 @@ use tracing::{info, warn};
 use crate::alerts::AlertState;
 use crate::alerts::board::AlertBoard;
 use crate::alerts::notify;
-use crate::alerts::runner::{self, RunnerSettings};
+use crate::alerts::runner::{self, Boards, RunnerSettings};
+use crate::analysis::analyzer::AnalysisSettings;
+use crate::analysis::leak::LeakParams;
+use crate::analysis::pressure::PressureThresholds;
+use crate::analysis::snapshot::AnalysisBoard;
+use crate::analyze::AnalyzeSettings;
 use crate::api::{self, AppState, Limits};
 use crate::clock::{ScaledClock, wall_now};
-use crate::config::{Config, SourceSelection};
+use crate::config::{AlertsConfig, Config, SourceSelection};
 use crate::history::{HistoryStore, Sizing};
 use crate::ingest::{ReportLimits, ReportStore, StoreLimits};
 use crate::sampler::probe::{ProbeGate, ProbeSettings};
@@ -283,6 +288,57 @@ pub fn history_sizing(config: &Config) -> Sizing {
     .with_slow_retention(config.alerts.rules.slow_history_needed(), config.sampler.slow_interval)
 }
 
+/// The analysis windows and thresholds: those the alert rules judge with.
+pub fn analysis_settings(alerts: &AlertsConfig) -> AnalysisSettings {
+    let rules = &alerts.rules;
+    let leak = rules.leak_suspected.enabled.then(|| {
+        let params = LeakParams {
+            min_slope_bytes_per_second: rules.leak_suspected.threshold,
+            ..LeakParams::for_window(rules.leak_window)
+        };
+        (rules.leak_window, params)
+    });
+    AnalysisSettings {
+        trend_window: alerts.trend_window,
+        exhaustion_min_fit: rules.exhaustion_min_fit,
+        retries_window: rules.retries_window,
+        oom_window: rules.oom_window,
+        xid_window: rules.xid_window,
+        leak,
+        probe_stale_after: rules.probe_stale_after,
+        pressure: PressureThresholds::default(),
+    }
+}
+
+/// `vramd analyze`'s settings: the daemon's history sizing, sampling
+/// intervals, analysis and rules, so the timeline is the daemon's.
+pub fn analyze_settings(config: &Config) -> AnalyzeSettings {
+    AnalyzeSettings {
+        sizing: history_sizing(config),
+        fast_interval: config.sampler.fast_interval,
+        slow_interval: config.sampler.slow_interval,
+        analysis: analysis_settings(&config.alerts),
+        alerts: config.alerts.clone(),
+    }
+}
+
+/// The allocator report intake: its store, document bounds and token.
+pub fn report_intake(config: &Config, token: Option<String>) -> api::reports::Ingest {
+    let ingest = &config.ingest;
+    api::reports::Ingest {
+        store: Arc::new(ReportStore::new(StoreLimits {
+            ttl: ingest.ttl,
+            rate_limit_per_second: ingest.rate_limit_per_second.get(),
+            max_reporters: ingest.max_reporters.get(),
+        })),
+        limits: ReportLimits {
+            max_devices: ingest.max_devices.get(),
+            max_stats: ingest.max_stats.get(),
+        },
+        token,
+    }
+}
+
 /// Runs the daemon until `shutdown` completes, then stops serving and
 /// sampling, giving in-flight requests `server.shutdown_timeout` to finish.
 pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(), AppError> {
@@ -311,16 +367,8 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         .map_err(|source| AppError::Bind { addr: config.server.listen, source })?;
     info!(addr = %local, source = source.name(), "listening");
 
-    let token = read_token(&config).await?;
-    let reports = Arc::new(ReportStore::new(StoreLimits {
-        ttl: config.ingest.ttl,
-        rate_limit_per_second: config.ingest.rate_limit_per_second.get(),
-        max_reporters: config.ingest.max_reporters.get(),
-    }));
-    let report_limits = ReportLimits {
-        max_devices: config.ingest.max_devices.get(),
-        max_stats: config.ingest.max_stats.get(),
-    };
+    let intake = report_intake(&config, read_token(&config).await?);
+    let (reports, report_limits) = (intake.store.clone(), intake.limits);
     let cancel = CancellationToken::new();
     if let Some(simulator) = reporting_simulator {
         // One round before sampling starts, so the first slow sample joins.
@@ -357,12 +405,14 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         .map_err(AppError::Notify)?;
     let dispatch = (!notifiers.is_empty())
         .then(|| notify::spawn(notifiers, &config.notify, telemetry.clone(), cancel.clone()));
+    let analyses = Arc::new(AnalysisBoard::default());
     let evaluation = tokio::spawn(runner::run(
         store.clone(),
         telemetry.clone(),
-        board.clone(),
+        Boards { analyses: analyses.clone(), alerts: board.clone() },
         dispatch,
         RunnerSettings {
+            analysis: analysis_settings(&config.alerts),
             alerts: config.alerts.clone(),
             resend_interval: config.notify.resend_interval,
             speed,
@@ -372,6 +422,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     let state = AppState::new(
         store,
         telemetry,
+        analyses,
         board,
         Limits {
             request_timeout: config.server.request_timeout,
@@ -381,9 +432,8 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
             retention: config.history.retention,
             max_event_streams: config.api.max_event_streams.get(),
         },
+        intake,
     );
-    let state =
-        state.with_ingest(api::reports::Ingest { store: reports, limits: report_limits, token });
     let app = api::router(state).into_make_service_with_connect_info::<SocketAddr>();
     let server =
         axum::serve(listener, app).with_graceful_shutdown(cancel.clone().cancelled_owned());

@@ -1,11 +1,13 @@
 //! vramd: a daemon that watches NVIDIA GPU memory and says where it went,
 //! whether it is fragmented or leaking, and when it will run out.
 //!
-//! Data flows one way: `source` → `sampler` → `history` → (analyzer, alerts)
-//! → `api`/`exposition`. Only `app` knows the concrete types it wires.
+//! Data flows one way: `source` → `sampler` → `history` → `analysis` →
+//! `alerts` → `api`/`exposition`. Only `app` knows the concrete types it
+//! wires.
 
 pub mod alerts;
 pub mod analysis;
+pub mod analyze;
 pub mod api;
 pub mod app;
 pub mod cli;
@@ -16,7 +18,6 @@ pub mod history;
 pub mod ingest;
 pub mod logging;
 pub mod model;
-pub mod offline;
 pub mod sampler;
 pub mod signals;
 pub mod source;

@@ -12,11 +12,11 @@ use tracing::{error, info};
 use tracing_subscriber::EnvFilter;
 
 use vramd::alerts::AlertState;
+use vramd::analyze as offline_analysis;
 use vramd::cli::{AnalyzeArgs, Cli, Command, FailOn, ProbeCommand, scenario_lines};
 use vramd::config::SourceSelection;
 use vramd::config::{self, Config, LoadOptions, LogFormat};
 use vramd::logging::{LogGuard, LogSink};
-use vramd::offline;
 use vramd::source::cuda::{ProbeAnswer, ProbeArgs, render_text};
 use vramd::source::trace::Replay;
 
@@ -107,22 +107,25 @@ fn probe(args: &ProbeCommand) -> ExitCode {
 
 /// `vramd analyze`: offline pipeline, timeline on stdout.
 fn analyze(config: &Config, args: AnalyzeArgs) -> ExitCode {
+    let settings = vramd::app::analyze_settings(config);
     let report = match &config.source.selection {
-        SourceSelection::Simulate(simulator) => offline::simulate(config, simulator, args.duration),
+        SourceSelection::Simulate(simulator) => {
+            offline_analysis::simulate(&settings, simulator, args.duration)
+        }
         SourceSelection::Replay { path } => {
             match Replay::open_bounded(
                 path,
                 config.source.max_trace_line_bytes,
                 config.source.max_trace_bytes,
             ) {
-                Ok(trace) => offline::replay(config, &trace),
+                Ok(trace) => offline_analysis::replay(&settings, &trace),
                 Err(error) => {
                     eprintln!("vramd: {error}");
                     return ExitCode::from(2);
                 }
             }
         }
-        SourceSelection::Driver => Err(offline::OfflineError::NoInput),
+        SourceSelection::Driver => Err(offline_analysis::AnalyzeError::NoInput),
     };
     let report = match report {
         Ok(report) => report,
@@ -140,7 +143,7 @@ fn analyze(config: &Config, args: AnalyzeArgs) -> ExitCode {
             }
         }
     } else {
-        print!("{}", offline::render_table(&report));
+        print!("{}", offline_analysis::render_table(&report));
     }
     let failed = match args.fail_on {
         FailOn::Never => false,

@@ -18,6 +18,7 @@ use http_body_util::BodyExt;
 use tower::ServiceExt;
 
 use vramd::alerts::board::AlertBoard;
+use vramd::analysis::snapshot::AnalysisBoard;
 use vramd::api::{self, AppState, Limits};
 use vramd::clock::ScaledClock;
 use vramd::history::{HistoryStore, Sizing};
@@ -109,6 +110,7 @@ async fn device_document_matches_the_golden_file() {
     let state = AppState::new(
         store,
         Arc::new(Telemetry::new("simulator").unwrap()),
+        Arc::new(AnalysisBoard::default()),
         Arc::new(AlertBoard::new(16)),
         Limits {
             request_timeout: Duration::from_secs(5),
@@ -118,6 +120,7 @@ async fn device_document_matches_the_golden_file() {
             retention: Duration::from_secs(3_600),
             max_event_streams: 2,
         },
+        vramd::app::report_intake(&vramd::config::defaults(), None),
     );
     let response = api::router(state)
         .oneshot(Request::builder().uri("/api/v1/devices/0").body(Body::empty()).unwrap())

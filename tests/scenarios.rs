@@ -1,5 +1,5 @@
 //! The labelled scenario suite: every simulated scenario runs through the
-//! offline pipeline (the same analysis and alert engine as the daemon) with
+//! `vramd analyze` pipeline (the same analysis and alert engine as the daemon) with
 //! the default configuration, and must raise exactly the alerts it declares
 //! (`source::simulator::expectations`), each by its deadline.
 
@@ -9,18 +9,18 @@
 use std::time::Duration;
 
 use vramd::alerts::AlertState;
+use vramd::analyze::{self, AnalyzeReport};
 use vramd::clock::ScaledClock;
 use vramd::config::{SimulatorConfig, defaults};
-use vramd::offline::{self, Report};
 use vramd::source::simulator::expectations::expected_alerts;
 use vramd::source::simulator::{GOLDEN_ORIGIN, ScenarioKind, Simulator, SimulatorSpec};
 
 const PLAYED: Duration = Duration::from_secs(45 * 60);
 
-fn play(scenario: ScenarioKind) -> Report {
+fn play(scenario: ScenarioKind) -> AnalyzeReport {
     let config = defaults();
     let simulator = SimulatorConfig { scenario, gpus: 2, seed: 1 };
-    offline::simulate(&config, &simulator, PLAYED).unwrap()
+    analyze::simulate(&vramd::app::analyze_settings(&config), &simulator, PLAYED).unwrap()
 }
 
 fn check(scenario: ScenarioKind) {
@@ -43,7 +43,7 @@ fn check(scenario: ScenarioKind) {
                 "{scenario}: {} on GPU {} never fired\n{}",
                 want.rule,
                 want.gpu,
-                offline::render_table(&report)
+                analyze::render_table(&report)
             );
         };
         let fired_at = Duration::from_secs_f64(hit.offset_seconds);
@@ -52,7 +52,7 @@ fn check(scenario: ScenarioKind) {
             "{scenario}: {} fired at {fired_at:?}, later than {:?}\n{}",
             want.rule,
             want.by,
-            offline::render_table(&report)
+            analyze::render_table(&report)
         );
         eprintln!(
             "{scenario:<24} {:<30} gpu {} onset {:>5.1} min  fired {:>5.1} min  latency {:>5.1} min",
@@ -72,7 +72,7 @@ fn check(scenario: ScenarioKind) {
             "{scenario}: unexpected alert {} ({})\n{}",
             alert.id,
             alert.summary,
-            offline::render_table(&report)
+            analyze::render_table(&report)
         );
     }
 }

@@ -171,7 +171,8 @@ mod tests {
     #[test]
     fn a_stale_probe_reading_is_not_judged_so_its_alert_resolves() {
         use crate::alerts::AlertState;
-        use crate::alerts::evaluator::Evaluator;
+        use crate::alerts::evaluator::{Evaluator, SourceState};
+        use crate::analysis::analyzer::Analyzer;
         use crate::history::{HistoryStore, Sizing};
         use crate::model::{FastReading, MemoryInfo};
         use std::time::Duration;
@@ -192,8 +193,9 @@ mod tests {
         let at = |after: Duration| {
             Timestamp::from_unix_millis(probed.at.unix_millis() + after.as_millis() as i64)
         };
+        let mut analyzer = Analyzer::new(crate::app::analysis_settings(&config));
         let mut evaluator = Evaluator::new(&config);
-        let headroom_alert = |evaluator: &mut Evaluator, now: Timestamp| {
+        let mut headroom_alert = |evaluator: &mut Evaluator, now: Timestamp| {
             let fast = FastReading {
                 at: now,
                 memory: Some(MemoryInfo {
@@ -206,7 +208,8 @@ mod tests {
                 memory_bandwidth_utilization: None,
             };
             history.record_fast(fast).unwrap();
-            let evaluation = evaluator.evaluate(&store, true, now);
+            let snapshot = analyzer.analyse(&store, now);
+            let evaluation = evaluator.evaluate(&snapshot, SourceState::Up, now);
             evaluation.alerts.into_iter().find(|alert| alert.key.rule == "probe_headroom_low")
         };
         let fresh = headroom_alert(&mut evaluator, at(Duration::from_secs(60))).unwrap();

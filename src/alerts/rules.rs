@@ -1,43 +1,14 @@
 //! The built-in rules: what each measures, on which side of its threshold
 //! it fires, and how it explains itself (evidence and remediation).
 
-use std::time::Duration;
-
-use crate::analysis::fragmentation::split_fragmentation_ratio;
-use crate::analysis::leak::LeakFinding;
+use crate::analysis::accounting::split_fragmentation_ratio;
 use crate::analysis::remediation;
-use crate::analysis::trend::Trend;
+use crate::analysis::snapshot::{DeviceSnapshot, ProcessFacts};
 use crate::config::{RuleConfig, RulesConfig};
-use crate::model::{AllocatorStats, DeviceInfo, MemoryInfo, ProbeReading};
+use crate::model::{DeviceInfo, MemoryInfo};
 
 use super::engine::{Observation, Verdict};
 use super::model::AlertKey;
-
-/// What the analysis found about one device, as the rules need it.
-pub struct DeviceFacts {
-    pub info: DeviceInfo,
-    pub up: bool,
-    /// Why the latest fast read failed, when it did.
-    pub failure: Option<String>,
-    pub memory: Option<MemoryInfo>,
-    pub trend: Option<Trend>,
-    pub time_to_exhaustion_seconds: Option<f64>,
-    pub trend_window: Duration,
-    pub processes: Vec<ProcessFacts>,
-    pub xid_in_window: Option<u64>,
-    /// The latest successful CUDA probe of the device.
-    pub probe: Option<ProbeReading>,
-}
-
-pub struct ProcessFacts {
-    pub pid: u32,
-    pub name: Option<String>,
-    /// Latest allocator statistics, when the process reports them.
-    pub allocator: Option<AllocatorStats>,
-    pub retries_in_window: Option<u64>,
-    pub ooms_in_window: Option<u64>,
-    pub leak: Option<LeakFinding>,
-}
 
 /// Which side of the threshold is bad.
 #[derive(Clone, Copy)]
@@ -131,7 +102,8 @@ pub fn source_down(rules: &RulesConfig) -> Observation {
 }
 
 /// Every rule's observation for one device and its processes.
-pub fn observe(rules: &RulesConfig, facts: &DeviceFacts, out: &mut Vec<Observation>) {
+pub fn observe(rules: &RulesConfig, snapshot: &DeviceSnapshot, out: &mut Vec<Observation>) {
+    let facts = &snapshot.facts;
     let device = &facts.info;
     let name = format!("GPU {} ({})", device.gpu_index(), device.name);
     push(
@@ -159,7 +131,7 @@ pub fn observe(rules: &RulesConfig, facts: &DeviceFacts, out: &mut Vec<Observati
         out,
     );
     if let Some(memory) = facts.memory {
-        memory_rules(rules, facts, &name, memory, out);
+        memory_rules(rules, snapshot, &name, memory, out);
     }
     for process in &facts.processes {
         process_rules(rules, device, &name, process, out);
@@ -196,12 +168,12 @@ pub fn observe(rules: &RulesConfig, facts: &DeviceFacts, out: &mut Vec<Observati
 
 fn memory_rules(
     rules: &RulesConfig,
-    facts: &DeviceFacts,
+    snapshot: &DeviceSnapshot,
     name: &str,
     memory: MemoryInfo,
     out: &mut Vec<Observation>,
 ) {
-    let device = &facts.info;
+    let (device, analysis) = (&snapshot.facts.info, &snapshot.analysis);
     if memory.total_bytes > 0 {
         let ratio = memory.used_bytes as f64 / memory.total_bytes as f64;
         push(
@@ -233,9 +205,11 @@ fn memory_rules(
             out,
         );
     }
-    let tte = facts.time_to_exhaustion_seconds;
-    let (slope, fit) =
-        facts.trend.as_ref().map_or((0.0, 0.0), |trend| (trend.slope_per_second, trend.fit));
+    let tte = analysis.time_to_exhaustion_seconds;
+    let (slope, fit) = match (analysis.growth_bytes_per_second, analysis.growth_fit) {
+        (Some(slope), Some(fit)) => (slope, fit),
+        _ => (0.0, 0.0),
+    };
     push(
         device,
         Draft {
@@ -257,7 +231,7 @@ fn memory_rules(
                     format!(
                         "used memory grows {:.1} MiB/s (Theil–Sen over {}, fit {:.2}); {} free.",
                         slope / MIB,
-                        minutes(facts.trend_window.as_secs_f64()),
+                        minutes(analysis.trend_window_seconds),
                         fit,
                         gib(memory.free_bytes)
                     ),

@@ -4,6 +4,9 @@
 //! processes' usage plus an unattributed rest. A process with allocator
 //! statistics splits further into live tensors, allocator cache (of which
 //! fragmented and releasable) and memory outside the allocator.
+//!
+//! The ratios of DESIGN.md come from here alone, so the API, `/metrics` and
+//! the fragmentation rule can never disagree.
 
 use serde::Serialize;
 
@@ -46,8 +49,16 @@ pub fn process_breakdown(process: &ProcessInfo) -> Option<ProcessBreakdown> {
         releasable_bytes: cache - fragmented,
         outside_allocator_bytes: process.used_bytes.map(|used| used.saturating_sub(reserved)),
         cache_ratio: (reserved > 0).then(|| cache as f64 / reserved as f64),
-        fragmentation_ratio: (reserved > 0).then(|| fragmented as f64 / reserved as f64),
+        fragmentation_ratio: split_fragmentation_ratio(&stats),
     })
+}
+
+/// `inactive_split / reserved` (fragmented pieces counted only up to the
+/// cache); `None` when nothing is reserved.
+pub fn split_fragmentation_ratio(stats: &AllocatorStats) -> Option<f64> {
+    let cache = stats.reserved_bytes.saturating_sub(stats.allocated_bytes);
+    let fragmented = stats.inactive_split_bytes.min(cache);
+    (stats.reserved_bytes > 0).then(|| fragmented as f64 / stats.reserved_bytes as f64)
 }
 
 /// The split of a device's memory.
@@ -140,6 +151,22 @@ mod tests {
         assert_eq!(parts.outside_allocator_bytes, Some(500 * MIB));
         assert_eq!(parts.cache_ratio, Some(0.4));
         assert_eq!(parts.fragmentation_ratio, Some(0.15));
+    }
+
+    #[test]
+    fn ratios_are_absent_when_nothing_is_reserved() {
+        let empty = AllocatorStats {
+            allocated_bytes: 0,
+            reserved_bytes: 0,
+            active_bytes: 0,
+            inactive_split_bytes: 0,
+            alloc_retries: 0,
+            ooms: 0,
+        };
+        assert_eq!(split_fragmentation_ratio(&empty), None);
+        let parts =
+            process_breakdown(&ProcessInfo { allocator: Some(empty), ..torch_process(None) });
+        assert_eq!(parts.and_then(|parts| parts.cache_ratio), None);
     }
 
     #[test]

@@ -3,8 +3,8 @@
 //!
 //! Owns: the pressure levels, their thresholds and the rules below.
 //! Depends on nothing else in the crate: callers gather the evidence
-//! (memory reading, `trend::time_to_exhaustion`, `series::counter_increase`
-//! of allocator retries and OOMs) into a [`PressureInput`]. Pure; no I/O.
+//! (memory reading, `trend::time_to_exhaustion`, the analyzer's counts of
+//! allocator retries and OOMs) into a [`PressureInput`]. Pure; no I/O.
 //!
 //! The level is the most severe rule that fires (defaults shown):
 //!

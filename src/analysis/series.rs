@@ -1,8 +1,8 @@
 //! Time series pulled out of history snapshots for the analyzer.
 //!
 //! Owns: turning a `Snapshot` window into `(Timestamp, value)` pairs (device
-//! used/free, per-process allocator and NVML figures), listing the PIDs seen
-//! in a window, and the increase of a monotonic counter across restarts.
+//! used, per-process allocator and NVML figures), listing the PIDs seen in
+//! a window, and the step of a monotonic counter across restarts.
 //! Depends on: `model`, `history` (read-only snapshots). No I/O, no clocks:
 //! windows are bounded by sample timestamps the caller passes.
 //!
@@ -12,7 +12,7 @@
 use std::collections::BTreeSet;
 
 use crate::history::{FastPoint, ProcessPoint, SlowPoint, Snapshot, Stamped};
-use crate::model::{MemoryInfo, Timestamp};
+use crate::model::Timestamp;
 
 /// Which per-process figure a series follows.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
@@ -42,12 +42,6 @@ impl ProcessMetric {
         }
     }
 
-    /// Counters only ever grow within one process life; use
-    /// [`counter_increase`] on them rather than a trend.
-    pub fn is_counter(self) -> bool {
-        matches!(self, ProcessMetric::AllocatorRetries | ProcessMetric::AllocatorOoms)
-    }
-
     pub fn as_str(self) -> &'static str {
         match self {
             ProcessMetric::AllocatorAllocated => "allocator_allocated",
@@ -59,19 +53,9 @@ impl ProcessMetric {
     }
 }
 
-/// Device `used` bytes for samples with `from <= at <= to`, oldest first.
-pub fn device_used(
-    snapshot: &Snapshot<FastPoint>,
-    from: Timestamp,
-    to: Timestamp,
-) -> Vec<(Timestamp, u64)> {
-    let mut out = Vec::with_capacity(snapshot.count_in(from, to));
-    device_used_into(snapshot, from, to, &mut out);
-    out
-}
-
-/// [`device_used`] into a caller's buffer (cleared first), so a periodic
-/// analysis pass can reuse one allocation.
+/// Device `used` bytes for samples with `from <= at <= to`, oldest first,
+/// into a caller's buffer (cleared first), so a periodic analysis pass can
+/// reuse one allocation.
 pub fn device_used_into(
     snapshot: &Snapshot<FastPoint>,
     from: Timestamp,
@@ -82,32 +66,6 @@ pub fn device_used_into(
     out.extend(
         snapshot.range(from, to).filter_map(|point| point.used_bytes().map(|u| (point.at(), u))),
     );
-}
-
-/// Device `free` bytes for samples with `from <= at <= to`, oldest first.
-pub fn device_free(
-    snapshot: &Snapshot<FastPoint>,
-    from: Timestamp,
-    to: Timestamp,
-) -> Vec<(Timestamp, u64)> {
-    snapshot
-        .range(from, to)
-        .filter_map(|point| point.memory().map(|m| (point.at(), m.free_bytes)))
-        .collect()
-}
-
-/// Free bytes of the newest sample. `None` when the ring is empty or the
-/// newest sample carries no memory reading: an older value would be stale
-/// data presented as current.
-pub fn device_free_latest(snapshot: &Snapshot<FastPoint>) -> Option<(Timestamp, u64)> {
-    device_memory_latest(snapshot).map(|(at, memory)| (at, memory.free_bytes))
-}
-
-/// The whole memory reading of the newest sample, under the same rule as
-/// [`device_free_latest`].
-pub fn device_memory_latest(snapshot: &Snapshot<FastPoint>) -> Option<(Timestamp, MemoryInfo)> {
-    let newest = snapshot.newest()?;
-    newest.memory().map(|memory| (newest.at(), memory))
 }
 
 /// One process's stored points in `[from, to]`, oldest first. Samples whose
@@ -150,23 +108,6 @@ pub fn pids_in(snapshot: &Snapshot<SlowPoint>, from: Timestamp, to: Timestamp) -
         .map(|process| process.pid)
         .collect();
     pids.into_iter().collect()
-}
-
-/// How much a monotonic counter grew over a series, oldest first.
-///
-/// A drop means the process restarted (PIDs can be reused, allocator stats
-/// start over), so the increase counts from the new value, as Prometheus'
-/// `increase()` does. `None` with fewer than two points: one reading says
-/// nothing about change within the window.
-pub fn counter_increase(series: &[(Timestamp, u64)]) -> Option<u64> {
-    if series.len() < 2 {
-        return None;
-    }
-    let increase = series.windows(2).fold(0u64, |sum, pair| match pair {
-        [(_, previous), (_, current)] => sum.saturating_add(counter_step(*previous, *current)),
-        _ => sum,
-    });
-    Some(increase)
 }
 
 /// What a monotonic counter gained from `previous` to `current`; a drop

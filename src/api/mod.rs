@@ -4,7 +4,8 @@
 //! Owns: routes, request limits (body size, timeout, concurrency), JSON
 //! shapes and error codes. Reads history and telemetry only; never calls a
 //! device source, so a stuck driver can't slow a request.
-//! Depends on: `history`, `analysis`, `exposition`, `telemetry`, `model`.
+//! Depends on: `history`, `analysis` (the published snapshot),
+//! `alerts::board`, `ingest`, `exposition`, `telemetry`, `model`.
 
 mod alerts;
 mod dto;
@@ -30,9 +31,9 @@ use tower::limit::GlobalConcurrencyLimitLayer;
 use tower_http::timeout::TimeoutLayer;
 
 use crate::alerts::board::AlertBoard;
+use crate::analysis::snapshot::AnalysisBoard;
 use crate::exposition;
 use crate::history::HistoryStore;
-use crate::ingest::{ReportLimits, ReportStore, StoreLimits};
 use crate::telemetry::Telemetry;
 
 pub use error::{ApiError, ErrorBody, StaleTier};
@@ -54,6 +55,7 @@ pub struct Limits {
 pub struct AppState {
     pub store: Arc<HistoryStore>,
     pub telemetry: Arc<Telemetry>,
+    pub analyses: Arc<AnalysisBoard>,
     pub board: Arc<AlertBoard>,
     /// One permit per open event stream (`api.max_event_streams`).
     pub streams: Arc<tokio::sync::Semaphore>,
@@ -65,26 +67,14 @@ impl AppState {
     pub fn new(
         store: Arc<HistoryStore>,
         telemetry: Arc<Telemetry>,
+        analyses: Arc<AnalysisBoard>,
         board: Arc<AlertBoard>,
         limits: Limits,
+        ingest: reports::Ingest,
     ) -> Self {
         let streams = Arc::new(tokio::sync::Semaphore::new(limits.max_event_streams));
-        let ingest = Arc::new(reports::Ingest {
-            store: Arc::new(ReportStore::new(StoreLimits {
-                ttl: Duration::from_secs(30),
-                rate_limit_per_second: 10,
-                max_reporters: 1024,
-            })),
-            limits: ReportLimits { max_devices: 16, max_stats: 1024 },
-            token: None,
-        });
-        Self { store, telemetry, board, streams, limits, ingest }
-    }
-
-    /// Replaces the default (loopback-only, default bounds) report intake.
-    pub fn with_ingest(mut self, ingest: reports::Ingest) -> Self {
-        self.ingest = Arc::new(ingest);
-        self
+        let ingest = Arc::new(ingest);
+        Self { store, telemetry, analyses, board, streams, limits, ingest }
     }
 }
 
@@ -202,9 +192,10 @@ async fn not_found(request: Request) -> ApiError {
 )]
 pub(crate) async fn metrics(State(state): State<AppState>) -> Result<Response, ApiError> {
     let body =
-        exposition::render(&state.store, &state.telemetry, &state.board).map_err(|error| {
-            ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", error.to_string())
-        })?;
+        exposition::render(&state.store, &state.telemetry, &state.analyses.latest(), &state.board)
+            .map_err(|error| {
+                ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", error.to_string())
+            })?;
     let mut response = body.into_response();
     response
         .headers_mut()
@@ -364,6 +355,6 @@ pub(crate) async fn device(
     let device = state.store.find(&id).ok_or_else(|| ApiError::unknown_device(&id))?;
     let counts =
         dto::HistoryCounts { fast_samples: device.fast_len(), slow_samples: device.slow_len() };
-    let analysis = state.board.analysis(&device.info().uuid);
+    let analysis = state.analyses.analysis(&device.info().uuid);
     Ok(Json(dto::detail(device.info(), &device.live(), &device.probe(), counts, analysis)))
 }

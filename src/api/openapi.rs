@@ -13,20 +13,15 @@
 //! path does not list, 408 past the request timeout, 503 beyond the
 //! concurrency limit) are added to every operation by [`protection_answers`].
 
-use std::collections::BTreeMap;
-
 use axum::body::Bytes;
 use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Response};
-use serde::Deserialize;
 use serde_json::json;
+use utoipa::OpenApi as _;
 use utoipa::openapi::path::Operation;
 use utoipa::openapi::{ContentBuilder, OpenApi, RefOr, ResponseBuilder, Schema};
-use utoipa::{OpenApi as _, ToSchema};
 use utoipa_axum::router::{OpenApiRouter, UtoipaMethodRouter};
 use utoipa_axum::routes;
-
-use crate::model::SnapshotSummary;
 
 use super::error::ErrorBody;
 use super::{AppState, alerts, history, reports};
@@ -275,75 +270,4 @@ does not list, so it is shown on every operation.",
             }
         }
     }
-}
-
-/// The allocator report document (version 1) that workloads POST.
-///
-/// Only a description for the OpenAPI document: the daemon parses reports in
-/// `crate::ingest::report`, strictly (unknown fields are refused). A unit
-/// test parses this schema's example with the real parser.
-#[derive(Debug, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-#[schema(example = json!(example_report()))]
-pub struct AllocatorReport {
-    /// Document version; this vramd reads version 1.
-    #[schema(minimum = 1, maximum = 1, example = 1)]
-    pub version: u64,
-    pub reporter: crate::ingest::Reporter,
-    /// When the statistics were read (RFC 3339).
-    #[schema(format = DateTime, example = "2026-11-21T01:00:00.123Z")]
-    pub at: String,
-    /// One entry per device the process can see (at most
-    /// `ingest.max_devices`, each UUID once).
-    pub devices: Vec<DeviceReport>,
-}
-
-/// One device's statistics in an allocator report.
-#[derive(Debug, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct DeviceReport {
-    /// The device's UUID as NVML reports it (`GPU-…` or `MIG-…`).
-    #[schema(
-        pattern = "^(GPU|MIG)-",
-        max_length = 96,
-        example = "GPU-8f6a2c1e-0000-4d7b-9a1e-3b5c7d9e1f20"
-    )]
-    pub uuid: String,
-    /// The device's index as the process sees it.
-    #[schema(maximum = 4294967295_u64)]
-    pub index: u32,
-    /// The raw `torch.cuda.memory_stats(i)` dictionary: key to number (at
-    /// most `ingest.max_stats` keys). Every value must be finite, and sizes
-    /// and counts non-negative (`max_split_size` may be -1). vramd reads
-    /// `allocated_bytes.all.current`, `reserved_bytes.all.current`,
-    /// `active_bytes.all.current`, `inactive_split_bytes.all.current`,
-    /// `num_alloc_retries` and `num_ooms`, all required unless the
-    /// dictionary is empty (an allocator never used); allocated must not
-    /// exceed reserved.
-    pub memory_stats: BTreeMap<String, f64>,
-    /// A summary of `torch.cuda.memory_snapshot()` for this device.
-    #[serde(default)]
-    pub snapshot: Option<SnapshotSummary>,
-}
-
-/// The example report of docs/api.md.
-pub fn example_report() -> serde_json::Value {
-    json!({
-        "version": 1,
-        "reporter": {"pid": 4242, "hostname": "node-1", "pod": "train-0", "namespace": "ml", "container": "trainer"},
-        "at": "2026-11-21T01:00:00.123Z",
-        "devices": [{
-            "uuid": "GPU-8f6a2c1e-0000-4d7b-9a1e-3b5c7d9e1f20",
-            "index": 0,
-            "memory_stats": {
-                "allocated_bytes.all.current": 6442450944_u64,
-                "reserved_bytes.all.current": 8589934592_u64,
-                "active_bytes.all.current": 6442450944_u64,
-                "inactive_split_bytes.all.current": 1073741824_u64,
-                "num_alloc_retries": 3,
-                "num_ooms": 0
-            },
-            "snapshot": {"segments": 40, "total_bytes": 8589934592_u64, "allocated_bytes": 6442450944_u64, "largest_free_block_bytes": 268435456}
-        }]
-    })
 }

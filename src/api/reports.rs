@@ -88,7 +88,7 @@ write; other hosts need `Authorization: Bearer <token>` matching `ingest.token_f
 report joins the NVML process with the same device UUID whose host PID, or namespace PID, is \
 `reporter.pid` (docs/api.md).",
     request_body(
-        content = super::openapi::AllocatorReport,
+        content = crate::ingest::report::ReportDocument,
         content_type = "application/json",
         description = "The allocator report document, version 1",
     ),

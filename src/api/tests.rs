@@ -30,6 +30,10 @@ fn limits() -> Limits {
 
 /// A store filled with two minutes of a simulated multi-tenant host.
 fn filled_state() -> AppState {
+    state_with(filled_store())
+}
+
+fn filled_store() -> Arc<HistoryStore> {
     let spec = SimulatorSpec { scenario: ScenarioKind::MultiTenant, gpus: 2, seed: 3 };
     let simulator =
         Simulator::with_origin(spec, ScaledClock::starting_at(GOLDEN_ORIGIN, 1.0), GOLDEN_ORIGIN)
@@ -51,15 +55,21 @@ fn filled_state() -> AppState {
         }
     }
     store.mark_cycle_completed();
-    state_with(store)
+    store
 }
 
 fn state_with(store: Arc<HistoryStore>) -> AppState {
+    state_with_intake(store, crate::app::report_intake(&crate::config::defaults(), None))
+}
+
+fn state_with_intake(store: Arc<HistoryStore>, intake: reports::Ingest) -> AppState {
     AppState::new(
         store,
         Arc::new(Telemetry::new("simulator").unwrap()),
+        Arc::new(AnalysisBoard::default()),
         Arc::new(AlertBoard::new(16)),
         limits(),
+        intake,
     )
 }
 
@@ -326,7 +336,7 @@ fn with_alerts() -> AppState {
         alert("device_lost", "GPU-b", AlertState::Firing, Severity::Critical),
         alert("xid_error", "GPU-a", AlertState::Resolved, Severity::Critical),
     ];
-    state.board.publish(alerts, Default::default(), &[]);
+    state.board.publish(alerts, &[]);
     state
 }
 
@@ -383,7 +393,7 @@ async fn the_event_stream_delivers_state_changes_and_is_bounded() {
             crate::alerts::Severity::Warning,
         ),
     };
-    state.board.publish(Vec::new(), Default::default(), std::slice::from_ref(&transition));
+    state.board.publish(Vec::new(), std::slice::from_ref(&transition));
     let mut body = response.into_body();
     let frame =
         tokio::time::timeout(Duration::from_secs(5), body.frame()).await.unwrap().unwrap().unwrap();
@@ -441,15 +451,18 @@ async fn post_report(
 }
 
 fn with_token(token: Option<&str>) -> AppState {
-    filled_state().with_ingest(reports::Ingest {
-        store: Arc::new(crate::ingest::ReportStore::new(crate::ingest::StoreLimits {
-            ttl: Duration::from_secs(30),
-            rate_limit_per_second: 2,
-            max_reporters: 8,
-        })),
-        limits: crate::ingest::ReportLimits { max_devices: 4, max_stats: 64 },
-        token: token.map(str::to_owned),
-    })
+    state_with_intake(
+        filled_store(),
+        reports::Ingest {
+            store: Arc::new(crate::ingest::ReportStore::new(crate::ingest::StoreLimits {
+                ttl: Duration::from_secs(30),
+                rate_limit_per_second: 2,
+                max_reporters: 8,
+            })),
+            limits: crate::ingest::ReportLimits { max_devices: 4, max_stats: 64 },
+            token: token.map(str::to_owned),
+        },
+    )
 }
 
 #[tokio::test]
@@ -711,7 +724,7 @@ async fn openapi_documents_parameters_bodies_and_media_types() {
 #[test]
 fn the_documented_report_example_is_what_the_parser_accepts() {
     let limits = crate::ingest::ReportLimits { max_devices: 16, max_stats: 1024 };
-    let example = openapi::example_report();
+    let example = crate::ingest::report::example_report();
     let report = crate::ingest::report::parse(example.to_string().as_bytes(), &limits)
         .expect("the documented example is a valid report");
     assert_eq!(report.devices.len(), 1);

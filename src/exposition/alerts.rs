@@ -4,6 +4,7 @@
 
 use crate::alerts::AlertState;
 use crate::alerts::board::AlertBoard;
+use crate::analysis::snapshot::AnalysisSnapshot;
 use crate::analysis::summary::DeviceAnalysis;
 
 use super::text::{Family, FamilyWriter, Labels, family};
@@ -52,12 +53,17 @@ family!(
     "1 for each pending or firing vramd alert (alertstate says which)."
 );
 
-pub(super) fn render(views: &[DeviceView<'_>], board: &AlertBoard, out: &mut Vec<u8>) {
-    let analyses = board.analyses();
-    let analysis =
-        |out: &mut Vec<u8>, family: &Family, value: fn(&DeviceAnalysis) -> Option<f64>| {
-            per_device(out, views, family, |view| analyses.get(&view.info.uuid).and_then(value));
-        };
+pub(super) fn render(
+    views: &[DeviceView<'_>],
+    analyses: &AnalysisSnapshot,
+    board: &AlertBoard,
+    out: &mut Vec<u8>,
+) {
+    let analysis = |out: &mut Vec<u8>,
+                    family: &Family,
+                    value: fn(&DeviceAnalysis) -> Option<f64>| {
+        per_device(out, views, family, |view| analyses.analysis(&view.info.uuid).and_then(value));
+    };
     analysis(out, &GROWTH, |a| a.growth_bytes_per_second);
     analysis(out, &GROWTH_FIT, |a| a.growth_fit);
     analysis(out, &EXHAUSTION, |a| a.time_to_exhaustion_seconds);

@@ -4,8 +4,8 @@
 //! Owns: metric names, help texts and labels (DESIGN.md's naming contract).
 //! A scrape only reads the live state the sampler left in history; it never
 //! calls a device source. Absent values are left out, never written as 0.
-//! Depends on: `history`, `analysis::accounting`, `alerts::board`,
-//! `telemetry`, `model`.
+//! Depends on: `history`, `analysis` (accounting, the published
+//! snapshot), `alerts::board`, `telemetry`, `model`.
 
 mod alerts;
 mod health;
@@ -16,6 +16,7 @@ use std::sync::Arc;
 
 use crate::alerts::board::AlertBoard;
 use crate::analysis::accounting;
+use crate::analysis::snapshot::AnalysisSnapshot;
 use crate::history::{DeviceHistory, HistoryStore, LiveState, ProbeState};
 use crate::model::{DeviceInfo, ProcessInfo};
 use crate::telemetry::{Telemetry, TelemetryError};
@@ -25,17 +26,19 @@ use text::{Family, FamilyWriter, Labels, SampleValue, family};
 /// The content type of the text exposition format.
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
-/// Renders the full exposition: device series, then self metrics.
+/// Renders the full exposition: device series, the latest analysis and
+/// alerts, then self metrics.
 pub fn render(
     store: &HistoryStore,
     telemetry: &Telemetry,
+    analyses: &AnalysisSnapshot,
     board: &AlertBoard,
 ) -> Result<Vec<u8>, TelemetryError> {
     let devices = store.devices();
     let views = collect(&devices);
     let mut out = Vec::with_capacity(estimate_size(&views));
     render_devices_into(&views, &mut out);
-    alerts::render(&views, board, &mut out);
+    alerts::render(&views, analyses, board, &mut out);
     telemetry.encode_into(&mut out)?;
     Ok(out)
 }

@@ -10,7 +10,7 @@
 pub mod report;
 pub mod store;
 
-pub use report::{Report, ReportError, ReportLimits, Reporter};
+pub use report::{AllocatorReport, ReportError, ReportLimits, ReportedDevice, Reporter};
 pub use store::{Refused, ReportStore, ReportView, StoreLimits};
 #[cfg(test)]
 mod tests;

@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 
 use serde::Deserialize;
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use crate::model::{AllocatorStats, SnapshotSummary, Timestamp};
 
@@ -44,35 +44,88 @@ pub struct Reporter {
     pub container: Option<String>,
 }
 
-#[derive(Deserialize)]
+/// The allocator report document (version 1) that workloads POST. It is
+/// read strictly: unknown fields are refused.
+// The parser reads this type and the OpenAPI schema is generated from it,
+// so the two cannot drift; `parse` validates it into an `AllocatorReport`.
+#[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-struct RawReport {
+#[schema(as = AllocatorReport, example = json!(example_report()))]
+pub struct ReportDocument {
+    /// Document version; this vramd reads version 1.
+    #[schema(minimum = 1, maximum = 1, example = 1)]
     version: u64,
     reporter: Reporter,
+    /// When the statistics were read (RFC 3339).
+    #[schema(format = DateTime, example = "2026-11-21T01:00:00.123Z")]
     at: String,
-    devices: Vec<RawDevice>,
+    /// One entry per device the process can see (at most
+    /// `ingest.max_devices`, each UUID once).
+    devices: Vec<DeviceDocument>,
 }
 
-#[derive(Deserialize)]
+/// One device's statistics in an allocator report.
+#[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-struct RawDevice {
+#[schema(as = DeviceReport)]
+struct DeviceDocument {
+    /// The device's UUID as NVML reports it (`GPU-…` or `MIG-…`).
+    #[schema(
+        pattern = "^(GPU|MIG)-",
+        max_length = 96,
+        example = "GPU-8f6a2c1e-0000-4d7b-9a1e-3b5c7d9e1f20"
+    )]
     uuid: String,
+    /// The device's index as the process sees it.
+    #[schema(maximum = 4294967295_u64)]
     index: u32,
+    /// The raw `torch.cuda.memory_stats(i)` dictionary: key to number (at
+    /// most `ingest.max_stats` keys). Every value must be finite, and sizes
+    /// and counts non-negative (`max_split_size` may be -1). vramd reads
+    /// `allocated_bytes.all.current`, `reserved_bytes.all.current`,
+    /// `active_bytes.all.current`, `inactive_split_bytes.all.current`,
+    /// `num_alloc_retries` and `num_ooms`, all required unless the
+    /// dictionary is empty (an allocator never used); allocated must not
+    /// exceed reserved.
+    #[schema(value_type = BTreeMap<String, f64>)]
     memory_stats: BTreeMap<String, Value>,
+    /// A summary of `torch.cuda.memory_snapshot()` for this device.
     #[serde(default)]
     snapshot: Option<SnapshotSummary>,
 }
 
+/// The example report of docs/api.md.
+pub fn example_report() -> serde_json::Value {
+    json!({
+        "version": 1,
+        "reporter": {"pid": 4242, "hostname": "node-1", "pod": "train-0", "namespace": "ml", "container": "trainer"},
+        "at": "2026-11-21T01:00:00.123Z",
+        "devices": [{
+            "uuid": "GPU-8f6a2c1e-0000-4d7b-9a1e-3b5c7d9e1f20",
+            "index": 0,
+            "memory_stats": {
+                "allocated_bytes.all.current": 6442450944_u64,
+                "reserved_bytes.all.current": 8589934592_u64,
+                "active_bytes.all.current": 6442450944_u64,
+                "inactive_split_bytes.all.current": 1073741824_u64,
+                "num_alloc_retries": 3,
+                "num_ooms": 0
+            },
+            "snapshot": {"segments": 40, "total_bytes": 8589934592_u64, "allocated_bytes": 6442450944_u64, "largest_free_block_bytes": 268435456}
+        }]
+    })
+}
+
 /// A validated report.
 #[derive(Clone, Debug, PartialEq)]
-pub struct Report {
+pub struct AllocatorReport {
     pub reporter: Reporter,
     pub at: Timestamp,
-    pub devices: Vec<DeviceReport>,
+    pub devices: Vec<ReportedDevice>,
 }
 
 #[derive(Clone, Debug, PartialEq)]
-pub struct DeviceReport {
+pub struct ReportedDevice {
     pub uuid: String,
     pub index: u32,
     /// `None` when the dictionary was empty (the allocator was never used
@@ -133,7 +186,7 @@ const RETRIES: &str = "num_alloc_retries";
 const OOMS: &str = "num_ooms";
 
 /// Parses and validates a report body.
-pub fn parse(body: &[u8], limits: &ReportLimits) -> Result<Report, ReportError> {
+pub fn parse(body: &[u8], limits: &ReportLimits) -> Result<AllocatorReport, ReportError> {
     // The version is checked first, so a future document gets the clearer
     // error rather than a complaint about a field this version lacks.
     let value: Value =
@@ -143,7 +196,7 @@ pub fn parse(body: &[u8], limits: &ReportLimits) -> Result<Report, ReportError> 
         Some(found) => return Err(ReportError::Version { found }),
         None => return Err(ReportError::Malformed("`version` must be the number 1".into())),
     }
-    let raw: RawReport =
+    let raw: ReportDocument =
         serde_json::from_value(value).map_err(|e| ReportError::Malformed(e.to_string()))?;
     if raw.version != VERSION {
         return Err(ReportError::Version { found: raw.version });
@@ -173,7 +226,7 @@ pub fn parse(body: &[u8], limits: &ReportLimits) -> Result<Report, ReportError> 
             max: limits.max_devices,
         });
     }
-    let mut devices: Vec<DeviceReport> = Vec::with_capacity(raw.devices.len());
+    let mut devices: Vec<ReportedDevice> = Vec::with_capacity(raw.devices.len());
     for device in raw.devices {
         if !(device.uuid.starts_with("GPU-") || device.uuid.starts_with("MIG-"))
             || device.uuid.len() > 96
@@ -241,14 +294,14 @@ pub fn parse(body: &[u8], limits: &ReportLimits) -> Result<Report, ReportError> 
         if stats.is_none() && device.snapshot.is_none() {
             continue;
         }
-        devices.push(DeviceReport {
+        devices.push(ReportedDevice {
             uuid: device.uuid,
             index: device.index,
             stats,
             snapshot: device.snapshot,
         });
     }
-    Ok(Report { reporter: raw.reporter, at, devices })
+    Ok(AllocatorReport { reporter: raw.reporter, at, devices })
 }
 
 fn stats_of(
@@ -314,7 +367,7 @@ fn out_of_range(number: f64, may_be_negative: bool) -> Option<&'static str> {
 /// keeps allocated, active and inactive-split within reserved, reserved
 /// and the snapshot's total are the figures to compare.
 pub fn check_device_totals(
-    report: &Report,
+    report: &AllocatorReport,
     total_of: impl Fn(&str) -> Option<u64>,
 ) -> Result<(), ReportError> {
     for device in &report.devices {

@@ -10,7 +10,7 @@ use tokio::time::Instant;
 
 use crate::model::SlowReading;
 
-use super::report::{DeviceReport, Report, Reporter};
+use super::report::{AllocatorReport, ReportedDevice, Reporter};
 
 /// Bounds and timing of the store.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -30,7 +30,7 @@ pub enum Refused {
 }
 
 struct Entry {
-    report: Report,
+    report: AllocatorReport,
     /// Device UUID → the NVML PID the device's report was joined to.
     matched: BTreeMap<String, u32>,
     /// Start of the current one-second rate window and reports in it.
@@ -67,7 +67,7 @@ impl ReportStore {
 
     /// Takes a report (replacing the reporter's previous one), unless the
     /// reporter is over its rate or the store is full.
-    pub fn accept(&self, report: Report, now: Instant) -> Result<(), Refused> {
+    pub fn accept(&self, report: AllocatorReport, now: Instant) -> Result<(), Refused> {
         let key = (report.reporter.hostname.clone(), report.reporter.pid);
         let mut entries = self.entries.lock();
         if let Some(entry) = entries.get_mut(&key) {
@@ -179,7 +179,7 @@ impl ReportStore {
     }
 }
 
-fn join(process: &mut crate::model::ProcessInfo, device: &DeviceReport) {
+fn join(process: &mut crate::model::ProcessInfo, device: &ReportedDevice) {
     // A source that already knows the allocator figures (the simulator)
     // keeps them; a report fills them in for NVML's processes.
     if process.allocator.is_none() {

@@ -36,7 +36,7 @@ fn report(pid: u32, at: &str) -> Value {
 
 const LIMITS: ReportLimits = ReportLimits { max_devices: 4, max_stats: 64 };
 
-fn parsed(value: &Value) -> Result<super::Report, ReportError> {
+fn parsed(value: &Value) -> Result<super::AllocatorReport, ReportError> {
     parse(value.to_string().as_bytes(), &LIMITS)
 }
 

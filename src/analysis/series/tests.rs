@@ -1,6 +1,6 @@
 use super::*;
 use crate::history::Ring;
-use crate::model::{AllocatorStats, FastReading, ProcessInfo, SlowReading};
+use crate::model::{AllocatorStats, FastReading, MemoryInfo, ProcessInfo, SlowReading};
 
 fn ts(millis: i64) -> Timestamp {
     Timestamp::from_unix_millis(millis)
@@ -55,18 +55,9 @@ fn device_used_keeps_the_window_and_skips_absent_memory() {
         ring.push(fast(at, used)).unwrap();
     }
     let snapshot = ring.snapshot();
-    assert_eq!(device_used(&snapshot, ts(0), ts(2_000)), vec![(ts(0), 10), (ts(2_000), 30)]);
-    assert_eq!(device_free(&snapshot, ts(2_500), ts(9_000)), vec![(ts(3_000), 960)]);
-    assert_eq!(device_free_latest(&snapshot), Some((ts(3_000), 960)));
-}
-
-#[test]
-fn latest_free_is_absent_when_the_newest_sample_has_no_memory() {
-    let ring = Ring::new(100);
-    ring.push(fast(0, Some(10))).unwrap();
-    ring.push(fast(1_000, None)).unwrap();
-    assert_eq!(device_free_latest(&ring.snapshot()), None, "no stale value shown as current");
-    assert_eq!(device_free_latest(&Ring::<FastPoint>::new(4).snapshot()), None);
+    let mut used = vec![(ts(9), 9)];
+    device_used_into(&snapshot, ts(0), ts(2_000), &mut used);
+    assert_eq!(used, vec![(ts(0), 10), (ts(2_000), 30)], "the buffer is cleared first");
 }
 
 #[test]
@@ -98,19 +89,13 @@ fn process_series_follows_one_pid_and_leaves_gaps_absent() {
 }
 
 #[test]
-fn counter_increase_sums_growth_and_counts_from_the_new_value_after_a_reset() {
-    let series = [(ts(0), 5), (ts(1), 7), (ts(2), 7), (ts(3), 2), (ts(4), 4)];
-    // 5→7 is +2, then the process restarted at 2 (counts 2), then +2.
-    assert_eq!(counter_increase(&series), Some(6));
-    assert_eq!(counter_increase(&[(ts(0), 3), (ts(1), 3)]), Some(0));
-    assert_eq!(counter_increase(&[(ts(0), 3)]), None, "one reading shows no change");
-    assert_eq!(counter_increase(&[]), None);
+fn counter_steps_count_from_the_new_value_after_a_reset() {
+    assert_eq!(counter_step(5, 7), 2);
+    assert_eq!(counter_step(7, 7), 0);
+    assert_eq!(counter_step(7, 2), 2, "the process restarted at 2: it counts in full");
 }
 
 #[test]
-fn counters_are_marked_as_counters() {
-    assert!(ProcessMetric::AllocatorOoms.is_counter());
-    assert!(ProcessMetric::AllocatorRetries.is_counter());
-    assert!(!ProcessMetric::AllocatorAllocated.is_counter());
+fn metrics_are_named_as_in_the_api() {
     assert_eq!(ProcessMetric::NvmlUsed.as_str(), "nvml_used");
 }

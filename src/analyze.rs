@@ -2,19 +2,21 @@
 //! over a simulated scenario or a recorded trace, as fast as the CPU
 //! allows, printing the alert timeline.
 //!
-//! Depends on: `source` (simulator, replay), `history`, `alerts`. Time comes
-//! only from the readings, so the timeline is the one the daemon would
-//! have produced.
+//! Depends on: `source` (simulator, replay), `history`, `analysis`,
+//! `alerts`; its settings come from the wiring (`app::analyze_settings`).
+//! Time comes only from the readings, so the timeline is the one the
+//! daemon would have produced.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::alerts::evaluator::Evaluator;
+use crate::alerts::evaluator::{Evaluator, SourceState};
 use crate::alerts::{AlertState, Transition};
+use crate::analysis::analyzer::{AnalysisSettings, Analyzer};
 use crate::clock::ScaledClock;
-use crate::config::{Config, SimulatorConfig};
+use crate::config::{AlertsConfig, SimulatorConfig};
 use crate::history::{DeviceHistory, HistoryStore, Sizing};
 use crate::model::Timestamp;
 use crate::source::DeviceSource;
@@ -22,7 +24,7 @@ use crate::source::simulator::{GOLDEN_ORIGIN, Simulator, SimulatorError, Simulat
 use crate::source::trace::{Replay, TraceError, TraceRecord};
 
 #[derive(Debug, thiserror::Error)]
-pub enum OfflineError {
+pub enum AnalyzeError {
     #[error("simulator: {0}")]
     Simulator(#[from] SimulatorError),
     #[error("{0}")]
@@ -31,6 +33,17 @@ pub enum OfflineError {
     Devices(String),
     #[error("nothing to analyse: give --simulate SCENARIO or --replay FILE")]
     NoInput,
+}
+
+/// What `vramd analyze` runs with: the daemon's sizing, intervals,
+/// analysis and rules.
+#[derive(Clone, Debug)]
+pub struct AnalyzeSettings {
+    pub sizing: Sizing,
+    pub fast_interval: Duration,
+    pub slow_interval: Duration,
+    pub analysis: AnalysisSettings,
+    pub alerts: AlertsConfig,
 }
 
 /// One state change on the timeline.
@@ -42,9 +55,9 @@ pub struct TimelineEntry {
     pub transition: Transition,
 }
 
-/// The result of an offline run.
+/// The result of a `vramd analyze` run: its alert timeline.
 #[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct Report {
+pub struct AnalyzeReport {
     pub start: String,
     pub duration_seconds: f64,
     pub samples: u64,
@@ -52,7 +65,7 @@ pub struct Report {
     pub timeline: Vec<TimelineEntry>,
 }
 
-impl Report {
+impl AnalyzeReport {
     /// Whether any alert reached `state` (pending counts firing too).
     pub fn reached(&self, state: AlertState) -> bool {
         self.timeline.iter().any(|entry| match state {
@@ -64,35 +77,24 @@ impl Report {
 
 struct Pipeline {
     store: HistoryStore,
+    analyzer: Analyzer,
     evaluator: Evaluator,
     evaluation_interval: Duration,
     next_evaluation: Option<Timestamp>,
     start: Option<Timestamp>,
-    report: Report,
+    report: AnalyzeReport,
 }
 
 impl Pipeline {
-    fn new(config: &Config) -> Self {
+    fn new(settings: &AnalyzeSettings) -> Self {
         Self {
-            // As the daemon sizes it (`app::history_sizing`), so the same
-            // rules see the same history.
-            store: HistoryStore::new(
-                Sizing::for_retention(
-                    config.history.retention,
-                    config.sampler.fast_interval,
-                    config.sampler.slow_interval,
-                    config.metrics.peak_window,
-                )
-                .with_slow_retention(
-                    config.alerts.rules.slow_history_needed(),
-                    config.sampler.slow_interval,
-                ),
-            ),
-            evaluator: Evaluator::new(&config.alerts),
-            evaluation_interval: config.alerts.evaluation_interval,
+            store: HistoryStore::new(settings.sizing),
+            analyzer: Analyzer::new(settings.analysis.clone()),
+            evaluator: Evaluator::new(&settings.alerts),
+            evaluation_interval: settings.alerts.evaluation_interval,
             next_evaluation: None,
             start: None,
-            report: Report {
+            report: AnalyzeReport {
                 start: String::new(),
                 duration_seconds: 0.0,
                 samples: 0,
@@ -109,7 +111,8 @@ impl Pipeline {
             self.next_evaluation.get_or_insert(start.saturating_add(self.evaluation_interval));
         while *next <= now {
             let at = *next;
-            let evaluation = self.evaluator.evaluate(&self.store, true, at);
+            let snapshot = self.analyzer.analyse(&self.store, at);
+            let evaluation = self.evaluator.evaluate(&snapshot, SourceState::Up, at);
             self.report.evaluations += 1;
             for transition in evaluation.transitions {
                 let offset = at.duration_since(start).unwrap_or_default().as_secs_f64();
@@ -119,7 +122,7 @@ impl Pipeline {
         }
     }
 
-    fn finish(mut self, end: Timestamp) -> Report {
+    fn finish(mut self, end: Timestamp) -> AnalyzeReport {
         let start = self.start.unwrap_or(end);
         self.report.start = start.to_rfc3339();
         self.report.duration_seconds = end.duration_since(start).unwrap_or_default().as_secs_f64();
@@ -154,20 +157,19 @@ fn record_slow(
 
 /// Plays `simulator` for `duration` at the configured sampling intervals.
 pub fn simulate(
-    config: &Config,
+    settings: &AnalyzeSettings,
     simulator: &SimulatorConfig,
     duration: Duration,
-) -> Result<Report, OfflineError> {
+) -> Result<AnalyzeReport, AnalyzeError> {
     let spec =
         SimulatorSpec { scenario: simulator.scenario, gpus: simulator.gpus, seed: simulator.seed };
     let source =
         Simulator::with_origin(spec, ScaledClock::starting_at(GOLDEN_ORIGIN, 1.0), GOLDEN_ORIGIN)?;
-    let mut pipeline = Pipeline::new(config);
-    let infos = source.devices().map_err(|error| OfflineError::Devices(error.to_string()))?;
+    let mut pipeline = Pipeline::new(settings);
+    let infos = source.devices().map_err(|error| AnalyzeError::Devices(error.to_string()))?;
     let devices = pipeline.store.set_devices(infos);
-    let fast = config.sampler.fast_interval;
-    let slow_every =
-        (config.sampler.slow_interval.as_nanos() / fast.as_nanos().max(1)).max(1) as u64;
+    let fast = settings.fast_interval;
+    let slow_every = (settings.slow_interval.as_nanos() / fast.as_nanos().max(1)).max(1) as u64;
     let steps = (duration.as_nanos() / fast.as_nanos().max(1)) as u64;
     let mut at = GOLDEN_ORIGIN;
     for step in 0..=steps {
@@ -188,8 +190,8 @@ pub fn simulate(
 }
 
 /// Plays a recorded trace in file order.
-pub fn replay(config: &Config, trace: &Replay) -> Result<Report, OfflineError> {
-    let mut pipeline = Pipeline::new(config);
+pub fn replay(settings: &AnalyzeSettings, trace: &Replay) -> Result<AnalyzeReport, AnalyzeError> {
+    let mut pipeline = Pipeline::new(settings);
     let devices = pipeline.store.set_devices(trace.header().devices.clone());
     let by_index: BTreeMap<u32, &std::sync::Arc<DeviceHistory>> =
         devices.iter().map(|device| (device.info().index, device)).collect();
@@ -230,7 +232,7 @@ pub fn replay(config: &Config, trace: &Replay) -> Result<Report, OfflineError> {
 }
 
 /// A readable table of the timeline.
-pub fn render_table(report: &Report) -> String {
+pub fn render_table(report: &AnalyzeReport) -> String {
     let mut out = format!(
         "analysed {} samples over {} ({} evaluations) from {}\n",
         report.samples,

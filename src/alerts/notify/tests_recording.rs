@@ -1,6 +1,7 @@
-//! The fake side of the notifier seam: keeps every delivered batch in
-//! memory, and can be told to fail the next deliveries or to stall, so the
-//! dispatcher's retries, drops and isolation can be tested without a network.
+//! The fake side of the notifier seam, in test builds only: keeps every
+//! delivered batch in memory, and can be told to fail the next deliveries or
+//! to stall, so the dispatcher's retries, drops and isolation can be tested
+//! without a network.
 
 use std::sync::Arc;
 

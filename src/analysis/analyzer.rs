@@ -1,0 +1,402 @@
+//! The analysis stage: one pass over every device's history window
+//! (growth trend and time to exhaustion, pressure, allocator counters,
+//! leaks, fragmentation, Xid errors) into an [`AnalysisSnapshot`]. The
+//! same code serves the daemon (on a timer) and `vramd analyze` (as fast as
+//! the CPU allows).
+//!
+//! Time is the newest sample timestamp, never the wall clock. Depends on:
+//! `history` (read-only), `model` and the pure functions beside it; knows
+//! nothing of alert rules, configuration or HTTP.
+
+use std::collections::{HashMap, VecDeque};
+use std::time::Duration;
+
+use crate::history::{DeviceHistory, HistoryStore};
+use crate::model::Timestamp;
+
+use super::leak::{LeakFinding, LeakParams, detect_process_leak};
+use super::pressure::{PressureInput, PressureThresholds, pressure};
+use super::series;
+use super::snapshot::{AnalysisSnapshot, DeviceFacts, DeviceSnapshot, ProcessFacts};
+use super::summary::{DeviceAnalysis, ProcessLeak};
+use super::trend::{Trend, TrendScratch, time_to_exhaustion};
+
+/// Points the growth estimate reduces a window to (cost is quadratic).
+const TREND_POINTS: usize = 30;
+/// Xid totals remembered per device for the window count.
+const XID_HISTORY: usize = 1_024;
+/// How often (source time) the growth trend is re-estimated: a 10-minute
+/// window moves little in 15 s, and this is the costliest per-pass step.
+const TREND_INTERVAL: Duration = Duration::from_secs(15);
+/// How often (source time) leaks are re-assessed. A leak is judged over a
+/// 30-minute window, so a minute changes little, and it is by far the
+/// costliest analysis (every process's whole window).
+const LEAK_CHECK_INTERVAL: Duration = Duration::from_secs(60);
+
+/// The windows and thresholds the analysis uses, built by the wiring from
+/// the `alerts.*` configuration the rules judge with.
+#[derive(Clone, Debug)]
+pub struct AnalysisSettings {
+    /// Window of the device growth estimate.
+    pub trend_window: Duration,
+    /// Least fit of the growth trend for a time to exhaustion.
+    pub exhaustion_min_fit: f64,
+    /// Windows over which allocator retries and OOMs are counted.
+    pub retries_window: Duration,
+    pub oom_window: Duration,
+    /// Window over which new Xid errors are counted.
+    pub xid_window: Duration,
+    /// Leak assessment over this window with these criteria; `None` turns
+    /// it off (the leak rule is disabled).
+    pub leak: Option<(Duration, LeakParams)>,
+    /// A probe reading older than this is no longer a fact.
+    pub probe_stale_after: Duration,
+    pub pressure: PressureThresholds,
+}
+
+pub struct Analyzer {
+    settings: AnalysisSettings,
+    scratch: TrendScratch,
+    /// Reused between passes: the used-memory window of one device.
+    used_buffer: Vec<(Timestamp, u64)>,
+    /// What each listed device carries from pass to pass, by UUID.
+    memos: HashMap<String, DeviceMemo>,
+}
+
+/// One device's state between passes.
+#[derive(Default)]
+struct DeviceMemo {
+    /// When the growth was last estimated, and the trend.
+    trend: Option<(Timestamp, Option<Trend>)>,
+    /// When leaks were last assessed, and the findings by PID.
+    leaks: Option<(Timestamp, HashMap<u32, LeakFinding>)>,
+    /// Allocator counter steps, kept up to date from the samples that
+    /// arrived since the previous pass.
+    counters: CounterTrack,
+    /// (at, cumulative Xid count), to count new ones.
+    xid_totals: VecDeque<(Timestamp, u64)>,
+}
+
+impl Analyzer {
+    pub fn new(settings: AnalysisSettings) -> Self {
+        Self {
+            settings,
+            scratch: TrendScratch::new(),
+            used_buffer: Vec::new(),
+            memos: HashMap::new(),
+        }
+    }
+
+    /// The newest sample time over all devices, the clock of a pass.
+    pub fn newest(store: &HistoryStore) -> Option<Timestamp> {
+        store.devices().iter().filter_map(|device| device.newest_at()).max()
+    }
+
+    /// Analyses every listed device at `now`, in the store's order.
+    pub fn analyse(&mut self, store: &HistoryStore, now: Timestamp) -> AnalysisSnapshot {
+        let devices = store.devices();
+        // A device no longer listed leaves nothing behind.
+        self.memos.retain(|uuid, _| devices.iter().any(|device| device.info().uuid == *uuid));
+        let devices = devices.iter().map(|device| self.analyse_device(device, now)).collect();
+        AnalysisSnapshot { at: Some(now), devices }
+    }
+
+    fn analyse_device(&mut self, device: &DeviceHistory, now: Timestamp) -> DeviceSnapshot {
+        // Taken out and put back with its key, so a known device costs no
+        // key allocation per pass.
+        let (uuid, mut memo) = self
+            .memos
+            .remove_entry(&device.info().uuid)
+            .unwrap_or_else(|| (device.info().uuid.clone(), DeviceMemo::default()));
+        let result = self.analyse_with(device, &mut memo, now);
+        self.memos.insert(uuid, memo);
+        result
+    }
+
+    fn analyse_with(
+        &mut self,
+        device: &DeviceHistory,
+        memo: &mut DeviceMemo,
+        now: Timestamp,
+    ) -> DeviceSnapshot {
+        let settings = &self.settings;
+        let live = device.live();
+        let memory = live.fast.as_ref().and_then(|fast| fast.memory);
+        let trend_due = memo.trend.is_none_or(|(estimated, _)| {
+            now.duration_since(estimated).is_none_or(|age| age >= TREND_INTERVAL)
+        });
+        if trend_due {
+            // Snapshots copy the open chunk of a ring: only taken when due.
+            let fast = device.fast_snapshot();
+            let window_start = now.saturating_sub(settings.trend_window);
+            series::device_used_into(&fast, window_start, now, &mut self.used_buffer);
+            let estimate = self.scratch.theil_sen_with(&self.used_buffer, TREND_POINTS);
+            memo.trend = Some((now, estimate));
+        }
+        let trend = memo.trend.and_then(|(_, trend)| trend);
+        let exhaustion = match (memory, trend.as_ref()) {
+            (Some(memory), Some(trend)) => {
+                time_to_exhaustion(memory.free_bytes, trend, settings.exhaustion_min_fit)
+            }
+            _ => None,
+        };
+
+        // Processes seen in the counter windows; leak assessment (below)
+        // looks at its own, longer window only when it is due.
+        memo.counters.update(device, now, settings.retries_window.max(settings.oom_window));
+        let counters = memo.counters.increases(now, settings.retries_window, settings.oom_window);
+        // Borrowed from the shared latest reading: cloning every process's
+        // strings on every pass was a tenth of an offline run.
+        let latest_processes: &[crate::model::ProcessInfo] =
+            live.slow.as_deref().and_then(|slow| slow.processes.as_deref()).unwrap_or(&[]);
+        let mut processes = Vec::new();
+        let (mut retries_total, mut ooms_total) = (None::<u64>, None::<u64>);
+        let mut leaks = Vec::new();
+        let stale = memo.leaks.as_ref().is_none_or(|(checked, _)| {
+            now.duration_since(*checked).is_none_or(|age| age >= LEAK_CHECK_INTERVAL)
+        });
+        if stale {
+            let findings: HashMap<u32, LeakFinding> = match &settings.leak {
+                Some((window, params)) => {
+                    let slow = device.slow_snapshot();
+                    let from = now.saturating_sub(*window);
+                    series::pids_in(&slow, from, now)
+                        .into_iter()
+                        .filter_map(|pid| {
+                            detect_process_leak(&slow, pid, from, now, params)
+                                .map(|finding| (pid, finding))
+                        })
+                        .collect()
+                }
+                None => HashMap::new(),
+            };
+            memo.leaks = Some((now, findings));
+        }
+        let cached_leaks = memo.leaks.as_ref().map(|(_, findings)| findings);
+        for &(pid, retries, ooms) in &counters {
+            retries_total = add(retries_total, retries);
+            ooms_total = add(ooms_total, ooms);
+            let leak = cached_leaks.and_then(|findings| findings.get(&pid)).cloned();
+            if let Some(finding) = &leak {
+                leaks.push(ProcessLeak {
+                    pid,
+                    slope_bytes_per_second: finding.slope_bytes_per_second,
+                    fit: finding.fit,
+                    window_seconds: finding.window_seconds,
+                    growth_bytes: finding.growth_bytes,
+                    metric: finding.metric.as_str(),
+                });
+            }
+            let latest = latest_processes.iter().find(|process| process.pid == pid);
+            processes.push(ProcessFacts {
+                pid,
+                name: latest.and_then(|process| process.name.clone()),
+                allocator: latest.and_then(|process| process.allocator),
+                retries_in_window: retries,
+                ooms_in_window: ooms,
+                leak,
+            });
+        }
+
+        let level = memory.map(|memory| {
+            pressure(
+                &PressureInput {
+                    total_bytes: memory.total_bytes,
+                    used_bytes: memory.used_bytes,
+                    free_bytes: memory.free_bytes,
+                    time_to_exhaustion_seconds: exhaustion,
+                    retries_in_window: retries_total,
+                    ooms_in_window: ooms_total,
+                },
+                &settings.pressure,
+            )
+        });
+        let breakdown = memory.map(|memory| {
+            super::accounting::device_breakdown(
+                &memory,
+                Some(latest_processes),
+                live.processes_dropped == 0,
+            )
+        });
+        let xid_in_window = xid_increase(&mut memo.xid_totals, &live, now, settings.xid_window);
+        let analysis = DeviceAnalysis {
+            at: now,
+            growth_bytes_per_second: trend.as_ref().map(|trend| trend.slope_per_second),
+            growth_fit: trend.as_ref().map(|trend| trend.fit),
+            trend_window_seconds: settings.trend_window.as_secs_f64(),
+            time_to_exhaustion_seconds: exhaustion,
+            pressure_level: level.as_ref().map_or(0, |p| p.level.as_u8()),
+            pressure: level.as_ref().map_or("unknown", |p| p.level.as_str()),
+            pressure_reasons: level.map(|p| p.reasons).unwrap_or_default(),
+            allocator_cache_bytes: breakdown.map_or(0, |b| b.allocator_cache_bytes),
+            allocator_fragmented_bytes: breakdown.map_or(0, |b| b.fragmented_bytes),
+            leaks,
+        };
+        let stale_after = settings.probe_stale_after;
+        let facts = DeviceFacts {
+            info: device.info().clone(),
+            up: live.is_up(),
+            failure: live.fast_failure.as_ref().map(|failure| failure.message.clone()),
+            memory,
+            processes,
+            xid_in_window,
+            // Only a current reading: one older than twice the probe
+            // interval means the device has been skipped or failing since.
+            // Read in place: the rest of the probe state is not needed.
+            probe: device.read_probe(|state| {
+                state
+                    .latest
+                    .as_ref()
+                    .filter(|reading| {
+                        now.duration_since(reading.at).is_none_or(|age| age <= stale_after)
+                    })
+                    .cloned()
+            }),
+        };
+        DeviceSnapshot { facts, analysis }
+    }
+}
+
+/// New Xid errors of a device within `window`, from the cumulative counts
+/// its slow readings carry; `history` holds the totals seen so far.
+fn xid_increase(
+    history: &mut VecDeque<(Timestamp, u64)>,
+    live: &crate::history::LiveState,
+    now: Timestamp,
+    window: Duration,
+) -> Option<u64> {
+    // Saturating: the counts come from the driver or a replayed trace.
+    let total = live
+        .slow
+        .as_ref()?
+        .details
+        .xid_errors
+        .values()
+        .fold(0u64, |sum, &count| sum.saturating_add(count));
+    if history.back().is_none_or(|&(_, last)| last != total) {
+        history.push_back((now, total));
+    }
+    let oldest_kept = now.saturating_sub(window);
+    while history.len() > XID_HISTORY || history.get(1).is_some_and(|&(at, _)| at <= oldest_kept) {
+        history.pop_front();
+    }
+    let baseline =
+        history.front().map_or(total, |&(at, count)| if at <= oldest_kept { count } else { 0 });
+    Some(total.saturating_sub(baseline))
+}
+
+/// Allocator counters of one device's processes, maintained incrementally:
+/// each pass reads only the slow-tier samples that arrived since the last
+/// one and keeps, per PID, the steps by which `num_alloc_retries` and
+/// `num_ooms` rose (a drop means the process restarted: the new value
+/// counts in full). A handful of PIDs per device: a linear search beats
+/// hashing.
+#[derive(Default)]
+struct CounterTrack {
+    scanned_to: Option<Timestamp>,
+    pids: Vec<PidCounters>,
+}
+
+struct PidCounters {
+    pid: u32,
+    last_seen: Timestamp,
+    last: Option<(u64, u64)>,
+    /// (at, retries gained, OOMs gained), only where something was gained.
+    steps: VecDeque<(Timestamp, u64, u64)>,
+}
+
+impl CounterTrack {
+    fn update(&mut self, device: &DeviceHistory, now: Timestamp, keep: Duration) {
+        let from = match self.scanned_to {
+            Some(scanned) => scanned.saturating_add(Duration::from_millis(1)),
+            None => now.saturating_sub(keep),
+        };
+        // Only what arrived since the last pass: a few samples, read under
+        // the ring's lock rather than through a snapshot.
+        let pids = &mut self.pids;
+        let mut newest_seen = self.scanned_to;
+        device.visit_recent_slow(from, now, |point| {
+            let at = crate::history::Stamped::at(point);
+            newest_seen = Some(newest_seen.map_or(at, |seen| seen.max(at)));
+            for process in point.processes().into_iter().flatten() {
+                let slot = match pids.iter().position(|entry| entry.pid == process.pid) {
+                    Some(slot) => slot,
+                    None => {
+                        pids.push(PidCounters {
+                            pid: process.pid,
+                            last_seen: at,
+                            last: None,
+                            steps: VecDeque::new(),
+                        });
+                        pids.len() - 1
+                    }
+                };
+                let Some(entry) = pids.get_mut(slot) else { continue };
+                entry.last_seen = at;
+                let Some(stats) = process.allocator() else { continue };
+                let current = (stats.alloc_retries, stats.ooms);
+                if let Some((retries, ooms)) = entry.last {
+                    let step = (
+                        series::counter_step(retries, current.0),
+                        series::counter_step(ooms, current.1),
+                    );
+                    if step != (0, 0) {
+                        entry.steps.push_back((at, step.0, step.1));
+                    }
+                }
+                entry.last = Some(current);
+            }
+        });
+        // Up to the newest sample read, not `now`: another device's newer
+        // sample may set `now` before this device's latest one is stored.
+        self.scanned_to = newest_seen;
+        let oldest = now.saturating_sub(keep);
+        self.pids.retain(|entry| entry.last_seen >= oldest);
+        for entry in &mut self.pids {
+            while entry.steps.front().is_some_and(|&(at, _, _)| at < oldest) {
+                entry.steps.pop_front();
+            }
+        }
+    }
+
+    /// Per PID seen within the longer window: retries gained within
+    /// `retries_window` and OOMs within `oom_window`; `None` for a process
+    /// that reports no allocator statistics.
+    fn increases(
+        &self,
+        now: Timestamp,
+        retries_window: Duration,
+        oom_window: Duration,
+    ) -> Vec<(u32, Option<u64>, Option<u64>)> {
+        let retries_from = now.saturating_sub(retries_window);
+        let oom_from = now.saturating_sub(oom_window);
+        self.pids
+            .iter()
+            .map(|entry| {
+                if entry.last.is_none() {
+                    return (entry.pid, None, None);
+                }
+                let sum = |from: Timestamp, pick: fn(&(Timestamp, u64, u64)) -> u64| {
+                    // Saturating: the counters come from allocator reports.
+                    entry
+                        .steps
+                        .iter()
+                        .filter(|step| step.0 >= from)
+                        .fold(0u64, |sum, step| sum.saturating_add(pick(step)))
+                };
+                (
+                    entry.pid,
+                    Some(sum(retries_from, |step| step.1)),
+                    Some(sum(oom_from, |step| step.2)),
+                )
+            })
+            .collect()
+    }
+}
+
+fn add(sum: Option<u64>, value: Option<u64>) -> Option<u64> {
+    match (sum, value) {
+        (None, None) => None,
+        (sum, value) => Some(sum.unwrap_or(0).saturating_add(value.unwrap_or(0))),
+    }
+}

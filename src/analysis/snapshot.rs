@@ -1,0 +1,84 @@
+//! What one analysis pass found, per device, and the board that publishes
+//! the latest pass to its readers: the alert rules (the facts), `/metrics`
+//! and the REST API (the summaries).
+//!
+//! The analysis task replaces the snapshot after each pass; readers clone
+//! an `Arc` and never wait on a pass.
+
+use std::sync::Arc;
+
+use parking_lot::RwLock;
+
+use crate::model::{AllocatorStats, DeviceInfo, MemoryInfo, ProbeReading, Timestamp};
+
+use super::leak::LeakFinding;
+use super::summary::DeviceAnalysis;
+
+/// One pass over every listed device, in the store's order.
+#[derive(Clone, Debug, Default)]
+pub struct AnalysisSnapshot {
+    /// The pass's clock (the newest sample); `None` before the first pass.
+    pub at: Option<Timestamp>,
+    pub devices: Vec<DeviceSnapshot>,
+}
+
+impl AnalysisSnapshot {
+    /// The published summary of the device with `uuid`.
+    pub fn analysis(&self, uuid: &str) -> Option<&DeviceAnalysis> {
+        self.devices.iter().find(|device| device.facts.info.uuid == uuid).map(|d| &d.analysis)
+    }
+}
+
+/// One device's findings: the facts the alert rules judge, and the summary
+/// published on `/metrics` and the REST API.
+#[derive(Clone, Debug)]
+pub struct DeviceSnapshot {
+    pub facts: DeviceFacts,
+    pub analysis: DeviceAnalysis,
+}
+
+/// What the rules need about one device beyond its summary: identity,
+/// health, the latest reading, processes, Xid errors and the probe.
+#[derive(Clone, Debug)]
+pub struct DeviceFacts {
+    pub info: DeviceInfo,
+    pub up: bool,
+    /// Why the latest fast read failed, when it did.
+    pub failure: Option<String>,
+    pub memory: Option<MemoryInfo>,
+    pub processes: Vec<ProcessFacts>,
+    pub xid_in_window: Option<u64>,
+    /// The latest successful CUDA probe of the device, while current.
+    pub probe: Option<ProbeReading>,
+}
+
+#[derive(Clone, Debug)]
+pub struct ProcessFacts {
+    pub pid: u32,
+    pub name: Option<String>,
+    /// Latest allocator statistics, when the process reports them.
+    pub allocator: Option<AllocatorStats>,
+    pub retries_in_window: Option<u64>,
+    pub ooms_in_window: Option<u64>,
+    pub leak: Option<LeakFinding>,
+}
+
+/// The latest published analysis.
+#[derive(Default)]
+pub struct AnalysisBoard {
+    latest: RwLock<Arc<AnalysisSnapshot>>,
+}
+
+impl AnalysisBoard {
+    pub fn latest(&self) -> Arc<AnalysisSnapshot> {
+        self.latest.read().clone()
+    }
+
+    pub fn analysis(&self, uuid: &str) -> Option<DeviceAnalysis> {
+        self.latest.read().analysis(uuid).cloned()
+    }
+
+    pub fn publish(&self, snapshot: Arc<AnalysisSnapshot>) {
+        *self.latest.write() = snapshot;
+    }
+}
