@@ -16,6 +16,7 @@ pub mod history;
 pub mod ingest;
 pub mod model;
 pub mod offline;
+pub mod play;
 pub mod sampler;
 pub mod source;
 pub mod telemetry;
