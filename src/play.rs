@@ -9,8 +9,8 @@
 //! alerts or HTTP: a caller that evaluates passes a callback that runs after
 //! each step.
 //!
-//! Unlike the sampler there is no deadline, backoff or telemetry here: the
-//! readings come from memory, so a read cannot hang.
+//! Unlike the sampler: no deadline, backoff or telemetry, as these reads
+//! come from memory and cannot hang.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -30,21 +30,6 @@ pub struct Schedule {
     pub duration: Duration,
     pub fast: Duration,
     pub slow: Duration,
-}
-
-impl Schedule {
-    /// The steps, in order, each with its time and whether it reads the
-    /// slow tier too.
-    fn steps(self) -> impl Iterator<Item = (Timestamp, bool)> {
-        let fast_ns = self.fast.as_nanos().max(1);
-        let slow_every = (self.slow.as_nanos() / fast_ns).max(1);
-        let last = self.duration.as_nanos() / fast_ns;
-        let (from, fast) = (self.from, self.fast);
-        (0..=last).map(move |step| {
-            let offset = fast.saturating_mul(u32::try_from(step).unwrap_or(u32::MAX));
-            (from.saturating_add(offset), step % slow_every == 0)
-        })
-    }
 }
 
 /// What a play recorded.
@@ -67,12 +52,16 @@ pub fn play(
     mut after_step: impl FnMut(Timestamp),
 ) -> Played {
     let mut played = Played { samples: 0, end: None };
-    for (at, with_slow) in schedule.steps() {
+    let fast_ns = schedule.fast.as_nanos().max(1);
+    let slow_every = (schedule.slow.as_nanos() / fast_ns).max(1);
+    for step in 0..=schedule.duration.as_nanos() / fast_ns {
+        let offset = schedule.fast.saturating_mul(u32::try_from(step).unwrap_or(u32::MAX));
+        let at = schedule.from.saturating_add(offset);
         for device in devices {
             let index = device.info().index;
             record_fast(device, fast(index, at));
             played.samples += 1;
-            if with_slow {
+            if step % slow_every == 0 {
                 record_slow(device, slow(index, at));
                 played.samples += 1;
             }
