@@ -149,3 +149,7 @@ fn record_slow(device: &DeviceHistory, result: Result<SlowReading, SourceError>)
         Err(error) => device.record_slow_failure(error.kind(), error.to_string()),
     }
 }
+
+#[cfg(test)]
+#[path = "play_tests.rs"]
+mod tests;
