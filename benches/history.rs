@@ -12,104 +12,54 @@ use std::time::Duration;
 use criterion::measurement::Measurement;
 use criterion::{BatchSize, Criterion, SamplingMode, Throughput, criterion_group, criterion_main};
 
-#[path = "support/cpu_time.rs"]
-mod cpu_time;
-use cpu_time::CpuTime;
+#[path = "support/mod.rs"]
+mod support;
+use support::cpu_time::CpuTime;
+use support::fixtures::{self, GIB, MIB, START_MS};
 
 use vramd::history::{DeviceHistory, Sizing, WindowAnswer, WindowQuery};
-use vramd::model::{
-    AllocatorStats, DeviceInfo, FastReading, MemoryInfo, ProcessInfo, SlowReading, Timestamp,
-};
-
-const GIB: u64 = 1 << 30;
-const MIB: u64 = 1 << 20;
-/// 2026-01-01T00:00:00Z: realistic epoch-millisecond magnitudes.
-const START_MS: i64 = 1_767_225_600_000;
-/// An H100 80GB as NVML memory info v2 reports it.
-const TOTAL: u64 = 81_559_187_456;
-const DRIVER_RESERVED: u64 = 535 * MIB;
-
-fn info(index: u32) -> DeviceInfo {
-    DeviceInfo {
-        index,
-        uuid: format!("GPU-5f0c3e2a-{index:04x}-7d1b-9a6e-0b3c8d2e4f{index:02x}"),
-        name: "NVIDIA H100 80GB HBM3".into(),
-        pci_bus_id: Some(format!("00000000:{:02X}:00.0", 0x18 + index * 0x10)),
-        driver_version: Some("570.133.20".into()),
-        mig: None,
-    }
-}
+use vramd::model::{FastReading, SlowReading, Timestamp};
 
 /// A fast reading `i` samples in: used memory wobbles around 52 GiB, and
 /// both utilizations are present, as on a busy training GPU.
 fn fast_reading(at_ms: i64, i: u64) -> FastReading {
     let wobble = (i.wrapping_mul(2_654_435_761) % 512) * MIB;
-    let used = 52 * GIB + wobble;
-    FastReading {
-        at: Timestamp::from_unix_millis(at_ms),
-        memory: Some(MemoryInfo {
-            total_bytes: TOTAL,
-            reserved_bytes: Some(DRIVER_RESERVED),
-            used_bytes: used,
-            free_bytes: TOTAL - DRIVER_RESERVED - used,
-        }),
-        gpu_utilization: Some(((i % 97) as f64) / 100.0),
-        memory_bandwidth_utilization: Some(((i % 61) as f64) / 100.0),
-    }
+    let (gpu, bandwidth) = (((i % 97) as f64) / 100.0, ((i % 61) as f64) / 100.0);
+    fixtures::fast_reading(Timestamp::from_unix_millis(at_ms), 52 * GIB + wobble, gpu, bandwidth)
 }
 
 fn slow_reading(at_ms: i64, processes: u32) -> SlowReading {
-    SlowReading {
-        at: Timestamp::from_unix_millis(at_ms),
-        processes: Some(
-            (0..processes)
-                .map(|slot| ProcessInfo {
-                    pid: 41_000 + slot,
-                    name: Some("python3".into()),
-                    used_bytes: Some(6 * GIB + u64::from(slot) * MIB),
-                    allocator: Some(AllocatorStats {
-                        allocated_bytes: 4 * GIB,
-                        reserved_bytes: 5 * GIB,
-                        active_bytes: 4 * GIB + 16 * MIB,
-                        inactive_split_bytes: 300 * MIB,
-                        alloc_retries: 2,
-                        ooms: 0,
-                    }),
-                    details: Default::default(),
-                })
-                .collect(),
-        ),
-        temperature_celsius: Some(61.0),
-        power_usage_watts: Some(412.5),
-        power_limit_watts: Some(700.0),
-        details: Default::default(),
-    }
+    let list = (0..processes)
+        .map(|slot| {
+            let mut process = fixtures::process(41_000 + slot, 5 * GIB, 4 * GIB);
+            process.used_bytes = Some(6 * GIB + u64::from(slot) * MIB);
+            process
+        })
+        .collect();
+    fixtures::slow_reading(Timestamp::from_unix_millis(at_ms), list)
 }
 
 /// A device whose rings are full (fast at `interval_ms` spacing, slow at
-/// 1 s, over one hour); returns it with the timestamps of the newest fast
-/// and slow samples.
+/// 1 s, over two hours, so they have wrapped and evicted, as in steady
+/// state); returns it with the timestamps of the newest fast and slow
+/// samples.
 fn full_device(interval_ms: i64, slow_processes: u32) -> (Arc<DeviceHistory>, i64, i64) {
+    let interval = Duration::from_millis(interval_ms.unsigned_abs());
     let hour = Duration::from_secs(3_600);
-    let sizing = Sizing::for_retention(
-        hour,
-        Duration::from_millis(interval_ms.unsigned_abs()),
-        Duration::from_secs(1),
-        Duration::from_secs(60),
+    let sizing = Sizing::for_retention(hour, interval, fixtures::SLOW, Duration::from_secs(60));
+    let device = Arc::new(DeviceHistory::new(fixtures::info(0), sizing));
+    let played = fixtures::fill(
+        std::slice::from_ref(&device),
+        2 * hour,
+        interval,
+        |_, at| {
+            let i = (at.unix_millis() - START_MS).unsigned_abs() / interval_ms.unsigned_abs();
+            fast_reading(at.unix_millis(), i)
+        },
+        |_, at| slow_reading(at.unix_millis(), slow_processes),
     );
-    let device = Arc::new(DeviceHistory::new(info(0), sizing));
-    let mut at = START_MS;
-    // Twice the capacity: the ring has wrapped and evicted, as in steady state.
-    for i in 0..(2 * sizing.fast_capacity) as u64 {
-        at = START_MS + i as i64 * interval_ms;
-        let _ = device.record_fast(fast_reading(at, i));
-    }
-    let mut slow_at = at;
-    for s in 0..(2 * sizing.slow_capacity) as i64 {
-        slow_at = START_MS + s * 1_000;
-        let _ = device.record_slow(slow_reading(slow_at, slow_processes), 0);
-    }
-    (device, at, slow_at)
+    let newest = played.end.map_or(START_MS, Timestamp::unix_millis);
+    (device, newest, newest - (newest - START_MS) % 1_000)
 }
 
 fn record(c: &mut Criterion) {

@@ -10,16 +10,14 @@
 use std::process::Command;
 use std::time::Duration;
 
-use vramd::history::{HistoryStore, Sizing};
-use vramd::model::{
-    AllocatorStats, DeviceInfo, FastReading, MemoryInfo, ProcessInfo, SlowReading, Timestamp,
-};
+#[path = "support/mod.rs"]
+mod support;
+use support::fixtures::{self, FAST, GIB, MIB};
+
+use vramd::history::Sizing;
+use vramd::model::ProcessInfo;
 
 const GPUS: u32 = 8;
-const GIB: u64 = 1 << 30;
-const MIB: u64 = 1 << 20;
-const START_MS: i64 = 1_767_225_600_000;
-const TOTAL: u64 = 81_559_187_456;
 const CHILD_ENV: &str = "VRAMD_HISTORY_MEMORY_PROCESSES";
 const CASES: [u32; 5] = [0, 4, 8, 16, 64];
 
@@ -57,44 +55,27 @@ fn parent() {
 }
 
 fn child(processes: u32) {
-    let sizing = Sizing::for_retention(
-        Duration::from_secs(3_600),
-        Duration::from_millis(250),
-        Duration::from_secs(1),
-        Duration::from_secs(60),
-    );
+    let sizing = fixtures::default_sizing();
     let before = rss_kib();
-    let store = HistoryStore::new(sizing);
-    let devices = store.set_devices((0..GPUS).map(info).collect());
+    let (store, devices) = fixtures::store(GPUS);
+    // The default retention and a full chunk (256 slow samples) past it,
+    // so both rings have wrapped and evicted; one device after another, as
+    // interleaving them would measure the heap's fragmentation too.
     for (gpu, device) in (0..GPUS).zip(&devices) {
-        // A full chunk past capacity, so the rings have wrapped and evicted.
-        for i in 0..(sizing.fast_capacity + 256) as i64 {
-            let used = 40 * GIB + (i.unsigned_abs() % 97) * MIB;
-            let _ = device.record_fast(FastReading {
-                at: Timestamp::from_unix_millis(START_MS + i * 250),
-                memory: Some(MemoryInfo {
-                    total_bytes: TOTAL,
-                    reserved_bytes: Some(535 * MIB),
-                    used_bytes: used,
-                    free_bytes: TOTAL - 535 * MIB - used,
-                }),
-                gpu_utilization: Some(0.83),
-                memory_bandwidth_utilization: Some(0.41),
-            });
-        }
-        for s in 0..(sizing.slow_capacity + 256) as i64 {
-            let _ = device.record_slow(
-                SlowReading {
-                    at: Timestamp::from_unix_millis(START_MS + s * 1_000),
-                    processes: Some((0..processes).map(|slot| process(gpu, slot, s)).collect()),
-                    temperature_celsius: Some(58.0),
-                    power_usage_watts: Some(412.5),
-                    power_limit_watts: Some(700.0),
-                    details: Default::default(),
-                },
-                0,
-            );
-        }
+        fixtures::fill(
+            std::slice::from_ref(device),
+            Duration::from_secs(3_600 + 256),
+            FAST,
+            |_, at| {
+                let used = 40 * GIB + (at.unix_millis().unsigned_abs() / 250 % 97) * MIB;
+                fixtures::fast_reading(at, used, 0.83, 0.41)
+            },
+            |_, at| {
+                let second = fixtures::second(at);
+                let list = (0..processes).map(|slot| process(gpu, slot, second)).collect();
+                fixtures::slow_reading(at, list)
+            },
+        );
     }
     let after = rss_kib();
     let mib = |kib: u64| kib as f64 / 1024.0;
@@ -135,33 +116,9 @@ fn rss_kib() -> u64 {
         .unwrap_or(0)
 }
 
-fn info(index: u32) -> DeviceInfo {
-    DeviceInfo {
-        index,
-        uuid: format!("GPU-5f0c3e2a-{index:04x}-7d1b-9a6e-0b3c8d2e4f{index:02x}"),
-        name: "NVIDIA H100 80GB HBM3".into(),
-        pci_bus_id: Some(format!("00000000:{:02X}:00.0", 0x18 + index * 0x10)),
-        driver_version: Some("570.133.20".into()),
-        mig: None,
-    }
-}
-
-fn process(gpu: u32, slot: u32, second: i64) -> ProcessInfo {
+fn process(gpu: u32, slot: u32, second: u64) -> ProcessInfo {
     let reserved = 700 * MIB + u64::from(gpu * 131 + slot * 17) * MIB;
     // Allocated wobbles each second, as live tensors do.
-    let allocated = reserved * 3 / 4 + (second.unsigned_abs() % 13) * MIB;
-    ProcessInfo {
-        pid: 100_000 + gpu * 1_000 + slot,
-        name: Some("python3".into()),
-        used_bytes: Some(reserved + 500 * MIB),
-        allocator: Some(AllocatorStats {
-            allocated_bytes: allocated,
-            reserved_bytes: reserved,
-            active_bytes: allocated + 16 * MIB,
-            inactive_split_bytes: (reserved - allocated) / 3,
-            alloc_retries: 0,
-            ooms: 0,
-        }),
-        details: Default::default(),
-    }
+    let allocated = reserved * 3 / 4 + (second % 13) * MIB;
+    fixtures::process(100_000 + gpu * 1_000 + slot, reserved, allocated)
 }

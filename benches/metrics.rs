@@ -12,67 +12,46 @@ use criterion::measurement::Measurement;
 use criterion::{Criterion, SamplingMode, Throughput, criterion_group, criterion_main};
 
 use vramd::alerts::board::AlertBoard;
-#[path = "support/cpu_time.rs"]
-mod cpu_time;
-use cpu_time::CpuTime;
+#[path = "support/mod.rs"]
+mod support;
+use support::cpu_time::CpuTime;
+use support::fixtures::{self, FAST, GIB, MIB};
 
 use vramd::exposition::{render, render_devices};
-use vramd::history::{HistoryStore, Sizing};
+use vramd::history::HistoryStore;
 use vramd::model::{
-    AllocatorStats, Bar1Memory, ComputeMode, DeviceInfo, EccCounters, FastReading, MemoryInfo,
-    ProcessDetails, ProcessInfo, ProcessKind, RemappedRows, SlowDetails, SlowReading, Timestamp,
+    Bar1Memory, ComputeMode, EccCounters, ProcessDetails, ProcessInfo, ProcessKind, RemappedRows,
+    SlowDetails,
 };
 use vramd::telemetry::Telemetry;
 
 const GPUS: u32 = 8;
 const PROCESSES: u32 = 64;
-const GIB: u64 = 1 << 30;
-const MIB: u64 = 1 << 20;
-const START_MS: i64 = 1_767_225_600_000;
-const TOTAL: u64 = 81_559_187_456;
-const DRIVER_RESERVED: u64 = 535 * MIB;
-
-fn info(index: u32) -> DeviceInfo {
-    DeviceInfo {
-        index,
-        uuid: format!("GPU-5f0c3e2a-{index:04x}-7d1b-9a6e-0b3c8d2e4f{index:02x}"),
-        name: "NVIDIA H100 80GB HBM3".into(),
-        pci_bus_id: Some(format!("00000000:{:02X}:00.0", 0x18 + index * 0x10)),
-        driver_version: Some("570.133.20".into()),
-        mig: None,
-    }
-}
 
 fn process(gpu: u32, slot: u32) -> ProcessInfo {
     // Sizes vary per process so the numbers are not all the same digits.
-    let jitter = u64::from(gpu * 131 + slot * 17) * MIB;
-    let reserved = 700 * MIB + jitter;
-    let allocated = reserved * 3 / 4;
-    ProcessInfo {
-        pid: 100_000 + gpu * 1_000 + slot,
-        name: Some(if slot.is_multiple_of(3) { "pt_main_thread" } else { "python3" }.into()),
-        used_bytes: Some(reserved + 500 * MIB),
-        allocator: Some(AllocatorStats {
-            allocated_bytes: allocated,
-            reserved_bytes: reserved,
-            active_bytes: allocated + 16 * MIB,
-            inactive_split_bytes: (reserved - allocated) / 3,
-            alloc_retries: u64::from(slot % 4),
-            ooms: u64::from(slot.is_multiple_of(7)),
-        }),
-        // Kubernetes pods: every process carries its container identity,
-        // so `vramd_process_info` has its full label set.
-        details: ProcessDetails {
-            kind: Some(ProcessKind::Compute),
-            cmdline: Some(format!(
-                "python3 -m torch.distributed.run --nproc-per-node 8 train.py --rank {slot}"
-            )),
-            container_id: Some(format!("{:064x}", u64::from(gpu * 1_000 + slot) * 0x9E37_79B9)),
-            pod_uid: Some(format!("7c1e4b2a-{gpu:04x}-4d5e-8f90-{slot:012x}")),
-            namespace_pid: Some(1 + slot),
-            ..ProcessDetails::default()
-        },
+    let reserved = 700 * MIB + u64::from(gpu * 131 + slot * 17) * MIB;
+    let mut process = fixtures::process(100_000 + gpu * 1_000 + slot, reserved, reserved * 3 / 4);
+    if slot.is_multiple_of(3) {
+        process.name = Some("pt_main_thread".into());
     }
+    if let Some(stats) = process.allocator.as_mut() {
+        stats.alloc_retries = u64::from(slot % 4);
+        stats.ooms = u64::from(slot.is_multiple_of(7));
+    }
+    // Kubernetes pods: every process carries its container identity, so
+    // `vramd_process_info` has its full label set.
+    process.details = ProcessDetails {
+        kind: Some(ProcessKind::Compute),
+        cmdline: Some(format!(
+            "python3 -m torch.distributed.run --nproc-per-node 8 train.py --rank {slot}"
+        )),
+        container_id: Some(format!("{:064x}", u64::from(gpu * 1_000 + slot) * 0x9E37_79B9)),
+        pod_uid: Some(format!("7c1e4b2a-{gpu:04x}-4d5e-8f90-{slot:012x}")),
+        namespace_pid: Some(1 + slot),
+        ..ProcessDetails::default()
+    };
+    process
 }
 
 /// What the slow tier reads on a healthy H100 with ECC on.
@@ -106,45 +85,26 @@ fn slow_details() -> SlowDetails {
 }
 
 fn store() -> HistoryStore {
-    let sizing = Sizing::for_retention(
-        Duration::from_secs(3_600),
-        Duration::from_millis(250),
-        Duration::from_secs(1),
-        Duration::from_secs(60),
+    let (store, devices) = fixtures::store(GPUS);
+    // Eight fast and two slow samples: rendering reads only the live state
+    // and the ring lengths, not the ring contents.
+    fixtures::fill(
+        &devices,
+        Duration::from_millis(1_750),
+        FAST,
+        |gpu, at| {
+            let step = (at.unix_millis() - fixtures::START_MS).unsigned_abs() / 250;
+            let used = 40 * GIB + u64::from(gpu) * GIB + step * 7 * MIB;
+            fixtures::fast_reading(at, used, 0.83, 0.41)
+        },
+        |gpu, at| {
+            let list = (0..PROCESSES).map(|slot| process(gpu, slot)).collect();
+            let mut reading = fixtures::slow_reading(at, list);
+            reading.temperature_celsius = Some(58.0 + f64::from(gpu));
+            reading.details = slow_details();
+            reading
+        },
     );
-    let store = HistoryStore::new(sizing);
-    let devices = store.set_devices((0..GPUS).map(info).collect());
-    for (gpu, device) in (0..GPUS).zip(&devices) {
-        // A few samples per tier: rendering reads only the live state and
-        // the ring lengths, not the ring contents.
-        for i in 0..8i64 {
-            let used = 40 * GIB + u64::from(gpu) * GIB + i.unsigned_abs() * 7 * MIB;
-            let _ = device.record_fast(FastReading {
-                at: Timestamp::from_unix_millis(START_MS + i * 250),
-                memory: Some(MemoryInfo {
-                    total_bytes: TOTAL,
-                    reserved_bytes: Some(DRIVER_RESERVED),
-                    used_bytes: used,
-                    free_bytes: TOTAL - DRIVER_RESERVED - used,
-                }),
-                gpu_utilization: Some(0.83),
-                memory_bandwidth_utilization: Some(0.41),
-            });
-        }
-        for s in 0..2i64 {
-            let _ = device.record_slow(
-                SlowReading {
-                    at: Timestamp::from_unix_millis(START_MS + s * 1_000),
-                    processes: Some((0..PROCESSES).map(|slot| process(gpu, slot)).collect()),
-                    temperature_celsius: Some(58.0 + f64::from(gpu)),
-                    power_usage_watts: Some(412.5),
-                    power_limit_watts: Some(700.0),
-                    details: slow_details(),
-                },
-                0,
-            );
-        }
-    }
     store
 }
 

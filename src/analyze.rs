@@ -2,12 +2,13 @@
 //! over a simulated scenario or a recorded trace, as fast as the CPU
 //! allows, printing the alert timeline.
 //!
-//! Depends on: `source` (simulator, replay), `history`, `analysis`,
-//! `alerts`; its settings come from the wiring (`app::analyze_settings`).
+//! Depends on: `source` (simulator, replay), `play`, `history`,
+//! `analysis`, `alerts`; its settings come from the wiring
+//! (`app::analyze_settings`).
 //! Time comes only from the readings, so the timeline is the one the
 //! daemon would have produced.
 
-use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::Serialize;
@@ -17,11 +18,11 @@ use crate::alerts::{AlertState, Transition};
 use crate::analysis::analyzer::{AnalysisSettings, Analyzer};
 use crate::clock::ScaledClock;
 use crate::config::{AlertsConfig, SimulatorConfig};
-use crate::history::{DeviceHistory, HistoryStore, Sizing};
+use crate::history::{HistoryStore, Sizing};
 use crate::model::Timestamp;
-use crate::source::DeviceSource;
+use crate::play::{self, Schedule};
 use crate::source::simulator::{GOLDEN_ORIGIN, Simulator, SimulatorError, SimulatorSpec};
-use crate::source::trace::{Replay, TraceError, TraceRecord};
+use crate::source::trace::{Replay, TraceError};
 
 #[derive(Debug, thiserror::Error)]
 pub enum AnalyzeError {
@@ -76,7 +77,7 @@ impl AnalyzeReport {
 }
 
 struct Pipeline {
-    store: HistoryStore,
+    store: Arc<HistoryStore>,
     analyzer: Analyzer,
     evaluator: Evaluator,
     evaluation_interval: Duration,
@@ -88,7 +89,7 @@ struct Pipeline {
 impl Pipeline {
     fn new(settings: &AnalyzeSettings) -> Self {
         Self {
-            store: HistoryStore::new(settings.sizing),
+            store: Arc::new(HistoryStore::new(settings.sizing)),
             analyzer: Analyzer::new(settings.analysis.clone()),
             evaluator: Evaluator::new(&settings.alerts),
             evaluation_interval: settings.alerts.evaluation_interval,
@@ -130,31 +131,6 @@ impl Pipeline {
     }
 }
 
-fn record_fast(
-    device: &DeviceHistory,
-    result: Result<crate::model::FastReading, crate::source::SourceError>,
-) {
-    match result {
-        Ok(reading) => {
-            // An out-of-order reading cannot occur here: time only advances.
-            let _ = device.record_fast(reading);
-        }
-        Err(error) => device.record_fast_failure(error.kind(), error.to_string()),
-    }
-}
-
-fn record_slow(
-    device: &DeviceHistory,
-    result: Result<crate::model::SlowReading, crate::source::SourceError>,
-) {
-    match result {
-        Ok(reading) => {
-            let _ = device.record_slow(reading, 0);
-        }
-        Err(error) => device.record_slow_failure(error.kind(), error.to_string()),
-    }
-}
-
 /// Plays `simulator` for `duration` at the configured sampling intervals.
 pub fn simulate(
     settings: &AnalyzeSettings,
@@ -166,69 +142,26 @@ pub fn simulate(
     let source =
         Simulator::with_origin(spec, ScaledClock::starting_at(GOLDEN_ORIGIN, 1.0), GOLDEN_ORIGIN)?;
     let mut pipeline = Pipeline::new(settings);
-    let infos = source.devices().map_err(|error| AnalyzeError::Devices(error.to_string()))?;
-    let devices = pipeline.store.set_devices(infos);
-    let fast = settings.fast_interval;
-    let slow_every = (settings.slow_interval.as_nanos() / fast.as_nanos().max(1)).max(1) as u64;
-    let steps = (duration.as_nanos() / fast.as_nanos().max(1)) as u64;
-    let mut at = GOLDEN_ORIGIN;
-    for step in 0..=steps {
-        at = GOLDEN_ORIGIN
-            .saturating_add(fast.saturating_mul(u32::try_from(step).unwrap_or(u32::MAX)));
-        for device in &devices {
-            let index = device.info().index;
-            record_fast(device, source.fast_at(index, at));
-            pipeline.report.samples += 1;
-            if step % slow_every == 0 {
-                record_slow(device, source.slow_at(index, at));
-                pipeline.report.samples += 1;
-            }
-        }
-        pipeline.advance(at);
-    }
-    Ok(pipeline.finish(at))
+    let schedule = Schedule {
+        from: GOLDEN_ORIGIN,
+        duration,
+        fast: settings.fast_interval,
+        slow: settings.slow_interval,
+    };
+    let store = pipeline.store.clone();
+    let played = play::play_simulator(&source, &store, schedule, |at| pipeline.advance(at))
+        .map_err(|error| AnalyzeError::Devices(error.to_string()))?;
+    pipeline.report.samples = played.samples;
+    Ok(pipeline.finish(played.end.unwrap_or(GOLDEN_ORIGIN)))
 }
 
 /// Plays a recorded trace in file order.
 pub fn replay(settings: &AnalyzeSettings, trace: &Replay) -> Result<AnalyzeReport, AnalyzeError> {
     let mut pipeline = Pipeline::new(settings);
-    let devices = pipeline.store.set_devices(trace.header().devices.clone());
-    let by_index: BTreeMap<u32, &std::sync::Arc<DeviceHistory>> =
-        devices.iter().map(|device| (device.info().index, device)).collect();
-    let mut end = None;
-    for record in trace.records() {
-        let Some(device) = by_index.get(&record.device()) else { continue };
-        match record {
-            TraceRecord::Fast { reading, .. } => record_fast(device, Ok(reading.clone())),
-            TraceRecord::Slow { reading, .. } => record_slow(device, Ok(reading.as_ref().clone())),
-            TraceRecord::Error { tier, error, .. } => match tier {
-                crate::source::Tier::Fast => {
-                    device.record_fast_failure(error.kind(), error.to_string())
-                }
-                crate::source::Tier::Slow => {
-                    device.record_slow_failure(error.kind(), error.to_string())
-                }
-            },
-            // As the daemon's probe scheduler records them, so the probe
-            // rules judge a replay as they judged the recording.
-            TraceRecord::Probe { outcome, .. } => {
-                let at = device.newest_at().unwrap_or(GOLDEN_ORIGIN);
-                device.update_probe(|state| {
-                    state.scheduled = true;
-                    match outcome {
-                        Ok(reading) => state.record_success(reading.as_ref().clone()),
-                        Err(failure) => state.record_failure(at, failure.clone()),
-                    }
-                });
-            }
-        }
-        pipeline.report.samples += 1;
-        if let Some(at) = record.at() {
-            end = Some(end.map_or(at, |end: Timestamp| end.max(at)));
-            pipeline.advance(at);
-        }
-    }
-    Ok(pipeline.finish(end.unwrap_or(GOLDEN_ORIGIN)))
+    let store = pipeline.store.clone();
+    let played = play::play_trace(trace, &store, |at| pipeline.advance(at));
+    pipeline.report.samples = played.samples;
+    Ok(pipeline.finish(played.end.unwrap_or(GOLDEN_ORIGIN)))
 }
 
 /// A readable table of the timeline.

@@ -18,6 +18,7 @@ pub mod history;
 pub mod ingest;
 pub mod logging;
 pub mod model;
+pub mod play;
 pub mod sampler;
 pub mod signals;
 pub mod source;

@@ -22,7 +22,7 @@ use vramd::analysis::snapshot::AnalysisBoard;
 use vramd::api::{self, AppState, Limits};
 use vramd::clock::ScaledClock;
 use vramd::history::{HistoryStore, Sizing};
-use vramd::source::DeviceSource;
+use vramd::play::{self, Schedule};
 use vramd::source::simulator::{GOLDEN_ORIGIN, ScenarioKind, Simulator, SimulatorSpec};
 use vramd::telemetry::Telemetry;
 
@@ -36,24 +36,13 @@ fn store_after(scenario: ScenarioKind, gpus: u32, until: Duration) -> Arc<Histor
         slow_capacity: 5_000,
         peak_window: Duration::from_secs(60),
     }));
-    let devices = store.set_devices(simulator.devices().unwrap());
-    let steps = until.as_millis() / 250;
-    for step in 0..=steps {
-        let at = GOLDEN_ORIGIN.saturating_add(Duration::from_millis(step as u64 * 250));
-        for device in &devices {
-            let index = device.info().index;
-            match simulator.fast_at(index, at) {
-                Ok(reading) => device.record_fast(reading).unwrap(),
-                Err(error) => device.record_fast_failure(error.kind(), error.to_string()),
-            }
-            if step % 4 == 0 {
-                match simulator.slow_at(index, at) {
-                    Ok(reading) => device.record_slow(reading, 0).unwrap(),
-                    Err(error) => device.record_slow_failure(error.kind(), error.to_string()),
-                }
-            }
-        }
-    }
+    let schedule = Schedule {
+        from: GOLDEN_ORIGIN,
+        duration: until,
+        fast: Duration::from_millis(250),
+        slow: Duration::from_secs(1),
+    };
+    play::play_simulator(&simulator, &store, schedule, |_| {}).unwrap();
     store.mark_cycle_completed();
     store
 }

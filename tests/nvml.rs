@@ -359,7 +359,10 @@ fn an_older_driver_without_newer_symbols_leaves_those_values_absent() {
     let driver = FakeDriver::new(&scenario, true);
     let (mut daemon, addr) = driver.start(&[]);
     // Let a few slow-tier cycles run into the missing symbols.
-    std::thread::sleep(Duration::from_millis(800));
+    let slow_cycles = r#"vramd_sample_duration_seconds_count{tier="slow"}"#;
+    eventually(Duration::from_secs(10), "three slow-tier cycles", || {
+        sample(&get(addr, "/metrics").text(), slow_cycles).is_some_and(|cycles| cycles >= 3.0)
+    });
     let metrics = get(addr, "/metrics").text();
     let labels = format!("{{gpu=\"0\",uuid=\"{GPU0}\"}}");
     assert_eq!(

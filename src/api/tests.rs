@@ -14,7 +14,7 @@ use super::*;
 use crate::alerts::board::AlertBoard;
 use crate::clock::ScaledClock;
 use crate::history::{HistoryStore, Sizing};
-use crate::source::DeviceSource;
+use crate::play::{self, Schedule};
 use crate::source::simulator::{GOLDEN_ORIGIN, ScenarioKind, Simulator, SimulatorSpec};
 
 fn limits() -> Limits {
@@ -43,17 +43,15 @@ fn filled_store() -> Arc<HistoryStore> {
         slow_capacity: 1_000,
         peak_window: Duration::from_secs(60),
     }));
-    let devices = store.set_devices(simulator.devices().unwrap());
-    for step in 0..480 {
-        let at = GOLDEN_ORIGIN.saturating_add(Duration::from_millis(250 * step));
-        for device in &devices {
-            let index = device.info().index;
-            device.record_fast(simulator.fast_at(index, at).unwrap()).unwrap();
-            if step % 4 == 0 {
-                device.record_slow(simulator.slow_at(index, at).unwrap(), 0).unwrap();
-            }
-        }
-    }
+    let schedule = Schedule {
+        from: GOLDEN_ORIGIN,
+        // 480 fast readings (the first at the origin), 120 slow ones.
+        duration: Duration::from_millis(250 * 479),
+        fast: Duration::from_millis(250),
+        slow: Duration::from_secs(1),
+    };
+    let played = play::play_simulator(&simulator, &store, schedule, |_| {}).unwrap();
+    assert_eq!(played.samples, 2 * (480 + 120));
     store.mark_cycle_completed();
     store
 }

@@ -1,6 +1,7 @@
-//! The probe scheduler against a fake prober, in real time at a high
-//! source speed (probe calls run on blocking threads, which paused tokio
-//! time does not wait for). Every wait is bounded.
+//! The probe scheduler against a fake prober, under paused tokio time:
+//! the test moves the clock on in small steps and lets the blocking probe
+//! calls finish between steps, so deadlines and backoff are exact and no
+//! test waits for them in real time. Every wait is bounded.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
@@ -15,15 +16,17 @@ use crate::model::{DeviceInfo, FastReading, MemoryInfo, SlowDetails, SlowReading
 
 const GIB: u64 = 1 << 30;
 
-/// Answers every probe after `delay`, counting calls and the most that
-/// ever ran at once; fails when `fail` is set.
+/// Answers every probe at once, counting calls and the most that ever ran
+/// at once; fails when `fail` is set; while `hang` is set, a probe does not
+/// return (for at most 10 s of real time, so a broken test cannot hang the
+/// suite).
 #[derive(Default)]
 struct FakeProber {
     calls: AtomicU64,
     running: AtomicU32,
     most_at_once: AtomicU32,
     fail: AtomicBool,
-    delay_ms: AtomicU64,
+    hang: AtomicBool,
     probed: Mutex<Vec<String>>,
 }
 
@@ -41,7 +44,12 @@ impl Prober for FakeProber {
         let running = self.running.fetch_add(1, Ordering::SeqCst) + 1;
         self.most_at_once.fetch_max(running, Ordering::SeqCst);
         self.probed.lock().push(device.uuid.clone());
-        std::thread::sleep(Duration::from_millis(self.delay_ms.load(Ordering::SeqCst)));
+        for _ in 0..10_000 {
+            if !self.hang.load(Ordering::SeqCst) {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
         self.running.fetch_sub(1, Ordering::SeqCst);
         if self.fail.load(Ordering::SeqCst) {
             return Err(ProbeFailure::new(ProbeFailureKind::InitFailed, "cuInit failed: 100"));
@@ -140,36 +148,55 @@ fn store(free_gib: &[u64], mode: Option<ComputeMode>) -> Arc<HistoryStore> {
     store
 }
 
-/// Runs the scheduler until `done` holds (at most 10 s), then stops it.
+/// How far the paused clock moves per step: a tenth of a probe interval.
+const STEP: Duration = Duration::from_millis(10);
+
+/// Lets spawned tasks and finished blocking calls make progress without
+/// moving the paused clock.
+async fn settle() {
+    for _ in 0..10 {
+        tokio::task::yield_now().await;
+        std::thread::sleep(Duration::from_micros(50));
+    }
+}
+
+/// Runs the scheduler, moving the paused clock on by [`STEP`], until `done`
+/// holds (at most 60 s of paused time), then stops it; returns the paused
+/// time that took.
 async fn run_until(
     prober: Arc<FakeProber>,
     store: Arc<HistoryStore>,
     gate: Arc<Gate>,
     settings: ProbeSettings,
     done: impl Fn() -> bool,
-) {
+) -> Duration {
+    let started = tokio::time::Instant::now();
     let cancel = CancellationToken::new();
     let task = tokio::spawn(run(prober, store, gate, settings, cancel.clone()));
-    for _ in 0..1_000 {
+    settle().await;
+    for _ in 0..6_000 {
         if done() {
             break;
         }
-        tokio::time::sleep(Duration::from_millis(10)).await;
+        tokio::time::advance(STEP).await;
+        settle().await;
     }
+    let took = started.elapsed();
     cancel.cancel();
-    tokio::time::timeout(Duration::from_secs(5), task).await.unwrap().unwrap();
-    assert!(done(), "the condition did not hold within 10 s");
+    settle().await;
+    assert!(task.is_finished(), "the scheduler did not stop when cancelled");
+    assert!(done(), "the condition did not hold within 60 s of paused time");
+    took
 }
 
 fn gate(firing: bool) -> Arc<Gate> {
     Arc::new(Gate(AtomicBool::new(firing)))
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn probe_scheduler_probes_every_device_one_at_a_time_and_records_readings() {
     let store = store(&[40, 40, 40], None);
     let prober = Arc::new(FakeProber::default());
-    prober.delay_ms.store(20, Ordering::SeqCst);
     let watched = store.clone();
     run_until(prober.clone(), store.clone(), gate(false), settings(), move || {
         watched.devices().iter().all(|device| device.probe().runs >= 2)
@@ -186,7 +213,7 @@ async fn probe_scheduler_probes_every_device_one_at_a_time_and_records_readings(
     assert_eq!(&probed[..3], ["GPU-0", "GPU-1", "GPU-2"]);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn probe_scheduler_skips_devices_that_a_probe_could_hurt() {
     let prober = Arc::new(FakeProber::default());
     // Device 0 is short of free memory; device 1 has plenty.
@@ -221,15 +248,13 @@ async fn probe_scheduler_skips_devices_that_a_probe_could_hurt() {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn probe_scheduler_records_failures_by_kind_and_backs_off() {
     let store = store(&[40], None);
     let prober = Arc::new(FakeProber::default());
     prober.fail.store(true, Ordering::SeqCst);
     let watched = store.clone();
-    #[allow(clippy::disallowed_types)] // a lower bound on elapsed real time
-    let started = std::time::Instant::now();
-    run_until(prober.clone(), store.clone(), gate(false), settings(), move || {
+    let took = run_until(prober.clone(), store.clone(), gate(false), settings(), move || {
         watched.devices()[0].probe().runs >= 3
     })
     .await;
@@ -238,28 +263,32 @@ async fn probe_scheduler_records_failures_by_kind_and_backs_off() {
     assert_eq!(u64::from(state.consecutive_failures), state.runs);
     assert!(state.latest.is_none());
     // Backing off: the second try waits 2 intervals, the third 4 more, so
-    // three failures take at least 600 ms at 100 ms per interval (without
-    // backoff they would take 200 ms).
-    assert!(started.elapsed() >= Duration::from_millis(550), "{:?}", started.elapsed());
+    // three failures take 600 ms at 100 ms per interval (without backoff
+    // they would take 200 ms).
+    assert!(took >= Duration::from_millis(600), "{took:?}");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn probe_scheduler_gives_up_on_a_hung_probe_and_never_starts_a_second() {
     let store = store(&[40, 40], None);
     let prober = Arc::new(FakeProber::default());
-    // Far past the 200 ms timeout plus the reaping grace… but bounded.
-    prober.delay_ms.store(5_600, Ordering::SeqCst);
+    prober.hang.store(true, Ordering::SeqCst);
     let watched = store.clone();
+    // Given up on at the 200 ms timeout plus the 5 s reaping grace; then
+    // two more seconds with the call still hung.
+    let until = tokio::time::Instant::now() + Duration::from_millis(7_200);
     run_until(prober.clone(), store.clone(), gate(false), settings(), move || {
         watched.devices()[0].probe().failures_of(ProbeFailureKind::Timeout) == 1
+            && tokio::time::Instant::now() >= until
     })
     .await;
     // While the hung call runs, device 1 is not probed.
     assert_eq!(prober.calls.load(Ordering::SeqCst), 1);
     assert_eq!(store.devices()[1].probe().runs, 0);
+    prober.hang.store(false, Ordering::SeqCst);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn probe_scheduler_probes_a_mig_gpu_through_its_mig_devices_only() {
     let store = store(&[40, 40], None);
     // Rebuild the list so device 1 is a MIG device of device 0.

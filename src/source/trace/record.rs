@@ -240,7 +240,12 @@ impl<S: DeviceSource> Recorder<S> {
 
     /// Appends a read's error (unless it is one never recorded: the end of
     /// a replay).
-    fn append_error(&self, device: u32, tier: Tier, error: &SourceError) -> Result<(), SourceError> {
+    fn append_error(
+        &self,
+        device: u32,
+        tier: Tier,
+        error: &SourceError,
+    ) -> Result<(), SourceError> {
         let Some(line) = Line::error(device, tier, error) else {
             return Ok(());
         };
@@ -251,7 +256,8 @@ impl<S: DeviceSource> Recorder<S> {
         if !state.lists(device) {
             return Ok(());
         }
-        let line = encode(&line).map_err(|err| self.record_error(format!("cannot encode: {err}")))?;
+        let line =
+            encode(&line).map_err(|err| self.record_error(format!("cannot encode: {err}")))?;
         write_line(&mut state, &line).map_err(|err| self.record_error(err.to_string()))
     }
 

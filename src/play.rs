@@ -1,0 +1,155 @@
+//! Playing readings into history as fast as the CPU allows, on the
+//! readings' own timestamps: the one loop behind `vramd analyze`, the golden
+//! and scenario tests, the API tests and the benches.
+//!
+//! Owns: the fixed fast/slow schedule ([`Schedule`], [`play`]) and the
+//! mapping of simulator readings ([`play_simulator`]) and trace records
+//! ([`play_trace`]) onto a [`HistoryStore`]. Depends on `source` (the
+//! simulator and replay), `history` and `model`; knows nothing of analysis,
+//! alerts or HTTP: a caller that evaluates passes a callback that runs after
+//! each step.
+//!
+//! Unlike the sampler: no deadline, backoff or telemetry, as these reads
+//! come from memory and cannot hang.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::history::{DeviceHistory, HistoryStore};
+use crate::model::{FastReading, SlowReading, Timestamp};
+use crate::source::simulator::{GOLDEN_ORIGIN, Simulator};
+use crate::source::trace::{Replay, TraceRecord};
+use crate::source::{DeviceSource, SourceError, Tier};
+
+/// When readings are taken: a fast reading every `fast` from `from` through
+/// `from + duration` inclusive, and a slow one with every fast reading that
+/// falls on a multiple of `slow` (rounded to whole fast steps, at least one).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Schedule {
+    pub from: Timestamp,
+    pub duration: Duration,
+    pub fast: Duration,
+    pub slow: Duration,
+}
+
+/// What a play recorded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Played {
+    /// Readings and recorded errors written into history.
+    pub samples: u64,
+    /// The newest timestamp played; `None` when nothing carried one.
+    pub end: Option<Timestamp>,
+}
+
+/// Plays `schedule` into `devices`, reading each device's tiers from `fast`
+/// and `slow` (given the device index and the time), and calls `after_step`
+/// with each step's time once every device has been recorded.
+pub fn play(
+    devices: &[Arc<DeviceHistory>],
+    schedule: Schedule,
+    mut fast: impl FnMut(u32, Timestamp) -> Result<FastReading, SourceError>,
+    mut slow: impl FnMut(u32, Timestamp) -> Result<SlowReading, SourceError>,
+    mut after_step: impl FnMut(Timestamp),
+) -> Played {
+    let mut played = Played { samples: 0, end: None };
+    let fast_ns = schedule.fast.as_nanos().max(1);
+    let slow_every = (schedule.slow.as_nanos() / fast_ns).max(1);
+    for step in 0..=schedule.duration.as_nanos() / fast_ns {
+        let offset = schedule.fast.saturating_mul(u32::try_from(step).unwrap_or(u32::MAX));
+        let at = schedule.from.saturating_add(offset);
+        for device in devices {
+            let index = device.info().index;
+            record_fast(device, fast(index, at));
+            played.samples += 1;
+            if step % slow_every == 0 {
+                record_slow(device, slow(index, at));
+                played.samples += 1;
+            }
+        }
+        played.end = Some(at);
+        after_step(at);
+    }
+    played
+}
+
+/// Lists `simulator`'s devices into `store` and plays `schedule` from them.
+pub fn play_simulator(
+    simulator: &Simulator,
+    store: &HistoryStore,
+    schedule: Schedule,
+    after_step: impl FnMut(Timestamp),
+) -> Result<Played, SourceError> {
+    let devices = store.set_devices(simulator.devices()?);
+    let fast = |index, at| simulator.fast_at(index, at);
+    let slow = |index, at| simulator.slow_at(index, at);
+    Ok(play(&devices, schedule, fast, slow, after_step))
+}
+
+/// Lists the trace's devices into `store` and records every record in file
+/// order, calling `after_record` with the time of each record that has one.
+/// Records of a device the header does not list are skipped.
+pub fn play_trace(
+    trace: &Replay,
+    store: &HistoryStore,
+    mut after_record: impl FnMut(Timestamp),
+) -> Played {
+    let devices = store.set_devices(trace.header().devices.clone());
+    let mut played = Played { samples: 0, end: None };
+    for record in trace.records() {
+        let Some(device) = devices.iter().find(|device| device.info().index == record.device())
+        else {
+            continue;
+        };
+        match record {
+            TraceRecord::Fast { reading, .. } => record_fast(device, Ok(reading.clone())),
+            TraceRecord::Slow { reading, .. } => record_slow(device, Ok(reading.as_ref().clone())),
+            TraceRecord::Error { tier: Tier::Fast, error, .. } => {
+                device.record_fast_failure(error.kind(), error.to_string())
+            }
+            TraceRecord::Error { tier: Tier::Slow, error, .. } => {
+                device.record_slow_failure(error.kind(), error.to_string())
+            }
+            // As the daemon's probe scheduler records them, so the probe
+            // rules judge a replay as they judged the recording.
+            TraceRecord::Probe { outcome, .. } => {
+                let at = device.newest_at().unwrap_or(GOLDEN_ORIGIN);
+                device.update_probe(|state| {
+                    state.scheduled = true;
+                    match outcome {
+                        Ok(reading) => state.record_success(reading.as_ref().clone()),
+                        Err(failure) => state.record_failure(at, failure.clone()),
+                    }
+                });
+            }
+        }
+        played.samples += 1;
+        if let Some(at) = record.at() {
+            played.end = Some(played.end.map_or(at, |end| end.max(at)));
+            after_record(at);
+        }
+    }
+    played
+}
+
+fn record_fast(device: &DeviceHistory, result: Result<FastReading, SourceError>) {
+    match result {
+        // Out of order cannot happen: every play only moves time forward.
+        Ok(reading) => {
+            let _ = device.record_fast(reading);
+        }
+        Err(error) => device.record_fast_failure(error.kind(), error.to_string()),
+    }
+}
+
+fn record_slow(device: &DeviceHistory, result: Result<SlowReading, SourceError>) {
+    match result {
+        Ok(reading) => {
+            let _ = device.record_slow(reading, 0);
+        }
+        Err(error) => device.record_slow_failure(error.kind(), error.to_string()),
+    }
+}
+
+#[cfg(test)]
+#[path = "play_tests.rs"]
+mod tests;
