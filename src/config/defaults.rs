@@ -3,7 +3,8 @@
 //! Owns: [`defaults`], [`default_alerts`] and the default constants. This is the single source
 //! of the default values: the lowest configuration layer is rendered from
 //! it, and `config/vramd.toml` is tested to load to exactly it. Depends only
-//! on the config types and `alerts::Severity`.
+//! on the config types and `model`'s rule table, whose defaults the
+//! alert rules take.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::num::NonZeroUsize;
@@ -14,7 +15,7 @@ use super::types::{
     MetricsConfig, NotifyConfig, NvmlConfig, ProbeConfig, RuleConfig, RulesConfig, SamplerConfig,
     ServerConfig, SourceConfig, SourceSelection,
 };
-use crate::alerts::Severity;
+use crate::model::RuleId;
 
 /// `server.listen`: loopback only, so nothing is exposed until asked for.
 pub const DEFAULT_LISTEN: SocketAddr = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 9477);
@@ -113,14 +114,15 @@ pub fn defaults() -> Config {
     }
 }
 
-/// An enabled rule.
-fn rule(threshold: f64, clear: f64, for_secs: u64, severity: Severity) -> RuleConfig {
+/// A rule with its defaults from the rule table, enabled.
+fn rule(id: RuleId) -> RuleConfig {
+    let spec = id.spec();
     RuleConfig {
         enabled: true,
-        threshold,
-        clear,
-        for_duration: Duration::from_secs(for_secs),
-        severity,
+        threshold: spec.threshold,
+        clear: spec.clear,
+        for_duration: spec.for_duration,
+        severity: spec.severity,
     }
 }
 
@@ -132,31 +134,22 @@ pub fn default_alerts() -> AlertsConfig {
         max_alerts: non_zero(1000),
         trend_window: Duration::from_secs(10 * 60),
         rules: RulesConfig {
-            // used / total memory, fires above.
-            memory_high: rule(0.92, 0.88, 60, Severity::Warning),
-            // Seconds until memory runs out, fires below.
-            exhaustion_forecast: rule(1800.0, 2700.0, 120, Severity::Warning),
+            memory_high: rule(RuleId::MemoryHigh),
+            exhaustion_forecast: rule(RuleId::ExhaustionForecast),
             exhaustion_min_fit: 0.8,
-            // Bytes per second: 0.25 MiB/s, cleared below 64 KiB/s.
-            leak_suspected: rule(262_144.0, 65_536.0, 300, Severity::Warning),
+            leak_suspected: rule(RuleId::LeakSuspected),
             leak_window: Duration::from_secs(30 * 60),
-            // inactive_split / reserved, fires above.
-            allocator_fragmentation_high: rule(0.25, 0.15, 300, Severity::Warning),
+            allocator_fragmentation_high: rule(RuleId::AllocatorFragmentationHigh),
             fragmentation_min_reserved_bytes: 2 << 30,
-            // Counts within their window: any one fires at once.
-            allocator_retries: rule(1.0, 0.0, 0, Severity::Warning),
+            allocator_retries: rule(RuleId::AllocatorRetries),
             retries_window: Duration::from_secs(5 * 60),
-            allocator_oom: rule(1.0, 0.0, 0, Severity::Critical),
+            allocator_oom: rule(RuleId::AllocatorOom),
             oom_window: Duration::from_secs(15 * 60),
-            // 1 while a device (or NVML) is down.
-            device_lost: rule(1.0, 0.0, 0, Severity::Critical),
-            xid_error: rule(1.0, 0.0, 0, Severity::Critical),
+            device_lost: rule(RuleId::DeviceLost),
+            xid_error: rule(RuleId::XidError),
             xid_window: Duration::from_secs(15 * 60),
-            // |NVML free − CUDA free| in bytes: 1 GiB, cleared at 512 MiB.
-            probe_free_mismatch: rule(1_073_741_824.0, 536_870_912.0, 0, Severity::Warning),
-            // Largest allocatable block in bytes, fires at or below the job
-            // size (4 GiB), cleared at 5 GiB.
-            probe_headroom_low: rule(4_294_967_296.0, 5_368_709_120.0, 0, Severity::Warning),
+            probe_free_mismatch: rule(RuleId::ProbeFreeMismatch),
+            probe_headroom_low: rule(RuleId::ProbeHeadroomLow),
             probe_stale_after: Duration::from_secs(2 * 15 * 60),
         },
     }

@@ -4,7 +4,8 @@
 //!
 //! Owns: the typed readings of a value (durations, sizes, counts, ratios,
 //! rule thresholds, addresses, paths, …) and their ranges' messages.
-//! Depends only on the config layers and `alerts::Severity`.
+//! Depends only on the config layers and `model` (severity, scenario,
+//! rule units).
 
 use std::net::SocketAddr;
 use std::num::NonZeroUsize;
@@ -18,23 +19,7 @@ use super::types::LogFormat;
 use super::units::{format_duration, format_size, parse_duration, parse_size};
 use super::validate::MAX_SPEED;
 use super::walk::Origins;
-use crate::alerts::Severity;
-use crate::source::simulator::ScenarioKind;
-
-/// What a rule's `threshold` and `clear` measure.
-#[derive(Clone, Copy, Debug)]
-pub(super) enum RuleUnit {
-    /// A fraction, above 0 and at most 1.
-    Ratio,
-    /// Seconds, above 0.
-    Seconds,
-    /// Bytes per second, at least 0.
-    Rate,
-    /// Events (or 1 for "down"), at least 0.
-    Count,
-    /// Bytes, at least 0; a size such as "4GiB" is accepted too.
-    Bytes,
-}
+use crate::model::{RuleUnit, ScenarioKind, Severity};
 
 /// One present value, with what is needed to report it.
 pub(super) struct Field<'a> {
@@ -198,7 +183,7 @@ impl<'a> Field<'a> {
         let (valid, range) = match unit {
             RuleUnit::Ratio => (value > 0.0 && value <= 1.0, "a ratio above 0 and at most 1"),
             RuleUnit::Seconds => (value > 0.0, "a number of seconds above 0"),
-            RuleUnit::Rate => (value >= 0.0, "a number of bytes per second, at least 0"),
+            RuleUnit::BytesPerSecond => (value >= 0.0, "a number of bytes per second, at least 0"),
             RuleUnit::Count => (value >= 0.0, "a count, at least 0"),
             RuleUnit::Bytes => {
                 (value >= 0.0, "a number of bytes (or a size such as \"4GiB\"), at least 0")

@@ -3,9 +3,9 @@
 //!
 //! Owns: the two configuration stages (raw as-written values, then
 //! validated types), key catalogue, size and duration units, and rendering
-//! of the effective configuration. Depends only on `source::simulator`'s
-//! `ScenarioKind` and `alerts::Severity`; never on the sampler, history,
-//! analysis or HTTP.
+//! of the effective configuration. Depends only on `model` (scenarios,
+//! severities and the rule table); never on sources, the sampler, history,
+//! analysis, alerts or HTTP.
 //!
 //! Layout: `types` (the validated `Config`), `keys` (every key), `raw`
 //! (serde layer), `load` (files, environment, overrides, merging), `walk`

@@ -8,7 +8,7 @@ use std::num::NonZeroUsize;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::source::simulator::ScenarioKind;
+use crate::model::{ScenarioKind, Severity};
 
 /// Everything the daemon needs to run, validated.
 #[derive(Clone, Debug, PartialEq)]
@@ -194,7 +194,7 @@ pub struct RuleConfig {
     /// `for`: how long the condition must hold before firing.
     pub for_duration: Duration,
     /// `severity`.
-    pub severity: crate::alerts::Severity,
+    pub severity: Severity,
 }
 
 /// The built-in rules and their settings.

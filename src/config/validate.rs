@@ -8,7 +8,7 @@
 use std::time::Duration;
 
 use super::error::ConfigError;
-use super::field::{Field, RuleUnit};
+use super::field::Field;
 use super::raw::{RawAlerts, RawConfig, RawIngest, RawNotify, RawProbe, RawRule, Scalar};
 use super::types::{
     AlertsConfig, ApiConfig, Config, HistoryConfig, IngestConfig, LogConfig, MetricsConfig,
@@ -17,6 +17,7 @@ use super::types::{
 };
 use super::units::format_duration;
 use super::walk::Origins;
+use crate::model::{Direction, RuleId};
 
 const MS: Duration = Duration::from_millis(1);
 const SECOND: Duration = Duration::from_secs(1);
@@ -262,52 +263,41 @@ fn ingest(raw: &RawIngest, origins: &Origins) -> Result<IngestConfig, ConfigErro
     })
 }
 
-/// Which side of `threshold` a rule fires on; `clear` is on the other side.
-#[derive(Clone, Copy, Debug)]
-enum Direction {
-    Above,
-    Below,
-}
-
 fn alerts(raw: &RawAlerts, origins: &Origins) -> Result<AlertsConfig, ConfigError> {
-    use Direction::{Above, Below};
-    use RuleUnit::{Bytes, Count, Rate, Ratio, Seconds};
     let field = |key, value| Field::required(key, value, origins);
-    let rule = |name, raw, unit, direction| rule_config(name, raw, unit, direction, origins);
+    let rule = |id, raw| rule_config(id, raw, origins);
     let rules = RulesConfig {
-        memory_high: rule("memory_high", &raw.memory_high, Ratio, Above)?,
-        exhaustion_forecast: rule("exhaustion_forecast", &raw.exhaustion_forecast, Seconds, Below)?,
+        memory_high: rule(RuleId::MemoryHigh, &raw.memory_high)?,
+        exhaustion_forecast: rule(RuleId::ExhaustionForecast, &raw.exhaustion_forecast)?,
         exhaustion_min_fit: field(
             "alerts.exhaustion_forecast.min_fit",
             &raw.exhaustion_forecast.min_fit,
         )?
         .fraction()?,
-        leak_suspected: rule("leak_suspected", &raw.leak_suspected, Rate, Above)?,
+        leak_suspected: rule(RuleId::LeakSuspected, &raw.leak_suspected)?,
         leak_window: field("alerts.leak_suspected.window", &raw.leak_suspected.window)?
             .duration(MINUTE, DAY)?,
         allocator_fragmentation_high: rule(
-            "allocator_fragmentation_high",
+            RuleId::AllocatorFragmentationHigh,
             &raw.allocator_fragmentation_high,
-            Ratio,
-            Above,
         )?,
         fragmentation_min_reserved_bytes: field(
             "alerts.allocator_fragmentation_high.min_reserved",
             &raw.allocator_fragmentation_high.min_reserved,
         )?
         .bytes(0, TIB)?,
-        allocator_retries: rule("allocator_retries", &raw.allocator_retries, Count, Above)?,
+        allocator_retries: rule(RuleId::AllocatorRetries, &raw.allocator_retries)?,
         retries_window: field("alerts.allocator_retries.window", &raw.allocator_retries.window)?
             .duration(SECOND, DAY)?,
-        allocator_oom: rule("allocator_oom", &raw.allocator_oom, Count, Above)?,
+        allocator_oom: rule(RuleId::AllocatorOom, &raw.allocator_oom)?,
         oom_window: field("alerts.allocator_oom.window", &raw.allocator_oom.window)?
             .duration(SECOND, DAY)?,
-        device_lost: rule("device_lost", &raw.device_lost, Count, Above)?,
-        xid_error: rule("xid_error", &raw.xid_error, Count, Above)?,
+        device_lost: rule(RuleId::DeviceLost, &raw.device_lost)?,
+        xid_error: rule(RuleId::XidError, &raw.xid_error)?,
         xid_window: field("alerts.xid_error.window", &raw.xid_error.window)?
             .duration(SECOND, DAY)?,
-        probe_free_mismatch: rule("probe_free_mismatch", &raw.probe_free_mismatch, Bytes, Above)?,
-        probe_headroom_low: rule("probe_headroom_low", &raw.probe_headroom_low, Bytes, Below)?,
+        probe_free_mismatch: rule(RuleId::ProbeFreeMismatch, &raw.probe_free_mismatch)?,
+        probe_headroom_low: rule(RuleId::ProbeHeadroomLow, &raw.probe_headroom_low)?,
         // Set from probe.interval once [probe] is validated.
         probe_stale_after: Duration::ZERO,
     };
@@ -325,14 +315,10 @@ fn alerts(raw: &RawAlerts, origins: &Origins) -> Result<AlertsConfig, ConfigErro
 
 /// The keys every rule has, in `[alerts.<name>]`. `clear` must be on the
 /// side of `threshold` the value returns to when the condition ends.
-fn rule_config(
-    name: &str,
-    raw: &RawRule,
-    unit: RuleUnit,
-    direction: Direction,
-    origins: &Origins,
-) -> Result<RuleConfig, ConfigError> {
-    let key = |key: &str| format!("alerts.{name}.{key}");
+fn rule_config(id: RuleId, raw: &RawRule, origins: &Origins) -> Result<RuleConfig, ConfigError> {
+    let spec = id.spec();
+    let (unit, direction) = (spec.unit, spec.direction);
+    let key = |key: &str| format!("alerts.{}.{key}", spec.name);
     let enabled = Field::required(&key("enabled"), &raw.enabled, origins)?.boolean()?;
     let threshold = Field::required(&key("threshold"), &raw.threshold, origins)?.threshold(unit)?;
     let clear_key = key("clear");
