@@ -14,6 +14,7 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use super::error::ConfigError;
+use super::keys::{Accepts, spec};
 use super::raw::Scalar;
 use super::types::LogFormat;
 use super::units::{format_duration, format_size, parse_duration, parse_size};
@@ -61,7 +62,21 @@ impl<'a> Field<'a> {
         }
     }
 
-    pub(super) fn duration(&self, min: Duration, max: Duration) -> Result<Duration, ConfigError> {
+    /// What the key accepts, from the catalogue.
+    fn accepts(&self) -> Accepts {
+        spec(self.key).map_or(Accepts::Words(""), |spec| spec.accepts)
+    }
+
+    /// The error for a reading the catalogue gives no bounds for: a
+    /// mismatch between `validate` and `keys` that the tests catch, kept as
+    /// an error so no path panics.
+    fn unbounded(&self) -> ConfigError {
+        ConfigError::Other { reason: format!("{} has no bounds of that kind", self.key) }
+    }
+
+    /// A duration within the key's bounds.
+    pub(super) fn duration(&self) -> Result<Duration, ConfigError> {
+        let Accepts::Time(min, max) = self.accepts() else { return Err(self.unbounded()) };
         let Scalar::Str(text) = self.value else {
             return Err(
                 self.invalid("expected a duration string with a unit, such as \"250ms\" or \"1h\"")
@@ -78,12 +93,19 @@ impl<'a> Field<'a> {
         Ok(duration)
     }
 
-    pub(super) fn size(&self, min: u64, max: u64) -> Result<usize, ConfigError> {
-        let bytes = self.bytes(min, max)?;
+    /// A size within the key's bounds, as a `usize`.
+    pub(super) fn size(&self) -> Result<usize, ConfigError> {
+        let bytes = self.bytes()?;
         usize::try_from(bytes).map_err(|_| self.invalid("too large for this platform"))
     }
 
-    pub(super) fn bytes(&self, min: u64, max: u64) -> Result<u64, ConfigError> {
+    /// A size within the key's bounds.
+    pub(super) fn bytes(&self) -> Result<u64, ConfigError> {
+        let Accepts::Size(min, max) = self.accepts() else { return Err(self.unbounded()) };
+        self.bytes_within(min, max)
+    }
+
+    fn bytes_within(&self, min: u64, max: u64) -> Result<u64, ConfigError> {
         let bytes = match self.value {
             Scalar::Str(text) => parse_size(text).map_err(|error| self.invalid(error.to_string())),
             Scalar::Int(value) => {
@@ -104,7 +126,9 @@ impl<'a> Field<'a> {
         Ok(bytes)
     }
 
-    pub(super) fn integer(&self, min: u64, max: u64) -> Result<u64, ConfigError> {
+    /// A whole number within the key's bounds.
+    pub(super) fn integer(&self) -> Result<u64, ConfigError> {
+        let Accepts::Int(min, max) = self.accepts() else { return Err(self.unbounded()) };
         let value = match self.value {
             Scalar::Int(value) => u64::try_from(*value).ok(),
             Scalar::UInt(value) => Some(*value),
@@ -123,12 +147,13 @@ impl<'a> Field<'a> {
         }
     }
 
-    pub(super) fn count(&self, max: u64) -> Result<NonZeroUsize, ConfigError> {
-        let value = self.integer(1, max)?;
+    /// A whole number within the key's bounds, which start at 1.
+    pub(super) fn count(&self) -> Result<NonZeroUsize, ConfigError> {
+        let value = self.integer()?;
         usize::try_from(value)
             .ok()
             .and_then(NonZeroUsize::new)
-            .ok_or_else(|| self.invalid(format!("must be between 1 and {max}")))
+            .ok_or_else(|| self.invalid("too large for this platform"))
     }
 
     /// A TOML boolean, or the string `true` or `false` (environment
@@ -174,7 +199,7 @@ impl<'a> Field<'a> {
     /// A rule's `threshold` or `clear`, in the rule's unit.
     pub(super) fn threshold(&self, unit: RuleUnit) -> Result<f64, ConfigError> {
         if let (RuleUnit::Bytes, Scalar::Str(_)) = (unit, self.value) {
-            return self.bytes(0, u64::MAX).map(|bytes| bytes as f64);
+            return self.bytes_within(0, u64::MAX).map(|bytes| bytes as f64);
         }
         let value = self.number()?;
         if !value.is_finite() {

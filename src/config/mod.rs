@@ -26,7 +26,7 @@ mod walk;
 
 pub use defaults::{DEFAULT_LISTEN, default_alerts, defaults};
 pub use error::{ConfigError, Origin};
-pub use keys::{ENV_PREFIX, KEYS, KeySpec, env_var_for};
+pub use keys::{Accepts, ENV_PREFIX, KEYS, KeySpec, env_var_for};
 pub use load::{
     DEFAULT_SEARCH_PATHS, LoadOptions, Overrides, config_file, load, process_environment,
 };

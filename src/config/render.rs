@@ -9,7 +9,7 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 use super::defaults::{DEFAULT_SIMULATOR_GPUS, DEFAULT_SIMULATOR_SEED};
-use super::keys::KEYS;
+use super::keys::spec;
 use super::types::{Config, LogFormat, RuleConfig, SourceSelection};
 use super::units::{format_duration, format_size};
 
@@ -80,7 +80,7 @@ macro_rules! rule_entries {
     }};
 }
 
-/// Every key of [`KEYS`], in its order, with the value `config` has for it;
+/// Every key of [`KEYS`](super::KEYS), in its order, with the value `config` has for it;
 /// `None` for an optional key that is not set. The simulator keys show
 /// their defaults when the simulator is not selected, since they are unused.
 pub fn entries(config: &Config) -> Vec<(&'static str, Option<TomlValue>)> {
@@ -206,13 +206,13 @@ pub fn render_effective(config: &Config) -> String {
     let mut table = "";
     for (key, value) in entries(config) {
         // `entries_cover_every_key_in_order` keeps both lists in step.
-        let Some(spec) = KEYS.iter().find(|spec| spec.key == key) else { continue };
+        let Some(spec) = spec(key) else { continue };
         // A rule's keys go in its own table, `[alerts.memory_high]`.
         if spec.table() != table {
             table = spec.table();
             let _ = write!(out, "\n[{table}]\n");
         }
-        let _ = writeln!(out, "# {} ({})", spec.summary, spec.range);
+        let _ = writeln!(out, "# {} ({})", spec.summary, spec.range());
         match value {
             Some(value) => {
                 let _ = writeln!(out, "{} = {}", spec.name(), value.to_toml());
@@ -249,6 +249,7 @@ fn toml_string(value: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::KEYS;
     use crate::config::defaults::defaults;
 
     #[test]

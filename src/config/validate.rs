@@ -1,7 +1,7 @@
 //! Validation: the raw, as-written values into the typed [`Config`].
 //!
-//! Owns: each key's documented range and the checks that involve two keys;
-//! reading one value is [`Field`]'s. Every error names the key, the value,
+//! Owns: the checks that involve two keys; reading one value within its
+//! bounds (which `keys` holds) is [`Field`]'s. Every error names the key, the value,
 //! where it came from and why. Depends on the config types, raw layer,
 //! units and `field` only.
 
@@ -19,16 +19,6 @@ use super::units::format_duration;
 use super::walk::Origins;
 use crate::model::{Direction, RuleId};
 
-const MS: Duration = Duration::from_millis(1);
-const SECOND: Duration = Duration::from_secs(1);
-const MINUTE: Duration = Duration::from_secs(60);
-const HOUR: Duration = Duration::from_secs(3600);
-const DAY: Duration = Duration::from_secs(86_400);
-const KIB: u64 = 1 << 10;
-const MIB: u64 = 1 << 20;
-const GIB: u64 = 1 << 30;
-const TIB: u64 = 1 << 40;
-
 /// Most samples `history.retention / sampler.fast_interval` may ask for.
 pub const MAX_SAMPLES_PER_DEVICE: u128 = 10_000_000;
 /// Largest `source.speed`.
@@ -40,69 +30,61 @@ pub(super) fn validate(raw: &RawConfig, origins: &Origins) -> Result<Config, Con
     let server = ServerConfig {
         listen: field("server.listen", &raw.server.listen)?.socket_addr()?,
         request_timeout: field("server.request_timeout", &raw.server.request_timeout)?
-            .duration(MS, 10 * MINUTE)?,
+            .duration()?,
         max_request_body_bytes: field("server.max_request_body", &raw.server.max_request_body)?
-            .size(KIB, 64 * MIB)?,
+            .size()?,
         max_concurrent_requests: field(
             "server.max_concurrent_requests",
             &raw.server.max_concurrent_requests,
         )?
-        .count(10_000)?,
+        .count()?,
         shutdown_timeout: field("server.shutdown_timeout", &raw.server.shutdown_timeout)?
-            .duration(Duration::ZERO, 10 * SECOND)?,
+            .duration()?,
     };
     let sampler = SamplerConfig {
-        fast_interval: field("sampler.fast_interval", &raw.sampler.fast_interval)?
-            .duration(10 * MS, HOUR)?,
-        slow_interval: field("sampler.slow_interval", &raw.sampler.slow_interval)?
-            .duration(100 * MS, HOUR)?,
-        call_timeout: field("sampler.call_timeout", &raw.sampler.call_timeout)?
-            .duration(MS, MINUTE)?,
+        fast_interval: field("sampler.fast_interval", &raw.sampler.fast_interval)?.duration()?,
+        slow_interval: field("sampler.slow_interval", &raw.sampler.slow_interval)?.duration()?,
+        call_timeout: field("sampler.call_timeout", &raw.sampler.call_timeout)?.duration()?,
         max_processes_per_device: field(
             "sampler.max_processes_per_device",
             &raw.sampler.max_processes_per_device,
         )?
-        .count(1024)?,
+        .count()?,
         discovery_retry_max: field(
             "sampler.discovery_retry_max",
             &raw.sampler.discovery_retry_max,
         )?
-        .duration(SECOND, HOUR)?,
+        .duration()?,
     };
     let history = HistoryConfig {
-        retention: field("history.retention", &raw.history.retention)?.duration(SECOND, 7 * DAY)?,
+        retention: field("history.retention", &raw.history.retention)?.duration()?,
     };
     let metrics = MetricsConfig {
-        peak_window: field("metrics.peak_window", &raw.metrics.peak_window)?
-            .duration(MS, 7 * DAY)?,
+        peak_window: field("metrics.peak_window", &raw.metrics.peak_window)?.duration()?,
     };
     let api = ApiConfig {
         max_history_points: field("api.max_history_points", &raw.api.max_history_points)?
-            .count(1_000_000)?,
-        max_event_streams: field("api.max_event_streams", &raw.api.max_event_streams)?
-            .count(1_024)?,
+            .count()?,
+        max_event_streams: field("api.max_event_streams", &raw.api.max_event_streams)?.count()?,
         max_stream_backlog: field("api.max_stream_backlog", &raw.api.max_stream_backlog)?
-            .count(65_536)?,
+            .count()?,
     };
 
     let scenario = optional("source.simulate", &raw.source.simulate, origins, Field::scenario)?;
     let replay_path = optional("source.replay", &raw.source.replay, origins, Field::path)?;
     let record_path = optional("source.record", &raw.source.record, origins, Field::path)?;
-    let gpus = field("simulator.gpus", &raw.simulator.gpus)?.integer(1, 8)?;
-    let seed = field("simulator.seed", &raw.simulator.seed)?.integer(0, u64::MAX)?;
+    let gpus = field("simulator.gpus", &raw.simulator.gpus)?.integer()?;
+    let seed = field("simulator.seed", &raw.simulator.seed)?.integer()?;
     let speed = field("source.speed", &raw.source.speed)?.speed()?;
     let max_trace_line_bytes =
-        field("source.max_trace_line", &raw.source.max_trace_line)?.size(KIB, 64 * MIB)?;
-    let max_trace_bytes =
-        field("source.max_trace_size", &raw.source.max_trace_size)?.bytes(MIB, 64 * GIB)?;
+        field("source.max_trace_line", &raw.source.max_trace_line)?.size()?;
+    let max_trace_bytes = field("source.max_trace_size", &raw.source.max_trace_size)?.bytes()?;
     let nvml = NvmlConfig {
         library_path: optional("nvml.library_path", &raw.nvml.library_path, origins, Field::path)?,
         require_gpu: field("nvml.require_gpu", &raw.nvml.require_gpu)?.boolean()?,
-        init_timeout: field("nvml.init_timeout", &raw.nvml.init_timeout)?
-            .duration(100 * MS, 10 * MINUTE)?,
+        init_timeout: field("nvml.init_timeout", &raw.nvml.init_timeout)?.duration()?,
         pcie_throughput: field("nvml.pcie_throughput", &raw.nvml.pcie_throughput)?.boolean()?,
-        max_cmdline_bytes: field("nvml.max_cmdline_bytes", &raw.nvml.max_cmdline_bytes)?
-            .size(0, 64 * KIB)?,
+        max_cmdline_bytes: field("nvml.max_cmdline_bytes", &raw.nvml.max_cmdline_bytes)?.size()?,
         xid_events: field("nvml.xid_events", &raw.nvml.xid_events)?.boolean()?,
     };
     let probe = probe(&raw.probe, origins)?;
@@ -212,17 +194,16 @@ fn probe(raw: &RawProbe, origins: &Origins) -> Result<ProbeConfig, ConfigError> 
     let field = |key, value| Field::required(key, value, origins);
     let probe = ProbeConfig {
         enabled: field("probe.enabled", &raw.enabled)?.boolean()?,
-        interval: field("probe.interval", &raw.interval)?.duration(MINUTE, DAY)?,
-        timeout: field("probe.timeout", &raw.timeout)?.duration(SECOND, 10 * MINUTE)?,
-        min_free_bytes: field("probe.min_free", &raw.min_free)?.bytes(256 * MIB, TIB)?,
-        margin_bytes: field("probe.margin", &raw.margin)?.bytes(64 * MIB, TIB)?,
-        block_bytes: field("probe.block_size", &raw.block_size)?.bytes(MIB, 16 * GIB)?,
-        samples: u32::try_from(field("probe.samples", &raw.samples)?.count(100)?.get())
-            .unwrap_or(100),
+        interval: field("probe.interval", &raw.interval)?.duration()?,
+        timeout: field("probe.timeout", &raw.timeout)?.duration()?,
+        min_free_bytes: field("probe.min_free", &raw.min_free)?.bytes()?,
+        margin_bytes: field("probe.margin", &raw.margin)?.bytes()?,
+        block_bytes: field("probe.block_size", &raw.block_size)?.bytes()?,
+        samples: u32::try_from(field("probe.samples", &raw.samples)?.count()?.get()).unwrap_or(100),
         headroom: field("probe.headroom", &raw.headroom)?.boolean()?,
         headroom_time_budget: field("probe.headroom_time_budget", &raw.headroom_time_budget)?
-            .duration(100 * MS, 5 * MINUTE)?,
-        max_backoff: field("probe.max_backoff", &raw.max_backoff)?.duration(MINUTE, 7 * DAY)?,
+            .duration()?,
+        max_backoff: field("probe.max_backoff", &raw.max_backoff)?.duration()?,
         cuda_library: optional("probe.cuda_library", &raw.cuda_library, origins, Field::path)?,
     };
     if probe.headroom_time_budget >= probe.timeout {
@@ -255,11 +236,11 @@ fn ingest(raw: &RawIngest, origins: &Origins) -> Result<IngestConfig, ConfigErro
     let field = |key, value| Field::required(key, value, origins);
     Ok(IngestConfig {
         token_file: optional("ingest.token_file", &raw.token_file, origins, Field::path)?,
-        ttl: field("ingest.ttl", &raw.ttl)?.duration(SECOND, HOUR)?,
-        rate_limit_per_second: field("ingest.rate_limit", &raw.rate_limit)?.count(1_000)?,
-        max_reporters: field("ingest.max_reporters", &raw.max_reporters)?.count(100_000)?,
-        max_devices: field("ingest.max_devices", &raw.max_devices)?.count(64)?,
-        max_stats: field("ingest.max_stats", &raw.max_stats)?.count(65_536)?,
+        ttl: field("ingest.ttl", &raw.ttl)?.duration()?,
+        rate_limit_per_second: field("ingest.rate_limit", &raw.rate_limit)?.count()?,
+        max_reporters: field("ingest.max_reporters", &raw.max_reporters)?.count()?,
+        max_devices: field("ingest.max_devices", &raw.max_devices)?.count()?,
+        max_stats: field("ingest.max_stats", &raw.max_stats)?.count()?,
     })
 }
 
@@ -276,7 +257,7 @@ fn alerts(raw: &RawAlerts, origins: &Origins) -> Result<AlertsConfig, ConfigErro
         .fraction()?,
         leak_suspected: rule(RuleId::LeakSuspected, &raw.leak_suspected)?,
         leak_window: field("alerts.leak_suspected.window", &raw.leak_suspected.window)?
-            .duration(MINUTE, DAY)?,
+            .duration()?,
         allocator_fragmentation_high: rule(
             RuleId::AllocatorFragmentationHigh,
             &raw.allocator_fragmentation_high,
@@ -285,17 +266,15 @@ fn alerts(raw: &RawAlerts, origins: &Origins) -> Result<AlertsConfig, ConfigErro
             "alerts.allocator_fragmentation_high.min_reserved",
             &raw.allocator_fragmentation_high.min_reserved,
         )?
-        .bytes(0, TIB)?,
+        .bytes()?,
         allocator_retries: rule(RuleId::AllocatorRetries, &raw.allocator_retries)?,
         retries_window: field("alerts.allocator_retries.window", &raw.allocator_retries.window)?
-            .duration(SECOND, DAY)?,
+            .duration()?,
         allocator_oom: rule(RuleId::AllocatorOom, &raw.allocator_oom)?,
-        oom_window: field("alerts.allocator_oom.window", &raw.allocator_oom.window)?
-            .duration(SECOND, DAY)?,
+        oom_window: field("alerts.allocator_oom.window", &raw.allocator_oom.window)?.duration()?,
         device_lost: rule(RuleId::DeviceLost, &raw.device_lost)?,
         xid_error: rule(RuleId::XidError, &raw.xid_error)?,
-        xid_window: field("alerts.xid_error.window", &raw.xid_error.window)?
-            .duration(SECOND, DAY)?,
+        xid_window: field("alerts.xid_error.window", &raw.xid_error.window)?.duration()?,
         probe_free_mismatch: rule(RuleId::ProbeFreeMismatch, &raw.probe_free_mismatch)?,
         probe_headroom_low: rule(RuleId::ProbeHeadroomLow, &raw.probe_headroom_low)?,
         // Set from probe.interval once [probe] is validated.
@@ -303,12 +282,11 @@ fn alerts(raw: &RawAlerts, origins: &Origins) -> Result<AlertsConfig, ConfigErro
     };
     Ok(AlertsConfig {
         evaluation_interval: field("alerts.evaluation_interval", &raw.evaluation_interval)?
-            .duration(100 * MS, 10 * MINUTE)?,
+            .duration()?,
         resolved_retention: field("alerts.resolved_retention", &raw.resolved_retention)?
-            .duration(Duration::ZERO, 7 * DAY)?,
-        max_alerts: field("alerts.max_alerts", &raw.max_alerts)?.count(100_000)?,
-        trend_window: field("alerts.trend_window", &raw.trend_window)?
-            .duration(10 * SECOND, DAY)?,
+            .duration()?,
+        max_alerts: field("alerts.max_alerts", &raw.max_alerts)?.count()?,
+        trend_window: field("alerts.trend_window", &raw.trend_window)?.duration()?,
         rules,
     })
 }
@@ -341,8 +319,7 @@ fn rule_config(id: RuleId, raw: &RawRule, origins: &Origins) -> Result<RuleConfi
         enabled,
         threshold,
         clear,
-        for_duration: Field::required(&key("for"), &raw.for_duration, origins)?
-            .duration(Duration::ZERO, DAY)?,
+        for_duration: Field::required(&key("for"), &raw.for_duration, origins)?.duration()?,
         severity: Field::required(&key("severity"), &raw.severity, origins)?.severity()?,
     })
 }
@@ -353,14 +330,12 @@ fn notify(raw: &RawNotify, origins: &Origins) -> Result<NotifyConfig, ConfigErro
     Ok(NotifyConfig {
         alertmanager_url: url("notify.alertmanager_url", &raw.alertmanager_url)?,
         webhook_url: url("notify.webhook_url", &raw.webhook_url)?,
-        queue_capacity: field("notify.queue_capacity", &raw.queue_capacity)?.count(100_000)?,
-        timeout: field("notify.timeout", &raw.timeout)?.duration(100 * MS, MINUTE)?,
-        resend_interval: field("notify.resend_interval", &raw.resend_interval)?
-            .duration(SECOND, HOUR)?,
-        max_retries: u32::try_from(field("notify.max_retries", &raw.max_retries)?.integer(0, 100)?)
+        queue_capacity: field("notify.queue_capacity", &raw.queue_capacity)?.count()?,
+        timeout: field("notify.timeout", &raw.timeout)?.duration()?,
+        resend_interval: field("notify.resend_interval", &raw.resend_interval)?.duration()?,
+        max_retries: u32::try_from(field("notify.max_retries", &raw.max_retries)?.integer()?)
             .unwrap_or(u32::MAX),
-        retry_backoff_max: field("notify.retry_backoff_max", &raw.retry_backoff_max)?
-            .duration(100 * MS, 10 * MINUTE)?,
+        retry_backoff_max: field("notify.retry_backoff_max", &raw.retry_backoff_max)?.duration()?,
         external_url: url("notify.external_url", &raw.external_url)?,
     })
 }

@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 
 use super::{assert_error, file, isolated, load_file};
-use crate::config::{ConfigError, KEYS, LoadOptions, config_file, defaults, load};
+use crate::config::{Accepts, ConfigError, KEYS, LoadOptions, config_file, defaults, load};
 
 fn manifest_path(relative: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(relative)
@@ -116,4 +116,28 @@ fn config_reference_documents_every_key_and_its_variable() {
     for needle in ["VRAMD_<SECTION>__<KEY>", "Exit status", "--config"] {
         assert!(text.contains(needle), "{needle} missing from docs");
     }
+}
+
+/// The range column of `key`'s row in the reference's key tables.
+fn documented_range<'a>(text: &'a str, key: &str) -> Option<&'a str> {
+    let row = text.lines().find(|line| line.starts_with(&format!("| `{key}` |")))?;
+    row.split('|').nth(4).map(str::trim)
+}
+
+#[test]
+fn config_reference_ranges_are_the_validated_bounds() {
+    let text = std::fs::read_to_string(manifest_path("docs/configuration.md")).unwrap();
+    let mut wrong = Vec::new();
+    for spec in KEYS {
+        if let Accepts::Words(_) = spec.accepts {
+            continue;
+        }
+        let bounds = spec.bounds();
+        let bounds = bounds.trim_start_matches("size, ");
+        let documented = documented_range(&text, spec.key).unwrap_or("(no row)");
+        if !documented.starts_with(bounds) {
+            wrong.push(format!("{}: documented `{documented}`, accepted {bounds}", spec.key));
+        }
+    }
+    assert!(wrong.is_empty(), "docs/configuration.md is out of step:\n{}", wrong.join("\n"));
 }
