@@ -1,10 +1,10 @@
-//! One configuration value on its way from the raw layer to a typed one:
+//! One configuration value on its way from the merged tree to a typed one:
 //! [`Field`] knows its key, its text and where it came from, so every
 //! conversion error names all three.
 //!
 //! Owns: the typed readings of a value (durations, sizes, counts, ratios,
 //! rule thresholds, addresses, paths, …) and their ranges' messages.
-//! Depends only on the config layers and `model` (severity, scenario,
+//! Depends only on the config keys and merged values, and `model` (severity, scenario,
 //! rule units).
 
 use std::net::SocketAddr;
@@ -15,42 +15,33 @@ use std::time::Duration;
 
 use super::error::ConfigError;
 use super::keys::{Accepts, spec};
-use super::raw::Scalar;
 use super::types::LogFormat;
 use super::units::{format_duration, format_size, parse_duration, parse_size};
 use super::validate::MAX_SPEED;
-use super::walk::Origins;
+use super::walk::{Scalar, Values};
 use crate::model::{RuleUnit, ScenarioKind, Severity};
 
 /// One present value, with what is needed to report it.
 pub(super) struct Field<'a> {
     key: &'a str,
     value: &'a Scalar,
-    origins: &'a Origins,
+    values: &'a Values,
 }
 
 impl<'a> Field<'a> {
-    pub(super) fn required(
-        key: &'a str,
-        value: &'a Option<Scalar>,
-        origins: &'a Origins,
-    ) -> Result<Self, ConfigError> {
-        Self::optional(key, value, origins).ok_or_else(|| ConfigError::Missing { key: key.into() })
+    pub(super) fn required(key: &'a str, values: &'a Values) -> Result<Self, ConfigError> {
+        Self::optional(key, values).ok_or_else(|| ConfigError::Missing { key: key.into() })
     }
 
-    pub(super) fn optional(
-        key: &'a str,
-        value: &'a Option<Scalar>,
-        origins: &'a Origins,
-    ) -> Option<Self> {
-        value.as_ref().map(|value| Field { key, value, origins })
+    pub(super) fn optional(key: &'a str, values: &'a Values) -> Option<Self> {
+        values.get(key).map(|value| Field { key, value, values })
     }
 
     pub(super) fn invalid(&self, reason: impl Into<String>) -> ConfigError {
         ConfigError::InvalidValue {
             key: self.key.to_owned(),
             value: self.value.to_string(),
-            origin: self.origins.of(self.key),
+            origin: self.values.origin(self.key),
             reason: reason.into(),
         }
     }

@@ -3,8 +3,8 @@
 //! Owns: [`LoadOptions`], [`Overrides`], [`load`] and the file search.
 //! Layers, lowest first: built-in defaults, the configuration file,
 //! `VRAMD_<SECTION>__<KEY>` environment variables, command-line options.
-//! Every value is kept as written (strings stay strings) and parsed by
-//! `validate`. The process environment is never read here; the caller
+//! Every value is kept as written (strings stay strings), collected by
+//! `walk` and parsed by `validate`. The process environment is never read here; the caller
 //! passes it in. Depends on the config submodules and the `config` crate.
 
 use std::collections::BTreeMap;
@@ -16,7 +16,6 @@ use config::{Environment, FileFormat, Map, Source, Value, ValueKind};
 use super::defaults::defaults;
 use super::error::{ConfigError, Origin};
 use super::keys::{ENV_PREFIX, ENV_SEPARATOR};
-use super::raw::RawConfig;
 use super::render::entries;
 use super::types::Config;
 use super::validate::validate;
@@ -175,9 +174,7 @@ pub fn load(options: &LoadOptions) -> Result<Config, ConfigError> {
     let merged = builder.build().map_err(other)?;
     let context =
         OriginContext { file: file.as_deref(), env_vars: &env_vars, overrides: &override_flags };
-    let origins = walk::check(&merged.cache, &context)?;
-    let raw: RawConfig = merged.try_deserialize().map_err(other)?;
-    validate(&raw, &origins)
+    validate(&walk::check(&merged.cache, &context)?)
 }
 
 /// A configuration layer already collected, with its origins tagged.

@@ -7,9 +7,10 @@
 //! severities and the rule table); never on sources, the sampler, history,
 //! analysis, alerts or HTTP.
 //!
-//! Layout: `types` (the validated `Config`), `keys` (every key), `raw`
-//! (serde layer), `load` (files, environment, overrides, merging), `walk`
-//! (unknown keys and origins), `validate`, `units`, `render`, `defaults`,
+//! Layout: `types` (the validated `Config`), `keys` (every key and its
+//! bounds), `load` (files, environment, overrides, merging), `walk`
+//! (unknown keys; every value as written, with its origin), `field` (one
+//! value into a type), `validate`, `units`, `render`, `defaults`,
 //! `error`. The reference is `docs/configuration.md`.
 
 mod defaults;
@@ -17,7 +18,6 @@ mod error;
 mod field;
 mod keys;
 mod load;
-mod raw;
 mod render;
 mod types;
 mod units;
