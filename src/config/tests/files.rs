@@ -141,3 +141,42 @@ fn config_reference_ranges_are_the_validated_bounds() {
     }
     assert!(wrong.is_empty(), "docs/configuration.md is out of step:\n{}", wrong.join("\n"));
 }
+
+/// The comment lines right above `name = ` in the `[table]` block of
+/// `text`, joined with spaces.
+fn comment_above(text: &str, table: &str, name: &str) -> Option<String> {
+    let header = format!("[{table}]");
+    let start = text.lines().position(|line| line.trim() == header)?;
+    let mut comment = Vec::new();
+    for line in text.lines().skip(start + 1) {
+        if line.starts_with('[') {
+            return None;
+        }
+        if let Some(words) = line.strip_prefix('#') {
+            comment.push(words.trim());
+        } else if line.starts_with(&format!("{name} =")) {
+            return Some(comment.join(" "));
+        } else if !line.trim().is_empty() {
+            comment.clear();
+        }
+    }
+    None
+}
+
+#[test]
+fn config_shipped_file_states_the_validated_bounds() {
+    let text = std::fs::read_to_string(manifest_path("config/vramd.toml")).unwrap();
+    let mut wrong = Vec::new();
+    for spec in KEYS {
+        if let Accepts::Words(_) = spec.accepts {
+            continue;
+        }
+        let bounds = spec.bounds();
+        let bounds = bounds.trim_start_matches("size, ");
+        let comment = comment_above(&text, spec.table(), spec.name()).unwrap_or_default();
+        if !comment.contains(bounds) {
+            wrong.push(format!("{}: `{comment}` does not say {bounds}", spec.key));
+        }
+    }
+    assert!(wrong.is_empty(), "config/vramd.toml is out of step:\n{}", wrong.join("\n"));
+}
