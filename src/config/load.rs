@@ -4,8 +4,19 @@
 //! Layers, lowest first: built-in defaults, the configuration file,
 //! `VRAMD_<SECTION>__<KEY>` environment variables, command-line options.
 //! Every value is kept as written (strings stay strings), collected by
-//! `walk` and parsed by `validate`. The process environment is never read here; the caller
-//! passes it in. Depends on the config submodules and the `config` crate.
+//! `walk` and parsed by `validate`. The process environment is never read
+//! here; the caller passes it in. Depends on the config submodules and the
+//! `config` crate.
+//!
+//! Why the `config` crate and not figment: errors must name the exact
+//! variable (`VRAMD_SAMPLER__FAST_INTERVAL`), and here each layer's values
+//! are tagged with their origin and each key mapped to the variable that
+//! set it. figment's per-value `Metadata` names a provider and
+//! interpolates the key path, so the exact variable would still need a
+//! custom interpolater; its `Env` provider also parses values (`"1"`
+//! becomes an integer), while here environment values stay the text the
+//! user wrote, which validation quotes back. Switching would add a
+//! dependency for no gain in what errors can say.
 
 use std::collections::BTreeMap;
 use std::io;
