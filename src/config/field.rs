@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use super::error::ConfigError;
 use super::keys::{Accepts, spec};
-use super::types::LogFormat;
+use super::sections::LogFormat;
 use super::units::{format_duration, format_size, parse_duration, parse_size};
 use super::validate::MAX_SPEED;
 use super::walk::{Scalar, Values};

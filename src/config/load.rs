@@ -24,11 +24,9 @@ use std::path::{Path, PathBuf};
 
 use config::{Environment, FileFormat, Map, Source, Value, ValueKind};
 
-use super::defaults::defaults;
 use super::error::{ConfigError, Origin};
 use super::keys::{ENV_PREFIX, ENV_SEPARATOR};
-use super::render::entries;
-use super::types::Config;
+use super::sections::{Config, defaults, entries};
 use super::validate::validate;
 use super::walk::{self, ENV_TAG, FILE_TAG, OriginContext};
 

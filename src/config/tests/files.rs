@@ -97,7 +97,7 @@ fn table_mentions(text: &str, table: &str, name: &str) -> bool {
 #[test]
 fn config_shipped_file_has_every_key_in_its_table() {
     let text = std::fs::read_to_string(manifest_path("config/vramd.toml")).unwrap();
-    for spec in KEYS {
+    for spec in KEYS.iter() {
         assert!(
             table_mentions(&text, spec.table(), spec.name()),
             "{} missing from config/vramd.toml",
@@ -109,7 +109,7 @@ fn config_shipped_file_has_every_key_in_its_table() {
 #[test]
 fn config_reference_documents_every_key_and_its_variable() {
     let text = std::fs::read_to_string(manifest_path("docs/configuration.md")).unwrap();
-    for spec in KEYS {
+    for spec in KEYS.iter() {
         assert!(text.contains(&format!("`{}`", spec.key)), "{} missing from docs", spec.key);
         assert!(text.contains(&spec.env_var()), "{} missing from docs", spec.env_var());
     }
@@ -128,7 +128,7 @@ fn documented_range<'a>(text: &'a str, key: &str) -> Option<&'a str> {
 fn config_reference_ranges_are_the_validated_bounds() {
     let text = std::fs::read_to_string(manifest_path("docs/configuration.md")).unwrap();
     let mut wrong = Vec::new();
-    for spec in KEYS {
+    for spec in KEYS.iter() {
         if let Accepts::Words(_) = spec.accepts {
             continue;
         }
@@ -167,7 +167,7 @@ fn comment_above(text: &str, table: &str, name: &str) -> Option<String> {
 fn config_shipped_file_states_the_validated_bounds() {
     let text = std::fs::read_to_string(manifest_path("config/vramd.toml")).unwrap();
     let mut wrong = Vec::new();
-    for spec in KEYS {
+    for spec in KEYS.iter() {
         if let Accepts::Words(_) = spec.accepts {
             continue;
         }
