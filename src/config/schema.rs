@@ -1,97 +1,15 @@
 //! The machinery that lets each configuration key be written once.
 //!
-//! Owns: [`Kind`] (how one kind of value is read from the merged layers
-//! and written back as TOML), the kinds themselves, and the `section!` and
-//! `rules!` macros. From one entry per key (field, key name, type, kind,
+//! Owns: the `section!` and `rules!` macros and the units their entries
+//! are written in. From one entry per key (field, key name, type, kind,
 //! default, accepted bounds, summary) a section macro generates the typed
 //! struct, its `Default`, its entries in the key catalogue, its reading and
-//! its rendering. `sections` holds the entries. Depends only on the config
-//! keys, fields, values and units, and `model`.
+//! its rendering, each value through its [`Kind`](super::field::Kind).
+//! `sections` holds the entries. Depends on nothing; the macros expand in
+//! `sections`.
 
-use std::net::SocketAddr;
 use std::num::NonZeroUsize;
-use std::path::PathBuf;
 use std::time::Duration;
-
-use super::error::ConfigError;
-use super::field::Field;
-use super::render::TomlValue;
-use super::units::{format_duration, format_size};
-use super::walk::Values;
-use crate::model::{ScenarioKind, Severity};
-
-/// One kind of value: how it is read (within the bounds the catalogue gives
-/// its key) and how it is written back in file syntax.
-pub(super) trait Kind {
-    type Value;
-    fn parse(field: &Field<'_>) -> Result<Self::Value, ConfigError>;
-    /// The value in file syntax; `None` for an optional key not set.
-    fn show(value: &Self::Value) -> Option<TomlValue>;
-    /// Every required key has a built-in default, so it always has a value.
-    fn read(key: &str, values: &Values) -> Result<Self::Value, ConfigError> {
-        Self::parse(&Field::required(key, values)?)
-    }
-}
-
-/// An optional key of kind `K`: unset unless some layer sets it.
-pub(super) struct Opt<K>(K);
-
-impl<K: Kind> Kind for Opt<K> {
-    type Value = Option<K::Value>;
-    fn parse(field: &Field<'_>) -> Result<Self::Value, ConfigError> {
-        K::parse(field).map(Some)
-    }
-    fn show(value: &Self::Value) -> Option<TomlValue> {
-        value.as_ref().and_then(K::show)
-    }
-    fn read(key: &str, values: &Values) -> Result<Self::Value, ConfigError> {
-        Field::optional(key, values).map(|field| K::parse(&field)).transpose()
-    }
-}
-
-macro_rules! kind {
-    ($($name:ident: $value:ty, |$field:ident| $parse:expr, |$v:ident| $show:expr;)*) => {$(
-        pub(super) struct $name;
-        impl Kind for $name {
-            type Value = $value;
-            fn parse($field: &Field<'_>) -> Result<$value, ConfigError> {
-                $parse
-            }
-            fn show($v: &$value) -> Option<TomlValue> {
-                Some($show)
-            }
-        }
-    )*};
-}
-
-fn text(value: impl Into<String>) -> TomlValue {
-    TomlValue::Str(value.into())
-}
-
-/// Integers beyond `i64` (only a seed can be) stay exact as a string.
-fn int(value: impl TryInto<i64> + ToString + Copy) -> TomlValue {
-    value.try_into().map_or_else(|_| TomlValue::Str(value.to_string()), TomlValue::Int)
-}
-
-kind! {
-    Addr: SocketAddr, |f| f.socket_addr(), |v| text(v.to_string());
-    Dur: Duration, |f| f.duration(), |v| text(format_duration(*v));
-    Bytes: u64, |f| f.bytes(), |v| text(format_size(*v));
-    USize: usize, |f| f.size(), |v| text(format_size(*v as u64));
-    Count: NonZeroUsize, |f| f.count(), |v| int(v.get());
-    // The bounds of every u32 key are far below u32::MAX.
-    U32: u32, |f| Ok(u32::try_from(f.integer()?).unwrap_or(u32::MAX)), |v| int(*v);
-    U64: u64, |f| f.integer(), |v| int(*v);
-    Bool: bool, |f| f.boolean(), |v| TomlValue::Bool(*v);
-    Speed: f64, |f| f.speed(), |v| TomlValue::Float(*v);
-    Fraction: f64, |f| f.fraction(), |v| TomlValue::Float(*v);
-    Path: PathBuf, |f| f.path(), |v| text(v.to_string_lossy());
-    Url: String, |f| f.url(), |v| text(v.as_str());
-    Scenario: ScenarioKind, |f| f.scenario(), |v| text(v.name());
-    Format: super::sections::LogFormat, |f| f.log_format(), |v| text(v.as_str());
-    Level: String, |f| f.log_level(), |v| text(v.as_str());
-    Sev: Severity, |f| f.severity(), |v| text(v.as_str());
-}
 
 pub(super) const fn ms(n: u64) -> Duration {
     Duration::from_millis(n)

@@ -13,13 +13,15 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use super::error::ConfigError;
+use super::field::{
+    Addr, Bool, Bytes, Count, Dur, Format, Fraction, Kind, Level, Opt, Path, Scenario, Sev, Speed,
+    U32, U64, USize, Url,
+};
 use super::keys::Accepts::{Int, Size, Time, Words};
 use super::keys::KeySpec;
 use super::render::TomlValue;
 use super::schema::{
-    Addr, Bool, Bytes, Count, Dur, Format, Fraction, GIB, KIB, Kind, Level, MIB, Opt, Path,
-    Scenario, Sev, Speed, TIB, U32, U64, USize, Url, days, hours, mins, ms, non_zero, rule_key,
-    rules, secs, section,
+    GIB, KIB, MIB, TIB, days, hours, mins, ms, non_zero, rule_key, rules, secs, section,
 };
 use super::walk::Values;
 use crate::model::{RuleId, ScenarioKind, Severity};

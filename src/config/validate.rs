@@ -7,8 +7,7 @@
 //! `model`'s rule table only.
 
 use super::error::ConfigError;
-use super::field::Field;
-use super::schema::{Bool, Dur, Kind, Sev};
+use super::field::{Bool, Dur, Field, Kind, Sev};
 use super::sections::{self, Config, RuleConfig, SourceSelection};
 use super::units::format_duration;
 use super::walk::Values;
