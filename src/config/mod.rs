@@ -20,6 +20,7 @@ mod field;
 mod keys;
 mod load;
 mod render;
+mod rules;
 mod schema;
 mod sections;
 mod units;
@@ -32,11 +33,11 @@ pub use load::{
     DEFAULT_SEARCH_PATHS, LoadOptions, Overrides, config_file, load, process_environment,
 };
 pub use render::render_effective;
+pub use rules::{RuleConfig, RulesConfig};
 pub use sections::{
     AlertsConfig, ApiConfig, Config, DEFAULT_LISTEN, HistoryConfig, IngestConfig, LogConfig,
-    LogFormat, MetricsConfig, NotifyConfig, NvmlConfig, ProbeConfig, RuleConfig, RulesConfig,
-    SamplerConfig, ServerConfig, SimulatorConfig, SourceConfig, SourceSelection, default_alerts,
-    defaults,
+    LogFormat, MetricsConfig, NotifyConfig, NvmlConfig, ProbeConfig, SamplerConfig, ServerConfig,
+    SimulatorConfig, SourceConfig, SourceSelection, default_alerts, defaults,
 };
 pub use units::{SizeError, format_duration, format_size, parse_duration, parse_size};
 

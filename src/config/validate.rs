@@ -7,11 +7,9 @@
 //! `model`'s rule table only.
 
 use super::error::ConfigError;
-use super::field::{Bool, Dur, Field, Kind, Sev};
-use super::sections::{self, Config, RuleConfig, SourceSelection};
+use super::sections::{self, Config, SourceSelection};
 use super::units::format_duration;
 use super::walk::Values;
-use crate::model::{Direction, RuleId};
 
 /// Most samples `history.retention / sampler.fast_interval` may ask for.
 pub const MAX_SAMPLES_PER_DEVICE: u128 = 10_000_000;
@@ -94,38 +92,4 @@ pub(super) fn validate(values: &Values) -> Result<Config, ConfigError> {
         return conflict("source.replay", "source.record", reason.to_owned());
     }
     Ok(config)
-}
-
-impl RuleConfig {
-    /// The keys every rule has, in `[alerts.<name>]`. `clear` must be on
-    /// the side of `threshold` the value returns to when the condition ends.
-    pub(super) fn read(id: RuleId, values: &Values) -> Result<Self, ConfigError> {
-        let spec = id.spec();
-        let key = |key: &str| format!("alerts.{}.{key}", spec.name);
-        let enabled = Bool::read(&key("enabled"), values)?;
-        let threshold = Field::required(&key("threshold"), values)?.threshold(spec.unit)?;
-        let clear_key = key("clear");
-        let clear_field = Field::required(&clear_key, values)?;
-        let clear = clear_field.threshold(spec.unit)?;
-        match spec.direction {
-            Direction::Above if clear > threshold => {
-                return Err(clear_field.invalid(format!(
-                    "must not exceed threshold {threshold} for a rule that fires above it"
-                )));
-            }
-            Direction::Below if clear < threshold => {
-                return Err(clear_field.invalid(format!(
-                    "must not be below threshold {threshold} for a rule that fires below it"
-                )));
-            }
-            _ => {}
-        }
-        Ok(RuleConfig {
-            enabled,
-            threshold,
-            clear,
-            for_duration: Dur::read(&key("for"), values)?,
-            severity: Sev::read(&key("severity"), values)?,
-        })
-    }
 }
