@@ -410,21 +410,19 @@ pub(super) fn entries(config: &Config) -> Vec<(&'static str, Option<TomlValue>)>
 }
 
 /// Reads every section; the checks across keys are `validate`'s.
-pub(super) fn read(values: &Values) -> Result<(Config, SourceKeys), ConfigError> {
-    let source = SourceKeys::read(values)?;
-    let config = Config {
+pub(super) fn read(values: &Values) -> Result<Config, ConfigError> {
+    Ok(Config {
         server: ServerConfig::read(values)?,
         sampler: SamplerConfig::read(values)?,
         history: HistoryConfig::read(values)?,
         metrics: MetricsConfig::read(values)?,
         api: ApiConfig::read(values)?,
-        source: SourceConfig::from_keys(source.clone(), SimulatorKeys::read(values)?),
+        source: SourceConfig::from_keys(SourceKeys::read(values)?, SimulatorKeys::read(values)?),
         nvml: NvmlConfig::read(values)?,
         probe: ProbeConfig::read(values)?,
         log: LogConfig::read(values)?,
         alerts: AlertsConfig::read(values)?,
         notify: NotifyConfig::read(values)?,
         ingest: IngestConfig::read(values)?,
-    };
-    Ok((config, source))
+    })
 }

@@ -18,7 +18,7 @@ pub const MAX_SPEED: f64 = 10_000.0;
 
 /// Turns the merged values into a [`Config`], or says which key is wrong.
 pub(super) fn validate(values: &Values) -> Result<Config, ConfigError> {
-    let (mut config, source) = sections::read(values)?;
+    let mut config = sections::read(values)?;
     config.alerts.rules.probe_stale_after = config.probe.interval.saturating_mul(2);
     let Config { sampler, history, metrics, probe, .. } = &config;
     let conflict = |first, second, reason: String| Err(values.conflict(first, second, reason));
@@ -81,7 +81,7 @@ pub(super) fn validate(values: &Values) -> Result<Config, ConfigError> {
             ),
         );
     }
-    if source.simulate.is_some() && source.replay.is_some() {
+    if values.get("source.simulate").is_some() && values.get("source.replay").is_some() {
         let reason = "choose one device source: simulate a scenario or replay a trace";
         return conflict("source.simulate", "source.replay", reason.to_owned());
     }
