@@ -187,3 +187,17 @@ impl RuleConfig {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::keys::is_table;
+
+    #[test]
+    fn every_rule_of_the_rule_table_has_its_configuration_table() {
+        for id in RuleId::ALL {
+            assert!(is_table(&format!("alerts.{}", id.spec().name)), "{id:?}");
+        }
+        assert_eq!(RulesConfig::default().memory_high, RuleConfig::of(RuleId::MemoryHigh));
+    }
+}

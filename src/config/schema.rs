@@ -76,11 +76,11 @@ macro_rules! section {
             }
 
             pub(super) fn entries(&self) -> Vec<(&'static str, Option<TomlValue>)> {
-                #[allow(unused_mut)]
-                let mut entries =
-                    vec![$((concat!($section, ".", $key), <$kind as Kind>::show(&self.$field)),)*];
-                $(entries.extend(self.$nested.entries());)?
-                entries
+                [
+                    vec![$((concat!($section, ".", $key), <$kind as Kind>::show(&self.$field)),)*],
+                    $(self.$nested.entries(),)?
+                ]
+                .concat()
             }
         }
     };
