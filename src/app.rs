@@ -26,6 +26,7 @@ use crate::clock::{ScaledClock, wall_now};
 use crate::config::{AlertsConfig, Config, SourceSelection};
 use crate::history::{HistoryStore, Sizing};
 use crate::ingest::{ReportLimits, ReportStore, StoreLimits};
+use crate::model::RuleId;
 use crate::sampler::probe::{ProbeGate, ProbeSettings};
 use crate::sampler::{self, SamplerSettings};
 use crate::source::DeviceSource;
@@ -271,7 +272,10 @@ impl ProbeGate for AlertGate {
         self.0.alerts().iter().any(|alert| {
             alert.state == AlertState::Firing
                 && alert.key.uuid == uuid
-                && matches!(alert.key.rule.as_str(), "allocator_oom" | "allocator_retries")
+                && matches!(
+                    RuleId::from_name(&alert.key.rule),
+                    Some(RuleId::AllocatorOom | RuleId::AllocatorRetries)
+                )
         })
     }
 }

@@ -34,7 +34,7 @@ fn check(scenario: ScenarioKind) {
     for want in expected {
         let hit = firing.iter().find(|entry| {
             let alert = &entry.transition.alert;
-            alert.key.rule == want.rule
+            alert.key.rule == want.rule.as_str()
                 && alert.gpu == want.gpu
                 && want.process.is_none_or(|name| alert.process.as_deref() == Some(name))
         });
@@ -65,8 +65,9 @@ fn check(scenario: ScenarioKind) {
     }
     for entry in &firing {
         let alert = &entry.transition.alert;
-        let declared =
-            expected.iter().any(|want| want.rule == alert.key.rule && want.gpu == alert.gpu);
+        let declared = expected
+            .iter()
+            .any(|want| want.rule.as_str() == alert.key.rule && want.gpu == alert.gpu);
         assert!(
             declared,
             "{scenario}: unexpected alert {} ({})\n{}",

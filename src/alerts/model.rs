@@ -4,51 +4,8 @@
 
 use serde::{Deserialize, Serialize};
 
+pub use crate::model::Severity;
 use crate::model::Timestamp;
-
-/// How urgent an alert is.
-#[derive(
-    Clone,
-    Copy,
-    Debug,
-    PartialEq,
-    Eq,
-    PartialOrd,
-    Ord,
-    Hash,
-    Serialize,
-    Deserialize,
-    utoipa::ToSchema,
-)]
-#[serde(rename_all = "lowercase")]
-pub enum Severity {
-    Info,
-    Warning,
-    Critical,
-}
-
-impl Severity {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Severity::Info => "info",
-            Severity::Warning => "warning",
-            Severity::Critical => "critical",
-        }
-    }
-}
-
-impl std::str::FromStr for Severity {
-    type Err = String;
-
-    fn from_str(text: &str) -> Result<Self, Self::Err> {
-        match text {
-            "info" => Ok(Severity::Info),
-            "warning" => Ok(Severity::Warning),
-            "critical" => Ok(Severity::Critical),
-            other => Err(format!("unknown severity `{other}`; expected info, warning or critical")),
-        }
-    }
-}
 
 /// Where an alert is in its life: inactive alerts are not kept at all.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]

@@ -3,10 +3,10 @@
 //! Both judge the device's latest successful probe.
 
 use crate::config::RulesConfig;
-use crate::model::{DeviceInfo, ProbeReading};
+use crate::model::{DeviceInfo, ProbeReading, RuleId};
 
 use super::engine::Observation;
-use super::rules::{Direction, Draft, gib, push};
+use super::rules::{Draft, gib, push};
 
 const MIB: f64 = (1u64 << 20) as f64;
 
@@ -28,13 +28,11 @@ pub(super) fn observe(
         push(
             device,
             Draft {
-                rule: "probe_free_mismatch",
+                rule: RuleId::ProbeFreeMismatch,
                 config: &rules.probe_free_mismatch,
-                direction: Direction::Above,
                 pid: None,
                 process: None,
                 value: magnitude,
-                unit: "bytes",
                 text: &|| {
                     let (more, less) =
                         if difference > 0 { ("NVML", "CUDA") } else { ("CUDA", "NVML") };
@@ -61,13 +59,11 @@ pub(super) fn observe(
         push(
             device,
             Draft {
-                rule: "probe_headroom_low",
+                rule: RuleId::ProbeHeadroomLow,
                 config: &rules.probe_headroom_low,
-                direction: Direction::Below,
                 pid: None,
                 process: None,
                 value: headroom as f64,
-                unit: "bytes",
                 text: &|| {
                     (
                         format!(

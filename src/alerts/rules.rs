@@ -5,17 +5,11 @@ use crate::analysis::accounting::split_fragmentation_ratio;
 use crate::analysis::remediation;
 use crate::analysis::snapshot::{DeviceSnapshot, ProcessFacts};
 use crate::config::{RuleConfig, RulesConfig};
-use crate::model::{DeviceInfo, MemoryInfo};
+use crate::model::{DeviceInfo, Direction, MemoryInfo, RuleId};
 
 use super::engine::{Observation, Verdict};
 use super::model::AlertKey;
 
-/// Which side of the threshold is bad.
-#[derive(Clone, Copy)]
-pub(super) enum Direction {
-    Above,
-    Below,
-}
 
 fn verdict(rule: &RuleConfig, direction: Direction, value: f64) -> Verdict {
     let (breached, held) = match direction {
@@ -47,13 +41,12 @@ fn minutes(seconds: f64) -> String {
 }
 
 pub(super) struct Draft<'a> {
-    pub(super) rule: &'static str,
+    /// Its unit and direction come from the rule table.
+    pub(super) rule: RuleId,
     pub(super) config: &'a RuleConfig,
-    pub(super) direction: Direction,
     pub(super) pid: Option<u32>,
     pub(super) process: Option<String>,
     pub(super) value: f64,
-    pub(super) unit: &'static str,
     /// Summary and description, written only when an alert may need them:
     /// most observations are clear, and formatting is most of a pass.
     pub(super) text: &'a dyn Fn() -> (String, String),
@@ -64,11 +57,12 @@ pub(super) fn push(device: &DeviceInfo, draft: Draft<'_>, out: &mut Vec<Observat
     if !draft.config.enabled {
         return;
     }
-    let verdict = verdict(draft.config, draft.direction, draft.value);
+    let spec = draft.rule.spec();
+    let verdict = verdict(draft.config, spec.direction, draft.value);
     let (summary, description) =
         if verdict == Verdict::Clear { (String::new(), String::new()) } else { (draft.text)() };
     out.push(Observation {
-        key: AlertKey { rule: draft.rule.to_owned(), uuid: device.uuid.clone(), pid: draft.pid },
+        key: AlertKey { rule: spec.name.to_owned(), uuid: device.uuid.clone(), pid: draft.pid },
         verdict,
         severity: draft.config.severity,
         for_duration: draft.config.for_duration,
@@ -76,7 +70,7 @@ pub(super) fn push(device: &DeviceInfo, draft: Draft<'_>, out: &mut Vec<Observat
         process: draft.process,
         value: draft.value,
         threshold: draft.config.threshold,
-        unit: draft.unit,
+        unit: spec.unit.as_str(),
         summary,
         description,
         remediation: draft.remediation,
@@ -86,15 +80,15 @@ pub(super) fn push(device: &DeviceInfo, draft: Draft<'_>, out: &mut Vec<Observat
 /// The alert for a device source that cannot list devices (NVML down).
 pub fn source_down(rules: &RulesConfig) -> Observation {
     Observation {
-        key: AlertKey { rule: "device_lost".into(), uuid: "nvml".into(), pid: None },
-        verdict: verdict(&rules.device_lost, Direction::Above, 1.0),
+        key: AlertKey { rule: RuleId::DeviceLost.as_str().into(), uuid: "nvml".into(), pid: None },
+        verdict: verdict(&rules.device_lost, RuleId::DeviceLost.spec().direction, 1.0),
         severity: rules.device_lost.severity,
         for_duration: rules.device_lost.for_duration,
         gpu: 0,
         process: None,
         value: 1.0,
         threshold: rules.device_lost.threshold,
-        unit: "count",
+        unit: RuleId::DeviceLost.spec().unit.as_str(),
         summary: "the GPU driver (NVML) cannot be used".into(),
         description: "vramd cannot list devices through NVML: no GPU memory is monitored until it answers (see vramd_nvml_up and the daemon log).".into(),
         remediation: "check that the NVIDIA driver is loaded (nvidia-smi), that the container has the driver library and device nodes, and the daemon log for the NVML error",
@@ -109,13 +103,11 @@ pub fn observe(rules: &RulesConfig, snapshot: &DeviceSnapshot, out: &mut Vec<Obs
     push(
         device,
         Draft {
-            rule: "device_lost",
+            rule: RuleId::DeviceLost,
             config: &rules.device_lost,
-            direction: Direction::Above,
             pid: None,
             process: None,
             value: if facts.up { 0.0 } else { 1.0 },
-            unit: "count",
             text: &|| {
                 (
                     format!("{name} does not answer"),
@@ -143,13 +135,11 @@ pub fn observe(rules: &RulesConfig, snapshot: &DeviceSnapshot, out: &mut Vec<Obs
         push(
             device,
             Draft {
-                rule: "xid_error",
+                rule: RuleId::XidError,
                 config: &rules.xid_error,
-                direction: Direction::Above,
                 pid: None,
                 process: None,
                 value: new_errors as f64,
-                unit: "count",
                 text: &|| {
                     (
                         format!("{name} reported {new_errors} Xid error(s)"),
@@ -179,13 +169,11 @@ fn memory_rules(
         push(
             device,
             Draft {
-                rule: "memory_high",
+                rule: RuleId::MemoryHigh,
                 config: &rules.memory_high,
-                direction: Direction::Above,
                 pid: None,
                 process: None,
                 value: ratio,
-                unit: "ratio",
                 text: &|| {
                     (
                         format!("{name} memory {:.0}% used", ratio * 100.0),
@@ -213,13 +201,11 @@ fn memory_rules(
     push(
         device,
         Draft {
-            rule: "exhaustion_forecast",
+            rule: RuleId::ExhaustionForecast,
             config: &rules.exhaustion_forecast,
-            direction: Direction::Below,
             pid: None,
             process: None,
             value: tte.unwrap_or(f64::INFINITY),
-            unit: "seconds",
             text: &|| {
                 (
                     match tte {
@@ -259,13 +245,11 @@ fn process_rules(
         push(
             device,
             Draft {
-                rule: "leak_suspected",
+                rule: RuleId::LeakSuspected,
                 config: &rules.leak_suspected,
-                direction: Direction::Above,
                 pid: Some(process.pid),
                 process: process.name.clone(),
                 value: leak.slope_bytes_per_second,
-                unit: "bytes_per_second",
                 text: &|| {
                     let who = who();
                     (
@@ -292,13 +276,11 @@ fn process_rules(
         push(
             device,
             Draft {
-                rule: "allocator_fragmentation_high",
+                rule: RuleId::AllocatorFragmentationHigh,
                 config: &rules.allocator_fragmentation_high,
-                direction: Direction::Above,
                 pid: Some(process.pid),
                 process: process.name.clone(),
                 value: if big_enough { ratio } else { 0.0 },
-                unit: "ratio",
                 text: &|| {
                     let who = who();
                     (
@@ -324,13 +306,11 @@ fn process_rules(
         push(
             device,
             Draft {
-                rule: "allocator_retries",
+                rule: RuleId::AllocatorRetries,
                 config: &rules.allocator_retries,
-                direction: Direction::Above,
                 pid: Some(process.pid),
                 process: process.name.clone(),
                 value: retries as f64,
-                unit: "count",
                 text: &|| {
                     let who = who();
                     (
@@ -352,13 +332,11 @@ fn process_rules(
         push(
             device,
             Draft {
-                rule: "allocator_oom",
+                rule: RuleId::AllocatorOom,
                 config: &rules.allocator_oom,
-                direction: Direction::Above,
                 pid: Some(process.pid),
                 process: process.name.clone(),
                 value: ooms as f64,
-                unit: "count",
                 text: &|| {
                     let who = who();
                     (

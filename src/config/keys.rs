@@ -3,10 +3,31 @@
 //! Keys have two levels (`section.name`), except the alert rules, which
 //! have a table each under `[alerts]`: `alerts.memory_high.threshold`.
 //!
-//! Owns: [`KEYS`], the sections and tables, the environment-variable
-//! naming, and the "did you mean" suggestion for unknown keys. The unknown-key walk,
+//! Owns: [`KEYS`], each key's numeric bounds (written once: validation
+//! reads them for its checks and messages, and the range text shown by
+//! `check-config` and tested against `docs/configuration.md` is made from
+//! them), the sections and tables, the environment-variable naming, and
+//! the "did you mean" suggestion for unknown keys. The unknown-key walk,
 //! `render_effective` and the documentation tests all read this one list.
-//! Depends on nothing else in the crate.
+//! Depends only on `units` (to write the bounds).
+
+use std::sync::LazyLock;
+use std::time::Duration;
+
+use super::units::{format_duration, format_size};
+
+/// What values a key accepts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Accepts {
+    /// A duration from `.0` to `.1`, inclusive.
+    Time(Duration, Duration),
+    /// A byte size from `.0` to `.1`, inclusive.
+    Size(u64, u64),
+    /// A whole number from `.0` to `.1`, inclusive.
+    Int(u64, u64),
+    /// Something without numeric bounds, described in words.
+    Words(&'static str),
+}
 
 /// One configuration key.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -16,11 +37,34 @@ pub struct KeySpec {
     pub key: &'static str,
     /// What it does, one line.
     pub summary: &'static str,
-    /// Unit and accepted range, one short phrase.
-    pub range: &'static str,
+    /// The values it accepts.
+    pub accepts: Accepts,
+    /// A constraint involving other keys, appended to the range text
+    /// (`", at least sampler.fast_interval"`); checked by `validate`.
+    pub note: &'static str,
 }
 
 impl KeySpec {
+    /// Unit and accepted range, one short phrase: the bounds as the
+    /// error messages write them, then the note.
+    pub fn range(&self) -> String {
+        format!("{}{}", self.bounds(), self.note)
+    }
+
+    /// The bounds alone: `1ms to 10m`, `size, 1KiB to 64MiB`, `1 to 64`.
+    pub fn bounds(&self) -> String {
+        match self.accepts {
+            Accepts::Time(min, max) => {
+                format!("{} to {}", format_duration(min), format_duration(max))
+            }
+            Accepts::Size(min, max) => {
+                format!("size, {} to {}", format_size(min), format_size(max))
+            }
+            Accepts::Int(min, max) => format!("{min} to {max}"),
+            Accepts::Words(words) => words.to_owned(),
+        }
+    }
+
     /// The `[section]` the key lives in.
     pub fn section(&self) -> &'static str {
         self.key.split_once('.').map_or(self.key, |(section, _)| section)
@@ -57,398 +101,20 @@ pub const ENV_PREFIX: &str = "VRAMD_";
 /// environment variable name.
 pub const ENV_SEPARATOR: &str = "__";
 
-const fn key(key: &'static str, summary: &'static str, range: &'static str) -> KeySpec {
-    KeySpec { key, summary, range }
+/// The key called `key`, if it is one of [`KEYS`].
+pub fn spec(key: &str) -> Option<&'static KeySpec> {
+    KEYS.iter().find(|spec| spec.key == key)
 }
 
-/// Every key, grouped by section, in rendering order.
-pub const KEYS: &[KeySpec] = &[
-    key("server.listen", "address for /metrics, the REST API and health checks", "IP:port"),
-    key("server.request_timeout", "a request still running after this gets 408", "1ms to 10m"),
-    key("server.max_request_body", "larger request bodies get 413", "size, 1KiB to 64MiB"),
-    key(
-        "server.max_concurrent_requests",
-        "requests beyond this many in flight get 503",
-        "1 to 10000",
-    ),
-    key(
-        "server.shutdown_timeout",
-        "how long in-flight requests may finish after SIGTERM/SIGINT",
-        "0s to 10s",
-    ),
-    key("sampler.fast_interval", "how often memory and utilization are read", "10ms to 1h"),
-    key(
-        "sampler.slow_interval",
-        "how often processes, clocks, power and health are read",
-        "100ms to 1h, at least sampler.fast_interval",
-    ),
-    key(
-        "sampler.call_timeout",
-        "deadline of one driver call; a later answer is discarded",
-        "1ms to 60s",
-    ),
-    key(
-        "sampler.max_processes_per_device",
-        "processes kept per device and sample, largest first",
-        "1 to 1024",
-    ),
-    key(
-        "sampler.discovery_retry_max",
-        "longest wait between attempts to list devices when the source is unavailable",
-        "1s to 1h",
-    ),
-    key(
-        "history.retention",
-        "how far back history reaches",
-        "1s to 7d, at most 10000000 fast samples",
-    ),
-    key(
-        "metrics.peak_window",
-        "window of vramd_memory_used_peak_bytes",
-        "1ms to history.retention",
-    ),
-    key("api.max_history_points", "most points one history response returns", "1 to 1000000"),
-    key("api.max_event_streams", "open alert event streams at most", "1 to 1024"),
-    key("api.max_stream_backlog", "state changes buffered per slow stream reader", "1 to 65536"),
-    key(
-        "source.simulate",
-        "simulate this scenario instead of reading the driver (see `vramd scenarios`)",
-        "scenario name; not set by default",
-    ),
-    key(
-        "source.replay",
-        "replay this recorded NDJSON trace instead of reading the driver",
-        "path; not set by default",
-    ),
-    key(
-        "source.record",
-        "also write every reading to this NDJSON trace",
-        "path; not set by default",
-    ),
-    key(
-        "source.speed",
-        "simulated or replayed seconds per real second",
-        "number, above 0, at most 10000",
-    ),
-    key(
-        "source.max_trace_line",
-        "longest accepted line of a replayed trace",
-        "size, 1KiB to 64MiB",
-    ),
-    key(
-        "source.max_trace_size",
-        "largest replayed trace file; its records are all held in memory",
-        "size, 1MiB to 64GiB",
-    ),
-    key("simulator.gpus", "number of simulated GPUs", "1 to 8"),
-    key(
-        "simulator.seed",
-        "seed of the simulator; the same seed gives the same readings",
-        "0 to 2^64-1",
-    ),
-    key(
-        "nvml.library_path",
-        "load NVML from this file instead of the system's libnvidia-ml.so.1",
-        "path; not set by default",
-    ),
-    key(
-        "nvml.require_gpu",
-        "exit with status 1 when NVML cannot be initialised, instead of retrying",
-        "true or false",
-    ),
-    key("nvml.init_timeout", "deadline for initialising NVML and listing devices", "100ms to 10m"),
-    key(
-        "nvml.pcie_throughput",
-        "read PCIe TX/RX throughput on the slow tier (blocks ~20ms per direction)",
-        "true or false",
-    ),
-    key(
-        "nvml.max_cmdline_bytes",
-        "longest process command line kept, truncated beyond; 0 turns them off",
-        "size, 0B to 64KiB",
-    ),
-    key("nvml.xid_events", "watch NVML Xid error events on a dedicated thread", "true or false"),
-    key(
-        "probe.enabled",
-        "run the CUDA driver probe (a short-lived child process per device)",
-        "true or false",
-    ),
-    key("probe.interval", "how often each device is probed, in source time", "1m to 24h"),
-    key(
-        "probe.timeout",
-        "a probe child still running after this is killed and counted as a timeout",
-        "1s to 10m",
-    ),
-    key(
-        "probe.min_free",
-        "never probe a device with less NVML free memory than this",
-        "size, 256MiB to 1TiB",
-    ),
-    key("probe.margin", "free memory no probe allocation may go below", "size, 64MiB to 1TiB"),
-    key("probe.block_size", "block whose allocation and release are timed", "size, 1MiB to 16GiB"),
-    key("probe.samples", "allocation and release pairs timed per probe", "1 to 100"),
-    key(
-        "probe.headroom",
-        "search for the largest allocatable block (briefly takes free memory down to probe.margin)",
-        "true or false",
-    ),
-    key(
-        "probe.headroom_time_budget",
-        "the largest-block search stops after this, keeping its best answer",
-        "100ms to 5m, less than probe.timeout",
-    ),
-    key(
-        "probe.max_backoff",
-        "longest wait between probes of a device whose probes keep failing",
-        "1m to 7d, at least probe.interval",
-    ),
-    key(
-        "probe.cuda_library",
-        "load the CUDA driver from this file instead of the system's libcuda.so.1",
-        "path; not set by default",
-    ),
-    key("log.format", "log line format", "\"text\" or \"json\""),
-    key(
-        "log.level",
-        "tracing filter directive, such as \"info\" or \"info,vramd=debug\"",
-        "non-empty filter",
-    ),
-    key(
-        "alerts.evaluation_interval",
-        "how often the alert rules are evaluated, in source time",
-        "100ms to 10m",
-    ),
-    key("alerts.resolved_retention", "how long a resolved alert stays visible", "0s to 7d"),
-    key(
-        "alerts.max_alerts",
-        "most alerts kept (pending, firing, resolved); the oldest resolved go first",
-        "1 to 100000",
-    ),
-    key("alerts.trend_window", "window of the per-device memory growth estimate", "10s to 24h"),
-    key("alerts.memory_high.enabled", "evaluate the memory_high rule", "true or false"),
-    key(
-        "alerts.memory_high.threshold",
-        "fires when used / total memory is above this for `for`",
-        "ratio, above 0, at most 1",
-    ),
-    key(
-        "alerts.memory_high.clear",
-        "resolves only when used / total memory is back at or below this",
-        "ratio, above 0, at most threshold",
-    ),
-    key("alerts.memory_high.for", "how long memory must stay above threshold", "0s to 24h"),
-    key("alerts.memory_high.severity", "severity of the alert", SEVERITIES),
-    key(
-        "alerts.exhaustion_forecast.enabled",
-        "evaluate the exhaustion_forecast rule",
-        "true or false",
-    ),
-    key(
-        "alerts.exhaustion_forecast.threshold",
-        "fires when memory is forecast to run out in less than this many seconds",
-        "seconds, above 0",
-    ),
-    key(
-        "alerts.exhaustion_forecast.clear",
-        "resolves only when the forecast is back at or above this many seconds",
-        "seconds, at least threshold",
-    ),
-    key(
-        "alerts.exhaustion_forecast.for",
-        "how long the forecast must stay below threshold",
-        "0s to 24h",
-    ),
-    key("alerts.exhaustion_forecast.severity", "severity of the alert", SEVERITIES),
-    key(
-        "alerts.exhaustion_forecast.min_fit",
-        "least goodness of fit of the growth trend for a forecast to count",
-        "0 to 1",
-    ),
-    key("alerts.leak_suspected.enabled", "evaluate the leak_suspected rule", "true or false"),
-    key(
-        "alerts.leak_suspected.threshold",
-        "fires when a process grows steadily faster than this",
-        "bytes per second, at least 0",
-    ),
-    key(
-        "alerts.leak_suspected.clear",
-        "resolves only when its growth is back at or below this",
-        "bytes per second, at least 0, at most threshold",
-    ),
-    key("alerts.leak_suspected.for", "how long the growth must stay above threshold", "0s to 24h"),
-    key("alerts.leak_suspected.severity", "severity of the alert", SEVERITIES),
-    key(
-        "alerts.leak_suspected.window",
-        "window the growth of a process is measured over",
-        "1m to 24h",
-    ),
-    key(
-        "alerts.allocator_fragmentation_high.enabled",
-        "evaluate the allocator_fragmentation_high rule",
-        "true or false",
-    ),
-    key(
-        "alerts.allocator_fragmentation_high.threshold",
-        "fires when a process's inactive split / reserved memory is above this",
-        "ratio, above 0, at most 1",
-    ),
-    key(
-        "alerts.allocator_fragmentation_high.clear",
-        "resolves only when the ratio is back at or below this",
-        "ratio, above 0, at most threshold",
-    ),
-    key(
-        "alerts.allocator_fragmentation_high.for",
-        "how long the ratio must stay above threshold",
-        "0s to 24h",
-    ),
-    key("alerts.allocator_fragmentation_high.severity", "severity of the alert", SEVERITIES),
-    key(
-        "alerts.allocator_fragmentation_high.min_reserved",
-        "only processes whose allocator reserves at least this much are checked",
-        "size, 0B to 1TiB",
-    ),
-    key("alerts.allocator_retries.enabled", "evaluate the allocator_retries rule", "true or false"),
-    key(
-        "alerts.allocator_retries.threshold",
-        "fires when a process's allocator retries within `window` reach this",
-        "count, at least 0",
-    ),
-    key(
-        "alerts.allocator_retries.clear",
-        "resolves only when the retries within `window` are back at or below this",
-        "count, at least 0, at most threshold",
-    ),
-    key("alerts.allocator_retries.for", "how long the retries must stay at threshold", "0s to 24h"),
-    key("alerts.allocator_retries.severity", "severity of the alert", SEVERITIES),
-    key("alerts.allocator_retries.window", "window the retries are counted in", "1s to 24h"),
-    key("alerts.allocator_oom.enabled", "evaluate the allocator_oom rule", "true or false"),
-    key(
-        "alerts.allocator_oom.threshold",
-        "fires when a process's allocator out-of-memory errors within `window` reach this",
-        "count, at least 0",
-    ),
-    key(
-        "alerts.allocator_oom.clear",
-        "resolves only when the errors within `window` are back at or below this",
-        "count, at least 0, at most threshold",
-    ),
-    key("alerts.allocator_oom.for", "how long the errors must stay at threshold", "0s to 24h"),
-    key("alerts.allocator_oom.severity", "severity of the alert", SEVERITIES),
-    key(
-        "alerts.allocator_oom.window",
-        "window the out-of-memory errors are counted in",
-        "1s to 24h",
-    ),
-    key("alerts.device_lost.enabled", "evaluate the device_lost rule", "true or false"),
-    key(
-        "alerts.device_lost.threshold",
-        "fires when a device stops answering or NVML is down (value 1, else 0)",
-        "count, at least 0",
-    ),
-    key(
-        "alerts.device_lost.clear",
-        "resolves only when the value is back at or below this",
-        "count, at least 0, at most threshold",
-    ),
-    key("alerts.device_lost.for", "how long the device must stay lost", "0s to 24h"),
-    key("alerts.device_lost.severity", "severity of the alert", SEVERITIES),
-    key("alerts.xid_error.enabled", "evaluate the xid_error rule", "true or false"),
-    key(
-        "alerts.xid_error.threshold",
-        "fires when a device's Xid errors within `window` reach this",
-        "count, at least 0",
-    ),
-    key(
-        "alerts.xid_error.clear",
-        "resolves only when the errors within `window` are back at or below this",
-        "count, at least 0, at most threshold",
-    ),
-    key("alerts.xid_error.for", "how long the errors must stay at threshold", "0s to 24h"),
-    key("alerts.xid_error.severity", "severity of the alert", SEVERITIES),
-    key("alerts.xid_error.window", "window the Xid errors are counted in", "1s to 24h"),
-    key(
-        "alerts.probe_free_mismatch.enabled",
-        "evaluate the probe_free_mismatch rule",
-        "true or false",
-    ),
-    key(
-        "alerts.probe_free_mismatch.threshold",
-        "fires when NVML and CUDA free memory differ by at least this many bytes",
-        "bytes or a size, at least 0",
-    ),
-    key(
-        "alerts.probe_free_mismatch.clear",
-        "resolves only when the difference is back at or below this",
-        "bytes or a size, at least 0, at most threshold",
-    ),
-    key(
-        "alerts.probe_free_mismatch.for",
-        "how long the difference must stay at threshold (in source time)",
-        "0s to 24h",
-    ),
-    key("alerts.probe_free_mismatch.severity", "severity of the alert", SEVERITIES),
-    key(
-        "alerts.probe_headroom_low.enabled",
-        "evaluate the probe_headroom_low rule (needs probe.headroom)",
-        "true or false",
-    ),
-    key(
-        "alerts.probe_headroom_low.threshold",
-        "the job size: fires when the largest allocatable block is at or below this",
-        "bytes or a size, at least 0",
-    ),
-    key(
-        "alerts.probe_headroom_low.clear",
-        "resolves only when the largest allocatable block is back at or above this",
-        "bytes or a size, at least threshold",
-    ),
-    key("alerts.probe_headroom_low.for", "how long headroom must stay at threshold", "0s to 24h"),
-    key("alerts.probe_headroom_low.severity", "severity of the alert", SEVERITIES),
-    key(
-        "notify.alertmanager_url",
-        "send alert state changes to this Alertmanager (API v2)",
-        "http:// or https:// URL; not set by default",
-    ),
-    key(
-        "notify.webhook_url",
-        "POST alert state changes as JSON to this URL",
-        "http:// or https:// URL; not set by default",
-    ),
-    key(
-        "notify.queue_capacity",
-        "state changes waiting per notifier; beyond it the oldest are dropped",
-        "1 to 100000",
-    ),
-    key("notify.timeout", "deadline of one delivery request", "100ms to 1m"),
-    key("notify.resend_interval", "how often firing alerts are sent again", "1s to 1h"),
-    key("notify.max_retries", "attempts after a failed delivery", "0 to 100"),
-    key("notify.retry_backoff_max", "longest wait between delivery attempts", "100ms to 10m"),
-    key(
-        "notify.external_url",
-        "base of the generatorURL links in notifications (default http://<server.listen>)",
-        "http:// or https:// URL; not set by default",
-    ),
-    key(
-        "ingest.token_file",
-        "file holding the bearer token writers from other hosts must send",
-        "path; not set by default (loopback only)",
-    ),
-    key("ingest.ttl", "age after which an allocator report no longer counts", "1s to 1h"),
-    key("ingest.rate_limit", "allocator reports per second from one reporter", "1 to 1000"),
-    key("ingest.max_reporters", "reporters tracked at once", "1 to 100000"),
-    key("ingest.max_devices", "devices in one allocator report", "1 to 64"),
-    key("ingest.max_stats", "memory_stats keys per device in a report", "1 to 65536"),
-];
-
-/// Range of every rule's `severity`.
-const SEVERITIES: &str = "\"info\", \"warning\" or \"critical\"";
+/// Every key, grouped by section, in rendering order; each is written once,
+/// in `sections`.
+pub static KEYS: LazyLock<Vec<KeySpec>> = LazyLock::new(super::sections::catalogue);
 
 /// The sections, in rendering order.
 #[cfg(test)]
 pub fn sections() -> Vec<&'static str> {
     let mut sections: Vec<&'static str> = Vec::new();
-    for spec in KEYS {
+    for spec in KEYS.iter() {
         if !sections.contains(&spec.section()) {
             sections.push(spec.section());
         }
@@ -460,7 +126,7 @@ pub fn sections() -> Vec<&'static str> {
 /// and the alert rules' tables under `alerts` (`alerts.memory_high`).
 pub fn tables() -> Vec<&'static str> {
     let mut tables: Vec<&'static str> = Vec::new();
-    for spec in KEYS {
+    for spec in KEYS.iter() {
         for (end, _) in spec.key.match_indices('.') {
             let table = &spec.key[..end];
             if !tables.contains(&table) {
@@ -478,7 +144,7 @@ pub fn is_table(key: &str) -> bool {
 
 /// Is `key` (a dotted key) one of [`KEYS`]?
 pub fn is_known(key: &str) -> bool {
-    KEYS.iter().any(|spec| spec.key == key)
+    spec(key).is_some()
 }
 
 /// The known key or table closest to an unknown one, when close enough

@@ -3,9 +3,20 @@
 //! Owns: [`LoadOptions`], [`Overrides`], [`load`] and the file search.
 //! Layers, lowest first: built-in defaults, the configuration file,
 //! `VRAMD_<SECTION>__<KEY>` environment variables, command-line options.
-//! Every value is kept as written (strings stay strings) and parsed by
-//! `validate`. The process environment is never read here; the caller
-//! passes it in. Depends on the config submodules and the `config` crate.
+//! Every value is kept as written (strings stay strings), collected by
+//! `walk` and parsed by `validate`. The process environment is never read
+//! here; the caller passes it in. Depends on the config submodules and the
+//! `config` crate.
+//!
+//! Why the `config` crate and not figment: errors must name the exact
+//! variable (`VRAMD_SAMPLER__FAST_INTERVAL`), and here each layer's values
+//! are tagged with their origin and each key mapped to the variable that
+//! set it. figment's per-value `Metadata` names a provider and
+//! interpolates the key path, so the exact variable would still need a
+//! custom interpolater; its `Env` provider also parses values (`"1"`
+//! becomes an integer), while here environment values stay the text the
+//! user wrote, which validation quotes back. Switching would add a
+//! dependency for no gain in what errors can say.
 
 use std::collections::BTreeMap;
 use std::io;
@@ -13,12 +24,9 @@ use std::path::{Path, PathBuf};
 
 use config::{Environment, FileFormat, Map, Source, Value, ValueKind};
 
-use super::defaults::defaults;
 use super::error::{ConfigError, Origin};
 use super::keys::{ENV_PREFIX, ENV_SEPARATOR};
-use super::raw::RawConfig;
-use super::render::entries;
-use super::types::Config;
+use super::sections::{Config, defaults, entries};
 use super::validate::validate;
 use super::walk::{self, ENV_TAG, FILE_TAG, OriginContext};
 
@@ -175,9 +183,7 @@ pub fn load(options: &LoadOptions) -> Result<Config, ConfigError> {
     let merged = builder.build().map_err(other)?;
     let context =
         OriginContext { file: file.as_deref(), env_vars: &env_vars, overrides: &override_flags };
-    let origins = walk::check(&merged.cache, &context)?;
-    let raw: RawConfig = merged.try_deserialize().map_err(other)?;
-    validate(&raw, &origins)
+    validate(&walk::check(&merged.cache, &context)?)
 }
 
 /// A configuration layer already collected, with its origins tagged.

@@ -1,380 +1,95 @@
-//! Validation: the raw, as-written values into the typed [`Config`].
+//! Validation: the merged, as-written values into the typed [`Config`].
 //!
-//! Owns: each key's documented range and the checks that involve two keys;
-//! reading one value is [`Field`]'s. Every error names the key, the value,
-//! where it came from and why. Depends on the config types, raw layer,
-//! units and `field` only.
-
-use std::time::Duration;
+//! Owns: the checks that involve two keys; reading one value within its
+//! bounds (which the catalogue holds) is the schema's and [`Field`]'s.
+//! Every error names the key, the value, where it came from and why.
+//! Depends on the config schema, the merged values, units, `field` and
+//! `model`'s rule table only.
 
 use super::error::ConfigError;
-use super::field::{Field, RuleUnit};
-use super::raw::{RawAlerts, RawConfig, RawIngest, RawNotify, RawProbe, RawRule, Scalar};
-use super::types::{
-    AlertsConfig, ApiConfig, Config, HistoryConfig, IngestConfig, LogConfig, MetricsConfig,
-    NotifyConfig, NvmlConfig, ProbeConfig, RuleConfig, RulesConfig, SamplerConfig, ServerConfig,
-    SimulatorConfig, SourceConfig, SourceSelection,
-};
+use super::sections::{self, Config, SourceSelection};
 use super::units::format_duration;
-use super::walk::Origins;
-
-const MS: Duration = Duration::from_millis(1);
-const SECOND: Duration = Duration::from_secs(1);
-const MINUTE: Duration = Duration::from_secs(60);
-const HOUR: Duration = Duration::from_secs(3600);
-const DAY: Duration = Duration::from_secs(86_400);
-const KIB: u64 = 1 << 10;
-const MIB: u64 = 1 << 20;
-const GIB: u64 = 1 << 30;
-const TIB: u64 = 1 << 40;
+use super::walk::Values;
 
 /// Most samples `history.retention / sampler.fast_interval` may ask for.
 pub const MAX_SAMPLES_PER_DEVICE: u128 = 10_000_000;
 /// Largest `source.speed`.
 pub const MAX_SPEED: f64 = 10_000.0;
 
-/// Turns the merged raw values into a [`Config`], or says which key is wrong.
-pub(super) fn validate(raw: &RawConfig, origins: &Origins) -> Result<Config, ConfigError> {
-    let field = |key, value| Field::required(key, value, origins);
-    let server = ServerConfig {
-        listen: field("server.listen", &raw.server.listen)?.socket_addr()?,
-        request_timeout: field("server.request_timeout", &raw.server.request_timeout)?
-            .duration(MS, 10 * MINUTE)?,
-        max_request_body_bytes: field("server.max_request_body", &raw.server.max_request_body)?
-            .size(KIB, 64 * MIB)?,
-        max_concurrent_requests: field(
-            "server.max_concurrent_requests",
-            &raw.server.max_concurrent_requests,
-        )?
-        .count(10_000)?,
-        shutdown_timeout: field("server.shutdown_timeout", &raw.server.shutdown_timeout)?
-            .duration(Duration::ZERO, 10 * SECOND)?,
-    };
-    let sampler = SamplerConfig {
-        fast_interval: field("sampler.fast_interval", &raw.sampler.fast_interval)?
-            .duration(10 * MS, HOUR)?,
-        slow_interval: field("sampler.slow_interval", &raw.sampler.slow_interval)?
-            .duration(100 * MS, HOUR)?,
-        call_timeout: field("sampler.call_timeout", &raw.sampler.call_timeout)?
-            .duration(MS, MINUTE)?,
-        max_processes_per_device: field(
-            "sampler.max_processes_per_device",
-            &raw.sampler.max_processes_per_device,
-        )?
-        .count(1024)?,
-        discovery_retry_max: field(
-            "sampler.discovery_retry_max",
-            &raw.sampler.discovery_retry_max,
-        )?
-        .duration(SECOND, HOUR)?,
-    };
-    let history = HistoryConfig {
-        retention: field("history.retention", &raw.history.retention)?.duration(SECOND, 7 * DAY)?,
-    };
-    let metrics = MetricsConfig {
-        peak_window: field("metrics.peak_window", &raw.metrics.peak_window)?
-            .duration(MS, 7 * DAY)?,
-    };
-    let api = ApiConfig {
-        max_history_points: field("api.max_history_points", &raw.api.max_history_points)?
-            .count(1_000_000)?,
-        max_event_streams: field("api.max_event_streams", &raw.api.max_event_streams)?
-            .count(1_024)?,
-        max_stream_backlog: field("api.max_stream_backlog", &raw.api.max_stream_backlog)?
-            .count(65_536)?,
-    };
-
-    let scenario = optional("source.simulate", &raw.source.simulate, origins, Field::scenario)?;
-    let replay_path = optional("source.replay", &raw.source.replay, origins, Field::path)?;
-    let record_path = optional("source.record", &raw.source.record, origins, Field::path)?;
-    let gpus = field("simulator.gpus", &raw.simulator.gpus)?.integer(1, 8)?;
-    let seed = field("simulator.seed", &raw.simulator.seed)?.integer(0, u64::MAX)?;
-    let speed = field("source.speed", &raw.source.speed)?.speed()?;
-    let max_trace_line_bytes =
-        field("source.max_trace_line", &raw.source.max_trace_line)?.size(KIB, 64 * MIB)?;
-    let max_trace_bytes =
-        field("source.max_trace_size", &raw.source.max_trace_size)?.bytes(MIB, 64 * GIB)?;
-    let nvml = NvmlConfig {
-        library_path: optional("nvml.library_path", &raw.nvml.library_path, origins, Field::path)?,
-        require_gpu: field("nvml.require_gpu", &raw.nvml.require_gpu)?.boolean()?,
-        init_timeout: field("nvml.init_timeout", &raw.nvml.init_timeout)?
-            .duration(100 * MS, 10 * MINUTE)?,
-        pcie_throughput: field("nvml.pcie_throughput", &raw.nvml.pcie_throughput)?.boolean()?,
-        max_cmdline_bytes: field("nvml.max_cmdline_bytes", &raw.nvml.max_cmdline_bytes)?
-            .size(0, 64 * KIB)?,
-        xid_events: field("nvml.xid_events", &raw.nvml.xid_events)?.boolean()?,
-    };
-    let probe = probe(&raw.probe, origins)?;
-    let log = LogConfig {
-        format: field("log.format", &raw.log.format)?.log_format()?,
-        level: field("log.level", &raw.log.level)?.log_level()?,
-    };
-    let mut alerts = alerts(&raw.alerts, origins)?;
-    alerts.rules.probe_stale_after = probe.interval.saturating_mul(2);
-    let notify = notify(&raw.notify, origins)?;
-    let ingest = ingest(&raw.ingest, origins)?;
-
-    if sampler.slow_interval < sampler.fast_interval {
-        return Err(origins.conflict(
-            "sampler.fast_interval",
-            "sampler.slow_interval",
-            format!(
-                "sampler.slow_interval ({}) must be at least sampler.fast_interval ({})",
-                format_duration(sampler.slow_interval),
-                format_duration(sampler.fast_interval)
-            ),
-        ));
-    }
-    let samples = history.retention.as_nanos() / sampler.fast_interval.as_nanos().max(1);
-    if samples > MAX_SAMPLES_PER_DEVICE {
-        return Err(origins.conflict(
-            "history.retention",
-            "sampler.fast_interval",
-            format!(
-                "keeping {} at one sample every {} needs {samples} samples per device; \
-                 at most {MAX_SAMPLES_PER_DEVICE} are allowed",
-                format_duration(history.retention),
-                format_duration(sampler.fast_interval)
-            ),
-        ));
-    }
-    if metrics.peak_window > history.retention {
-        return Err(origins.conflict(
-            "metrics.peak_window",
-            "history.retention",
-            format!(
-                "metrics.peak_window ({}) must not exceed history.retention ({})",
-                format_duration(metrics.peak_window),
-                format_duration(history.retention)
-            ),
-        ));
-    }
-    let selection = match (scenario, replay_path) {
-        (Some(_), Some(_)) => {
-            return Err(origins.conflict(
-                "source.simulate",
-                "source.replay",
-                "choose one device source: simulate a scenario or replay a trace".to_owned(),
-            ));
-        }
-        (Some(scenario), None) => SourceSelection::Simulate(SimulatorConfig {
-            scenario,
-            gpus: u32::try_from(gpus).unwrap_or(u32::MAX),
-            seed,
-        }),
-        (None, Some(path)) => {
-            if record_path.as_ref() == Some(&path) {
-                return Err(origins.conflict(
-                    "source.replay",
-                    "source.record",
-                    "recording into the trace being replayed would overwrite it".to_owned(),
-                ));
-            }
-            SourceSelection::Replay { path }
-        }
-        (None, None) => SourceSelection::Driver,
-    };
-
-    Ok(Config {
-        server,
-        sampler,
-        history,
-        metrics,
-        api,
-        source: SourceConfig {
-            selection,
-            record: record_path,
-            speed,
-            max_trace_line_bytes,
-            max_trace_bytes,
-        },
-        nvml,
-        probe,
-        log,
-        alerts,
-        notify,
-        ingest,
-    })
-}
-
-/// An optional key, read with `read` when it is set.
-fn optional<'a, T>(
-    key: &'a str,
-    value: &'a Option<Scalar>,
-    origins: &'a Origins,
-    read: impl FnOnce(&Field<'a>) -> Result<T, ConfigError>,
-) -> Result<Option<T>, ConfigError> {
-    Field::optional(key, value, origins).as_ref().map(read).transpose()
-}
-
-fn probe(raw: &RawProbe, origins: &Origins) -> Result<ProbeConfig, ConfigError> {
-    let field = |key, value| Field::required(key, value, origins);
-    let probe = ProbeConfig {
-        enabled: field("probe.enabled", &raw.enabled)?.boolean()?,
-        interval: field("probe.interval", &raw.interval)?.duration(MINUTE, DAY)?,
-        timeout: field("probe.timeout", &raw.timeout)?.duration(SECOND, 10 * MINUTE)?,
-        min_free_bytes: field("probe.min_free", &raw.min_free)?.bytes(256 * MIB, TIB)?,
-        margin_bytes: field("probe.margin", &raw.margin)?.bytes(64 * MIB, TIB)?,
-        block_bytes: field("probe.block_size", &raw.block_size)?.bytes(MIB, 16 * GIB)?,
-        samples: u32::try_from(field("probe.samples", &raw.samples)?.count(100)?.get())
-            .unwrap_or(100),
-        headroom: field("probe.headroom", &raw.headroom)?.boolean()?,
-        headroom_time_budget: field("probe.headroom_time_budget", &raw.headroom_time_budget)?
-            .duration(100 * MS, 5 * MINUTE)?,
-        max_backoff: field("probe.max_backoff", &raw.max_backoff)?.duration(MINUTE, 7 * DAY)?,
-        cuda_library: optional("probe.cuda_library", &raw.cuda_library, origins, Field::path)?,
-    };
+/// Turns the merged values into a [`Config`], or says which key is wrong.
+pub(super) fn validate(values: &Values) -> Result<Config, ConfigError> {
+    let mut config = sections::read(values)?;
+    config.alerts.rules.probe_stale_after = config.probe.interval.saturating_mul(2);
+    let Config { sampler, history, metrics, probe, .. } = &config;
+    let conflict = |first, second, reason: String| Err(values.conflict(first, second, reason));
+    let duration = |d| format_duration(d);
     if probe.headroom_time_budget >= probe.timeout {
-        return Err(origins.conflict(
+        return conflict(
             "probe.headroom_time_budget",
             "probe.timeout",
             format!(
                 "probe.headroom_time_budget ({}) must be less than probe.timeout ({}), \
                  or every headroom search would be killed",
-                format_duration(probe.headroom_time_budget),
-                format_duration(probe.timeout)
+                duration(probe.headroom_time_budget),
+                duration(probe.timeout)
             ),
-        ));
+        );
     }
     if probe.max_backoff < probe.interval {
-        return Err(origins.conflict(
+        return conflict(
             "probe.interval",
             "probe.max_backoff",
             format!(
                 "probe.max_backoff ({}) must be at least probe.interval ({})",
-                format_duration(probe.max_backoff),
-                format_duration(probe.interval)
+                duration(probe.max_backoff),
+                duration(probe.interval)
             ),
-        ));
+        );
     }
-    Ok(probe)
-}
-
-fn ingest(raw: &RawIngest, origins: &Origins) -> Result<IngestConfig, ConfigError> {
-    let field = |key, value| Field::required(key, value, origins);
-    Ok(IngestConfig {
-        token_file: optional("ingest.token_file", &raw.token_file, origins, Field::path)?,
-        ttl: field("ingest.ttl", &raw.ttl)?.duration(SECOND, HOUR)?,
-        rate_limit_per_second: field("ingest.rate_limit", &raw.rate_limit)?.count(1_000)?,
-        max_reporters: field("ingest.max_reporters", &raw.max_reporters)?.count(100_000)?,
-        max_devices: field("ingest.max_devices", &raw.max_devices)?.count(64)?,
-        max_stats: field("ingest.max_stats", &raw.max_stats)?.count(65_536)?,
-    })
-}
-
-/// Which side of `threshold` a rule fires on; `clear` is on the other side.
-#[derive(Clone, Copy, Debug)]
-enum Direction {
-    Above,
-    Below,
-}
-
-fn alerts(raw: &RawAlerts, origins: &Origins) -> Result<AlertsConfig, ConfigError> {
-    use Direction::{Above, Below};
-    use RuleUnit::{Bytes, Count, Rate, Ratio, Seconds};
-    let field = |key, value| Field::required(key, value, origins);
-    let rule = |name, raw, unit, direction| rule_config(name, raw, unit, direction, origins);
-    let rules = RulesConfig {
-        memory_high: rule("memory_high", &raw.memory_high, Ratio, Above)?,
-        exhaustion_forecast: rule("exhaustion_forecast", &raw.exhaustion_forecast, Seconds, Below)?,
-        exhaustion_min_fit: field(
-            "alerts.exhaustion_forecast.min_fit",
-            &raw.exhaustion_forecast.min_fit,
-        )?
-        .fraction()?,
-        leak_suspected: rule("leak_suspected", &raw.leak_suspected, Rate, Above)?,
-        leak_window: field("alerts.leak_suspected.window", &raw.leak_suspected.window)?
-            .duration(MINUTE, DAY)?,
-        allocator_fragmentation_high: rule(
-            "allocator_fragmentation_high",
-            &raw.allocator_fragmentation_high,
-            Ratio,
-            Above,
-        )?,
-        fragmentation_min_reserved_bytes: field(
-            "alerts.allocator_fragmentation_high.min_reserved",
-            &raw.allocator_fragmentation_high.min_reserved,
-        )?
-        .bytes(0, TIB)?,
-        allocator_retries: rule("allocator_retries", &raw.allocator_retries, Count, Above)?,
-        retries_window: field("alerts.allocator_retries.window", &raw.allocator_retries.window)?
-            .duration(SECOND, DAY)?,
-        allocator_oom: rule("allocator_oom", &raw.allocator_oom, Count, Above)?,
-        oom_window: field("alerts.allocator_oom.window", &raw.allocator_oom.window)?
-            .duration(SECOND, DAY)?,
-        device_lost: rule("device_lost", &raw.device_lost, Count, Above)?,
-        xid_error: rule("xid_error", &raw.xid_error, Count, Above)?,
-        xid_window: field("alerts.xid_error.window", &raw.xid_error.window)?
-            .duration(SECOND, DAY)?,
-        probe_free_mismatch: rule("probe_free_mismatch", &raw.probe_free_mismatch, Bytes, Above)?,
-        probe_headroom_low: rule("probe_headroom_low", &raw.probe_headroom_low, Bytes, Below)?,
-        // Set from probe.interval once [probe] is validated.
-        probe_stale_after: Duration::ZERO,
-    };
-    Ok(AlertsConfig {
-        evaluation_interval: field("alerts.evaluation_interval", &raw.evaluation_interval)?
-            .duration(100 * MS, 10 * MINUTE)?,
-        resolved_retention: field("alerts.resolved_retention", &raw.resolved_retention)?
-            .duration(Duration::ZERO, 7 * DAY)?,
-        max_alerts: field("alerts.max_alerts", &raw.max_alerts)?.count(100_000)?,
-        trend_window: field("alerts.trend_window", &raw.trend_window)?
-            .duration(10 * SECOND, DAY)?,
-        rules,
-    })
-}
-
-/// The keys every rule has, in `[alerts.<name>]`. `clear` must be on the
-/// side of `threshold` the value returns to when the condition ends.
-fn rule_config(
-    name: &str,
-    raw: &RawRule,
-    unit: RuleUnit,
-    direction: Direction,
-    origins: &Origins,
-) -> Result<RuleConfig, ConfigError> {
-    let key = |key: &str| format!("alerts.{name}.{key}");
-    let enabled = Field::required(&key("enabled"), &raw.enabled, origins)?.boolean()?;
-    let threshold = Field::required(&key("threshold"), &raw.threshold, origins)?.threshold(unit)?;
-    let clear_key = key("clear");
-    let clear_field = Field::required(&clear_key, &raw.clear, origins)?;
-    let clear = clear_field.threshold(unit)?;
-    match direction {
-        Direction::Above if clear > threshold => {
-            return Err(clear_field.invalid(format!(
-                "must not exceed threshold {threshold} for a rule that fires above it"
-            )));
-        }
-        Direction::Below if clear < threshold => {
-            return Err(clear_field.invalid(format!(
-                "must not be below threshold {threshold} for a rule that fires below it"
-            )));
-        }
-        _ => {}
+    if sampler.slow_interval < sampler.fast_interval {
+        return conflict(
+            "sampler.fast_interval",
+            "sampler.slow_interval",
+            format!(
+                "sampler.slow_interval ({}) must be at least sampler.fast_interval ({})",
+                duration(sampler.slow_interval),
+                duration(sampler.fast_interval)
+            ),
+        );
     }
-    Ok(RuleConfig {
-        enabled,
-        threshold,
-        clear,
-        for_duration: Field::required(&key("for"), &raw.for_duration, origins)?
-            .duration(Duration::ZERO, DAY)?,
-        severity: Field::required(&key("severity"), &raw.severity, origins)?.severity()?,
-    })
-}
-
-fn notify(raw: &RawNotify, origins: &Origins) -> Result<NotifyConfig, ConfigError> {
-    let field = |key, value| Field::required(key, value, origins);
-    let url = |key, value| optional(key, value, origins, Field::url);
-    Ok(NotifyConfig {
-        alertmanager_url: url("notify.alertmanager_url", &raw.alertmanager_url)?,
-        webhook_url: url("notify.webhook_url", &raw.webhook_url)?,
-        queue_capacity: field("notify.queue_capacity", &raw.queue_capacity)?.count(100_000)?,
-        timeout: field("notify.timeout", &raw.timeout)?.duration(100 * MS, MINUTE)?,
-        resend_interval: field("notify.resend_interval", &raw.resend_interval)?
-            .duration(SECOND, HOUR)?,
-        max_retries: u32::try_from(field("notify.max_retries", &raw.max_retries)?.integer(0, 100)?)
-            .unwrap_or(u32::MAX),
-        retry_backoff_max: field("notify.retry_backoff_max", &raw.retry_backoff_max)?
-            .duration(100 * MS, 10 * MINUTE)?,
-        external_url: url("notify.external_url", &raw.external_url)?,
-    })
+    let samples = history.retention.as_nanos() / sampler.fast_interval.as_nanos().max(1);
+    if samples > MAX_SAMPLES_PER_DEVICE {
+        return conflict(
+            "history.retention",
+            "sampler.fast_interval",
+            format!(
+                "keeping {} at one sample every {} needs {samples} samples per device; \
+                 at most {MAX_SAMPLES_PER_DEVICE} are allowed",
+                duration(history.retention),
+                duration(sampler.fast_interval)
+            ),
+        );
+    }
+    if metrics.peak_window > history.retention {
+        return conflict(
+            "metrics.peak_window",
+            "history.retention",
+            format!(
+                "metrics.peak_window ({}) must not exceed history.retention ({})",
+                duration(metrics.peak_window),
+                duration(history.retention)
+            ),
+        );
+    }
+    if values.get("source.simulate").is_some() && values.get("source.replay").is_some() {
+        let reason = "choose one device source: simulate a scenario or replay a trace";
+        return conflict("source.simulate", "source.replay", reason.to_owned());
+    }
+    if let SourceSelection::Replay { path } = &config.source.selection
+        && config.source.record.as_ref() == Some(path)
+    {
+        let reason = "recording into the trace being replayed would overwrite it";
+        return conflict("source.replay", "source.record", reason.to_owned());
+    }
+    Ok(config)
 }

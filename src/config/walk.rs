@@ -3,12 +3,14 @@
 //! Owns: rejecting unknown keys with their full dotted path and where they
 //! came from (serde's `deny_unknown_fields` names only the last segment and
 //! no source), rejecting tables and lists where a value belongs, and
-//! recording the [`Origin`] of every value for later error messages. Keys
+//! collecting every value as written ([`Scalar`]) with its [`Origin`], by
+//! dotted key, for `validate`. Keys
 //! are two levels deep, or three for the alert rules' tables
 //! (`alerts.memory_high.threshold`); the walk follows `keys::tables`.
 //! Depends only on the config keys and errors, and the `config` crate.
 
 use std::collections::BTreeMap;
+use std::fmt;
 use std::path::Path;
 
 use config::{Value, ValueKind};
@@ -46,14 +48,66 @@ impl OriginContext<'_> {
     }
 }
 
-/// Where each known key's value came from.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct Origins(BTreeMap<String, Origin>);
+/// A single configuration value as written. Environment variables and
+/// command-line overrides are always [`Scalar::Str`]; a TOML file may give
+/// any of them.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Scalar {
+    Str(String),
+    Int(i64),
+    UInt(u64),
+    Float(f64),
+    Bool(bool),
+}
 
-impl Origins {
-    /// The origin of `key`'s value; [`Origin::Default`] when unrecorded.
-    pub fn of(&self, key: &str) -> Origin {
-        self.0.get(key).cloned().unwrap_or(Origin::Default)
+impl fmt::Display for Scalar {
+    /// As it would be written in TOML: strings quoted, numbers plain.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Scalar::Str(text) => write!(f, "{text:?}"),
+            Scalar::Int(value) => write!(f, "{value}"),
+            Scalar::UInt(value) => write!(f, "{value}"),
+            Scalar::Float(value) => write!(f, "{value:?}"),
+            Scalar::Bool(value) => write!(f, "{value}"),
+        }
+    }
+}
+
+impl Scalar {
+    /// The scalar of a single value; `None` for a table, list or nothing.
+    fn of(kind: &ValueKind) -> Option<Scalar> {
+        Some(match kind {
+            ValueKind::Boolean(value) => Scalar::Bool(*value),
+            ValueKind::I64(value) => Scalar::Int(*value),
+            ValueKind::U64(value) => Scalar::UInt(*value),
+            ValueKind::I128(value) => match i64::try_from(*value) {
+                Ok(value) => Scalar::Int(value),
+                Err(_) => Scalar::Str(value.to_string()),
+            },
+            ValueKind::U128(value) => match u64::try_from(*value) {
+                Ok(value) => Scalar::UInt(value),
+                Err(_) => Scalar::Str(value.to_string()),
+            },
+            ValueKind::Float(value) => Scalar::Float(*value),
+            ValueKind::String(value) => Scalar::Str(value.clone()),
+            ValueKind::Nil | ValueKind::Table(_) | ValueKind::Array(_) => return None,
+        })
+    }
+}
+
+/// Every known key's value as written, and where it came from.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Values(BTreeMap<String, (Scalar, Origin)>);
+
+impl Values {
+    /// `key`'s value, when any layer set it.
+    pub fn get(&self, key: &str) -> Option<&Scalar> {
+        self.0.get(key).map(|(value, _)| value)
+    }
+
+    /// The origin of `key`'s value; [`Origin::Default`] when unset.
+    pub fn origin(&self, key: &str) -> Origin {
+        self.0.get(key).map_or(Origin::Default, |(_, origin)| origin.clone())
     }
 
     /// The error for two keys whose values cannot go together, each named
@@ -66,20 +120,20 @@ impl Origins {
     ) -> ConfigError {
         ConfigError::Conflict {
             first,
-            first_origin: self.of(first),
+            first_origin: self.origin(first),
             second,
-            second_origin: self.of(second),
+            second_origin: self.origin(second),
             reason,
         }
     }
 }
 
 /// Checks the shape of the merged tree (tables of known keys holding
-/// single values) and records the origin of each value.
-pub(super) fn check(root: &Value, context: &OriginContext<'_>) -> Result<Origins, ConfigError> {
-    let mut origins = Origins::default();
-    check_table(None, root, context, &mut origins)?;
-    Ok(origins)
+/// single values) and collects each value with its origin.
+pub(super) fn check(root: &Value, context: &OriginContext<'_>) -> Result<Values, ConfigError> {
+    let mut values = Values::default();
+    check_table(None, root, context, &mut values)?;
+    Ok(values)
 }
 
 /// Checks the entries of the table at `path` (`None` for the root),
@@ -88,7 +142,7 @@ fn check_table(
     path: Option<&str>,
     table: &Value,
     context: &OriginContext<'_>,
-    origins: &mut Origins,
+    values: &mut Values,
 ) -> Result<(), ConfigError> {
     for (name, value) in sorted(table) {
         let key = match path {
@@ -102,19 +156,18 @@ fn check_table(
                     key,
                 });
             };
-            check_table(Some(&key), value, context, origins)?;
+            check_table(Some(&key), value, context, values)?;
             continue;
         }
         if !is_known(&key) {
             return Err(unknown(key, path.is_some(), value, context));
         }
-        let shape = match value.kind {
-            ValueKind::Table(_) => Some("(a table)"),
-            ValueKind::Array(_) => Some("(a list)"),
-            ValueKind::Nil => Some("(nothing)"),
-            _ => None,
-        };
-        if let Some(shape) = shape {
+        let Some(scalar) = Scalar::of(&value.kind) else {
+            let shape = match value.kind {
+                ValueKind::Table(_) => "(a table)",
+                ValueKind::Array(_) => "(a list)",
+                _ => "(nothing)",
+            };
             let (leaf, tag) = first_leaf(key.clone(), value);
             return Err(ConfigError::InvalidValue {
                 origin: context.resolve(&leaf, tag),
@@ -122,9 +175,9 @@ fn check_table(
                 value: shape.to_owned(),
                 reason: "expected a single value".to_owned(),
             });
-        }
+        };
         let origin = context.resolve(&key, value.origin());
-        origins.0.insert(key, origin);
+        values.0.insert(key, (scalar, origin));
     }
     Ok(())
 }

@@ -1,16 +1,21 @@
 //! Plain data that flows from the device sources through the sampler into
 //! history and out to the HTTP surfaces.
 //!
-//! Owns: timestamps, device facts and the readings of the two sampling tiers.
+//! Owns: timestamps, device facts, the readings of the two sampling tiers,
+//! the catalogue of simulated scenarios and the built-in rules' table.
 //! Depends on nothing else in the crate. An absent value is `None`, never `0`.
 
 mod error_kind;
 mod probe;
+mod rules;
+mod scenario;
 
 pub use error_kind::ErrorKind;
 pub use probe::{
     HeadroomSearch, HeadroomStop, ProbeFailure, ProbeFailureKind, ProbeReading, ProbeSkipReason,
 };
+pub use rules::{Direction, RuleId, RuleSpec, RuleUnit, Severity};
+pub use scenario::{ScenarioKind, UnknownScenario};
 
 use std::time::Duration;
 

@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 
 use super::{assert_error, file, isolated, load_file};
-use crate::config::{ConfigError, KEYS, LoadOptions, config_file, defaults, load};
+use crate::config::{Accepts, ConfigError, KEYS, LoadOptions, config_file, defaults, load};
 
 fn manifest_path(relative: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(relative)
@@ -97,7 +97,7 @@ fn table_mentions(text: &str, table: &str, name: &str) -> bool {
 #[test]
 fn config_shipped_file_has_every_key_in_its_table() {
     let text = std::fs::read_to_string(manifest_path("config/vramd.toml")).unwrap();
-    for spec in KEYS {
+    for spec in KEYS.iter() {
         assert!(
             table_mentions(&text, spec.table(), spec.name()),
             "{} missing from config/vramd.toml",
@@ -109,11 +109,74 @@ fn config_shipped_file_has_every_key_in_its_table() {
 #[test]
 fn config_reference_documents_every_key_and_its_variable() {
     let text = std::fs::read_to_string(manifest_path("docs/configuration.md")).unwrap();
-    for spec in KEYS {
+    for spec in KEYS.iter() {
         assert!(text.contains(&format!("`{}`", spec.key)), "{} missing from docs", spec.key);
         assert!(text.contains(&spec.env_var()), "{} missing from docs", spec.env_var());
     }
     for needle in ["VRAMD_<SECTION>__<KEY>", "Exit status", "--config"] {
         assert!(text.contains(needle), "{needle} missing from docs");
     }
+}
+
+/// The range column of `key`'s row in the reference's key tables.
+fn documented_range<'a>(text: &'a str, key: &str) -> Option<&'a str> {
+    let row = text.lines().find(|line| line.starts_with(&format!("| `{key}` |")))?;
+    row.split('|').nth(4).map(str::trim)
+}
+
+#[test]
+fn config_reference_ranges_are_the_validated_bounds() {
+    let text = std::fs::read_to_string(manifest_path("docs/configuration.md")).unwrap();
+    let mut wrong = Vec::new();
+    for spec in KEYS.iter() {
+        if let Accepts::Words(_) = spec.accepts {
+            continue;
+        }
+        let bounds = spec.bounds();
+        let bounds = bounds.trim_start_matches("size, ");
+        let documented = documented_range(&text, spec.key).unwrap_or("(no row)");
+        if !documented.starts_with(bounds) {
+            wrong.push(format!("{}: documented `{documented}`, accepted {bounds}", spec.key));
+        }
+    }
+    assert!(wrong.is_empty(), "docs/configuration.md is out of step:\n{}", wrong.join("\n"));
+}
+
+/// The comment lines right above `name = ` in the `[table]` block of
+/// `text`, joined with spaces.
+fn comment_above(text: &str, table: &str, name: &str) -> Option<String> {
+    let header = format!("[{table}]");
+    let start = text.lines().position(|line| line.trim() == header)?;
+    let mut comment = Vec::new();
+    for line in text.lines().skip(start + 1) {
+        if line.starts_with('[') {
+            return None;
+        }
+        if let Some(words) = line.strip_prefix('#') {
+            comment.push(words.trim());
+        } else if line.starts_with(&format!("{name} =")) {
+            return Some(comment.join(" "));
+        } else if !line.trim().is_empty() {
+            comment.clear();
+        }
+    }
+    None
+}
+
+#[test]
+fn config_shipped_file_states_the_validated_bounds() {
+    let text = std::fs::read_to_string(manifest_path("config/vramd.toml")).unwrap();
+    let mut wrong = Vec::new();
+    for spec in KEYS.iter() {
+        if let Accepts::Words(_) = spec.accepts {
+            continue;
+        }
+        let bounds = spec.bounds();
+        let bounds = bounds.trim_start_matches("size, ");
+        let comment = comment_above(&text, spec.table(), spec.name()).unwrap_or_default();
+        if !comment.contains(bounds) {
+            wrong.push(format!("{}: `{comment}` does not say {bounds}", spec.key));
+        }
+    }
+    assert!(wrong.is_empty(), "config/vramd.toml is out of step:\n{}", wrong.join("\n"));
 }

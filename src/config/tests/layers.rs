@@ -4,12 +4,12 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use super::{assert_error, env, file, isolated, load_env};
-use crate::alerts::Severity;
 use crate::config::{
     DEFAULT_LISTEN, LoadOptions, LogFormat, Overrides, SimulatorConfig, SourceSelection, defaults,
     load, process_environment,
 };
-use crate::source::simulator::ScenarioKind;
+use crate::model::ScenarioKind;
+use crate::model::Severity;
 
 #[test]
 fn config_precedence_one_key_through_all_four_layers() {

@@ -4,12 +4,12 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use super::{env, isolated, load_file};
-use crate::alerts::Severity;
 use crate::config::{
     Config, LoadOptions, LogFormat, Overrides, SimulatorConfig, SourceSelection, defaults, load,
     render_effective,
 };
-use crate::source::simulator::ScenarioKind;
+use crate::model::ScenarioKind;
+use crate::model::Severity;
 
 #[track_caller]
 fn assert_round_trips(config: &Config) {

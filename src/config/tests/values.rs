@@ -4,11 +4,11 @@
 use std::time::Duration;
 
 use super::{assert_error, isolated, load_env, load_file};
-use crate::alerts::Severity;
 use crate::config::{
     AlertsConfig, ConfigError, NotifyConfig, NvmlConfig, Origin, ProbeConfig, RuleConfig,
     RulesConfig, default_alerts, defaults, load,
 };
+use crate::model::Severity;
 
 #[test]
 fn config_nvml_defaults() {

@@ -6,8 +6,8 @@
 //! `scenario`. Knows nothing of time or workloads.
 
 use super::noise::{self, Stream};
-use super::scenario::ScenarioKind;
 use crate::model::DeviceInfo;
+use crate::model::ScenarioKind;
 
 pub(super) const MIB: u64 = 1 << 20;
 pub(super) const GIB: u64 = 1 << 30;

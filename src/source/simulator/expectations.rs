@@ -2,17 +2,17 @@
 //! the labels of the scenario suite (`tests/scenarios.rs`). Any alert that
 //! fires and is not listed here is a false alarm.
 //!
-//! Data only (rule names as text): the simulator knows nothing of the alert
-//! engine.
+//! Data only: rules are named by `model::RuleId`; the simulator knows
+//! nothing of the alert engine.
 
 use std::time::Duration;
 
-use super::ScenarioKind;
+use crate::model::{RuleId, ScenarioKind};
 
 /// An alert a scenario must raise (reach `firing`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ExpectedAlert {
-    pub rule: &'static str,
+    pub rule: RuleId,
     pub gpu: u32,
     /// Process name, for process alerts.
     pub process: Option<&'static str>,
@@ -27,7 +27,7 @@ const fn minutes(m: u64) -> Duration {
 }
 
 const fn expect(
-    rule: &'static str,
+    rule: RuleId,
     gpu: u32,
     process: Option<&'static str>,
     onset: u64,
@@ -41,25 +41,25 @@ const fn expect(
 pub fn expected_alerts(kind: ScenarioKind) -> &'static [ExpectedAlert] {
     const TRAINING: &[ExpectedAlert] = &[
         // Reserved grows from the start; free runs out at ~10–11 min.
-        expect("exhaustion_forecast", 0, None, 0, 5),
-        expect("memory_high", 0, None, 9, 12),
-        expect("allocator_fragmentation_high", 0, Some("pt_main_thread"), 9, 16),
-        expect("allocator_retries", 0, Some("pt_main_thread"), 12, 14),
-        expect("allocator_oom", 0, Some("pt_main_thread"), 20, 21),
+        expect(RuleId::ExhaustionForecast, 0, None, 0, 5),
+        expect(RuleId::MemoryHigh, 0, None, 9, 12),
+        expect(RuleId::AllocatorFragmentationHigh, 0, Some("pt_main_thread"), 9, 16),
+        expect(RuleId::AllocatorRetries, 0, Some("pt_main_thread"), 12, 14),
+        expect(RuleId::AllocatorOom, 0, Some("pt_main_thread"), 20, 21),
     ];
     const LEAK: &[ExpectedAlert] = &[
-        expect("exhaustion_forecast", 0, None, 2, 10),
+        expect(RuleId::ExhaustionForecast, 0, None, 2, 10),
         // The leak window (30 min) must be 80 % covered before it can tell
         // a leak from a phase change.
-        expect("leak_suspected", 0, Some("python3"), 2, 32),
-        expect("memory_high", 0, None, 28, 33),
+        expect(RuleId::LeakSuspected, 0, Some("python3"), 2, 32),
+        expect(RuleId::MemoryHigh, 0, None, 28, 33),
     ];
     const SPIKE: &[ExpectedAlert] = &[
-        expect("allocator_retries", 0, Some("pt_main_thread"), 10, 11),
-        expect("allocator_oom", 0, Some("pt_main_thread"), 10, 11),
+        expect(RuleId::AllocatorRetries, 0, Some("pt_main_thread"), 10, 11),
+        expect(RuleId::AllocatorOom, 0, Some("pt_main_thread"), 10, 11),
     ];
-    const TENANTS: &[ExpectedAlert] = &[expect("leak_suspected", 0, Some("python3"), 1, 32)];
-    const LOST: &[ExpectedAlert] = &[expect("device_lost", 1, None, 5, 6)];
+    const TENANTS: &[ExpectedAlert] = &[expect(RuleId::LeakSuspected, 0, Some("python3"), 1, 32)];
+    const LOST: &[ExpectedAlert] = &[expect(RuleId::DeviceLost, 1, None, 5, 6)];
     match kind {
         ScenarioKind::SteadyInference | ScenarioKind::Idle => &[],
         ScenarioKind::TrainingFragmentation => TRAINING,

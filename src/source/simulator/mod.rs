@@ -73,7 +73,6 @@ mod leak;
 mod noise;
 mod probe;
 mod process;
-mod scenario;
 mod spike;
 mod tenants;
 pub mod timeline;
@@ -84,7 +83,7 @@ mod tests;
 #[cfg(test)]
 mod tests_scenarios;
 
-pub use scenario::{ScenarioKind, UnknownScenario};
+pub use crate::model::{ScenarioKind, UnknownScenario};
 
 use crate::clock::ScaledClock;
 use crate::model::{DeviceInfo, FastReading, MemoryInfo, SlowReading, Timestamp};

@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use super::devices::MIB;
 use super::process::{self, Gpu, INFERENCE_LOAD, SimProcess};
-use super::scenario::ScenarioKind;
 use super::{leak, spike, tenants, training};
+use crate::model::ScenarioKind;
 
 /// `training-fragmentation`: length of one grow → retry → OOM cycle. The OOM
 /// happens at the end of each cycle (20:00, 40:00, …).

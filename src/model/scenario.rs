@@ -1,5 +1,7 @@
 //! The catalogue of simulated scenarios: names, one-line descriptions and
-//! parsing. The behaviour of each lives in the simulator proper.
+//! parsing. Here rather than in the simulator so configuration can name a
+//! scenario without depending on a source; the behaviour of each lives in
+//! `source::simulator`.
 
 use std::str::FromStr;
 

@@ -1,0 +1,239 @@
+//! The built-in alert rules as data: their identities, what each measures,
+//! on which side of its threshold it fires, and its default settings;
+//! and [`Severity`], how urgent an alert is.
+//!
+//! One table ([`RuleId::spec`]) that configuration (defaults and
+//! validation), the alert rules and the simulator's scenario expectations
+//! all read, so a rule's name, unit and direction are written once.
+//! Depends on nothing else in the crate.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+/// How urgent an alert is.
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    Serialize,
+    Deserialize,
+    utoipa::ToSchema,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum Severity {
+    Info,
+    Warning,
+    Critical,
+}
+
+impl Severity {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Severity::Info => "info",
+            Severity::Warning => "warning",
+            Severity::Critical => "critical",
+        }
+    }
+}
+
+impl std::str::FromStr for Severity {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        match text {
+            "info" => Ok(Severity::Info),
+            "warning" => Ok(Severity::Warning),
+            "critical" => Ok(Severity::Critical),
+            other => Err(format!("unknown severity `{other}`; expected info, warning or critical")),
+        }
+    }
+}
+
+/// A built-in alert rule.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum RuleId {
+    MemoryHigh,
+    ExhaustionForecast,
+    LeakSuspected,
+    AllocatorFragmentationHigh,
+    AllocatorRetries,
+    AllocatorOom,
+    DeviceLost,
+    XidError,
+    ProbeFreeMismatch,
+    ProbeHeadroomLow,
+}
+
+/// What a rule's value, `threshold` and `clear` measure.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RuleUnit {
+    /// A fraction, above 0 and at most 1.
+    Ratio,
+    /// Seconds, above 0.
+    Seconds,
+    /// Bytes per second, at least 0.
+    BytesPerSecond,
+    /// Events (or 1 for "down"), at least 0.
+    Count,
+    /// Bytes, at least 0.
+    Bytes,
+}
+
+impl RuleUnit {
+    /// The unit as alerts report it (`Alert::unit`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RuleUnit::Ratio => "ratio",
+            RuleUnit::Seconds => "seconds",
+            RuleUnit::BytesPerSecond => "bytes_per_second",
+            RuleUnit::Count => "count",
+            RuleUnit::Bytes => "bytes",
+        }
+    }
+}
+
+/// Which side of `threshold` a rule fires on; `clear` is on the other side.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Direction {
+    Above,
+    Below,
+}
+
+/// A rule's fixed facts and its default settings.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RuleSpec {
+    /// The rule's name: its configuration table (`alerts.<name>`) and the
+    /// `rule` of its alerts.
+    pub name: &'static str,
+    pub unit: RuleUnit,
+    pub direction: Direction,
+    /// Default `threshold`, in `unit`.
+    pub threshold: f64,
+    /// Default `clear`, in `unit`.
+    pub clear: f64,
+    /// Default `for`.
+    pub for_duration: Duration,
+    /// Default `severity`.
+    pub severity: Severity,
+}
+
+const GIB: f64 = (1u64 << 30) as f64;
+
+const fn spec(
+    name: &'static str,
+    unit: RuleUnit,
+    direction: Direction,
+    (threshold, clear): (f64, f64),
+    for_secs: u64,
+    severity: Severity,
+) -> RuleSpec {
+    RuleSpec {
+        name,
+        unit,
+        direction,
+        threshold,
+        clear,
+        for_duration: Duration::from_secs(for_secs),
+        severity,
+    }
+}
+
+impl RuleId {
+    /// Every rule, in configuration order.
+    pub const ALL: [RuleId; 10] = [
+        RuleId::MemoryHigh,
+        RuleId::ExhaustionForecast,
+        RuleId::LeakSuspected,
+        RuleId::AllocatorFragmentationHigh,
+        RuleId::AllocatorRetries,
+        RuleId::AllocatorOom,
+        RuleId::DeviceLost,
+        RuleId::XidError,
+        RuleId::ProbeFreeMismatch,
+        RuleId::ProbeHeadroomLow,
+    ];
+
+    /// The rule table.
+    pub const fn spec(self) -> RuleSpec {
+        use Direction::{Above, Below};
+        use RuleUnit::{Bytes, BytesPerSecond, Count, Ratio, Seconds};
+        use Severity::{Critical, Warning};
+        match self {
+            RuleId::MemoryHigh => spec("memory_high", Ratio, Above, (0.92, 0.88), 60, Warning),
+            RuleId::ExhaustionForecast => {
+                spec("exhaustion_forecast", Seconds, Below, (1800.0, 2700.0), 120, Warning)
+            }
+            // 0.25 MiB/s, cleared below 64 KiB/s.
+            RuleId::LeakSuspected => {
+                spec("leak_suspected", BytesPerSecond, Above, (262_144.0, 65_536.0), 300, Warning)
+            }
+            RuleId::AllocatorFragmentationHigh => {
+                spec("allocator_fragmentation_high", Ratio, Above, (0.25, 0.15), 300, Warning)
+            }
+            // Counts within their window: any one fires at once.
+            RuleId::AllocatorRetries => {
+                spec("allocator_retries", Count, Above, (1.0, 0.0), 0, Warning)
+            }
+            RuleId::AllocatorOom => spec("allocator_oom", Count, Above, (1.0, 0.0), 0, Critical),
+            // 1 while a device (or NVML) is down.
+            RuleId::DeviceLost => spec("device_lost", Count, Above, (1.0, 0.0), 0, Critical),
+            RuleId::XidError => spec("xid_error", Count, Above, (1.0, 0.0), 0, Critical),
+            // |NVML free − CUDA free|: 1 GiB, cleared at 512 MiB.
+            RuleId::ProbeFreeMismatch => {
+                spec("probe_free_mismatch", Bytes, Above, (GIB, GIB / 2.0), 0, Warning)
+            }
+            // Largest allocatable block, fires at or below the job size
+            // (4 GiB), cleared at 5 GiB.
+            RuleId::ProbeHeadroomLow => {
+                spec("probe_headroom_low", Bytes, Below, (4.0 * GIB, 5.0 * GIB), 0, Warning)
+            }
+        }
+    }
+
+    /// The rule's name, as in [`RuleSpec::name`].
+    pub const fn as_str(self) -> &'static str {
+        self.spec().name
+    }
+
+    /// The rule called `name`, if any.
+    pub fn from_name(name: &str) -> Option<RuleId> {
+        RuleId::ALL.into_iter().find(|rule| rule.as_str() == name)
+    }
+}
+
+impl std::fmt::Display for RuleId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_unique_and_round_trip() {
+        for (index, rule) in RuleId::ALL.into_iter().enumerate() {
+            assert_eq!(RuleId::from_name(rule.as_str()), Some(rule));
+            assert!(!RuleId::ALL[..index].iter().any(|other| other.as_str() == rule.as_str()));
+        }
+        assert_eq!(RuleId::from_name("memory_hgh"), None);
+    }
+
+    #[test]
+    fn default_clear_is_on_the_quiet_side_of_threshold() {
+        for rule in RuleId::ALL {
+            let spec = rule.spec();
+            match spec.direction {
+                Direction::Above => assert!(spec.clear <= spec.threshold, "{rule}"),
+                Direction::Below => assert!(spec.clear >= spec.threshold, "{rule}"),
+            }
+        }
+    }
+}
