@@ -138,11 +138,12 @@ pub fn build_source(config: &Config) -> Result<BuiltSource, AppError> {
         return Ok(BuiltSource { source, reporting_simulator, prober, record_health: None });
     };
     let options = RecordOptions {
+        mode: config.source.record_mode,
+        keep: config.source.record_keep.get(),
         protect: match &config.source.selection {
             SourceSelection::Replay { path } => Some(path.clone()),
             _ => None,
         },
-        ..RecordOptions::default()
     };
     let recorder = Recorder::create(source, path, &options).map_err(AppError::Record)?;
     let record_health = Some(recorder.health());
@@ -208,20 +209,38 @@ async fn require_devices(
 }
 
 /// The ingest bearer token from `ingest.token_file`, trimmed.
-async fn read_token(config: &Config) -> Result<Option<String>, AppError> {
-    let Some(path) = config.ingest.token_file.clone() else { return Ok(None) };
-    let read = tokio::task::spawn_blocking(move || {
-        std::fs::read_to_string(&path).map_err(|error| (path, error))
-    })
-    .await
-    .map_err(|error| AppError::Startup(error.to_string()))?;
-    match read {
-        Ok(text) if !text.trim().is_empty() => Ok(Some(text.trim().to_owned())),
-        Ok(_) => Err(AppError::Token { reason: "the token file is empty".into() }),
-        Err((path, error)) => {
-            Err(AppError::Token { reason: format!("{}: {error}", path.display()) })
-        }
+/// Reads `ingest.token_file`, refusing a missing, unreadable, empty or
+/// oversized one. Blocking: `main` calls it before the runtime starts (and
+/// `check-config` too), so a bad token file stops start-up before binding.
+pub fn read_token_file(config: &Config) -> Result<Option<String>, AppError> {
+    /// A bearer token is a line; anything larger is not one.
+    const MAX_TOKEN_FILE_BYTES: u64 = 4 * 1024;
+    let Some(path) = &config.ingest.token_file else { return Ok(None) };
+    let failed =
+        |reason: String| AppError::Token { reason: format!("{}: {reason}", path.display()) };
+    let mut text = String::new();
+    std::fs::File::open(path)
+        .and_then(|file| {
+            std::io::Read::read_to_string(
+                &mut std::io::Read::take(file, MAX_TOKEN_FILE_BYTES + 1),
+                &mut text,
+            )
+        })
+        .map_err(|error| failed(error.to_string()))?;
+    if text.len() as u64 > MAX_TOKEN_FILE_BYTES {
+        return Err(failed(format!("larger than {MAX_TOKEN_FILE_BYTES} bytes; not a token")));
     }
+    match text.trim() {
+        "" => Err(failed("the token file is empty".into())),
+        token => Ok(Some(token.to_owned())),
+    }
+}
+
+async fn read_token(config: &Config) -> Result<Option<String>, AppError> {
+    let config = config.clone();
+    tokio::task::spawn_blocking(move || read_token_file(&config))
+        .await
+        .map_err(|error| AppError::Startup(error.to_string()))?
 }
 
 /// The sampler settings the configuration implies.
@@ -235,6 +254,7 @@ pub fn sampler_settings(config: &Config) -> SamplerSettings {
             _ => config.sampler.call_timeout,
         },
         max_processes_per_device: config.sampler.max_processes_per_device.get(),
+        max_devices: config.sampler.max_devices.get(),
         discovery_retry_max: config.sampler.discovery_retry_max,
         speed: match config.source.selection {
             SourceSelection::Driver => 1.0,

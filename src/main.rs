@@ -24,10 +24,6 @@ use vramd::source::trace::Replay;
 /// stuck in the driver must not keep the process alive.
 const BLOCKING_GRACE: Duration = Duration::from_millis(200);
 
-/// Formatted log lines that may wait for stderr before new ones are dropped
-/// (and counted in `vramd_log_lines_dropped_total`).
-const LOG_QUEUE_LINES: usize = 4_096;
-
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
@@ -46,10 +42,16 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         Command::CheckConfig => match load(&cli) {
-            Ok(config) => {
-                print!("{}", config::render_effective(&config));
-                ExitCode::SUCCESS
-            }
+            Ok(config) => match vramd::app::read_token_file(&config) {
+                Ok(_) => {
+                    print!("{}", config::render_effective(&config));
+                    ExitCode::SUCCESS
+                }
+                Err(error) => {
+                    eprintln!("vramd: invalid configuration: {error}");
+                    ExitCode::from(2)
+                }
+            },
             Err(code) => code,
         },
         Command::Probe(args) => probe(&args),
@@ -159,7 +161,7 @@ fn init_logging(config: &Config) -> anyhow::Result<LogGuard> {
     let filter = EnvFilter::try_new(&config.log.level)?;
     // Colour only on a terminal: journald and `kubectl logs` show escapes.
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    let (sink, guard) = LogSink::stderr(LOG_QUEUE_LINES)?;
+    let (sink, guard) = LogSink::stderr(config.log.queue_lines.get())?;
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(sink)
@@ -182,7 +184,17 @@ fn run(config: Config) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    // Checked before the runtime starts and anything binds: a token file
+    // that cannot be used is a configuration error (exit status 2).
+    if let Err(error) = vramd::app::read_token_file(&config) {
+        error!(error = %error, "invalid configuration");
+        return ExitCode::from(2);
+    }
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .max_blocking_threads(config.sampler.max_blocking_threads.get())
+        .enable_all()
+        .build()
+    {
         Ok(runtime) => runtime,
         Err(error) => {
             error!(error = %error, "cannot start the async runtime");

@@ -414,3 +414,59 @@ fn recording_through_a_link_to_the_replayed_trace_is_refused() {
     assert!(output.stderr.contains("it is the trace being replayed"), "{}", output.stderr);
     assert_eq!(std::fs::read(replayed.path()).unwrap(), before, "the replay's source is intact");
 }
+
+#[test]
+fn a_config_file_without_end_is_refused_not_read_forever() {
+    let output = support::run(&["check-config", "--config", "/dev/zero"], &[]);
+    assert_eq!(output.status.code(), Some(2), "{}", output.stderr);
+    assert!(output.stderr.contains("at most 1 MiB"), "{}", output.stderr);
+}
+
+#[test]
+fn a_token_file_that_cannot_be_used_is_refused_before_binding_and_by_check_config() {
+    let dir = tempfile::tempdir().unwrap();
+    let empty = dir.path().join("empty-token");
+    std::fs::write(&empty, "  \n").unwrap();
+    let missing = dir.path().join("missing-token");
+    for (path, reason) in [(&empty, "the token file is empty"), (&missing, "No such file")] {
+        let variable = [("VRAMD_INGEST__TOKEN_FILE", path.to_str().unwrap())];
+        let checked = support::run(&["check-config"], &variable);
+        assert_eq!(checked.status.code(), Some(2), "check-config: {}", checked.stderr);
+        assert!(checked.stderr.contains(reason), "{}", checked.stderr);
+        let mut args = SERVE.to_vec();
+        args.extend(["--simulate", "idle"]);
+        let output = support::run(&args, &variable);
+        assert_eq!(output.status.code(), Some(2), "daemon: {}", output.stderr);
+        assert!(output.stderr.contains(reason), "{}", output.stderr);
+        assert!(
+            !output.stderr.contains("\"listening\""),
+            "refused before binding: {}",
+            output.stderr
+        );
+    }
+}
+
+#[test]
+fn devices_beyond_the_cap_are_left_out_and_logged() {
+    let mut args = SERVE.to_vec();
+    args.extend(["--simulate", "idle", "--gpus", "4"]);
+    let mut daemon = Process::spawn(&args, &[("VRAMD_SAMPLER__MAX_DEVICES", "2")]);
+    let addr = daemon.listening();
+    daemon.wait_ready(addr);
+    let devices = get(addr, "/api/v1/devices").json();
+    assert_eq!(devices["devices"].as_array().map(Vec::len), Some(2), "{devices}");
+    assert!(daemon.stderr().contains("more devices than sampler.max_devices"));
+}
+
+#[test]
+fn record_mode_refuse_names_the_existing_file_and_keeps_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("trace.ndjson");
+    std::fs::write(&trace, "precious\n").unwrap();
+    let mut args = SERVE.to_vec();
+    args.extend(["--simulate", "idle", "--record", trace.to_str().unwrap()]);
+    let output = support::run(&args, &[("VRAMD_SOURCE__RECORD_MODE", "refuse")]);
+    assert_eq!(output.status.code(), Some(2), "{}", output.stderr);
+    assert!(output.stderr.contains("already exists") && output.stderr.contains("trace.ndjson"));
+    assert_eq!(std::fs::read_to_string(&trace).unwrap(), "precious\n");
+}

@@ -10,7 +10,6 @@ use crate::model::{DeviceInfo, Direction, MemoryInfo, RuleId};
 use super::engine::{Observation, Verdict};
 use super::model::AlertKey;
 
-
 fn verdict(rule: &RuleConfig, direction: Direction, value: f64) -> Verdict {
     let (breached, held) = match direction {
         Direction::Above => (value >= rule.threshold, value > rule.clear),

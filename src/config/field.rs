@@ -21,7 +21,7 @@ use super::sections::LogFormat;
 use super::units::{format_duration, format_size, parse_duration, parse_size};
 use super::validate::MAX_SPEED;
 use super::walk::{Scalar, Values};
-use crate::model::{RuleUnit, ScenarioKind, Severity};
+use crate::model::{RecordMode, RuleUnit, ScenarioKind, Severity};
 
 /// One present value, with what is needed to report it.
 pub(super) struct Field<'a> {
@@ -272,6 +272,9 @@ kind! {
     }, |v| text(v.as_str());
     Scenario: ScenarioKind, |f| ScenarioKind::from_str(f.string()?.trim())
         .map_err(|error| f.invalid(error.to_string())), |v| text(v.name());
+    Mode: RecordMode, |f| RecordMode::from_name(f.string()?.trim())
+        .ok_or_else(|| f.invalid("expected \"rotate\", \"refuse\" or \"overwrite\"")),
+        |v| text(v.as_str());
     Format: LogFormat, |f| match f.string()?.trim() {
         "text" => Ok(LogFormat::Text),
         "json" => Ok(LogFormat::Json),

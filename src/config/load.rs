@@ -219,9 +219,29 @@ fn retag_all(map: Map<String, Value>, tag: &str) -> Layer {
     Layer(map.into_iter().map(|(key, value)| (key, retag(value, &tag))).collect())
 }
 
+/// Largest configuration file read. A fixed bound, not a key: the file
+/// cannot bound its own reading (`--config /dev/zero` must not fill RAM).
+pub const MAX_CONFIG_FILE_BYTES: u64 = 1 << 20;
+
 fn file_layer(path: &Path) -> Result<Layer, ConfigError> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|source| ConfigError::FileRead { path: path.to_path_buf(), source })?;
+    let read_error = |source| ConfigError::FileRead { path: path.to_path_buf(), source };
+    let mut text = String::new();
+    std::fs::File::open(path)
+        .and_then(|file| {
+            std::io::Read::read_to_string(
+                &mut std::io::Read::take(file, MAX_CONFIG_FILE_BYTES + 1),
+                &mut text,
+            )
+        })
+        .map_err(read_error)?;
+    if text.len() as u64 > MAX_CONFIG_FILE_BYTES {
+        return Err(read_error(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!(
+                "larger than {MAX_CONFIG_FILE_BYTES} bytes; a configuration file is at most 1 MiB"
+            ),
+        )));
+    }
     let text = text.strip_prefix('\u{feff}').unwrap_or(&text);
     let map = config::File::from_str(text, FileFormat::Toml).collect().map_err(|error| {
         let reason = match error {

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use super::error::ConfigError;
 use super::field::{
-    Addr, Bool, Bytes, Count, Dur, Format, Kind, Level, Opt, Path, Scenario, Speed, U32, U64,
+    Addr, Bool, Bytes, Count, Dur, Format, Kind, Level, Mode, Opt, Path, Scenario, Speed, U32, U64,
     USize, Url,
 };
 use super::keys::Accepts::{Int, Size, Time, Words};
@@ -23,7 +23,7 @@ use super::render::TomlValue;
 use super::rules::RulesConfig;
 use super::schema::{GIB, KIB, MIB, TIB, days, hours, mins, ms, non_zero, secs, section};
 use super::walk::Values;
-use crate::model::ScenarioKind;
+use crate::model::{RecordMode, ScenarioKind};
 
 /// `server.listen`: loopback only, so nothing is exposed until asked for.
 pub const DEFAULT_LISTEN: SocketAddr = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 9477);
@@ -92,6 +92,14 @@ section! {
         discovery_retry_max "discovery_retry_max": Duration as Dur = secs(60),
             Time(secs(1), hours(1)),
             "longest wait between attempts to list devices when the source is unavailable";
+        // A host has at most 8 GPUs, or 56 MIG devices; a trace claiming
+        // thousands would cost a task each and megabytes of /metrics.
+        max_devices "max_devices": NonZeroUsize as Count = non_zero(64), Int(1, 1_024),
+            "devices monitored at most, from any source; the rest are left out and logged";
+        // Driver calls run on these threads; a call stuck in the driver
+        // holds one, and each device and tier has at most one stuck call.
+        max_blocking_threads "max_blocking_threads": NonZeroUsize as Count = non_zero(64),
+            Int(4, 1_024), "threads for blocking driver and file calls at most";
     }
 }
 
@@ -134,6 +142,12 @@ section! {
             "replay this recorded NDJSON trace instead of reading the driver";
         record "record": Option<PathBuf> as Opt<Path> = None, Words(PATH),
             "also write every reading to this NDJSON trace";
+        // Rotate: a restart never truncates the last run's trace.
+        record_mode "record_mode": RecordMode as Mode = RecordMode::Rotate,
+            Words("\"rotate\", \"refuse\" or \"overwrite\""),
+            "what source.record does to an existing file: keep it as <file>.1, refuse to start, or truncate it";
+        record_keep "record_keep": NonZeroUsize as Count = non_zero(5), Int(1, 100),
+            "earlier recordings kept by record_mode = \"rotate\" (<file>.1 … <file>.N)";
         speed "speed": f64 as Speed = 1.0, Words("number, above 0, at most 10000"),
             "simulated or replayed seconds per real second";
         max_trace_line_bytes "max_trace_line": usize as USize = 1 << 20, Size(KIB, 64 * MIB),
@@ -164,6 +178,10 @@ pub struct SourceConfig {
     pub max_trace_line_bytes: usize,
     /// `source.max_trace_size`: largest replayed trace file.
     pub max_trace_bytes: u64,
+    /// `source.record_mode`: what recording does to an existing file.
+    pub record_mode: RecordMode,
+    /// `source.record_keep`: earlier recordings kept when rotating.
+    pub record_keep: NonZeroUsize,
 }
 
 /// Which device source the daemon reads.
@@ -199,8 +217,24 @@ impl SourceConfig {
             (None, Some(path)) => SourceSelection::Replay { path },
             (None, None) => SourceSelection::Driver,
         };
-        let SourceKeys { record, speed, max_trace_line_bytes, max_trace_bytes, .. } = keys;
-        Self { selection, record, speed, max_trace_line_bytes, max_trace_bytes }
+        let SourceKeys {
+            record,
+            speed,
+            max_trace_line_bytes,
+            max_trace_bytes,
+            record_mode,
+            record_keep,
+            ..
+        } = keys;
+        Self {
+            selection,
+            record,
+            speed,
+            max_trace_line_bytes,
+            max_trace_bytes,
+            record_mode,
+            record_keep,
+        }
     }
 
     /// The keys as written; the simulator keys keep their defaults unless
@@ -222,6 +256,8 @@ impl SourceConfig {
             speed: self.speed,
             max_trace_line_bytes: self.max_trace_line_bytes,
             max_trace_bytes: self.max_trace_bytes,
+            record_mode: self.record_mode,
+            record_keep: self.record_keep,
         };
         (keys, simulator)
     }
@@ -293,6 +329,10 @@ section! {
             "log line format";
         level "level": String as Level = "info".to_owned(), Words("non-empty filter"),
             "tracing filter directive, such as \"info\" or \"info,vramd=debug\"";
+        // Lines beyond this wait for nobody: dropped and counted, so a
+        // stalled or closed stderr never blocks sampling.
+        queue_lines "queue_lines": NonZeroUsize as Count = non_zero(4_096), Int(1, 1_000_000),
+            "formatted log lines that may wait for stderr before new ones are dropped";
     }
 }
 

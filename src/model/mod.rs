@@ -207,6 +207,37 @@ pub struct MigInfo {
     pub profile: Option<String>,
 }
 
+/// What `--record` does when its file already exists (`source.record_mode`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RecordMode {
+    /// Keep it: renamed to `<file>.1` (earlier ones shift up, at most
+    /// `source.record_keep` kept), so a restart never loses the last run.
+    #[default]
+    Rotate,
+    /// Refuse to start, naming the file.
+    Refuse,
+    /// Truncate it (the behaviour before 0.2; only on request).
+    Overwrite,
+}
+
+impl RecordMode {
+    pub const ALL: [RecordMode; 3] =
+        [RecordMode::Rotate, RecordMode::Refuse, RecordMode::Overwrite];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RecordMode::Rotate => "rotate",
+            RecordMode::Refuse => "refuse",
+            RecordMode::Overwrite => "overwrite",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|mode| mode.as_str() == name)
+    }
+}
+
 /// The two sampling tiers: fast (memory, utilization) and slow (processes
 /// and everything else).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]

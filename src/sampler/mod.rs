@@ -42,6 +42,9 @@ pub struct SamplerSettings {
     /// Deadline for listing devices (initialising NVML can take seconds).
     pub discovery_timeout: Duration,
     pub max_processes_per_device: usize,
+    /// Devices monitored at most (`sampler.max_devices`); a source that
+    /// lists more has the rest left out, logged.
+    pub max_devices: usize,
     pub discovery_retry_max: Duration,
     /// Source seconds per real second: intervals are divided by this, so a
     /// simulated or replayed host produces samples at the configured spacing
@@ -113,9 +116,17 @@ async fn discover(context: &Arc<Context>) -> Option<Vec<Arc<crate::history::Devi
             }
         };
         let failure = match outcome {
-            CallOutcome::Done(Ok(infos)) => {
+            CallOutcome::Done(Ok(mut infos)) => {
                 context.telemetry.set_source_up(true);
                 info!(source = context.source.name(), devices = infos.len(), "devices discovered");
+                if infos.len() > context.settings.max_devices {
+                    tracing::warn!(
+                        listed = infos.len(),
+                        kept = context.settings.max_devices,
+                        "more devices than sampler.max_devices; the rest are not monitored"
+                    );
+                    infos.truncate(context.settings.max_devices);
+                }
                 let devices = context.store.set_devices(infos);
                 if devices.is_empty() {
                     context.store.mark_cycle_completed();

@@ -122,6 +122,7 @@ fn settings() -> SamplerSettings {
         call_timeout: Duration::from_millis(100),
         discovery_timeout: Duration::from_millis(100),
         max_processes_per_device: 2,
+        max_devices: 64,
         discovery_retry_max: Duration::from_secs(8),
         speed: 1.0,
     }

@@ -13,33 +13,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use super::error::TraceError;
-
-/// What `--record` does when its file already exists (`source.record_mode`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum RecordMode {
-    /// Keep it: renamed to `<file>.1` (earlier ones shift up, at most
-    /// `source.record_keep` kept), so a restart never loses the last run.
-    #[default]
-    Rotate,
-    /// Refuse to start, naming the file.
-    Refuse,
-    /// Truncate it (the behaviour before 0.2; only on request).
-    Overwrite,
-}
-
-impl RecordMode {
-    pub const ALL: [RecordMode; 3] =
-        [RecordMode::Rotate, RecordMode::Refuse, RecordMode::Overwrite];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            RecordMode::Rotate => "rotate",
-            RecordMode::Refuse => "refuse",
-            RecordMode::Overwrite => "overwrite",
-        }
-    }
-}
+pub use crate::model::RecordMode;
 
 /// How a recording opens its file.
 #[derive(Clone, Debug, PartialEq, Eq)]
