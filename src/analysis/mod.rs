@@ -6,6 +6,7 @@
 //! HTTP or alerts delivery.
 
 pub mod accounting;
+pub mod floor;
 pub mod fragmentation;
 pub mod leak;
 pub mod pressure;
