@@ -57,7 +57,8 @@ pub struct Evaluator {
 struct DeviceMemo {
     /// When the growth was last estimated, the trend of the used floor and
     /// whether it keeps rising.
-    trend: Option<(Timestamp, Option<(Trend, bool)>)>,
+    /// And the peak of used memory just before.
+    trend: Option<(Timestamp, Option<(Trend, bool)>, Option<u64>)>,
     /// When leaks were last assessed, and the findings by PID.
     leaks: Option<(Timestamp, HashMap<u32, LeakFinding>)>,
     /// Allocator counter steps, kept up to date from the samples that
@@ -148,7 +149,7 @@ impl Evaluator {
         let rules = &self.config.rules;
         let live = device.live();
         let memory = live.fast.as_ref().and_then(|fast| fast.memory);
-        let trend_due = memo.trend.is_none_or(|(estimated, _)| {
+        let trend_due = memo.trend.is_none_or(|(estimated, _, _)| {
             now.duration_since(estimated).is_none_or(|age| age >= TREND_INTERVAL)
         });
         if trend_due {
@@ -157,15 +158,20 @@ impl Evaluator {
             let window_start = now.saturating_sub(self.config.trend_window);
             series::device_used_into(&fast, window_start, now, &mut self.used_buffer);
             let estimate = self.forecast.trend(&mut self.scratch, &self.used_buffer);
-            memo.trend = Some((now, estimate));
+            let peak = self.forecast.recent_peak(&self.used_buffer);
+            memo.trend = Some((now, estimate, peak));
         }
-        let trend = memo.trend.and_then(|(_, trend)| trend.map(|(trend, _)| trend));
+        let trend = memo.trend.and_then(|(_, trend, _)| trend.map(|(trend, _)| trend));
         // Only growth that goes on is forecast: a warm-up levelling off or a
         // second job's step is no deadline.
-        let sustained = memo.trend.is_some_and(|(_, trend)| trend.is_some_and(|(_, on)| on));
+        let sustained = memo.trend.is_some_and(|(_, trend, _)| trend.is_some_and(|(_, on)| on));
         let exhaustion = match (memory, trend.as_ref()) {
             (Some(memory), Some(trend)) if sustained => {
-                time_to_exhaustion(memory.free_bytes, trend, self.config.rules.exhaustion_min_fit)
+                // Memory runs out at the top of a step, not at a random
+                // sample: count from the recent peak.
+                let peak = memo.trend.and_then(|(_, _, peak)| peak).unwrap_or(memory.used_bytes);
+                let free = memory.free_bytes.saturating_sub(peak.saturating_sub(memory.used_bytes));
+                time_to_exhaustion(free, trend, self.config.rules.exhaustion_min_fit)
             }
             _ => None,
         };

@@ -37,6 +37,10 @@ pub struct FloorScratch {
     /// Floor points: (seconds since the window start, bytes).
     points: Vec<(f64, f64)>,
     values: Vec<f64>,
+    /// Epoch milliseconds of the last line's first sample.
+    origin_ms: i64,
+    /// A longer window's floor kept for comparison: (epoch ms, bytes).
+    prior: Vec<(i64, f64)>,
 }
 
 /// A line through a window's floor and how it rises.
@@ -73,12 +77,15 @@ impl FloorLine {
     }
 
     /// Whether each of the last two quarter steps rises by at least `share`
-    /// of what the slope predicts: growth that goes on, not a step or a
-    /// warm-up levelling off.
+    /// of what the slope predicts (a step puts its whole rise into one),
+    /// and the last one by at least `share` of the first, give or take the
+    /// floor's spread (a warm-up decelerates towards its plateau, so its
+    /// last step is a fraction of its first; a leak's are alike).
     pub fn keeps_rising(&self, share: f64) -> bool {
         let per_quarter = share * self.slope * self.span_seconds / 4.0;
-        let [_, second, third, fourth] = self.quarters;
-        third - second >= per_quarter && fourth - third >= per_quarter
+        let [first, second, third, fourth] = self.quarters;
+        let decelerating = fourth - third < share * (second - first) - self.spread;
+        third - second >= per_quarter && fourth - third >= per_quarter && !decelerating
     }
 
     /// Whether the second half fell back to within `share` of the growth
@@ -106,6 +113,7 @@ impl FloorScratch {
         let window = series.get(start..)?;
         let (&(first, _), &(last, _)) = (window.first()?, window.last()?);
         let origin = first.unix_millis();
+        self.origin_ms = origin;
         let span_ms = last.unix_millis().checked_sub(origin).filter(|&span| span > 0)?;
         self.reduce(window, origin, span_ms, buckets.max(MIN_POINTS));
         if self.points.len() < MIN_POINTS {
@@ -145,6 +153,24 @@ impl FloorScratch {
             baseline,
             late_low,
         })
+    }
+
+    /// Keeps the floor of the last [`FloorScratch::line`] for
+    /// [`FloorScratch::prior_high`].
+    pub fn keep_as_prior(&mut self) {
+        let origin = self.origin_ms;
+        self.prior.clear();
+        self.prior.extend(
+            self.points.iter().map(|&(x, y)| (origin.saturating_add((x * 1000.0) as i64), y)),
+        );
+    }
+
+    /// The highest kept floor before `at`: what memory already held once.
+    /// A floor climbing back to where it has been (a per-epoch ramp) is
+    /// not the new ground a leak keeps taking.
+    pub fn prior_high(&self, at: Timestamp) -> Option<f64> {
+        let before = at.unix_millis();
+        self.prior.iter().filter(|&&(x, _)| x < before).map(|&(_, y)| y).max_by(f64::total_cmp)
     }
 
     /// [`FloorScratch::line`] as a [`Trend`] (the forecast's currency), with

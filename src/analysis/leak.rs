@@ -27,8 +27,8 @@
 //!    that comes back is not leaked.
 //!
 //! A leak already suspected is held, on the longest covered window, while
-//! its floor slope stays at least `hold_slope_bytes_per_second` and rule 4
-//! holds; so it resolves once the leak stops (the slope falls away) or
+//! its floor slope stays at least `hold_slope_bytes_per_second`, its second
+//! half still rises by half that, and rule 4 holds; so it resolves once the leak stops (the slope falls away) or
 //! memory returns to its baseline, without flapping in between.
 //!
 //! Which figure: `allocated` (live tensors) for processes that report
@@ -141,13 +141,13 @@ pub struct LeakEvidence {
     pub growth_bytes: u64,
     /// Lowest floor in the window's first tenth.
     pub baseline_bytes: u64,
-    /// Median floor of the window's last quarter.
+    /// The floor's line at the newest sample.
     pub latest_bytes: u64,
 }
 
 impl LeakEvidence {
     fn from_line(line: &FloorLine) -> Self {
-        let latest = line.quarters[3].max(0.0);
+        let latest = (line.intercept + line.slope * line.span_seconds).max(0.0);
         let baseline = line.baseline.max(0.0).min(latest);
         Self {
             slope_bytes_per_second: line.slope,
@@ -213,28 +213,50 @@ pub fn assess_leak(
     let predates = first <= window_start.saturating_add(PREDATES_TOLERANCE);
     let judged_from = if predates { first } else { first.saturating_add(params.warmup) };
     let covered = now.duration_since(judged_from).unwrap_or_default();
-    let mut verdict = Err(NotALeak::TooShort);
-    let mut longest = None;
+    let mut windows = Vec::with_capacity(8);
     let mut window = params.shortest_window.min(params.window);
-    while !window.is_zero() && window <= covered {
-        let Some(line) = scratch.line(series, now.saturating_sub(window), params.buckets) else {
-            verdict = Err(NotALeak::NoTrend);
-            break;
-        };
-        verdict = judge(&line, params);
-        if verdict.is_ok() {
-            return verdict;
-        }
-        longest = Some(line);
+    while !window.is_zero() && window <= covered && windows.len() < 8 {
+        windows.push(window);
         if window >= params.window {
             break;
         }
         window = window.saturating_mul(2).min(params.window);
     }
-    match longest {
-        Some(line) if held && holds(&line, params) => Ok(LeakEvidence::from_line(&line)),
-        _ => verdict,
+    // The longest covered window first: its floor is what the shorter ones
+    // are compared with (rule 5), and what a held leak is kept on.
+    let Some((&longest_window, shorter)) = windows.split_last() else {
+        return Err(NotALeak::TooShort);
+    };
+    let longest = scratch
+        .line(series, now.saturating_sub(longest_window), params.buckets)
+        .ok_or(NotALeak::NoTrend)?;
+    let verdict = judge(&longest, params);
+    if verdict.is_ok() || verdict == Err(NotALeak::ReturnsToBaseline) {
+        // Memory that came back within the longest window is not leaked,
+        // whatever a shorter window shows.
+        return verdict;
     }
+    scratch.keep_as_prior();
+    for &window in shorter.iter().rev() {
+        let from = now.saturating_sub(window);
+        let Some(line) = scratch.line(series, from, params.buckets) else { continue };
+        // Rule 5: new ground, reached from where memory already stood.
+        let new_ground = scratch.prior_high(from).is_none_or(|high| {
+            let end = line.intercept + line.slope * line.span_seconds;
+            let slack = params.return_share * line.growth().max(0.0);
+            end > high + params.noise_floor_bytes && line.baseline >= high - slack
+        });
+        if !new_ground {
+            continue;
+        }
+        if let Ok(evidence) = judge(&line, params) {
+            return Ok(evidence);
+        }
+    }
+    if held && holds(&longest, params) {
+        return Ok(LeakEvidence::from_line(&longest));
+    }
+    verdict
 }
 
 /// Rules 1–4 on one window's floor.
@@ -255,9 +277,16 @@ fn judge(line: &FloorLine, params: &LeakParams) -> Result<LeakEvidence, NotALeak
     Ok(LeakEvidence::from_line(line))
 }
 
-/// Whether a suspected leak still holds on the longest covered window.
+/// Whether a suspected leak still holds on the longest covered window:
+/// its floor still rises over the second half by what the hold slope
+/// predicts plus the floor's spread (a leak that stopped does not), and has
+/// not come back down.
 fn holds(line: &FloorLine, params: &LeakParams) -> bool {
+    let [_, second, _, fourth] = line.quarters;
+    let expected = params.hold_slope_bytes_per_second * line.span_seconds / 2.0;
+    let still_rising = fourth - second >= expected + line.spread;
     line.slope >= params.hold_slope_bytes_per_second
+        && still_rising
         && !line.returns_to_baseline(params.return_share)
 }
 

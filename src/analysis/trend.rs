@@ -162,25 +162,59 @@ pub struct ForecastParams {
     /// Least span of samples before growth can count as sustained (90 s):
     /// the first seconds of any job are all "growth".
     pub min_span: std::time::Duration,
+    /// How far back the peak of used memory is taken from for the time to
+    /// exhaustion (30 s, several training steps): memory runs out at the
+    /// top of a step, and a sample caught at its bottom would add the
+    /// step's size to the forecast.
+    pub peak_window: std::time::Duration,
 }
 
 impl Default for ForecastParams {
     fn default() -> Self {
-        Self { buckets: 30, keep_rising_share: 0.5, min_span: std::time::Duration::from_secs(90) }
+        Self {
+            buckets: 30,
+            keep_rising_share: 0.5,
+            min_span: std::time::Duration::from_secs(90),
+            peak_window: std::time::Duration::from_secs(30),
+        }
     }
 }
 
 impl ForecastParams {
+    /// The highest value of `series` (oldest first) within `peak_window`
+    /// of its newest sample.
+    pub fn recent_peak(&self, series: &[(Timestamp, u64)]) -> Option<u64> {
+        let &(newest, _) = series.last()?;
+        let from = newest.saturating_sub(self.peak_window);
+        let start = series.partition_point(|&(at, _)| at < from);
+        series.get(start..)?.iter().map(|&(_, value)| value).max()
+    }
+
     /// The trend of the floor of `series` (bucket minima, so memory
     /// released every step, `empty_cache()` included, does not hide the
     /// growth underneath) and whether it is sustained growth.
+    ///
+    /// The newest half of the window is judged too, and preferred when its
+    /// growth is sustained: growth that began a few minutes ago is then
+    /// forecast at its own rate, not diluted by the flat part before it.
     pub fn trend(
         &self,
         scratch: &mut super::floor::FloorScratch,
         series: &[(Timestamp, u64)],
     ) -> Option<(Trend, bool)> {
         let (trend, rising) = scratch.trend(series, self.buckets, self.keep_rising_share)?;
-        let long_enough = trend.span_seconds >= self.min_span.as_secs_f64();
+        let min_span = self.min_span.as_secs_f64();
+        let long_enough = trend.span_seconds >= min_span;
+        let half = trend.origin.saturating_add(std::time::Duration::from_secs_f64(
+            (trend.span_seconds / 2.0).max(0.0),
+        ));
+        let recent = series.get(series.partition_point(|&(at, _)| at < half)..).unwrap_or(&[]);
+        if let Some((late, true)) = scratch.trend(recent, self.buckets, self.keep_rising_share)
+            && late.span_seconds >= min_span
+            && late.slope_per_second > trend.slope_per_second
+        {
+            return Some((late, true));
+        }
         Some((trend, rising && long_enough))
     }
 }
