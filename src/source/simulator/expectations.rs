@@ -49,16 +49,16 @@ pub fn expected_alerts(kind: ScenarioKind) -> &'static [ExpectedAlert] {
     ];
     const LEAK: &[ExpectedAlert] = &[
         expect("exhaustion_forecast", 0, None, 2, 10),
-        // The leak window (30 min) must be 80 % covered before it can tell
-        // a leak from a phase change.
-        expect("leak_suspected", 0, Some("python3"), 2, 32),
+        // The floor's shortest window (4 min) after a 3-minute warm-up
+        // grace from the process's first sample, plus the rule's 5-min `for`.
+        expect("leak_suspected", 0, Some("python3"), 2, 15),
         expect("memory_high", 0, None, 28, 33),
     ];
     const SPIKE: &[ExpectedAlert] = &[
         expect("allocator_retries", 0, Some("pt_main_thread"), 10, 11),
         expect("allocator_oom", 0, Some("pt_main_thread"), 10, 11),
     ];
-    const TENANTS: &[ExpectedAlert] = &[expect("leak_suspected", 0, Some("python3"), 1, 32)];
+    const TENANTS: &[ExpectedAlert] = &[expect("leak_suspected", 0, Some("python3"), 1, 15)];
     const LOST: &[ExpectedAlert] = &[expect("device_lost", 1, None, 5, 6)];
     match kind {
         ScenarioKind::SteadyInference | ScenarioKind::Idle => &[],
