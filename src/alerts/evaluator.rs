@@ -52,13 +52,17 @@ pub struct Evaluator {
     memos: HashMap<String, DeviceMemo>,
 }
 
+/// When the trend was estimated, the trend and whether its growth is
+/// sustained, and the recent peak of used memory.
+type TrendMemo = (Timestamp, Option<(Trend, bool)>, Option<u64>);
+
 /// One device's state between passes.
 #[derive(Default)]
 struct DeviceMemo {
     /// When the growth was last estimated, the trend of the used floor and
     /// whether it keeps rising.
     /// And the peak of used memory just before.
-    trend: Option<(Timestamp, Option<(Trend, bool)>, Option<u64>)>,
+    trend: Option<TrendMemo>,
     /// When leaks were last assessed, and the findings by PID.
     leaks: Option<(Timestamp, HashMap<u32, LeakFinding>)>,
     /// Allocator counter steps, kept up to date from the samples that

@@ -261,11 +261,10 @@ pub fn assess_leak(
 
 /// Rules 1–4 on one window's floor.
 fn judge(line: &FloorLine, params: &LeakParams) -> Result<LeakEvidence, NotALeak> {
-    // `!(x >= min)` rather than `x < min`: a NaN parameter rejects.
-    if !(line.slope >= params.min_slope_bytes_per_second) {
+    if !at_least(line.slope, params.min_slope_bytes_per_second) {
         return Err(NotALeak::SlowGrowth);
     }
-    if !(line.significance(params.noise_floor_bytes) >= params.min_significance) {
+    if !at_least(line.significance(params.noise_floor_bytes), params.min_significance) {
         return Err(NotALeak::PoorFit);
     }
     if !line.keeps_rising(params.keep_rising_share) {
@@ -275,6 +274,12 @@ fn judge(line: &FloorLine, params: &LeakParams) -> Result<LeakEvidence, NotALeak
         return Err(NotALeak::ReturnsToBaseline);
     }
     Ok(LeakEvidence::from_line(line))
+}
+
+/// `value >= min`, false when either is NaN, so a NaN parameter rejects
+/// rather than accepts.
+fn at_least(value: f64, min: f64) -> bool {
+    value >= min
 }
 
 /// Whether a suspected leak still holds on the longest covered window:

@@ -97,7 +97,7 @@ enum Kind {
 
 impl Kind {
     fn of(index: u64) -> Kind {
-        if index % 4 != 0 {
+        if !index.is_multiple_of(4) {
             return Kind::Benign;
         }
         let leak = index / 4;
