@@ -9,6 +9,7 @@ use std::hint::black_box;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 
+use vramd::analysis::floor::FloorScratch;
 use vramd::analysis::leak::{LeakParams, assess_leak, detect_leak};
 use vramd::analysis::pressure::{PressureInput, PressureThresholds, pressure};
 use vramd::analysis::trend::{TrendScratch, theil_sen};
@@ -78,9 +79,10 @@ fn leak(c: &mut Criterion) {
     assert!(detect_leak(&series, &params).is_some(), "the bench series must be a leak");
     group.throughput(Throughput::Elements(series.len() as u64));
     group.bench_function("30min_1hz", |b| b.iter(|| detect_leak(black_box(&series), &params)));
-    let mut scratch = TrendScratch::new();
+    let mut scratch = FloorScratch::new();
+    let from = series[0].0;
     group.bench_function("30min_1hz_reused_scratch", |b| {
-        b.iter(|| assess_leak(&mut scratch, black_box(&series), &params))
+        b.iter(|| assess_leak(&mut scratch, black_box(&series), from, false, &params))
     });
     group.finish();
 }

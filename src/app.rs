@@ -318,6 +318,7 @@ pub fn analysis_settings(alerts: &AlertsConfig) -> AnalysisSettings {
     let leak = rules.leak_suspected.enabled.then(|| {
         let params = LeakParams {
             min_slope_bytes_per_second: rules.leak_suspected.threshold,
+            hold_slope_bytes_per_second: rules.leak_suspected.clear,
             ..LeakParams::for_window(rules.leak_window)
         };
         (rules.leak_window, params)
@@ -331,6 +332,7 @@ pub fn analysis_settings(alerts: &AlertsConfig) -> AnalysisSettings {
         leak,
         probe_stale_after: rules.probe_stale_after,
         pressure: PressureThresholds::default(),
+        forecast: crate::analysis::trend::ForecastParams::default(),
     }
 }
 

@@ -14,24 +14,24 @@ use std::time::Duration;
 use crate::history::{DeviceHistory, HistoryStore};
 use crate::model::Timestamp;
 
+use super::floor::FloorScratch;
 use super::leak::{LeakFinding, LeakParams, detect_process_leak};
 use super::pressure::{PressureInput, PressureThresholds, pressure};
 use super::series;
 use super::snapshot::{AnalysisSnapshot, DeviceFacts, DeviceSnapshot, ProcessFacts};
 use super::summary::{DeviceAnalysis, ProcessLeak};
-use super::trend::{Trend, TrendScratch, time_to_exhaustion};
+use super::trend::{ForecastParams, Trend, time_to_exhaustion};
 
-/// Points the growth estimate reduces a window to (cost is quadratic).
-const TREND_POINTS: usize = 30;
 /// Xid totals remembered per device for the window count.
 const XID_HISTORY: usize = 1_024;
 /// How often (source time) the growth trend is re-estimated: a 10-minute
 /// window moves little in 15 s, and this is the costliest per-pass step.
 const TREND_INTERVAL: Duration = Duration::from_secs(15);
-/// How often (source time) leaks are re-assessed. A leak is judged over a
-/// 30-minute window, so a minute changes little, and it is by far the
-/// costliest analysis (every process's whole window).
-const LEAK_CHECK_INTERVAL: Duration = Duration::from_secs(60);
+/// How often (source time) leaks are re-assessed. The shortest leak window
+/// is minutes long, so 30 s changes little, and it is by far the costliest
+/// analysis (every process's whole window); 30 s rather than 60 s keeps a
+/// fast leak's alert within the 5-minute target.
+const LEAK_CHECK_INTERVAL: Duration = Duration::from_secs(30);
 
 /// The windows and thresholds the analysis uses, built by the wiring from
 /// the `alerts.*` configuration the rules judge with.
@@ -52,22 +52,29 @@ pub struct AnalysisSettings {
     /// A probe reading older than this is no longer a fact.
     pub probe_stale_after: Duration,
     pub pressure: PressureThresholds,
+    /// How the growth trend of the used-memory floor is forecast.
+    pub forecast: ForecastParams,
 }
 
 pub struct Analyzer {
     settings: AnalysisSettings,
-    scratch: TrendScratch,
+    scratch: FloorScratch,
     /// Reused between passes: the used-memory window of one device.
     used_buffer: Vec<(Timestamp, u64)>,
     /// What each listed device carries from pass to pass, by UUID.
     memos: HashMap<String, DeviceMemo>,
 }
 
+/// When the trend was estimated, the trend and whether its growth is
+/// sustained, and the recent peak of used memory.
+type TrendMemo = (Timestamp, Option<(Trend, bool)>, Option<u64>);
+
 /// One device's state between passes.
 #[derive(Default)]
 struct DeviceMemo {
-    /// When the growth was last estimated, and the trend.
-    trend: Option<(Timestamp, Option<Trend>)>,
+    /// When the growth was last estimated, the trend of the used floor and
+    /// whether it keeps rising, and the peak of used memory just before.
+    trend: Option<TrendMemo>,
     /// When leaks were last assessed, and the findings by PID.
     leaks: Option<(Timestamp, HashMap<u32, LeakFinding>)>,
     /// Allocator counter steps, kept up to date from the samples that
@@ -81,7 +88,7 @@ impl Analyzer {
     pub fn new(settings: AnalysisSettings) -> Self {
         Self {
             settings,
-            scratch: TrendScratch::new(),
+            scratch: FloorScratch::new(),
             used_buffer: Vec::new(),
             memos: HashMap::new(),
         }
@@ -122,7 +129,7 @@ impl Analyzer {
         let settings = &self.settings;
         let live = device.live();
         let memory = live.fast.as_ref().and_then(|fast| fast.memory);
-        let trend_due = memo.trend.is_none_or(|(estimated, _)| {
+        let trend_due = memo.trend.is_none_or(|(estimated, _, _)| {
             now.duration_since(estimated).is_none_or(|age| age >= TREND_INTERVAL)
         });
         if trend_due {
@@ -130,13 +137,21 @@ impl Analyzer {
             let fast = device.fast_snapshot();
             let window_start = now.saturating_sub(settings.trend_window);
             series::device_used_into(&fast, window_start, now, &mut self.used_buffer);
-            let estimate = self.scratch.theil_sen_with(&self.used_buffer, TREND_POINTS);
-            memo.trend = Some((now, estimate));
+            let estimate = settings.forecast.trend(&mut self.scratch, &self.used_buffer);
+            let peak = settings.forecast.recent_peak(&self.used_buffer);
+            memo.trend = Some((now, estimate, peak));
         }
-        let trend = memo.trend.and_then(|(_, trend)| trend);
+        let trend = memo.trend.and_then(|(_, trend, _)| trend.map(|(trend, _)| trend));
+        // Only growth that goes on is forecast: a warm-up levelling off or a
+        // second job's step is no deadline.
+        let sustained = memo.trend.is_some_and(|(_, trend, _)| trend.is_some_and(|(_, on)| on));
         let exhaustion = match (memory, trend.as_ref()) {
-            (Some(memory), Some(trend)) => {
-                time_to_exhaustion(memory.free_bytes, trend, settings.exhaustion_min_fit)
+            (Some(memory), Some(trend)) if sustained => {
+                // Memory runs out at the top of a step, not at a random
+                // sample: count from the recent peak.
+                let peak = memo.trend.and_then(|(_, _, peak)| peak).unwrap_or(memory.used_bytes);
+                let free = memory.free_bytes.saturating_sub(peak.saturating_sub(memory.used_bytes));
+                time_to_exhaustion(free, trend, settings.exhaustion_min_fit)
             }
             _ => None,
         };
@@ -160,10 +175,15 @@ impl Analyzer {
                 Some((window, params)) => {
                     let slow = device.slow_snapshot();
                     let from = now.saturating_sub(*window);
+                    // A leak already suspected is held until it stops.
+                    let previous =
+                        memo.leaks.take().map(|(_, findings)| findings).unwrap_or_default();
+                    let scratch = &mut self.scratch;
                     series::pids_in(&slow, from, now)
                         .into_iter()
                         .filter_map(|pid| {
-                            detect_process_leak(&slow, pid, from, now, params)
+                            let held = previous.contains_key(&pid);
+                            detect_process_leak(scratch, &slow, pid, (from, now), held, params)
                                 .map(|finding| (pid, finding))
                         })
                         .collect()

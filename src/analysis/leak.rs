@@ -1,25 +1,35 @@
-//! Memory leak detection for one process: steady growth that never goes
-//! back down.
+//! Memory leak detection for one process: a floor that keeps rising.
 //!
 //! Owns: the leak rules below, their parameters and findings, and the
 //! choice of which figure to follow. Depends on: `model`, `history`
-//! (read-only snapshots), `analysis::{series, trend, remediation}`. Pure; no
-//! I/O, no clocks: the window is the series' own timestamps.
+//! (read-only snapshots), `analysis::{series, floor, remediation}`. Pure; no
+//! I/O, no clocks: windows are the series' own timestamps.
 //!
-//! A series (oldest first) is a leak when all of these hold:
+//! The detector judges the floor of the series (`analysis::floor`: bucket
+//! minima), never raw samples, so a leak under a per-step sawtooth of
+//! gigabytes is seen. It looks at several windows at once, ending at the
+//! newest sample: `shortest_window`, then doubling up to `window`. A fast,
+//! clean rise is called on the short window within minutes; a slow one only
+//! stands out of the scatter on a long one. A window is judged only once the
+//! process covers it, counted from the process's own first sample plus a
+//! `warmup` grace (from the window's start for a process already there).
+//! A window shows a leak when all of these hold:
 //!
-//! 1. it covers at least `min_span` (by default 80 % of the window), so a
-//!    process that just started warming up is not judged on a few minutes;
-//! 2. its Theil–Sen slope is at least `min_slope_bytes_per_second` with a
-//!    fit of at least `min_fit`: growth, steady rather than noisy;
-//! 3. it ends above where it started (`growth = latest − baseline > 0`,
-//!    with the baseline the lowest value in the first 10 % of the span);
-//! 4. the lowest value in the second half stays above
-//!    `baseline + 25 % of growth`: memory that a training epoch frees again
-//!    returns near its baseline and is not a leak (steady linear growth sits
-//!    at 50 % there, so 25 % leaves room for noise);
-//! 5. the second half grows on its own at ≥ half the minimum slope: a step
-//!    up or a warm-up that then levels off is a new plateau, not a leak.
+//! 1. the floor's Theil–Sen slope is at least `min_slope_bytes_per_second`;
+//! 2. the rise over the window is at least `min_significance` times the
+//!    floor's robust spread around the line (at least `noise_floor_bytes`):
+//!    growth, not scatter;
+//! 3. each of the last two quarters' median floors rises by at least
+//!    `keep_rising_share` of what the slope predicts: a step (a buffer that
+//!    stays) or a warm-up that levels off puts its rise elsewhere;
+//! 4. the second half's lowest floor stays above the baseline (the lowest
+//!    floor of the first tenth) plus `return_share` of the growth: memory
+//!    that comes back is not leaked.
+//!
+//! A leak already suspected is held, on the longest covered window, while
+//! its floor slope stays at least `hold_slope_bytes_per_second`, its second
+//! half still rises by half that, and rule 4 holds; so it resolves once the leak stops (the slope falls away) or
+//! memory returns to its baseline, without flapping in between.
 //!
 //! Which figure: `allocated` (live tensors) for processes that report
 //! allocator statistics, since their NVML usage includes a cache that grows
@@ -32,38 +42,62 @@ use serde::Serialize;
 use crate::history::{ProcessPoint, SlowPoint, Snapshot};
 use crate::model::Timestamp;
 
+use super::floor::{FloorLine, FloorScratch};
 use super::remediation;
 use super::series::{self, ProcessMetric};
-use super::trend::TrendScratch;
 
-/// Share of the span at the start the baseline is taken from.
-const BASELINE_SHARE: f64 = 0.10;
-/// Share of the growth the second half's minimum must stay above.
-const RETURN_SHARE: f64 = 0.25;
-/// Share of `min_slope` the second half must keep growing at.
-const SECOND_HALF_SLOPE_SHARE: f64 = 0.5;
+const MIB: f64 = 1_048_576.0;
+/// A process whose first sample is this close to the window's start was
+/// already running: no warm-up grace.
+const PREDATES_TOLERANCE: Duration = Duration::from_secs(10);
 
-/// What counts as a leak.
+/// What counts as a leak. Defaults were tuned on the simulator's randomised
+/// corpus (`examples/detection.rs`, docs/alerts.md "Detection benchmark").
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
 pub struct LeakParams {
-    /// Default 256 KiB/s (~0.9 GiB/h), the `leak_suspected` rule's.
+    /// Least floor slope to call a leak; the `leak_suspected` threshold
+    /// (default 256 KiB/s).
     pub min_slope_bytes_per_second: f64,
-    /// Least R² of the trend; default 0.8.
-    pub min_fit: f64,
-    /// Least time the series must cover; default 80 % of the window.
-    pub min_span: Duration,
-    /// Points the trend is fitted on (see `trend::theil_sen`); default 30.
-    pub max_points: usize,
+    /// Least floor slope to keep a suspected leak; the rule's `clear`
+    /// (default 64 KiB/s).
+    pub hold_slope_bytes_per_second: f64,
+    /// The longest window judged; `alerts.leak_suspected.window` (30 min).
+    pub window: Duration,
+    /// The shortest window judged (4 min): short enough to call a fast leak
+    /// within minutes, long enough to span many training steps.
+    pub shortest_window: Duration,
+    /// Floor buckets per window (24): a 4-minute window gets 10 s buckets,
+    /// several iterations of a training loop each.
+    pub buckets: usize,
+    /// Least rise over the window, in floor spreads (8): under a sawtooth
+    /// of gigabytes, bucket minima still scatter by tens of MiB.
+    pub min_significance: f64,
+    /// Share of the slope each of the last two quarters must rise by (0.4).
+    pub keep_rising_share: f64,
+    /// Share of the growth the second half's floor must stay above (0.25).
+    pub return_share: f64,
+    /// Grace after a process's first sample before it is judged (3 min):
+    /// model load, optimizer state and the allocator's cache filling.
+    pub warmup: Duration,
+    /// Spread below which the floor counts as this noisy anyway (2 MiB), so
+    /// a perfectly quiet floor does not make a few KiB significant.
+    pub noise_floor_bytes: f64,
 }
 
 impl LeakParams {
-    /// Defaults for a window of `window`: the series must cover 80 % of it.
+    /// Defaults with the longest window `window`.
     pub fn for_window(window: Duration) -> Self {
         Self {
             min_slope_bytes_per_second: 262_144.0,
-            min_fit: 0.8,
-            min_span: window.mul_f64(0.8),
-            max_points: 30,
+            hold_slope_bytes_per_second: 65_536.0,
+            window,
+            shortest_window: Duration::from_secs(4 * 60).min(window),
+            buckets: 24,
+            min_significance: 8.0,
+            keep_rising_share: 0.4,
+            return_share: 0.25,
+            warmup: Duration::from_secs(3 * 60),
+            noise_floor_bytes: 2.0 * MIB,
         }
     }
 }
@@ -75,42 +109,56 @@ impl Default for LeakParams {
     }
 }
 
-/// Why a series is not a leak (rules numbered as in the module doc).
+/// Why a series is not a leak (rules numbered as in the module doc; for
+/// several windows, the longest covered window's reason).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum NotALeak {
-    /// Rule 1: the series covers less than `min_span`.
+    /// The process does not cover even the shortest window yet.
     TooShort,
-    /// Fewer than 3 usable points, so no trend at all.
+    /// Too few floor points, so no trend at all.
     NoTrend,
-    /// Rule 2: the slope is below the minimum.
+    /// Rule 1: the slope is below the minimum.
     SlowGrowth,
-    /// Rule 2: the line does not describe the series well.
+    /// Rule 2: the rise does not stand out of the floor's scatter.
     PoorFit,
-    /// Rule 3: it ends no higher than it started.
-    NoGrowth,
+    /// Rule 3: the rise is a step, or it levelled off.
+    LevelsOff,
     /// Rule 4: it went back down near its baseline.
     ReturnsToBaseline,
-    /// Rule 5: the second half stopped growing.
-    LevelsOff,
 }
 
 /// A leak in a series, before it is tied to a process.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
 pub struct LeakEvidence {
+    /// Slope of the floor.
     pub slope_bytes_per_second: f64,
+    /// R² of the line on the floor.
     pub fit: f64,
-    /// Time the series covers.
+    /// The window that showed it.
     pub window_seconds: f64,
     /// `latest − baseline`.
     pub growth_bytes: u64,
-    /// Lowest value in the first 10 % of the span.
+    /// Lowest floor in the window's first tenth.
     pub baseline_bytes: u64,
-    /// The newest value.
+    /// The floor's line at the newest sample.
     pub latest_bytes: u64,
 }
 
 impl LeakEvidence {
+    fn from_line(line: &FloorLine) -> Self {
+        let latest = (line.intercept + line.slope * line.span_seconds).max(0.0);
+        let baseline = line.baseline.max(0.0).min(latest);
+        Self {
+            slope_bytes_per_second: line.slope,
+            fit: line.fit,
+            window_seconds: line.span_seconds,
+            growth_bytes: (latest - baseline) as u64,
+            baseline_bytes: baseline as u64,
+            latest_bytes: latest as u64,
+        }
+    }
+
     pub fn into_finding(self, pid: u32, metric: ProcessMetric) -> LeakFinding {
         LeakFinding {
             pid,
@@ -141,69 +189,110 @@ pub struct LeakFinding {
     pub remediation: &'static str,
 }
 
-/// The leak in `series` (oldest first), if the module's rules all hold.
+/// The leak in `series` (oldest first, the process already running at its
+/// first sample), if the module's rules hold on some window.
 pub fn detect_leak(series: &[(Timestamp, u64)], params: &LeakParams) -> Option<LeakEvidence> {
-    assess_leak(&mut TrendScratch::new(), series, params).ok()
+    let from = series.first()?.0;
+    assess_leak(&mut FloorScratch::new(), series, from, false, params).ok()
 }
 
-/// The rules applied one by one, saying which one failed; reuses `scratch`
-/// so a pass over many processes allocates once.
+/// The rules applied window by window, saying why the longest covered one
+/// failed. `window_start` is where the caller's window began (a first sample
+/// later than that is the process's start); `held` says the leak is already
+/// suspected. Reuses `scratch` so a pass over many processes allocates once.
 pub fn assess_leak(
-    scratch: &mut TrendScratch,
+    scratch: &mut FloorScratch,
     series: &[(Timestamp, u64)],
+    window_start: Timestamp,
+    held: bool,
     params: &LeakParams,
 ) -> Result<LeakEvidence, NotALeak> {
-    let (Some(&(first_at, _)), Some(&(last_at, latest))) = (series.first(), series.last()) else {
+    let (Some(&(first, _)), Some(&(now, _))) = (series.first(), series.last()) else {
         return Err(NotALeak::NoTrend);
     };
-    let span = last_at.duration_since(first_at).ok_or(NotALeak::NoTrend)?;
-    if span < params.min_span {
-        return Err(NotALeak::TooShort);
+    let predates = first <= window_start.saturating_add(PREDATES_TOLERANCE);
+    let judged_from = if predates { first } else { first.saturating_add(params.warmup) };
+    let covered = now.duration_since(judged_from).unwrap_or_default();
+    let mut windows = Vec::with_capacity(8);
+    let mut window = params.shortest_window.min(params.window);
+    while !window.is_zero() && window <= covered && windows.len() < 8 {
+        windows.push(window);
+        if window >= params.window {
+            break;
+        }
+        window = window.saturating_mul(2).min(params.window);
     }
-    let trend = scratch.theil_sen_with(series, params.max_points).ok_or(NotALeak::NoTrend)?;
-    if !at_least(trend.slope_per_second, params.min_slope_bytes_per_second) {
+    // The longest covered window first: its floor is what the shorter ones
+    // are compared with (rule 5), and what a held leak is kept on.
+    let Some((&longest_window, shorter)) = windows.split_last() else {
+        return Err(NotALeak::TooShort);
+    };
+    let longest = scratch
+        .line(series, now.saturating_sub(longest_window), params.buckets)
+        .ok_or(NotALeak::NoTrend)?;
+    let verdict = judge(&longest, params);
+    if verdict.is_ok() || verdict == Err(NotALeak::ReturnsToBaseline) {
+        // Memory that came back within the longest window is not leaked,
+        // whatever a shorter window shows.
+        return verdict;
+    }
+    scratch.keep_as_prior();
+    for &window in shorter.iter().rev() {
+        let from = now.saturating_sub(window);
+        let Some(line) = scratch.line(series, from, params.buckets) else { continue };
+        // Rule 5: new ground, reached from where memory already stood.
+        let new_ground = scratch.prior_high(from).is_none_or(|high| {
+            let end = line.intercept + line.slope * line.span_seconds;
+            let slack = params.return_share * line.growth().max(0.0);
+            end > high + params.noise_floor_bytes && line.baseline >= high - slack
+        });
+        if !new_ground {
+            continue;
+        }
+        if let Ok(evidence) = judge(&line, params) {
+            return Ok(evidence);
+        }
+    }
+    if held && holds(&longest, params) {
+        return Ok(LeakEvidence::from_line(&longest));
+    }
+    verdict
+}
+
+/// Rules 1–4 on one window's floor.
+fn judge(line: &FloorLine, params: &LeakParams) -> Result<LeakEvidence, NotALeak> {
+    if !at_least(line.slope, params.min_slope_bytes_per_second) {
         return Err(NotALeak::SlowGrowth);
     }
-    if !at_least(trend.fit, params.min_fit) {
+    if !at_least(line.significance(params.noise_floor_bytes), params.min_significance) {
         return Err(NotALeak::PoorFit);
     }
-
-    let baseline_end = first_at.saturating_add(span.mul_f64(BASELINE_SHARE));
-    let middle = first_at.saturating_add(span / 2);
-    let baseline_len = series.partition_point(|&(at, _)| at <= baseline_end);
-    let second_half = series.get(series.partition_point(|&(at, _)| at < middle)..).unwrap_or(&[]);
-    let baseline = series.get(..baseline_len).unwrap_or(&[]).iter().map(|&(_, v)| v).min();
-    let baseline = baseline.ok_or(NotALeak::NoTrend)?;
-    let growth = latest.saturating_sub(baseline);
-    if growth == 0 {
-        return Err(NotALeak::NoGrowth);
-    }
-
-    let floor = baseline as f64 + RETURN_SHARE * growth as f64;
-    let second_half_min = second_half.iter().map(|&(_, v)| v).min().ok_or(NotALeak::NoTrend)?;
-    if second_half_min as f64 <= floor {
-        return Err(NotALeak::ReturnsToBaseline);
-    }
-    let late = scratch.theil_sen_with(second_half, params.max_points).ok_or(NotALeak::LevelsOff)?;
-    if !at_least(late.slope_per_second, SECOND_HALF_SLOPE_SHARE * params.min_slope_bytes_per_second)
-    {
+    if !line.keeps_rising(params.keep_rising_share) {
         return Err(NotALeak::LevelsOff);
     }
-
-    Ok(LeakEvidence {
-        slope_bytes_per_second: trend.slope_per_second,
-        fit: trend.fit,
-        window_seconds: trend.span_seconds,
-        growth_bytes: growth,
-        baseline_bytes: baseline,
-        latest_bytes: latest,
-    })
+    if line.returns_to_baseline(params.return_share) {
+        return Err(NotALeak::ReturnsToBaseline);
+    }
+    Ok(LeakEvidence::from_line(line))
 }
 
 /// `value >= min`, false when either is NaN, so a NaN parameter rejects
 /// rather than accepts.
 fn at_least(value: f64, min: f64) -> bool {
     value >= min
+}
+
+/// Whether a suspected leak still holds on the longest covered window:
+/// its floor still rises over the second half by what the hold slope
+/// predicts plus the floor's spread (a leak that stopped does not), and has
+/// not come back down.
+fn holds(line: &FloorLine, params: &LeakParams) -> bool {
+    let [_, second, _, fourth] = line.quarters;
+    let expected = params.hold_slope_bytes_per_second * line.span_seconds / 2.0;
+    let still_rising = fourth - second >= expected + line.spread;
+    line.slope >= params.hold_slope_bytes_per_second
+        && still_rising
+        && !line.returns_to_baseline(params.return_share)
 }
 
 /// The figure to follow for a process: allocator `allocated` when any of
@@ -225,18 +314,22 @@ pub fn preferred_metric<'a>(
 }
 
 /// Looks for a leak in process `pid` over `[from, to]` of a slow-tier
-/// snapshot, following its [`preferred_metric`].
+/// snapshot, following its [`preferred_metric`]; `held` says it is already
+/// suspected (see the module doc).
 pub fn detect_process_leak(
+    scratch: &mut FloorScratch,
     snapshot: &Snapshot<SlowPoint>,
     pid: u32,
-    from: Timestamp,
-    to: Timestamp,
+    (from, to): (Timestamp, Timestamp),
+    held: bool,
     params: &LeakParams,
 ) -> Option<LeakFinding> {
     let metric =
         preferred_metric(series::process_points(snapshot, pid, from, to).map(|(_, point)| point))?;
     let values = series::process_series(snapshot, pid, from, to, metric);
-    detect_leak(&values, params).map(|evidence| evidence.into_finding(pid, metric))
+    assess_leak(scratch, &values, from, held, params)
+        .ok()
+        .map(|evidence| evidence.into_finding(pid, metric))
 }
 
 #[cfg(test)]

@@ -10,6 +10,7 @@
 
 pub mod accounting;
 pub mod analyzer;
+pub mod floor;
 pub mod leak;
 pub mod pressure;
 pub mod remediation;

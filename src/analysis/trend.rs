@@ -146,6 +146,79 @@ pub fn theil_sen(series: &[(Timestamp, u64)], max_points: usize) -> Option<Trend
     TrendScratch::new().theil_sen_with(series, max_points)
 }
 
+/// How the device's growth is estimated for the exhaustion forecast.
+/// Defaults were tuned on the simulator's randomised corpus
+/// (docs/alerts.md, "Detection benchmark").
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ForecastParams {
+    /// Floor buckets the trend window is reduced to (30; the fit's cost is
+    /// quadratic in them).
+    pub buckets: usize,
+    /// Share of the slope each of the last two quarters of the window must
+    /// rise by for the growth to count as sustained (0.5): a warm-up that
+    /// decelerates towards its plateau, or a single step such as a second
+    /// job starting, falls short and gets no forecast.
+    pub keep_rising_share: f64,
+    /// Least span of samples before growth can count as sustained (90 s):
+    /// the first seconds of any job are all "growth".
+    pub min_span: std::time::Duration,
+    /// How far back the peak of used memory is taken from for the time to
+    /// exhaustion (30 s, several training steps): memory runs out at the
+    /// top of a step, and a sample caught at its bottom would add the
+    /// step's size to the forecast.
+    pub peak_window: std::time::Duration,
+}
+
+impl Default for ForecastParams {
+    fn default() -> Self {
+        Self {
+            buckets: 30,
+            keep_rising_share: 0.5,
+            min_span: std::time::Duration::from_secs(90),
+            peak_window: std::time::Duration::from_secs(30),
+        }
+    }
+}
+
+impl ForecastParams {
+    /// The highest value of `series` (oldest first) within `peak_window`
+    /// of its newest sample.
+    pub fn recent_peak(&self, series: &[(Timestamp, u64)]) -> Option<u64> {
+        let &(newest, _) = series.last()?;
+        let from = newest.saturating_sub(self.peak_window);
+        let start = series.partition_point(|&(at, _)| at < from);
+        series.get(start..)?.iter().map(|&(_, value)| value).max()
+    }
+
+    /// The trend of the floor of `series` (bucket minima, so memory
+    /// released every step, `empty_cache()` included, does not hide the
+    /// growth underneath) and whether it is sustained growth.
+    ///
+    /// The newest half of the window is judged too, and preferred when its
+    /// growth is sustained: growth that began a few minutes ago is then
+    /// forecast at its own rate, not diluted by the flat part before it.
+    pub fn trend(
+        &self,
+        scratch: &mut super::floor::FloorScratch,
+        series: &[(Timestamp, u64)],
+    ) -> Option<(Trend, bool)> {
+        let (trend, rising) = scratch.trend(series, self.buckets, self.keep_rising_share)?;
+        let min_span = self.min_span.as_secs_f64();
+        let long_enough = trend.span_seconds >= min_span;
+        let half = trend.origin.saturating_add(std::time::Duration::from_secs_f64(
+            (trend.span_seconds / 2.0).max(0.0),
+        ));
+        let recent = series.get(series.partition_point(|&(at, _)| at < half)..).unwrap_or(&[]);
+        if let Some((late, true)) = scratch.trend(recent, self.buckets, self.keep_rising_share)
+            && late.span_seconds >= min_span
+            && late.slope_per_second > trend.slope_per_second
+        {
+            return Some((late, true));
+        }
+        Some((trend, rising && long_enough))
+    }
+}
+
 /// Seconds until `free_bytes` is used up at the trend's rate: only for a
 /// growing trend (`slope > 0`) whose fit is at least `min_fit`, since a
 /// poor fit would turn noise into a confident-looking deadline.
@@ -158,7 +231,7 @@ pub fn time_to_exhaustion(free_bytes: u64, trend: &Trend, min_fit: f64) -> Optio
 }
 
 /// Slope, intercept and fit of the Theil–Sen line through `points`.
-fn fit_line(points: &[(f64, f64)], values: &mut Vec<f64>) -> Option<(f64, f64, f64)> {
+pub(super) fn fit_line(points: &[(f64, f64)], values: &mut Vec<f64>) -> Option<(f64, f64, f64)> {
     let (low, high) = points
         .iter()
         .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), &(_, y)| (lo.min(y), hi.max(y)));
@@ -193,7 +266,7 @@ fn fit_line(points: &[(f64, f64)], values: &mut Vec<f64>) -> Option<(f64, f64, f
 }
 
 /// Median by selection (O(n), no full sort); `None` when empty.
-fn median(values: &mut [f64]) -> Option<f64> {
+pub(super) fn median(values: &mut [f64]) -> Option<f64> {
     let count = values.len();
     if count == 0 {
         return None;

@@ -49,16 +49,16 @@ pub fn expected_alerts(kind: ScenarioKind) -> &'static [ExpectedAlert] {
     ];
     const LEAK: &[ExpectedAlert] = &[
         expect(RuleId::ExhaustionForecast, 0, None, 2, 10),
-        // The leak window (30 min) must be 80 % covered before it can tell
-        // a leak from a phase change.
-        expect(RuleId::LeakSuspected, 0, Some("python3"), 2, 32),
+        // The floor's shortest window (4 min) after a 3-minute warm-up
+        // grace from the process's first sample, plus the rule's 5-min `for`.
+        expect(RuleId::LeakSuspected, 0, Some("python3"), 2, 15),
         expect(RuleId::MemoryHigh, 0, None, 28, 33),
     ];
     const SPIKE: &[ExpectedAlert] = &[
         expect(RuleId::AllocatorRetries, 0, Some("pt_main_thread"), 10, 11),
         expect(RuleId::AllocatorOom, 0, Some("pt_main_thread"), 10, 11),
     ];
-    const TENANTS: &[ExpectedAlert] = &[expect(RuleId::LeakSuspected, 0, Some("python3"), 1, 32)];
+    const TENANTS: &[ExpectedAlert] = &[expect(RuleId::LeakSuspected, 0, Some("python3"), 1, 15)];
     const LOST: &[ExpectedAlert] = &[expect(RuleId::DeviceLost, 1, None, 5, 6)];
     match kind {
         ScenarioKind::SteadyInference | ScenarioKind::Idle => &[],

@@ -67,6 +67,7 @@
 //!   it. Other GPUs are unaffected.
 //! - **idle**: no processes, 2–6 MiB used, utilization exactly 0.
 
+pub mod corpus;
 mod devices;
 pub mod expectations;
 mod leak;

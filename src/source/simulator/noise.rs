@@ -24,6 +24,7 @@ pub(super) enum Stream {
     Power,
     TenantCount,
     Probe,
+    Corpus,
 }
 
 impl Stream {
@@ -42,6 +43,7 @@ impl Stream {
             Stream::Power => 0x504f_5752,
             Stream::TenantCount => 0x5445_4e54,
             Stream::Probe => 0x5052_4f42,
+            Stream::Corpus => 0x434f_5250,
         }
     }
 }

@@ -1,0 +1,217 @@
+//! The detection benchmark: plays the simulator's labelled, randomised
+//! corpus (`source::simulator::corpus`) through the real analysis, rules
+//! and state machine, as `vramd analyze` does, and prints detection latency
+//! per leak rate, false alarms per device-day on benign runs, forecast lead
+//! time and time-to-exhaustion error, and offline throughput.
+//!
+//! `cargo run --release --example detection -- --runs 200 --growth-runs 24 --seed 1`
+//! (figures and their reading in docs/alerts.md, "Detection benchmark").
+//! `--leak-for SECONDS` and `--leak-threshold BYTES_PER_SECOND` override the
+//! `leak_suspected` rule's `for` and threshold; without them the defaults run.
+
+// An example, not the daemon: a bad argument ends it with a message.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod play;
+
+use std::time::Duration;
+
+use vramd::config::defaults;
+use vramd::source::simulator::corpus::{self, LEAK_RATES, Label};
+
+const MIB: f64 = 1_048_576.0;
+
+struct Args {
+    runs: usize,
+    growth_runs: usize,
+    seed: u64,
+    leak_for: Option<u64>,
+    leak_threshold: Option<f64>,
+    verbose: bool,
+}
+
+fn parse() -> Args {
+    let mut args = Args {
+        runs: 200,
+        growth_runs: 24,
+        seed: 1,
+        leak_for: None,
+        leak_threshold: None,
+        verbose: false,
+    };
+    let mut words = std::env::args().skip(1);
+    while let Some(flag) = words.next() {
+        if flag == "--verbose" {
+            args.verbose = true;
+            continue;
+        }
+        let value = words.next().unwrap_or_else(|| panic!("{flag} needs a value"));
+        match flag.as_str() {
+            "--runs" => args.runs = number(&flag, &value),
+            "--growth-runs" => args.growth_runs = number(&flag, &value),
+            "--seed" => args.seed = number(&flag, &value),
+            "--leak-for" => args.leak_for = Some(number(&flag, &value)),
+            "--leak-threshold" => args.leak_threshold = Some(number(&flag, &value)),
+            _ => panic!("unknown flag {flag}"),
+        }
+    }
+    args
+}
+
+fn number<T: std::str::FromStr>(flag: &str, value: &str) -> T {
+    value.parse().unwrap_or_else(|_| panic!("bad value for {flag}: {value}"))
+}
+
+/// On-CPU nanoseconds of this thread: on a machine shared with builds,
+/// wall time would count other processes' time.
+fn cpu_ns() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
+    text.split_whitespace().next()?.parse().ok()
+}
+
+fn quantile(values: &mut [f64], q: f64) -> Option<f64> {
+    if values.is_empty() {
+        return None;
+    }
+    values.sort_by(f64::total_cmp);
+    let index = ((values.len() - 1) as f64 * q).round() as usize;
+    values.get(index).copied()
+}
+
+fn minutes(value: Option<f64>) -> String {
+    value.map_or_else(|| "—".to_owned(), |seconds| format!("{:.1} min", seconds / 60.0))
+}
+
+fn main() {
+    let args = parse();
+    let mut config = defaults();
+    if let Some(seconds) = args.leak_for {
+        config.alerts.rules.leak_suspected.for_duration = Duration::from_secs(seconds);
+    }
+    if let Some(threshold) = args.leak_threshold {
+        config.alerts.rules.leak_suspected.threshold = threshold;
+    }
+    let leak_rule = &config.alerts.rules.leak_suspected;
+    println!(
+        "corpus seed {}, {} runs + {} growth runs; leak_suspected threshold {:.0} B/s, for {} s",
+        args.seed,
+        args.runs,
+        args.growth_runs,
+        leak_rule.threshold,
+        leak_rule.for_duration.as_secs()
+    );
+    let runs: Vec<_> = corpus::corpus(args.seed, args.runs)
+        .into_iter()
+        .chain(corpus::growth_runs(args.seed, args.growth_runs))
+        .collect();
+    let started = cpu_ns();
+    let outcomes: Vec<play::Outcome> = runs.iter().map(|run| play::play(run, &config)).collect();
+    let cpu_s = started.zip(cpu_ns()).map(|(a, b)| b.saturating_sub(a) as f64 / 1e9);
+
+    println!(
+        "\nleak detection (latency after onset; missed = not fired within 45 min or before the device filled)"
+    );
+    println!("| rate | empty_cache | runs | p50 | p95 | max | missed |");
+    println!("|---|---|---|---|---|---|---|");
+    for rate in LEAK_RATES {
+        for empty in [false, true] {
+            let mut latencies = Vec::new();
+            let mut count = 0;
+            for outcome in &outcomes {
+                let Label::Leak { onset, bytes_per_second, empty_cache, .. } = outcome.label else {
+                    continue;
+                };
+                if bytes_per_second != rate || empty_cache != empty {
+                    continue;
+                }
+                count += 1;
+                if let Some(fired) = outcome.leak_fired_s {
+                    latencies.push(fired - onset.as_secs_f64());
+                }
+            }
+            let missed = count - latencies.len();
+            let max = latencies
+                .iter()
+                .copied()
+                .fold(None, |m: Option<f64>, v| Some(m.map_or(v, |m| m.max(v))));
+            println!(
+                "| {:.2} MiB/s | {} | {} | {} | {} | {} | {} |",
+                rate / MIB,
+                if empty { "every step" } else { "no" },
+                count,
+                minutes(quantile(&mut latencies.clone(), 0.5)),
+                minutes(quantile(&mut latencies, 0.95)),
+                minutes(max),
+                missed
+            );
+        }
+    }
+
+    let benign: Vec<_> = outcomes.iter().filter(|o| o.label == Label::Benign).collect();
+    let hours: f64 = benign.iter().map(|o| o.played_s).sum::<f64>() / 3600.0;
+    let leak_false: usize = benign.iter().map(|o| o.leak_false).sum();
+    let forecast_false: usize = benign.iter().map(|o| o.forecast_false).sum();
+    let leak_runs_false: usize = outcomes
+        .iter()
+        .filter(|o| matches!(o.label, Label::Leak { .. }))
+        .map(|o| o.leak_false + o.forecast_false)
+        .sum();
+    println!("\nfalse alarms on {} benign runs ({hours:.0} device-hours)", benign.len());
+    println!("| rule | alarms | per device-day |");
+    println!("|---|---|---|");
+    for (rule, count) in [("leak_suspected", leak_false), ("exhaustion_forecast", forecast_false)] {
+        println!("| {rule} | {count} | {:.2} |", count as f64 / hours.max(1e-9) * 24.0);
+    }
+    println!("(leak runs: {leak_runs_false} alarms on other processes or before the onset)");
+
+    println!("\nexhaustion forecast on linear growth ≥ 20 MiB/s");
+    println!("| run | rate | onset | full | fired | lead | forecast | error |");
+    println!("|---|---|---|---|---|---|---|---|");
+    let (mut leads, mut errors, mut missed) = (Vec::new(), Vec::new(), 0);
+    for (index, outcome) in outcomes.iter().enumerate() {
+        let Label::Growth { onset, bytes_per_second, full } = outcome.label else { continue };
+        let Some((fired, forecast)) = outcome.forecast else {
+            missed += 1;
+            continue;
+        };
+        let lead = full.as_secs_f64() - fired;
+        let error = (forecast - lead).abs() / lead.max(1.0);
+        leads.push(lead);
+        errors.push(error);
+        println!(
+            "| {index} | {:.0} MiB/s | {} | {} | {} | {} | {} | {:.1} % |",
+            bytes_per_second / MIB,
+            minutes(Some(onset.as_secs_f64())),
+            minutes(Some(full.as_secs_f64())),
+            minutes(Some(fired)),
+            minutes(Some(lead)),
+            minutes(Some(forecast)),
+            error * 100.0
+        );
+    }
+    let min_lead = leads.iter().copied().fold(f64::INFINITY, f64::min);
+    println!(
+        "lead p50 {}, min {}; TTE error p50 {:.1} %, p95 {:.1} %, max {:.1} %; missed {missed}",
+        minutes(quantile(&mut leads, 0.5)),
+        minutes(min_lead.is_finite().then_some(min_lead)),
+        quantile(&mut errors.clone(), 0.5).unwrap_or(f64::NAN) * 100.0,
+        quantile(&mut errors.clone(), 0.95).unwrap_or(f64::NAN) * 100.0,
+        errors.iter().copied().fold(0.0, f64::max) * 100.0
+    );
+
+    if args.verbose {
+        for (index, (outcome, run)) in outcomes.iter().zip(&runs).enumerate() {
+            for alarm in &outcome.false_alarms {
+                println!("run {index} ({:?}): {alarm}\n  {run:?}", outcome.label);
+            }
+        }
+    }
+    let samples: u64 = outcomes.iter().map(|o| o.samples).sum();
+    match cpu_s {
+        Some(cpu) => println!(
+            "\nthroughput: {samples} samples in {cpu:.2} s of CPU = {:.2} M samples/s (corpus generation included)",
+            samples as f64 / cpu / 1e6
+        ),
+        None => println!("\nthroughput: {samples} samples (no /proc/thread-self/schedstat)"),
+    }
+}

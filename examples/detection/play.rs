@@ -1,0 +1,126 @@
+//! Plays corpus runs through the real history, analysis, rules and state
+//! machine, as `vramd analyze` does (source time, as fast as the CPU
+//! allows), and scores what fired against each run's label. Shared by the
+//! detection benchmark (`examples/detection`) and `tests/detection.rs`.
+
+use std::time::Duration;
+
+use vramd::alerts::AlertState;
+use vramd::alerts::evaluator::{Evaluator, SourceState};
+use vramd::analysis::analyzer::Analyzer;
+use vramd::config::Config;
+use vramd::history::HistoryStore;
+use vramd::source::simulator::GOLDEN_ORIGIN;
+use vramd::source::simulator::corpus::{CorpusRun, Label};
+
+/// What one run made the rules say.
+#[derive(Clone, Debug)]
+pub struct Outcome {
+    pub label: Label,
+    /// Seconds played.
+    pub played_s: f64,
+    /// Fast plus slow readings stored.
+    pub samples: u64,
+    /// First `leak_suspected` firing for the labelled leaking process,
+    /// seconds since the run's start (at or after the onset).
+    pub leak_fired_s: Option<f64>,
+    /// `leak_suspected` firings that are not the labelled leak.
+    pub leak_false: usize,
+    /// First `exhaustion_forecast` firing and its forecast (seconds left).
+    pub forecast: Option<(f64, f64)>,
+    /// `exhaustion_forecast` firings on runs that do not grow (benign and
+    /// leak runs before their onset).
+    pub forecast_false: usize,
+    /// What each false alarm was, for `--verbose`.
+    pub false_alarms: Vec<String>,
+}
+
+/// Plays `run` with `config`'s sampling intervals and rules.
+pub fn play(run: &CorpusRun, config: &Config) -> Outcome {
+    // Sized, analysed and judged exactly as `vramd analyze` does.
+    let settings = vramd::app::analyze_settings(config);
+    let store = HistoryStore::new(settings.sizing);
+    let devices = store.set_devices(vec![run.device_info()]);
+    let mut analyzer = Analyzer::new(settings.analysis.clone());
+    let mut evaluator = Evaluator::new(&settings.alerts);
+    let fast = config.sampler.fast_interval;
+    let slow_every = (config.sampler.slow_interval.as_nanos() / fast.as_nanos().max(1)).max(1);
+    let steps = run.duration.as_nanos() / fast.as_nanos().max(1);
+    let interval = config.alerts.evaluation_interval;
+    let mut next_evaluation = GOLDEN_ORIGIN.saturating_add(interval);
+    let mut outcome = Outcome {
+        label: run.label,
+        played_s: run.duration.as_secs_f64(),
+        samples: 0,
+        leak_fired_s: None,
+        leak_false: 0,
+        forecast: None,
+        forecast_false: 0,
+        false_alarms: Vec::new(),
+    };
+    for step in 0..=steps {
+        let at =
+            GOLDEN_ORIGIN.saturating_add(Duration::from_nanos((fast.as_nanos() * step) as u64));
+        for device in &devices {
+            let _ = device.record_fast(run.fast_at(at));
+            outcome.samples += 1;
+            if step % slow_every == 0 {
+                let _ = device.record_slow(run.slow_at(at), 0);
+                outcome.samples += 1;
+            }
+        }
+        while next_evaluation <= at {
+            let now = next_evaluation;
+            let seconds = now.duration_since(GOLDEN_ORIGIN).unwrap_or_default().as_secs_f64();
+            let snapshot = analyzer.analyse(&store, now);
+            for transition in evaluator.evaluate(&snapshot, SourceState::Up, now).transitions {
+                if transition.alert.state == AlertState::Firing {
+                    score(&mut outcome, &transition.alert, seconds);
+                }
+            }
+            next_evaluation = now.saturating_add(interval);
+        }
+    }
+    outcome
+}
+
+fn score(outcome: &mut Outcome, alert: &vramd::alerts::Alert, seconds: f64) {
+    match alert.key.rule.as_str() {
+        "leak_suspected" => match outcome.label {
+            Label::Leak { pid, onset, .. }
+                if alert.key.pid == Some(pid) && seconds >= onset.as_secs_f64() =>
+            {
+                outcome.leak_fired_s.get_or_insert(seconds);
+            }
+            // Linear growth until the device is full is a leak too.
+            Label::Growth { onset, .. } if seconds >= onset.as_secs_f64() => {}
+            _ => {
+                outcome.leak_false += 1;
+                outcome.false_alarms.push(format!(
+                    "{:.1} min leak_suspected pid {:?} {:?}: {}",
+                    seconds / 60.0,
+                    alert.key.pid,
+                    alert.process,
+                    alert.description
+                ));
+            }
+        },
+        "exhaustion_forecast" => {
+            let growing_from = match outcome.label {
+                Label::Growth { onset, .. } | Label::Leak { onset, .. } => Some(onset),
+                Label::Benign => None,
+            };
+            if growing_from.is_some_and(|onset| seconds >= onset.as_secs_f64()) {
+                outcome.forecast.get_or_insert((seconds, alert.value));
+            } else {
+                outcome.forecast_false += 1;
+                outcome.false_alarms.push(format!(
+                    "{:.1} min exhaustion_forecast: {}",
+                    seconds / 60.0,
+                    alert.description
+                ));
+            }
+        }
+        _ => {}
+    }
+}

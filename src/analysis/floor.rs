@@ -1,0 +1,215 @@
+//! The floor of a memory series: its lower envelope, and whether that floor
+//! rises steadily.
+//!
+//! Owns: the per-bucket minimum that turns a sawtoothing series into its
+//! floor, the robust line through that floor and its residual spread, and
+//! the "still growing" test shared by leak detection and the exhaustion
+//! forecast. Depends on: `model::Timestamp` and `analysis::trend` (the
+//! Theil–Sen fit). Pure; no I/O, no clocks.
+//!
+//! Why the floor: a training loop's memory rises through the forward pass
+//! and falls at the end of every step, so samples taken at random phases of
+//! a step scatter by the activation size (often gigabytes). What a leak
+//! changes is the bottom of that sawtooth. The minimum over a bucket that
+//! spans several steps sits near that bottom whatever the activation size,
+//! so a line through the bucket minima sees a 0.25 MiB/s leak under an
+//! 8 GiB sawtooth.
+//!
+//! Why "still growing" is judged on quarter medians: a step (a second job
+//! starting, a checkpoint buffer that stays) puts all of a window's rise
+//! into one place, and a warm-up that levels off puts it at the start.
+//! Sustained growth is the only shape whose last two quarters each rise by
+//! a fair share of the fitted slope; medians of a quarter's floors stay
+//! steady under the sawtooth where slopes of a few points would not.
+
+use crate::model::Timestamp;
+
+use super::trend::{Trend, fit_line, median};
+
+/// Fewer floor points than this say nothing.
+const MIN_POINTS: usize = 6;
+/// Scales the median absolute deviation to a standard deviation.
+const MAD_TO_SIGMA: f64 = 1.4826;
+
+/// Reusable buffers, so a pass over many processes allocates once.
+#[derive(Clone, Debug, Default)]
+pub struct FloorScratch {
+    /// Floor points: (seconds since the window start, bytes).
+    points: Vec<(f64, f64)>,
+    values: Vec<f64>,
+    /// Epoch milliseconds of the last line's first sample.
+    origin_ms: i64,
+    /// A longer window's floor kept for comparison: (epoch ms, bytes).
+    prior: Vec<(i64, f64)>,
+}
+
+/// A line through a window's floor and how it rises.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct FloorLine {
+    /// Theil–Sen slope of the floor, bytes per second.
+    pub slope: f64,
+    /// The line's value at the window's first sample.
+    pub intercept: f64,
+    /// Coefficient of determination of the line on the floor points.
+    pub fit: f64,
+    /// The window's span in seconds (first to last sample).
+    pub span_seconds: f64,
+    /// Robust spread of the floor around the line (bytes, ≈ one σ).
+    pub spread: f64,
+    /// Quarter medians of the floor, oldest first.
+    pub quarters: [f64; 4],
+    /// Lowest floor in the window's first tenth, bytes.
+    pub baseline: f64,
+    /// Lowest floor in the window's second half, bytes.
+    pub late_low: f64,
+}
+
+impl FloorLine {
+    /// Rise from the line's slope over the span.
+    pub fn growth(&self) -> f64 {
+        self.slope * self.span_seconds
+    }
+
+    /// Growth measured against the floor's spread (at least `noise_floor`):
+    /// how many "σ" the rise stands above the sawtooth's scatter.
+    pub fn significance(&self, noise_floor: f64) -> f64 {
+        self.growth() / self.spread.max(noise_floor).max(f64::MIN_POSITIVE)
+    }
+
+    /// Whether each of the last two quarter steps rises by at least `share`
+    /// of what the slope predicts (a step puts its whole rise into one),
+    /// and the last one by at least `share` of the first, give or take the
+    /// floor's spread (a warm-up decelerates towards its plateau, so its
+    /// last step is a fraction of its first; a leak's are alike).
+    pub fn keeps_rising(&self, share: f64) -> bool {
+        let per_quarter = share * self.slope * self.span_seconds / 4.0;
+        let [first, second, third, fourth] = self.quarters;
+        let decelerating = fourth - third < share * (second - first) - self.spread;
+        third - second >= per_quarter && fourth - third >= per_quarter && !decelerating
+    }
+
+    /// Whether the second half fell back to within `share` of the growth
+    /// above the baseline: memory that comes back is not leaked.
+    pub fn returns_to_baseline(&self, share: f64) -> bool {
+        self.late_low <= self.baseline + share * (self.quarters[3] - self.baseline).max(0.0)
+    }
+}
+
+impl FloorScratch {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The floor of the part of `series` (oldest first) at or after `from`,
+    /// reduced to at most `buckets` equal-time bucket minima, and its line.
+    /// `None` when fewer than 6 buckets hold a sample.
+    pub fn line(
+        &mut self,
+        series: &[(Timestamp, u64)],
+        from: Timestamp,
+        buckets: usize,
+    ) -> Option<FloorLine> {
+        let start = series.partition_point(|&(at, _)| at < from);
+        let window = series.get(start..)?;
+        let (&(first, _), &(last, _)) = (window.first()?, window.last()?);
+        let origin = first.unix_millis();
+        self.origin_ms = origin;
+        let span_ms = last.unix_millis().checked_sub(origin).filter(|&span| span > 0)?;
+        self.reduce(window, origin, span_ms, buckets.max(MIN_POINTS));
+        if self.points.len() < MIN_POINTS {
+            return None;
+        }
+        let (slope, intercept, fit) = fit_line(&self.points, &mut self.values)?;
+        self.values.clear();
+        self.values.extend(self.points.iter().map(|&(x, y)| (y - intercept - slope * x).abs()));
+        let spread = MAD_TO_SIGMA * median(&mut self.values)?;
+        let span_seconds = span_ms as f64 / 1000.0;
+        let mut quarters = [0.0; 4];
+        for (index, quarter) in quarters.iter_mut().enumerate() {
+            let (low, high) = (index as f64 / 4.0, (index + 1) as f64 / 4.0);
+            self.values.clear();
+            self.values.extend(self.points.iter().filter_map(|&(x, y)| {
+                let share = x / span_seconds;
+                (share >= low && (share < high || index == 3)).then_some(y)
+            }));
+            *quarter = median(&mut self.values)?;
+        }
+        let lowest = |keep: &dyn Fn(f64) -> bool| {
+            self.points
+                .iter()
+                .filter(|&&(x, _)| keep(x / span_seconds))
+                .map(|&(_, y)| y)
+                .fold(f64::INFINITY, f64::min)
+        };
+        let baseline = lowest(&|share| share <= 0.1);
+        let late_low = lowest(&|share| share >= 0.5);
+        Some(FloorLine {
+            slope,
+            intercept,
+            fit,
+            span_seconds,
+            spread,
+            quarters,
+            baseline,
+            late_low,
+        })
+    }
+
+    /// Keeps the floor of the last [`FloorScratch::line`] for
+    /// [`FloorScratch::prior_high`].
+    pub fn keep_as_prior(&mut self) {
+        let origin = self.origin_ms;
+        self.prior.clear();
+        self.prior.extend(
+            self.points.iter().map(|&(x, y)| (origin.saturating_add((x * 1000.0) as i64), y)),
+        );
+    }
+
+    /// The highest kept floor before `at`: what memory already held once.
+    /// A floor climbing back to where it has been (a per-epoch ramp) is
+    /// not the new ground a leak keeps taking.
+    pub fn prior_high(&self, at: Timestamp) -> Option<f64> {
+        let before = at.unix_millis();
+        self.prior.iter().filter(|&&(x, _)| x < before).map(|&(_, y)| y).max_by(f64::total_cmp)
+    }
+
+    /// [`FloorScratch::line`] as a [`Trend`] (the forecast's currency), with
+    /// whether the floor keeps rising by `share` of its slope.
+    pub fn trend(
+        &mut self,
+        series: &[(Timestamp, u64)],
+        buckets: usize,
+        share: f64,
+    ) -> Option<(Trend, bool)> {
+        let &(first, _) = series.first()?;
+        let line = self.line(series, first, buckets)?;
+        let trend = Trend {
+            slope_per_second: line.slope,
+            intercept: line.intercept,
+            origin: first,
+            fit: line.fit,
+            samples: series.len(),
+            span_seconds: line.span_seconds,
+        };
+        Some((trend, line.keeps_rising(share)))
+    }
+
+    /// Bucket minima, each placed at its bucket's centre: the minimum's own
+    /// time would pull the points towards the step phase it was caught in.
+    fn reduce(&mut self, window: &[(Timestamp, u64)], origin: i64, span_ms: i64, buckets: usize) {
+        self.points.clear();
+        self.points.resize(buckets, (f64::NAN, f64::INFINITY));
+        let per_ms = buckets as f64 / span_ms as f64;
+        let width_s = span_ms as f64 / buckets as f64 / 1000.0;
+        let last = buckets - 1;
+        for &(at, value) in window {
+            let offset = at.unix_millis().saturating_sub(origin) as f64;
+            let index = ((offset * per_ms) as usize).min(last);
+            if let Some(point) = self.points.get_mut(index) {
+                point.0 = (index as f64 + 0.5) * width_s;
+                point.1 = point.1.min(value as f64);
+            }
+        }
+        self.points.retain(|point| point.0.is_finite());
+    }
+}

@@ -1,0 +1,442 @@
+//! A labelled, randomised corpus of PyTorch training runs on one H100, for
+//! measuring leak detection and the exhaustion forecast
+//! (`examples/detection.rs`, `tests/detection.rs`).
+//!
+//! Owns: drawing a run's parameters from a seed, its label (benign, a leak
+//! with onset and rate, or linear growth until the device is full), and the
+//! readings of the run at any instant. Depends on the simulator's `noise`,
+//! `devices` and `process` only; never on history, analysis or alerts.
+//!
+//! Every run has a primary training job ([`job`]): allocated sawtooths per
+//! step by the activation size (0.25–8 GiB, sampled at a random phase of
+//! the step); reserved is the allocator's high-water mark, a staircase
+//! built by the segment rules of [`allocator`] that climbs through a
+//! warm-up and levels off; inactive_split is a share of the cache. Drawn
+//! per run: evaluation phases (floor and sawtooth drop, then return),
+//! checkpoint spikes (whose buffers stay cached), `empty_cache()` every
+//! step, allocator reports or NVML only, a second job starting mid-run, the
+//! primary job ending, and one to three other tenants (an inference server,
+//! a notebook that grabs and frees chunks, an opaque process). One run in
+//! four leaks, at 0.25, 1, 4 or 16 MiB/s in turn, with and without
+//! `empty_cache()`; [`growth_runs`] grow linearly at 20–80 MiB/s until the
+//! device is full.
+
+mod allocator;
+mod job;
+
+use std::time::Duration;
+
+use crate::model::{DeviceInfo, FastReading, MemoryInfo, ProcessInfo, SlowReading, Timestamp};
+
+use super::GOLDEN_ORIGIN;
+use super::devices::{self, GIB, H100_80GB, MIB};
+use super::noise::{self, Stream};
+use allocator::SizeMix;
+use job::{Growth, Job, Phase};
+
+/// Leak rates the corpus cycles through, bytes per second.
+pub const LEAK_RATES: [f64; 4] = [0.25 * MIB_F, MIB_F, 4.0 * MIB_F, 16.0 * MIB_F];
+const MIB_F: f64 = MIB as f64;
+/// A benign run's length.
+const BENIGN_RUN: Duration = Duration::from_secs(2 * 3600);
+/// How long a leak is played after its onset (unless the device fills).
+const LEAK_PLAYED: Duration = Duration::from_secs(45 * 60);
+const UNATTRIBUTED: u64 = 4 * MIB;
+
+/// What a run is, for scoring.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Label {
+    /// Nothing leaks and nothing grows towards exhaustion.
+    Benign,
+    /// The primary job's floor grows from `onset` at `bytes_per_second`.
+    Leak { pid: u32, onset: Duration, bytes_per_second: f64, empty_cache: bool, reports: bool },
+    /// The primary job grows linearly from `onset` until the device is full
+    /// at `full` (both since the run's start).
+    Growth { onset: Duration, bytes_per_second: f64, full: Duration },
+}
+
+/// One labelled run: a single simulated H100 from [`GOLDEN_ORIGIN`].
+#[derive(Clone, Debug)]
+pub struct CorpusRun {
+    pub seed: u64,
+    pub label: Label,
+    /// How long the run is played.
+    pub duration: Duration,
+    jobs: Vec<Job>,
+    tenants: Vec<Tenant>,
+}
+
+/// Another user of the GPU, for multi-tenant noise.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Tenant {
+    /// Flat working set with a little jitter; reports or not.
+    Inference { pid: u32, bytes: u64, reports: bool },
+    /// Grabs and frees chunks every 1–5 minutes: 0–3 chunks held, drawn
+    /// afresh each time (cells run by hand, not a leak).
+    Notebook { pid: u32, base: u64, chunk: u64, period_s: f64 },
+    /// A process that never changes (ffmpeg, a monitor).
+    Opaque { pid: u32, bytes: u64 },
+}
+
+/// `runs` runs drawn from `seed`; every fourth leaks.
+pub fn corpus(seed: u64, runs: usize) -> Vec<CorpusRun> {
+    (0..runs as u64).map(|index| CorpusRun::draw(seed, index, Kind::of(index))).collect()
+}
+
+/// `runs` runs that grow linearly at 20–80 MiB/s until the device is full.
+pub fn growth_runs(seed: u64, runs: usize) -> Vec<CorpusRun> {
+    (0..runs as u64).map(|index| CorpusRun::draw(seed ^ 0x6772_6f77, index, Kind::Growth)).collect()
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Kind {
+    Benign,
+    Leak { rate: f64, empty_cache: bool },
+    Growth,
+}
+
+impl Kind {
+    fn of(index: u64) -> Kind {
+        if !index.is_multiple_of(4) {
+            return Kind::Benign;
+        }
+        let leak = index / 4;
+        let rate = LEAK_RATES.get((leak % 4) as usize).copied().unwrap_or(MIB_F);
+        Kind::Leak { rate, empty_cache: (leak / 4) % 2 == 1 }
+    }
+}
+
+/// Uniform draws for one run.
+struct Draw {
+    seed: u64,
+    run: u64,
+    next: u64,
+}
+
+impl Draw {
+    fn unit(&mut self) -> f64 {
+        self.next += 1;
+        noise::unit(self.seed, Stream::Corpus, &[self.run, self.next])
+    }
+
+    fn between(&mut self, low: f64, high: f64) -> f64 {
+        low + (high - low) * self.unit()
+    }
+
+    fn chance(&mut self, p: f64) -> bool {
+        self.unit() < p
+    }
+
+    fn mib(&mut self, low: f64, high: f64) -> u64 {
+        (self.between(low, high) * MIB_F) as u64
+    }
+
+    /// Log-uniform, for sizes spanning orders of magnitude.
+    fn log_mib(&mut self, low: f64, high: f64) -> u64 {
+        let exponent = self.between(low.ln(), high.ln());
+        (exponent.exp() * MIB_F) as u64
+    }
+}
+
+impl CorpusRun {
+    fn draw(seed: u64, run: u64, kind: Kind) -> CorpusRun {
+        let mut draw = Draw { seed, run, next: 0 };
+        let pid = 1_000 + (noise::hash(seed, Stream::Pid, &[run]) % 60_000) as u32;
+        let mut primary = Job {
+            pid,
+            name: "python3",
+            start_s: 0.0,
+            end_s: BENIGN_RUN.as_secs_f64(),
+            reports: draw.chance(0.6),
+            empty_cache: draw.chance(0.25),
+            base: draw.log_mib(4_096.0, 40_960.0),
+            load_s: draw.between(5.0, 40.0),
+            activation: draw.log_mib(256.0, 8_192.0),
+            peak_phase: draw.between(0.3, 0.5),
+            shape_spread: draw.between(0.0, 0.25),
+            warm_tau_s: draw.between(15.0, 150.0),
+            warm_stairs: 3 + (draw.unit() * 10.0) as u32,
+            mix: SizeMix { small: draw.between(0.02, 0.1), medium: draw.between(0.1, 0.4) },
+            outside: draw.mib(400.0, 1_100.0),
+            eval: None,
+            checkpoint: None,
+            growth: None,
+            split_share: draw.between(0.05, 0.4),
+        };
+        if draw.chance(0.5) {
+            let period_s = draw.between(600.0, 1_800.0);
+            let duration_s = draw.between(60.0, 240.0);
+            primary.eval = Some(Phase { period_s, duration_s, offset_s: period_s });
+        }
+        if draw.chance(0.5) {
+            let period_s = draw.between(900.0, 3_600.0);
+            let duration_s = draw.between(5.0, 30.0);
+            let bytes = draw.mib(512.0, 4_096.0);
+            primary.checkpoint = Some((Phase { period_s, duration_s, offset_s: period_s }, bytes));
+        }
+        let mut jobs = Vec::new();
+        let second = draw.chance(0.3).then(|| Job {
+            pid: pid.wrapping_add(17),
+            name: "pt_main_thread",
+            start_s: draw.between(1_200.0, 4_800.0),
+            base: draw.log_mib(2_048.0, 10_240.0),
+            activation: draw.log_mib(256.0, 4_096.0),
+            checkpoint: None,
+            eval: None,
+            reports: draw.chance(0.5),
+            ..primary.clone()
+        });
+        let ends_early = draw.chance(0.25).then(|| draw.between(3_600.0, 6_600.0));
+        let tenants = tenants(&mut draw, pid);
+        let mut label = Label::Benign;
+        let mut duration = BENIGN_RUN;
+        match kind {
+            Kind::Benign => {
+                if let Some(end) = ends_early {
+                    primary.end_s = end;
+                }
+            }
+            Kind::Leak { rate, empty_cache } => {
+                let onset = draw.between(480.0, 2_400.0);
+                primary.empty_cache = empty_cache;
+                primary.growth = Some(Growth { onset_s: onset, bytes_per_second: rate });
+                label = Label::Leak {
+                    pid,
+                    onset: Duration::from_secs_f64(onset),
+                    bytes_per_second: rate,
+                    empty_cache,
+                    reports: primary.reports,
+                };
+                duration = Duration::from_secs_f64(onset).saturating_add(LEAK_PLAYED);
+            }
+            Kind::Growth => {
+                let onset = draw.between(300.0, 1_200.0);
+                let rate = draw.between(20.0, 80.0) * MIB_F;
+                primary.growth = Some(Growth { onset_s: onset, bytes_per_second: rate });
+                // Long enough to fill any device; cut at the fill below.
+                duration = Duration::from_secs(6 * 3600);
+                primary.end_s = duration.as_secs_f64();
+                label = Label::Growth {
+                    onset: Duration::from_secs_f64(onset),
+                    bytes_per_second: rate,
+                    full: duration,
+                };
+            }
+        }
+        jobs.push(primary);
+        jobs.extend(second);
+        let mut run = CorpusRun { seed, label, duration, jobs, tenants };
+        run.cut_at_full();
+        run
+    }
+
+    /// A run whose peak usage would not fit the device ends there: the job
+    /// OOMs. A growth run's label records that instant.
+    fn cut_at_full(&mut self) {
+        let capacity = H100_80GB.capacity_bytes();
+        let end = self.duration.as_secs();
+        let full = (0..=end / 5).map(|step| (step * 5) as f64).find(|&t| {
+            let jobs = self.jobs.iter().map(|job| job.peak_used(t)).sum::<u64>();
+            let tenants = self.tenants.iter().map(|tenant| tenant.peak(t)).sum::<u64>();
+            jobs + tenants + UNATTRIBUTED > capacity
+        });
+        let Some(full) = full else { return };
+        self.duration = Duration::from_secs_f64(full);
+        for job in &mut self.jobs {
+            job.end_s = job.end_s.min(full);
+        }
+        if let Label::Growth { full: at, .. } = &mut self.label {
+            *at = Duration::from_secs_f64(full);
+        }
+    }
+
+    pub fn device_info(&self) -> DeviceInfo {
+        devices::device_info(&H100_80GB, self.seed, 0)
+    }
+
+    /// The fast tier at `at` (scenario time from [`GOLDEN_ORIGIN`]).
+    pub fn fast_at(&self, at: Timestamp) -> FastReading {
+        let used = self
+            .processes_at(at)
+            .iter()
+            .filter_map(|process| process.used_bytes)
+            .fold(UNATTRIBUTED, u64::saturating_add);
+        let total = H100_80GB.total_bytes;
+        let reserved = H100_80GB.driver_reserved_bytes;
+        let used = used.min(total - reserved);
+        FastReading {
+            at,
+            memory: Some(MemoryInfo {
+                total_bytes: total,
+                reserved_bytes: Some(reserved),
+                used_bytes: used,
+                free_bytes: total - reserved - used,
+            }),
+            gpu_utilization: Some(0.9),
+            memory_bandwidth_utilization: Some(0.5),
+        }
+    }
+
+    /// The slow tier (process list) at `at`.
+    pub fn slow_at(&self, at: Timestamp) -> SlowReading {
+        SlowReading {
+            at,
+            processes: Some(self.processes_at(at)),
+            temperature_celsius: None,
+            power_usage_watts: None,
+            power_limit_watts: None,
+            details: Default::default(),
+        }
+    }
+
+    fn processes_at(&self, at: Timestamp) -> Vec<ProcessInfo> {
+        let t_ms = at.unix_millis().saturating_sub(GOLDEN_ORIGIN.unix_millis()).max(0) as u64;
+        let t_s = t_ms as f64 / 1000.0;
+        let mut out = Vec::with_capacity(self.jobs.len() + self.tenants.len());
+        for job in &self.jobs {
+            let key = [u64::from(job.pid), t_ms];
+            let phase = noise::unit(self.seed, Stream::Allocated, &key);
+            // A step's shape changes every few seconds, not every sample.
+            let shape = noise::symmetric(self.seed, Stream::Reserved, &[key[0], t_ms / 3_000]);
+            let Some(memory) = job.memory(t_s, phase, shape) else { continue };
+            let allocator = job.reports.then_some(crate::model::AllocatorStats {
+                allocated_bytes: memory.allocated,
+                reserved_bytes: memory.reserved,
+                active_bytes: memory.allocated,
+                inactive_split_bytes: memory.inactive_split,
+                alloc_retries: 0,
+                ooms: 0,
+            });
+            out.push(ProcessInfo {
+                pid: job.pid,
+                name: Some(job.name.to_owned()),
+                used_bytes: Some(memory.nvml_used),
+                allocator,
+                details: Default::default(),
+            });
+        }
+        for tenant in &self.tenants {
+            out.push(tenant.at(self.seed, t_ms));
+        }
+        out
+    }
+}
+
+fn tenants(draw: &mut Draw, pid: u32) -> Vec<Tenant> {
+    if !draw.chance(0.4) {
+        return Vec::new();
+    }
+    let count = 1 + (draw.unit() * 3.0) as u32;
+    (0..count)
+        .map(|slot| {
+            let pid = pid.wrapping_add(100 + slot);
+            match (draw.unit() * 3.0) as u32 {
+                0 => Tenant::Inference {
+                    pid,
+                    bytes: draw.mib(1_024.0, 6_144.0),
+                    reports: draw.chance(0.5),
+                },
+                1 => Tenant::Notebook {
+                    pid,
+                    base: draw.mib(600.0, 2_048.0),
+                    chunk: draw.mib(128.0, 2_048.0),
+                    period_s: draw.between(60.0, 300.0),
+                },
+                _ => Tenant::Opaque { pid, bytes: draw.mib(300.0, 900.0) },
+            }
+        })
+        .collect()
+}
+
+impl Tenant {
+    fn peak(&self, _t_s: f64) -> u64 {
+        match *self {
+            Tenant::Inference { bytes, .. } => bytes + bytes / 100 + GIB / 2,
+            Tenant::Notebook { base, chunk, .. } => base + 3 * chunk,
+            Tenant::Opaque { bytes, .. } => bytes,
+        }
+    }
+
+    fn at(&self, seed: u64, t_ms: u64) -> ProcessInfo {
+        let process = |pid: u32, name: &str, used: u64| ProcessInfo {
+            pid,
+            name: Some(name.to_owned()),
+            used_bytes: Some(used),
+            allocator: None,
+            details: Default::default(),
+        };
+        match *self {
+            Tenant::Inference { pid, bytes, reports } => {
+                let jitter =
+                    noise::symmetric(seed, Stream::TenantCount, &[u64::from(pid), t_ms / 1_000]);
+                let allocated = (bytes as f64 * (1.0 + 0.005 * jitter)) as u64;
+                let reserved = bytes + bytes / 100;
+                let mut info = process(pid, "tritonserver", reserved + GIB / 2);
+                info.allocator = reports.then_some(crate::model::AllocatorStats {
+                    allocated_bytes: allocated.min(reserved),
+                    reserved_bytes: reserved,
+                    active_bytes: allocated.min(reserved),
+                    inactive_split_bytes: 0,
+                    alloc_retries: 0,
+                    ooms: 0,
+                });
+                info
+            }
+            Tenant::Notebook { pid, base, chunk, period_s } => {
+                let slot = t_ms / ((period_s * 1000.0) as u64).max(1);
+                let held = noise::hash(seed, Stream::TenantCount, &[u64::from(pid), slot]) % 4;
+                process(pid, "jupyter", base + held * chunk)
+            }
+            Tenant::Opaque { pid, bytes } => process(pid, "ffmpeg", bytes),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_quarter_of_the_runs_leak_at_each_rate_in_turn() {
+        let runs = corpus(7, 32);
+        let leaks: Vec<f64> = runs
+            .iter()
+            .filter_map(|run| match run.label {
+                Label::Leak { bytes_per_second, .. } => Some(bytes_per_second),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(leaks.len(), 8);
+        assert_eq!(leaks[..4], LEAK_RATES);
+    }
+
+    #[test]
+    fn readings_are_consistent_and_deterministic() {
+        for run in corpus(3, 8) {
+            for second in (0..run.duration.as_secs()).step_by(97) {
+                let at = GOLDEN_ORIGIN.saturating_add(Duration::from_secs(second));
+                let fast = run.fast_at(at);
+                let memory = fast.memory.unwrap();
+                assert_eq!(
+                    memory.total_bytes,
+                    memory.reserved_bytes.unwrap() + memory.used_bytes + memory.free_bytes
+                );
+                let slow = run.slow_at(at);
+                let sum: u64 = slow.processes.iter().flatten().filter_map(|p| p.used_bytes).sum();
+                assert!(sum <= memory.used_bytes);
+                for stats in slow.processes.iter().flatten().filter_map(|p| p.allocator) {
+                    assert!(stats.is_consistent(), "{stats:?}");
+                }
+                assert_eq!(run.slow_at(at), slow);
+            }
+        }
+    }
+
+    #[test]
+    fn growth_runs_fill_the_device_and_record_when() {
+        for run in growth_runs(5, 4) {
+            let Label::Growth { onset, full, .. } = run.label else { panic!("{:?}", run.label) };
+            assert!(full > onset && full == run.duration, "{run:?}");
+        }
+    }
+}

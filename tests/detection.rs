@@ -1,0 +1,59 @@
+//! A small seeded slice of the simulator's labelled corpus, played through
+//! the offline pipeline with the default configuration: leaks under a
+//! training loop's sawtooth are found, benign training runs stay silent.
+//! The full benchmark is `examples/detection` (docs/alerts.md).
+
+// A test crate: a panic here is a failed test, not a failed daemon.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+// Not every scoring field is read here.
+#[allow(dead_code)]
+#[path = "../examples/detection/play.rs"]
+mod play;
+
+use vramd::config::defaults;
+use vramd::source::simulator::corpus::{self, Label};
+
+const SEED: u64 = 1;
+
+#[test]
+fn leaks_under_the_sawtooth_are_found_and_benign_runs_stay_silent() {
+    let config = defaults();
+    // Runs 8 and 12 leak at 4 and 16 MiB/s; 1–3 are benign (2 h each).
+    let runs = corpus::corpus(SEED, 13);
+    for index in [1, 2, 3, 8, 12] {
+        let run = &runs[index];
+        let outcome = play::play(run, &config);
+        match run.label {
+            Label::Benign => {
+                assert_eq!(
+                    (outcome.leak_false, outcome.forecast_false),
+                    (0, 0),
+                    "run {index}: {:?}",
+                    outcome.false_alarms
+                );
+            }
+            Label::Leak { onset, bytes_per_second, .. } => {
+                assert!(bytes_per_second >= 4.0 * 1_048_576.0, "{:?}", run.label);
+                let fired = outcome.leak_fired_s.unwrap_or_else(|| panic!("run {index} missed"));
+                // Default `for` (5 min) included.
+                let latency = fired - onset.as_secs_f64();
+                assert!(latency <= 12.0 * 60.0, "run {index}: {latency} s after onset");
+                assert_eq!(outcome.leak_false, 0, "run {index}: {:?}", outcome.false_alarms);
+            }
+            Label::Growth { .. } => unreachable!("corpus() draws no growth runs"),
+        }
+    }
+}
+
+#[test]
+fn the_exhaustion_forecast_leads_linear_growth() {
+    let config = defaults();
+    let run = &corpus::growth_runs(SEED, 2)[1];
+    let Label::Growth { full, .. } = run.label else { panic!("{:?}", run.label) };
+    let outcome = play::play(run, &config);
+    let (fired, forecast) = outcome.forecast.expect("forecast fired");
+    let lead = full.as_secs_f64() - fired;
+    assert!(lead >= 10.0 * 60.0, "lead {lead} s");
+    assert!((forecast - lead).abs() <= 0.1 * lead, "forecast {forecast} s, lead {lead} s");
+}
