@@ -470,3 +470,26 @@ fn record_mode_refuse_names_the_existing_file_and_keeps_it() {
     assert!(output.stderr.contains("already exists") && output.stderr.contains("trace.ndjson"));
     assert_eq!(std::fs::read_to_string(&trace).unwrap(), "precious\n");
 }
+
+#[test]
+fn a_very_fast_replay_speed_keeps_threads_bounded() {
+    let mut args = SERVE.to_vec();
+    args.extend(["--simulate", "multi-tenant", "--gpus", "8", "--speed", "10000"]);
+    let mut daemon = Process::spawn(&args, &[("VRAMD_SAMPLER__MAX_BLOCKING_THREADS", "16")]);
+    let addr = daemon.listening();
+    daemon.wait_ready(addr);
+    let threads = || -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", daemon.pid())).unwrap();
+        status.lines().find_map(|l| l.strip_prefix("Threads:")).unwrap().trim().parse().unwrap()
+    };
+    // Two seconds of 10,000x sampling: 16 blocking threads, the runtime's
+    // workers (one per core) and a few of vramd's own (log, Xid-less here).
+    let deadline = Deadline::after(std::time::Duration::from_secs(2));
+    let mut most = 0;
+    while !deadline.passed() {
+        most = most.max(threads());
+        pause();
+    }
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get() as u64);
+    assert!(most <= 16 + cores + 8, "{most} threads with 16 blocking threads allowed");
+}
