@@ -5,6 +5,7 @@
 //! fields are only ever added, as optional.
 
 use serde::{Deserialize, Serialize};
+use strum::IntoStaticStr;
 
 use super::Timestamp;
 
@@ -82,8 +83,11 @@ pub struct HeadroomSearch {
 }
 
 /// Why the headroom search stopped.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema, IntoStaticStr,
+)]
 #[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
 pub enum HeadroomStop {
     /// Bounds met within the search's granularity: the answer is exact to
     /// that granularity.
@@ -98,21 +102,18 @@ pub enum HeadroomStop {
 }
 
 impl HeadroomStop {
-    /// The serialized name.
     pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Converged => "converged",
-            Self::Margin => "margin",
-            Self::TimeBudget => "time_budget",
-            Self::MaxAttempts => "max_attempts",
-        }
+        self.into()
     }
 }
 
 /// Why a probe produced no reading, as counted in
 /// `vramd_probe_failures_total{kind}`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema, IntoStaticStr,
+)]
 #[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
 pub enum ProbeFailureKind {
     /// `libcuda.so.1` (or `probe.cuda_library`) cannot be loaded.
     LibraryMissing,
@@ -156,19 +157,7 @@ impl ProbeFailureKind {
 
     /// The `kind` label.
     pub fn as_str(self) -> &'static str {
-        match self {
-            Self::LibraryMissing => "library_missing",
-            Self::SymbolMissing => "symbol_missing",
-            Self::InitFailed => "init_failed",
-            Self::DeviceNotFound => "device_not_found",
-            Self::ContextFailed => "context_failed",
-            Self::AllocFailed => "alloc_failed",
-            Self::Timeout => "timeout",
-            Self::Crashed => "crashed",
-            Self::BadOutput => "bad_output",
-            Self::SpawnFailed => "spawn_failed",
-            Self::TraceEnded => "trace_ended",
-        }
+        self.into()
     }
 
     /// Index into [`Self::ALL`] (declaration order).
@@ -194,8 +183,11 @@ impl ProbeFailure {
 
 /// Why the daemon did not probe a device when its turn came, as counted
 /// in `vramd_probe_skipped_total{reason}`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema, IntoStaticStr,
+)]
 #[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
 pub enum ProbeSkipReason {
     /// NVML free memory is below `probe.min_free`: a context could push a
     /// workload into OOM.
@@ -215,12 +207,7 @@ impl ProbeSkipReason {
 
     /// The `reason` label.
     pub fn as_str(self) -> &'static str {
-        match self {
-            Self::LowFree => "low_free",
-            Self::ExclusiveProcess => "exclusive_process",
-            Self::AlertFiring => "alert_firing",
-            Self::NoReading => "no_reading",
-        }
+        self.into()
     }
 
     /// Index into [`Self::ALL`] (declaration order).

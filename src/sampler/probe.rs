@@ -131,14 +131,7 @@ pub async fn run(
             // Marked on every pass, not once: a device history made anew
             // (rediscovery) must show as covered too.
             device.update_probe(|state| state.scheduled = true);
-            let due = match scheduler.due.get(uuid) {
-                Some(&due) => due,
-                None => {
-                    scheduler.due.insert(uuid.clone(), now);
-                    now
-                }
-            };
-            if due > Instant::now() {
+            if *scheduler.due.entry(uuid.clone()).or_insert(now) > Instant::now() {
                 continue;
             }
             if !scheduler.ready() {
@@ -158,14 +151,10 @@ pub async fn run(
                 }
             }
             _ => {
-                let wake = scheduler
-                    .due
-                    .values()
-                    .min()
-                    .copied()
-                    .unwrap_or_else(|| {
-                        Instant::now() + scheduler.settings.real(scheduler.settings.interval)
-                    })
+                let settings = &scheduler.settings;
+                let earliest = scheduler.due.values().min().copied();
+                let wake = earliest
+                    .unwrap_or_else(|| Instant::now() + settings.real(settings.interval))
                     .max(Instant::now() + Duration::from_millis(10));
                 tokio::select! {
                     () = cancel.cancelled() => return,
@@ -211,12 +200,11 @@ impl Scheduler {
         }
         // Only this scheduler writes the probe state, so what it says before
         // the attempt still holds after it.
-        let (previous_failure, last_kind) = device.read_probe(|state| {
-            let last_kind = match &state.last_attempt {
-                Some((_, ProbeAttempt::Failed { kind, .. })) => Some(*kind),
-                _ => None,
-            };
-            (state.consecutive_failures, last_kind)
+        let (previous_failure, last_kind) = device.read_probe(|state| match &state.last_attempt {
+            Some((_, ProbeAttempt::Failed { kind, .. })) => {
+                (state.consecutive_failures, Some(*kind))
+            }
+            _ => (state.consecutive_failures, None),
         });
         match self.attempt(device).await {
             Ok(reading) => {

@@ -39,28 +39,17 @@ impl ChildProber {
     /// The running binary: `/proc/self/exe` keeps working after the file
     /// is replaced by an upgrade, unlike the path it was started from.
     pub fn current_binary() -> Self {
-        let proc_exe = PathBuf::from("/proc/self/exe");
-        let executable = if proc_exe.exists() {
-            proc_exe
-        } else {
-            std::env::current_exe().unwrap_or_else(|_| PathBuf::from("vramd"))
-        };
-        Self::new(executable)
+        let proc_exe = Some(PathBuf::from("/proc/self/exe")).filter(|path| path.exists());
+        let executable = proc_exe.or_else(|| std::env::current_exe().ok());
+        Self::new(executable.unwrap_or_else(|| PathBuf::from("vramd")))
     }
 
     fn command(&self, device: &DeviceInfo, request: &ProbeRequest) -> Command {
         let mut command = Command::new(&self.executable);
-        command
-            .arg("probe")
-            .arg("--json")
-            .arg("--device")
-            .arg(&device.uuid)
-            .arg("--block-size")
-            .arg(request.block_bytes.to_string())
-            .arg("--samples")
-            .arg(request.samples.to_string())
-            .arg("--margin")
-            .arg(request.margin_bytes.to_string());
+        command.args(["probe", "--json", "--device", device.uuid.as_str()]);
+        command.args(["--block-size", request.block_bytes.to_string().as_str()]);
+        command.args(["--samples", request.samples.to_string().as_str()]);
+        command.args(["--margin", request.margin_bytes.to_string().as_str()]);
         if let Some(budget) = request.headroom_time_budget {
             command.arg("--headroom").arg("--time-budget").arg(format!("{}ms", budget.as_millis()));
         }

@@ -28,10 +28,7 @@ pub struct ProbeAnswer {
 
 impl ProbeAnswer {
     pub fn new(device: &str, result: Result<ProbeReading, ProbeFailure>) -> Self {
-        let (reading, failure) = match result {
-            Ok(reading) => (Some(reading), None),
-            Err(failure) => (None, Some(failure)),
-        };
+        let (reading, failure) = (result.as_ref().ok().cloned(), result.err());
         Self { version: WIRE_VERSION, device: device.to_owned(), reading, failure }
     }
 
@@ -63,12 +60,10 @@ impl ProbeAnswer {
     /// Exit status of `vramd probe` for this answer: 0 measured, 4 the
     /// CUDA driver library or a symbol is missing, 5 any other failure.
     pub fn exit_status(&self) -> u8 {
-        match &self.failure {
+        match self.failure.as_ref().map(|failure| failure.kind) {
             None => 0,
-            Some(failure) => match failure.kind {
-                ProbeFailureKind::LibraryMissing | ProbeFailureKind::SymbolMissing => 4,
-                _ => 5,
-            },
+            Some(ProbeFailureKind::LibraryMissing | ProbeFailureKind::SymbolMissing) => 4,
+            Some(_) => 5,
         }
     }
 }

@@ -90,8 +90,7 @@ fn watch(
             }
         }
     }
-    let registered = watched.len();
-    if registered == 0 {
+    if watched.is_empty() {
         return Ok(());
     }
     while !stop.load(Ordering::Relaxed) {
