@@ -134,8 +134,12 @@ pub async fn run(
             if *scheduler.due.entry(uuid.clone()).or_insert(now) > Instant::now() {
                 continue;
             }
-            if !scheduler.ready() {
-                break;
+            if let Some(handle) = &scheduler.stuck {
+                if !handle.is_finished() {
+                    break;
+                }
+                info!("a probe stuck past its deadline has returned; probing resumes");
+                scheduler.stuck = None;
             }
             let next = scheduler.visit(device, gate.as_ref()).await;
             scheduler.due.insert(uuid.clone(), Instant::now() + next);
@@ -177,18 +181,6 @@ struct Scheduler {
 }
 
 impl Scheduler {
-    fn ready(&mut self) -> bool {
-        match &self.stuck {
-            Some(handle) if !handle.is_finished() => false,
-            Some(_) => {
-                info!("a probe stuck past its deadline has returned; probing resumes");
-                self.stuck = None;
-                true
-            }
-            None => true,
-        }
-    }
-
     /// Skips or probes one due device, records the outcome, and returns
     /// the real time until it is due again.
     async fn visit(&mut self, device: &DeviceHistory, gate: &dyn ProbeGate) -> Duration {
