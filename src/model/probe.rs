@@ -101,12 +101,6 @@ pub enum HeadroomStop {
     MaxAttempts,
 }
 
-impl HeadroomStop {
-    pub fn as_str(self) -> &'static str {
-        self.into()
-    }
-}
-
 /// Why a probe produced no reading, as counted in
 /// `vramd_probe_failures_total{kind}`.
 #[derive(
@@ -287,7 +281,7 @@ mod tests {
             HeadroomStop::TimeBudget,
             HeadroomStop::MaxAttempts,
         ] {
-            assert_eq!(serde_json::to_value(stop).unwrap(), stop.as_str());
+            assert_eq!(serde_json::to_value(stop).unwrap(), <&str>::from(stop));
         }
         let failure = ProbeFailure::new(ProbeFailureKind::Timeout, "killed after 60s");
         assert_eq!(failure.to_string(), "timeout: killed after 60s");

@@ -116,7 +116,7 @@ pub fn render_text(answer: &ProbeAnswer) -> String {
             lines.push(format!(
                 "largest block     {} ({}, {} attempts in {:.2} s, margin {})",
                 gib(search.largest_block_bytes),
-                search.stopped.as_str(),
+                <&str>::from(search.stopped),
                 search.attempts,
                 search.seconds,
                 gib(search.margin_bytes)

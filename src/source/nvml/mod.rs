@@ -42,20 +42,6 @@ pub struct NvmlSettings {
     pub max_cmdline_bytes: usize,
     /// Watch Xid events on a dedicated thread.
     pub xid_events: bool,
-    /// Root of the proc filesystem (`/proc`; tests point elsewhere).
-    pub proc_root: PathBuf,
-}
-
-impl Default for NvmlSettings {
-    fn default() -> Self {
-        Self {
-            library_path: None,
-            pcie_throughput: false,
-            max_cmdline_bytes: 256,
-            xid_events: true,
-            proc_root: PathBuf::from("/proc"),
-        }
-    }
 }
 
 pub struct NvmlSource {
@@ -71,7 +57,7 @@ pub struct NvmlSource {
 
 impl NvmlSource {
     pub fn new(settings: NvmlSettings) -> Self {
-        let proc_reader = ProcReader::new(settings.proc_root.clone(), settings.max_cmdline_bytes);
+        let proc_reader = ProcReader::new("/proc", settings.max_cmdline_bytes);
         Self {
             settings,
             nvml: Mutex::new(None),
@@ -104,12 +90,6 @@ impl NvmlSource {
         })?;
         *slot = Some(nvml.clone());
         Ok(nvml)
-    }
-
-    fn start_xid_watcher(&self, nvml: Arc<Nvml>, devices: u32) {
-        if self.settings.xid_events && !self.xid_started.swap(true, Ordering::AcqRel) {
-            xid::spawn(nvml, devices, self.xid_counts.clone(), self.xid_stop.clone());
-        }
     }
 }
 
@@ -158,7 +138,9 @@ impl DeviceSource for NvmlSource {
             devices.push(info);
             devices.extend(migs);
         }
-        self.start_xid_watcher(nvml, count);
+        if self.settings.xid_events && !self.xid_started.swap(true, Ordering::AcqRel) {
+            xid::spawn(nvml, count, self.xid_counts.clone(), self.xid_stop.clone());
+        }
         Ok(devices)
     }
 
