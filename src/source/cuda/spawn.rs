@@ -12,7 +12,8 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use crate::clock::Stopwatch;
-use crate::model::{DeviceInfo, ProbeFailure, ProbeFailureKind, ProbeReading};
+use crate::model::ProbeFailureKind::{BadOutput, Crashed, SpawnFailed, Timeout};
+use crate::model::{DeviceInfo, ProbeFailure, ProbeReading};
 use crate::source::probe::{ProbeRequest, Prober};
 
 use super::wire::ProbeAnswer;
@@ -125,21 +126,17 @@ impl Prober for ChildProber {
         request: &ProbeRequest,
     ) -> Result<ProbeReading, ProbeFailure> {
         let mut child = self.command(device, request).spawn().map_err(|error| {
-            ProbeFailure::new(
-                ProbeFailureKind::SpawnFailed,
-                format!("cannot start {} probe: {error}", self.executable.display()),
-            )
+            let message = format!("cannot start {} probe: {error}", self.executable.display());
+            ProbeFailure::new(SpawnFailed, message)
         })?;
         let stdout = child.stdout.take().map(read_bounded);
         let stderr = child.stderr.take().map(read_bounded);
         let status = wait_with_deadline(child, request.timeout).map_err(|error| {
-            ProbeFailure::new(ProbeFailureKind::Crashed, format!("waiting for the probe: {error}"))
+            ProbeFailure::new(Crashed, format!("waiting for the probe: {error}"))
         })?;
         let Some(status) = status else {
-            return Err(ProbeFailure::new(
-                ProbeFailureKind::Timeout,
-                format!("killed after probe.timeout ({:?})", request.timeout),
-            ));
+            let message = format!("killed after probe.timeout ({:?})", request.timeout);
+            return Err(ProbeFailure::new(Timeout, message));
         };
         let stdout = stdout.and_then(|reader| reader.join().ok()).unwrap_or_default();
         let stderr = stderr.and_then(|reader| reader.join().ok()).unwrap_or_default();
@@ -147,20 +144,14 @@ impl Prober for ChildProber {
             use std::os::unix::process::ExitStatusExt;
             let signal =
                 status.signal().map_or_else(|| "?".to_owned(), |signal| signal.to_string());
-            return Err(ProbeFailure::new(
-                ProbeFailureKind::Crashed,
-                format!("the probe died by signal {signal}: {}", last_line(&stderr)),
-            ));
+            let message = format!("the probe died by signal {signal}: {}", last_line(&stderr));
+            return Err(ProbeFailure::new(Crashed, message));
         }
         match ProbeAnswer::parse(&stdout, &device.uuid) {
-            Err(failure) if failure.kind == ProbeFailureKind::BadOutput && !status.success() => {
-                Err(ProbeFailure::new(
-                    ProbeFailureKind::Crashed,
-                    format!(
-                        "the probe exited with {status} without an answer: {}",
-                        last_line(&stderr)
-                    ),
-                ))
+            Err(failure) if failure.kind == BadOutput && !status.success() => {
+                let stderr = last_line(&stderr);
+                let message = format!("the probe exited with {status} without an answer: {stderr}");
+                Err(ProbeFailure::new(Crashed, message))
             }
             other => other,
         }
@@ -170,6 +161,7 @@ impl Prober for ChildProber {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::ProbeFailureKind;
 
     fn device() -> DeviceInfo {
         DeviceInfo {
