@@ -56,9 +56,8 @@ impl ProbeReading {
     /// NVML free minus CUDA free; positive when NVML sees more free memory
     /// than CUDA can use.
     pub fn free_difference_bytes(&self) -> Option<i64> {
-        let nvml = i128::from(self.nvml_free_bytes?);
-        let difference = nvml - i128::from(self.cuda_free_bytes);
-        Some(i64::try_from(difference).unwrap_or(if difference > 0 { i64::MAX } else { i64::MIN }))
+        let difference = i128::from(self.nvml_free_bytes?) - i128::from(self.cuda_free_bytes);
+        Some(difference.clamp(i64::MIN.into(), i64::MAX.into()) as i64)
     }
 
     /// The largest block the search could allocate.

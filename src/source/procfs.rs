@@ -68,16 +68,12 @@ impl ProcReader {
         let comm = read_text(&dir.join("comm"))
             .map(|text| text.trim().to_owned())
             .filter(|comm| !comm.is_empty());
-        let cmdline = if self.max_cmdline_bytes == 0 {
-            None
-        } else {
-            // A few bytes past the cut are enough to know a cut is needed.
-            let limit = u64::try_from(self.max_cmdline_bytes.saturating_add(4))
-                .unwrap_or(READ_LIMIT)
-                .min(READ_LIMIT);
-            read_bounded(&dir.join("cmdline"), limit)
-                .and_then(|raw| format_cmdline(&raw, self.max_cmdline_bytes))
-        };
+        // A few bytes past the cut are enough to know a cut is needed.
+        let limit = (self.max_cmdline_bytes as u64 + 4).min(READ_LIMIT);
+        let cmdline = (self.max_cmdline_bytes > 0)
+            .then(|| read_bounded(&dir.join("cmdline"), limit))
+            .flatten()
+            .and_then(|raw| format_cmdline(&raw, self.max_cmdline_bytes));
         let cgroup = read_text(&dir.join("cgroup"));
         let container_id = cgroup.as_deref().and_then(parse_container_id);
         let pod_uid = cgroup.as_deref().and_then(parse_pod_uid);

@@ -124,9 +124,7 @@ pub fn render_text(answer: &ProbeAnswer) -> String {
         }
         lines.push(format!("probe took        {:.2} s", reading.duration_seconds));
     }
-    let mut text = lines.join("\n");
-    text.push('\n');
-    text
+    lines.join("\n") + "\n"
 }
 
 #[cfg(test)]
