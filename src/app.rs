@@ -91,6 +91,7 @@ pub fn build_source(config: &Config) -> Result<BuiltSource, AppError> {
                 pcie_throughput: config.nvml.pcie_throughput,
                 max_cmdline_bytes: config.nvml.max_cmdline_bytes,
                 xid_events: config.nvml.xid_events,
+                ..NvmlSettings::default()
             })),
             reporting_simulator: None,
             prober: Some(Arc::new(ChildProber::current_binary())),

@@ -42,6 +42,20 @@ pub struct NvmlSettings {
     pub max_cmdline_bytes: usize,
     /// Watch Xid events on a dedicated thread.
     pub xid_events: bool,
+    /// Root of the proc filesystem (`/proc`; benchmarks point elsewhere).
+    pub proc_root: PathBuf,
+}
+
+impl Default for NvmlSettings {
+    fn default() -> Self {
+        Self {
+            library_path: None,
+            pcie_throughput: false,
+            max_cmdline_bytes: 256,
+            xid_events: true,
+            proc_root: PathBuf::from("/proc"),
+        }
+    }
 }
 
 pub struct NvmlSource {
@@ -57,7 +71,7 @@ pub struct NvmlSource {
 
 impl NvmlSource {
     pub fn new(settings: NvmlSettings) -> Self {
-        let proc_reader = ProcReader::new("/proc", settings.max_cmdline_bytes);
+        let proc_reader = ProcReader::new(settings.proc_root.clone(), settings.max_cmdline_bytes);
         Self {
             settings,
             nvml: Mutex::new(None),
