@@ -5,6 +5,7 @@
 //! fields are only ever added, as optional.
 
 use serde::{Deserialize, Serialize};
+use strum::IntoStaticStr;
 
 use super::Timestamp;
 
@@ -55,9 +56,8 @@ impl ProbeReading {
     /// NVML free minus CUDA free; positive when NVML sees more free memory
     /// than CUDA can use.
     pub fn free_difference_bytes(&self) -> Option<i64> {
-        let nvml = i128::from(self.nvml_free_bytes?);
-        let difference = nvml - i128::from(self.cuda_free_bytes);
-        Some(i64::try_from(difference).unwrap_or(if difference > 0 { i64::MAX } else { i64::MIN }))
+        let difference = i128::from(self.nvml_free_bytes?) - i128::from(self.cuda_free_bytes);
+        Some(difference.clamp(i64::MIN.into(), i64::MAX.into()) as i64)
     }
 
     /// The largest block the search could allocate.
@@ -82,8 +82,11 @@ pub struct HeadroomSearch {
 }
 
 /// Why the headroom search stopped.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema, IntoStaticStr,
+)]
 #[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
 pub enum HeadroomStop {
     /// Bounds met within the search's granularity: the answer is exact to
     /// that granularity.
@@ -97,22 +100,13 @@ pub enum HeadroomStop {
     MaxAttempts,
 }
 
-impl HeadroomStop {
-    /// The serialized name.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Converged => "converged",
-            Self::Margin => "margin",
-            Self::TimeBudget => "time_budget",
-            Self::MaxAttempts => "max_attempts",
-        }
-    }
-}
-
 /// Why a probe produced no reading, as counted in
 /// `vramd_probe_failures_total{kind}`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema, IntoStaticStr,
+)]
 #[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
 pub enum ProbeFailureKind {
     /// `libcuda.so.1` (or `probe.cuda_library`) cannot be loaded.
     LibraryMissing,
@@ -156,19 +150,7 @@ impl ProbeFailureKind {
 
     /// The `kind` label.
     pub fn as_str(self) -> &'static str {
-        match self {
-            Self::LibraryMissing => "library_missing",
-            Self::SymbolMissing => "symbol_missing",
-            Self::InitFailed => "init_failed",
-            Self::DeviceNotFound => "device_not_found",
-            Self::ContextFailed => "context_failed",
-            Self::AllocFailed => "alloc_failed",
-            Self::Timeout => "timeout",
-            Self::Crashed => "crashed",
-            Self::BadOutput => "bad_output",
-            Self::SpawnFailed => "spawn_failed",
-            Self::TraceEnded => "trace_ended",
-        }
+        self.into()
     }
 
     /// Index into [`Self::ALL`] (declaration order).
@@ -194,8 +176,11 @@ impl ProbeFailure {
 
 /// Why the daemon did not probe a device when its turn came, as counted
 /// in `vramd_probe_skipped_total{reason}`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema, IntoStaticStr,
+)]
 #[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
 pub enum ProbeSkipReason {
     /// NVML free memory is below `probe.min_free`: a context could push a
     /// workload into OOM.
@@ -215,12 +200,7 @@ impl ProbeSkipReason {
 
     /// The `reason` label.
     pub fn as_str(self) -> &'static str {
-        match self {
-            Self::LowFree => "low_free",
-            Self::ExclusiveProcess => "exclusive_process",
-            Self::AlertFiring => "alert_firing",
-            Self::NoReading => "no_reading",
-        }
+        self.into()
     }
 
     /// Index into [`Self::ALL`] (declaration order).
@@ -300,7 +280,7 @@ mod tests {
             HeadroomStop::TimeBudget,
             HeadroomStop::MaxAttempts,
         ] {
-            assert_eq!(serde_json::to_value(stop).unwrap(), stop.as_str());
+            assert_eq!(serde_json::to_value(stop).unwrap(), <&str>::from(stop));
         }
         let failure = ProbeFailure::new(ProbeFailureKind::Timeout, "killed after 60s");
         assert_eq!(failure.to_string(), "timeout: killed after 60s");

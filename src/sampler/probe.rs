@@ -131,18 +131,15 @@ pub async fn run(
             // Marked on every pass, not once: a device history made anew
             // (rediscovery) must show as covered too.
             device.update_probe(|state| state.scheduled = true);
-            let due = match scheduler.due.get(uuid) {
-                Some(&due) => due,
-                None => {
-                    scheduler.due.insert(uuid.clone(), now);
-                    now
-                }
-            };
-            if due > Instant::now() {
+            if *scheduler.due.entry(uuid.clone()).or_insert(now) > Instant::now() {
                 continue;
             }
-            if !scheduler.ready() {
-                break;
+            if let Some(handle) = &scheduler.stuck {
+                if !handle.is_finished() {
+                    break;
+                }
+                info!("a probe stuck past its deadline has returned; probing resumes");
+                scheduler.stuck = None;
             }
             let next = scheduler.visit(device, gate.as_ref()).await;
             scheduler.due.insert(uuid.clone(), Instant::now() + next);
@@ -158,14 +155,10 @@ pub async fn run(
                 }
             }
             _ => {
-                let wake = scheduler
-                    .due
-                    .values()
-                    .min()
-                    .copied()
-                    .unwrap_or_else(|| {
-                        Instant::now() + scheduler.settings.real(scheduler.settings.interval)
-                    })
+                let settings = &scheduler.settings;
+                let earliest = scheduler.due.values().min().copied();
+                let wake = earliest
+                    .unwrap_or_else(|| Instant::now() + settings.real(settings.interval))
                     .max(Instant::now() + Duration::from_millis(10));
                 tokio::select! {
                     () = cancel.cancelled() => return,
@@ -188,18 +181,6 @@ struct Scheduler {
 }
 
 impl Scheduler {
-    fn ready(&mut self) -> bool {
-        match &self.stuck {
-            Some(handle) if !handle.is_finished() => false,
-            Some(_) => {
-                info!("a probe stuck past its deadline has returned; probing resumes");
-                self.stuck = None;
-                true
-            }
-            None => true,
-        }
-    }
-
     /// Skips or probes one due device, records the outcome, and returns
     /// the real time until it is due again.
     async fn visit(&mut self, device: &DeviceHistory, gate: &dyn ProbeGate) -> Duration {
@@ -211,12 +192,11 @@ impl Scheduler {
         }
         // Only this scheduler writes the probe state, so what it says before
         // the attempt still holds after it.
-        let (previous_failure, last_kind) = device.read_probe(|state| {
-            let last_kind = match &state.last_attempt {
-                Some((_, ProbeAttempt::Failed { kind, .. })) => Some(*kind),
-                _ => None,
-            };
-            (state.consecutive_failures, last_kind)
+        let (previous_failure, last_kind) = device.read_probe(|state| match &state.last_attempt {
+            Some((_, ProbeAttempt::Failed { kind, .. })) => {
+                (state.consecutive_failures, Some(*kind))
+            }
+            _ => (state.consecutive_failures, None),
         });
         match self.attempt(device).await {
             Ok(reading) => {

@@ -65,50 +65,38 @@ impl ProcReader {
     /// Everything readable about `pid`. Never fails; see [`ProcessIdentity`].
     pub fn identify(&self, pid: u32) -> ProcessIdentity {
         let dir = self.root.join(pid.to_string());
-        let comm = read_text(&dir.join("comm"), READ_LIMIT).and_then(|text| {
-            let trimmed = text.trim();
-            (!trimmed.is_empty()).then(|| trimmed.to_owned())
-        });
-        let cmdline = if self.max_cmdline_bytes == 0 {
-            None
-        } else {
-            // A few bytes past the cut are enough to know a cut is needed.
-            let limit = u64::try_from(self.max_cmdline_bytes.saturating_add(4))
-                .unwrap_or(READ_LIMIT)
-                .min(READ_LIMIT);
-            read_bounded(&dir.join("cmdline"), limit)
-                .and_then(|raw| format_cmdline(&raw, self.max_cmdline_bytes))
-        };
-        let cgroup = read_text(&dir.join("cgroup"), READ_LIMIT);
+        let comm = read_text(&dir.join("comm"))
+            .map(|text| text.trim().to_owned())
+            .filter(|comm| !comm.is_empty());
+        // A few bytes past the cut are enough to know a cut is needed.
+        let limit = (self.max_cmdline_bytes as u64 + 4).min(READ_LIMIT);
+        let cmdline = (self.max_cmdline_bytes > 0)
+            .then(|| read_bounded(&dir.join("cmdline"), limit))
+            .flatten()
+            .and_then(|raw| format_cmdline(&raw, self.max_cmdline_bytes));
+        let cgroup = read_text(&dir.join("cgroup"));
         let container_id = cgroup.as_deref().and_then(parse_container_id);
         let pod_uid = cgroup.as_deref().and_then(parse_pod_uid);
-        let namespace_pid =
-            read_text(&dir.join("status"), READ_LIMIT).as_deref().and_then(parse_namespace_pid);
+        let namespace_pid = read_text(&dir.join("status")).as_deref().and_then(parse_namespace_pid);
         ProcessIdentity { comm, cmdline, container_id, pod_uid, namespace_pid }
     }
 }
 
 /// At most `limit` bytes of the file, or `None` when it cannot be read.
 fn read_bounded(path: &Path, limit: u64) -> Option<Vec<u8>> {
-    let file = File::open(path).ok()?;
     let mut buf = Vec::new();
-    file.take(limit).read_to_end(&mut buf).ok()?;
+    File::open(path).ok()?.take(limit).read_to_end(&mut buf).ok()?;
     Some(buf)
 }
 
-fn read_text(path: &Path, limit: u64) -> Option<String> {
-    read_bounded(path, limit).map(|raw| String::from_utf8_lossy(&raw).into_owned())
+fn read_text(path: &Path) -> Option<String> {
+    read_bounded(path, READ_LIMIT).map(|raw| String::from_utf8_lossy(&raw).into_owned())
 }
 
 /// The cgroup path of each line of `/proc/<pid>/cgroup`
 /// (`hierarchy-id:controllers:path`); malformed lines are skipped.
 fn cgroup_paths(cgroup_text: &str) -> impl Iterator<Item = &str> {
-    cgroup_text.lines().filter_map(|line| {
-        let mut fields = line.splitn(3, ':');
-        let _hierarchy = fields.next()?;
-        let _controllers = fields.next()?;
-        fields.next().map(str::trim)
-    })
+    cgroup_text.lines().filter_map(|line| line.splitn(3, ':').nth(2).map(str::trim))
 }
 
 /// The container ID in a `/proc/<pid>/cgroup` text, lowercase.
@@ -192,11 +180,8 @@ pub fn format_cmdline(raw: &[u8], max_bytes: usize) -> Option<String> {
     if max_bytes == 0 {
         return None;
     }
-    let end = raw.iter().rposition(|&b| b != 0).map_or(0, |last| last + 1);
+    let end = raw.iter().rposition(|&b| b != 0)? + 1;
     let bytes: Vec<u8> = raw.get(..end)?.iter().map(|&b| if b == 0 { b' ' } else { b }).collect();
-    if bytes.is_empty() {
-        return None;
-    }
     let mut text = String::from_utf8_lossy(&bytes).into_owned();
     if text.len() > max_bytes {
         let mut cut = max_bytes;

@@ -10,11 +10,13 @@
 //! are absent.
 
 use std::ffi::OsStr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use cuda_driver::{Context, CudaError, Driver, LoadError};
+use cuda_driver::{Context, CudaError, DEFAULT_LIBRARY, Driver, LoadError};
 use nvml_wrapper::Nvml;
+use nvml_wrapper::enums::device::UsedGpuMemory;
+use nvml_wrapper::struct_wrappers::device::MemoryInfo;
 
 use crate::clock::{Stopwatch, wall_now};
 use crate::model::{ProbeFailure, ProbeFailureKind, ProbeReading};
@@ -38,22 +40,29 @@ pub struct ProbeArgs {
     pub nvml_timeout: Duration,
 }
 
-fn failure(kind: ProbeFailureKind, error: impl std::fmt::Display) -> ProbeFailure {
-    ProbeFailure::new(kind, error.to_string())
+/// A driver call's error as a probe failure of `kind`.
+trait OrFail<T> {
+    fn or_fail(self, kind: ProbeFailureKind) -> Result<T, ProbeFailure>;
+}
+
+impl<T, E: std::fmt::Display> OrFail<T> for Result<T, E> {
+    fn or_fail(self, kind: ProbeFailureKind) -> Result<T, ProbeFailure> {
+        self.map_err(|error| ProbeFailure::new(kind, error.to_string()))
+    }
 }
 
 /// Runs the probe once. Blocking; meant for the `vramd probe` process.
 pub fn run(args: &ProbeArgs) -> Result<ProbeReading, ProbeFailure> {
     let stopwatch = Stopwatch::start();
-    let library = args.cuda_library.as_ref().map_or_else(
-        || OsStr::new(cuda_driver::DEFAULT_LIBRARY).to_owned(),
-        |path| path.as_os_str().to_owned(),
-    );
-    let driver = Driver::load(&library).map_err(|error| match error {
-        LoadError::Library { .. } => failure(ProbeFailureKind::LibraryMissing, error),
-        LoadError::Symbol { .. } => failure(ProbeFailureKind::SymbolMissing, error),
+    let library = args.cuda_library.as_deref().map_or(OsStr::new(DEFAULT_LIBRARY), Path::as_os_str);
+    let driver = Driver::load(library).map_err(|error| {
+        let kind = match error {
+            LoadError::Library { .. } => ProbeFailureKind::LibraryMissing,
+            LoadError::Symbol { .. } => ProbeFailureKind::SymbolMissing,
+        };
+        ProbeFailure::new(kind, error.to_string())
     })?;
-    driver.init().map_err(|error| failure(ProbeFailureKind::InitFailed, error))?;
+    driver.init().or_fail(ProbeFailureKind::InitFailed)?;
     let device = find_device(&driver, &args.device_uuid)?;
     // NVML only once the driver is known to be usable: a host without
     // CUDA never pays for initialising it.
@@ -61,13 +70,10 @@ pub fn run(args: &ProbeArgs) -> Result<ProbeReading, ProbeFailure> {
     let used_before = nvml.as_ref().and_then(|view| view.memory()).map(|memory| memory.used);
 
     let creating = Stopwatch::start();
-    let context = driver
-        .create_context(device)
-        .map_err(|error| failure(ProbeFailureKind::ContextFailed, error))?;
+    let context = driver.create_context(device).or_fail(ProbeFailureKind::ContextFailed)?;
     let context_create_seconds = creating.elapsed().as_secs_f64();
 
-    let memory =
-        context.memory_info().map_err(|error| failure(ProbeFailureKind::ContextFailed, error))?;
+    let memory = context.memory_info().or_fail(ProbeFailureKind::ContextFailed)?;
     let at = wall_now();
     // One NVML read for both the comparison and the context's cost.
     let during = nvml.as_ref().and_then(|view| view.memory());
@@ -80,22 +86,20 @@ pub fn run(args: &ProbeArgs) -> Result<ProbeReading, ProbeFailure> {
     });
 
     let (alloc_latency, free_latency, alloc_samples) =
-        time_pairs(&context, memory.free_bytes, args)
-            .map_err(|error| failure(ProbeFailureKind::AllocFailed, error))?;
-    let headroom = match args.headroom_time_budget {
-        Some(budget) => {
+        time_pairs(&context, memory.free_bytes, args).or_fail(ProbeFailureKind::AllocFailed)?;
+    let headroom = args
+        .headroom_time_budget
+        .map(|time_budget| {
             let limits = SearchLimits {
                 margin_bytes: args.margin_bytes,
-                time_budget: budget,
+                time_budget,
                 max_attempts: MAX_ATTEMPTS,
             };
             let searching = Stopwatch::start();
-            let search = search_headroom(&mut Trials(&context), &limits, &|| searching.elapsed())
-                .map_err(|error| failure(ProbeFailureKind::AllocFailed, error))?;
-            Some(search)
-        }
-        None => None,
-    };
+            search_headroom(&mut Trials(&context), &limits, &|| searching.elapsed())
+        })
+        .transpose()
+        .or_fail(ProbeFailureKind::AllocFailed)?;
     if let Err(error) = context.destroy() {
         // Exiting releases the context anyway; the measurements stand.
         eprintln!("vramd probe: {error}");
@@ -118,8 +122,7 @@ pub fn run(args: &ProbeArgs) -> Result<ProbeReading, ProbeFailure> {
 
 /// The CUDA device whose UUID is `uuid` (`GPU-…` or `MIG-…`).
 fn find_device(driver: &Driver, uuid: &str) -> Result<cuda_driver::Device, ProbeFailure> {
-    let count =
-        driver.device_count().map_err(|error| failure(ProbeFailureKind::InitFailed, error))?;
+    let count = driver.device_count().or_fail(ProbeFailureKind::InitFailed)?;
     let Some(wanted) = cuda_driver::parse_uuid(uuid) else {
         // Drivers before R470 name MIG devices `MIG-GPU-<uuid>/<gi>/<ci>`,
         // which carry no 16-byte UUID. The daemon starts the probe with
@@ -127,9 +130,9 @@ fn find_device(driver: &Driver, uuid: &str) -> Result<cuda_driver::Device, Probe
         // CUDA then shows is the one meant.
         let visible = std::env::var("CUDA_VISIBLE_DEVICES").unwrap_or_default();
         if count == 1 && visible == uuid {
-            return driver.device(0).map_err(|error| failure(ProbeFailureKind::InitFailed, error));
+            return driver.device(0).or_fail(ProbeFailureKind::InitFailed);
         }
-        return Err(failure(
+        return Err(ProbeFailure::new(
             ProbeFailureKind::DeviceNotFound,
             format!(
                 "{uuid:?} is not a GPU-… or MIG-… UUID, and CUDA_VISIBLE_DEVICES does not select it alone"
@@ -138,11 +141,8 @@ fn find_device(driver: &Driver, uuid: &str) -> Result<cuda_driver::Device, Probe
     };
     let mut seen = Vec::new();
     for ordinal in 0..count {
-        let device =
-            driver.device(ordinal).map_err(|error| failure(ProbeFailureKind::InitFailed, error))?;
-        let bytes = driver
-            .device_uuid(device)
-            .map_err(|error| failure(ProbeFailureKind::InitFailed, error))?;
+        let device = driver.device(ordinal).or_fail(ProbeFailureKind::InitFailed)?;
+        let bytes = driver.device_uuid(device).or_fail(ProbeFailureKind::InitFailed)?;
         if bytes == wanted {
             return Ok(device);
         }
@@ -150,7 +150,7 @@ fn find_device(driver: &Driver, uuid: &str) -> Result<cuda_driver::Device, Probe
             seen.push(cuda_driver::format_uuid("GPU", &bytes));
         }
     }
-    Err(failure(
+    Err(ProbeFailure::new(
         ProbeFailureKind::DeviceNotFound,
         format!("no CUDA device has UUID {uuid}; CUDA sees {count}: {}", seen.join(", ")),
     ))
@@ -220,25 +220,21 @@ impl NvmlView {
             let _ = sender.send(builder.init());
         });
         let outcome = match spawned {
-            Ok(_) => receiver
-                .recv_timeout(args.nvml_timeout)
-                .map_err(|_| format!("nvmlInit did not return within {:?}", args.nvml_timeout)),
+            Ok(_) => match receiver.recv_timeout(args.nvml_timeout) {
+                Ok(init) => init.map_err(|error| error.to_string()),
+                Err(_) => Err(format!("nvmlInit did not return within {:?}", args.nvml_timeout)),
+            },
             Err(error) => Err(format!("cannot start a thread for nvmlInit: {error}")),
         };
-        match outcome {
-            Ok(Ok(nvml)) => Some(Self { nvml, uuid: args.device_uuid.clone() }),
-            Ok(Err(error)) => {
-                eprintln!("vramd probe: NVML unavailable, comparison values left out: {error}");
-                None
-            }
-            Err(reason) => {
+        outcome
+            .map(|nvml| Self { nvml, uuid: args.device_uuid.clone() })
+            .inspect_err(|reason| {
                 eprintln!("vramd probe: NVML unavailable, comparison values left out: {reason}");
-                None
-            }
-        }
+            })
+            .ok()
     }
 
-    fn memory(&self) -> Option<nvml_wrapper::struct_wrappers::device::MemoryInfo> {
+    fn memory(&self) -> Option<MemoryInfo> {
         self.nvml.device_by_uuid(self.uuid.as_str()).ok()?.memory_info().ok()
     }
 
@@ -246,13 +242,12 @@ impl NvmlView {
     /// when the probe can see its own PID (not in a container without
     /// the host's PID namespace).
     fn own_process_bytes(&self) -> Option<u64> {
-        let device = self.nvml.device_by_uuid(self.uuid.as_str()).ok()?;
         let pid = std::process::id();
+        let device = self.nvml.device_by_uuid(self.uuid.as_str()).ok()?;
         let processes = device.running_compute_processes().ok()?;
-        let own = processes.into_iter().find(|process| process.pid == pid)?;
-        match own.used_gpu_memory {
-            nvml_wrapper::enums::device::UsedGpuMemory::Used(bytes) => Some(bytes),
-            nvml_wrapper::enums::device::UsedGpuMemory::Unavailable => None,
+        match processes.into_iter().find(|process| process.pid == pid)?.used_gpu_memory {
+            UsedGpuMemory::Used(bytes) => Some(bytes),
+            UsedGpuMemory::Unavailable => None,
         }
     }
 }

@@ -91,16 +91,10 @@ pub fn search_headroom<A: TrialAllocator>(
 /// The median of `samples` (the mean of the middle two for an even count);
 /// `None` for none.
 pub fn median(samples: &mut [f64]) -> Option<f64> {
-    if samples.is_empty() {
-        return None;
-    }
     samples.sort_by(f64::total_cmp);
     let middle = samples.len() / 2;
-    Some(if samples.len().is_multiple_of(2) {
-        (samples[middle - 1] + samples[middle]) / 2.0
-    } else {
-        samples[middle]
-    })
+    let upper = *samples.get(middle)?;
+    Some(if samples.len().is_multiple_of(2) { (samples[middle - 1] + upper) / 2.0 } else { upper })
 }
 
 #[cfg(test)]

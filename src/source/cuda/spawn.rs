@@ -12,7 +12,8 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use crate::clock::Stopwatch;
-use crate::model::{DeviceInfo, ProbeFailure, ProbeFailureKind, ProbeReading};
+use crate::model::ProbeFailureKind::{BadOutput, Crashed, SpawnFailed, Timeout};
+use crate::model::{DeviceInfo, ProbeFailure, ProbeReading};
 use crate::source::probe::{ProbeRequest, Prober};
 
 use super::wire::ProbeAnswer;
@@ -39,28 +40,17 @@ impl ChildProber {
     /// The running binary: `/proc/self/exe` keeps working after the file
     /// is replaced by an upgrade, unlike the path it was started from.
     pub fn current_binary() -> Self {
-        let proc_exe = PathBuf::from("/proc/self/exe");
-        let executable = if proc_exe.exists() {
-            proc_exe
-        } else {
-            std::env::current_exe().unwrap_or_else(|_| PathBuf::from("vramd"))
-        };
-        Self::new(executable)
+        let proc_exe = Some(PathBuf::from("/proc/self/exe")).filter(|path| path.exists());
+        let executable = proc_exe.or_else(|| std::env::current_exe().ok());
+        Self::new(executable.unwrap_or_else(|| PathBuf::from("vramd")))
     }
 
     fn command(&self, device: &DeviceInfo, request: &ProbeRequest) -> Command {
         let mut command = Command::new(&self.executable);
-        command
-            .arg("probe")
-            .arg("--json")
-            .arg("--device")
-            .arg(&device.uuid)
-            .arg("--block-size")
-            .arg(request.block_bytes.to_string())
-            .arg("--samples")
-            .arg(request.samples.to_string())
-            .arg("--margin")
-            .arg(request.margin_bytes.to_string());
+        command.args(["probe", "--json", "--device", device.uuid.as_str()]);
+        command.args(["--block-size", request.block_bytes.to_string().as_str()]);
+        command.args(["--samples", request.samples.to_string().as_str()]);
+        command.args(["--margin", request.margin_bytes.to_string().as_str()]);
         if let Some(budget) = request.headroom_time_budget {
             command.arg("--headroom").arg("--time-budget").arg(format!("{}ms", budget.as_millis()));
         }
@@ -136,21 +126,17 @@ impl Prober for ChildProber {
         request: &ProbeRequest,
     ) -> Result<ProbeReading, ProbeFailure> {
         let mut child = self.command(device, request).spawn().map_err(|error| {
-            ProbeFailure::new(
-                ProbeFailureKind::SpawnFailed,
-                format!("cannot start {} probe: {error}", self.executable.display()),
-            )
+            let message = format!("cannot start {} probe: {error}", self.executable.display());
+            ProbeFailure::new(SpawnFailed, message)
         })?;
         let stdout = child.stdout.take().map(read_bounded);
         let stderr = child.stderr.take().map(read_bounded);
         let status = wait_with_deadline(child, request.timeout).map_err(|error| {
-            ProbeFailure::new(ProbeFailureKind::Crashed, format!("waiting for the probe: {error}"))
+            ProbeFailure::new(Crashed, format!("waiting for the probe: {error}"))
         })?;
         let Some(status) = status else {
-            return Err(ProbeFailure::new(
-                ProbeFailureKind::Timeout,
-                format!("killed after probe.timeout ({:?})", request.timeout),
-            ));
+            let message = format!("killed after probe.timeout ({:?})", request.timeout);
+            return Err(ProbeFailure::new(Timeout, message));
         };
         let stdout = stdout.and_then(|reader| reader.join().ok()).unwrap_or_default();
         let stderr = stderr.and_then(|reader| reader.join().ok()).unwrap_or_default();
@@ -158,20 +144,14 @@ impl Prober for ChildProber {
             use std::os::unix::process::ExitStatusExt;
             let signal =
                 status.signal().map_or_else(|| "?".to_owned(), |signal| signal.to_string());
-            return Err(ProbeFailure::new(
-                ProbeFailureKind::Crashed,
-                format!("the probe died by signal {signal}: {}", last_line(&stderr)),
-            ));
+            let message = format!("the probe died by signal {signal}: {}", last_line(&stderr));
+            return Err(ProbeFailure::new(Crashed, message));
         }
         match ProbeAnswer::parse(&stdout, &device.uuid) {
-            Err(failure) if failure.kind == ProbeFailureKind::BadOutput && !status.success() => {
-                Err(ProbeFailure::new(
-                    ProbeFailureKind::Crashed,
-                    format!(
-                        "the probe exited with {status} without an answer: {}",
-                        last_line(&stderr)
-                    ),
-                ))
+            Err(failure) if failure.kind == BadOutput && !status.success() => {
+                let stderr = last_line(&stderr);
+                let message = format!("the probe exited with {status} without an answer: {stderr}");
+                Err(ProbeFailure::new(Crashed, message))
             }
             other => other,
         }
@@ -181,6 +161,7 @@ impl Prober for ChildProber {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::ProbeFailureKind;
 
     fn device() -> DeviceInfo {
         DeviceInfo {

@@ -28,10 +28,7 @@ pub struct ProbeAnswer {
 
 impl ProbeAnswer {
     pub fn new(device: &str, result: Result<ProbeReading, ProbeFailure>) -> Self {
-        let (reading, failure) = match result {
-            Ok(reading) => (Some(reading), None),
-            Err(failure) => (None, Some(failure)),
-        };
+        let (reading, failure) = (result.as_ref().ok().cloned(), result.err());
         Self { version: WIRE_VERSION, device: device.to_owned(), reading, failure }
     }
 
@@ -63,12 +60,10 @@ impl ProbeAnswer {
     /// Exit status of `vramd probe` for this answer: 0 measured, 4 the
     /// CUDA driver library or a symbol is missing, 5 any other failure.
     pub fn exit_status(&self) -> u8 {
-        match &self.failure {
+        match self.failure.as_ref().map(|failure| failure.kind) {
             None => 0,
-            Some(failure) => match failure.kind {
-                ProbeFailureKind::LibraryMissing | ProbeFailureKind::SymbolMissing => 4,
-                _ => 5,
-            },
+            Some(ProbeFailureKind::LibraryMissing | ProbeFailureKind::SymbolMissing) => 4,
+            Some(_) => 5,
         }
     }
 }
@@ -121,7 +116,7 @@ pub fn render_text(answer: &ProbeAnswer) -> String {
             lines.push(format!(
                 "largest block     {} ({}, {} attempts in {:.2} s, margin {})",
                 gib(search.largest_block_bytes),
-                search.stopped.as_str(),
+                <&str>::from(search.stopped),
                 search.attempts,
                 search.seconds,
                 gib(search.margin_bytes)
@@ -129,9 +124,7 @@ pub fn render_text(answer: &ProbeAnswer) -> String {
         }
         lines.push(format!("probe took        {:.2} s", reading.duration_seconds));
     }
-    let mut text = lines.join("\n");
-    text.push('\n');
-    text
+    lines.join("\n") + "\n"
 }
 
 #[cfg(test)]

@@ -93,8 +93,7 @@ pub(super) fn list(parent: &Device<'_>, parent_info: &DeviceInfo) -> Vec<DeviceI
 
 /// `NVIDIA H100 80GB HBM3 MIG 3g.40gb` → `3g.40gb`.
 pub fn profile_from_name(name: &str) -> Option<String> {
-    let (_, profile) = name.rsplit_once(" MIG ")?;
-    let profile = profile.trim();
+    let profile = name.rsplit_once(" MIG ")?.1.trim();
     (!profile.is_empty()).then(|| profile.to_owned())
 }
 

@@ -15,7 +15,7 @@ mod mig;
 mod slow;
 pub mod xid;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -42,7 +42,7 @@ pub struct NvmlSettings {
     pub max_cmdline_bytes: usize,
     /// Watch Xid events on a dedicated thread.
     pub xid_events: bool,
-    /// Root of the proc filesystem (`/proc`; tests point elsewhere).
+    /// Root of the proc filesystem (`/proc`; benchmarks point elsewhere).
     pub proc_root: PathBuf,
 }
 
@@ -84,14 +84,6 @@ impl NvmlSource {
         }
     }
 
-    /// The library NVML is loaded from, for messages.
-    pub fn library_name(&self) -> String {
-        self.settings
-            .library_path
-            .as_ref()
-            .map_or_else(|| "libnvidia-ml.so.1".to_owned(), |path| path.display().to_string())
-    }
-
     /// The shared handle, initialising NVML on first use. A failed init is
     /// retried on the next call (the sampler backs off between calls).
     fn handle(&self) -> Result<Arc<Nvml>, SourceError> {
@@ -103,17 +95,15 @@ impl NvmlSource {
         if let Some(path) = &self.settings.library_path {
             builder.lib_path(path.as_os_str());
         }
-        let nvml = builder.init().map(Arc::new).map_err(|error| SourceError::Unavailable {
-            reason: format!("NVML ({}) could not be initialised: {error}", self.library_name()),
+        let nvml = builder.init().map(Arc::new).map_err(|error| {
+            let library = self.settings.library_path.as_deref();
+            let library = library.unwrap_or(Path::new("libnvidia-ml.so.1")).display();
+            SourceError::Unavailable {
+                reason: format!("NVML ({library}) could not be initialised: {error}"),
+            }
         })?;
         *slot = Some(nvml.clone());
         Ok(nvml)
-    }
-
-    fn start_xid_watcher(&self, nvml: Arc<Nvml>, devices: u32) {
-        if self.settings.xid_events && !self.xid_started.swap(true, Ordering::AcqRel) {
-            xid::spawn(nvml, devices, self.xid_counts.clone(), self.xid_stop.clone());
-        }
     }
 }
 
@@ -162,7 +152,9 @@ impl DeviceSource for NvmlSource {
             devices.push(info);
             devices.extend(migs);
         }
-        self.start_xid_watcher(nvml, count);
+        if self.settings.xid_events && !self.xid_started.swap(true, Ordering::AcqRel) {
+            xid::spawn(nvml, count, self.xid_counts.clone(), self.xid_stop.clone());
+        }
         Ok(devices)
     }
 
@@ -200,21 +192,12 @@ impl DeviceSource for NvmlSource {
         let device = mig::device(&nvml, index)?;
         let processes = slow::processes(index, &device, &self.absent, &self.proc_reader)
             .map_err(|error| driver_error(index, "running_processes_v3", error))?;
-        let basics = slow::basics(index, &device, &self.absent)
+        let pcie = self.settings.pcie_throughput;
+        let mut reading = slow::reading(index, &device, &self.absent, pcie, processes, &self.clock)
             .map_err(|error| driver_error(index, "health", error))?;
-        let mut details =
-            slow::details(index, &device, &self.absent, self.settings.pcie_throughput)
-                .map_err(|error| driver_error(index, "health", error))?;
         if let Some(counts) = self.xid_counts.lock().get(&index) {
-            details.xid_errors = counts.clone();
+            reading.details.xid_errors = counts.clone();
         }
-        Ok(SlowReading {
-            at: self.clock.now(),
-            processes,
-            temperature_celsius: basics.temperature_celsius,
-            power_usage_watts: basics.power_usage_watts,
-            power_limit_watts: basics.power_limit_watts,
-            details,
-        })
+        Ok(reading)
     }
 }

@@ -11,20 +11,19 @@ use nvml_wrapper::enums::device::{SampleValue, UsedGpuMemory};
 use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::structs::device::FieldId;
 
+use crate::clock::ScaledClock;
 use crate::model::{
     Bar1Memory, ComputeMode, EccCounters, ProcessDetails, ProcessInfo, ProcessKind, RemappedRows,
-    RetiredPages, SlowDetails,
+    RetiredPages, SlowDetails, SlowReading,
 };
 use crate::source::procfs::ProcReader;
 
 use super::absent::AbsentLog;
 
-// NVML field ids for row remapping (nvml.h); nvml-wrapper has no safe call
-// for nvmlDeviceGetRemappedRows, field values give the same numbers.
-const FI_REMAPPED_CORRECTABLE: u32 = 142;
-const FI_REMAPPED_UNCORRECTABLE: u32 = 143;
-const FI_REMAPPED_PENDING: u32 = 144;
-const FI_REMAPPED_FAILURE: u32 = 145;
+// NVML field ids for row remapping (nvml.h: NVML_FI_DEV_REMAPPED_COR, _UNC,
+// _PENDING, _FAILURE); nvml-wrapper has no safe call for
+// nvmlDeviceGetRemappedRows, field values give the same numbers.
+const REMAPPED_ROW_FIELDS: [FieldId; 4] = [FieldId(142), FieldId(143), FieldId(144), FieldId(145)];
 
 /// Lists the processes on a device: compute, graphics and MPS clients,
 /// merged by PID, with their identity from /proc. `None` when no list
@@ -95,37 +94,21 @@ fn merge_kind(known: Option<ProcessKind>, seen: ProcessKind) -> ProcessKind {
     }
 }
 
-pub(super) struct Basics {
-    pub temperature_celsius: Option<f64>,
-    pub power_usage_watts: Option<f64>,
-    pub power_limit_watts: Option<f64>,
-}
-
-pub(super) fn basics(
-    index: u32,
-    device: &Device<'_>,
-    absent: &AbsentLog,
-) -> Result<Basics, NvmlError> {
-    let milliwatts_to_watts = |milliwatts: u32| f64::from(milliwatts) / 1000.0;
-    Ok(Basics {
-        temperature_celsius: absent
-            .value(index, "temperature", device.temperature(TemperatureSensor::Gpu))?
-            .map(f64::from),
-        power_usage_watts: absent
-            .value(index, "power usage", device.power_usage())?
-            .map(milliwatts_to_watts),
-        power_limit_watts: absent
-            .value(index, "power limit", device.enforced_power_limit())?
-            .map(milliwatts_to_watts),
-    })
-}
-
-pub(super) fn details(
+/// The device's health around the already read `processes`.
+pub(super) fn reading(
     index: u32,
     device: &Device<'_>,
     absent: &AbsentLog,
     pcie_throughput: bool,
-) -> Result<SlowDetails, NvmlError> {
+    processes: Option<Vec<ProcessInfo>>,
+    clock: &ScaledClock,
+) -> Result<SlowReading, NvmlError> {
+    let watts = |milliwatts: u32| f64::from(milliwatts) / 1000.0;
+    let temperature = device.temperature(TemperatureSensor::Gpu);
+    let temperature_celsius = absent.value(index, "temperature", temperature)?.map(f64::from);
+    let power_usage_watts = absent.value(index, "power usage", device.power_usage())?.map(watts);
+    let power_limit = device.enforced_power_limit();
+    let power_limit_watts = absent.value(index, "power limit", power_limit)?.map(watts);
     let ecc_enabled = absent
         .value(index, "ECC mode", device.is_ecc_enabled())?
         .is_some_and(|mode| mode.currently_enabled);
@@ -140,7 +123,7 @@ pub(super) fn details(
     } else {
         (None, None)
     };
-    Ok(SlowDetails {
+    let details = SlowDetails {
         bar1: absent.value(index, "BAR1 memory", device.bar1_memory_info())?.map(|bar1| {
             Bar1Memory { total_bytes: bar1.total, used_bytes: bar1.used, free_bytes: bar1.free }
         }),
@@ -171,6 +154,14 @@ pub(super) fn details(
         pcie_tx_bytes_per_second: pcie_tx,
         pcie_rx_bytes_per_second: pcie_rx,
         xid_errors: BTreeMap::new(),
+    };
+    Ok(SlowReading {
+        at: clock.now(),
+        processes,
+        temperature_celsius,
+        power_usage_watts,
+        power_limit_watts,
+        details,
     })
 }
 
@@ -213,16 +204,9 @@ fn remapped_rows(
     device: &Device<'_>,
     absent: &AbsentLog,
 ) -> Result<Option<RemappedRows>, NvmlError> {
-    let ids = [
-        FI_REMAPPED_CORRECTABLE,
-        FI_REMAPPED_UNCORRECTABLE,
-        FI_REMAPPED_PENDING,
-        FI_REMAPPED_FAILURE,
-    ]
-    .map(FieldId);
     let read = || -> Result<RemappedRows, NvmlError> {
-        let samples = device.field_values_for(&ids)?;
-        if samples.len() != ids.len() {
+        let samples = device.field_values_for(&REMAPPED_ROW_FIELDS)?;
+        if samples.len() != REMAPPED_ROW_FIELDS.len() {
             // A partial answer must not read as zeros.
             return Err(NvmlError::NotSupported);
         }

@@ -90,8 +90,7 @@ fn watch(
             }
         }
     }
-    let registered = watched.len();
-    if registered == 0 {
+    if watched.is_empty() {
         return Ok(());
     }
     while !stop.load(Ordering::Relaxed) {
@@ -130,12 +129,8 @@ fn record(counts: &XidCounts, index: Option<u32>, code: Option<u64>) {
     let label = code.map_or_else(|| "unknown".to_owned(), |code| code.to_string());
     let mut counts = counts.lock();
     let per_device = counts.entry(index).or_default();
-    let label = if per_device.contains_key(&label) || per_device.len() < MAX_CODES_PER_DEVICE {
-        label
-    } else {
-        "other".to_owned()
-    };
-    let count = per_device.entry(label).or_insert(0);
+    let room = per_device.contains_key(&label) || per_device.len() < MAX_CODES_PER_DEVICE;
+    let count = per_device.entry(if room { label } else { "other".to_owned() }).or_insert(0);
     *count = count.saturating_add(1);
 }
 
