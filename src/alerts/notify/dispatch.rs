@@ -42,6 +42,8 @@ struct Lane {
     /// Woken when something is queued.
     wake: Notify,
     telemetry: Arc<Telemetry>,
+    max_retries: u32,
+    backoff_max: Duration,
 }
 
 impl Lane {
@@ -69,12 +71,6 @@ impl Lane {
     }
 }
 
-#[derive(Clone, Copy)]
-struct RetryPolicy {
-    max_retries: u32,
-    backoff_max: Duration,
-}
-
 /// Starts one worker per notifier and returns the handle the alert engine
 /// submits to. Workers stop when `cancel` is cancelled, abandoning whatever
 /// is queued or in flight (firing alerts then expire in Alertmanager by
@@ -87,8 +83,6 @@ pub fn spawn(
     telemetry: Arc<Telemetry>,
     cancel: CancellationToken,
 ) -> DispatchHandle {
-    let policy =
-        RetryPolicy { max_retries: config.max_retries, backoff_max: config.retry_backoff_max };
     let mut lanes = Vec::with_capacity(notifiers.len());
     let mut workers = Vec::with_capacity(notifiers.len());
     for notifier in notifiers {
@@ -99,8 +93,10 @@ pub fn spawn(
             queue: Mutex::new(VecDeque::new()),
             wake: Notify::new(),
             telemetry: telemetry.clone(),
+            max_retries: config.max_retries,
+            backoff_max: config.retry_backoff_max,
         });
-        workers.push(tokio::spawn(run_worker(lane.clone(), notifier, policy, cancel.clone())));
+        workers.push(tokio::spawn(run_worker(lane.clone(), notifier, cancel.clone())));
         lanes.push(lane);
     }
     DispatchHandle { dispatcher: Arc::new(Dispatcher { lanes, workers: Mutex::new(workers) }) }
@@ -146,21 +142,6 @@ impl DispatchHandle {
         }
     }
 
-    /// The notifiers' names, in the order given to [`spawn`].
-    pub fn notifiers(&self) -> Vec<&'static str> {
-        self.dispatcher.lanes.iter().map(|lane| lane.name).collect()
-    }
-
-    /// How many alerts wait in `notifier`'s queue (not counting a batch in
-    /// flight); `None` for an unknown notifier.
-    pub fn queued(&self, notifier: &str) -> Option<usize> {
-        self.dispatcher
-            .lanes
-            .iter()
-            .find(|lane| lane.name == notifier)
-            .map(|lane| lane.queue.lock().len())
-    }
-
     /// Waits for the workers to stop (after the cancellation token given to
     /// [`spawn`] is cancelled). Returns at once on later calls.
     pub async fn join(&self) {
@@ -175,26 +156,15 @@ impl DispatchHandle {
     }
 }
 
-async fn run_worker(
-    lane: Arc<Lane>,
-    notifier: Arc<dyn Notifier>,
-    policy: RetryPolicy,
-    cancel: CancellationToken,
-) {
+async fn run_worker(lane: Arc<Lane>, notifier: Arc<dyn Notifier>, cancel: CancellationToken) {
     let mut failing = false;
     loop {
         let batch = lane.take_all();
-        if batch.is_empty() {
-            tokio::select! {
-                biased;
-                () = cancel.cancelled() => return,
-                () = lane.wake.notified() => continue,
-            }
-        }
         tokio::select! {
             biased;
             () = cancel.cancelled() => return,
-            () = deliver_with_retries(&lane, notifier.as_ref(), &batch, policy, &mut failing) => {}
+            () = lane.wake.notified(), if batch.is_empty() => {}
+            () = deliver_with_retries(&lane, notifier.as_ref(), &batch, &mut failing), if !batch.is_empty() => {}
         }
     }
 }
@@ -205,11 +175,10 @@ async fn deliver_with_retries(
     lane: &Lane,
     notifier: &dyn Notifier,
     batch: &[Alert],
-    policy: RetryPolicy,
     failing: &mut bool,
 ) {
     let count = u64::try_from(batch.len()).unwrap_or(u64::MAX);
-    let mut backoff = INITIAL_BACKOFF.min(policy.backoff_max);
+    let mut backoff = INITIAL_BACKOFF.min(lane.backoff_max);
     let mut attempt = 0_u32;
     loop {
         let started = tokio::time::Instant::now();
@@ -224,8 +193,7 @@ async fn deliver_with_retries(
                 return;
             }
             Err(error) => {
-                if !*failing {
-                    *failing = true;
+                if !std::mem::replace(failing, true) {
                     warn!(
                         notifier = lane.name,
                         alerts = count,
@@ -235,7 +203,7 @@ async fn deliver_with_retries(
                 } else {
                     debug!(notifier = lane.name, attempt, error = %error, "notification delivery failed again");
                 }
-                if attempt >= policy.max_retries {
+                if attempt >= lane.max_retries {
                     lane.telemetry.count_notifications(
                         lane.name,
                         NotificationOutcome::Failed,
@@ -251,8 +219,26 @@ async fn deliver_with_retries(
                 }
                 attempt += 1;
                 tokio::time::sleep(backoff).await;
-                backoff = backoff.saturating_mul(2).min(policy.backoff_max);
+                backoff = backoff.saturating_mul(2).min(lane.backoff_max);
             }
         }
+    }
+}
+
+#[cfg(test)]
+impl DispatchHandle {
+    /// The notifiers' names, in the order given to [`spawn`].
+    pub fn notifiers(&self) -> Vec<&'static str> {
+        self.dispatcher.lanes.iter().map(|lane| lane.name).collect()
+    }
+
+    /// How many alerts wait in `notifier`'s queue (not counting a batch in
+    /// flight); `None` for an unknown notifier.
+    pub fn queued(&self, notifier: &str) -> Option<usize> {
+        self.dispatcher
+            .lanes
+            .iter()
+            .find(|lane| lane.name == notifier)
+            .map(|lane| lane.queue.lock().len())
     }
 }

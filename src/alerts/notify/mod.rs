@@ -1,8 +1,8 @@
 //! Notifiers: deliver alert state changes to the outside world.
 //!
-//! Owns: the [`Notifier`] seam and its three implementations (Alertmanager
-//! API v2, a generic JSON webhook, and a recording fake for tests), the
-//! shared HTTP client, and the [`Dispatcher`] that queues, batches, retries
+//! Owns: the [`Notifier`] seam and its two implementations (Alertmanager
+//! API v2 and a generic JSON webhook; the recording fake lives with the
+//! tests), the shared HTTP client, and the [`Dispatcher`] that queues, batches, retries
 //! and counts deliveries — one bounded queue and one worker task per
 //! notifier, so a slow receiver delays only its own deliveries and never the
 //! alert engine. Depends on: `alerts::model`, `config::NotifyConfig`,
@@ -11,9 +11,10 @@
 mod alertmanager;
 mod dispatch;
 mod http;
-mod recording;
 mod webhook;
 
+#[cfg(test)]
+mod recording_tests;
 #[cfg(test)]
 mod tests;
 
@@ -28,7 +29,6 @@ use super::Alert;
 
 pub use alertmanager::{AlertmanagerNotifier, host_name};
 pub use dispatch::{DispatchHandle, Dispatcher, spawn};
-pub use recording::RecordingNotifier;
 pub use webhook::WebhookNotifier;
 
 /// A boxed, sendable future: what [`Notifier::deliver`] returns, so the
@@ -63,7 +63,7 @@ pub enum NotifyError {
     Timeout { url: String, timeout: Duration },
     #[error("POST {url}: HTTP {status}: {body}")]
     Status { url: String, status: u16, body: String },
-    /// Only from [`RecordingNotifier`], when told to fail.
+    /// Only from the tests' recording notifier, when told to fail.
     #[error("{notifier}: delivery failed on request (test)")]
     Injected { notifier: &'static str },
 }

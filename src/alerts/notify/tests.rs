@@ -21,6 +21,7 @@ use crate::config::NotifyConfig;
 use crate::model::Timestamp;
 use crate::telemetry::{NotificationOutcome, Telemetry};
 
+use super::recording_tests::RecordingNotifier;
 use super::*;
 
 /// Bound of every wait (real or paused time).
