@@ -137,10 +137,10 @@ pub fn run(
     };
     let to = newest.at();
     let from = to.saturating_sub(query.window);
+    let window_ms = u64::try_from(query.window.as_millis()).unwrap_or(u64::MAX);
     let Some(step) = query.step else {
         let count = snapshot.count_in(from, to);
         if count > query.max_points {
-            let window_ms = u64::try_from(query.window.as_millis()).unwrap_or(u64::MAX);
             let suggested_step_ms = window_ms.div_ceil(query.max_points as u64).max(1);
             return Err(QueryError::TooManyPoints {
                 count,
@@ -156,7 +156,6 @@ pub fn run(
     if step_ms == 0 {
         return Err(QueryError::ZeroStep);
     }
-    let window_ms = u64::try_from(query.window.as_millis()).unwrap_or(u64::MAX);
     let buckets_needed = window_ms / step_ms + 1;
     if buckets_needed > query.max_points as u64 {
         return Err(QueryError::TooManyBuckets {

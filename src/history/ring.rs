@@ -63,10 +63,6 @@ impl<T: Stamped + Clone> Ring<T> {
         }
     }
 
-    pub fn capacity(&self) -> usize {
-        self.capacity
-    }
-
     /// Appends an item; O(1) amortised (sealing copies a chunk once).
     pub fn push(&self, item: T) -> Result<(), OutOfOrder> {
         let evicted = {
@@ -195,10 +191,6 @@ impl<T: Stamped> Snapshot<T> {
 
     pub fn newest(&self) -> Option<&T> {
         self.open.last().or_else(|| self.chunks.last().and_then(|chunk| chunk.last()))
-    }
-
-    pub fn oldest(&self) -> Option<&T> {
-        self.slices().find_map(<[T]>::first)
     }
 }
 

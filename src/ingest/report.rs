@@ -6,26 +6,16 @@
 
 use std::collections::BTreeMap;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use utoipa::ToSchema;
 
 use crate::model::{AllocatorStats, SnapshotSummary, Timestamp};
 
 pub const VERSION: u64 = 1;
 
 /// Who sent a report.
-#[derive(
-    Clone,
-    Debug,
-    PartialEq,
-    Eq,
-    Hash,
-    PartialOrd,
-    Ord,
-    Deserialize,
-    serde::Serialize,
-    utoipa::ToSchema,
-)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Deserialize, Serialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Reporter {
     /// The PID as the process sees it (inside its container).
@@ -47,7 +37,10 @@ pub struct Reporter {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawReport {
-    version: u64,
+    /// Already checked on the untyped document; named so that
+    /// `deny_unknown_fields` accepts it.
+    #[serde(rename = "version")]
+    _version: u64,
     reporter: Reporter,
     at: String,
     devices: Vec<RawDevice>,
@@ -125,13 +118,6 @@ pub const MAX_NAME_BYTES: usize = 253;
 /// `memory_stats()` keys whose value may be negative (-1 means unset).
 const SIGNED_KEYS: &[&str] = &["max_split_size"];
 
-const ALLOCATED: &str = "allocated_bytes.all.current";
-const RESERVED: &str = "reserved_bytes.all.current";
-const ACTIVE: &str = "active_bytes.all.current";
-const INACTIVE_SPLIT: &str = "inactive_split_bytes.all.current";
-const RETRIES: &str = "num_alloc_retries";
-const OOMS: &str = "num_ooms";
-
 /// Parses and validates a report body.
 pub fn parse(body: &[u8], limits: &ReportLimits) -> Result<Report, ReportError> {
     // The version is checked first, so a future document gets the clearer
@@ -145,10 +131,7 @@ pub fn parse(body: &[u8], limits: &ReportLimits) -> Result<Report, ReportError> 
     }
     let raw: RawReport =
         serde_json::from_value(value).map_err(|e| ReportError::Malformed(e.to_string()))?;
-    if raw.version != VERSION {
-        return Err(ReportError::Version { found: raw.version });
-    }
-    let at = parse_time(&raw.at)?;
+    let at = Timestamp::parse_rfc3339(&raw.at).map_err(ReportError::BadTime)?;
     // Reporter strings are kept for as long as the report lives: bounded,
     // so a client cannot make the daemon hold arbitrary text.
     let names = [
@@ -195,19 +178,17 @@ pub fn parse(body: &[u8], limits: &ReportLimits) -> Result<Report, ReportError> 
             // be negative; a few settings legitimately are (PyTorch reports
             // `max_split_size` as -1 when it is unset).
             let may_be_negative = SIGNED_KEYS.contains(&key.as_str());
-            let valid = value
+            let Some(number) = value
                 .as_f64()
-                .is_some_and(|number| number.is_finite() && (number >= 0.0 || may_be_negative));
-            if !valid {
+                .filter(|number| number.is_finite() && (*number >= 0.0 || may_be_negative))
+            else {
                 return Err(ReportError::BadNumber {
                     uuid: device.uuid,
                     key: key.clone(),
                     value: value.to_string(),
                 });
-            }
-            if let Some(reason) =
-                value.as_f64().and_then(|number| out_of_range(number, may_be_negative))
-            {
+            };
+            if let Some(reason) = out_of_range(number, may_be_negative) {
                 return Err(ReportError::OutOfRange {
                     uuid: device.uuid,
                     key: key.clone(),
@@ -217,24 +198,23 @@ pub fn parse(body: &[u8], limits: &ReportLimits) -> Result<Report, ReportError> 
             }
         }
         let stats = stats_of(&device.uuid, &device.memory_stats)?;
-        if let Some(snapshot) = device.snapshot
-            && snapshot.total_bytes > MAX_EXACT_U64
-        {
-            return Err(ReportError::OutOfRange {
-                uuid: device.uuid,
-                key: "snapshot.total_bytes".into(),
-                value: snapshot.total_bytes.to_string(),
-                reason: "above 2^53, more memory than any device has",
-            });
-        }
-        if let Some(snapshot) = device.snapshot
-            && (snapshot.allocated_bytes > snapshot.total_bytes
-                || snapshot.largest_free_block_bytes > snapshot.total_bytes)
-        {
-            return Err(ReportError::Inconsistent {
-                uuid: device.uuid,
-                reason: "snapshot allocated or largest free block exceeds its total".into(),
-            });
+        if let Some(snapshot) = device.snapshot {
+            if snapshot.total_bytes > MAX_EXACT as u64 {
+                return Err(ReportError::OutOfRange {
+                    uuid: device.uuid,
+                    key: "snapshot.total_bytes".into(),
+                    value: snapshot.total_bytes.to_string(),
+                    reason: "above 2^53, more memory than any device has",
+                });
+            }
+            if snapshot.allocated_bytes.max(snapshot.largest_free_block_bytes)
+                > snapshot.total_bytes
+            {
+                return Err(ReportError::Inconsistent {
+                    uuid: device.uuid,
+                    reason: "snapshot allocated or largest free block exceeds its total".into(),
+                });
+            }
         }
         // A device the process never allocated on (every visible device of
         // a data-parallel rank is reported) says nothing: not kept.
@@ -266,12 +246,12 @@ fn stats_of(
             .ok_or_else(|| ReportError::MissingStat { uuid: uuid.to_owned(), key })
     };
     let parsed = AllocatorStats {
-        allocated_bytes: get(ALLOCATED)?,
-        reserved_bytes: get(RESERVED)?,
-        active_bytes: get(ACTIVE)?,
-        inactive_split_bytes: get(INACTIVE_SPLIT)?,
-        alloc_retries: get(RETRIES)?,
-        ooms: get(OOMS)?,
+        allocated_bytes: get("allocated_bytes.all.current")?,
+        reserved_bytes: get("reserved_bytes.all.current")?,
+        active_bytes: get("active_bytes.all.current")?,
+        inactive_split_bytes: get("inactive_split_bytes.all.current")?,
+        alloc_retries: get("num_alloc_retries")?,
+        ooms: get("num_ooms")?,
     };
     if parsed.allocated_bytes > parsed.reserved_bytes {
         return Err(ReportError::Inconsistent {
@@ -295,7 +275,6 @@ fn stats_of(
 /// counter or size of a real allocator comes near it (8 PiB), and values
 /// past it are rounded, so a report carrying one is refused, not believed.
 const MAX_EXACT: f64 = 9_007_199_254_740_992.0;
-const MAX_EXACT_U64: u64 = 1 << 53;
 
 /// Why a finite `memory_stats` value cannot be true, if it cannot.
 fn out_of_range(number: f64, may_be_negative: bool) -> Option<&'static str> {
@@ -337,8 +316,4 @@ pub fn check_device_totals(
         }
     }
     Ok(())
-}
-
-fn parse_time(text: &str) -> Result<Timestamp, ReportError> {
-    Timestamp::parse_rfc3339(text).map_err(ReportError::BadTime)
 }

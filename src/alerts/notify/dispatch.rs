@@ -28,12 +28,6 @@ use super::Notifier;
 /// First wait before a retry; doubles on each further failure.
 const INITIAL_BACKOFF: Duration = Duration::from_millis(100);
 
-/// The notifiers' queues and workers. Reached through a [`DispatchHandle`].
-pub struct Dispatcher {
-    lanes: Vec<Arc<Lane>>,
-    workers: Mutex<Vec<JoinHandle<()>>>,
-}
-
 /// One notifier's queue.
 struct Lane {
     name: &'static str,
@@ -99,13 +93,15 @@ pub fn spawn(
         workers.push(tokio::spawn(run_worker(lane.clone(), notifier, cancel.clone())));
         lanes.push(lane);
     }
-    DispatchHandle { dispatcher: Arc::new(Dispatcher { lanes, workers: Mutex::new(workers) }) }
+    DispatchHandle { lanes: lanes.into(), workers: Arc::new(Mutex::new(workers)) }
 }
 
-/// What the alert engine holds: cheap to clone, never blocks.
+/// The notifiers' queues and workers, as the alert engine holds them:
+/// cheap to clone, never blocks.
 #[derive(Clone)]
 pub struct DispatchHandle {
-    dispatcher: Arc<Dispatcher>,
+    lanes: Arc<[Arc<Lane>]>,
+    workers: Arc<Mutex<Vec<JoinHandle<()>>>>,
 }
 
 impl DispatchHandle {
@@ -120,7 +116,7 @@ impl DispatchHandle {
         if deliverable.is_empty() {
             return;
         }
-        for lane in &self.dispatcher.lanes {
+        for lane in self.lanes.iter() {
             lane.push(deliverable.iter().map(|alert| (*alert).clone()));
         }
     }
@@ -128,7 +124,7 @@ impl DispatchHandle {
     /// Queues a periodic re-send of the firing alerts among `firing`, except
     /// those already waiting in a notifier's queue. Returns at once.
     pub fn resend(&self, firing: &[Alert]) {
-        for lane in &self.dispatcher.lanes {
+        for lane in self.lanes.iter() {
             let queued: HashSet<String> =
                 lane.queue.lock().iter().map(|alert| alert.id.clone()).collect();
             let alerts = firing
@@ -145,7 +141,7 @@ impl DispatchHandle {
     /// Waits for the workers to stop (after the cancellation token given to
     /// [`spawn`] is cancelled). Returns at once on later calls.
     pub async fn join(&self) {
-        let workers = std::mem::take(&mut *self.dispatcher.workers.lock());
+        let workers = std::mem::take(&mut *self.workers.lock());
         for worker in workers {
             if let Err(error) = worker.await
                 && error.is_panic()
@@ -229,16 +225,12 @@ async fn deliver_with_retries(
 impl DispatchHandle {
     /// The notifiers' names, in the order given to [`spawn`].
     pub fn notifiers(&self) -> Vec<&'static str> {
-        self.dispatcher.lanes.iter().map(|lane| lane.name).collect()
+        self.lanes.iter().map(|lane| lane.name).collect()
     }
 
     /// How many alerts wait in `notifier`'s queue (not counting a batch in
     /// flight); `None` for an unknown notifier.
     pub fn queued(&self, notifier: &str) -> Option<usize> {
-        self.dispatcher
-            .lanes
-            .iter()
-            .find(|lane| lane.name == notifier)
-            .map(|lane| lane.queue.lock().len())
+        self.lanes.iter().find(|lane| lane.name == notifier).map(|lane| lane.queue.lock().len())
     }
 }

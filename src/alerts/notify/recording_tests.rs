@@ -114,7 +114,12 @@ impl Notifier for RecordingNotifier {
                 }
             };
             self.changed.notify_waiters();
-            if failed { Err(NotifyError::Injected { notifier: self.name }) } else { Ok(()) }
+            if failed {
+                let url = format!("recording:{}", self.name);
+                Err(NotifyError::Request { url, reason: "delivery failed on request".into() })
+            } else {
+                Ok(())
+            }
         })
     }
 }
