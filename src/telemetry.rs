@@ -206,7 +206,6 @@ impl Telemetry {
         self.alerts_dropped.inc_by(count);
     }
 
-    /// Counts one failed source call.
     pub fn count_error(&self, kind: &str) {
         self.source_errors.with_label_values(&[kind]).inc();
     }
@@ -250,7 +249,6 @@ impl Telemetry {
         }
     }
 
-    /// Records how long one delivery attempt took.
     pub fn observe_notification(&self, notifier: &str, took: Duration) {
         self.notification_duration.with_label_values(&[notifier]).observe(took.as_secs_f64());
     }

@@ -43,29 +43,16 @@ pub struct Aggregate<T> {
     pub last: T,
 }
 
-impl<T: Copy + PartialOrd> Aggregate<T> {
-    fn start(value: T) -> Self {
-        Self { min: value, max: value, last: value }
-    }
-
-    fn add(&mut self, value: T) {
-        if value < self.min {
-            self.min = value;
-        }
-        if value > self.max {
-            self.max = value;
-        }
-        self.last = value;
-    }
-}
-
 fn fold<T: Copy + PartialOrd>(slot: &mut Option<Aggregate<T>>, value: Option<T>) {
-    if let Some(value) = value {
-        match slot {
-            Some(aggregate) => aggregate.add(value),
-            None => *slot = Some(Aggregate::start(value)),
-        }
+    let Some(value) = value else { return };
+    let aggregate = slot.get_or_insert(Aggregate { min: value, max: value, last: value });
+    if value < aggregate.min {
+        aggregate.min = value;
     }
+    if value > aggregate.max {
+        aggregate.max = value;
+    }
+    aggregate.last = value;
 }
 
 /// One downsampled bucket `[start, start + step)`.

@@ -59,10 +59,6 @@ impl Lane {
         }
         self.wake.notify_one();
     }
-
-    fn take_all(&self) -> Vec<Alert> {
-        self.queue.lock().drain(..).collect()
-    }
 }
 
 /// Starts one worker per notifier and returns the handle the alert engine
@@ -77,22 +73,23 @@ pub fn spawn(
     telemetry: Arc<Telemetry>,
     cancel: CancellationToken,
 ) -> DispatchHandle {
-    let mut lanes = Vec::with_capacity(notifiers.len());
-    let mut workers = Vec::with_capacity(notifiers.len());
-    for notifier in notifiers {
-        telemetry.register_notifier(notifier.name());
-        let lane = Arc::new(Lane {
-            name: notifier.name(),
-            capacity: config.queue_capacity.get(),
-            queue: Mutex::new(VecDeque::new()),
-            wake: Notify::new(),
-            telemetry: telemetry.clone(),
-            max_retries: config.max_retries,
-            backoff_max: config.retry_backoff_max,
-        });
-        workers.push(tokio::spawn(run_worker(lane.clone(), notifier, cancel.clone())));
-        lanes.push(lane);
-    }
+    let (lanes, workers): (Vec<_>, Vec<_>) = notifiers
+        .into_iter()
+        .map(|notifier| {
+            telemetry.register_notifier(notifier.name());
+            let lane = Arc::new(Lane {
+                name: notifier.name(),
+                capacity: config.queue_capacity.get(),
+                queue: Mutex::new(VecDeque::new()),
+                wake: Notify::new(),
+                telemetry: telemetry.clone(),
+                max_retries: config.max_retries,
+                backoff_max: config.retry_backoff_max,
+            });
+            let worker = tokio::spawn(run_worker(lane.clone(), notifier, cancel.clone()));
+            (lane, worker)
+        })
+        .unzip();
     DispatchHandle { lanes: lanes.into(), workers: Arc::new(Mutex::new(workers)) }
 }
 
@@ -155,7 +152,7 @@ impl DispatchHandle {
 async fn run_worker(lane: Arc<Lane>, notifier: Arc<dyn Notifier>, cancel: CancellationToken) {
     let mut failing = false;
     loop {
-        let batch = lane.take_all();
+        let batch: Vec<Alert> = lane.queue.lock().drain(..).collect();
         tokio::select! {
             biased;
             () = cancel.cancelled() => return,

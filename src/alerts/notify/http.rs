@@ -123,20 +123,15 @@ impl HttpClient {
                 .await
                 .map(|collected| collected.to_bytes())
                 .unwrap_or_default();
-            if status.is_success() {
-                Ok(())
-            } else {
-                Err(NotifyError::Status {
-                    url: url.to_owned(),
-                    status: status.as_u16(),
-                    body: quote(&body),
-                })
+            if !status.is_success() {
+                let (status, body) = (status.as_u16(), quote(&body));
+                return Err(NotifyError::Status { url: url.to_owned(), status, body });
             }
+            Ok(())
         };
-        match tokio::time::timeout(self.timeout, exchange).await {
-            Ok(result) => result,
-            Err(_) => Err(NotifyError::Timeout { url: url.to_owned(), timeout: self.timeout }),
-        }
+        tokio::time::timeout(self.timeout, exchange).await.unwrap_or_else(|_| {
+            Err(NotifyError::Timeout { url: url.to_owned(), timeout: self.timeout })
+        })
     }
 }
 
@@ -144,14 +139,12 @@ impl HttpClient {
 /// often just "client error (Connect)").
 fn describe(error: &(dyn std::error::Error + 'static)) -> String {
     let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
+    for cause in std::iter::successors(error.source(), |cause| cause.source()) {
         let cause_text = cause.to_string();
         if !text.contains(&cause_text) {
             text.push_str(": ");
             text.push_str(&cause_text);
         }
-        source = cause.source();
     }
     text
 }
