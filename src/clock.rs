@@ -46,7 +46,10 @@ impl ScaledClock {
     pub fn origin(&self) -> Timestamp {
         self.origin
     }
+}
 
+#[cfg(test)]
+impl ScaledClock {
     pub fn speed(&self) -> f64 {
         self.speed
     }

@@ -6,10 +6,12 @@
 //! Depends only on `model` (for [`ErrorKind`]) and `logging` (for its
 //! dropped-line count); the sampler writes, exposition reads.
 
+use std::sync::OnceLock;
 use std::time::Duration;
 
-use crate::model::ErrorKind;
+use prometheus::core::Collector;
 
+use crate::model::ErrorKind;
 use prometheus::{
     Encoder, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
     Registry, TextEncoder,
@@ -63,7 +65,7 @@ pub struct Telemetry {
     /// exists before any `Telemetry` and must not depend on it.
     log_lines_dropped: IntCounter,
     /// Set once a recording exists: its health, and the series mirroring it.
-    recording: std::sync::OnceLock<RecordingSeries>,
+    recording: OnceLock<RecordingSeries>,
 }
 
 /// Reads a recording's (errors so far, failing now).
@@ -79,117 +81,78 @@ impl Telemetry {
     /// `source` names the device source (`nvml`, `simulator`, `replay`).
     pub fn new(source: &str) -> Result<Self, TelemetryError> {
         let registry = Registry::new();
-        let source_errors = IntCounterVec::new(
-            Opts::new(
-                "vramd_source_errors_total",
-                "Device-source calls that produced no reading, by kind of failure.",
-            ),
+        let source_errors = counter_vec(
+            &registry,
+            "vramd_source_errors_total",
+            "Device-source calls that produced no reading, by kind of failure.",
             &["kind"],
-        )
-        .map_err(|source| TelemetryError::Register { name: "vramd_source_errors_total", source })?;
+        )?;
         // Pre-created at zero so `rate()` works from the first scrape.
         for kind in ErrorKind::ALL {
             source_errors.with_label_values(&[kind.as_str()]);
         }
-        let sample_duration = HistogramVec::new(
-            HistogramOpts::new(
-                "vramd_sample_duration_seconds",
-                "Time one device-source call took, by sampling tier (timed-out calls count at the deadline).",
-            )
-            .buckets(vec![
-                0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1,
-                0.25, 0.5, 1.0, 2.5,
-            ]),
-            &["tier"],
-        )
-        .map_err(|source| TelemetryError::Register { name: "vramd_sample_duration_seconds", source })?;
-        let source_up = IntGauge::new(
+        let sample_duration = histogram_vec(
+            &registry,
+            "vramd_sample_duration_seconds",
+            "Time one device-source call took, by sampling tier (timed-out calls count at the deadline).",
+            &[
+                0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05,
+                0.1, 0.25, 0.5, 1.0, 2.5,
+            ],
+            "tier",
+        )?;
+        let source_up = gauge(
+            &registry,
             "vramd_nvml_up",
             "1 when the device source (NVML, or the simulator or trace standing in for it) answered its last device listing, else 0.",
-        )
-        .map_err(|source| TelemetryError::Register { name: "vramd_nvml_up", source })?;
-        let calls_stuck = IntGauge::new(
+        )?;
+        let calls_stuck = gauge(
+            &registry,
             "vramd_source_calls_stuck",
             "Source calls still running past their deadline; new calls to those devices and tiers are skipped until they return.",
-        )
-        .map_err(|source| TelemetryError::Register { name: "vramd_source_calls_stuck", source })?;
-        let build_info = IntGaugeVec::new(
-            Opts::new("vramd_build_info", "Build of the running vramd; always 1."),
-            &["version", "revision"],
-        )
-        .map_err(|source| TelemetryError::Register { name: "vramd_build_info", source })?;
-        build_info
-            .with_label_values(&[env!("CARGO_PKG_VERSION"), env!("BUILD_GIT_REVISION")])
+        )?;
+        let build_info = Opts::new("vramd_build_info", "Build of the running vramd; always 1.");
+        register(
+            &registry,
+            "vramd_build_info",
+            IntGaugeVec::new(build_info, &["version", "revision"]),
+        )?
+        .with_label_values(&[env!("CARGO_PKG_VERSION"), env!("BUILD_GIT_REVISION")])
+        .set(1);
+        let source_info =
+            Opts::new("vramd_source_info", "The device source this daemon reads; always 1.");
+        register(&registry, "vramd_source_info", IntGaugeVec::new(source_info, &["source"]))?
+            .with_label_values(&[source])
             .set(1);
-        let source_info = IntGaugeVec::new(
-            Opts::new("vramd_source_info", "The device source this daemon reads; always 1."),
-            &["source"],
-        )
-        .map_err(|source| TelemetryError::Register { name: "vramd_source_info", source })?;
-        source_info.with_label_values(&[source]).set(1);
-
-        let notifications = IntCounterVec::new(
-            Opts::new(
-                "vramd_notifications_total",
-                "Alert notifications (one alert in one delivery) by notifier and outcome: sent, failed (given up after the last retry), dropped (evicted from a full queue).",
-            ),
+        let notifications = counter_vec(
+            &registry,
+            "vramd_notifications_total",
+            "Alert notifications (one alert in one delivery) by notifier and outcome: sent, failed (given up after the last retry), dropped (evicted from a full queue).",
             &["notifier", "outcome"],
-        )
-        .map_err(|source| TelemetryError::Register { name: "vramd_notifications_total", source })?;
-        let notifications_dropped = IntCounterVec::new(
-            Opts::new(
-                "vramd_notifications_dropped_total",
-                "Alert notifications evicted from a notifier's full queue (notify.queue_capacity) before delivery was attempted.",
-            ),
+        )?;
+        let notifications_dropped = counter_vec(
+            &registry,
+            "vramd_notifications_dropped_total",
+            "Alert notifications evicted from a notifier's full queue (notify.queue_capacity) before delivery was attempted.",
             &["notifier"],
-        )
-        .map_err(|source| TelemetryError::Register {
-            name: "vramd_notifications_dropped_total",
-            source,
-        })?;
-        let notification_duration = HistogramVec::new(
-            HistogramOpts::new(
-                "vramd_notification_duration_seconds",
-                "Time one delivery attempt to a notifier took, successful or not.",
-            )
-            .buckets(vec![0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0]),
-            &["notifier"],
-        )
-        .map_err(|source| TelemetryError::Register {
-            name: "vramd_notification_duration_seconds",
-            source,
-        })?;
-
-        let alerts_dropped = IntCounter::new(
+        )?;
+        let notification_duration = histogram_vec(
+            &registry,
+            "vramd_notification_duration_seconds",
+            "Time one delivery attempt to a notifier took, successful or not.",
+            &[0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0],
+            "notifier",
+        )?;
+        let alerts_dropped = counter(
+            &registry,
             "vramd_alerts_dropped_total",
             "New alerts not kept because alerts.max_alerts alerts were already pending or firing (resolved ones are evicted first).",
-        )
-        .map_err(|source| TelemetryError::Register { name: "vramd_alerts_dropped_total", source })?;
-
-        let log_lines_dropped = IntCounter::new(
+        )?;
+        let log_lines_dropped = counter(
+            &registry,
             "vramd_log_lines_dropped_total",
             "Log lines not written because the log queue was full or stderr failed (closed pipe, full disk); logging never blocks sampling.",
-        )
-        .map_err(|source| TelemetryError::Register { name: "vramd_log_lines_dropped_total", source })?;
-
-        let collectors: [(&'static str, Box<dyn prometheus::core::Collector>); 11] = [
-            ("vramd_source_errors_total", Box::new(source_errors.clone())),
-            ("vramd_sample_duration_seconds", Box::new(sample_duration.clone())),
-            ("vramd_nvml_up", Box::new(source_up.clone())),
-            ("vramd_source_calls_stuck", Box::new(calls_stuck.clone())),
-            ("vramd_build_info", Box::new(build_info)),
-            ("vramd_source_info", Box::new(source_info)),
-            ("vramd_notifications_total", Box::new(notifications.clone())),
-            ("vramd_notifications_dropped_total", Box::new(notifications_dropped.clone())),
-            ("vramd_notification_duration_seconds", Box::new(notification_duration.clone())),
-            ("vramd_alerts_dropped_total", Box::new(alerts_dropped.clone())),
-            ("vramd_log_lines_dropped_total", Box::new(log_lines_dropped.clone())),
-        ];
-        for (name, collector) in collectors {
-            registry
-                .register(collector)
-                .map_err(|source| TelemetryError::Register { name, source })?;
-        }
+        )?;
         Ok(Self {
             registry,
             source_errors,
@@ -201,7 +164,7 @@ impl Telemetry {
             notification_duration,
             alerts_dropped,
             log_lines_dropped,
-            recording: std::sync::OnceLock::new(),
+            recording: OnceLock::new(),
         })
     }
 
@@ -209,30 +172,21 @@ impl Telemetry {
     /// `vramd_record_failing`); without a recording they are absent. Only
     /// the first call registers.
     pub fn watch_recording(&self, read: RecordingHealthReader) -> Result<(), TelemetryError> {
-        let errors = IntCounter::new(
+        if self.recording.get().is_some() {
+            return Ok(());
+        }
+        let errors = counter(
+            &self.registry,
             "vramd_record_errors_total",
             "Trace records (readings, errors, probe outcomes, the header) that --record could not write; live monitoring is unaffected.",
-        )
-        .map_err(|source| TelemetryError::Register { name: "vramd_record_errors_total", source })?;
-        let failing = IntGauge::new(
+        )?;
+        let failing = gauge(
+            &self.registry,
             "vramd_record_failing",
             "1 while the latest trace write failed (disk full, file gone), else 0.",
-        )
-        .map_err(|source| TelemetryError::Register { name: "vramd_record_failing", source })?;
-        let series = RecordingSeries { read, errors: errors.clone(), failing: failing.clone() };
-        if self.recording.set(series).is_ok() {
-            for (name, collector) in [
-                (
-                    "vramd_record_errors_total",
-                    Box::new(errors) as Box<dyn prometheus::core::Collector>,
-                ),
-                ("vramd_record_failing", Box::new(failing)),
-            ] {
-                self.registry
-                    .register(collector)
-                    .map_err(|source| TelemetryError::Register { name, source })?;
-            }
-        }
+        )?;
+        // Already checked above; `watch_recording` is called once, at start-up.
+        let _ = self.recording.set(RecordingSeries { read, errors, failing });
         Ok(())
     }
 
@@ -241,17 +195,8 @@ impl Telemetry {
         self.alerts_dropped.inc_by(count);
     }
 
-    pub fn alerts_dropped(&self) -> u64 {
-        self.alerts_dropped.get()
-    }
-
-    /// Counts one failed source call.
     pub fn count_error(&self, kind: ErrorKind) {
         self.source_errors.with_label_values(&[kind.as_str()]).inc();
-    }
-
-    pub fn error_count(&self, kind: ErrorKind) -> u64 {
-        self.source_errors.with_label_values(&[kind.as_str()]).get()
     }
 
     pub fn observe_call(&self, tier: &str, took: Duration) {
@@ -274,10 +219,6 @@ impl Telemetry {
         self.calls_stuck.dec();
     }
 
-    pub fn calls_stuck(&self) -> i64 {
-        self.calls_stuck.get()
-    }
-
     /// Creates a notifier's notification series at zero, so `rate()` works
     /// before its first delivery.
     pub fn register_notifier(&self, notifier: &str) {
@@ -297,22 +238,8 @@ impl Telemetry {
         }
     }
 
-    pub fn notification_count(&self, notifier: &str, outcome: NotificationOutcome) -> u64 {
-        self.notifications.with_label_values(&[notifier, outcome.as_str()]).get()
-    }
-
-    pub fn notifications_dropped(&self, notifier: &str) -> u64 {
-        self.notifications_dropped.with_label_values(&[notifier]).get()
-    }
-
-    /// Records how long one delivery attempt took.
     pub fn observe_notification(&self, notifier: &str, took: Duration) {
         self.notification_duration.with_label_values(&[notifier]).observe(took.as_secs_f64());
-    }
-
-    /// Delivery attempts observed for `notifier`.
-    pub fn notification_attempts(&self, notifier: &str) -> u64 {
-        self.notification_duration.with_label_values(&[notifier]).get_sample_count()
     }
 
     /// Appends the self metrics in the text exposition format.
@@ -327,6 +254,80 @@ impl Telemetry {
         TextEncoder::new().encode(&self.registry.gather(), out)?;
         Ok(())
     }
+}
+
+/// Readings of the counters, for tests.
+#[cfg(test)]
+impl Telemetry {
+    pub fn alerts_dropped(&self) -> u64 {
+        self.alerts_dropped.get()
+    }
+
+    pub fn error_count(&self, kind: ErrorKind) -> u64 {
+        self.source_errors.with_label_values(&[kind.as_str()]).get()
+    }
+
+    pub fn calls_stuck(&self) -> i64 {
+        self.calls_stuck.get()
+    }
+
+    pub fn notification_count(&self, notifier: &str, outcome: NotificationOutcome) -> u64 {
+        self.notifications.with_label_values(&[notifier, outcome.as_str()]).get()
+    }
+
+    pub fn notifications_dropped(&self, notifier: &str) -> u64 {
+        self.notifications_dropped.with_label_values(&[notifier]).get()
+    }
+
+    /// Delivery attempts observed for `notifier`.
+    pub fn notification_attempts(&self, notifier: &str) -> u64 {
+        self.notification_duration.with_label_values(&[notifier]).get_sample_count()
+    }
+}
+
+type Made<T> = Result<T, TelemetryError>;
+
+/// Registers a metric just made, naming it in either error.
+fn register<C: Collector + Clone + 'static>(
+    r: &Registry,
+    name: &'static str,
+    made: prometheus::Result<C>,
+) -> Made<C> {
+    let error = |source| TelemetryError::Register { name, source };
+    let metric = made.map_err(error)?;
+    r.register(Box::new(metric.clone())).map_err(error)?;
+    Ok(metric)
+}
+
+fn gauge(r: &Registry, name: &'static str, help: &str) -> Made<IntGauge> {
+    register(r, name, IntGauge::new(name, help))
+}
+
+fn counter(r: &Registry, name: &'static str, help: &str) -> Made<IntCounter> {
+    register(r, name, IntCounter::new(name, help))
+}
+
+fn counter_vec(
+    r: &Registry,
+    name: &'static str,
+    help: &str,
+    labels: &[&str],
+) -> Made<IntCounterVec> {
+    register(r, name, IntCounterVec::new(Opts::new(name, help), labels))
+}
+
+fn histogram_vec(
+    r: &Registry,
+    name: &'static str,
+    help: &str,
+    buckets: &[f64],
+    label: &str,
+) -> Made<HistogramVec> {
+    register(
+        r,
+        name,
+        HistogramVec::new(HistogramOpts::new(name, help).buckets(buckets.to_vec()), &[label]),
+    )
 }
 
 #[cfg(test)]

@@ -69,14 +69,13 @@ impl<'a> FamilyWriter<'a> {
         // write them as integers (the same text as f64 `Display`, which
         // never uses an exponent) and skip shortest-float formatting.
         let magnitude = value.abs();
+        self.start(labels);
         if magnitude < 9_007_199_254_740_992.0 && (magnitude as u64) as f64 == magnitude {
-            self.start(labels);
             if value < 0.0 {
                 self.out.push(b'-');
             }
             write_uint(self.out, magnitude as u64);
         } else {
-            self.start(labels);
             // Shortest text that parses back to the same f64; it may use an
             // exponent (`1e-7`), which the text format allows.
             let mut buffer = ryu::Buffer::new();
@@ -208,19 +207,9 @@ impl Labels {
         Self(labels)
     }
 
-    /// Adds a label whose value is a number (digits need no escaping).
-    pub fn with_uint(mut self, name: &str, value: u64) -> Self {
-        let mut digits = itoa::Buffer::new();
-        let digits = digits.format(value);
-        self.0.reserve(name.len() + digits.len() + 4);
-        if !self.0.is_empty() {
-            self.0.push(',');
-        }
-        self.0.push_str(name);
-        self.0.push_str("=\"");
-        self.0.push_str(digits);
-        self.0.push('"');
-        self
+    /// Adds a label whose value is a number.
+    pub fn with_uint(self, name: &str, value: u64) -> Self {
+        self.with(name, itoa::Buffer::new().format(value))
     }
 
     pub fn as_str(&self) -> &str {

@@ -37,9 +37,7 @@ impl Sizing {
             peak_window,
         }
     }
-}
 
-impl Sizing {
     /// Keeps the slow tier only as far back as `needed` when that is less
     /// than it covers now. Its points are process lists, most of the
     /// history's memory, and only the alert rules read them, over their

@@ -41,10 +41,6 @@ impl HistoryStore {
         Self { sizing, devices: RwLock::new(Vec::new()), cycle_completed: AtomicBool::new(false) }
     }
 
-    pub fn sizing(&self) -> Sizing {
-        self.sizing
-    }
-
     /// Replaces the device list with freshly discovered devices and returns
     /// their histories, in the order given.
     pub fn set_devices(&self, infos: Vec<DeviceInfo>) -> Vec<Arc<DeviceHistory>> {

@@ -71,25 +71,17 @@ impl FastPoint {
 
 impl From<&FastReading> for FastPoint {
     fn from(reading: &FastReading) -> Self {
-        let mut present = 0;
         let memory = reading.memory.unwrap_or(MemoryInfo {
             total_bytes: 0,
             reserved_bytes: None,
             used_bytes: 0,
             free_bytes: 0,
         });
-        if reading.memory.is_some() {
-            present |= HAS_MEMORY;
-        }
-        if memory.reserved_bytes.is_some() {
-            present |= HAS_RESERVED;
-        }
-        if reading.gpu_utilization.is_some() {
-            present |= HAS_GPU_UTIL;
-        }
-        if reading.memory_bandwidth_utilization.is_some() {
-            present |= HAS_BANDWIDTH_UTIL;
-        }
+        let bit = |present: bool, bit: u8| if present { bit } else { 0 };
+        let present = bit(reading.memory.is_some(), HAS_MEMORY)
+            | bit(memory.reserved_bytes.is_some(), HAS_RESERVED)
+            | bit(reading.gpu_utilization.is_some(), HAS_GPU_UTIL)
+            | bit(reading.memory_bandwidth_utilization.is_some(), HAS_BANDWIDTH_UTIL);
         Self {
             at: reading.at,
             total: memory.total_bytes,

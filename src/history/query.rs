@@ -43,29 +43,16 @@ pub struct Aggregate<T> {
     pub last: T,
 }
 
-impl<T: Copy + PartialOrd> Aggregate<T> {
-    fn start(value: T) -> Self {
-        Self { min: value, max: value, last: value }
-    }
-
-    fn add(&mut self, value: T) {
-        if value < self.min {
-            self.min = value;
-        }
-        if value > self.max {
-            self.max = value;
-        }
-        self.last = value;
-    }
-}
-
 fn fold<T: Copy + PartialOrd>(slot: &mut Option<Aggregate<T>>, value: Option<T>) {
-    if let Some(value) = value {
-        match slot {
-            Some(aggregate) => aggregate.add(value),
-            None => *slot = Some(Aggregate::start(value)),
-        }
+    let Some(value) = value else { return };
+    let aggregate = slot.get_or_insert(Aggregate { min: value, max: value, last: value });
+    if value < aggregate.min {
+        aggregate.min = value;
     }
+    if value > aggregate.max {
+        aggregate.max = value;
+    }
+    aggregate.last = value;
 }
 
 /// One downsampled bucket `[start, start + step)`.
@@ -137,10 +124,10 @@ pub fn run(
     };
     let to = newest.at();
     let from = to.saturating_sub(query.window);
+    let window_ms = u64::try_from(query.window.as_millis()).unwrap_or(u64::MAX);
     let Some(step) = query.step else {
         let count = snapshot.count_in(from, to);
         if count > query.max_points {
-            let window_ms = u64::try_from(query.window.as_millis()).unwrap_or(u64::MAX);
             let suggested_step_ms = window_ms.div_ceil(query.max_points as u64).max(1);
             return Err(QueryError::TooManyPoints {
                 count,
@@ -156,7 +143,6 @@ pub fn run(
     if step_ms == 0 {
         return Err(QueryError::ZeroStep);
     }
-    let window_ms = u64::try_from(query.window.as_millis()).unwrap_or(u64::MAX);
     let buckets_needed = window_ms / step_ms + 1;
     if buckets_needed > query.max_points as u64 {
         return Err(QueryError::TooManyBuckets {

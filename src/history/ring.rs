@@ -63,10 +63,6 @@ impl<T: Stamped + Clone> Ring<T> {
         }
     }
 
-    pub fn capacity(&self) -> usize {
-        self.capacity
-    }
-
     /// Appends an item; O(1) amortised (sealing copies a chunk once).
     pub fn push(&self, item: T) -> Result<(), OutOfOrder> {
         let evicted = {
@@ -118,16 +114,9 @@ impl<T: Stamped + Clone> Ring<T> {
     /// writer, so take a [`Ring::snapshot`] for those.
     pub fn visit_recent(&self, from: Timestamp, to: Timestamp, mut visit: impl FnMut(&T)) {
         let state = self.state.lock();
-        let mut first_chunk = state.sealed.len();
-        while first_chunk > 0
-            && state
-                .sealed
-                .get(first_chunk - 1)
-                .and_then(|chunk| chunk.last())
-                .is_some_and(|last| last.at() >= from)
-        {
-            first_chunk -= 1;
-        }
+        // Sealed chunks are never empty and end in time order.
+        let first_chunk =
+            state.sealed.partition_point(|chunk| chunk.last().is_some_and(|last| last.at() < from));
         let sealed = state.sealed.iter().skip(first_chunk).flat_map(|chunk| chunk.iter());
         for item in sealed.chain(state.open.iter()) {
             let at = item.at();
@@ -195,10 +184,6 @@ impl<T: Stamped> Snapshot<T> {
 
     pub fn newest(&self) -> Option<&T> {
         self.open.last().or_else(|| self.chunks.last().and_then(|chunk| chunk.last()))
-    }
-
-    pub fn oldest(&self) -> Option<&T> {
-        self.slices().find_map(<[T]>::first)
     }
 }
 

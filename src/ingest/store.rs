@@ -173,7 +173,10 @@ impl ReportStore {
             })
             .collect()
     }
+}
 
+#[cfg(test)]
+impl ReportStore {
     pub fn reporters(&self) -> usize {
         self.entries.lock().len()
     }

@@ -15,7 +15,7 @@ use serde::Serialize;
 use crate::alerts::{Alert, AlertState};
 use crate::config::NotifyConfig;
 
-use super::http::{Endpoint, HttpClient};
+use super::http::HttpClient;
 use super::{BoxFuture, Notifier, NotifyError};
 
 /// How many resend intervals a firing alert stays active in Alertmanager
@@ -25,7 +25,6 @@ const EXPIRY_RESENDS: u32 = 3;
 /// Delivers to an Alertmanager's API v2.
 pub struct AlertmanagerNotifier {
     client: HttpClient,
-    endpoint: Endpoint,
     external_url: String,
     instance: String,
     resend_interval: Duration,
@@ -43,12 +42,9 @@ impl AlertmanagerNotifier {
         config: &NotifyConfig,
         external_url: &str,
     ) -> Result<Self, NotifyError> {
-        let endpoint =
-            Endpoint::parse(&format!("{}/api/v2/alerts", base_url.trim_end_matches('/')))?;
-        let client = HttpClient::new(&endpoint, config.timeout)?;
+        let url = format!("{}/api/v2/alerts", base_url.trim_end_matches('/'));
         Ok(Self {
-            client,
-            endpoint,
+            client: HttpClient::new(&url, config.timeout)?,
             external_url: external_url.trim_end_matches('/').to_owned(),
             instance: host_name(),
             resend_interval: config.resend_interval,
@@ -59,11 +55,6 @@ impl AlertmanagerNotifier {
     pub fn with_instance(mut self, instance: impl Into<String>) -> Self {
         self.instance = instance.into();
         self
-    }
-
-    /// The URL alerts are posted to.
-    pub fn endpoint(&self) -> &str {
-        self.endpoint.as_str()
     }
 
     /// The request body for `batch`, as Alertmanager will receive it.
@@ -87,7 +78,7 @@ impl Notifier for AlertmanagerNotifier {
     fn deliver<'a>(&'a self, batch: &'a [Alert]) -> BoxFuture<'a, Result<(), NotifyError>> {
         Box::pin(async move {
             let body = self.payload(batch)?;
-            self.client.post_json(&self.endpoint, body).await
+            self.client.post_json(body).await
         })
     }
 }
@@ -158,4 +149,12 @@ pub fn host_name() -> String {
         .or_else(|| from_file("/etc/hostname").filter(|name| !name.is_empty()))
         .or_else(|| std::env::var("HOSTNAME").ok().filter(|name| !name.is_empty()))
         .unwrap_or_else(|| "localhost".to_owned())
+}
+
+#[cfg(test)]
+impl AlertmanagerNotifier {
+    /// The URL alerts are posted to.
+    pub fn endpoint(&self) -> &str {
+        self.client.url()
+    }
 }

@@ -28,12 +28,6 @@ use super::Notifier;
 /// First wait before a retry; doubles on each further failure.
 const INITIAL_BACKOFF: Duration = Duration::from_millis(100);
 
-/// The notifiers' queues and workers. Reached through a [`DispatchHandle`].
-pub struct Dispatcher {
-    lanes: Vec<Arc<Lane>>,
-    workers: Mutex<Vec<JoinHandle<()>>>,
-}
-
 /// One notifier's queue.
 struct Lane {
     name: &'static str,
@@ -42,6 +36,8 @@ struct Lane {
     /// Woken when something is queued.
     wake: Notify,
     telemetry: Arc<Telemetry>,
+    max_retries: u32,
+    backoff_max: Duration,
 }
 
 impl Lane {
@@ -63,16 +59,6 @@ impl Lane {
         }
         self.wake.notify_one();
     }
-
-    fn take_all(&self) -> Vec<Alert> {
-        self.queue.lock().drain(..).collect()
-    }
-}
-
-#[derive(Clone, Copy)]
-struct RetryPolicy {
-    max_retries: u32,
-    backoff_max: Duration,
 }
 
 /// Starts one worker per notifier and returns the handle the alert engine
@@ -87,29 +73,32 @@ pub fn spawn(
     telemetry: Arc<Telemetry>,
     cancel: CancellationToken,
 ) -> DispatchHandle {
-    let policy =
-        RetryPolicy { max_retries: config.max_retries, backoff_max: config.retry_backoff_max };
-    let mut lanes = Vec::with_capacity(notifiers.len());
-    let mut workers = Vec::with_capacity(notifiers.len());
-    for notifier in notifiers {
-        telemetry.register_notifier(notifier.name());
-        let lane = Arc::new(Lane {
-            name: notifier.name(),
-            capacity: config.queue_capacity.get(),
-            queue: Mutex::new(VecDeque::new()),
-            wake: Notify::new(),
-            telemetry: telemetry.clone(),
-        });
-        workers.push(tokio::spawn(run_worker(lane.clone(), notifier, policy, cancel.clone())));
-        lanes.push(lane);
-    }
-    DispatchHandle { dispatcher: Arc::new(Dispatcher { lanes, workers: Mutex::new(workers) }) }
+    let (lanes, workers): (Vec<_>, Vec<_>) = notifiers
+        .into_iter()
+        .map(|notifier| {
+            telemetry.register_notifier(notifier.name());
+            let lane = Arc::new(Lane {
+                name: notifier.name(),
+                capacity: config.queue_capacity.get(),
+                queue: Mutex::new(VecDeque::new()),
+                wake: Notify::new(),
+                telemetry: telemetry.clone(),
+                max_retries: config.max_retries,
+                backoff_max: config.retry_backoff_max,
+            });
+            let worker = tokio::spawn(run_worker(lane.clone(), notifier, cancel.clone()));
+            (lane, worker)
+        })
+        .unzip();
+    DispatchHandle { lanes: lanes.into(), workers: Arc::new(Mutex::new(workers)) }
 }
 
-/// What the alert engine holds: cheap to clone, never blocks.
+/// The notifiers' queues and workers, as the alert engine holds them:
+/// cheap to clone, never blocks.
 #[derive(Clone)]
 pub struct DispatchHandle {
-    dispatcher: Arc<Dispatcher>,
+    lanes: Arc<[Arc<Lane>]>,
+    workers: Arc<Mutex<Vec<JoinHandle<()>>>>,
 }
 
 impl DispatchHandle {
@@ -124,7 +113,7 @@ impl DispatchHandle {
         if deliverable.is_empty() {
             return;
         }
-        for lane in &self.dispatcher.lanes {
+        for lane in self.lanes.iter() {
             lane.push(deliverable.iter().map(|alert| (*alert).clone()));
         }
     }
@@ -132,7 +121,7 @@ impl DispatchHandle {
     /// Queues a periodic re-send of the firing alerts among `firing`, except
     /// those already waiting in a notifier's queue. Returns at once.
     pub fn resend(&self, firing: &[Alert]) {
-        for lane in &self.dispatcher.lanes {
+        for lane in self.lanes.iter() {
             let queued: HashSet<String> =
                 lane.queue.lock().iter().map(|alert| alert.id.clone()).collect();
             let alerts = firing
@@ -146,25 +135,10 @@ impl DispatchHandle {
         }
     }
 
-    /// The notifiers' names, in the order given to [`spawn`].
-    pub fn notifiers(&self) -> Vec<&'static str> {
-        self.dispatcher.lanes.iter().map(|lane| lane.name).collect()
-    }
-
-    /// How many alerts wait in `notifier`'s queue (not counting a batch in
-    /// flight); `None` for an unknown notifier.
-    pub fn queued(&self, notifier: &str) -> Option<usize> {
-        self.dispatcher
-            .lanes
-            .iter()
-            .find(|lane| lane.name == notifier)
-            .map(|lane| lane.queue.lock().len())
-    }
-
     /// Waits for the workers to stop (after the cancellation token given to
     /// [`spawn`] is cancelled). Returns at once on later calls.
     pub async fn join(&self) {
-        let workers = std::mem::take(&mut *self.dispatcher.workers.lock());
+        let workers = std::mem::take(&mut *self.workers.lock());
         for worker in workers {
             if let Err(error) = worker.await
                 && error.is_panic()
@@ -175,26 +149,15 @@ impl DispatchHandle {
     }
 }
 
-async fn run_worker(
-    lane: Arc<Lane>,
-    notifier: Arc<dyn Notifier>,
-    policy: RetryPolicy,
-    cancel: CancellationToken,
-) {
+async fn run_worker(lane: Arc<Lane>, notifier: Arc<dyn Notifier>, cancel: CancellationToken) {
     let mut failing = false;
     loop {
-        let batch = lane.take_all();
-        if batch.is_empty() {
-            tokio::select! {
-                biased;
-                () = cancel.cancelled() => return,
-                () = lane.wake.notified() => continue,
-            }
-        }
+        let batch: Vec<Alert> = lane.queue.lock().drain(..).collect();
         tokio::select! {
             biased;
             () = cancel.cancelled() => return,
-            () = deliver_with_retries(&lane, notifier.as_ref(), &batch, policy, &mut failing) => {}
+            () = lane.wake.notified(), if batch.is_empty() => {}
+            () = deliver_with_retries(&lane, notifier.as_ref(), &batch, &mut failing), if !batch.is_empty() => {}
         }
     }
 }
@@ -205,11 +168,10 @@ async fn deliver_with_retries(
     lane: &Lane,
     notifier: &dyn Notifier,
     batch: &[Alert],
-    policy: RetryPolicy,
     failing: &mut bool,
 ) {
     let count = u64::try_from(batch.len()).unwrap_or(u64::MAX);
-    let mut backoff = INITIAL_BACKOFF.min(policy.backoff_max);
+    let mut backoff = INITIAL_BACKOFF.min(lane.backoff_max);
     let mut attempt = 0_u32;
     loop {
         let started = tokio::time::Instant::now();
@@ -224,8 +186,7 @@ async fn deliver_with_retries(
                 return;
             }
             Err(error) => {
-                if !*failing {
-                    *failing = true;
+                if !std::mem::replace(failing, true) {
                     warn!(
                         notifier = lane.name,
                         alerts = count,
@@ -235,7 +196,7 @@ async fn deliver_with_retries(
                 } else {
                     debug!(notifier = lane.name, attempt, error = %error, "notification delivery failed again");
                 }
-                if attempt >= policy.max_retries {
+                if attempt >= lane.max_retries {
                     lane.telemetry.count_notifications(
                         lane.name,
                         NotificationOutcome::Failed,
@@ -251,8 +212,22 @@ async fn deliver_with_retries(
                 }
                 attempt += 1;
                 tokio::time::sleep(backoff).await;
-                backoff = backoff.saturating_mul(2).min(policy.backoff_max);
+                backoff = backoff.saturating_mul(2).min(lane.backoff_max);
             }
         }
+    }
+}
+
+#[cfg(test)]
+impl DispatchHandle {
+    /// The notifiers' names, in the order given to [`spawn`].
+    pub fn notifiers(&self) -> Vec<&'static str> {
+        self.lanes.iter().map(|lane| lane.name).collect()
+    }
+
+    /// How many alerts wait in `notifier`'s queue (not counting a batch in
+    /// flight); `None` for an unknown notifier.
+    pub fn queued(&self, notifier: &str) -> Option<usize> {
+        self.lanes.iter().find(|lane| lane.name == notifier).map(|lane| lane.queue.lock().len())
     }
 }

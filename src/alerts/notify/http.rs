@@ -8,6 +8,7 @@ use std::time::Duration;
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Bytes;
 use hyper::header::{CONTENT_TYPE, USER_AGENT};
+use hyper::http::uri::InvalidUri;
 use hyper::{Method, Request, Uri};
 use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::Client;
@@ -26,76 +27,52 @@ const MAX_QUOTED_CHARS: usize = 512;
 /// How long an idle pooled connection is kept.
 const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// Where a notifier posts: the parsed URI and its text for error messages.
-#[derive(Clone, Debug)]
-pub(super) struct Endpoint {
-    uri: Uri,
-    text: String,
-}
-
-impl Endpoint {
-    /// Parses an absolute `http://` or `https://` URL. Credentials in the URL
-    /// are refused: they would end up in logs and error messages.
-    pub(super) fn parse(url: &str) -> Result<Self, NotifyError> {
-        let invalid = |reason: &str| NotifyError::InvalidUrl {
-            url: url.to_owned(),
-            reason: reason.to_owned(),
-        };
-        let uri: Uri = url.parse().map_err(|error: hyper::http::uri::InvalidUri| {
-            NotifyError::InvalidUrl { url: url.to_owned(), reason: error.to_string() }
-        })?;
-        match uri.scheme_str() {
-            Some("http" | "https") => {}
-            Some(_) => return Err(invalid("the scheme must be http or https")),
-            None => return Err(invalid("an absolute URL (http:// or https://) is required")),
-        }
-        let Some(authority) = uri.authority() else {
-            return Err(invalid("the URL has no host"));
-        };
-        if authority.as_str().contains('@') {
-            return Err(invalid("credentials in the URL are not supported"));
-        }
-        if authority.host().is_empty() {
-            return Err(invalid("the URL has no host"));
-        }
-        Ok(Self { uri, text: url.to_owned() })
-    }
-
-    pub(super) fn is_https(&self) -> bool {
-        self.uri.scheme_str() == Some("https")
-    }
-
-    pub(super) fn as_str(&self) -> &str {
-        &self.text
-    }
-}
-
-/// A pooled HTTP/1.1 client with a per-request deadline.
+/// A pooled HTTP/1.1 client posting to one URL, with a per-request deadline.
 pub(super) struct HttpClient {
     client: Client<HttpsConnector<HttpConnector>, Full<Bytes>>,
+    uri: Uri,
+    /// The URL as given, for error messages.
+    url: String,
     timeout: Duration,
 }
 
 impl HttpClient {
-    /// A client for `endpoint`. The system's CA roots (or `SSL_CERT_FILE` /
-    /// `SSL_CERT_DIR`) are loaded only for an `https://` endpoint, so a
-    /// plain-HTTP set-up works in a container without CA certificates.
-    pub(super) fn new(endpoint: &Endpoint, timeout: Duration) -> Result<Self, NotifyError> {
-        let tls_error =
-            |reason: String| NotifyError::Tls { url: endpoint.as_str().to_owned(), reason };
+    /// A client for an absolute `http://` or `https://` URL. Credentials in
+    /// the URL are refused: they would end up in logs and error messages.
+    /// The system's CA roots (or `SSL_CERT_FILE` / `SSL_CERT_DIR`) are
+    /// loaded only for `https://`, so a plain-HTTP set-up works in a
+    /// container without CA certificates.
+    pub(super) fn new(url: &str, timeout: Duration) -> Result<Self, NotifyError> {
+        let invalid = |reason: String| NotifyError::InvalidUrl { url: url.to_owned(), reason };
+        let uri: Uri = url.parse().map_err(|error: InvalidUri| invalid(error.to_string()))?;
+        match uri.scheme_str() {
+            Some("http" | "https") => {}
+            Some(_) => return Err(invalid("the scheme must be http or https".into())),
+            None => {
+                return Err(invalid("an absolute URL (http:// or https://) is required".into()));
+            }
+        }
+        match uri.authority() {
+            Some(authority) if authority.as_str().contains('@') => {
+                return Err(invalid("credentials in the URL are not supported".into()));
+            }
+            Some(authority) if !authority.host().is_empty() => {}
+            _ => return Err(invalid("the URL has no host".into())),
+        }
+        let tls_error = |reason: String| NotifyError::Tls { url: url.to_owned(), reason };
         let mut roots = rustls::RootCertStore::empty();
-        if endpoint.is_https() {
+        if uri.scheme_str() == Some("https") {
             let found = rustls_native_certs::load_native_certs();
             let (added, _ignored) = roots.add_parsable_certificates(found.certs);
             if added == 0 {
                 let errors: Vec<String> = found.errors.iter().map(ToString::to_string).collect();
+                let detail = if errors.is_empty() {
+                    String::new()
+                } else {
+                    format!(": {}", errors.join("; "))
+                };
                 return Err(tls_error(format!(
-                    "no usable CA certificates found in the system store (set SSL_CERT_FILE){}",
-                    if errors.is_empty() {
-                        String::new()
-                    } else {
-                        format!(": {}", errors.join("; "))
-                    }
+                    "no usable CA certificates found in the system store (set SSL_CERT_FILE){detail}"
                 )));
             }
         }
@@ -118,19 +95,15 @@ impl HttpClient {
             .pool_idle_timeout(POOL_IDLE_TIMEOUT)
             .pool_timer(TokioTimer::new())
             .build(connector);
-        Ok(Self { client, timeout })
+        Ok(Self { client, uri, url: url.to_owned(), timeout })
     }
 
     /// POSTs `body` as JSON; success is any 2xx answer within the deadline.
-    pub(super) async fn post_json(
-        &self,
-        endpoint: &Endpoint,
-        body: Vec<u8>,
-    ) -> Result<(), NotifyError> {
-        let url = endpoint.as_str();
+    pub(super) async fn post_json(&self, body: Vec<u8>) -> Result<(), NotifyError> {
+        let url = self.url.as_str();
         let request = Request::builder()
             .method(Method::POST)
-            .uri(endpoint.uri.clone())
+            .uri(self.uri.clone())
             .header(CONTENT_TYPE, "application/json")
             .header(USER_AGENT, AGENT)
             .body(Full::new(Bytes::from(body)))
@@ -150,20 +123,15 @@ impl HttpClient {
                 .await
                 .map(|collected| collected.to_bytes())
                 .unwrap_or_default();
-            if status.is_success() {
-                Ok(())
-            } else {
-                Err(NotifyError::Status {
-                    url: url.to_owned(),
-                    status: status.as_u16(),
-                    body: quote(&body),
-                })
+            if !status.is_success() {
+                let (status, body) = (status.as_u16(), quote(&body));
+                return Err(NotifyError::Status { url: url.to_owned(), status, body });
             }
+            Ok(())
         };
-        match tokio::time::timeout(self.timeout, exchange).await {
-            Ok(result) => result,
-            Err(_) => Err(NotifyError::Timeout { url: url.to_owned(), timeout: self.timeout }),
-        }
+        tokio::time::timeout(self.timeout, exchange).await.unwrap_or_else(|_| {
+            Err(NotifyError::Timeout { url: url.to_owned(), timeout: self.timeout })
+        })
     }
 }
 
@@ -171,14 +139,12 @@ impl HttpClient {
 /// often just "client error (Connect)").
 fn describe(error: &(dyn std::error::Error + 'static)) -> String {
     let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
+    for cause in std::iter::successors(error.source(), |cause| cause.source()) {
         let cause_text = cause.to_string();
         if !text.contains(&cause_text) {
             text.push_str(": ");
             text.push_str(&cause_text);
         }
-        source = cause.source();
     }
     text
 }
@@ -194,4 +160,11 @@ fn quote(body: &[u8]) -> String {
         quoted.push('…');
     }
     quoted
+}
+
+#[cfg(test)]
+impl HttpClient {
+    pub(super) fn url(&self) -> &str {
+        &self.url
+    }
 }

@@ -1,9 +1,9 @@
 //! Notifiers: deliver alert state changes to the outside world.
 //!
-//! Owns: the [`Notifier`] seam and its implementations (Alertmanager API
-//! v2, a generic JSON webhook, and, in test builds, a recording fake), the
-//! shared HTTP client, and the [`Dispatcher`] that queues, batches, retries
-//! and counts deliveries — one bounded queue and one worker task per
+//! Owns: the [`Notifier`] seam and its two implementations (Alertmanager
+//! API v2 and a generic JSON webhook; the recording fake lives with the
+//! tests), the shared HTTP client, and the dispatcher that queues, batches,
+//! retries and counts deliveries — one bounded queue and one worker task per
 //! notifier, so a slow receiver delays only its own deliveries and never the
 //! alert engine. Depends on: `alerts::model`, `config::NotifyConfig`,
 //! `telemetry`, `model::Timestamp`.
@@ -14,9 +14,9 @@ mod http;
 mod webhook;
 
 #[cfg(test)]
-mod tests;
+mod recording_tests;
 #[cfg(test)]
-mod tests_recording;
+mod tests;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -28,7 +28,7 @@ use crate::config::NotifyConfig;
 use super::Alert;
 
 pub use alertmanager::{AlertmanagerNotifier, host_name};
-pub use dispatch::{DispatchHandle, Dispatcher, spawn};
+pub use dispatch::{DispatchHandle, spawn};
 pub use webhook::WebhookNotifier;
 
 /// A boxed, sendable future: what [`Notifier::deliver`] returns, so the
@@ -40,7 +40,7 @@ pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 /// `deliver` sends one batch (firing and resolved alerts, in the order they
 /// changed) and resolves when the receiver has accepted it or failed. It is
 /// called by one worker at a time per notifier; retries, backoff and
-/// counting are the [`Dispatcher`]'s job, not the notifier's.
+/// counting are the dispatcher's job (see [`spawn`]), not the notifier's.
 pub trait Notifier: Send + Sync + 'static {
     /// Short, stable name: the `notifier` label of the notification metrics.
     fn name(&self) -> &'static str;
@@ -63,9 +63,6 @@ pub enum NotifyError {
     Timeout { url: String, timeout: Duration },
     #[error("POST {url}: HTTP {status}: {body}")]
     Status { url: String, status: u16, body: String },
-    /// Only from the recording fake (tests), when told to fail.
-    #[error("{notifier}: delivery failed on request (test)")]
-    Injected { notifier: &'static str },
 }
 
 /// Builds the notifiers `config` asks for: Alertmanager when

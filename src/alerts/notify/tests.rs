@@ -21,7 +21,7 @@ use crate::config::NotifyConfig;
 use crate::model::Timestamp;
 use crate::telemetry::{NotificationOutcome, Telemetry};
 
-use super::tests_recording::RecordingNotifier;
+use super::recording_tests::RecordingNotifier;
 use super::*;
 
 /// Bound of every wait (real or paused time).

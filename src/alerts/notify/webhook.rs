@@ -7,7 +7,7 @@ use serde::Serialize;
 use crate::alerts::Alert;
 use crate::config::NotifyConfig;
 
-use super::http::{Endpoint, HttpClient};
+use super::http::HttpClient;
 use super::{BoxFuture, Notifier, NotifyError};
 
 /// The webhook document's format version; bumped on incompatible changes.
@@ -16,20 +16,12 @@ pub const WEBHOOK_VERSION: &str = "1";
 /// Delivers to a generic JSON webhook.
 pub struct WebhookNotifier {
     client: HttpClient,
-    endpoint: Endpoint,
 }
 
 impl WebhookNotifier {
     /// Posts to `url` with `config.timeout` per request.
     pub fn new(url: &str, config: &NotifyConfig) -> Result<Self, NotifyError> {
-        let endpoint = Endpoint::parse(url)?;
-        let client = HttpClient::new(&endpoint, config.timeout)?;
-        Ok(Self { client, endpoint })
-    }
-
-    /// The URL alerts are posted to.
-    pub fn endpoint(&self) -> &str {
-        self.endpoint.as_str()
+        Ok(Self { client: HttpClient::new(url, config.timeout)? })
     }
 
     /// The request body for `batch`.
@@ -58,7 +50,7 @@ impl Notifier for WebhookNotifier {
     fn deliver<'a>(&'a self, batch: &'a [Alert]) -> BoxFuture<'a, Result<(), NotifyError>> {
         Box::pin(async move {
             let body = self.payload(batch)?;
-            self.client.post_json(&self.endpoint, body).await
+            self.client.post_json(body).await
         })
     }
 }

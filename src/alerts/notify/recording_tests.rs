@@ -1,7 +1,6 @@
-//! The fake side of the notifier seam, in test builds only: keeps every
-//! delivered batch in memory, and can be told to fail the next deliveries or
-//! to stall, so the dispatcher's retries, drops and isolation can be tested
-//! without a network.
+//! The fake side of the notifier seam: keeps every delivered batch in
+//! memory, and can be told to fail the next deliveries or to stall, so the
+//! dispatcher's retries, drops and isolation can be tested without a network.
 
 use std::sync::Arc;
 
@@ -115,7 +114,12 @@ impl Notifier for RecordingNotifier {
                 }
             };
             self.changed.notify_waiters();
-            if failed { Err(NotifyError::Injected { notifier: self.name }) } else { Ok(()) }
+            if failed {
+                let url = format!("recording:{}", self.name);
+                Err(NotifyError::Request { url, reason: "delivery failed on request".into() })
+            } else {
+                Ok(())
+            }
         })
     }
 }
