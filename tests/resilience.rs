@@ -36,6 +36,20 @@ fn free_port() -> SocketAddr {
 /// Kills the child on drop, whatever the test's outcome.
 struct Guard(Child);
 
+/// Starts the device-lost scenario on `listen` with `stderr` as its log.
+fn spawn_logging_to(listen: SocketAddr, stderr: impl Into<Stdio>) -> Guard {
+    Guard(
+        Command::new(BIN)
+            .args(daemon_args(&listen.to_string()))
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(stderr)
+            .spawn()
+            .unwrap(),
+    )
+}
+
 impl Drop for Guard {
     fn drop(&mut self) {
         let _ = self.0.kill();
@@ -88,16 +102,7 @@ fn assert_still_sampling(child: &mut Child, addr: SocketAddr) {
 #[test]
 fn a_log_pipe_closed_while_running_does_not_stop_sampling() {
     let listen = free_port();
-    let mut child = Guard(
-        Command::new(BIN)
-            .args(daemon_args(&listen.to_string()))
-            .current_dir(env!("CARGO_MANIFEST_DIR"))
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap(),
-    );
+    let mut child = spawn_logging_to(listen, Stdio::piped());
     // Read the first lines, as `| head -3` would, then close the pipe.
     let stderr = child.0.stderr.take().unwrap();
     let mut reader = BufReader::new(stderr);
@@ -115,16 +120,7 @@ fn a_log_pipe_closed_before_start_does_not_stop_sampling() {
     let listen = free_port();
     let (reader, writer) = std::io::pipe().unwrap();
     drop(reader);
-    let mut child = Guard(
-        Command::new(BIN)
-            .args(daemon_args(&listen.to_string()))
-            .current_dir(env!("CARGO_MANIFEST_DIR"))
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(writer)
-            .spawn()
-            .unwrap(),
-    );
+    let mut child = spawn_logging_to(listen, writer);
     assert_still_sampling(&mut child.0, listen);
 }
 
@@ -135,16 +131,7 @@ fn a_full_log_device_does_not_stop_sampling() {
         return;
     };
     let listen = free_port();
-    let mut child = Guard(
-        Command::new(BIN)
-            .args(daemon_args(&listen.to_string()))
-            .current_dir(env!("CARGO_MANIFEST_DIR"))
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(full)
-            .spawn()
-            .unwrap(),
-    );
+    let mut child = spawn_logging_to(listen, full);
     assert_still_sampling(&mut child.0, listen);
 }
 

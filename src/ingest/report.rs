@@ -270,14 +270,21 @@ pub fn parse(body: &[u8], limits: &ReportLimits) -> Result<AllocatorReport, Repo
             }
         }
         let stats = stats_of(&device.uuid, &device.memory_stats)?;
+        // Allocated and the largest free block are checked against the
+        // total below, so the total and the count bound all four.
         if let Some(snapshot) = device.snapshot
-            && snapshot.total_bytes > MAX_EXACT_U64
+            && let Some((field, value)) = [
+                ("snapshot.total_bytes", snapshot.total_bytes),
+                ("snapshot.segments", snapshot.segments),
+            ]
+            .into_iter()
+            .find(|&(_, value)| value > MAX_EXACT_U64)
         {
             return Err(ReportError::OutOfRange {
                 uuid: device.uuid,
-                key: "snapshot.total_bytes".into(),
-                value: snapshot.total_bytes.to_string(),
-                reason: "above 2^53, more memory than any device has",
+                key: field.into(),
+                value: value.to_string(),
+                reason: "above 2^53, beyond what any allocator counts or a JSON number holds exactly",
             });
         }
         if let Some(snapshot) = device.snapshot

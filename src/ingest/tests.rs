@@ -280,6 +280,11 @@ fn implausible_values_are_refused_naming_the_field() {
     huge_snapshot["devices"][0]["snapshot"]["total_bytes"] = json!(u64::MAX);
     let error = parsed(&huge_snapshot).unwrap_err().to_string();
     assert!(error.contains("snapshot.total_bytes"), "{error}");
+    // Found by the fuzz run: every documented maximum is enforced.
+    let mut many_segments = report(7, "2026-01-01T00:00:00Z");
+    many_segments["devices"][0]["snapshot"]["segments"] = json!((1_u64 << 53) + 1);
+    let error = parsed(&many_segments).unwrap_err().to_string();
+    assert!(error.contains("snapshot.segments"), "{error}");
     // Times RFC 3339 cannot write are refused at the edge.
     assert!(parsed(&report(7, "1969-12-31T23:59:59Z")).is_err());
 }
