@@ -14,7 +14,7 @@ pub struct ErrorBody {
     /// `bad_filter`, `too_many_points`, `bad_report` (400); `missing_token`,
     /// `bad_token` (401); `remote_writes_disabled` (403);
     /// `method_not_allowed` (405); `request_timeout` (408); `body_too_large`
-    /// (413); `rate_limited` (429); `internal` (500); `overloaded`,
+    /// (413); `unsupported_media_type` (415); `rate_limited` (429); `internal` (500); `overloaded`,
     /// `too_many_streams`, `not_ready` (503).
     #[schema(example = "unknown_device")]
     pub code: &'static str,

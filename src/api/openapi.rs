@@ -77,6 +77,7 @@ impl utoipa::Modify for BearerToken {
 /// only, and the served document is what it registers.
 pub fn operations() -> Vec<UtoipaMethodRouter<AppState>> {
     vec![
+        routes!(super::landing),
         routes!(super::metrics),
         routes!(super::healthz),
         routes!(super::readyz),

@@ -47,7 +47,7 @@ fn authorise(
             ))
         };
     }
-    if peer.is_some_and(|addr| addr.ip().is_loopback()) {
+    if peer.is_some_and(|addr| is_loopback(addr.ip())) {
         return Ok(());
     }
     match (token, presented) {
@@ -62,6 +62,57 @@ fn authorise(
             "only loopback may write allocator reports; set ingest.token_file to accept others",
         )),
     }
+}
+
+/// Loopback, including IPv4-mapped loopback (`::ffff:127.0.0.1`), which is
+/// how a local IPv4 client arrives on a `[::]` listener.
+fn is_loopback(ip: std::net::IpAddr) -> bool {
+    match ip {
+        std::net::IpAddr::V4(v4) => v4.is_loopback(),
+        std::net::IpAddr::V6(v6) => {
+            v6.is_loopback() || v6.to_ipv4_mapped().is_some_and(|v4| v4.is_loopback())
+        }
+    }
+}
+
+/// Writes must say they are JSON: a form or `text/plain` POST needs no CORS
+/// preflight, so without this a web page on the host could post reports.
+fn require_json(headers: &HeaderMap) -> Result<(), ApiError> {
+    let json = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.split(';').next())
+        .is_some_and(|media| media.trim().eq_ignore_ascii_case("application/json"));
+    if json {
+        Ok(())
+    } else {
+        Err(ApiError::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "unsupported_media_type",
+            "reports must be sent with Content-Type: application/json",
+        ))
+    }
+}
+
+/// Refuses a body whose announced length is over the limit before reading
+/// any of it (a 10 GB `Content-Length` gets 413 at once, not a timeout).
+fn check_announced_length(headers: &HeaderMap, limit: usize) -> Result<(), ApiError> {
+    let announced = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.trim().parse::<u64>().ok());
+    match announced {
+        Some(length) if length > limit as u64 => Err(body_too_large(limit)),
+        _ => Ok(()),
+    }
+}
+
+fn body_too_large(limit: usize) -> ApiError {
+    ApiError::new(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "body_too_large",
+        format!("the report is larger than server.max_request_body ({limit} bytes)"),
+    )
 }
 
 /// The answer to an accepted report.
@@ -110,9 +161,12 @@ bearer token (`missing_token`) or the wrong one (`bad_token`)", body = ErrorBody
         (status = 403, description = "From another host without `ingest.token_file` \
 (`remote_writes_disabled`)", body = ErrorBody,
             example = json!({"code": "remote_writes_disabled", "message": "only loopback may write allocator reports; set ingest.token_file to accept others"})),
-        (status = 413, description = "The body is larger than `server.max_request_body` \
-(`body_too_large`)", body = ErrorBody,
+        (status = 413, description = "The body, or its announced `Content-Length`, is larger \
+than `server.max_request_body` (`body_too_large`); refused before reading it", body = ErrorBody,
             example = json!({"code": "body_too_large", "message": "the report is larger than server.max_request_body (1048576 bytes)"})),
+        (status = 415, description = "The request's `Content-Type` is not `application/json` \
+(`unsupported_media_type`): a form or text POST from a web page is refused", body = ErrorBody,
+            example = json!({"code": "unsupported_media_type", "message": "reports must be sent with Content-Type: application/json"})),
         (status = 429, description = "More than `ingest.rate_limit` reports a second from \
 this reporter, or `ingest.max_reporters` reporters already tracked (`rate_limited`)",
             body = ErrorBody,
@@ -123,14 +177,12 @@ this reporter, or `ingest.max_reporters` reporters already tracked (`rate_limite
 pub async fn post(State(state): State<AppState>, request: Request) -> Result<Response, ApiError> {
     let peer = request.extensions().get::<ConnectInfo<SocketAddr>>().map(|ConnectInfo(addr)| *addr);
     authorise(peer, request.headers(), state.ingest.token.as_deref())?;
+    require_json(request.headers())?;
     let limit = state.limits.max_request_body_bytes;
-    let body: Bytes = axum::body::to_bytes(request.into_body(), limit).await.map_err(|_| {
-        ApiError::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "body_too_large",
-            format!("the report is larger than server.max_request_body ({limit} bytes)"),
-        )
-    })?;
+    check_announced_length(request.headers(), limit)?;
+    let body: Bytes = axum::body::to_bytes(request.into_body(), limit)
+        .await
+        .map_err(|_| body_too_large(limit))?;
     let report = ingest::report::parse(&body, &state.ingest.limits)
         .map_err(|error| ApiError::bad_request("bad_report", error.to_string()))?;
     let total_of = |uuid: &str| {

@@ -511,6 +511,7 @@ async fn bad_large_and_too_frequent_reports_are_refused() {
 /// The operations the issue asks the document to describe: the whole HTTP
 /// surface. A route added or removed must be added or removed here too.
 const SURFACE: &[(&str, &str)] = &[
+    ("GET", "/"),
     ("GET", "/metrics"),
     ("GET", "/healthz"),
     ("GET", "/readyz"),
@@ -664,7 +665,7 @@ async fn every_documented_error_has_the_error_shape() {
             assert!(example["code"].is_string() && example["message"].is_string(), "{example}");
         }
     }
-    let expected = ["400", "401", "403", "404", "405", "408", "413", "429", "500", "503"];
+    let expected = ["400", "401", "403", "404", "405", "408", "413", "415", "429", "500", "503"];
     assert_eq!(statuses, expected.iter().map(|s| (*s).to_owned()).collect());
     let retry_after =
         &document["paths"]["/api/v1/allocator-reports"]["post"]["responses"]["429"]["headers"];
@@ -816,4 +817,80 @@ async fn path_segments_that_are_not_utf8_get_the_json_404() {
     // Percent-encoded UTF-8 still finds what it names.
     let (status, _) = get_json(&state, "/api/v1/alerts/memory_high.GPU%2Da").await;
     assert_eq!(status, StatusCode::OK);
+}
+
+#[tokio::test]
+async fn the_landing_page_links_every_surface_and_names_the_build() {
+    let (status, body, content_type) = get(&filled_state(), "/").await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(content_type.is_some_and(|value| value.starts_with("text/html")));
+    for link in [
+        "/metrics",
+        "/api/v1/devices",
+        "/api/v1/alerts",
+        "/api/v1/openapi.json",
+        "/healthz",
+        "/readyz",
+    ] {
+        assert!(body.contains(&format!("href=\"{link}\"")), "{link} missing:\n{body}");
+    }
+    assert!(body.contains(env!("CARGO_PKG_VERSION")));
+}
+
+/// A local IPv4 client on a `[::]` listener arrives as `::ffff:127.0.0.1`;
+/// it is loopback and may write, like 127.0.0.1 itself.
+#[tokio::test]
+async fn ipv4_mapped_loopback_is_loopback() {
+    let state = with_token(None);
+    let (status, body, _) = post_report(&state, "[::ffff:127.0.0.1]:1", None, report_body(7)).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    let (status, body, _) = post_report(&state, "[::ffff:10.0.0.7]:1", None, report_body(8)).await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
+}
+
+async fn post_raw(
+    state: &AppState,
+    headers: &[(header::HeaderName, &str)],
+    body: &str,
+) -> (StatusCode, Value) {
+    let mut request = Request::builder().method("POST").uri("/api/v1/allocator-reports");
+    for (name, value) in headers {
+        request = request.header(name, *value);
+    }
+    let mut request = request.body(Body::from(body.to_owned())).unwrap();
+    let peer: std::net::SocketAddr = "127.0.0.1:1".parse().unwrap();
+    request.extensions_mut().insert(axum::extract::ConnectInfo(peer));
+    let response = router(state.clone()).oneshot(request).await.unwrap();
+    let status = response.status();
+    let bytes = response.into_body().collect().await.unwrap().to_bytes();
+    (status, serde_json::from_slice(&bytes).unwrap())
+}
+
+#[tokio::test]
+async fn writes_must_be_json_and_an_announced_oversize_body_is_refused_at_once() {
+    let state = with_token(None);
+    let report = report_body(9);
+    // What a browser page may send without a preflight.
+    for media in
+        ["text/plain", "application/x-www-form-urlencoded", "multipart/form-data; boundary=x"]
+    {
+        let (status, body) = post_raw(&state, &[(header::CONTENT_TYPE, media)], &report).await;
+        assert_eq!(status, StatusCode::UNSUPPORTED_MEDIA_TYPE, "{media}: {body}");
+        assert_eq!(body["code"], "unsupported_media_type");
+    }
+    let (status, body) = post_raw(&state, &[], &report).await;
+    assert_eq!(status, StatusCode::UNSUPPORTED_MEDIA_TYPE, "no Content-Type: {body}");
+    let (status, body) =
+        post_raw(&state, &[(header::CONTENT_TYPE, "application/json; charset=utf-8")], &report)
+            .await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    // 10 GB announced, one byte sent: 413 from the header, not a timeout.
+    let (status, body) = post_raw(
+        &state,
+        &[(header::CONTENT_TYPE, "application/json"), (header::CONTENT_LENGTH, "10000000000")],
+        "{",
+    )
+    .await;
+    assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE, "{body}");
+    assert_eq!(body["code"], "body_too_large");
 }
