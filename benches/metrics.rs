@@ -156,7 +156,32 @@ fn metrics_in<M: Measurement>(c: &mut Criterion<M>, group_name: &str, sampling: 
     group.bench_function("render_full", |b| {
         b.iter(|| black_box(render(&store, &telemetry, &analyses, &board)))
     });
+    // What the HTTP layer adds when Prometheus asks for gzip (it always
+    // does): the cost and the ratio, at the fastest level and the default.
+    for level in [1, 6] {
+        let compressed = gzip(&full, level);
+        eprintln!(
+            "gzip level {level}: {} -> {} bytes ({:.1}x smaller)",
+            full.len(),
+            compressed.len(),
+            full.len() as f64 / compressed.len().max(1) as f64
+        );
+        group.throughput(Throughput::Bytes(full.len() as u64));
+        group.bench_function(format!("gzip_full_level_{level}"), |b| {
+            b.iter(|| black_box(gzip(&full, level)))
+        });
+    }
     group.finish();
+}
+
+fn gzip(bytes: &[u8], level: u32) -> Vec<u8> {
+    use std::io::Write;
+    let mut encoder = flate2::write::GzEncoder::new(
+        Vec::with_capacity(bytes.len() / 4),
+        flate2::Compression::new(level),
+    );
+    let _ = encoder.write_all(bytes);
+    encoder.finish().unwrap_or_default()
 }
 
 fn config() -> Criterion {

@@ -96,6 +96,16 @@ pub fn router(state: AppState) -> Router {
 fn protect(routes: Router, limits: Limits) -> Router {
     routes.layer(
         ServiceBuilder::new()
+            // gzip when asked (Prometheus always asks): level 1, measured on
+            // the 8 GPU x 64 process exposition at 1.1 ms for 790 KB -> 67 KB;
+            // level 6 took 8.8 ms for 52 KB, 28x the 0.31 ms render
+            // (docs/performance.md). The default predicate leaves the SSE
+            // stream and tiny bodies alone.
+            .layer(
+                tower_http::compression::CompressionLayer::new()
+                    .gzip(true)
+                    .quality(tower_http::CompressionLevel::Fastest),
+            )
             .layer(middleware::from_fn(json_errors))
             .layer(axum::error_handling::HandleErrorLayer::new(overloaded))
             .layer(tower::load_shed::LoadShedLayer::new())

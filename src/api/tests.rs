@@ -894,3 +894,31 @@ async fn writes_must_be_json_and_an_announced_oversize_body_is_refused_at_once()
     assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE, "{body}");
     assert_eq!(body["code"], "body_too_large");
 }
+
+#[tokio::test]
+async fn gzip_when_asked_and_never_on_the_event_stream() {
+    let state = filled_state();
+    let ask = |uri: &str, gzip: bool| {
+        let mut request = Request::builder().uri(uri);
+        if gzip {
+            request = request.header(header::ACCEPT_ENCODING, "gzip");
+        }
+        request.body(Body::empty()).unwrap()
+    };
+    let plain = router(state.clone()).oneshot(ask("/metrics", false)).await.unwrap();
+    assert!(plain.headers().get(header::CONTENT_ENCODING).is_none());
+    let plain = plain.into_body().collect().await.unwrap().to_bytes();
+    let zipped = router(state.clone()).oneshot(ask("/metrics", true)).await.unwrap();
+    assert_eq!(zipped.headers().get(header::CONTENT_ENCODING).unwrap(), "gzip");
+    let zipped = zipped.into_body().collect().await.unwrap().to_bytes();
+    assert!(zipped.len() * 4 < plain.len(), "{} -> {} bytes", plain.len(), zipped.len());
+    let mut unzipped = Vec::new();
+    std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(&zipped[..]), &mut unzipped)
+        .unwrap();
+    // Two renders of the same store are the same bytes.
+    assert_eq!(unzipped, plain.to_vec());
+    let json = router(state.clone()).oneshot(ask("/api/v1/devices", true)).await.unwrap();
+    assert_eq!(json.headers().get(header::CONTENT_ENCODING).unwrap(), "gzip");
+    let stream = router(state).oneshot(ask("/api/v1/alerts/stream", true)).await.unwrap();
+    assert!(stream.headers().get(header::CONTENT_ENCODING).is_none(), "SSE is never compressed");
+}
