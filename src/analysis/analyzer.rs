@@ -77,6 +77,8 @@ struct DeviceMemo {
     trend: Option<TrendMemo>,
     /// When leaks were last assessed, and the findings by PID.
     leaks: Option<(Timestamp, HashMap<u32, LeakFinding>)>,
+    /// Every process's series over the leak window, slid check by check.
+    process_windows: series::ProcessWindows,
     /// Allocator counter steps, kept up to date from the samples that
     /// arrived since the previous pass.
     counters: CounterTrack,
@@ -173,18 +175,24 @@ impl Analyzer {
         if stale {
             let findings: HashMap<u32, LeakFinding> = match &settings.leak {
                 Some((window, params)) => {
-                    let slow = device.slow_snapshot();
                     let from = now.saturating_sub(*window);
+                    // Only the samples that arrived since the last check,
+                    // read under the ring's lock: no snapshot copy, and no
+                    // search of the whole window per process.
+                    let windows = &mut memo.process_windows;
+                    let resume = windows.resume_at(from);
+                    device.visit_recent_slow(resume, now, |sample| windows.add(sample));
+                    windows.trim(from);
                     // A leak already suspected is held until it stops.
                     let previous =
                         memo.leaks.take().map(|(_, findings)| findings).unwrap_or_default();
                     let scratch = &mut self.scratch;
-                    series::pids_in(&slow, from, now)
-                        .into_iter()
-                        .filter_map(|pid| {
-                            let held = previous.contains_key(&pid);
-                            detect_process_leak(scratch, &slow, pid, (from, now), held, params)
-                                .map(|finding| (pid, finding))
+                    windows
+                        .processes()
+                        .filter_map(|process| {
+                            let held = previous.contains_key(&process.pid);
+                            detect_process_leak(scratch, process, from, held, params)
+                                .map(|finding| (process.pid, finding))
                         })
                         .collect()
                 }

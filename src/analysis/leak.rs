@@ -1,8 +1,8 @@
 //! Memory leak detection for one process: a floor that keeps rising.
 //!
 //! Owns: the leak rules below, their parameters and findings, and the
-//! choice of which figure to follow. Depends on: `model`, `history`
-//! (read-only snapshots), `analysis::{series, floor, remediation}`. Pure; no
+//! choice of which figure to follow. Depends on: `model`,
+//! `analysis::{series, floor, remediation}`. Pure; no
 //! I/O, no clocks: windows are the series' own timestamps.
 //!
 //! The detector judges the floor of the series (`analysis::floor`: bucket
@@ -33,18 +33,17 @@
 //!
 //! Which figure: `allocated` (live tensors) for processes that report
 //! allocator statistics, since their NVML usage includes a cache that grows
-//! and stays by design; NVML usage otherwise ([`preferred_metric`]).
+//! and stays by design; NVML usage otherwise ([`PidSeries::preferred`]).
 
 use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::history::{ProcessPoint, SlowPoint, Snapshot};
 use crate::model::Timestamp;
 
 use super::floor::{FloorLine, FloorScratch};
 use super::remediation;
-use super::series::{self, ProcessMetric};
+use super::series::{PidSeries, ProcessMetric};
 
 const MIB: f64 = 1_048_576.0;
 /// A process whose first sample is this close to the window's start was
@@ -295,41 +294,20 @@ fn holds(line: &FloorLine, params: &LeakParams) -> bool {
         && !line.returns_to_baseline(params.return_share)
 }
 
-/// The figure to follow for a process: allocator `allocated` when any of
-/// its points reports allocator statistics, NVML usage when any reports
-/// that, `None` when neither is known.
-pub fn preferred_metric<'a>(
-    points: impl IntoIterator<Item = &'a ProcessPoint>,
-) -> Option<ProcessMetric> {
-    let mut preferred = None;
-    for point in points {
-        if point.allocator().is_some() {
-            return Some(ProcessMetric::AllocatorAllocated);
-        }
-        if point.used_bytes().is_some() {
-            preferred = Some(ProcessMetric::NvmlUsed);
-        }
-    }
-    preferred
-}
-
-/// Looks for a leak in process `pid` over `[from, to]` of a slow-tier
-/// snapshot, following its [`preferred_metric`]; `held` says it is already
-/// suspected (see the module doc).
+/// Looks for a leak in one process's window (`from` is where the window
+/// began), following its [`PidSeries::preferred`] figure; `held` says it is
+/// already suspected (see the module doc).
 pub fn detect_process_leak(
     scratch: &mut FloorScratch,
-    snapshot: &Snapshot<SlowPoint>,
-    pid: u32,
-    (from, to): (Timestamp, Timestamp),
+    process: &PidSeries,
+    from: Timestamp,
     held: bool,
     params: &LeakParams,
 ) -> Option<LeakFinding> {
-    let metric =
-        preferred_metric(series::process_points(snapshot, pid, from, to).map(|(_, point)| point))?;
-    let values = series::process_series(snapshot, pid, from, to, metric);
-    assess_leak(scratch, &values, from, held, params)
+    let (metric, values) = process.preferred()?;
+    assess_leak(scratch, values, from, held, params)
         .ok()
-        .map(|evidence| evidence.into_finding(pid, metric))
+        .map(|evidence| evidence.into_finding(process.pid, metric))
 }
 
 #[cfg(test)]
