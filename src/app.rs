@@ -319,6 +319,8 @@ pub fn analysis_settings(alerts: &AlertsConfig) -> AnalysisSettings {
         let params = LeakParams {
             min_slope_bytes_per_second: rules.leak_suspected.threshold,
             hold_slope_bytes_per_second: rules.leak_suspected.clear,
+            shortest_window: alerts.leak_shortest_window.min(rules.leak_window),
+            warmup: alerts.leak_warmup,
             ..LeakParams::for_window(rules.leak_window)
         };
         (rules.leak_window, params)
@@ -332,7 +334,11 @@ pub fn analysis_settings(alerts: &AlertsConfig) -> AnalysisSettings {
         leak,
         probe_stale_after: rules.probe_stale_after,
         pressure: PressureThresholds::default(),
-        forecast: crate::analysis::trend::ForecastParams::default(),
+        forecast: crate::analysis::trend::ForecastParams {
+            min_span: alerts.forecast_min_span,
+            ..Default::default()
+        },
+        leak_check_interval: alerts.leak_check_interval,
     }
 }
 
@@ -495,4 +501,30 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         warn!("alert evaluation did not stop within the shutdown grace time");
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use crate::config::default_alerts;
+
+    #[test]
+    fn detection_keys_reach_the_analysis() {
+        let mut alerts = default_alerts();
+        alerts.leak_check_interval = Duration::from_secs(7);
+        alerts.leak_shortest_window = Duration::from_secs(120);
+        alerts.leak_warmup = Duration::from_secs(11);
+        alerts.forecast_min_span = Duration::from_secs(13);
+        let settings = super::analysis_settings(&alerts);
+        assert_eq!(settings.leak_check_interval, Duration::from_secs(7));
+        assert_eq!(settings.forecast.min_span, Duration::from_secs(13));
+        let (_, leak) = settings.leak.unwrap();
+        assert_eq!(leak.shortest_window, Duration::from_secs(120));
+        assert_eq!(leak.warmup, Duration::from_secs(11));
+        // A shortest window longer than the window is the window.
+        alerts.leak_shortest_window = Duration::from_secs(24 * 3600);
+        let (window, leak) = super::analysis_settings(&alerts).leak.unwrap();
+        assert_eq!(leak.shortest_window, window);
+    }
 }

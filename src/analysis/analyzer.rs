@@ -27,11 +27,6 @@ const XID_HISTORY: usize = 1_024;
 /// How often (source time) the growth trend is re-estimated: a 10-minute
 /// window moves little in 15 s, and this is the costliest per-pass step.
 const TREND_INTERVAL: Duration = Duration::from_secs(15);
-/// How often (source time) leaks are re-assessed. The shortest leak window
-/// is minutes long, so 30 s changes little, and it is by far the costliest
-/// analysis (every process's whole window); 30 s rather than 60 s keeps a
-/// fast leak's alert within the 5-minute target.
-const LEAK_CHECK_INTERVAL: Duration = Duration::from_secs(30);
 
 /// The windows and thresholds the analysis uses, built by the wiring from
 /// the `alerts.*` configuration the rules judge with.
@@ -54,6 +49,10 @@ pub struct AnalysisSettings {
     pub pressure: PressureThresholds,
     /// How the growth trend of the used-memory floor is forecast.
     pub forecast: ForecastParams,
+    /// How often (source time) leaks are re-assessed (`alerts.leak_check_interval`,
+    /// 30 s). The shortest leak window is minutes long, so 30 s changes little;
+    /// 30 s rather than 60 s keeps a fast leak's alert within the 5-minute target.
+    pub leak_check_interval: Duration,
 }
 
 pub struct Analyzer {
@@ -170,7 +169,7 @@ impl Analyzer {
         let (mut retries_total, mut ooms_total) = (None::<u64>, None::<u64>);
         let mut leaks = Vec::new();
         let stale = memo.leaks.as_ref().is_none_or(|(checked, _)| {
-            now.duration_since(*checked).is_none_or(|age| age >= LEAK_CHECK_INTERVAL)
+            now.duration_since(*checked).is_none_or(|age| age >= settings.leak_check_interval)
         });
         if stale {
             let findings: HashMap<u32, LeakFinding> = match &settings.leak {

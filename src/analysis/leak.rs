@@ -52,6 +52,13 @@ const PREDATES_TOLERANCE: Duration = Duration::from_secs(10);
 
 /// What counts as a leak. Defaults were tuned on the simulator's randomised
 /// corpus (`examples/detection.rs`, docs/alerts.md "Detection benchmark").
+///
+/// The threshold, clear, window, shortest window and warm-up are
+/// configuration keys: they say how fast, how soon and after how long a
+/// start, which an operator knows of their jobs. The rest (buckets,
+/// significance, the shares, the noise floor) are the statistical shape of
+/// the test, tuned together on the corpus: moving one alone trades false
+/// alarms for latency in ways only the benchmark shows, so they stay code.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
 pub struct LeakParams {
     /// Least floor slope to call a leak; the `leak_suspected` threshold
@@ -62,7 +69,8 @@ pub struct LeakParams {
     pub hold_slope_bytes_per_second: f64,
     /// The longest window judged; `alerts.leak_suspected.window` (30 min).
     pub window: Duration,
-    /// The shortest window judged (4 min): short enough to call a fast leak
+    /// The shortest window judged (`alerts.leak_shortest_window`, 4 min):
+    /// short enough to call a fast leak
     /// within minutes, long enough to span many training steps.
     pub shortest_window: Duration,
     /// Floor buckets per window (24): a 4-minute window gets 10 s buckets,
@@ -75,7 +83,8 @@ pub struct LeakParams {
     pub keep_rising_share: f64,
     /// Share of the growth the second half's floor must stay above (0.25).
     pub return_share: f64,
-    /// Grace after a process's first sample before it is judged (3 min):
+    /// Grace after a process's first sample before it is judged
+    /// (`alerts.leak_warmup`, 3 min):
     /// model load, optimizer state and the allocator's cache filling.
     pub warmup: Duration,
     /// Spread below which the floor counts as this noisy anyway (2 MiB), so

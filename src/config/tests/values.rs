@@ -42,6 +42,10 @@ fn config_alerts_defaults() {
         resolved_retention: minutes(15),
         max_alerts: 1000.try_into().unwrap(),
         trend_window: minutes(10),
+        forecast_min_span: Duration::from_secs(90),
+        leak_check_interval: Duration::from_secs(30),
+        leak_shortest_window: minutes(4),
+        leak_warmup: minutes(3),
         rules: RulesConfig {
             memory_high: rule(0.92, 0.88, 60, Severity::Warning),
             exhaustion_forecast: rule(1800.0, 2700.0, 120, Severity::Warning),
