@@ -46,6 +46,8 @@ use super::remediation;
 use super::series::{PidSeries, ProcessMetric};
 
 const MIB: f64 = 1_048_576.0;
+/// The rule whose threshold and clear are the slopes' defaults.
+const RULE: crate::model::RuleSpec = crate::model::RuleId::LeakSuspected.spec();
 /// A process whose first sample is this close to the window's start was
 /// already running: no warm-up grace.
 const PREDATES_TOLERANCE: Duration = Duration::from_secs(10);
@@ -62,10 +64,10 @@ const PREDATES_TOLERANCE: Duration = Duration::from_secs(10);
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
 pub struct LeakParams {
     /// Least floor slope to call a leak; the `leak_suspected` threshold
-    /// (default 256 KiB/s).
+    /// (default 128 KiB/s, from the rule table).
     pub min_slope_bytes_per_second: f64,
     /// Least floor slope to keep a suspected leak; the rule's `clear`
-    /// (default 64 KiB/s).
+    /// (default 64 KiB/s, from the rule table).
     pub hold_slope_bytes_per_second: f64,
     /// The longest window judged; `alerts.leak_suspected.window` (30 min).
     pub window: Duration,
@@ -96,8 +98,8 @@ impl LeakParams {
     /// Defaults with the longest window `window`.
     pub fn for_window(window: Duration) -> Self {
         Self {
-            min_slope_bytes_per_second: 262_144.0,
-            hold_slope_bytes_per_second: 65_536.0,
+            min_slope_bytes_per_second: RULE.threshold,
+            hold_slope_bytes_per_second: RULE.clear,
             window,
             shortest_window: Duration::from_secs(4 * 60).min(window),
             buckets: 24,

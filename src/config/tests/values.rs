@@ -50,7 +50,7 @@ fn config_alerts_defaults() {
             memory_high: rule(0.92, 0.88, 60, Severity::Warning),
             exhaustion_forecast: rule(1800.0, 2700.0, 120, Severity::Warning),
             exhaustion_min_fit: 0.8,
-            leak_suspected: rule(262_144.0, 65_536.0, 300, Severity::Warning),
+            leak_suspected: rule(131_072.0, 65_536.0, 60, Severity::Warning),
             leak_window: minutes(30),
             allocator_fragmentation_high: rule(0.25, 0.15, 300, Severity::Warning),
             fragmentation_min_reserved_bytes: 2 << 30,
