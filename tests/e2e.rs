@@ -501,6 +501,10 @@ fn a_replayed_recording_alerts_on_the_allocator_reports_the_live_daemon_joined()
         assert!(!deadline.passed(), "no allocator_oom fired live within 60 s: {rules:?}");
         pause();
     };
+    // Recording on for ~100 s of source time: `vramd analyze` evaluates
+    // every `evaluation_interval` of the trace's time, so a trace ending on
+    // the very sample that fired live would end before its evaluation.
+    std::thread::sleep(Duration::from_secs(1));
     daemon.signal("TERM");
     assert_exit(&daemon.finish(STOP_WAIT), 0);
 
