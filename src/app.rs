@@ -89,7 +89,12 @@ pub struct BuiltSource {
 
 /// Builds the device source the configuration selects, wrapped in a
 /// recorder when `source.record` is set. Reads files: call off the runtime.
-pub fn build_source(config: &Config) -> Result<BuiltSource, AppError> {
+/// `reports`, when given, is joined onto slow readings before they are
+/// recorded (see [`Recorder::joining`]).
+pub fn build_source(
+    config: &Config,
+    reports: Option<Arc<ReportStore>>,
+) -> Result<BuiltSource, AppError> {
     let BuiltSource { source, reporting_simulator, prober, .. } = match &config.source.selection {
         SourceSelection::Driver => BuiltSource {
             source: Arc::new(NvmlSource::new(NvmlSettings {
@@ -145,7 +150,12 @@ pub fn build_source(config: &Config) -> Result<BuiltSource, AppError> {
             _ => None,
         },
     };
-    let recorder = Recorder::create(source, path, &options).map_err(AppError::Record)?;
+    let mut recorder = Recorder::create(source, path, &options).map_err(AppError::Record)?;
+    if let Some(reports) = reports {
+        // Joined before recording as well as after (by the sampler), so the
+        // trace keeps the allocator evidence the analysis judged.
+        recorder = recorder.joining(Box::new(move |uuid, reading| reports.attach(uuid, reading)));
+    }
     let record_health = Some(recorder.health());
     // The recorder also answers the probe, through the prober, so that each
     // outcome is written to the trace.
@@ -319,6 +329,8 @@ pub fn analysis_settings(alerts: &AlertsConfig) -> AnalysisSettings {
         let params = LeakParams {
             min_slope_bytes_per_second: rules.leak_suspected.threshold,
             hold_slope_bytes_per_second: rules.leak_suspected.clear,
+            shortest_window: alerts.leak_shortest_window.min(rules.leak_window),
+            warmup: alerts.leak_warmup,
             ..LeakParams::for_window(rules.leak_window)
         };
         (rules.leak_window, params)
@@ -332,7 +344,11 @@ pub fn analysis_settings(alerts: &AlertsConfig) -> AnalysisSettings {
         leak,
         probe_stale_after: rules.probe_stale_after,
         pressure: PressureThresholds::default(),
-        forecast: crate::analysis::trend::ForecastParams::default(),
+        forecast: crate::analysis::trend::ForecastParams {
+            min_span: alerts.forecast_min_span,
+            ..Default::default()
+        },
+        leak_check_interval: alerts.leak_check_interval,
     }
 }
 
@@ -368,9 +384,11 @@ pub fn report_intake(config: &Config, token: Option<String>) -> api::reports::In
 /// Runs the daemon until `shutdown` completes, then stops serving and
 /// sampling, giving in-flight requests `server.shutdown_timeout` to finish.
 pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(), AppError> {
+    let intake = report_intake(&config, read_token(&config).await?);
     let source = {
         let config = config.clone();
-        tokio::task::spawn_blocking(move || build_source(&config))
+        let reports = intake.store.clone();
+        tokio::task::spawn_blocking(move || build_source(&config, Some(reports)))
             .await
             .map_err(|error| AppError::Startup(error.to_string()))??
     };
@@ -393,7 +411,6 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         .map_err(|source| AppError::Bind { addr: config.server.listen, source })?;
     info!(addr = %local, source = source.name(), "listening");
 
-    let intake = report_intake(&config, read_token(&config).await?);
     let (reports, report_limits) = (intake.store.clone(), intake.limits);
     let cancel = CancellationToken::new();
     if let Some(simulator) = reporting_simulator {
@@ -495,4 +512,30 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         warn!("alert evaluation did not stop within the shutdown grace time");
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use crate::config::default_alerts;
+
+    #[test]
+    fn detection_keys_reach_the_analysis() {
+        let mut alerts = default_alerts();
+        alerts.leak_check_interval = Duration::from_secs(7);
+        alerts.leak_shortest_window = Duration::from_secs(120);
+        alerts.leak_warmup = Duration::from_secs(11);
+        alerts.forecast_min_span = Duration::from_secs(13);
+        let settings = super::analysis_settings(&alerts);
+        assert_eq!(settings.leak_check_interval, Duration::from_secs(7));
+        assert_eq!(settings.forecast.min_span, Duration::from_secs(13));
+        let (_, leak) = settings.leak.unwrap();
+        assert_eq!(leak.shortest_window, Duration::from_secs(120));
+        assert_eq!(leak.warmup, Duration::from_secs(11));
+        // A shortest window longer than the window is the window.
+        alerts.leak_shortest_window = Duration::from_secs(24 * 3600);
+        let (window, leak) = super::analysis_settings(&alerts).leak.unwrap();
+        assert_eq!(leak.shortest_window, window);
+    }
 }

@@ -462,3 +462,62 @@ fn the_binary_accepts_the_environment_cargo_runs_it_with() {
         String::from_utf8_lossy(&output.stderr)
     );
 }
+
+#[test]
+fn a_replayed_recording_alerts_on_the_allocator_reports_the_live_daemon_joined() {
+    // oom-spike: the allocator OOM and retry alerts come only from the
+    // simulated workloads' allocator reports, which the sampler joins onto
+    // processes after the source answered. The trace must keep them, so the
+    // replay's timeline fires what the live daemon fired.
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("trace.ndjson");
+    let trace_arg = trace.to_str().unwrap();
+    let env = [("VRAMD_ALERTS__EVALUATION_INTERVAL", "1s")];
+    let mut daemon = Process::spawn(
+        &args(&["--simulate", "oom-spike", "--gpus", "1", "--speed", "100", "--record", trace_arg]),
+        &env,
+    );
+    let addr = daemon.listening();
+    daemon.wait_ready(addr);
+    let firing = || -> Vec<String> {
+        let alerts = get(addr, "/api/v1/alerts").json();
+        let mut rules: Vec<String> = alerts["alerts"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|alert| alert["state"] == "firing")
+            .filter_map(|alert| alert["rule"].as_str().map(str::to_owned))
+            .collect();
+        rules.sort();
+        rules.dedup();
+        rules
+    };
+    let deadline = Deadline::after(Duration::from_secs(60));
+    let live = loop {
+        let rules = firing();
+        if rules.iter().any(|rule| rule == "allocator_oom") {
+            break rules;
+        }
+        assert!(!deadline.passed(), "no allocator_oom fired live within 60 s: {rules:?}");
+        pause();
+    };
+    // Recording on for ~100 s of source time: `vramd analyze` evaluates
+    // every `evaluation_interval` of the trace's time, so a trace ending on
+    // the very sample that fired live would end before its evaluation.
+    std::thread::sleep(Duration::from_secs(1));
+    daemon.signal("TERM");
+    assert_exit(&daemon.finish(STOP_WAIT), 0);
+
+    let output = run(&["analyze", "--replay", trace_arg], &env);
+    assert_exit(&output, 0);
+    for rule in &live {
+        assert!(
+            output
+                .stdout
+                .lines()
+                .any(|line| line.contains("firing") && line.contains(rule.as_str())),
+            "{rule} fired live but not in the replay:\n{}",
+            output.stdout
+        );
+    }
+}

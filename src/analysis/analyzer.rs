@@ -27,11 +27,6 @@ const XID_HISTORY: usize = 1_024;
 /// How often (source time) the growth trend is re-estimated: a 10-minute
 /// window moves little in 15 s, and this is the costliest per-pass step.
 const TREND_INTERVAL: Duration = Duration::from_secs(15);
-/// How often (source time) leaks are re-assessed. The shortest leak window
-/// is minutes long, so 30 s changes little, and it is by far the costliest
-/// analysis (every process's whole window); 30 s rather than 60 s keeps a
-/// fast leak's alert within the 5-minute target.
-const LEAK_CHECK_INTERVAL: Duration = Duration::from_secs(30);
 
 /// The windows and thresholds the analysis uses, built by the wiring from
 /// the `alerts.*` configuration the rules judge with.
@@ -54,6 +49,10 @@ pub struct AnalysisSettings {
     pub pressure: PressureThresholds,
     /// How the growth trend of the used-memory floor is forecast.
     pub forecast: ForecastParams,
+    /// How often (source time) leaks are re-assessed (`alerts.leak_check_interval`,
+    /// 30 s). The shortest leak window is minutes long, so 30 s changes little;
+    /// 30 s rather than 60 s keeps a fast leak's alert within the 5-minute target.
+    pub leak_check_interval: Duration,
 }
 
 pub struct Analyzer {
@@ -77,6 +76,8 @@ struct DeviceMemo {
     trend: Option<TrendMemo>,
     /// When leaks were last assessed, and the findings by PID.
     leaks: Option<(Timestamp, HashMap<u32, LeakFinding>)>,
+    /// Every process's series over the leak window, slid check by check.
+    process_windows: series::ProcessWindows,
     /// Allocator counter steps, kept up to date from the samples that
     /// arrived since the previous pass.
     counters: CounterTrack,
@@ -168,23 +169,29 @@ impl Analyzer {
         let (mut retries_total, mut ooms_total) = (None::<u64>, None::<u64>);
         let mut leaks = Vec::new();
         let stale = memo.leaks.as_ref().is_none_or(|(checked, _)| {
-            now.duration_since(*checked).is_none_or(|age| age >= LEAK_CHECK_INTERVAL)
+            now.duration_since(*checked).is_none_or(|age| age >= settings.leak_check_interval)
         });
         if stale {
             let findings: HashMap<u32, LeakFinding> = match &settings.leak {
                 Some((window, params)) => {
-                    let slow = device.slow_snapshot();
                     let from = now.saturating_sub(*window);
+                    // Only the samples that arrived since the last check,
+                    // read under the ring's lock: no snapshot copy, and no
+                    // search of the whole window per process.
+                    let windows = &mut memo.process_windows;
+                    let resume = windows.resume_at(from);
+                    device.visit_recent_slow(resume, now, |sample| windows.add(sample));
+                    windows.trim(from);
                     // A leak already suspected is held until it stops.
                     let previous =
                         memo.leaks.take().map(|(_, findings)| findings).unwrap_or_default();
                     let scratch = &mut self.scratch;
-                    series::pids_in(&slow, from, now)
-                        .into_iter()
-                        .filter_map(|pid| {
-                            let held = previous.contains_key(&pid);
-                            detect_process_leak(scratch, &slow, pid, (from, now), held, params)
-                                .map(|finding| (pid, finding))
+                    windows
+                        .processes()
+                        .filter_map(|process| {
+                            let held = previous.contains_key(&process.pid);
+                            detect_process_leak(scratch, process, from, held, params)
+                                .map(|finding| (process.pid, finding))
                         })
                         .collect()
                 }

@@ -196,20 +196,30 @@ impl FloorScratch {
 
     /// Bucket minima, each placed at its bucket's centre: the minimum's own
     /// time would pull the points towards the step phase it was caught in.
+    /// The series is in time order, so a bucket's samples are consecutive
+    /// and its minimum is kept in a register until the next bucket starts.
     fn reduce(&mut self, window: &[(Timestamp, u64)], origin: i64, span_ms: i64, buckets: usize) {
         self.points.clear();
-        self.points.resize(buckets, (f64::NAN, f64::INFINITY));
         let per_ms = buckets as f64 / span_ms as f64;
         let width_s = span_ms as f64 / buckets as f64 / 1000.0;
         let last = buckets - 1;
+        let centre = |index: usize| (index as f64 + 0.5) * width_s;
+        let mut open: Option<(usize, f64)> = None;
         for &(at, value) in window {
             let offset = at.unix_millis().saturating_sub(origin) as f64;
             let index = ((offset * per_ms) as usize).min(last);
-            if let Some(point) = self.points.get_mut(index) {
-                point.0 = (index as f64 + 0.5) * width_s;
-                point.1 = point.1.min(value as f64);
-            }
+            let value = value as f64;
+            open = match open {
+                Some((bucket, low)) if bucket == index => Some((bucket, low.min(value))),
+                Some((bucket, low)) => {
+                    self.points.push((centre(bucket), low));
+                    Some((index, value))
+                }
+                None => Some((index, value)),
+            };
         }
-        self.points.retain(|point| point.0.is_finite());
+        if let Some((bucket, low)) = open {
+            self.points.push((centre(bucket), low));
+        }
     }
 }

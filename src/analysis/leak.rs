@@ -1,8 +1,8 @@
 //! Memory leak detection for one process: a floor that keeps rising.
 //!
 //! Owns: the leak rules below, their parameters and findings, and the
-//! choice of which figure to follow. Depends on: `model`, `history`
-//! (read-only snapshots), `analysis::{series, floor, remediation}`. Pure; no
+//! choice of which figure to follow. Depends on: `model`,
+//! `analysis::{series, floor, remediation}`. Pure; no
 //! I/O, no clocks: windows are the series' own timestamps.
 //!
 //! The detector judges the floor of the series (`analysis::floor`: bucket
@@ -33,37 +33,46 @@
 //!
 //! Which figure: `allocated` (live tensors) for processes that report
 //! allocator statistics, since their NVML usage includes a cache that grows
-//! and stays by design; NVML usage otherwise ([`preferred_metric`]).
+//! and stays by design; NVML usage otherwise ([`PidSeries::preferred`]).
 
 use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::history::{ProcessPoint, SlowPoint, Snapshot};
 use crate::model::Timestamp;
 
 use super::floor::{FloorLine, FloorScratch};
 use super::remediation;
-use super::series::{self, ProcessMetric};
+use super::series::{PidSeries, ProcessMetric};
 
 const MIB: f64 = 1_048_576.0;
+/// The rule whose threshold and clear are the slopes' defaults.
+const RULE: crate::model::RuleSpec = crate::model::RuleId::LeakSuspected.spec();
 /// A process whose first sample is this close to the window's start was
 /// already running: no warm-up grace.
 const PREDATES_TOLERANCE: Duration = Duration::from_secs(10);
 
 /// What counts as a leak. Defaults were tuned on the simulator's randomised
 /// corpus (`examples/detection.rs`, docs/alerts.md "Detection benchmark").
+///
+/// The threshold, clear, window, shortest window and warm-up are
+/// configuration keys: they say how fast, how soon and after how long a
+/// start, which an operator knows of their jobs. The rest (buckets,
+/// significance, the shares, the noise floor) are the statistical shape of
+/// the test, tuned together on the corpus: moving one alone trades false
+/// alarms for latency in ways only the benchmark shows, so they stay code.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
 pub struct LeakParams {
     /// Least floor slope to call a leak; the `leak_suspected` threshold
-    /// (default 256 KiB/s).
+    /// (default 128 KiB/s, from the rule table).
     pub min_slope_bytes_per_second: f64,
     /// Least floor slope to keep a suspected leak; the rule's `clear`
-    /// (default 64 KiB/s).
+    /// (default 64 KiB/s, from the rule table).
     pub hold_slope_bytes_per_second: f64,
     /// The longest window judged; `alerts.leak_suspected.window` (30 min).
     pub window: Duration,
-    /// The shortest window judged (4 min): short enough to call a fast leak
+    /// The shortest window judged (`alerts.leak_shortest_window`, 4 min):
+    /// short enough to call a fast leak
     /// within minutes, long enough to span many training steps.
     pub shortest_window: Duration,
     /// Floor buckets per window (24): a 4-minute window gets 10 s buckets,
@@ -76,7 +85,8 @@ pub struct LeakParams {
     pub keep_rising_share: f64,
     /// Share of the growth the second half's floor must stay above (0.25).
     pub return_share: f64,
-    /// Grace after a process's first sample before it is judged (3 min):
+    /// Grace after a process's first sample before it is judged
+    /// (`alerts.leak_warmup`, 3 min):
     /// model load, optimizer state and the allocator's cache filling.
     pub warmup: Duration,
     /// Spread below which the floor counts as this noisy anyway (2 MiB), so
@@ -88,8 +98,8 @@ impl LeakParams {
     /// Defaults with the longest window `window`.
     pub fn for_window(window: Duration) -> Self {
         Self {
-            min_slope_bytes_per_second: 262_144.0,
-            hold_slope_bytes_per_second: 65_536.0,
+            min_slope_bytes_per_second: RULE.threshold,
+            hold_slope_bytes_per_second: RULE.clear,
             window,
             shortest_window: Duration::from_secs(4 * 60).min(window),
             buckets: 24,
@@ -295,41 +305,20 @@ fn holds(line: &FloorLine, params: &LeakParams) -> bool {
         && !line.returns_to_baseline(params.return_share)
 }
 
-/// The figure to follow for a process: allocator `allocated` when any of
-/// its points reports allocator statistics, NVML usage when any reports
-/// that, `None` when neither is known.
-pub fn preferred_metric<'a>(
-    points: impl IntoIterator<Item = &'a ProcessPoint>,
-) -> Option<ProcessMetric> {
-    let mut preferred = None;
-    for point in points {
-        if point.allocator().is_some() {
-            return Some(ProcessMetric::AllocatorAllocated);
-        }
-        if point.used_bytes().is_some() {
-            preferred = Some(ProcessMetric::NvmlUsed);
-        }
-    }
-    preferred
-}
-
-/// Looks for a leak in process `pid` over `[from, to]` of a slow-tier
-/// snapshot, following its [`preferred_metric`]; `held` says it is already
-/// suspected (see the module doc).
+/// Looks for a leak in one process's window (`from` is where the window
+/// began), following its [`PidSeries::preferred`] figure; `held` says it is
+/// already suspected (see the module doc).
 pub fn detect_process_leak(
     scratch: &mut FloorScratch,
-    snapshot: &Snapshot<SlowPoint>,
-    pid: u32,
-    (from, to): (Timestamp, Timestamp),
+    process: &PidSeries,
+    from: Timestamp,
     held: bool,
     params: &LeakParams,
 ) -> Option<LeakFinding> {
-    let metric =
-        preferred_metric(series::process_points(snapshot, pid, from, to).map(|(_, point)| point))?;
-    let values = series::process_series(snapshot, pid, from, to, metric);
-    assess_leak(scratch, &values, from, held, params)
+    let (metric, values) = process.preferred()?;
+    assess_leak(scratch, values, from, held, params)
         .ok()
-        .map(|evidence| evidence.into_finding(pid, metric))
+        .map(|evidence| evidence.into_finding(process.pid, metric))
 }
 
 #[cfg(test)]

@@ -1,17 +1,15 @@
 //! Time series pulled out of history snapshots for the analyzer.
 //!
 //! Owns: turning a `Snapshot` window into `(Timestamp, value)` pairs (device
-//! used, per-process allocator and NVML figures), listing the PIDs seen in
-//! a window, and the step of a monotonic counter across restarts.
+//! used), gathering every process's allocator and NVML figures of a window
+//! in one pass, and the step of a monotonic counter across restarts.
 //! Depends on: `model`, `history` (read-only snapshots). No I/O, no clocks:
 //! windows are bounded by sample timestamps the caller passes.
 //!
 //! A sample that lacks a value contributes no point: absent is left out,
 //! never read as zero, so a failed read cannot look like a drop to 0 bytes.
 
-use std::collections::BTreeSet;
-
-use crate::history::{FastPoint, ProcessPoint, SlowPoint, Snapshot, Stamped};
+use crate::history::{FastPoint, SlowPoint, Snapshot, Stamped};
 use crate::model::Timestamp;
 
 /// Which per-process figure a series follows.
@@ -20,35 +18,15 @@ use crate::model::Timestamp;
 pub enum ProcessMetric {
     /// `allocated_bytes.all.current`: live tensors.
     AllocatorAllocated,
-    /// `reserved_bytes.all.current`: what the caching allocator holds.
-    AllocatorReserved,
     /// What NVML attributes to the process.
     NvmlUsed,
-    /// `num_alloc_retries` (monotonic counter).
-    AllocatorRetries,
-    /// `num_ooms` (monotonic counter).
-    AllocatorOoms,
 }
 
 impl ProcessMetric {
-    /// The figure in one stored process point, if it was reported.
-    pub fn of(self, point: &ProcessPoint) -> Option<u64> {
-        match self {
-            ProcessMetric::NvmlUsed => point.used_bytes(),
-            ProcessMetric::AllocatorAllocated => point.allocator().map(|s| s.allocated_bytes),
-            ProcessMetric::AllocatorReserved => point.allocator().map(|s| s.reserved_bytes),
-            ProcessMetric::AllocatorRetries => point.allocator().map(|s| s.alloc_retries),
-            ProcessMetric::AllocatorOoms => point.allocator().map(|s| s.ooms),
-        }
-    }
-
     pub fn as_str(self) -> &'static str {
         match self {
             ProcessMetric::AllocatorAllocated => "allocator_allocated",
-            ProcessMetric::AllocatorReserved => "allocator_reserved",
             ProcessMetric::NvmlUsed => "nvml_used",
-            ProcessMetric::AllocatorRetries => "allocator_retries",
-            ProcessMetric::AllocatorOoms => "allocator_ooms",
         }
     }
 }
@@ -68,46 +46,93 @@ pub fn device_used_into(
     );
 }
 
-/// One process's stored points in `[from, to]`, oldest first. Samples whose
-/// process list could not be read, or that do not list `pid`, yield nothing.
-pub fn process_points(
-    snapshot: &Snapshot<SlowPoint>,
-    pid: u32,
-    from: Timestamp,
-    to: Timestamp,
-) -> impl Iterator<Item = (Timestamp, &ProcessPoint)> {
-    snapshot.range(from, to).filter_map(move |sample| {
-        let process = sample.processes()?.iter().find(|process| process.pid == pid)?;
-        Some((sample.at(), process))
-    })
+/// Every process's leak figures over a sliding window, kept between
+/// passes: each pass appends only the slow-tier samples that arrived since
+/// the previous one and drops those that left the window, rather than
+/// re-reading the whole window per process. Per process both figures are
+/// kept, allocator `allocated` and NVML usage, because which one a leak
+/// follows depends on the whole window ([`PidSeries::preferred`]).
+#[derive(Debug, Default)]
+pub struct ProcessWindows {
+    /// The newest sample added.
+    scanned_to: Option<Timestamp>,
+    /// A handful of PIDs per device: a linear search beats hashing.
+    pids: Vec<PidSeries>,
 }
 
-/// One figure of one process in `[from, to]`, oldest first; samples where
-/// the figure was not reported are left out.
-pub fn process_series(
-    snapshot: &Snapshot<SlowPoint>,
-    pid: u32,
-    from: Timestamp,
-    to: Timestamp,
-    metric: ProcessMetric,
-) -> Vec<(Timestamp, u64)> {
-    process_points(snapshot, pid, from, to)
-        .filter_map(|(at, point)| metric.of(point).map(|value| (at, value)))
-        .collect()
+/// One process's figures in the window, oldest first; a sample that did
+/// not report a figure adds no point to it.
+#[derive(Debug, Default)]
+pub struct PidSeries {
+    pub pid: u32,
+    allocated: Vec<(Timestamp, u64)>,
+    used: Vec<(Timestamp, u64)>,
 }
 
-/// Every PID listed in `[from, to]`, ascending, each once. The result is
-/// bounded by what history holds (the sampler caps processes per sample).
-pub fn pids_in(snapshot: &Snapshot<SlowPoint>, from: Timestamp, to: Timestamp) -> Vec<u32> {
-    // A set rather than collect-then-dedup: a window of thousands of samples
-    // repeats the same handful of PIDs, and this keeps memory at that handful.
-    let pids: BTreeSet<u32> = snapshot
-        .range(from, to)
-        .filter_map(SlowPoint::processes)
-        .flatten()
-        .map(|process| process.pid)
-        .collect();
-    pids.into_iter().collect()
+impl PidSeries {
+    /// The figure a leak follows, and its series: allocator `allocated`
+    /// when any sample reports allocator statistics (NVML usage includes a
+    /// cache that grows and stays by design), NVML usage when any reports
+    /// that, `None` when neither is known.
+    pub fn preferred(&self) -> Option<(ProcessMetric, &[(Timestamp, u64)])> {
+        if !self.allocated.is_empty() {
+            Some((ProcessMetric::AllocatorAllocated, &self.allocated))
+        } else if !self.used.is_empty() {
+            Some((ProcessMetric::NvmlUsed, &self.used))
+        } else {
+            None
+        }
+    }
+}
+
+impl ProcessWindows {
+    /// Where the samples to add next begin: just after the newest one
+    /// added, or `from` for a window never filled (or left behind).
+    pub fn resume_at(&self, from: Timestamp) -> Timestamp {
+        self.scanned_to
+            .map_or(from, |scanned| scanned.saturating_add(std::time::Duration::from_millis(1)))
+            .max(from)
+    }
+
+    /// Adds one slow-tier sample newer than every one added before. A
+    /// sample whose process list could not be read adds nothing.
+    pub fn add(&mut self, sample: &SlowPoint) {
+        let at = sample.at();
+        self.scanned_to = Some(self.scanned_to.map_or(at, |scanned| scanned.max(at)));
+        for process in sample.processes().into_iter().flatten() {
+            let slot = match self.pids.iter().position(|entry| entry.pid == process.pid) {
+                Some(slot) => slot,
+                None => {
+                    self.pids.push(PidSeries { pid: process.pid, ..PidSeries::default() });
+                    self.pids.len() - 1
+                }
+            };
+            let Some(entry) = self.pids.get_mut(slot) else { continue };
+            if let Some(stats) = process.allocator() {
+                entry.allocated.push((at, stats.allocated_bytes));
+            }
+            if let Some(used) = process.used_bytes() {
+                entry.used.push((at, used));
+            }
+        }
+    }
+
+    /// Drops the points older than `from`, and the processes left with
+    /// none: what is kept stays bounded by one window.
+    pub fn trim(&mut self, from: Timestamp) {
+        for entry in &mut self.pids {
+            for series in [&mut entry.allocated, &mut entry.used] {
+                let old = series.partition_point(|&(at, _)| at < from);
+                series.drain(..old);
+            }
+        }
+        self.pids.retain(|entry| !(entry.allocated.is_empty() && entry.used.is_empty()));
+    }
+
+    /// The processes with a figure in the window, in the order first seen.
+    pub fn processes(&self) -> impl Iterator<Item = &PidSeries> {
+        self.pids.iter()
+    }
 }
 
 /// What a monotonic counter gained from `previous` to `current`; a drop

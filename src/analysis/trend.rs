@@ -148,7 +148,11 @@ pub fn theil_sen(series: &[(Timestamp, u64)], max_points: usize) -> Option<Trend
 
 /// How the device's growth is estimated for the exhaustion forecast.
 /// Defaults were tuned on the simulator's randomised corpus
-/// (docs/alerts.md, "Detection benchmark").
+/// (docs/alerts.md, "Detection benchmark"). Only `min_span` is a
+/// configuration key (`alerts.forecast_min_span`: how long a job's start
+/// looks like growth is the operator's knowledge); the bucket count is a
+/// cost bound, and the share and peak window are the shape of the test,
+/// tuned with the corpus.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct ForecastParams {
     /// Floor buckets the trend window is reduced to (30; the fit's cost is
@@ -159,7 +163,8 @@ pub struct ForecastParams {
     /// decelerates towards its plateau, or a single step such as a second
     /// job starting, falls short and gets no forecast.
     pub keep_rising_share: f64,
-    /// Least span of samples before growth can count as sustained (90 s):
+    /// Least span of samples before growth can count as sustained
+    /// (`alerts.forecast_min_span`, 90 s):
     /// the first seconds of any job are all "growth".
     pub min_span: std::time::Duration,
     /// How far back the peak of used memory is taken from for the time to

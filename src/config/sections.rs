@@ -362,6 +362,16 @@ section! {
             "most alerts kept (pending, firing, resolved); the oldest resolved go first";
         trend_window "trend_window": Duration as Dur = mins(10), Time(secs(10), hours(24)),
             "window of the per-device memory growth estimate";
+        forecast_min_span "forecast_min_span": Duration as Dur = secs(90),
+            Time(Duration::ZERO, hours(1)),
+            "least span of samples before a device's growth can count as sustained";
+        leak_check_interval "leak_check_interval": Duration as Dur = secs(30),
+            Time(secs(1), mins(10)), "how often every process is re-assessed for leaks, in source time";
+        leak_shortest_window "leak_shortest_window": Duration as Dur = mins(4),
+            Time(secs(30), hours(24)),
+            "shortest window a leak is judged on; longer ones double up to leak_suspected.window";
+        leak_warmup "leak_warmup": Duration as Dur = mins(3), Time(Duration::ZERO, hours(1)),
+            "grace after a process's first sample before it is judged for leaks";
         + rules: RulesConfig
     }
 }

@@ -216,7 +216,8 @@ impl DeviceHistory {
     }
 
     /// Visits the slow-tier samples with `from <= at <= to` under the ring's
-    /// lock; for a handful of recent samples only.
+    /// lock, which holds the sampler's writes back meanwhile: the visitor
+    /// must only copy out what it needs.
     pub fn visit_recent_slow(&self, from: Timestamp, to: Timestamp, visit: impl FnMut(&SlowPoint)) {
         self.slow.visit_recent(from, to, visit);
     }

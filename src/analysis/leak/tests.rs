@@ -1,5 +1,6 @@
 use super::*;
-use crate::history::Ring;
+use crate::analysis::series::ProcessWindows;
+use crate::history::SlowPoint;
 use crate::model::{AllocatorStats, ProcessInfo, SlowReading};
 use proptest::prelude::*;
 
@@ -106,8 +107,8 @@ fn warm_up_that_levels_off_is_not_a_leak() {
 
 #[test]
 fn growth_below_the_minimum_slope_is_not_a_leak() {
-    // 128 KiB/s: steady, but half the default minimum.
-    let values = series(SECONDS, 0.0, |t| 4.0 * GIB + 131_072.0 * t);
+    // 64 KiB/s: steady, but half the default minimum.
+    let values = series(SECONDS, 0.0, |t| 4.0 * GIB + 65_536.0 * t);
     assert_eq!(assess(&values), Err(NotALeak::SlowGrowth));
 }
 
@@ -205,45 +206,58 @@ fn process(pid: u32, used: Option<u64>, allocated: Option<u64>) -> ProcessInfo {
 
 #[test]
 fn allocator_figures_are_preferred_over_nvml_usage() {
-    let nvml_only = ProcessPoint::from(&process(1, Some(10), None));
-    let torch = ProcessPoint::from(&process(1, Some(10), Some(5)));
-    let unknown = ProcessPoint::from(&process(1, None, None));
-    assert_eq!(preferred_metric([&nvml_only, &torch]), Some(ProcessMetric::AllocatorAllocated));
-    assert_eq!(preferred_metric([&unknown, &nvml_only]), Some(ProcessMetric::NvmlUsed));
-    assert_eq!(preferred_metric([&unknown]), None);
+    let preferred = |samples: &[ProcessInfo]| {
+        let mut windows = ProcessWindows::default();
+        for (second, process) in samples.iter().enumerate() {
+            windows.add(&SlowPoint::from(&reading(second, vec![process.clone()])));
+        }
+        windows.processes().next().and_then(|process| process.preferred()).map(|(m, _)| m)
+    };
+    let nvml_only = process(1, Some(10), None);
+    let torch = process(1, Some(10), Some(5));
+    let unknown = process(1, None, None);
+    assert_eq!(preferred(&[nvml_only.clone(), torch]), Some(ProcessMetric::AllocatorAllocated));
+    assert_eq!(preferred(&[unknown.clone(), nvml_only]), Some(ProcessMetric::NvmlUsed));
+    assert_eq!(preferred(&[unknown]), None);
+}
+
+fn reading(t: usize, processes: Vec<ProcessInfo>) -> SlowReading {
+    SlowReading {
+        at: at(t),
+        processes: Some(processes),
+        temperature_celsius: None,
+        power_usage_watts: None,
+        power_limit_watts: None,
+        details: Default::default(),
+    }
 }
 
 #[test]
 fn a_leaking_process_is_found_in_history() {
     // Process 7's tensors grow 1 MiB/s while its NVML usage is flat (the
     // cache was reserved up front); process 8 is steady.
-    let ring = Ring::new(4_000);
+    let mut windows = ProcessWindows::default();
     for t in 0..=SECONDS {
         let allocated = (4.0 * GIB + MIB * t as f64) as u64;
-        let reading = SlowReading {
-            at: at(t),
-            processes: Some(vec![
-                process(7, Some(40 << 30), Some(allocated)),
-                process(8, Some(2 << 30), None),
-            ]),
-            temperature_celsius: None,
-            power_usage_watts: None,
-            power_limit_watts: None,
-            details: Default::default(),
-        };
-        ring.push(SlowPoint::from(&reading)).unwrap();
+        let sample = reading(
+            t,
+            vec![process(7, Some(40 << 30), Some(allocated)), process(8, Some(2 << 30), None)],
+        );
+        windows.add(&SlowPoint::from(&sample));
     }
-    let snapshot = ring.snapshot();
     let params = LeakParams::default();
     let mut scratch = FloorScratch::new();
-    let window = (at(0), at(SECONDS));
-    let finding = detect_process_leak(&mut scratch, &snapshot, 7, window, false, &params).unwrap();
+    let find = |scratch: &mut FloorScratch, pid: u32| {
+        let process = windows.processes().find(|process| process.pid == pid)?;
+        detect_process_leak(scratch, process, at(0), false, &params)
+    };
+    let finding = find(&mut scratch, 7).unwrap();
     assert_eq!(finding.pid, 7);
     assert_eq!(finding.metric, ProcessMetric::AllocatorAllocated);
     assert_eq!(finding.remediation, remediation::LEAK);
     assert!((finding.slope_bytes_per_second - MIB).abs() < 0.01 * MIB);
-    assert_eq!(detect_process_leak(&mut scratch, &snapshot, 8, window, false, &params), None);
-    assert_eq!(detect_process_leak(&mut scratch, &snapshot, 9, window, false, &params), None);
+    assert_eq!(find(&mut scratch, 8), None);
+    assert_eq!(find(&mut scratch, 9), None);
 }
 
 proptest! {

@@ -61,31 +61,39 @@ fn device_used_keeps_the_window_and_skips_absent_memory() {
 }
 
 #[test]
-fn process_series_follows_one_pid_and_leaves_gaps_absent() {
-    let ring = Ring::new(100);
-    ring.push(slow(0, Some(vec![process(1, Some(100), Some(40), 0), process(2, None, None, 0)])))
-        .unwrap();
-    ring.push(slow(1_000, None)).unwrap();
-    ring.push(slow(2_000, Some(vec![process(1, None, Some(50), 1)]))).unwrap();
-    ring.push(slow(3_000, Some(vec![process(3, Some(5), None, 0)]))).unwrap();
-    let snapshot = ring.snapshot();
-    let (from, to) = (ts(0), ts(3_000));
-    assert_eq!(process_series(&snapshot, 1, from, to, ProcessMetric::NvmlUsed), vec![(ts(0), 100)]);
+fn process_windows_follow_each_pid_and_leave_gaps_absent() {
+    let mut windows = ProcessWindows::default();
+    let samples = [
+        slow(0, Some(vec![process(1, Some(100), Some(40), 0), process(2, None, None, 0)])),
+        slow(1_000, None),
+        slow(2_000, Some(vec![process(1, None, Some(50), 1)])),
+        slow(3_000, Some(vec![process(3, Some(5), None, 0)])),
+    ];
+    for sample in &samples {
+        windows.add(sample);
+    }
+    let series = |windows: &ProcessWindows, pid: u32| {
+        let process = windows.processes().find(|process| process.pid == pid)?;
+        process.preferred().map(|(metric, values)| (metric, values.to_vec()))
+    };
     assert_eq!(
-        process_series(&snapshot, 1, from, to, ProcessMetric::AllocatorAllocated),
-        vec![(ts(0), 40), (ts(2_000), 50)]
+        series(&windows, 1),
+        Some((ProcessMetric::AllocatorAllocated, vec![(ts(0), 40), (ts(2_000), 50)]))
     );
+    assert_eq!(series(&windows, 2), None, "nothing reported: no series");
+    assert_eq!(series(&windows, 3), Some((ProcessMetric::NvmlUsed, vec![(ts(3_000), 5)])));
+    let pids: Vec<u32> = windows.processes().map(|process| process.pid).collect();
+    assert_eq!(pids, vec![1, 2, 3]);
+    // Sliding the window: only what arrived since is added, and what left
+    // the window is dropped with the processes left with nothing.
+    assert_eq!(windows.resume_at(ts(0)), ts(3_001));
+    windows.trim(ts(1_500));
     assert_eq!(
-        process_series(&snapshot, 1, from, to, ProcessMetric::AllocatorReserved),
-        vec![(ts(0), 80), (ts(2_000), 100)]
+        series(&windows, 1),
+        Some((ProcessMetric::AllocatorAllocated, vec![(ts(2_000), 50)]))
     );
-    assert_eq!(
-        process_series(&snapshot, 1, from, to, ProcessMetric::AllocatorRetries),
-        vec![(ts(0), 0), (ts(2_000), 1)]
-    );
-    assert!(process_series(&snapshot, 2, from, to, ProcessMetric::NvmlUsed).is_empty());
-    assert_eq!(pids_in(&snapshot, from, to), vec![1, 2, 3]);
-    assert_eq!(pids_in(&snapshot, ts(1_500), ts(2_500)), vec![1]);
+    let pids: Vec<u32> = windows.processes().map(|process| process.pid).collect();
+    assert_eq!(pids, vec![1, 3]);
 }
 
 #[test]

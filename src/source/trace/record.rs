@@ -44,7 +44,14 @@ pub struct Recorder<S> {
     path: String,
     state: Mutex<State>,
     health: Arc<RecordHealth>,
+    join: Option<SlowJoin>,
 }
+
+/// Joins onto a slow reading, before it is written, what the sampler would
+/// join after it (allocator reports, by device UUID), so that a replay sees
+/// what the live analysis saw. A hook rather than the report store itself:
+/// the recorder knows nothing of ingestion.
+pub type SlowJoin = Box<dyn Fn(&str, &mut SlowReading) + Send + Sync>;
 
 /// How often, at most, a recording that keeps failing is logged again.
 const FAILURE_LOG_INTERVAL: Duration = Duration::from_secs(60);
@@ -84,6 +91,8 @@ struct State {
     /// When a failure was last logged, and failures since then.
     last_logged: Option<Stopwatch>,
     unlogged_failures: u64,
+    /// Device index to UUID, from the latest successful `devices()`.
+    uuids: Vec<(u32, Arc<str>)>,
 }
 
 /// Where the header stands.
@@ -116,6 +125,7 @@ impl<S: DeviceSource> Recorder<S> {
             latest: HashMap::new(),
             last_logged: None,
             unlogged_failures: 0,
+            uuids: Vec::new(),
         };
         Ok(Self {
             inner,
@@ -123,6 +133,7 @@ impl<S: DeviceSource> Recorder<S> {
             path: path.display().to_string(),
             state: Mutex::new(state),
             health: Arc::default(),
+            join: None,
         })
     }
 
@@ -162,6 +173,12 @@ impl<S: DeviceSource> Recorder<S> {
     /// Also answers (and records) the CUDA probe through `prober`.
     pub fn with_prober(mut self, prober: Arc<dyn Prober>) -> Self {
         self.prober = Some(prober);
+        self
+    }
+
+    /// Joins `join` onto every slow reading before it is recorded.
+    pub fn joining(mut self, join: SlowJoin) -> Self {
+        self.join = Some(join);
         self
     }
 
@@ -360,6 +377,7 @@ impl<S: DeviceSource> DeviceSource for Recorder<S> {
         let devices = self.inner.devices()?;
         let written = {
             let mut state = self.state.lock();
+            state.uuids = devices.iter().map(|d| (d.index, Arc::from(d.uuid.as_str()))).collect();
             match &mut state.header {
                 Header::Pending(pending) => {
                     *pending = Some(devices.clone());
@@ -380,7 +398,14 @@ impl<S: DeviceSource> DeviceSource for Recorder<S> {
     }
 
     fn read_slow(&self, index: u32) -> Result<SlowReading, SourceError> {
-        let result = self.inner.read_slow(index);
+        let mut result = self.inner.read_slow(index);
+        if let (Some(join), Ok(reading)) = (&self.join, result.as_mut()) {
+            let uuid =
+                self.state.lock().uuids.iter().find(|(i, _)| *i == index).map(|(_, u)| u.clone());
+            if let Some(uuid) = uuid {
+                join(&uuid, reading);
+            }
+        }
         self.record(index, Tier::Slow, result, |reading| (reading.at, Line::slow(index, reading)))
     }
 }
