@@ -64,12 +64,16 @@ pub enum AppError {
 
 impl AppError {
     /// Process exit status: 2 for bad input named by the user (an invalid
-    /// trace file), 1 for everything else.
+    /// trace file, a recording that would destroy one, an unusable token
+    /// file), 1 for everything else.
     pub fn exit_code(&self) -> u8 {
         match self {
             AppError::Replay(_) => 2,
             // A recording that would destroy a trace is refused like bad input.
             AppError::Record(TraceError::Exists { .. } | TraceError::SameFile { .. }) => 2,
+            // An unusable `ingest.token_file` is a configuration error; `run`
+            // reads it before building the source or binding.
+            AppError::Token { .. } => 2,
             _ => 1,
         }
     }
@@ -152,8 +156,8 @@ pub fn build_source(
     };
     let mut recorder = Recorder::create(source, path, &options).map_err(AppError::Record)?;
     if let Some(reports) = reports {
-        // Joined before recording as well as after (by the sampler), so the
-        // trace keeps the allocator evidence the analysis judged.
+        // Joined before recording, so the trace keeps the allocator evidence
+        // the analysis judged; `run` then leaves the sampler's join out.
         recorder = recorder.joining(Box::new(move |uuid, reading| reports.attach(uuid, reading)));
     }
     let record_health = Some(recorder.health());
@@ -218,10 +222,10 @@ async fn require_devices(
     Err(AppError::GpuRequired { reason })
 }
 
-/// The ingest bearer token from `ingest.token_file`, trimmed.
-/// Reads `ingest.token_file`, refusing a missing, unreadable, empty or
-/// oversized one. Blocking: `main` calls it before the runtime starts (and
-/// `check-config` too), so a bad token file stops start-up before binding.
+/// The ingest bearer token, trimmed: reads `ingest.token_file`, refusing a
+/// missing, unreadable, empty or oversized one. Blocking: `run` calls it off
+/// the runtime before anything is built or bound; `check-config` calls it
+/// too.
 pub fn read_token_file(config: &Config) -> Result<Option<String>, AppError> {
     /// A bearer token is a line; anything larger is not one.
     const MAX_TOKEN_FILE_BYTES: u64 = 4 * 1024;
@@ -393,6 +397,10 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
             .map_err(|error| AppError::Startup(error.to_string()))??
     };
     let BuiltSource { source, reporting_simulator, prober, record_health } = source;
+    // A recording joins the reports onto slow readings before writing them
+    // (so its trace keeps the evidence); the sampler then need not join
+    // them again. Exactly one of the two does.
+    let sampler_joins_reports = record_health.is_none();
     let sampler_settings = sampler_settings(&config);
     let speed = sampler_settings.speed;
     if config.nvml.require_gpu && config.source.selection == SourceSelection::Driver {
@@ -431,7 +439,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         store.clone(),
         telemetry.clone(),
         sampler_settings,
-        Some(reports.clone()),
+        sampler_joins_reports.then(|| reports.clone()),
         cancel.clone(),
     ));
     let board = Arc::new(AlertBoard::new(config.api.max_stream_backlog.get()));

@@ -184,12 +184,6 @@ fn run(config: Config) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    // Checked before the runtime starts and anything binds: a token file
-    // that cannot be used is a configuration error (exit status 2).
-    if let Err(error) = vramd::app::read_token_file(&config) {
-        error!(error = %error, "invalid configuration");
-        return ExitCode::from(2);
-    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .max_blocking_threads(config.sampler.max_blocking_threads.get())
         .enable_all()

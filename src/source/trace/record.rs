@@ -146,14 +146,15 @@ impl<S: DeviceSource> Recorder<S> {
     /// at once, then at most once per [`FAILURE_LOG_INTERVAL`] with the
     /// number of failures in between; a recovery once.
     fn account(&self, written: Result<(), SourceError>) {
-        let mut state = self.state.lock();
+        // The common case, a write that went out, takes no lock.
         let Err(failure) = written else {
             if self.health.failing.swap(false, Ordering::Relaxed) {
                 tracing::info!(path = %self.path, lost = self.health.errors(), "recording recovered");
-                state.unlogged_failures = 0;
+                self.state.lock().unlogged_failures = 0;
             }
             return;
         };
+        let mut state = self.state.lock();
         self.health.errors.fetch_add(1, Ordering::Relaxed);
         let started = !self.health.failing.swap(true, Ordering::Relaxed);
         state.unlogged_failures += 1;
