@@ -104,7 +104,7 @@ pub fn build_source(
             source: Arc::new(NvmlSource::new(NvmlSettings {
                 library_path: config.nvml.library_path.clone(),
                 pcie_throughput: config.nvml.pcie_throughput,
-                max_cmdline_bytes: config.nvml.max_cmdline_bytes,
+                max_cmdline_bytes: config.nvml.max_cmdline_bytes.as_usize(),
                 xid_events: config.nvml.xid_events,
                 ..NvmlSettings::default()
             })),
@@ -132,8 +132,8 @@ pub fn build_source(
             let replay = Arc::new(
                 Replay::open_bounded(
                     path,
-                    config.source.max_trace_line_bytes,
-                    config.source.max_trace_bytes,
+                    config.source.max_trace_line_bytes.as_usize(),
+                    config.source.max_trace_bytes.get(),
                 )
                 .map_err(AppError::Replay)?,
             );
@@ -284,11 +284,11 @@ pub fn probe_settings(config: &Config) -> ProbeSettings {
         interval: probe.interval,
         max_backoff: probe.max_backoff,
         speed: sampler_settings(config).speed,
-        min_free_bytes: probe.min_free_bytes,
+        min_free_bytes: probe.min_free_bytes.get(),
         request: ProbeRequest {
-            block_bytes: probe.block_bytes,
+            block_bytes: probe.block_bytes.get(),
             samples: probe.samples,
-            margin_bytes: probe.margin_bytes,
+            margin_bytes: probe.margin_bytes.get(),
             headroom_time_budget: probe.headroom.then_some(probe.headroom_time_budget),
             timeout: probe.timeout,
             cuda_library: probe.cuda_library.clone(),
@@ -477,7 +477,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         board,
         Limits {
             request_timeout: config.server.request_timeout,
-            max_request_body_bytes: config.server.max_request_body_bytes,
+            max_request_body_bytes: config.server.max_request_body_bytes.as_usize(),
             max_concurrent_requests: config.server.max_concurrent_requests.get(),
             max_history_points: config.api.max_history_points.get(),
             retention: config.history.retention,

@@ -117,8 +117,8 @@ fn analyze(config: &Config, args: AnalyzeArgs) -> ExitCode {
         SourceSelection::Replay { path } => {
             match Replay::open_bounded(
                 path,
-                config.source.max_trace_line_bytes,
-                config.source.max_trace_bytes,
+                config.source.max_trace_line_bytes.as_usize(),
+                config.source.max_trace_bytes.get(),
             ) {
                 Ok(trace) => offline_analysis::replay(&settings, &trace),
                 Err(error) => {

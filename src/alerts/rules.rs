@@ -271,7 +271,7 @@ fn process_rules(
     }
     if let Some(stats) = process.allocator {
         let ratio = split_fragmentation_ratio(&stats).unwrap_or(0.0);
-        let big_enough = stats.reserved_bytes >= rules.fragmentation_min_reserved_bytes;
+        let big_enough = stats.reserved_bytes >= rules.fragmentation_min_reserved_bytes.get();
         push(
             device,
             Draft {

@@ -77,11 +77,6 @@ pub enum ConfigError {
     #[error("environment variables {first} and {second} both set {key}")]
     AmbiguousEnvironment { key: String, first: String, second: String },
 
-    /// A required key has no value at all. Cannot happen while every
-    /// required key has a built-in default; kept so no path can panic.
-    #[error("configuration key {key} has no value")]
-    Missing { key: String },
-
     /// The configuration library failed in a way the checks above did not
     /// anticipate.
     #[error("invalid configuration: {reason}")]
@@ -102,8 +97,7 @@ impl ConfigError {
             ConfigError::UnknownKey { key, .. }
             | ConfigError::NotASection { key, .. }
             | ConfigError::InvalidValue { key, .. }
-            | ConfigError::AmbiguousEnvironment { key, .. }
-            | ConfigError::Missing { key } => Some(key),
+            | ConfigError::AmbiguousEnvironment { key, .. } => Some(key),
             ConfigError::Conflict { first, .. } => Some(first),
             ConfigError::FileNotFound { .. }
             | ConfigError::FileRead { .. }

@@ -1,294 +1,302 @@
-//! One configuration value on its way from the merged layers to a typed
-//! one. [`Field`] knows its key, its text and where it came from, so every
-//! conversion error names all three; a [`Kind`] reads one kind of value
-//! within the bounds the catalogue gives its key, and writes it back.
+//! How one configuration value becomes a typed field, and back.
 //!
-//! Owns: the typed readings of a value (durations, sizes, counts, ratios,
-//! rule thresholds, addresses, paths, …), their messages, and their file
-//! syntax. Depends only on the config keys, merged values, units and
-//! rendering, and `model` (severity, scenario, rule units).
+//! Owns: [`Setting`], implemented by every type a section field can have
+//! (durations, [`ByteSize`], counts, addresses, paths, enums, …): how it
+//! is read from the value as written (a TOML value, or the text of an
+//! environment variable or flag), how it is written back in file syntax,
+//! and how it is held to the bounds its key's entry gives. serde calls
+//! [`de`] and [`ser`] for every field, so the type alone picks the
+//! reading. Depends only on the config keys, the written values
+//! ([`Scalar`]), units and `model` (severity, scenario, record mode).
 
+use std::fmt;
 use std::net::SocketAddr;
 use std::num::NonZeroUsize;
 use std::path::PathBuf;
 use std::str::FromStr;
 use std::time::Duration;
 
-use super::error::ConfigError;
-use super::keys::{Accepts, spec};
-use super::render::TomlValue;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+use super::keys::Accepts;
 use super::sections::LogFormat;
 use super::units::{format_duration, format_size, parse_duration, parse_size};
-use super::validate::MAX_SPEED;
-use super::walk::{Scalar, Values};
-use crate::model::{RecordMode, RuleUnit, ScenarioKind, Severity};
+use super::walk::Scalar;
+use crate::model::{RecordMode, ScenarioKind, Severity};
 
-/// One present value, with what is needed to report it.
-pub(super) struct Field<'a> {
-    key: &'a str,
-    value: &'a Scalar,
-    values: &'a Values,
-}
+/// A number of bytes, written in the file as an integer or a size with a
+/// unit (`"64KiB"`, `"1.5GiB"`) and rendered with the largest exact unit.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
+pub struct ByteSize(pub u64);
 
-impl<'a> Field<'a> {
-    pub(super) fn required(key: &'a str, values: &'a Values) -> Result<Self, ConfigError> {
-        Self::optional(key, values).ok_or_else(|| ConfigError::Missing { key: key.into() })
+impl ByteSize {
+    pub const fn get(self) -> u64 {
+        self.0
     }
 
-    pub(super) fn optional(key: &'a str, values: &'a Values) -> Option<Self> {
-        values.get(key).map(|value| Field { key, value, values })
-    }
-
-    pub(super) fn invalid(&self, reason: impl Into<String>) -> ConfigError {
-        ConfigError::InvalidValue {
-            key: self.key.to_owned(),
-            value: self.value.to_string(),
-            origin: self.values.origin(self.key),
-            reason: reason.into(),
-        }
-    }
-
-    fn string(&self) -> Result<&'a str, ConfigError> {
-        match self.value {
-            Scalar::Str(text) => Ok(text),
-            _ => Err(self.invalid("expected a string")),
-        }
-    }
-
-    /// What the key accepts, from the catalogue.
-    fn accepts(&self) -> Accepts {
-        spec(self.key).map_or(Accepts::Words(""), |spec| spec.accepts)
-    }
-
-    /// The error for a reading the catalogue gives no bounds for: a
-    /// mismatch between `sections` and a kind that the tests catch, kept as
-    /// an error so no path panics.
-    fn unbounded(&self) -> ConfigError {
-        ConfigError::Other { reason: format!("{} has no bounds of that kind", self.key) }
-    }
-
-    fn bytes_within(&self, min: u64, max: u64) -> Result<u64, ConfigError> {
-        let bytes = match self.value {
-            Scalar::Str(text) => parse_size(text).map_err(|error| self.invalid(error.to_string())),
-            Scalar::Int(value) => {
-                u64::try_from(*value).map_err(|_| self.invalid("sizes cannot be negative"))
-            }
-            Scalar::UInt(value) => Ok(*value),
-            Scalar::Float(_) | Scalar::Bool(_) => Err(self.invalid(
-                "expected a whole number of bytes or a size such as \"64KiB\" or \"1.5GiB\"",
-            )),
-        }?;
-        if bytes < min || bytes > max {
-            let (min, max) = (format_size(min), format_size(max));
-            return Err(self.invalid(format!("must be between {min} and {max}")));
-        }
-        Ok(bytes)
-    }
-
-    /// A whole number within the key's bounds.
-    fn integer(&self) -> Result<u64, ConfigError> {
-        let Accepts::Int(min, max) = self.accepts() else { return Err(self.unbounded()) };
-        let value = match self.value {
-            Scalar::Int(value) => u64::try_from(*value).ok(),
-            Scalar::UInt(value) => Some(*value),
-            Scalar::Str(text) => {
-                let value: i128 =
-                    text.trim().parse().map_err(|_| self.invalid("expected a whole number"))?;
-                u64::try_from(value).ok()
-            }
-            Scalar::Float(_) | Scalar::Bool(_) => {
-                return Err(self.invalid("expected a whole number"));
-            }
-        };
-        match value {
-            Some(value) if (min..=max).contains(&value) => Ok(value),
-            _ => Err(self.invalid(format!("must be between {min} and {max}"))),
-        }
-    }
-
-    /// A TOML float or integer, or a string of one; not checked further.
-    fn number(&self) -> Result<f64, ConfigError> {
-        match self.value {
-            Scalar::Float(value) => Ok(*value),
-            Scalar::Int(value) => Ok(*value as f64),
-            Scalar::UInt(value) => Ok(*value as f64),
-            Scalar::Str(text) => {
-                text.trim().parse::<f64>().map_err(|_| self.invalid("expected a number"))
-            }
-            Scalar::Bool(_) => Err(self.invalid("expected a number")),
-        }
-    }
-
-    /// A rule's `threshold` or `clear`, in the rule's unit.
-    pub(super) fn threshold(&self, unit: RuleUnit) -> Result<f64, ConfigError> {
-        if let (RuleUnit::Bytes, Scalar::Str(_)) = (unit, self.value) {
-            return self.bytes_within(0, u64::MAX).map(|bytes| bytes as f64);
-        }
-        let value = self.number()?;
-        if !value.is_finite() {
-            return Err(self.invalid("must be a finite number"));
-        }
-        let (valid, range) = match unit {
-            RuleUnit::Ratio => (value > 0.0 && value <= 1.0, "a ratio above 0 and at most 1"),
-            RuleUnit::Seconds => (value > 0.0, "a number of seconds above 0"),
-            RuleUnit::BytesPerSecond => (value >= 0.0, "a number of bytes per second, at least 0"),
-            RuleUnit::Count => (value >= 0.0, "a count, at least 0"),
-            RuleUnit::Bytes => {
-                (value >= 0.0, "a number of bytes (or a size such as \"4GiB\"), at least 0")
-            }
-        };
-        if !valid {
-            return Err(self.invalid(format!("must be {range}")));
-        }
-        Ok(value)
+    /// As a `usize`; every size key's bound is far below `usize::MAX`.
+    pub fn as_usize(self) -> usize {
+        usize::try_from(self.0).unwrap_or(usize::MAX)
     }
 }
 
-/// One kind of value: how it is read (within the bounds the catalogue gives
-/// its key) and how it is written back in file syntax.
-pub(super) trait Kind {
-    type Value;
-    fn parse(field: &Field<'_>) -> Result<Self::Value, ConfigError>;
+impl fmt::Display for ByteSize {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&format_size(self.0))
+    }
+}
+
+/// The reason a whole number outside its type is reported with: `validate`
+/// replaces it with the key's bounds from the catalogue, so `0` for a
+/// count reads "must be between 1 and 64", as an in-type value would.
+pub(super) const OUT_OF_RANGE: &str = "out of range";
+
+/// A type a configuration field can have.
+pub(super) trait Setting: Sized {
+    /// The value as written; the error is the reason it is refused.
+    fn parse(raw: &Scalar) -> Result<Self, String>;
     /// The value in file syntax; `None` for an optional key not set.
-    fn show(value: &Self::Value) -> Option<TomlValue>;
-    /// Every required key has a built-in default, so it always has a value.
-    fn read(key: &str, values: &Values) -> Result<Self::Value, ConfigError> {
-        Self::parse(&Field::required(key, values)?)
+    fn show(&self) -> Option<Scalar>;
+    /// Holds the value to its key's bounds; most types have none.
+    fn within(&self, _accepts: Accepts) -> Result<(), String> {
+        Ok(())
     }
 }
 
-/// An optional key of kind `K`: unset unless some layer sets it.
-pub(super) struct Opt<K>(K);
+/// serde's reading of every field: the value as written, then [`Setting::parse`].
+pub(super) fn de<'de, D: Deserializer<'de>, T: Setting>(deserializer: D) -> Result<T, D::Error> {
+    let raw = Scalar::deserialize(deserializer)?;
+    T::parse(&raw).map_err(serde::de::Error::custom)
+}
 
-impl<K: Kind> Kind for Opt<K> {
-    type Value = Option<K::Value>;
-    fn parse(field: &Field<'_>) -> Result<Self::Value, ConfigError> {
-        K::parse(field).map(Some)
-    }
-    fn show(value: &Self::Value) -> Option<TomlValue> {
-        value.as_ref().and_then(K::show)
-    }
-    fn read(key: &str, values: &Values) -> Result<Self::Value, ConfigError> {
-        Field::optional(key, values).map(|field| K::parse(&field)).transpose()
+/// serde's writing of every field, in file syntax.
+pub(super) fn ser<S: Serializer, T: Setting>(value: &T, serializer: S) -> Result<S::Ok, S::Error> {
+    value.show().serialize(serializer)
+}
+
+fn string(raw: &Scalar) -> Result<&str, String> {
+    match raw {
+        Scalar::Str(text) => Ok(text),
+        _ => Err("expected a string".to_owned()),
     }
 }
 
-macro_rules! kind {
-    ($($name:ident: $value:ty, |$f:ident| $parse:expr, |$v:ident| $show:expr;)*) => {$(
-        pub(super) struct $name;
-        impl Kind for $name {
-            type Value = $value;
-            fn parse($f: &Field<'_>) -> Result<$value, ConfigError> {
-                $parse
+/// A TOML float or integer, or a string of one; not checked further.
+pub(super) fn number(raw: &Scalar) -> Result<f64, String> {
+    match raw {
+        Scalar::Float(value) => Ok(*value),
+        Scalar::Int(value) => Ok(*value as f64),
+        Scalar::UInt(value) => Ok(*value as f64),
+        Scalar::Str(text) => text.trim().parse().map_err(|_| "expected a number".to_owned()),
+        Scalar::Bool(_) => Err("expected a number".to_owned()),
+    }
+}
+
+fn whole(raw: &Scalar) -> Result<i128, String> {
+    let refuse = || "expected a whole number".to_owned();
+    match raw {
+        Scalar::Int(value) => Ok(i128::from(*value)),
+        Scalar::UInt(value) => Ok(i128::from(*value)),
+        Scalar::Str(text) => text.trim().parse().map_err(|_| refuse()),
+        Scalar::Float(_) | Scalar::Bool(_) => Err(refuse()),
+    }
+}
+
+fn between<T: PartialOrd + Copy>(
+    value: T,
+    (min, max): (T, T),
+    show: impl Fn(T) -> String,
+) -> Result<(), String> {
+    if value < min || value > max {
+        return Err(format!("must be between {} and {}", show(min), show(max)));
+    }
+    Ok(())
+}
+
+fn text(value: impl Into<String>) -> Option<Scalar> {
+    Some(Scalar::Str(value.into()))
+}
+
+impl<T: Setting> Setting for Option<T> {
+    fn parse(raw: &Scalar) -> Result<Self, String> {
+        T::parse(raw).map(Some)
+    }
+    fn show(&self) -> Option<Scalar> {
+        self.as_ref().and_then(T::show)
+    }
+    fn within(&self, accepts: Accepts) -> Result<(), String> {
+        self.as_ref().map_or(Ok(()), |value| value.within(accepts))
+    }
+}
+
+impl Setting for Duration {
+    fn parse(raw: &Scalar) -> Result<Self, String> {
+        let Scalar::Str(text) = raw else {
+            return Err(
+                "expected a duration string with a unit, such as \"250ms\" or \"1h\"".into()
+            );
+        };
+        parse_duration(text)
+    }
+    fn show(&self) -> Option<Scalar> {
+        text(format_duration(*self))
+    }
+    fn within(&self, accepts: Accepts) -> Result<(), String> {
+        let Accepts::Time(min, max) = accepts else { return Ok(()) };
+        between(*self, (min, max), format_duration)
+    }
+}
+
+impl Setting for ByteSize {
+    fn parse(raw: &Scalar) -> Result<Self, String> {
+        match raw {
+            Scalar::Str(text) => parse_size(text).map(ByteSize).map_err(|error| error.to_string()),
+            Scalar::Int(value) => {
+                u64::try_from(*value).map(ByteSize).map_err(|_| "sizes cannot be negative".into())
             }
-            fn show($v: &$value) -> Option<TomlValue> {
-                Some($show)
+            Scalar::UInt(value) => Ok(ByteSize(*value)),
+            Scalar::Float(_) | Scalar::Bool(_) => Err("expected a whole number of bytes or a \
+                                                       size such as \"64KiB\" or \"1.5GiB\""
+                .to_owned()),
+        }
+    }
+    fn show(&self) -> Option<Scalar> {
+        text(format_size(self.0))
+    }
+    fn within(&self, accepts: Accepts) -> Result<(), String> {
+        let Accepts::Size(min, max) = accepts else { return Ok(()) };
+        between(self.0, (min, max), format_size)
+    }
+}
+
+/// Whole numbers: read wide, then into the type (or [`OUT_OF_RANGE`]).
+macro_rules! whole_number {
+    ($($ty:ty: |$w:ident| $from:expr, |$v:ident| $get:expr;)*) => {$(
+        impl Setting for $ty {
+            fn parse(raw: &Scalar) -> Result<Self, String> {
+                let $w = whole(raw)?;
+                $from.ok_or_else(|| OUT_OF_RANGE.to_owned())
+            }
+            fn show(&self) -> Option<Scalar> {
+                let $v = *self;
+                let value: u64 = $get;
+                // Integers beyond `i64` (only a seed can be) stay exact as a string.
+                Some(i64::try_from(value).map_or_else(|_| Scalar::Str(value.to_string()), Scalar::Int))
+            }
+            fn within(&self, accepts: Accepts) -> Result<(), String> {
+                let Accepts::Int(min, max) = accepts else { return Ok(()) };
+                let $v = *self;
+                between($get, (min, max), |n| n.to_string())
             }
         }
     )*};
 }
 
-fn text(value: impl Into<String>) -> TomlValue {
-    TomlValue::Str(value.into())
+whole_number! {
+    u32: |w| u32::try_from(w).ok(), |v| u64::from(v);
+    u64: |w| u64::try_from(w).ok(), |v| v;
+    NonZeroUsize: |w| usize::try_from(w).ok().and_then(NonZeroUsize::new), |v| v.get() as u64;
 }
 
-/// Integers beyond `i64` (only a seed can be) stay exact as a string.
-fn int(value: impl TryInto<i64> + ToString + Copy) -> TomlValue {
-    value.try_into().map_or_else(|_| TomlValue::Str(value.to_string()), TomlValue::Int)
-}
-
-/// A size within the key's bounds.
-fn bytes(f: &Field<'_>) -> Result<u64, ConfigError> {
-    let Accepts::Size(min, max) = f.accepts() else { return Err(f.unbounded()) };
-    f.bytes_within(min, max)
-}
-
-const BOOLEAN: &str = "expected a boolean: true or false";
-const ADDRESS: &str = "expected IP:port, such as 127.0.0.1:9477, 0.0.0.0:9477 or [::]:9477 \
-                       (host names are not resolved)";
-const URL: &str = "expected an http:// or https:// URL, such as \"http://alertmanager:9093\"";
-const FILTER: &str = "expected a filter such as \"info\" or \"info,vramd=debug\"";
-
-kind! {
-    Addr: SocketAddr, |f| f.string()?.trim().parse().map_err(|_| f.invalid(ADDRESS)),
-        |v| text(v.to_string());
-    Dur: Duration, |f| {
-        let Accepts::Time(min, max) = f.accepts() else { return Err(f.unbounded()) };
-        let Scalar::Str(text) = f.value else {
-            return Err(
-                f.invalid("expected a duration string with a unit, such as \"250ms\" or \"1h\"")
-            );
-        };
-        let duration = parse_duration(text).map_err(|reason| f.invalid(reason))?;
-        if duration < min || duration > max {
-            let (min, max) = (format_duration(min), format_duration(max));
-            return Err(f.invalid(format!("must be between {min} and {max}")));
+impl Setting for bool {
+    /// A TOML boolean, or the string `true` or `false` (environment
+    /// variables and flags are always strings). Nothing else, not even
+    /// `1`/`0` or `yes`/`no`: one spelling, the one `check-config` prints.
+    fn parse(raw: &Scalar) -> Result<Self, String> {
+        match raw {
+            Scalar::Bool(value) => Ok(*value),
+            Scalar::Str(text) if text.trim() == "true" => Ok(true),
+            Scalar::Str(text) if text.trim() == "false" => Ok(false),
+            _ => Err("expected a boolean: true or false".to_owned()),
         }
-        Ok(duration)
-    }, |v| text(format_duration(*v));
-    Bytes: u64, |f| bytes(f), |v| text(format_size(*v));
-    USize: usize, |f| usize::try_from(bytes(f)?).map_err(|_| f.invalid("too large for this platform")),
-        |v| text(format_size(*v as u64));
-    Count: NonZeroUsize, |f| usize::try_from(f.integer()?)
-            .ok()
-            .and_then(NonZeroUsize::new)
-            .ok_or_else(|| f.invalid("too large for this platform")),
-        |v| int(v.get());
-    // The bounds of every u32 key are far below u32::MAX.
-    U32: u32, |f| Ok(u32::try_from(f.integer()?).unwrap_or(u32::MAX)), |v| int(*v);
-    U64: u64, |f| f.integer(), |v| int(*v);
-    // A TOML boolean, or the string `true` or `false` (environment
-    // variables and command-line options are always strings). Nothing else,
-    // not even `1`/`0` or `yes`/`no`: one spelling, the one `check-config`
-    // prints.
-    Bool: bool, |f| match f.value {
-        Scalar::Bool(value) => Ok(*value),
-        Scalar::Str(text) if text.trim() == "true" => Ok(true),
-        Scalar::Str(text) if text.trim() == "false" => Ok(false),
-        _ => Err(f.invalid(BOOLEAN)),
-    }, |v| TomlValue::Bool(*v);
-    Speed: f64, |f| match f.number()? {
-        speed if speed.is_finite() && speed > 0.0 && speed <= MAX_SPEED => Ok(speed),
-        _ => Err(f.invalid(format!("must be a number above 0 and at most {MAX_SPEED}"))),
-    }, |v| TomlValue::Float(*v);
-    Fraction: f64, |f| match f.number()? {
-        value if (0.0..=1.0).contains(&value) => Ok(value),
-        _ => Err(f.invalid("must be a number from 0 to 1")),
-    }, |v| TomlValue::Float(*v);
-    Path: PathBuf, |f| match f.string()? {
-        text if text.trim().is_empty() => Err(f.invalid("expected a file path")),
-        text => Ok(PathBuf::from(text)),
-    }, |v| text(v.to_string_lossy());
-    // Something after the scheme, and no whitespace.
-    Url: String, |f| {
-        let text = f.string()?.trim();
-        let rest = text.strip_prefix("http://").or_else(|| text.strip_prefix("https://"));
-        match rest {
-            Some(rest) if !rest.is_empty()
-                && !rest.starts_with('/')
-                && !rest.contains(char::is_whitespace) => Ok(text.to_owned()),
-            _ => Err(f.invalid(URL)),
+    }
+    fn show(&self) -> Option<Scalar> {
+        Some(Scalar::Bool(*self))
+    }
+}
+
+impl Setting for f64 {
+    fn parse(raw: &Scalar) -> Result<Self, String> {
+        number(raw)
+    }
+    fn show(&self) -> Option<Scalar> {
+        Some(Scalar::Float(*self))
+    }
+}
+
+impl Setting for SocketAddr {
+    fn parse(raw: &Scalar) -> Result<Self, String> {
+        string(raw)?.trim().parse().map_err(|_| {
+            "expected IP:port, such as 127.0.0.1:9477, 0.0.0.0:9477 or [::]:9477 \
+             (host names are not resolved)"
+                .to_owned()
+        })
+    }
+    fn show(&self) -> Option<Scalar> {
+        text(self.to_string())
+    }
+}
+
+impl Setting for PathBuf {
+    fn parse(raw: &Scalar) -> Result<Self, String> {
+        match string(raw)? {
+            text if text.trim().is_empty() => Err("expected a file path".to_owned()),
+            text => Ok(PathBuf::from(text)),
         }
-    }, |v| text(v.as_str());
-    Scenario: ScenarioKind, |f| ScenarioKind::from_str(f.string()?.trim())
-        .map_err(|error| f.invalid(error.to_string())), |v| text(v.name());
-    Mode: RecordMode, |f| RecordMode::from_name(f.string()?.trim())
-        .ok_or_else(|| f.invalid("expected \"rotate\", \"refuse\" or \"overwrite\"")),
-        |v| text(v.as_str());
-    Format: LogFormat, |f| match f.string()?.trim() {
+    }
+    fn show(&self) -> Option<Scalar> {
+        text(self.to_string_lossy())
+    }
+}
+
+/// Free text (URLs, the log filter), trimmed; `validate` checks its form.
+impl Setting for String {
+    fn parse(raw: &Scalar) -> Result<Self, String> {
+        string(raw).map(|text| text.trim().to_owned())
+    }
+    fn show(&self) -> Option<Scalar> {
+        text(self.as_str())
+    }
+}
+
+/// The enums: their name, through `$parse`, and back through `$name`.
+macro_rules! named {
+    ($($ty:ty: |$t:ident| $parse:expr, |$v:ident| $name:expr;)*) => {$(
+        impl Setting for $ty {
+            fn parse(raw: &Scalar) -> Result<Self, String> {
+                let $t = string(raw)?.trim();
+                $parse
+            }
+            fn show(&self) -> Option<Scalar> {
+                let $v = *self;
+                text($name)
+            }
+        }
+    )*};
+}
+
+named! {
+    ScenarioKind: |t| ScenarioKind::from_str(t).map_err(|error| error.to_string()), |v| v.name();
+    RecordMode: |t| RecordMode::from_name(t)
+        .ok_or_else(|| "expected \"rotate\", \"refuse\" or \"overwrite\"".to_owned()), |v| v.as_str();
+    LogFormat: |t| match t {
         "text" => Ok(LogFormat::Text),
         "json" => Ok(LogFormat::Json),
-        _ => Err(f.invalid("expected \"text\" or \"json\"")),
-    }, |v| text(v.as_str());
-    Level: String, |f| {
-        let level = f.string()?.trim();
-        if level.is_empty() {
-            return Err(f.invalid(FILTER));
-        }
-        tracing_subscriber::EnvFilter::try_new(level)
-            .map_err(|error| f.invalid(format!("not a tracing filter directive: {error}")))?;
-        Ok(level.to_owned())
-    }, |v| text(v.as_str());
-    Sev: Severity, |f| Severity::from_str(f.string()?.trim()).map_err(|reason| f.invalid(reason)),
-        |v| text(v.as_str());
+        _ => Err("expected \"text\" or \"json\"".to_owned()),
+    }, |v| v.as_str();
+    Severity: |t| Severity::from_str(t), |v| v.as_str();
+}
+
+/// A rule's `threshold` or `clear`: a number, or a string of one or of a
+/// size (`"4GiB"`); `validate` checks it against the rule's unit.
+pub(super) fn de_threshold<'de, D: Deserializer<'de>>(deserializer: D) -> Result<f64, D::Error> {
+    let raw = Scalar::deserialize(deserializer)?;
+    let value = match &raw {
+        Scalar::Str(text) => match text.trim().parse::<f64>() {
+            Ok(value) => Ok(value),
+            Err(_) => parse_size(text).map(|bytes| bytes as f64).map_err(|error| error.to_string()),
+        },
+        other => number(other),
+    };
+    value.map_err(serde::de::Error::custom)
 }

@@ -3,8 +3,8 @@
 //! Owns: [`LoadOptions`], [`Overrides`], [`load`] and the file search.
 //! Layers, lowest first: built-in defaults, the configuration file,
 //! `VRAMD_<SECTION>__<KEY>` environment variables, command-line options.
-//! Every value is kept as written (strings stay strings), collected by
-//! `walk` and parsed by `validate`. The process environment is never read
+//! Every value is kept as written (strings stay strings), collected with
+//! its origin by `walk` and read through serde by `validate`. The process environment is never read
 //! here; the caller passes it in. Depends on the config submodules and the
 //! `config` crate.
 //!
@@ -26,7 +26,7 @@ use config::{Environment, FileFormat, Map, Source, Value, ValueKind};
 
 use super::error::{ConfigError, Origin};
 use super::keys::{ENV_PREFIX, ENV_SEPARATOR};
-use super::sections::{Config, defaults, entries};
+use super::sections::Config;
 use super::validate::validate;
 use super::walk::{self, ENV_TAG, FILE_TAG, OriginContext};
 
@@ -159,13 +159,9 @@ pub fn config_file(options: &LoadOptions) -> Result<Option<PathBuf>, ConfigError
 /// file, then the environment, then the overrides.
 pub fn load(options: &LoadOptions) -> Result<Config, ConfigError> {
     let other = |error: config::ConfigError| ConfigError::Other { reason: error.to_string() };
+    // Built-in defaults are serde's (`#[serde(default)]` on every section),
+    // so the layers hold only what was set.
     let mut builder = config::Config::builder();
-    for (key, value) in entries(&defaults()) {
-        if let Some(value) = value {
-            builder = builder.set_default(key, value.to_value_kind()).map_err(other)?;
-        }
-    }
-
     let file = config_file(options)?;
     if let Some(path) = &file {
         builder = builder.add_source(file_layer(path)?);
@@ -183,7 +179,8 @@ pub fn load(options: &LoadOptions) -> Result<Config, ConfigError> {
     let merged = builder.build().map_err(other)?;
     let context =
         OriginContext { file: file.as_deref(), env_vars: &env_vars, overrides: &override_flags };
-    validate(&walk::check(&merged.cache, &context)?)
+    let values = walk::check(&merged.cache, &context)?;
+    validate(merged.cache, &values)
 }
 
 /// A configuration layer already collected, with its origins tagged.

@@ -1,45 +1,16 @@
-//! Rendering a validated [`Config`] back to configuration values and TOML.
+//! Rendering a validated [`Config`] back to TOML.
 //!
-//! Owns: [`TomlValue`] (a value in file syntax; the schema gives every
-//! key's, which is also the built-in default layer of `load`) and
-//! [`render_effective`] (what `vramd check-config` prints). The text loads
-//! back to the same `Config`. Depends only on the config schema and keys.
+//! Owns: [`render_effective`] (what `vramd check-config` prints): the
+//! configuration written through serde in file syntax, every key in
+//! catalogue order with its summary and range. The text loads back to the
+//! same `Config`. Depends only on the config schema and keys.
 
 use std::fmt::Write as _;
 
-use super::keys::spec;
-use super::sections::{Config, entries};
+use serde_json::Value;
 
-/// A value in TOML syntax.
-#[derive(Clone, Debug, PartialEq)]
-pub enum TomlValue {
-    Str(String),
-    Int(i64),
-    Float(f64),
-    Bool(bool),
-}
-
-impl TomlValue {
-    /// The value as the configuration library stores it.
-    pub fn to_value_kind(&self) -> config::ValueKind {
-        match self {
-            TomlValue::Str(text) => config::ValueKind::String(text.clone()),
-            TomlValue::Int(value) => config::ValueKind::I64(*value),
-            TomlValue::Float(value) => config::ValueKind::Float(*value),
-            TomlValue::Bool(value) => config::ValueKind::Boolean(*value),
-        }
-    }
-
-    fn to_toml(&self) -> String {
-        match self {
-            TomlValue::Str(text) => toml_string(text),
-            TomlValue::Int(value) => value.to_string(),
-            // Debug keeps the decimal point ("1.0"), which TOML requires.
-            TomlValue::Float(value) => format!("{value:?}"),
-            TomlValue::Bool(value) => value.to_string(),
-        }
-    }
-}
+use super::keys::KEYS;
+use super::sections::{Config, Document};
 
 /// The effective configuration as TOML, every key present: optional keys
 /// that are not set appear commented out. Loading the text as a
@@ -50,19 +21,21 @@ pub fn render_effective(config: &Config) -> String {
          # file, then VRAMD_<SECTION>__<KEY> environment variables, then command-line\n\
          # options. See docs/configuration.md.\n",
     );
+    // Serializing plain structs of strings, numbers and booleans cannot
+    // fail; were it to, every key would show as not set.
+    let tree = serde_json::to_value(Document::from(config)).unwrap_or(Value::Null);
     let mut table = "";
-    for (key, value) in entries(config) {
-        // `entries_cover_every_key_in_order` keeps both lists in step.
-        let Some(spec) = spec(key) else { continue };
+    for spec in KEYS.iter() {
         // A rule's keys go in its own table, `[alerts.memory_high]`.
         if spec.table() != table {
             table = spec.table();
             let _ = write!(out, "\n[{table}]\n");
         }
-        let _ = writeln!(out, "# {} ({})", spec.summary, spec.range());
-        match value {
+        let _ = writeln!(out, "# {} ({})", spec.summary.trim(), spec.range());
+        let value = spec.key.split('.').fold(&tree, |node, name| &node[name]);
+        match to_toml(value) {
             Some(value) => {
-                let _ = writeln!(out, "{} = {}", spec.name(), value.to_toml());
+                let _ = writeln!(out, "{} = {value}", spec.name());
             }
             None => {
                 let _ = writeln!(out, "# {} = (not set)", spec.name());
@@ -70,6 +43,18 @@ pub fn render_effective(config: &Config) -> String {
         }
     }
     out
+}
+
+/// One value in TOML syntax; `None` when it is not set.
+fn to_toml(value: &Value) -> Option<String> {
+    match value {
+        Value::String(text) => Some(toml_string(text)),
+        // Debug keeps the decimal point ("1.0"), which TOML requires.
+        Value::Number(number) if number.is_f64() => number.as_f64().map(|x| format!("{x:?}")),
+        Value::Number(number) => Some(number.to_string()),
+        Value::Bool(value) => Some(value.to_string()),
+        Value::Null | Value::Array(_) | Value::Object(_) => None,
+    }
 }
 
 /// A TOML basic string with every character that needs it escaped.
@@ -96,14 +81,7 @@ fn toml_string(value: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{KEYS, defaults};
-
-    #[test]
-    fn entries_cover_every_key_in_order() {
-        let keys: Vec<&str> = entries(&defaults()).into_iter().map(|(key, _)| key).collect();
-        let known: Vec<&str> = KEYS.iter().map(|spec| spec.key).collect();
-        assert_eq!(keys, known);
-    }
+    use crate::config::defaults;
 
     #[test]
     fn rendered_defaults_show_every_key() {

@@ -10,17 +10,19 @@
 use std::time::Duration;
 
 use super::error::ConfigError;
-use super::field::{Bool, Bytes, Dur, Field, Fraction, Kind, Sev};
-use super::keys::Accepts::{Size, Time, Words};
+use super::field::{ByteSize, de, de_threshold, ser};
+use super::keys::Accepts::{self, Int, Size, Time, Words};
 use super::keys::KeySpec;
-use super::render::TomlValue;
-use super::schema::{GIB, TIB, hours, mins, rule_key, rules, secs};
+use super::schema::{GIB, TIB, alerts, days, hours, mins, ms, non_zero, rule_key, secs, within};
 use super::sections::ProbeConfig;
-use super::walk::Values;
-use crate::model::{Direction, RuleId, Severity};
+use super::walk::{Scalar, Values};
+use crate::model::{Direction, RuleId, RuleUnit, Severity};
+use std::num::NonZeroUsize;
 
 /// Range of every rule's `severity`.
 const SEVERITIES: &str = "\"info\", \"warning\" or \"critical\"";
+/// Range of every rule's `for`.
+const RULE_FOR: Accepts = Time(Duration::ZERO, hours(24));
 
 /// What every rule has: `[alerts.<rule>]`.
 #[derive(Clone, Debug, PartialEq)]
@@ -39,18 +41,87 @@ impl RuleConfig {
     /// A rule with its defaults from the rule table, enabled.
     fn of(id: RuleId) -> Self {
         let spec = id.spec();
-        let (threshold, clear) = (spec.threshold, spec.clear);
         Self {
             enabled: true,
-            threshold,
-            clear,
+            threshold: spec.threshold,
+            clear: spec.clear,
             for_duration: spec.for_duration,
             severity: spec.severity,
         }
     }
+
+    /// `threshold` and `clear` in the rule's unit, and `clear` on the side
+    /// of `threshold` the value returns to when the condition ends.
+    fn check(&self, id: RuleId, values: &Values) -> Result<(), ConfigError> {
+        let spec = id.spec();
+        let key = |name: &str| format!("alerts.{}.{name}", spec.name);
+        let invalid = |name: &str, value: f64, reason: String| {
+            values.invalid(&key(name), Some(Scalar::Float(value)), reason)
+        };
+        for (name, value) in [("threshold", self.threshold), ("clear", self.clear)] {
+            if let Err(reason) = in_unit(spec.unit, value, values.get(&key(name))) {
+                return Err(invalid(name, value, reason));
+            }
+        }
+        let (threshold, clear) = (self.threshold, self.clear);
+        match spec.direction {
+            Direction::Above if clear > threshold => Err(invalid(
+                "clear",
+                clear,
+                format!("must not exceed threshold {threshold} for a rule that fires above it"),
+            )),
+            Direction::Below if clear < threshold => Err(invalid(
+                "clear",
+                clear,
+                format!("must not be below threshold {threshold} for a rule that fires below it"),
+            )),
+            _ => within(&key("for"), &self.for_duration, RULE_FOR, values),
+        }
+    }
 }
 
-rules! {
+/// A rule's number in its unit; only a bytes rule takes a size (`"4GiB"`).
+fn in_unit(unit: RuleUnit, value: f64, written: Option<&Scalar>) -> Result<(), String> {
+    if let (false, Some(Scalar::Str(text))) = (unit == RuleUnit::Bytes, written)
+        && text.trim().parse::<f64>().is_err()
+    {
+        return Err("expected a number".to_owned());
+    }
+    if !value.is_finite() {
+        return Err("must be a finite number".to_owned());
+    }
+    let (valid, range) = match unit {
+        RuleUnit::Ratio => (value > 0.0 && value <= 1.0, "a ratio above 0 and at most 1"),
+        RuleUnit::Seconds => (value > 0.0, "a number of seconds above 0"),
+        RuleUnit::BytesPerSecond => (value >= 0.0, "a number of bytes per second, at least 0"),
+        RuleUnit::Count => (value >= 0.0, "a count, at least 0"),
+        RuleUnit::Bytes => {
+            (value >= 0.0, "a number of bytes (or a size such as \"4GiB\"), at least 0")
+        }
+    };
+    if valid { Ok(()) } else { Err(format!("must be {range}")) }
+}
+
+alerts! {
+    keys {
+        /// how often the alert rules are evaluated, in source time
+        evaluation_interval "evaluation_interval": Duration = secs(5), Time(ms(100), mins(10));
+        /// how long a resolved alert stays visible
+        resolved_retention "resolved_retention": Duration = mins(15), Time(Duration::ZERO, days(7));
+        /// most alerts kept (pending, firing, resolved); the oldest resolved go first
+        max_alerts "max_alerts": NonZeroUsize = non_zero(1000), Int(1, 100_000);
+        /// window of the per-device memory growth estimate
+        trend_window "trend_window": Duration = mins(10), Time(secs(10), hours(24));
+        /// least span of samples before a device's growth can count as sustained
+        forecast_min_span "forecast_min_span": Duration = secs(90), Time(Duration::ZERO, hours(1));
+        /// how often every process is re-assessed for leaks, in source time
+        leak_check_interval "leak_check_interval": Duration = secs(30), Time(secs(1), mins(10));
+        /// shortest window a leak is judged on; longer ones double up to leak_suspected.window
+        leak_shortest_window "leak_shortest_window": Duration = mins(4), Time(secs(30), hours(24));
+        /// grace after a process's first sample before it is judged for leaks
+        leak_warmup "leak_warmup": Duration = mins(3), Time(Duration::ZERO, hours(1));
+    }
+    rules {
     memory_high MemoryHigh {
         "evaluate the memory_high rule",
         "fires when used / total memory is above this for `for`" ("ratio, above 0, at most 1"),
@@ -65,8 +136,8 @@ rules! {
         "resolves only when the forecast is back at or above this many seconds"
             ("seconds, at least threshold"),
         "how long the forecast must stay below threshold";
-        exhaustion_min_fit "min_fit": f64 as Fraction = 0.8, Words("0 to 1"),
-            "least goodness of fit of the growth trend for a forecast to count";
+        /// least goodness of fit of the growth trend for a forecast to count
+        exhaustion_min_fit "min_fit": f64 = 0.8, Words("0 to 1");
     }
     leak_suspected LeakSuspected {
         "evaluate the leak_suspected rule",
@@ -74,8 +145,8 @@ rules! {
         "resolves only when its growth is back at or below this"
             ("bytes per second, at least 0, at most threshold"),
         "how long the growth must stay above threshold";
-        leak_window "window": Duration as Dur = mins(30), Time(mins(1), hours(24)),
-            "window the growth of a process is measured over";
+        /// window the growth of a process is measured over
+        leak_window "window": Duration = mins(30), Time(mins(1), hours(24));
     }
     allocator_fragmentation_high AllocatorFragmentationHigh {
         "evaluate the allocator_fragmentation_high rule",
@@ -84,8 +155,8 @@ rules! {
         "resolves only when the ratio is back at or below this"
             ("ratio, above 0, at most threshold"),
         "how long the ratio must stay above threshold";
-        fragmentation_min_reserved_bytes "min_reserved": u64 as Bytes = 2 * GIB, Size(0, TIB),
-            "only processes whose allocator reserves at least this much are checked";
+        /// only processes whose allocator reserves at least this much are checked
+        fragmentation_min_reserved_bytes "min_reserved": ByteSize = ByteSize(2 * GIB), Size(0, TIB);
     }
     allocator_retries AllocatorRetries {
         "evaluate the allocator_retries rule",
@@ -94,8 +165,8 @@ rules! {
         "resolves only when the retries within `window` are back at or below this"
             ("count, at least 0, at most threshold"),
         "how long the retries must stay at threshold";
-        retries_window "window": Duration as Dur = mins(5), Time(secs(1), hours(24)),
-            "window the retries are counted in";
+        /// window the retries are counted in
+        retries_window "window": Duration = mins(5), Time(secs(1), hours(24));
     }
     allocator_oom AllocatorOom {
         "evaluate the allocator_oom rule",
@@ -104,8 +175,8 @@ rules! {
         "resolves only when the errors within `window` are back at or below this"
             ("count, at least 0, at most threshold"),
         "how long the errors must stay at threshold";
-        oom_window "window": Duration as Dur = mins(15), Time(secs(1), hours(24)),
-            "window the out-of-memory errors are counted in";
+        /// window the out-of-memory errors are counted in
+        oom_window "window": Duration = mins(15), Time(secs(1), hours(24));
     }
     device_lost DeviceLost {
         "evaluate the device_lost rule",
@@ -121,8 +192,8 @@ rules! {
         "resolves only when the errors within `window` are back at or below this"
             ("count, at least 0, at most threshold"),
         "how long the errors must stay at threshold";
-        xid_window "window": Duration as Dur = mins(15), Time(secs(1), hours(24)),
-            "window the Xid errors are counted in";
+        /// window the Xid errors are counted in
+        xid_window "window": Duration = mins(15), Time(secs(1), hours(24));
     }
     probe_free_mismatch ProbeFreeMismatch {
         "evaluate the probe_free_mismatch rule",
@@ -140,6 +211,7 @@ rules! {
             ("bytes or a size, at least threshold"),
         "how long headroom must stay at threshold";
     }
+    }
 }
 
 impl RulesConfig {
@@ -154,40 +226,6 @@ impl RulesConfig {
     }
 }
 
-impl RuleConfig {
-    /// The keys every rule has, in `[alerts.<name>]`. `clear` must be on
-    /// the side of `threshold` the value returns to when the condition ends.
-    pub(super) fn read(id: RuleId, values: &Values) -> Result<Self, ConfigError> {
-        let spec = id.spec();
-        let key = |key: &str| format!("alerts.{}.{key}", spec.name);
-        let enabled = Bool::read(&key("enabled"), values)?;
-        let threshold = Field::required(&key("threshold"), values)?.threshold(spec.unit)?;
-        let clear_key = key("clear");
-        let clear_field = Field::required(&clear_key, values)?;
-        let clear = clear_field.threshold(spec.unit)?;
-        match spec.direction {
-            Direction::Above if clear > threshold => {
-                return Err(clear_field.invalid(format!(
-                    "must not exceed threshold {threshold} for a rule that fires above it"
-                )));
-            }
-            Direction::Below if clear < threshold => {
-                return Err(clear_field.invalid(format!(
-                    "must not be below threshold {threshold} for a rule that fires below it"
-                )));
-            }
-            _ => {}
-        }
-        Ok(RuleConfig {
-            enabled,
-            threshold,
-            clear,
-            for_duration: Dur::read(&key("for"), values)?,
-            severity: Sev::read(&key("severity"), values)?,
-        })
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -198,6 +236,6 @@ mod tests {
         for id in RuleId::ALL {
             assert!(is_table(&format!("alerts.{}", id.spec().name)), "{id:?}");
         }
-        assert_eq!(RulesConfig::default().memory_high, RuleConfig::of(RuleId::MemoryHigh));
+        assert_eq!(AlertsConfig::default().rules.memory_high, RuleConfig::of(RuleId::MemoryHigh));
     }
 }

@@ -1,15 +1,23 @@
 //! The machinery that lets each configuration key be written once.
 //!
-//! Owns: the `section!` and `rules!` macros and the units their entries
-//! are written in. From one entry per key (field, key name, type, kind,
-//! default, accepted bounds, summary) a section macro generates the typed
-//! struct, its `Default`, its entries in the key catalogue, its reading and
-//! its rendering, each value through its [`Kind`](super::field::Kind).
-//! `sections` holds the entries. Depends on nothing; the macros expand in
-//! `sections`.
+//! Owns: the `section!` and `alerts!` macros and the units their entries
+//! are written in. An entry is one field with its doc comment (the key's
+//! summary) and one line: `field "key": Type = default, bounds [=> note];`.
+//! From it a section macro makes a serde struct (`deny_unknown_fields`;
+//! serde reads and writes every field through the field type's
+//! [`Setting`](super::field::Setting)), its `Default` (what
+//! `config/vramd.toml` documents), its catalogue entries and the check of
+//! each value against its bounds, the bounds being what the error messages
+//! and the docs tests read. `sections` and `rules` hold the entries.
+//! Depends on nothing; the macros expand in `sections` and `rules`.
 
 use std::num::NonZeroUsize;
 use std::time::Duration;
+
+use super::error::ConfigError;
+use super::field::Setting;
+use super::keys::Accepts;
+use super::walk::Values;
 
 pub(super) const fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
@@ -38,69 +46,84 @@ pub(super) const fn non_zero(value: usize) -> NonZeroUsize {
     }
 }
 
-/// A section: `$field "key": Type as Kind = default, accepts [=> note], "summary";`
-/// per key, then optionally `+ field: Type` for a nested table read and
-/// rendered by that type.
+/// `key`'s value within its bounds, or the error naming it.
+pub(super) fn within<T: Setting>(
+    key: &str,
+    value: &T,
+    accepts: Accepts,
+    values: &Values,
+) -> Result<(), ConfigError> {
+    value.within(accepts).map_err(|reason| values.invalid(key, value.show(), reason))
+}
+
+/// A section: per key, its summary as a doc comment, then
+/// `field "key": Type = default, bounds [=> note];`.
 macro_rules! section {
-    ($(#[$doc:meta])* $vis:vis $name:ident $section:literal {
-        $($field:ident $key:literal: $ty:ty as $kind:ty = $default:expr, $accepts:expr
-            $(=> $note:literal)?, $summary:literal;)*
-        $(+ $nested:ident: $nested_ty:ident)?
+    ($(#[$doc:meta])* $vis:vis struct $name:ident $section:literal {
+        $($(#[doc = $summary:literal])+
+        $field:ident $key:literal: $ty:ty = $default:expr, $accepts:expr $(=> $note:literal)?;)*
     }) => {
         $(#[$doc])*
-        #[derive(Clone, Debug, PartialEq)]
+        #[derive(Clone, Debug, PartialEq, serde::Deserialize, serde::Serialize)]
+        #[serde(deny_unknown_fields, default)]
         $vis struct $name {
-            $(#[doc = $summary] pub $field: $ty,)*
-            $(pub $nested: $nested_ty,)?
+            $($(#[doc = $summary])+
+            #[serde(rename = $key, deserialize_with = "de", serialize_with = "ser")]
+            pub $field: $ty,)*
         }
 
         impl Default for $name {
             fn default() -> Self {
-                Self { $($field: $default,)* $($nested: $nested_ty::default(),)? }
+                Self { $($field: $default,)* }
             }
         }
 
         impl $name {
             pub(super) const KEYS: &'static [KeySpec] = &[$(KeySpec {
                 key: concat!($section, ".", $key),
-                summary: $summary,
+                summary: concat!($($summary),+),
                 accepts: $accepts,
                 note: concat!("" $(, $note)?),
             },)*];
 
-            pub(super) fn read(values: &Values) -> Result<Self, ConfigError> {
-                Ok(Self {
-                    $($field: <$kind as Kind>::read(concat!($section, ".", $key), values)?,)*
-                    $($nested: $nested_ty::read(values)?,)?
-                })
-            }
-
-            pub(super) fn entries(&self) -> Vec<(&'static str, Option<TomlValue>)> {
-                [
-                    vec![$((concat!($section, ".", $key), <$kind as Kind>::show(&self.$field)),)*],
-                    $(self.$nested.entries(),)?
-                ]
-                .concat()
+            pub(super) fn check(&self, values: &Values) -> Result<(), ConfigError> {
+                $(within(concat!($section, ".", $key), &self.$field, $accepts, values)?;)*
+                Ok(())
             }
         }
     };
 }
 
-/// The rule tables: per rule its field, its [`RuleId`](crate::model::RuleId),
-/// the summaries of `enabled`, `threshold` (with its range), `clear` (with its
-/// range) and `for`, then its own keys as in `section!`. Defaults come from
-/// the rule table in `model`.
-macro_rules! rules {
-    ($($rule:ident $id:ident {
+/// `[alerts]`: its own keys as in `section!`, then per rule its field, its
+/// [`RuleId`](crate::model::RuleId), the summaries of `enabled`,
+/// `threshold` (with its range), `clear` (with its range) and `for`, then
+/// the rule's own keys as in `section!`. Defaults come from the rule table
+/// in `model`. A rule's table is `[alerts.<rule>]`; serde reads the file's
+/// shape (`AlertsFile`, one struct per rule table) and converts it to
+/// [`AlertsConfig`] with the rules' settings in [`RulesConfig`].
+macro_rules! alerts {
+    (keys {
+        $($(#[doc = $a_summary:literal])+
+        $a_field:ident $a_key:literal: $a_ty:ty = $a_default:expr, $a_accepts:expr;)*
+    }
+    rules {$($rule:ident $id:ident {
         $enabled:literal, $threshold:literal ($t_range:literal),
         $clear:literal ($c_range:literal), $for:literal;
-        $($field:ident $key:literal: $ty:ty as $kind:ty = $default:expr, $accepts:expr,
-            $summary:literal;)*
-    })*) => {
+        $($(#[doc = $summary:literal])+
+        $field:ident $key:literal: $ty:ty = $default:expr, $accepts:expr;)*
+    })*}) => {
+        /// `[alerts]`: evaluation and the rule set.
+        #[derive(Clone, Debug, PartialEq, serde::Deserialize, serde::Serialize)]
+        #[serde(from = "AlertsFile", into = "AlertsFile")]
+        pub struct AlertsConfig {
+            $($(#[doc = $a_summary])+ pub $a_field: $a_ty,)*
+            pub rules: RulesConfig,
+        }
+
         /// The built-in rules and their settings, `[alerts.<rule>]`.
         #[derive(Clone, Debug, PartialEq)]
         pub struct RulesConfig {
-            $(pub $rule: RuleConfig, $(#[doc = $summary] pub $field: $ty,)*)*
+            $(pub $rule: RuleConfig, $($(#[doc = $summary])+ pub $field: $ty,)*)*
             /// Not a key: twice `probe.interval`. A probe reading older than
             /// this (its device skipped or failing since) is not judged by the
             /// probe rules, so their alerts resolve instead of firing on stale
@@ -108,49 +131,121 @@ macro_rules! rules {
             pub probe_stale_after: Duration,
         }
 
-        impl Default for RulesConfig {
-            fn default() -> Self {
-                Self {
-                    $($rule: RuleConfig::of(RuleId::$id), $($field: $default,)*)*
+        /// `[alerts]` as the file has it.
+        #[derive(Clone, serde::Deserialize, serde::Serialize)]
+        #[serde(deny_unknown_fields, default)]
+        struct AlertsFile {
+            $(#[serde(rename = $a_key, deserialize_with = "de", serialize_with = "ser")]
+            $a_field: $a_ty,)*
+            $($rule: table::$id,)*
+        }
+
+        /// One struct per rule table: the keys every rule has, then its own.
+        #[allow(non_snake_case)]
+        mod table {
+            use super::*;
+            $(
+            #[derive(Clone, serde::Deserialize, serde::Serialize)]
+            #[serde(deny_unknown_fields, default)]
+            pub(super) struct $id {
+                #[serde(deserialize_with = "de", serialize_with = "ser")]
+                pub enabled: bool,
+                #[serde(deserialize_with = "de_threshold", serialize_with = "ser")]
+                pub threshold: f64,
+                #[serde(deserialize_with = "de_threshold", serialize_with = "ser")]
+                pub clear: f64,
+                #[serde(rename = "for", deserialize_with = "de", serialize_with = "ser")]
+                pub for_duration: Duration,
+                #[serde(deserialize_with = "de", serialize_with = "ser")]
+                pub severity: Severity,
+                $(#[serde(rename = $key, deserialize_with = "de", serialize_with = "ser")]
+                pub $field: $ty,)*
+            }
+
+            impl Default for $id {
+                fn default() -> Self {
+                    let RuleConfig { enabled, threshold, clear, for_duration, severity } =
+                        RuleConfig::of(RuleId::$id);
+                    Self { enabled, threshold, clear, for_duration, severity, $($field: $default,)* }
+                }
+            }
+            )*
+        }
+
+        impl From<AlertsFile> for AlertsConfig {
+            fn from(file: AlertsFile) -> Self {
+                let rules = RulesConfig {
+                    $($rule: RuleConfig {
+                        enabled: file.$rule.enabled,
+                        threshold: file.$rule.threshold,
+                        clear: file.$rule.clear,
+                        for_duration: file.$rule.for_duration,
+                        severity: file.$rule.severity,
+                    },
+                    $($field: file.$rule.$field,)*)*
+                    // Set from probe.interval by `validate`.
                     probe_stale_after: ProbeConfig::default().interval.saturating_mul(2),
+                };
+                Self { $($a_field: file.$a_field,)* rules }
+            }
+        }
+
+        impl From<AlertsConfig> for AlertsFile {
+            fn from(config: AlertsConfig) -> Self {
+                let rules = config.rules;
+                Self {
+                    $($a_field: config.$a_field,)*
+                    $($rule: table::$id {
+                        enabled: rules.$rule.enabled,
+                        threshold: rules.$rule.threshold,
+                        clear: rules.$rule.clear,
+                        for_duration: rules.$rule.for_duration,
+                        severity: rules.$rule.severity,
+                        $($field: rules.$field,)*
+                    },)*
                 }
             }
         }
 
-        impl RulesConfig {
-            pub(super) const KEYS: &'static [KeySpec] = &[$(
+        impl Default for AlertsFile {
+            fn default() -> Self {
+                Self { $($a_field: $a_default,)* $($rule: table::$id::default(),)* }
+            }
+        }
+
+        impl Default for AlertsConfig {
+            fn default() -> Self {
+                AlertsFile::default().into()
+            }
+        }
+
+        impl AlertsConfig {
+            pub(super) const KEYS: &'static [KeySpec] = &[
+                $(KeySpec {
+                    key: concat!("alerts.", $a_key),
+                    summary: concat!($($a_summary),+),
+                    accepts: $a_accepts,
+                    note: "",
+                },)*
+                $(
                 rule_key!($rule, "enabled", $enabled, Words("true or false")),
                 rule_key!($rule, "threshold", $threshold, Words($t_range)),
                 rule_key!($rule, "clear", $clear, Words($c_range)),
-                rule_key!($rule, "for", $for, Time(Duration::ZERO, hours(24))),
+                rule_key!($rule, "for", $for, RULE_FOR),
                 rule_key!($rule, "severity", "severity of the alert", Words(SEVERITIES)),
-                $(rule_key!($rule, $key, $summary, $accepts),)*
-            )*];
+                $(rule_key!($rule, $key, concat!($($summary),+), $accepts),)*
+                )*
+            ];
 
-            pub(super) fn read(values: &Values) -> Result<Self, ConfigError> {
-                Ok(Self {
-                    $($rule: RuleConfig::read(RuleId::$id, values)?,
-                    $($field: <$kind as Kind>::read(
-                        concat!("alerts.", stringify!($rule), ".", $key), values)?,)*)*
-                    // Set from probe.interval by `validate`.
-                    probe_stale_after: Duration::ZERO,
-                })
-            }
-
-            pub(super) fn entries(&self) -> Vec<(&'static str, Option<TomlValue>)> {
-                let float = |value: f64| Some(TomlValue::Float(value));
-                vec![$(
-                    (concat!("alerts.", stringify!($rule), ".enabled"),
-                        <Bool as Kind>::show(&self.$rule.enabled)),
-                    (concat!("alerts.", stringify!($rule), ".threshold"), float(self.$rule.threshold)),
-                    (concat!("alerts.", stringify!($rule), ".clear"), float(self.$rule.clear)),
-                    (concat!("alerts.", stringify!($rule), ".for"),
-                        <Dur as Kind>::show(&self.$rule.for_duration)),
-                    (concat!("alerts.", stringify!($rule), ".severity"),
-                        <Sev as Kind>::show(&self.$rule.severity)),
-                    $((concat!("alerts.", stringify!($rule), ".", $key),
-                        <$kind as Kind>::show(&self.$field)),)*
-                )*]
+            pub(super) fn check(&self, values: &Values) -> Result<(), ConfigError> {
+                $(within(concat!("alerts.", $a_key), &self.$a_field, $a_accepts, values)?;)*
+                let rules = &self.rules;
+                $(
+                rules.$rule.check(RuleId::$id, values)?;
+                $(within(concat!("alerts.", stringify!($rule), ".", $key), &rules.$field,
+                    $accepts, values)?;)*
+                )*
+                Ok(())
             }
         }
     };
@@ -167,4 +262,4 @@ macro_rules! rule_key {
     };
 }
 
-pub(super) use {rule_key, rules, section};
+pub(super) use {alerts, rule_key, section};

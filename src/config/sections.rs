@@ -1,27 +1,27 @@
 //! The configuration schema: every key, written once.
 //!
-//! Owns: the validated [`Config`] and its sections. Each key's entry gives
-//! its field, name, type, kind, built-in default, accepted bounds and
-//! summary; `schema`'s macros make the struct, its `Default` (what
-//! `config/vramd.toml` documents), the catalogue entries, reading and
-//! rendering from it. The checks that involve two keys are `validate`'s.
-//! Depends only on the config schema machinery and `model`.
+//! Owns: the validated [`Config`], its sections and [`Document`], the
+//! file's shape that serde reads and `check-config` writes. Each key is one
+//! field of a section with its summary as a doc comment and one line with
+//! its name, type, built-in default and bounds; `schema`'s macros make the
+//! serde struct, its `Default` (what `config/vramd.toml` documents), the
+//! catalogue entries and the bounds check from it. The checks that involve
+//! two keys are `validate`'s. Depends only on the config schema machinery
+//! and `model`.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::num::NonZeroUsize;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use serde::{Deserialize, Serialize};
+
 use super::error::ConfigError;
-use super::field::{
-    Addr, Bool, Bytes, Count, Dur, Format, Kind, Level, Mode, Opt, Path, Scenario, Speed, U32, U64,
-    USize, Url,
-};
+use super::field::{ByteSize, de, ser};
 use super::keys::Accepts::{Int, Size, Time, Words};
 use super::keys::KeySpec;
-use super::render::TomlValue;
-use super::rules::RulesConfig;
-use super::schema::{GIB, KIB, MIB, TIB, days, hours, mins, ms, non_zero, secs, section};
+use super::rules::AlertsConfig;
+use super::schema::{GIB, KIB, MIB, TIB, days, hours, mins, ms, non_zero, secs, section, within};
 use super::walk::Values;
 use crate::model::{RecordMode, ScenarioKind};
 
@@ -61,108 +61,112 @@ pub fn default_alerts() -> AlertsConfig {
 
 section! {
     /// `[server]`: the HTTP listener and its protections.
-    pub ServerConfig "server" {
-        listen "listen": SocketAddr as Addr = DEFAULT_LISTEN, Words("IP:port"),
-            "address for /metrics, the REST API and health checks";
-        request_timeout "request_timeout": Duration as Dur = secs(10), Time(ms(1), mins(10)),
-            "a request still running after this gets 408";
-        max_request_body_bytes "max_request_body": usize as USize = 1 << 20,
-            Size(KIB, 64 * MIB), "larger request bodies get 413";
-        max_concurrent_requests "max_concurrent_requests": NonZeroUsize as Count = non_zero(64),
-            Int(1, 10_000), "requests beyond this many in flight get 503";
+    pub struct ServerConfig "server" {
+        /// address for /metrics, the REST API and health checks
+        listen "listen": SocketAddr = DEFAULT_LISTEN, Words("IP:port");
+        /// a request still running after this gets 408
+        request_timeout "request_timeout": Duration = secs(10), Time(ms(1), mins(10));
+        /// larger request bodies get 413
+        max_request_body_bytes "max_request_body": ByteSize = ByteSize(MIB), Size(KIB, 64 * MIB);
+        /// requests beyond this many in flight get 503
+        max_concurrent_requests "max_concurrent_requests": NonZeroUsize = non_zero(64),
+            Int(1, 10_000);
         // Short enough that the daemon exits within 2 s of SIGTERM.
-        shutdown_timeout "shutdown_timeout": Duration as Dur = ms(1500),
-            Time(Duration::ZERO, secs(10)),
-            "how long in-flight requests may finish after SIGTERM/SIGINT";
+        /// how long in-flight requests may finish after SIGTERM/SIGINT
+        shutdown_timeout "shutdown_timeout": Duration = ms(1500), Time(Duration::ZERO, secs(10));
     }
 }
 
 section! {
     /// `[sampler]`: how often and how patiently devices are read.
-    pub SamplerConfig "sampler" {
-        fast_interval "fast_interval": Duration as Dur = ms(250), Time(ms(10), hours(1)),
-            "how often memory and utilization are read";
-        slow_interval "slow_interval": Duration as Dur = secs(1), Time(ms(100), hours(1))
-            => ", at least sampler.fast_interval",
-            "how often processes, clocks, power and health are read";
-        call_timeout "call_timeout": Duration as Dur = secs(2), Time(ms(1), mins(1)),
-            "deadline of one driver call; a later answer is discarded";
-        max_processes_per_device "max_processes_per_device": NonZeroUsize as Count = non_zero(64),
-            Int(1, 1_024), "processes kept per device and sample, largest first";
-        discovery_retry_max "discovery_retry_max": Duration as Dur = secs(60),
-            Time(secs(1), hours(1)),
-            "longest wait between attempts to list devices when the source is unavailable";
+    pub struct SamplerConfig "sampler" {
+        /// how often memory and utilization are read
+        fast_interval "fast_interval": Duration = ms(250), Time(ms(10), hours(1));
+        /// how often processes, clocks, power and health are read
+        slow_interval "slow_interval": Duration = secs(1),
+            Time(ms(100), hours(1)) => ", at least sampler.fast_interval";
+        /// deadline of one driver call; a later answer is discarded
+        call_timeout "call_timeout": Duration = secs(2), Time(ms(1), mins(1));
+        /// processes kept per device and sample, largest first
+        max_processes_per_device "max_processes_per_device": NonZeroUsize = non_zero(64),
+            Int(1, 1_024);
+        /// longest wait between attempts to list devices when the source is unavailable
+        discovery_retry_max "discovery_retry_max": Duration = secs(60), Time(secs(1), hours(1));
         // A host has at most 8 GPUs, or 56 MIG devices; a trace claiming
         // thousands would cost a task each and megabytes of /metrics.
-        max_devices "max_devices": NonZeroUsize as Count = non_zero(64), Int(1, 1_024),
-            "devices monitored at most, from any source; the rest are left out and logged";
+        /// devices monitored at most, from any source; the rest are left out and logged
+        max_devices "max_devices": NonZeroUsize = non_zero(64), Int(1, 1_024);
         // Driver calls run on these threads; a call stuck in the driver
         // holds one, and each device and tier has at most one stuck call.
-        max_blocking_threads "max_blocking_threads": NonZeroUsize as Count = non_zero(64),
-            Int(4, 1_024), "threads for blocking driver and file calls at most";
+        /// threads for blocking driver and file calls at most
+        max_blocking_threads "max_blocking_threads": NonZeroUsize = non_zero(64), Int(4, 1_024);
     }
 }
 
 section! {
     /// `[history]`: the per-device ring buffers. Capacity per device and
     /// tier is `retention / interval` samples.
-    pub HistoryConfig "history" {
-        retention "retention": Duration as Dur = hours(1), Time(secs(1), days(7))
-            => ", at most 10000000 fast samples", "how far back history reaches";
+    pub struct HistoryConfig "history" {
+        /// how far back history reaches
+        retention "retention": Duration = hours(1),
+            Time(secs(1), days(7)) => ", at most 10000000 fast samples";
     }
 }
 
 section! {
     /// `[metrics]`: the Prometheus exposition.
-    pub MetricsConfig "metrics" {
-        peak_window "peak_window": Duration as Dur = mins(1), Time(ms(1), days(7))
-            => ", at most history.retention", "window of vramd_memory_used_peak_bytes";
+    pub struct MetricsConfig "metrics" {
+        /// window of vramd_memory_used_peak_bytes
+        peak_window "peak_window": Duration = mins(1),
+            Time(ms(1), days(7)) => ", at most history.retention";
     }
 }
 
 section! {
     /// `[api]`: REST limits.
-    pub ApiConfig "api" {
-        max_history_points "max_history_points": NonZeroUsize as Count = non_zero(50_000),
-            Int(1, 1_000_000), "most points one history response returns";
-        max_event_streams "max_event_streams": NonZeroUsize as Count = non_zero(16),
-            Int(1, 1_024), "open alert event streams at most";
-        max_stream_backlog "max_stream_backlog": NonZeroUsize as Count = non_zero(256),
-            Int(1, 65_536), "state changes buffered per slow stream reader";
+    pub struct ApiConfig "api" {
+        /// most points one history response returns
+        max_history_points "max_history_points": NonZeroUsize = non_zero(50_000), Int(1, 1_000_000);
+        /// open alert event streams at most
+        max_event_streams "max_event_streams": NonZeroUsize = non_zero(16), Int(1, 1_024);
+        /// state changes buffered per slow stream reader
+        max_stream_backlog "max_stream_backlog": NonZeroUsize = non_zero(256), Int(1, 65_536);
     }
 }
 
 section! {
     /// `[source]` as written; [`SourceConfig`] is what the daemon reads.
-    pub(super) SourceKeys "source" {
-        simulate "simulate": Option<ScenarioKind> as Opt<Scenario> = None,
-            Words("scenario name; not set by default"),
-            "simulate this scenario instead of reading the driver (see `vramd scenarios`)";
-        replay "replay": Option<PathBuf> as Opt<Path> = None, Words(PATH),
-            "replay this recorded NDJSON trace instead of reading the driver";
-        record "record": Option<PathBuf> as Opt<Path> = None, Words(PATH),
-            "also write every reading to this NDJSON trace";
+    pub(super) struct SourceKeys "source" {
+        /// simulate this scenario instead of reading the driver (see `vramd scenarios`)
+        simulate "simulate": Option<ScenarioKind> = None,
+            Words("scenario name; not set by default");
+        /// replay this recorded NDJSON trace instead of reading the driver
+        replay "replay": Option<PathBuf> = None, Words(PATH);
+        /// also write every reading to this NDJSON trace
+        record "record": Option<PathBuf> = None, Words(PATH);
         // Rotate: a restart never truncates the last run's trace.
-        record_mode "record_mode": RecordMode as Mode = RecordMode::Rotate,
-            Words("\"rotate\", \"refuse\" or \"overwrite\""),
-            "what source.record does to an existing file: keep it as <file>.1, refuse to start, or truncate it";
-        record_keep "record_keep": NonZeroUsize as Count = non_zero(5), Int(1, 100),
-            "earlier recordings kept by record_mode = \"rotate\" (<file>.1 … <file>.N)";
-        speed "speed": f64 as Speed = 1.0, Words("number, above 0, at most 10000"),
-            "simulated or replayed seconds per real second";
-        max_trace_line_bytes "max_trace_line": usize as USize = 1 << 20, Size(KIB, 64 * MIB),
-            "longest accepted line of a replayed trace";
-        max_trace_bytes "max_trace_size": u64 as Bytes = GIB, Size(MIB, 64 * GIB),
-            "largest replayed trace file; its records are all held in memory";
+        /// what source.record does to an existing file: keep it as <file>.1, refuse to start, or
+        /// truncate it
+        record_mode "record_mode": RecordMode = RecordMode::Rotate,
+            Words("\"rotate\", \"refuse\" or \"overwrite\"");
+        /// earlier recordings kept by record_mode = \"rotate\" (<file>.1 … <file>.N)
+        record_keep "record_keep": NonZeroUsize = non_zero(5), Int(1, 100);
+        /// simulated or replayed seconds per real second
+        speed "speed": f64 = 1.0, Words("number, above 0, at most 10000");
+        /// longest accepted line of a replayed trace
+        max_trace_line_bytes "max_trace_line": ByteSize = ByteSize(MIB), Size(KIB, 64 * MIB);
+        /// largest replayed trace file; its records are all held in memory
+        max_trace_bytes "max_trace_size": ByteSize = ByteSize(GIB), Size(MIB, 64 * GIB);
     }
 }
 
 section! {
     /// `[simulator]` as written; used only with `source.simulate`.
-    pub(super) SimulatorKeys "simulator" {
-        gpus "gpus": u32 as U32 = 2, Int(1, 8), "number of simulated GPUs";
-        seed "seed": u64 as U64 = 1, Int(0, u64::MAX),
-            "seed of the simulator; the same seed gives the same readings";
+    pub(super) struct SimulatorKeys "simulator" {
+        /// number of simulated GPUs
+        gpus "gpus": u32 = 2, Int(1, 8);
+        /// seed of the simulator; the same seed gives the same readings
+        seed "seed": u64 = 1, Int(0, u64::MAX);
     }
 }
 
@@ -175,9 +179,9 @@ pub struct SourceConfig {
     /// `source.speed`: simulated or replayed seconds per real second.
     pub speed: f64,
     /// `source.max_trace_line`: longest accepted line of a replayed trace.
-    pub max_trace_line_bytes: usize,
+    pub max_trace_line_bytes: ByteSize,
     /// `source.max_trace_size`: largest replayed trace file.
-    pub max_trace_bytes: u64,
+    pub max_trace_bytes: ByteSize,
     /// `source.record_mode`: what recording does to an existing file.
     pub record_mode: RecordMode,
     /// `source.record_keep`: earlier recordings kept when rotating.
@@ -273,66 +277,67 @@ section! {
     /// `[nvml]`: the real driver source (used when neither `source.simulate`
     /// nor `source.replay` is set). `library_path` is not checked for
     /// existence at load time.
-    pub NvmlConfig "nvml" {
-        library_path "library_path": Option<PathBuf> as Opt<Path> = None, Words(PATH),
-            "load NVML from this file instead of the system's libnvidia-ml.so.1";
-        require_gpu "require_gpu": bool as Bool = false, Words("true or false"),
-            "exit with status 1 when NVML cannot be initialised, instead of retrying";
+    pub struct NvmlConfig "nvml" {
+        /// load NVML from this file instead of the system's libnvidia-ml.so.1
+        library_path "library_path": Option<PathBuf> = None, Words(PATH);
+        /// exit with status 1 when NVML cannot be initialised, instead of retrying
+        require_gpu "require_gpu": bool = false, Words("true or false");
         // NVML init can take seconds with persistence mode off.
-        init_timeout "init_timeout": Duration as Dur = secs(30), Time(ms(100), mins(10)),
-            "deadline for initialising NVML and listing devices";
-        pcie_throughput "pcie_throughput": bool as Bool = false, Words("true or false"),
-            "read PCIe TX/RX throughput on the slow tier (blocks ~20ms per direction)";
-        max_cmdline_bytes "max_cmdline_bytes": usize as USize = 256, Size(0, 64 * KIB),
-            "longest process command line kept, truncated beyond; 0 turns them off";
-        xid_events "xid_events": bool as Bool = true, Words("true or false"),
-            "watch NVML Xid error events on a dedicated thread";
+        /// deadline for initialising NVML and listing devices
+        init_timeout "init_timeout": Duration = secs(30), Time(ms(100), mins(10));
+        /// read PCIe TX/RX throughput on the slow tier (blocks ~20ms per direction)
+        pcie_throughput "pcie_throughput": bool = false, Words("true or false");
+        /// longest process command line kept, truncated beyond; 0 turns them off
+        max_cmdline_bytes "max_cmdline_bytes": ByteSize = ByteSize(256), Size(0, 64 * KIB);
+        /// watch NVML Xid error events on a dedicated thread
+        xid_events "xid_events": bool = true, Words("true or false");
     }
 }
 
 section! {
     /// `[probe]`: the CUDA driver probe, run in a short-lived child process.
-    pub ProbeConfig "probe" {
-        enabled "enabled": bool as Bool = true, Words("true or false"),
-            "run the CUDA driver probe (a short-lived child process per device)";
-        interval "interval": Duration as Dur = mins(15), Time(mins(1), hours(24)),
-            "how often each device is probed, in source time";
-        timeout "timeout": Duration as Dur = mins(1), Time(secs(1), mins(10)),
-            "a probe child still running after this is killed and counted as a timeout";
-        min_free_bytes "min_free": u64 as Bytes = 2 * GIB, Size(256 * MIB, TIB),
-            "never probe a device with less NVML free memory than this";
-        margin_bytes "margin": u64 as Bytes = GIB, Size(64 * MIB, TIB),
-            "free memory no probe allocation may go below";
-        block_bytes "block_size": u64 as Bytes = 64 * MIB, Size(MIB, 16 * GIB),
-            "block whose allocation and release are timed";
-        samples "samples": u32 as U32 = 5, Int(1, 100),
-            "allocation and release pairs timed per probe";
+    pub struct ProbeConfig "probe" {
+        /// run the CUDA driver probe (a short-lived child process per device)
+        enabled "enabled": bool = true, Words("true or false");
+        /// how often each device is probed, in source time
+        interval "interval": Duration = mins(15), Time(mins(1), hours(24));
+        /// a probe child still running after this is killed and counted as a timeout
+        timeout "timeout": Duration = mins(1), Time(secs(1), mins(10));
+        /// never probe a device with less NVML free memory than this
+        min_free_bytes "min_free": ByteSize = ByteSize(2 * GIB), Size(256 * MIB, TIB);
+        /// free memory no probe allocation may go below
+        margin_bytes "margin": ByteSize = ByteSize(GIB), Size(64 * MIB, TIB);
+        /// block whose allocation and release are timed
+        block_bytes "block_size": ByteSize = ByteSize(64 * MIB), Size(MIB, 16 * GIB);
+        /// allocation and release pairs timed per probe
+        samples "samples": u32 = 5, Int(1, 100);
         // Off by default: the search briefly takes a device's free memory
         // down to probe.margin, which a workload allocating then would feel.
-        headroom "headroom": bool as Bool = false, Words("true or false"),
-            "search for the largest allocatable block (briefly takes free memory down to probe.margin)";
-        headroom_time_budget "headroom_time_budget": Duration as Dur = secs(10),
-            Time(ms(100), mins(5)) => ", less than probe.timeout",
-            "the largest-block search stops after this, keeping its best answer";
-        max_backoff "max_backoff": Duration as Dur = hours(6), Time(mins(1), days(7))
-            => ", at least probe.interval",
-            "longest wait between probes of a device whose probes keep failing";
-        cuda_library "cuda_library": Option<PathBuf> as Opt<Path> = None, Words(PATH),
-            "load the CUDA driver from this file instead of the system's libcuda.so.1";
+        /// search for the largest allocatable block (briefly takes free memory down to
+        /// probe.margin)
+        headroom "headroom": bool = false, Words("true or false");
+        /// the largest-block search stops after this, keeping its best answer
+        headroom_time_budget "headroom_time_budget": Duration = secs(10),
+            Time(ms(100), mins(5)) => ", less than probe.timeout";
+        /// longest wait between probes of a device whose probes keep failing
+        max_backoff "max_backoff": Duration = hours(6),
+            Time(mins(1), days(7)) => ", at least probe.interval";
+        /// load the CUDA driver from this file instead of the system's libcuda.so.1
+        cuda_library "cuda_library": Option<PathBuf> = None, Words(PATH);
     }
 }
 
 section! {
     /// `[log]`.
-    pub LogConfig "log" {
-        format "format": LogFormat as Format = LogFormat::Text, Words("\"text\" or \"json\""),
-            "log line format";
-        level "level": String as Level = "info".to_owned(), Words("non-empty filter"),
-            "tracing filter directive, such as \"info\" or \"info,vramd=debug\"";
+    pub struct LogConfig "log" {
+        /// log line format
+        format "format": LogFormat = LogFormat::Text, Words("\"text\" or \"json\"");
+        /// tracing filter directive, such as \"info\" or \"info,vramd=debug\"
+        level "level": String = "info".to_owned(), Words("non-empty filter");
         // Lines beyond this wait for nobody: dropped and counted, so a
         // stalled or closed stderr never blocks sampling.
-        queue_lines "queue_lines": NonZeroUsize as Count = non_zero(4_096), Int(1, 1_000_000),
-            "formatted log lines that may wait for stderr before new ones are dropped";
+        /// formatted log lines that may wait for stderr before new ones are dropped
+        queue_lines "queue_lines": NonZeroUsize = non_zero(4_096), Int(1, 1_000_000);
     }
 }
 
@@ -352,67 +357,123 @@ impl LogFormat {
 }
 
 section! {
-    /// `[alerts]`: evaluation and the rule set.
-    pub AlertsConfig "alerts" {
-        evaluation_interval "evaluation_interval": Duration as Dur = secs(5),
-            Time(ms(100), mins(10)), "how often the alert rules are evaluated, in source time";
-        resolved_retention "resolved_retention": Duration as Dur = mins(15),
-            Time(Duration::ZERO, days(7)), "how long a resolved alert stays visible";
-        max_alerts "max_alerts": NonZeroUsize as Count = non_zero(1000), Int(1, 100_000),
-            "most alerts kept (pending, firing, resolved); the oldest resolved go first";
-        trend_window "trend_window": Duration as Dur = mins(10), Time(secs(10), hours(24)),
-            "window of the per-device memory growth estimate";
-        forecast_min_span "forecast_min_span": Duration as Dur = secs(90),
-            Time(Duration::ZERO, hours(1)),
-            "least span of samples before a device's growth can count as sustained";
-        leak_check_interval "leak_check_interval": Duration as Dur = secs(30),
-            Time(secs(1), mins(10)), "how often every process is re-assessed for leaks, in source time";
-        leak_shortest_window "leak_shortest_window": Duration as Dur = mins(4),
-            Time(secs(30), hours(24)),
-            "shortest window a leak is judged on; longer ones double up to leak_suspected.window";
-        leak_warmup "leak_warmup": Duration as Dur = mins(3), Time(Duration::ZERO, hours(1)),
-            "grace after a process's first sample before it is judged for leaks";
-        + rules: RulesConfig
-    }
-}
-
-section! {
     /// `[notify]`: where alert state changes are delivered.
-    pub NotifyConfig "notify" {
-        alertmanager_url "alertmanager_url": Option<String> as Opt<Url> = None, Words(URL),
-            "send alert state changes to this Alertmanager (API v2)";
-        webhook_url "webhook_url": Option<String> as Opt<Url> = None, Words(URL),
-            "POST alert state changes as JSON to this URL";
-        queue_capacity "queue_capacity": NonZeroUsize as Count = non_zero(1024),
-            Int(1, 100_000), "state changes waiting per notifier; beyond it the oldest are dropped";
-        timeout "timeout": Duration as Dur = secs(5), Time(ms(100), mins(1)),
-            "deadline of one delivery request";
-        resend_interval "resend_interval": Duration as Dur = mins(1), Time(secs(1), hours(1)),
-            "how often firing alerts are sent again";
-        max_retries "max_retries": u32 as U32 = 5, Int(0, 100), "attempts after a failed delivery";
-        retry_backoff_max "retry_backoff_max": Duration as Dur = secs(30),
-            Time(ms(100), mins(10)), "longest wait between delivery attempts";
-        external_url "external_url": Option<String> as Opt<Url> = None, Words(URL),
-            "base of the generatorURL links in notifications (default http://<server.listen>)";
+    pub struct NotifyConfig "notify" {
+        /// send alert state changes to this Alertmanager (API v2)
+        alertmanager_url "alertmanager_url": Option<String> = None, Words(URL);
+        /// POST alert state changes as JSON to this URL
+        webhook_url "webhook_url": Option<String> = None, Words(URL);
+        /// state changes waiting per notifier; beyond it the oldest are dropped
+        queue_capacity "queue_capacity": NonZeroUsize = non_zero(1024), Int(1, 100_000);
+        /// deadline of one delivery request
+        timeout "timeout": Duration = secs(5), Time(ms(100), mins(1));
+        /// how often firing alerts are sent again
+        resend_interval "resend_interval": Duration = mins(1), Time(secs(1), hours(1));
+        /// attempts after a failed delivery
+        max_retries "max_retries": u32 = 5, Int(0, 100);
+        /// longest wait between delivery attempts
+        retry_backoff_max "retry_backoff_max": Duration = secs(30), Time(ms(100), mins(10));
+        /// base of the generatorURL links in notifications (default http://<server.listen>)
+        external_url "external_url": Option<String> = None, Words(URL);
     }
 }
 
 section! {
     /// `[ingest]`: allocator reports POSTed by workloads.
-    pub IngestConfig "ingest" {
-        token_file "token_file": Option<PathBuf> as Opt<Path> = None,
-            Words("path; not set by default (loopback only)"),
-            "file holding the bearer token writers from other hosts must send";
-        ttl "ttl": Duration as Dur = secs(30), Time(secs(1), hours(1)),
-            "age after which an allocator report no longer counts";
-        rate_limit_per_second "rate_limit": NonZeroUsize as Count = non_zero(10), Int(1, 1_000),
-            "allocator reports per second from one reporter";
-        max_reporters "max_reporters": NonZeroUsize as Count = non_zero(1024), Int(1, 100_000),
-            "reporters tracked at once";
-        max_devices "max_devices": NonZeroUsize as Count = non_zero(16), Int(1, 64),
-            "devices in one allocator report";
-        max_stats "max_stats": NonZeroUsize as Count = non_zero(1024), Int(1, 65_536),
-            "memory_stats keys per device in a report";
+    pub struct IngestConfig "ingest" {
+        /// file holding the bearer token writers from other hosts must send
+        token_file "token_file": Option<PathBuf> = None,
+            Words("path; not set by default (loopback only)");
+        /// age after which an allocator report no longer counts
+        ttl "ttl": Duration = secs(30), Time(secs(1), hours(1));
+        /// allocator reports per second from one reporter
+        rate_limit_per_second "rate_limit": NonZeroUsize = non_zero(10), Int(1, 1_000);
+        /// reporters tracked at once
+        max_reporters "max_reporters": NonZeroUsize = non_zero(1024), Int(1, 100_000);
+        /// devices in one allocator report
+        max_devices "max_devices": NonZeroUsize = non_zero(16), Int(1, 64);
+        /// memory_stats keys per device in a report
+        max_stats "max_stats": NonZeroUsize = non_zero(1024), Int(1, 65_536);
+    }
+}
+
+/// The configuration file's shape, section by section: what serde reads
+/// and `check-config` writes.
+#[derive(Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub(super) struct Document {
+    server: ServerConfig,
+    sampler: SamplerConfig,
+    history: HistoryConfig,
+    metrics: MetricsConfig,
+    api: ApiConfig,
+    source: SourceKeys,
+    simulator: SimulatorKeys,
+    nvml: NvmlConfig,
+    probe: ProbeConfig,
+    log: LogConfig,
+    alerts: AlertsConfig,
+    notify: NotifyConfig,
+    ingest: IngestConfig,
+}
+
+impl Document {
+    /// Every value within its key's bounds.
+    pub(super) fn check(&self, values: &Values) -> Result<(), ConfigError> {
+        self.server.check(values)?;
+        self.sampler.check(values)?;
+        self.history.check(values)?;
+        self.metrics.check(values)?;
+        self.api.check(values)?;
+        self.source.check(values)?;
+        self.simulator.check(values)?;
+        self.nvml.check(values)?;
+        self.probe.check(values)?;
+        self.log.check(values)?;
+        self.alerts.check(values)?;
+        self.notify.check(values)?;
+        self.ingest.check(values)
+    }
+}
+
+impl From<Document> for Config {
+    fn from(file: Document) -> Self {
+        Config {
+            server: file.server,
+            sampler: file.sampler,
+            history: file.history,
+            metrics: file.metrics,
+            api: file.api,
+            source: SourceConfig::from_keys(file.source, file.simulator),
+            nvml: file.nvml,
+            probe: file.probe,
+            log: file.log,
+            alerts: file.alerts,
+            notify: file.notify,
+            ingest: file.ingest,
+        }
+    }
+}
+
+impl From<&Config> for Document {
+    fn from(config: &Config) -> Self {
+        let (source, simulator) = config.source.keys();
+        let config = config.clone();
+        Document {
+            server: config.server,
+            sampler: config.sampler,
+            history: config.history,
+            metrics: config.metrics,
+            api: config.api,
+            source,
+            simulator,
+            nvml: config.nvml,
+            probe: config.probe,
+            log: config.log,
+            alerts: config.alerts,
+            notify: config.notify,
+            ingest: config.ingest,
+        }
     }
 }
 
@@ -430,49 +491,8 @@ pub(super) fn catalogue() -> Vec<KeySpec> {
         ProbeConfig::KEYS,
         LogConfig::KEYS,
         AlertsConfig::KEYS,
-        RulesConfig::KEYS,
         NotifyConfig::KEYS,
         IngestConfig::KEYS,
     ]
     .concat()
-}
-
-/// Every key with `config`'s value, in catalogue order; `None` for an
-/// optional key that is not set.
-pub(super) fn entries(config: &Config) -> Vec<(&'static str, Option<TomlValue>)> {
-    let (source, simulator) = config.source.keys();
-    [
-        config.server.entries(),
-        config.sampler.entries(),
-        config.history.entries(),
-        config.metrics.entries(),
-        config.api.entries(),
-        source.entries(),
-        simulator.entries(),
-        config.nvml.entries(),
-        config.probe.entries(),
-        config.log.entries(),
-        config.alerts.entries(),
-        config.notify.entries(),
-        config.ingest.entries(),
-    ]
-    .concat()
-}
-
-/// Reads every section; the checks across keys are `validate`'s.
-pub(super) fn read(values: &Values) -> Result<Config, ConfigError> {
-    Ok(Config {
-        server: ServerConfig::read(values)?,
-        sampler: SamplerConfig::read(values)?,
-        history: HistoryConfig::read(values)?,
-        metrics: MetricsConfig::read(values)?,
-        api: ApiConfig::read(values)?,
-        source: SourceConfig::from_keys(SourceKeys::read(values)?, SimulatorKeys::read(values)?),
-        nvml: NvmlConfig::read(values)?,
-        probe: ProbeConfig::read(values)?,
-        log: LogConfig::read(values)?,
-        alerts: AlertsConfig::read(values)?,
-        notify: NotifyConfig::read(values)?,
-        ingest: IngestConfig::read(values)?,
-    })
 }

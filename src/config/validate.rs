@@ -1,25 +1,52 @@
-//! Validation: the merged, as-written values into the typed [`Config`].
+//! Validation: the merged layers into the typed [`Config`].
 //!
-//! Owns: the checks that involve two keys; reading one value within its
-//! bounds (which the catalogue holds) is the schema's and [`Field`]'s.
-//! Every error names the key, the value, where it came from and why.
-//! Depends on the config schema, the merged values, units, `field` and
-//! `model`'s rule table only.
+//! Owns: reading the merged tree through serde (each failure named by its
+//! full key, from `serde_path_to_error`), the bounds check of every key
+//! (the bounds are the schema's), the checks of values whose form serde
+//! cannot see (URLs, the log filter, speed, ratios) and the checks that
+//! involve two keys. Every error names the key, the value, where it came
+//! from and why. Depends on the config schema, the written values, units,
+//! `field` and `keys`.
 
 use super::error::ConfigError;
-use super::sections::{self, Config, SourceSelection};
+use super::field::OUT_OF_RANGE;
+use super::keys::{Accepts, spec};
+use super::sections::{Config, Document, SourceSelection};
 use super::units::format_duration;
-use super::walk::Values;
+use super::walk::{Scalar, Values};
 
 /// Most samples `history.retention / sampler.fast_interval` may ask for.
 pub const MAX_SAMPLES_PER_DEVICE: u128 = 10_000_000;
 /// Largest `source.speed`.
 pub const MAX_SPEED: f64 = 10_000.0;
 
-/// Turns the merged values into a [`Config`], or says which key is wrong.
-pub(super) fn validate(values: &Values) -> Result<Config, ConfigError> {
-    let mut config = sections::read(values)?;
+/// The reason serde's error gives, without the configuration library's
+/// own wording around it.
+fn reason(error: config::ConfigError) -> String {
+    match error {
+        config::ConfigError::At { error, .. } => reason(*error),
+        config::ConfigError::Message(message) => message,
+        other => other.to_string(),
+    }
+}
+
+/// Turns the merged tree into a [`Config`], or says which key is wrong.
+/// `values` holds every value as written, with its origin.
+pub(super) fn validate(tree: config::Value, values: &Values) -> Result<Config, ConfigError> {
+    let file: Document = serde_path_to_error::deserialize(tree).map_err(|error| {
+        let key = error.path().to_string();
+        let mut reason = reason(error.into_inner());
+        if let (OUT_OF_RANGE, Some(Accepts::Int(min, max))) =
+            (reason.as_str(), spec(&key).map(|spec| spec.accepts))
+        {
+            reason = format!("must be between {min} and {max}");
+        }
+        values.invalid(&key, None, reason)
+    })?;
+    file.check(values)?;
+    let mut config = Config::from(file);
     config.alerts.rules.probe_stale_after = config.probe.interval.saturating_mul(2);
+    forms(&config, values)?;
     let Config { sampler, history, metrics, probe, .. } = &config;
     let conflict = |first, second, reason: String| Err(values.conflict(first, second, reason));
     let duration = |d| format_duration(d);
@@ -92,4 +119,60 @@ pub(super) fn validate(values: &Values) -> Result<Config, ConfigError> {
         return conflict("source.replay", "source.record", reason.to_owned());
     }
     Ok(config)
+}
+
+/// The values whose form their type does not hold: numbers within a range
+/// of reals, URLs and the log filter.
+fn forms(config: &Config, values: &Values) -> Result<(), ConfigError> {
+    let check = |key: &str, shown: Scalar, result: Result<(), &str>| {
+        result.map_err(|reason| values.invalid(key, Some(shown), reason.to_owned()))
+    };
+    let speed = config.source.speed;
+    if !(speed.is_finite() && speed > 0.0 && speed <= MAX_SPEED) {
+        let reason = format!("must be a number above 0 and at most {MAX_SPEED}");
+        return Err(values.invalid("source.speed", Some(Scalar::Float(speed)), reason));
+    }
+    let min_fit = config.alerts.rules.exhaustion_min_fit;
+    check(
+        "alerts.exhaustion_forecast.min_fit",
+        Scalar::Float(min_fit),
+        if (0.0..=1.0).contains(&min_fit) { Ok(()) } else { Err("must be a number from 0 to 1") },
+    )?;
+    let notify = &config.notify;
+    for (key, url) in [
+        ("notify.alertmanager_url", &notify.alertmanager_url),
+        ("notify.webhook_url", &notify.webhook_url),
+        ("notify.external_url", &notify.external_url),
+    ] {
+        if let Some(url) = url {
+            check(key, Scalar::Str(url.clone()), url_form(url))?;
+        }
+    }
+    let level = &config.log.level;
+    if level.is_empty() {
+        return check(
+            "log.level",
+            Scalar::Str(level.clone()),
+            Err("expected a filter such as \"info\" or \"info,vramd=debug\""),
+        );
+    }
+    tracing_subscriber::EnvFilter::try_new(level).map(drop).map_err(|error| {
+        let reason = format!("not a tracing filter directive: {error}");
+        values.invalid("log.level", Some(Scalar::Str(level.clone())), reason)
+    })
+}
+
+/// An http:// or https:// URL: something after the scheme, no whitespace.
+fn url_form(url: &str) -> Result<(), &'static str> {
+    let rest = url.strip_prefix("http://").or_else(|| url.strip_prefix("https://"));
+    match rest {
+        Some(rest)
+            if !rest.is_empty()
+                && !rest.starts_with('/')
+                && !rest.contains(char::is_whitespace) =>
+        {
+            Ok(())
+        }
+        _ => Err("expected an http:// or https:// URL, such as \"http://alertmanager:9093\""),
+    }
 }

@@ -68,7 +68,7 @@ fn config_nvml_keys_from_file_and_env_keep_the_other_defaults() {
     };
     let config = load(&options).unwrap();
     assert_eq!(config.nvml.init_timeout, Duration::from_secs(120));
-    assert_eq!(config.nvml.max_cmdline_bytes, 4096);
+    assert_eq!(config.nvml.max_cmdline_bytes.get(), 4096);
     assert!(!config.nvml.xid_events);
     assert!(config.nvml.pcie_throughput);
     assert_eq!(config.nvml.library_path, Some(PathBuf::from("/opt/nvidia/libnvidia-ml.so.1")));
@@ -141,7 +141,7 @@ fn config_alerts_and_notify_keys_from_env_are_parsed_from_strings() {
     assert_eq!(alerts.rules.memory_high.for_duration, Duration::ZERO);
     assert_eq!(alerts.rules.exhaustion_min_fit, 0.5);
     assert_eq!(alerts.rules.leak_window, Duration::from_secs(3600));
-    assert_eq!(alerts.rules.fragmentation_min_reserved_bytes, 512 << 20);
+    assert_eq!(alerts.rules.fragmentation_min_reserved_bytes.get(), 512 << 20);
     assert_eq!(alerts.rules.allocator_oom.severity, Severity::Warning);
     assert_eq!(alerts.rules.xid_error.threshold, 3.0);
     assert_eq!(config.notify.alertmanager_url.as_deref(), Some("http://alertmanager:9093"));
@@ -192,7 +192,7 @@ fn config_env_values_are_parsed_from_strings() {
         })
     );
     assert_eq!(config.source.speed, 2.5);
-    assert_eq!(config.server.max_request_body_bytes, 65_536);
+    assert_eq!(config.server.max_request_body_bytes.get(), 65_536);
     assert_eq!(config.server.max_concurrent_requests.get(), 8);
     assert_eq!(config.log.format, LogFormat::Json);
     // A string that looks like a boolean stays a string (a target name).

@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use super::{env, isolated, load_file};
 use crate::config::{
-    Config, LoadOptions, LogFormat, Overrides, SimulatorConfig, SourceSelection, defaults, load,
-    render_effective,
+    ByteSize, Config, LoadOptions, LogFormat, Overrides, SimulatorConfig, SourceSelection,
+    defaults, load, render_effective,
 };
 use crate::model::ScenarioKind;
 use crate::model::Severity;
@@ -29,7 +29,7 @@ fn config_render_effective_changed_values_round_trip() {
     let mut config = defaults();
     config.server.listen = "[::]:9000".parse().unwrap();
     config.server.request_timeout = Duration::from_millis(1500);
-    config.server.max_request_body_bytes = 2000;
+    config.server.max_request_body_bytes = ByteSize(2000);
     config.sampler.fast_interval = Duration::from_millis(10);
     config.sampler.slow_interval = Duration::from_secs(90);
     config.history.retention = Duration::from_secs(7 * 86_400);
@@ -47,7 +47,7 @@ fn config_render_effective_changed_values_round_trip() {
     config.nvml.require_gpu = true;
     config.nvml.init_timeout = Duration::from_millis(1500);
     config.nvml.pcie_throughput = true;
-    config.nvml.max_cmdline_bytes = 0;
+    config.nvml.max_cmdline_bytes = ByteSize(0);
     config.nvml.xid_events = false;
     assert_round_trips(&config);
     let text = render_effective(&config);
@@ -95,7 +95,7 @@ fn config_render_effective_changed_alerts_and_notify_round_trip() {
     rules.leak_suspected.threshold = 1.0 / 3.0;
     rules.leak_suspected.clear = 0.0;
     rules.leak_window = Duration::from_secs(24 * 3600);
-    rules.fragmentation_min_reserved_bytes = 3 << 29;
+    rules.fragmentation_min_reserved_bytes = ByteSize(3 << 29);
     rules.xid_error.severity = Severity::Info;
     rules.xid_window = Duration::from_millis(1500);
     config.notify.alertmanager_url = Some("http://alertmanager:9093".into());

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use super::{assert_error, isolated, load_env, load_file};
 use crate::config::{
-    AlertsConfig, ConfigError, NotifyConfig, NvmlConfig, Origin, ProbeConfig, RuleConfig,
+    AlertsConfig, ByteSize, ConfigError, NotifyConfig, NvmlConfig, Origin, ProbeConfig, RuleConfig,
     RulesConfig, default_alerts, defaults, load,
 };
 use crate::model::Severity;
@@ -17,7 +17,7 @@ fn config_nvml_defaults() {
         require_gpu: false,
         init_timeout: Duration::from_secs(30),
         pcie_throughput: false,
-        max_cmdline_bytes: 256,
+        max_cmdline_bytes: ByteSize(256),
         xid_events: true,
     };
     assert_eq!(defaults().nvml, expected);
@@ -53,7 +53,7 @@ fn config_alerts_defaults() {
             leak_suspected: rule(131_072.0, 65_536.0, 60, Severity::Warning),
             leak_window: minutes(30),
             allocator_fragmentation_high: rule(0.25, 0.15, 300, Severity::Warning),
-            fragmentation_min_reserved_bytes: 2 << 30,
+            fragmentation_min_reserved_bytes: ByteSize(2 << 30),
             allocator_retries: rule(1.0, 0.0, 0, Severity::Warning),
             retries_window: minutes(5),
             allocator_oom: rule(1.0, 0.0, 0, Severity::Critical),
@@ -77,9 +77,9 @@ fn config_probe_defaults_are_cautious() {
         enabled: true,
         interval: Duration::from_secs(15 * 60),
         timeout: Duration::from_secs(60),
-        min_free_bytes: 2 << 30,
-        margin_bytes: 1 << 30,
-        block_bytes: 64 << 20,
+        min_free_bytes: ByteSize(2 << 30),
+        margin_bytes: ByteSize(1 << 30),
+        block_bytes: ByteSize(64 << 20),
         samples: 5,
         headroom: false,
         headroom_time_budget: Duration::from_secs(10),
@@ -104,7 +104,7 @@ fn config_probe_keys_are_validated_with_their_conflicts() {
     assert_eq!(ok.probe.interval, Duration::from_secs(300));
     // Probe rules judge readings up to two intervals old.
     assert_eq!(ok.alerts.rules.probe_stale_after, Duration::from_secs(600));
-    assert_eq!(ok.probe.min_free_bytes, 8 << 30);
+    assert_eq!(ok.probe.min_free_bytes.get(), 8 << 30);
     assert!(ok.probe.headroom);
     assert_eq!(
         ok.probe.cuda_library.as_deref(),
@@ -336,8 +336,8 @@ fn config_sizes_accept_integers_and_units() {
     let config =
         load_file("[server]\nmax_request_body = 2048\n[source]\nmax_trace_line = \"1.5MiB\"\n")
             .unwrap();
-    assert_eq!(config.server.max_request_body_bytes, 2048);
-    assert_eq!(config.source.max_trace_line_bytes, 1_572_864);
+    assert_eq!(config.server.max_request_body_bytes.get(), 2048);
+    assert_eq!(config.source.max_trace_line_bytes.get(), 1_572_864);
 }
 
 #[test]
@@ -450,11 +450,11 @@ fn config_nvml_range_bounds_are_inclusive() {
         load_env(&[("VRAMD_NVML__INIT_TIMEOUT", "100ms"), ("VRAMD_NVML__MAX_CMDLINE_BYTES", "0")])
             .unwrap();
     assert_eq!(config.nvml.init_timeout, Duration::from_millis(100));
-    assert_eq!(config.nvml.max_cmdline_bytes, 0);
+    assert_eq!(config.nvml.max_cmdline_bytes.get(), 0);
     let config =
         load_file("[nvml]\ninit_timeout = \"10m\"\nmax_cmdline_bytes = \"64KiB\"\n").unwrap();
     assert_eq!(config.nvml.init_timeout, Duration::from_secs(600));
-    assert_eq!(config.nvml.max_cmdline_bytes, 65_536);
+    assert_eq!(config.nvml.max_cmdline_bytes.get(), 65_536);
 }
 
 #[test]
