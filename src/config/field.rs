@@ -288,15 +288,15 @@ named! {
 }
 
 /// A rule's `threshold` or `clear`: a number, or a string of one or of a
-/// size (`"4GiB"`); `validate` checks it against the rule's unit.
+/// size (`"4GiB"`). A string that is neither reads as NaN, which
+/// `validate` refuses with the reason the rule's unit gives.
 pub(super) fn de_threshold<'de, D: Deserializer<'de>>(deserializer: D) -> Result<f64, D::Error> {
-    let raw = Scalar::deserialize(deserializer)?;
-    let value = match &raw {
-        Scalar::Str(text) => match text.trim().parse::<f64>() {
-            Ok(value) => Ok(value),
-            Err(_) => parse_size(text).map(|bytes| bytes as f64).map_err(|error| error.to_string()),
-        },
-        other => number(other),
-    };
-    value.map_err(serde::de::Error::custom)
+    match Scalar::deserialize(deserializer)? {
+        Scalar::Str(text) => Ok(text
+            .trim()
+            .parse()
+            .or_else(|_| parse_size(&text).map(|bytes| bytes as f64))
+            .unwrap_or(f64::NAN)),
+        other => number(&other).map_err(serde::de::Error::custom),
+    }
 }

@@ -1,22 +1,27 @@
 //! Loading: finding the configuration file and merging the four layers.
 //!
 //! Owns: [`LoadOptions`], [`Overrides`], [`load`] and the file search.
-//! Layers, lowest first: built-in defaults, the configuration file,
-//! `VRAMD_<SECTION>__<KEY>` environment variables, command-line options.
-//! Every value is kept as written (strings stay strings), collected with
-//! its origin by `walk` and read through serde by `validate`. The process environment is never read
+//! Layers, lowest first: built-in defaults (serde's, from each section's
+//! `Default`), the configuration file, `VRAMD_<SECTION>__<KEY>`
+//! environment variables, command-line options. Every value is kept as
+//! written (strings stay strings), collected with its origin by `walk` and
+//! read through serde by `validate`. The process environment is never read
 //! here; the caller passes it in. Depends on the config submodules and the
 //! `config` crate.
 //!
-//! Why the `config` crate and not figment: errors must name the exact
-//! variable (`VRAMD_SAMPLER__FAST_INTERVAL`), and here each layer's values
-//! are tagged with their origin and each key mapped to the variable that
-//! set it. figment's per-value `Metadata` names a provider and
-//! interpolates the key path, so the exact variable would still need a
+//! Why the `config` crate with `serde_path_to_error` and not figment:
+//! errors must name the exact variable (`VRAMD_SAMPLER__FAST_INTERVAL`);
+//! here each layer's values are tagged with their origin and each key
+//! mapped to the variable that set it, and `serde_path_to_error` names the
+//! full key serde refused. figment's per-value `Metadata` names a provider
+//! and interpolates the key path, so the exact variable would still need a
 //! custom interpolater; its `Env` provider also parses values (`"1"`
 //! becomes an integer), while here environment values stay the text the
-//! user wrote, which validation quotes back. Switching would add a
-//! dependency for no gain in what errors can say.
+//! user wrote, which validation quotes back. Cost: `config` and
+//! `serde_path_to_error` were both already built (the latter for axum);
+//! figment would add it and its own dependencies, among them a proc-macro
+//! crate, to every clean build on a 2-core machine, for no gain in what
+//! errors can say.
 
 use std::collections::BTreeMap;
 use std::io;

@@ -15,6 +15,7 @@ use super::keys::Accepts::{self, Int, Size, Time, Words};
 use super::keys::KeySpec;
 use super::schema::{GIB, TIB, alerts, days, hours, mins, ms, non_zero, rule_key, secs, within};
 use super::sections::ProbeConfig;
+use super::units::parse_size;
 use super::walk::{Scalar, Values};
 use crate::model::{Direction, RuleId, RuleUnit, Severity};
 use std::num::NonZeroUsize;
@@ -82,10 +83,13 @@ impl RuleConfig {
 
 /// A rule's number in its unit; only a bytes rule takes a size (`"4GiB"`).
 fn in_unit(unit: RuleUnit, value: f64, written: Option<&Scalar>) -> Result<(), String> {
-    if let (false, Some(Scalar::Str(text))) = (unit == RuleUnit::Bytes, written)
+    if let Some(Scalar::Str(text)) = written
         && text.trim().parse::<f64>().is_err()
     {
-        return Err("expected a number".to_owned());
+        match unit {
+            RuleUnit::Bytes => parse_size(text).map_err(|error| error.to_string())?,
+            _ => return Err("expected a number".to_owned()),
+        };
     }
     if !value.is_finite() {
         return Err("must be a finite number".to_owned());

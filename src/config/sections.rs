@@ -149,7 +149,7 @@ section! {
         /// truncate it
         record_mode "record_mode": RecordMode = RecordMode::Rotate,
             Words("\"rotate\", \"refuse\" or \"overwrite\"");
-        /// earlier recordings kept by record_mode = \"rotate\" (<file>.1 … <file>.N)
+        /// earlier recordings kept by record_mode = "rotate" (<file>.1 … <file>.N)
         record_keep "record_keep": NonZeroUsize = non_zero(5), Int(1, 100);
         /// simulated or replayed seconds per real second
         speed "speed": f64 = 1.0, Words("number, above 0, at most 10000");
@@ -332,7 +332,7 @@ section! {
     pub struct LogConfig "log" {
         /// log line format
         format "format": LogFormat = LogFormat::Text, Words("\"text\" or \"json\"");
-        /// tracing filter directive, such as \"info\" or \"info,vramd=debug\"
+        /// tracing filter directive, such as "info" or "info,vramd=debug"
         level "level": String = "info".to_owned(), Words("non-empty filter");
         // Lines beyond this wait for nobody: dropped and counted, so a
         // stalled or closed stderr never blocks sampling.
