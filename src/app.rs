@@ -353,6 +353,8 @@ pub fn analysis_settings(alerts: &AlertsConfig) -> AnalysisSettings {
             ..Default::default()
         },
         leak_check_interval: alerts.leak_check_interval,
+        trend_check_interval: alerts.trend_check_interval,
+        max_xid_history: alerts.max_xid_history.get(),
     }
 }
 

@@ -22,12 +22,6 @@ use super::snapshot::{AnalysisSnapshot, DeviceFacts, DeviceSnapshot, ProcessFact
 use super::summary::{DeviceAnalysis, ProcessLeak};
 use super::trend::{ForecastParams, Trend, time_to_exhaustion};
 
-/// Xid totals remembered per device for the window count.
-const XID_HISTORY: usize = 1_024;
-/// How often (source time) the growth trend is re-estimated: a 10-minute
-/// window moves little in 15 s, and this is the costliest per-pass step.
-const TREND_INTERVAL: Duration = Duration::from_secs(15);
-
 /// The windows and thresholds the analysis uses, built by the wiring from
 /// the `alerts.*` configuration the rules judge with.
 #[derive(Clone, Debug)]
@@ -53,6 +47,13 @@ pub struct AnalysisSettings {
     /// 30 s). The shortest leak window is minutes long, so 30 s changes little;
     /// 30 s rather than 60 s keeps a fast leak's alert within the 5-minute target.
     pub leak_check_interval: Duration,
+    /// How often (source time) the growth trend is re-estimated
+    /// (`alerts.trend_check_interval`, 15 s): a 10-minute window moves
+    /// little in 15 s, and this is the costliest per-pass step.
+    pub trend_check_interval: Duration,
+    /// Xid totals remembered per device for the window count
+    /// (`alerts.max_xid_history`).
+    pub max_xid_history: usize,
 }
 
 pub struct Analyzer {
@@ -131,7 +132,7 @@ impl Analyzer {
         let live = device.live();
         let memory = live.fast.as_ref().and_then(|fast| fast.memory);
         let trend_due = memo.trend.is_none_or(|(estimated, _, _)| {
-            now.duration_since(estimated).is_none_or(|age| age >= TREND_INTERVAL)
+            now.duration_since(estimated).is_none_or(|age| age >= settings.trend_check_interval)
         });
         if trend_due {
             // Snapshots copy the open chunk of a ring: only taken when due.
@@ -245,7 +246,7 @@ impl Analyzer {
                 live.processes_dropped == 0,
             )
         });
-        let xid_in_window = xid_increase(&mut memo.xid_totals, &live, now, settings.xid_window);
+        let xid_in_window = xid_increase(&mut memo.xid_totals, &live, now, settings);
         let analysis = DeviceAnalysis {
             at: now,
             growth_bytes_per_second: trend.as_ref().map(|trend| trend.slope_per_second),
@@ -284,14 +285,16 @@ impl Analyzer {
     }
 }
 
-/// New Xid errors of a device within `window`, from the cumulative counts
-/// its slow readings carry; `history` holds the totals seen so far.
+/// New Xid errors of a device within `settings.xid_window`, from the
+/// cumulative counts its slow readings carry; `history` holds the totals
+/// seen so far, at most `settings.max_xid_history`.
 fn xid_increase(
     history: &mut VecDeque<(Timestamp, u64)>,
     live: &crate::history::LiveState,
     now: Timestamp,
-    window: Duration,
+    settings: &AnalysisSettings,
 ) -> Option<u64> {
+    let window = settings.xid_window;
     // Saturating: the counts come from the driver or a replayed trace.
     let total = live
         .slow
@@ -304,7 +307,9 @@ fn xid_increase(
         history.push_back((now, total));
     }
     let oldest_kept = now.saturating_sub(window);
-    while history.len() > XID_HISTORY || history.get(1).is_some_and(|&(at, _)| at <= oldest_kept) {
+    while history.len() > settings.max_xid_history
+        || history.get(1).is_some_and(|&(at, _)| at <= oldest_kept)
+    {
         history.pop_front();
     }
     let baseline =

@@ -120,6 +120,10 @@ alerts! {
         forecast_min_span "forecast_min_span": Duration = secs(90), Time(Duration::ZERO, hours(1));
         /// how often every process is re-assessed for leaks, in source time
         leak_check_interval "leak_check_interval": Duration = secs(30), Time(secs(1), mins(10));
+        /// how often each device's memory growth trend is re-estimated, in source time
+        trend_check_interval "trend_check_interval": Duration = secs(15), Time(secs(1), mins(10));
+        /// Xid error totals remembered per device for the xid_error window; the oldest go first
+        max_xid_history "max_xid_history": NonZeroUsize = non_zero(1_024), Int(16, 65_536);
         /// shortest window a leak is judged on; longer ones double up to leak_suspected.window
         leak_shortest_window "leak_shortest_window": Duration = mins(4), Time(secs(30), hours(24));
         /// grace after a process's first sample before it is judged for leaks

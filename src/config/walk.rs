@@ -14,7 +14,7 @@ use std::fmt;
 use std::path::Path;
 
 use config::{Value, ValueKind};
-use serde::{Deserialize, Deserializer, Serialize, Serializer, de};
+use serde::{Deserialize, Serialize};
 
 use super::error::{ConfigError, Origin};
 use super::keys::{env_var_for, is_known, is_table, suggest};
@@ -51,8 +51,10 @@ impl OriginContext<'_> {
 
 /// A single configuration value as written. Environment variables and
 /// command-line overrides are always [`Scalar::Str`]; a TOML file may give
-/// any of them.
-#[derive(Clone, Debug, PartialEq)]
+/// any of them. serde reads any single value into one (the first variant
+/// that takes it) for a field's reading, and writes one in file syntax.
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
+#[serde(untagged)]
 pub enum Scalar {
     Str(String),
     Int(i64),
@@ -70,56 +72,6 @@ impl fmt::Display for Scalar {
             Scalar::UInt(value) => write!(f, "{value}"),
             Scalar::Float(value) => write!(f, "{value:?}"),
             Scalar::Bool(value) => write!(f, "{value}"),
-        }
-    }
-}
-
-/// Any single value, as serde hands it to a field's reading.
-impl<'de> Deserialize<'de> for Scalar {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct Visit;
-        impl de::Visitor<'_> for Visit {
-            type Value = Scalar;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a single value")
-            }
-            fn visit_bool<E>(self, value: bool) -> Result<Scalar, E> {
-                Ok(Scalar::Bool(value))
-            }
-            fn visit_i64<E>(self, value: i64) -> Result<Scalar, E> {
-                Ok(Scalar::Int(value))
-            }
-            fn visit_u64<E>(self, value: u64) -> Result<Scalar, E> {
-                Ok(Scalar::UInt(value))
-            }
-            fn visit_i128<E>(self, value: i128) -> Result<Scalar, E> {
-                Ok(i64::try_from(value)
-                    .map_or_else(|_| Scalar::Str(value.to_string()), Scalar::Int))
-            }
-            fn visit_u128<E>(self, value: u128) -> Result<Scalar, E> {
-                Ok(u64::try_from(value)
-                    .map_or_else(|_| Scalar::Str(value.to_string()), Scalar::UInt))
-            }
-            fn visit_f64<E>(self, value: f64) -> Result<Scalar, E> {
-                Ok(Scalar::Float(value))
-            }
-            fn visit_str<E>(self, value: &str) -> Result<Scalar, E> {
-                Ok(Scalar::Str(value.to_owned()))
-            }
-        }
-        deserializer.deserialize_any(Visit)
-    }
-}
-
-/// In file syntax, for rendering.
-impl Serialize for Scalar {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        match self {
-            Scalar::Str(text) => serializer.serialize_str(text),
-            Scalar::Int(value) => serializer.serialize_i64(*value),
-            Scalar::UInt(value) => serializer.serialize_u64(*value),
-            Scalar::Float(value) => serializer.serialize_f64(*value),
-            Scalar::Bool(value) => serializer.serialize_bool(*value),
         }
     }
 }

@@ -44,6 +44,8 @@ fn config_alerts_defaults() {
         trend_window: minutes(10),
         forecast_min_span: Duration::from_secs(90),
         leak_check_interval: Duration::from_secs(30),
+        trend_check_interval: Duration::from_secs(15),
+        max_xid_history: std::num::NonZeroUsize::new(1024).unwrap(),
         leak_shortest_window: minutes(4),
         leak_warmup: minutes(3),
         rules: RulesConfig {
