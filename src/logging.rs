@@ -209,6 +209,19 @@ mod tests {
     }
 
     #[test]
+    fn the_log_level_changes_while_running() {
+        use tracing_subscriber::layer::SubscriberExt;
+        let (layer, control) = reloadable_filter("info").unwrap();
+        let subscriber = tracing_subscriber::registry().with(layer);
+        tracing::subscriber::with_default(subscriber, || {
+            assert!(!tracing::enabled!(tracing::Level::DEBUG));
+            control.apply(filter("info,vramd=debug").unwrap()).unwrap();
+            assert!(tracing::enabled!(tracing::Level::DEBUG));
+        });
+        assert!(filter("info,[").is_err(), "a bad directive is refused before anything changes");
+    }
+
+    #[test]
     fn a_failing_stderr_drops_and_counts_instead_of_panicking() {
         let before = dropped_lines();
         let (sink, guard) = LogSink::spawn(8, || Failing).unwrap();

@@ -10,8 +10,8 @@ use std::time::Duration;
 use clap::Parser;
 use tracing::{error, info};
 use tracing_subscriber::layer::{Layer, Layered, SubscriberExt};
-use tracing_subscriber::{EnvFilter, Registry, reload};
 use tracing_subscriber::util::SubscriberInitExt;
+use tracing_subscriber::{EnvFilter, Registry, reload};
 
 use vramd::alerts::AlertState;
 use vramd::analyze as offline_analysis;

@@ -214,7 +214,10 @@ mod tests {
             "server.listen: 127.0.0.1:9477 -> 127.0.0.1:9000"
         );
         let next = take_live(&running, &loaded);
-        assert!(restart_changes(&running, &next).is_empty(), "restart-only keys keep running values");
+        assert!(
+            restart_changes(&running, &next).is_empty(),
+            "restart-only keys keep running values"
+        );
         assert_eq!(next.alerts.rules.memory_high.threshold, 0.5);
         assert_eq!(next.log.level, "debug");
         assert_eq!(live_changes(&running, &next), ["alerts", "log.level"]);

@@ -12,7 +12,8 @@
 //! has prepared.
 //!
 //! Depends on `config`, `signals`, `telemetry`, `clock`, and in `steps` on
-//! `logging` and `alerts` (runner settings, notifiers). Never on the
+//! `logging`, `alerts` (runner settings, notifiers) and the analysis
+//! settings type. Never on the
 //! sources, the sampler or history: a reload leaves sampling alone, so a
 //! bad file or a hung read can never stop or blind it.
 
@@ -224,7 +225,8 @@ mod tests {
     #[tokio::test]
     async fn a_good_file_applies_live_keys_and_names_restart_only_ones() {
         let file = tempfile::NamedTempFile::new().unwrap();
-        std::fs::write(file.path(), "[alerts.memory_high]\nthreshold = 0.9\nclear = 0.8\n").unwrap();
+        std::fs::write(file.path(), "[alerts.memory_high]\nthreshold = 0.9\nclear = 0.8\n")
+            .unwrap();
         let commits = Arc::new(AtomicUsize::new(0));
         let probe = Probe { commits: commits.clone(), refuse: false };
         let (mut reloader, telemetry) = reloader(file.path(), vec![Box::new(probe)]);

@@ -104,9 +104,8 @@ impl ReloadStep for PipelineStep {
         }
         let notifiers = if notifiers_changed(&running.notify, &next.notify) {
             // May read the system's CA store: this runs off the runtime.
-            let built =
-                notify::notifiers_from_config(&next.notify, &self.0.default_external_url)
-                    .map_err(|error| error.to_string())?;
+            let built = notify::notifiers_from_config(&next.notify, &self.0.default_external_url)
+                .map_err(|error| error.to_string())?;
             Some(built)
         } else {
             None
@@ -122,7 +121,12 @@ impl ReloadStep for PipelineStep {
             if let Some(notifiers) = notifiers {
                 let stop = pipeline.shutdown.child_token();
                 settings.dispatch = (!notifiers.is_empty()).then(|| {
-                    notify::spawn(notifiers, &notify_config, pipeline.telemetry.clone(), stop.clone())
+                    notify::spawn(
+                        notifiers,
+                        &notify_config,
+                        pipeline.telemetry.clone(),
+                        stop.clone(),
+                    )
                 });
                 settings.notifiers_generation = settings.notifiers_generation.wrapping_add(1);
                 // What the old notifiers still held is abandoned, as at
