@@ -143,7 +143,29 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::config::defaults;
+    use crate::config::{Config, defaults};
+
+    fn runner_settings(config: &Config) -> RunnerSettings {
+        RunnerSettings {
+            analysis: crate::app::analysis_settings(&config.alerts),
+            alerts: config.alerts.clone(),
+            resend_interval: config.notify.resend_interval,
+            dispatch: None,
+            notifiers_generation: 0,
+        }
+    }
+
+    /// Prepares and commits `next` over `running`, as a reload would.
+    fn apply(step: &PipelineStep, running: &Config, next: &Config) -> bool {
+        let change = Change { running, loaded: next, next };
+        match step.prepare(&change).unwrap() {
+            Some(commit) => {
+                commit();
+                true
+            }
+            None => false,
+        }
+    }
 
     #[test]
     fn only_a_change_to_the_notifiers_themselves_rebuilds_them() {
@@ -153,5 +175,40 @@ mod tests {
         assert!(!notifiers_changed(&running, &next), "the runner reads resend_interval");
         next.webhook_url = Some("http://127.0.0.1:9/hook".into());
         assert!(notifiers_changed(&running, &next));
+    }
+
+    #[tokio::test]
+    async fn the_pipeline_gets_new_rules_and_new_notifiers_only_when_they_change() {
+        let running = defaults();
+        let (sender, receiver) = watch::channel(Arc::new(runner_settings(&running)));
+        let shutdown = CancellationToken::new();
+        let first_notifiers = shutdown.child_token();
+        let step = PipelineStep::new(
+            sender,
+            crate::app::analysis_settings,
+            first_notifiers.clone(),
+            shutdown.clone(),
+            Arc::new(Telemetry::new("simulator").unwrap()),
+            "http://127.0.0.1:9477".into(),
+        );
+        assert!(!apply(&step, &running, &running.clone()), "nothing changed, nothing to do");
+
+        let mut rules = running.clone();
+        rules.alerts.rules.memory_high.threshold = 0.5;
+        assert!(apply(&step, &running, &rules));
+        let settings = receiver.borrow().clone();
+        assert_eq!(settings.alerts.rules.memory_high.threshold, 0.5);
+        assert_eq!(settings.notifiers_generation, 0, "the notifiers are left alone");
+        assert!(!first_notifiers.is_cancelled());
+
+        let mut webhook = rules.clone();
+        webhook.notify.webhook_url = Some("http://127.0.0.1:9/hook".into());
+        assert!(apply(&step, &rules, &webhook));
+        let settings = receiver.borrow().clone();
+        assert_eq!(settings.notifiers_generation, 1);
+        assert!(settings.dispatch.is_some(), "the webhook is now delivered to");
+        assert!(first_notifiers.is_cancelled(), "the old notifiers stop");
+        assert_eq!(settings.alerts.rules.memory_high.threshold, 0.5, "the rules stay");
+        shutdown.cancel();
     }
 }
