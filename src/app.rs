@@ -23,12 +23,16 @@ use crate::analysis::snapshot::AnalysisBoard;
 use crate::analyze::AnalyzeSettings;
 use crate::api::{self, AppState, Limits};
 use crate::clock::{ScaledClock, wall_now};
-use crate::config::{AlertsConfig, Config, SourceSelection};
+use crate::config::{AlertsConfig, Config, LoadOptions, SourceSelection};
 use crate::history::{HistoryStore, Sizing};
 use crate::ingest::{ReportLimits, ReportStore, StoreLimits};
+use crate::logging::LevelControl;
 use crate::model::RuleId;
+use crate::reload::steps::{LogLevelStep, PipelineStep};
+use crate::reload::{Change, Commit, ReloadStep, Reloader};
 use crate::sampler::probe::{ProbeGate, ProbeSettings};
 use crate::sampler::{self, SamplerSettings};
+use crate::signals::Hangups;
 use crate::source::DeviceSource;
 use crate::source::cuda::ChildProber;
 use crate::source::nvml::{NvmlSettings, NvmlSource};
@@ -387,9 +391,53 @@ pub fn report_intake(config: &Config, token: Option<String>) -> api::reports::In
     }
 }
 
+/// What a configuration reload needs from `main`.
+pub struct Reload {
+    /// The SIGHUPs to reload on.
+    pub hangups: Hangups,
+    /// The layers the daemon started with, read again on each reload.
+    pub options: LoadOptions,
+    /// The live log filter; `None` leaves `log.level` as it started.
+    pub log_level: Option<LevelControl>,
+}
+
+/// `ingest.token_file` is read at start only, but a file whose token file
+/// is unusable is refused as `check-config` refuses it.
+struct TokenFileCheck;
+
+impl ReloadStep for TokenFileCheck {
+    fn name(&self) -> &'static str {
+        "ingest"
+    }
+
+    fn prepare(&self, change: &Change<'_>) -> Result<Option<Commit>, String> {
+        read_token_file(change.loaded).map(|_| None).map_err(|error| error.to_string())
+    }
+}
+
+/// Everything a configuration reload (SIGHUP) checks and applies, in order.
+/// Each step prepares (and may refuse the reload) before any commits; a
+/// part that becomes live, such as the web configuration, adds its step
+/// here and its keys to `reload::keys`.
+fn reload_steps(
+    log_level: Option<LevelControl>,
+    pipeline: PipelineStep,
+) -> Vec<Box<dyn ReloadStep>> {
+    let mut steps: Vec<Box<dyn ReloadStep>> = vec![Box::new(TokenFileCheck)];
+    if let Some(control) = log_level {
+        steps.push(Box::new(LogLevelStep(control)));
+    }
+    steps.push(Box::new(pipeline));
+    steps
+}
+
 /// Runs the daemon until `shutdown` completes, then stops serving and
 /// sampling, giving in-flight requests `server.shutdown_timeout` to finish.
-pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(), AppError> {
+pub async fn run(
+    config: Config,
+    shutdown: impl Future<Output = ()>,
+    reload: Reload,
+) -> Result<(), AppError> {
     let intake = report_intake(&config, read_token(&config).await?);
     let source = {
         let config = config.clone();
@@ -409,6 +457,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         require_devices(&source, config.nvml.init_timeout).await?;
     }
     let telemetry = Arc::new(Telemetry::new(source.name())?);
+    telemetry.record_config_load(true, false, wall_now());
     if let Some(health) = record_health {
         telemetry.watch_recording(Box::new(move || (health.errors(), health.failing())))?;
     }
@@ -454,24 +503,45 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
             cancel.clone(),
         ));
     }
-    let notifiers = notify::notifiers_from_config(&config.notify, &format!("http://{local}"))
-        .map_err(AppError::Notify)?;
-    let dispatch = (!notifiers.is_empty())
-        .then(|| notify::spawn(notifiers, &config.notify, telemetry.clone(), cancel.clone()));
+    let external_url = format!("http://{local}");
+    let notifiers =
+        notify::notifiers_from_config(&config.notify, &external_url).map_err(AppError::Notify)?;
+    // Its own token, so a reload can stop these notifiers and start others.
+    let notifiers_stop = cancel.child_token();
+    let dispatch = (!notifiers.is_empty()).then(|| {
+        notify::spawn(notifiers, &config.notify, telemetry.clone(), notifiers_stop.clone())
+    });
     let analyses = Arc::new(AnalysisBoard::default());
+    let (runner_settings, runner_watch) = tokio::sync::watch::channel(Arc::new(RunnerSettings {
+        analysis: analysis_settings(&config.alerts),
+        alerts: config.alerts.clone(),
+        resend_interval: config.notify.resend_interval,
+        dispatch,
+        notifiers_generation: 0,
+    }));
     let evaluation = tokio::spawn(runner::run(
         store.clone(),
         telemetry.clone(),
         Boards { analyses: analyses.clone(), alerts: board.clone() },
-        dispatch,
-        RunnerSettings {
-            analysis: analysis_settings(&config.alerts),
-            alerts: config.alerts.clone(),
-            resend_interval: config.notify.resend_interval,
-            speed,
-        },
+        runner_watch,
+        speed,
         cancel.clone(),
     ));
+    let pipeline = PipelineStep::new(
+        runner_settings,
+        analysis_settings,
+        notifiers_stop,
+        cancel.clone(),
+        telemetry.clone(),
+        external_url,
+    );
+    let reloader = Reloader::new(
+        reload.options,
+        config.clone(),
+        reload_steps(reload.log_level, pipeline),
+        telemetry.clone(),
+    );
+    tokio::spawn(reloader.run(reload.hangups, cancel.clone()));
     let state = AppState::new(
         store,
         telemetry,

@@ -19,6 +19,7 @@ pub mod ingest;
 pub mod logging;
 pub mod model;
 pub mod play;
+pub mod reload;
 pub mod sampler;
 pub mod signals;
 pub mod source;

@@ -11,7 +11,11 @@
 //! with `eprintln!`, which panics when stderr itself is broken, so the first
 //! log line after `| head` closed the pipe killed whichever task was logging,
 //! the sampler included. A blocking pipe write would likewise have stalled
-//! sampling. Depends only on `clock`.
+//! sampling.
+//!
+//! Also owns the live log filter ([`LevelControl`]): `log.level` is the one
+//! logging key a configuration reload changes; the format and the queue
+//! are fixed at start. Depends only on `clock`.
 
 use std::io::{self, Write};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -19,6 +23,7 @@ use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
 use std::time::Duration;
 
 use tracing_subscriber::fmt::MakeWriter;
+use tracing_subscriber::{EnvFilter, Registry, reload};
 
 use crate::clock::Stopwatch;
 
@@ -117,6 +122,43 @@ impl Drop for LogGuard {
     }
 }
 
+/// A `log.level` that is not a valid filter directive.
+#[derive(Debug, thiserror::Error)]
+#[error("log.level {level:?} is not a valid filter: {reason}")]
+pub struct LevelError {
+    pub level: String,
+    pub reason: String,
+}
+
+/// Parses a `log.level` filter directive (`info`, `info,vramd=debug`).
+pub fn filter(level: &str) -> Result<EnvFilter, LevelError> {
+    EnvFilter::try_new(level)
+        .map_err(|error| LevelError { level: level.to_owned(), reason: error.to_string() })
+}
+
+/// The filter layer to put first on the subscriber (directly on the
+/// `Registry`), and the control that swaps its filter while running.
+pub fn reloadable_filter(
+    level: &str,
+) -> Result<(reload::Layer<EnvFilter, Registry>, LevelControl), LevelError> {
+    let (layer, handle) = reload::Layer::new(filter(level)?);
+    Ok((layer, LevelControl { handle }))
+}
+
+/// Changes the running log filter.
+#[derive(Clone)]
+pub struct LevelControl {
+    handle: reload::Handle<EnvFilter, Registry>,
+}
+
+impl LevelControl {
+    /// Makes `filter` the log filter from now on. Fails only when the
+    /// subscriber is gone (the process is exiting).
+    pub fn apply(&self, filter: EnvFilter) -> Result<(), String> {
+        self.handle.reload(filter).map_err(|error| error.to_string())
+    }
+}
+
 /// One formatted event, queued on drop (tracing-subscriber writes each
 /// event with one `write_all` and then drops its writer).
 pub struct LogLine<'a> {
@@ -164,6 +206,19 @@ mod tests {
         fn flush(&mut self) -> io::Result<()> {
             Ok(())
         }
+    }
+
+    #[test]
+    fn the_log_level_changes_while_running() {
+        use tracing_subscriber::layer::SubscriberExt;
+        let (layer, control) = reloadable_filter("info").unwrap();
+        let subscriber = tracing_subscriber::registry().with(layer);
+        tracing::subscriber::with_default(subscriber, || {
+            assert!(!tracing::enabled!(tracing::Level::DEBUG));
+            control.apply(filter("info,vramd=debug").unwrap()).unwrap();
+            assert!(tracing::enabled!(tracing::Level::DEBUG));
+        });
+        assert!(filter("info,[").is_err(), "a bad directive is refused before anything changes");
     }
 
     #[test]

@@ -9,14 +9,16 @@ use std::time::Duration;
 
 use clap::Parser;
 use tracing::{error, info};
-use tracing_subscriber::EnvFilter;
+use tracing_subscriber::layer::{Layer, Layered, SubscriberExt};
+use tracing_subscriber::util::SubscriberInitExt;
+use tracing_subscriber::{EnvFilter, Registry, reload};
 
 use vramd::alerts::AlertState;
 use vramd::analyze as offline_analysis;
 use vramd::cli::{AnalyzeArgs, Cli, Command, FailOn, ProbeCommand, scenario_lines};
 use vramd::config::SourceSelection;
 use vramd::config::{self, Config, LoadOptions, LogFormat};
-use vramd::logging::{LogGuard, LogSink};
+use vramd::logging::{LevelControl, LogGuard, LogSink};
 use vramd::source::cuda::{ProbeAnswer, ProbeArgs, render_text};
 use vramd::source::trace::Replay;
 
@@ -59,21 +61,44 @@ fn main() -> ExitCode {
             Ok(config) => analyze(&config, args),
             Err(code) => code,
         },
-        Command::Run => match load(&cli) {
-            Ok(config) => run(config),
-            Err(code) => code,
-        },
+        Command::Run => {
+            let options = pinned(load_options(&cli));
+            match load_with(&options) {
+                Ok(config) => run(config, options),
+                Err(code) => code,
+            }
+        }
     }
 }
 
-fn load(cli: &Cli) -> Result<Config, ExitCode> {
-    let options = LoadOptions {
+/// The layers as given at start: a reload reads them again (the same file,
+/// the environment as it was at start, the same command-line options).
+fn load_options(cli: &Cli) -> LoadOptions {
+    LoadOptions {
         config_path: cli.config_path().map(Into::into),
         env: config::process_environment(),
         overrides: cli.overrides(),
         ..LoadOptions::default()
-    };
-    config::load(&options).map_err(|error| {
+    }
+}
+
+/// The options with the configuration file chosen once: a reload reads the
+/// file the daemon started with, and never one that appeared on a search
+/// path since.
+fn pinned(mut options: LoadOptions) -> LoadOptions {
+    if options.config_path.is_none() {
+        options.config_path = options.search_paths.iter().find(|path| path.is_file()).cloned();
+        options.search_paths.clear();
+    }
+    options
+}
+
+fn load(cli: &Cli) -> Result<Config, ExitCode> {
+    load_with(&load_options(cli))
+}
+
+fn load_with(options: &LoadOptions) -> Result<Config, ExitCode> {
+    config::load(options).map_err(|error| {
         eprintln!("vramd: invalid configuration: {error}");
         ExitCode::from(2)
     })
@@ -156,28 +181,31 @@ fn analyze(config: &Config, args: AnalyzeArgs) -> ExitCode {
 }
 
 /// Sets up logging through the lossy sink (`vramd::logging`): a closed or
-/// full stderr drops lines and counts them, and never stops sampling.
-fn init_logging(config: &Config) -> anyhow::Result<LogGuard> {
-    let filter = EnvFilter::try_new(&config.log.level)?;
+/// full stderr drops lines and counts them, and never stops sampling. The
+/// filter can be changed while running (`log.level` on SIGHUP); the format
+/// cannot.
+fn init_logging(config: &Config) -> anyhow::Result<(LogGuard, LevelControl)> {
+    let (filter, control) = vramd::logging::reloadable_filter(&config.log.level)?;
     // Colour only on a terminal: journald and `kubectl logs` show escapes.
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let (sink, guard) = LogSink::stderr(config.log.queue_lines.get())?;
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(sink)
-        .log_internal_errors(false)
-        .with_ansi(ansi);
-    match config.log.format {
-        LogFormat::Text => builder.try_init(),
-        LogFormat::Json => builder.json().flatten_event(true).try_init(),
-    }
-    .map_err(|error| anyhow::anyhow!("{error}"))?;
-    Ok(guard)
+    type Filtered = Layered<reload::Layer<EnvFilter, Registry>, Registry>;
+    let layer = tracing_subscriber::fmt::layer().log_internal_errors(false).with_ansi(ansi);
+    let output: Box<dyn Layer<Filtered> + Send + Sync> = match config.log.format {
+        LogFormat::Text => Box::new(layer.with_writer(sink)),
+        LogFormat::Json => Box::new(layer.json().flatten_event(true).with_writer(sink)),
+    };
+    tracing_subscriber::registry()
+        .with(filter)
+        .with(output)
+        .try_init()
+        .map_err(|error| anyhow::anyhow!("{error}"))?;
+    Ok((guard, control))
 }
 
-fn run(config: Config) -> ExitCode {
-    let _log_guard = match init_logging(&config) {
-        Ok(guard) => guard,
+fn run(config: Config, options: LoadOptions) -> ExitCode {
+    let (_log_guard, log_level) = match init_logging(&config) {
+        Ok(logging) => logging,
         Err(error) => {
             // stderr may be the very thing that is broken: never panic here.
             let _ = writeln!(std::io::stderr(), "vramd: cannot set up logging: {error:#}");
@@ -199,14 +227,15 @@ fn run(config: Config) -> ExitCode {
         let _entered = runtime.enter();
         vramd::signals::install()
     };
-    let shutdown = match shutdown {
-        Ok(shutdown) => shutdown,
+    let (shutdown, hangups) = match shutdown {
+        Ok(installed) => installed,
         Err(error) => {
             error!(error = %error, "cannot install the signal handlers");
             return ExitCode::from(1);
         }
     };
-    let result = runtime.block_on(vramd::app::run(config, shutdown));
+    let reload = vramd::app::Reload { hangups, options, log_level: Some(log_level) };
+    let result = runtime.block_on(vramd::app::run(config, shutdown, reload));
     runtime.shutdown_timeout(BLOCKING_GRACE);
     match result {
         Ok(()) => {

@@ -2,8 +2,9 @@
 //! else.
 //!
 //! - SIGTERM, SIGINT, SIGQUIT: graceful shutdown (logged).
-//! - SIGHUP: the operator's "reload"; logged. Configuration reload is not
-//!   built yet, so the running configuration stays; the log line says so.
+//! - SIGHUP: the operator's "reload"; logged and handed to [`Hangups`],
+//!   which `reload` drains. Hangups that arrive while one waits are one
+//!   reload: the file is read once, after the last of them.
 //! - Every other signal whose default action would end the process
 //!   (SIGUSR1/2, SIGALRM, SIGVTALRM, SIGPROF, SIGIO, SIGPWR, SIGSTKFLT,
 //!   SIGXCPU, SIGXFSZ, SIGTRAP, SIGABRT sent by `kill`, and every real-time
@@ -22,7 +23,8 @@ use std::future::Future;
 use std::io;
 
 use tokio::signal::unix::{SignalKind, signal};
-use tracing::{info, warn};
+use tokio::sync::mpsc;
+use tracing::{debug, info, warn};
 
 /// Signals that stop the daemon gracefully.
 const SHUTDOWN: [(i32, &str); 3] =
@@ -45,21 +47,43 @@ const IGNORED: [(i32, &str); 12] = [
     (libc::SIGABRT, "SIGABRT"),
 ];
 
+/// SIGHUPs not yet acted on; at most one waits, so a burst of them is one
+/// reload.
+pub struct Hangups(mpsc::Receiver<()>);
+
+impl Hangups {
+    /// Waits for the next SIGHUP; `None` once the handler is gone.
+    pub async fn next(&mut self) -> Option<()> {
+        self.0.recv().await
+    }
+
+    /// Hangups fed by hand, for tests and callers without signals: the
+    /// sender is the signal.
+    pub fn channel() -> (mpsc::Sender<()>, Hangups) {
+        let (sender, receiver) = mpsc::channel(1);
+        (sender, Hangups(receiver))
+    }
+}
+
 /// Installs every handler now, so a signal that arrives during start-up is
 /// already handled, and returns the future that completes on a shutdown
-/// signal. Must be called inside the Tokio runtime.
-pub fn install() -> io::Result<impl Future<Output = ()> + Send + 'static> {
+/// signal and the SIGHUPs to reload on. Must be called inside the Tokio
+/// runtime.
+pub fn install() -> io::Result<(impl Future<Output = ()> + Send + 'static, Hangups)> {
     let mut shutdown = Vec::with_capacity(SHUTDOWN.len());
     for (number, name) in SHUTDOWN {
         shutdown.push((signal(SignalKind::from_raw(number))?, name));
     }
     let mut hangup = signal(SignalKind::hangup())?;
+    let (pending, hangups) = Hangups::channel();
     tokio::spawn(async move {
         while hangup.recv().await.is_some() {
-            warn!(
-                signal = "SIGHUP",
-                "configuration reload is not supported by this version; the running configuration stays (restart to apply changes)"
-            );
+            info!(signal = "SIGHUP", "reloading the configuration");
+            // Full: a reload is already waiting and will read the file
+            // after this signal. Closed: nothing reloads (logged there).
+            if pending.try_send(()).is_err() {
+                debug!(signal = "SIGHUP", "a reload is already pending; this one joins it");
+            }
         }
     });
     let realtime = (libc::SIGRTMIN()..=libc::SIGRTMAX()).map(|number| (number, "SIGRT"));
@@ -71,7 +95,7 @@ pub fn install() -> io::Result<impl Future<Output = ()> + Send + 'static> {
             }
         });
     }
-    Ok(async move {
+    let shutdown = async move {
         let waits = shutdown.into_iter().map(|(mut stream, name)| {
             Box::pin(async move {
                 stream.recv().await;
@@ -80,5 +104,6 @@ pub fn install() -> io::Result<impl Future<Output = ()> + Send + 'static> {
         });
         let (name, _, _) = futures_util::future::select_all(waits).await;
         info!(signal = name, "shutting down");
-    })
+    };
+    Ok((shutdown, hangups))
 }

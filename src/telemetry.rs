@@ -2,7 +2,7 @@
 //!
 //! Owns: counters and histograms that record how sampling went (errors by
 //! kind, call durations per tier), whether the device source is usable, and
-//! build information. Every error that is logged is also counted here.
+//! build information, configuration reloads. Every error that is logged is also counted here.
 //! Depends only on `model` (for [`ErrorKind`]) and `logging` (for its
 //! dropped-line count); the sampler writes, exposition reads.
 
@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use prometheus::core::Collector;
 
-use crate::model::ErrorKind;
+use crate::model::{ErrorKind, Timestamp};
 use prometheus::{
     Encoder, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
     Registry, TextEncoder,
@@ -64,6 +64,8 @@ pub struct Telemetry {
     /// Mirrors `logging::dropped_lines()` at every encode: the log sink
     /// exists before any `Telemetry` and must not depend on it.
     log_lines_dropped: IntCounter,
+    config_reloads: IntCounterVec,
+    config_last_success: prometheus::Gauge,
     /// Set once a recording exists: its health, and the series mirroring it.
     recording: OnceLock<RecordingSeries>,
 }
@@ -153,8 +155,27 @@ impl Telemetry {
             "vramd_log_lines_dropped_total",
             "Log lines not written because the log queue was full or stderr failed (closed pipe, full disk); logging never blocks sampling.",
         )?;
+        let config_reloads = counter_vec(
+            &registry,
+            "vramd_config_reload_total",
+            "Configuration reloads (SIGHUP) by result: success (applied; keys that need a restart keep their old values), failure (refused whole; the running configuration stays).",
+            &["result"],
+        )?;
+        for result in ["success", "failure"] {
+            config_reloads.with_label_values(&[result]);
+        }
+        let config_last_success = register(
+            &registry,
+            "vramd_config_last_reload_success_timestamp_seconds",
+            prometheus::Gauge::new(
+                "vramd_config_last_reload_success_timestamp_seconds",
+                "When the running configuration was last loaded successfully (start-up or reload), in seconds since the Unix epoch.",
+            ),
+        )?;
         Ok(Self {
             registry,
+            config_reloads,
+            config_last_success,
             source_errors,
             sample_duration,
             source_up,
@@ -188,6 +209,19 @@ impl Telemetry {
         // Already checked above; `watch_recording` is called once, at start-up.
         let _ = self.recording.set(RecordingSeries { read, errors, failing });
         Ok(())
+    }
+
+    /// Records a configuration load: `at` (wall time) becomes the last
+    /// success when `success`; `counted` is false for the load at start-up,
+    /// which is no reload.
+    pub fn record_config_load(&self, success: bool, counted: bool, at: Timestamp) {
+        if counted {
+            let result = if success { "success" } else { "failure" };
+            self.config_reloads.with_label_values(&[result]).inc();
+        }
+        if success {
+            self.config_last_success.set(at.unix_seconds_f64());
+        }
     }
 
     /// Counts new alerts the engine could not keep (`alerts.max_alerts`).
@@ -261,6 +295,11 @@ impl Telemetry {
 impl Telemetry {
     pub fn alerts_dropped(&self) -> u64 {
         self.alerts_dropped.get()
+    }
+
+    pub fn config_reloads(&self, success: bool) -> u64 {
+        let result = if success { "success" } else { "failure" };
+        self.config_reloads.with_label_values(&[result]).get()
     }
 
     pub fn error_count(&self, kind: ErrorKind) -> u64 {

@@ -59,6 +59,13 @@ impl Engine {
         Self { alerts: BTreeMap::new(), limits, dropped: 0 }
     }
 
+    /// New bounds from the next evaluation on. Alerts already kept stay,
+    /// even beyond a lowered `max_alerts`: a new one then takes the place
+    /// of a resolved one, or is dropped and counted.
+    pub fn set_limits(&mut self, limits: EngineLimits) {
+        self.limits = limits;
+    }
+
     /// Alerts that could not be kept because `max_alerts` was reached.
     pub fn dropped(&self) -> u64 {
         self.dropped

@@ -42,6 +42,18 @@ impl Evaluator {
         }
     }
 
+    /// Judges with `config` from the next pass on (a configuration reload),
+    /// keeping every alert's state and timeline: an alert whose rule still
+    /// holds stays pending or firing without a new notification, one whose
+    /// rule was disabled or whose value is now clear resolves as usual.
+    pub fn reconfigure(&mut self, config: &AlertsConfig) {
+        self.engine.set_limits(EngineLimits {
+            resolved_retention: config.resolved_retention,
+            max_alerts: config.max_alerts.get(),
+        });
+        self.config = config.clone();
+    }
+
     pub fn firing(&self) -> Vec<Alert> {
         self.engine.firing().cloned().collect()
     }
@@ -68,5 +80,59 @@ impl Evaluator {
         }
         let transitions = self.engine.evaluate(now, observations);
         Evaluation { at: now, transitions, alerts: self.engine.alerts().cloned().collect() }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::alerts::AlertState;
+    use crate::config::default_alerts;
+
+    fn at(seconds: i64) -> Timestamp {
+        Timestamp::from_unix_millis(1_767_225_600_000 + seconds * 1000)
+    }
+
+    /// One pass with NVML down: the `device_lost` alert of the source.
+    fn down(evaluator: &mut Evaluator, seconds: i64) -> Evaluation {
+        evaluator.evaluate(&AnalysisSnapshot::default(), SourceState::Down, at(seconds))
+    }
+
+    #[test]
+    fn a_reload_keeps_a_firing_alert_firing_without_a_new_notification() {
+        let mut config = default_alerts();
+        config.rules.device_lost.for_duration = Duration::ZERO;
+        let mut evaluator = Evaluator::new(&config);
+        let fired = down(&mut evaluator, 0);
+        assert_eq!(fired.transitions.len(), 1);
+        // Another rule's threshold changes: this alert is untouched.
+        config.rules.memory_high.threshold = 0.5;
+        evaluator.reconfigure(&config);
+        let after = down(&mut evaluator, 5);
+        assert!(after.transitions.is_empty(), "{:?}", after.transitions);
+        assert_eq!(after.alerts[0].state, AlertState::Firing);
+        assert_eq!(after.alerts[0].firing_since, Some(at(0)), "its timeline is kept");
+        // Its own threshold moves past the value: it resolves, once.
+        config.rules.device_lost.threshold = 2.0;
+        config.rules.device_lost.clear = 1.5;
+        evaluator.reconfigure(&config);
+        let resolved = down(&mut evaluator, 10);
+        assert_eq!(resolved.transitions.len(), 1);
+        assert_eq!(resolved.transitions[0].alert.state, AlertState::Resolved);
+    }
+
+    #[test]
+    fn a_shorter_for_counts_from_when_the_condition_started() {
+        let mut config = default_alerts();
+        config.rules.device_lost.for_duration = Duration::from_secs(60);
+        let mut evaluator = Evaluator::new(&config);
+        assert_eq!(down(&mut evaluator, 0).alerts[0].state, AlertState::Pending);
+        config.rules.device_lost.for_duration = Duration::from_secs(10);
+        evaluator.reconfigure(&config);
+        let fired = down(&mut evaluator, 15);
+        assert_eq!(fired.alerts[0].state, AlertState::Firing);
+        assert_eq!(fired.alerts[0].since, at(0), "the pending time already served counts");
     }
 }

@@ -24,7 +24,7 @@ use super::trend::{ForecastParams, Trend, time_to_exhaustion};
 
 /// The windows and thresholds the analysis uses, built by the wiring from
 /// the `alerts.*` configuration the rules judge with.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct AnalysisSettings {
     /// Window of the device growth estimate.
     pub trend_window: Duration,
@@ -94,6 +94,23 @@ impl Analyzer {
             used_buffer: Vec::new(),
             memos: HashMap::new(),
         }
+    }
+
+    /// Takes new settings (a configuration reload) and keeps what each
+    /// device carries, so alerts do not start over: the trend is estimated
+    /// afresh at the next pass (its window may have changed), and the leak
+    /// series and findings are rebuilt from history only when the leak
+    /// criteria changed, since they were judged against the old ones.
+    pub fn reconfigure(&mut self, settings: AnalysisSettings) {
+        let leaks_changed = settings.leak != self.settings.leak;
+        for memo in self.memos.values_mut() {
+            memo.trend = None;
+            if leaks_changed {
+                memo.leaks = None;
+                memo.process_windows = series::ProcessWindows::default();
+            }
+        }
+        self.settings = settings;
     }
 
     /// The newest sample time over all devices, the clock of a pass.
