@@ -124,9 +124,11 @@ pub fn observe(rules: &RulesConfig, snapshot: &DeviceSnapshot, out: &mut Vec<Obs
     if let Some(memory) = facts.memory {
         memory_rules(rules, snapshot, &name, memory, out);
     }
+    let covered = super::oom_rules::covered_pids(facts);
     for process in &facts.processes {
-        process_rules(rules, device, &name, process, out);
+        process_rules(rules, device, &name, process, &covered, out);
     }
+    super::oom_rules::observe(rules, facts, &name, out);
     if let Some(reading) = &facts.probe {
         super::probe_rules::observe(rules, device, &name, reading, out);
     }
@@ -233,6 +235,7 @@ fn process_rules(
     device: &DeviceInfo,
     name: &str,
     process: &ProcessFacts,
+    covered: &[Option<u32>],
     out: &mut Vec<Observation>,
 ) {
     // Formatted only inside the texts: most observations are clear.
@@ -327,7 +330,10 @@ fn process_rules(
             out,
         );
     }
-    if let Some(ooms) = process.ooms_in_window {
+    // An OOM event already describes this process's OOM, with its numbers.
+    if let Some(ooms) = process.ooms_in_window
+        && !covered.contains(&Some(process.pid))
+    {
         push(
             device,
             Draft {

@@ -225,6 +225,13 @@ impl Analyzer {
             });
         }
 
+        // An OOM event is the OOM itself, seconds before the reporter's next
+        // `num_ooms` step: the pressure counts whichever says more.
+        let oom_events = device.oom_events_between(now.saturating_sub(settings.oom_window), now);
+        if !oom_events.is_empty() {
+            let events = oom_events.len() as u64;
+            ooms_total = Some(ooms_total.map_or(events, |counted| counted.max(events)));
+        }
         let level = memory.map(|memory| {
             pressure(
                 &PressureInput {
@@ -279,6 +286,7 @@ impl Analyzer {
                     })
                     .cloned()
             }),
+            oom_events,
         };
         DeviceSnapshot { facts, analysis }
     }

@@ -413,6 +413,8 @@ section! {
             "devices in one allocator report";
         max_stats "max_stats": NonZeroUsize as Count = non_zero(1024), Int(1, 65_536),
             "memory_stats keys per device in a report";
+        max_oom_events "max_oom_events": NonZeroUsize as Count = non_zero(64), Int(1, 10_000),
+            "allocator OOM events kept per device; the oldest is dropped beyond";
     }
 }
 
