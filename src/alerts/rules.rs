@@ -1,7 +1,7 @@
 //! The built-in rules: what each measures, on which side of its threshold
 //! it fires, and how it explains itself (evidence and remediation).
 
-use crate::analysis::accounting::split_fragmentation_ratio;
+use crate::analysis::accounting::fragmentation_ratio;
 use crate::analysis::remediation;
 use crate::analysis::snapshot::{DeviceSnapshot, ProcessFacts};
 use crate::config::{RuleConfig, RulesConfig};
@@ -273,7 +273,7 @@ fn process_rules(
         );
     }
     if let Some(stats) = process.allocator {
-        let ratio = split_fragmentation_ratio(&stats).unwrap_or(0.0);
+        let ratio = fragmentation_ratio(&stats, process.snapshot.as_ref()).unwrap_or(0.0);
         let big_enough = stats.reserved_bytes >= rules.fragmentation_min_reserved_bytes;
         push(
             device,

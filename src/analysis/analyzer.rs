@@ -219,6 +219,7 @@ impl Analyzer {
                 pid,
                 name: latest.and_then(|process| process.name.clone()),
                 allocator: latest.and_then(|process| process.allocator),
+                snapshot: latest.and_then(|process| process.details.snapshot),
                 retries_in_window: retries,
                 ooms_in_window: ooms,
                 leak,

@@ -61,6 +61,8 @@ pub struct ProcessFacts {
     pub name: Option<String>,
     /// Latest allocator statistics, when the process reports them.
     pub allocator: Option<AllocatorStats>,
+    /// The snapshot summary the process reported with it, if any.
+    pub snapshot: Option<crate::model::SnapshotSummary>,
     pub retries_in_window: Option<u64>,
     pub ooms_in_window: Option<u64>,
     pub leak: Option<LeakFinding>,
