@@ -21,6 +21,7 @@ use crate::analysis::leak::LeakParams;
 use crate::analysis::pressure::PressureThresholds;
 use crate::analysis::snapshot::AnalysisBoard;
 use crate::analyze::AnalyzeSettings;
+use crate::api::reports::OomHook;
 use crate::api::{self, AppState, Limits};
 use crate::clock::{ScaledClock, wall_now};
 use crate::config::{AlertsConfig, Config, LoadOptions, SourceSelection};
@@ -30,6 +31,7 @@ use crate::logging::LevelControl;
 use crate::model::RuleId;
 use crate::reload::steps::{LogLevelStep, PipelineStep};
 use crate::reload::{Change, Commit, ReloadStep, Reloader};
+use crate::model::OomEvent;
 use crate::sampler::probe::{ProbeGate, ProbeSettings};
 use crate::sampler::{self, SamplerSettings};
 use crate::signals::Hangups;
@@ -93,6 +95,10 @@ pub struct BuiltSource {
     pub prober: Option<Arc<dyn Prober>>,
     /// How the recording goes, when `source.record` is set.
     pub record_health: Option<Arc<RecordHealth>>,
+    /// Writes an OOM event into the recording, when `source.record` is set.
+    pub oom_recorder: Option<OomHook>,
+    /// A replayed trace's OOM events (device index, event), in file order.
+    pub replayed_ooms: Vec<(u32, OomEvent)>,
 }
 
 /// Builds the device source the configuration selects, wrapped in a
@@ -103,52 +109,71 @@ pub fn build_source(
     config: &Config,
     reports: Option<Arc<ReportStore>>,
 ) -> Result<BuiltSource, AppError> {
-    let BuiltSource { source, reporting_simulator, prober, .. } = match &config.source.selection {
-        SourceSelection::Driver => BuiltSource {
-            source: Arc::new(NvmlSource::new(NvmlSettings {
-                library_path: config.nvml.library_path.clone(),
-                pcie_throughput: config.nvml.pcie_throughput,
-                max_cmdline_bytes: config.nvml.max_cmdline_bytes.as_usize(),
-                xid_events: config.nvml.xid_events,
-                ..NvmlSettings::default()
-            })),
-            reporting_simulator: None,
-            prober: Some(Arc::new(ChildProber::current_binary())),
-            record_health: None,
-        },
-        SourceSelection::Simulate(simulator) => {
-            let clock = ScaledClock::starting_at(wall_now(), config.source.speed);
-            let origin = clock.origin();
-            let spec = SimulatorSpec {
-                scenario: simulator.scenario,
-                gpus: simulator.gpus,
-                seed: simulator.seed,
-            };
-            let simulator = Simulator::with_origin(spec, clock, origin)?.reporting_allocator();
-            BuiltSource {
-                source: Arc::new(simulator.clone()),
-                prober: Some(Arc::new(simulator.clone())),
-                reporting_simulator: Some(simulator),
+    let BuiltSource { source, reporting_simulator, prober, replayed_ooms, .. } =
+        match &config.source.selection {
+            SourceSelection::Driver => BuiltSource {
+                source: Arc::new(NvmlSource::new(NvmlSettings {
+                    library_path: config.nvml.library_path.clone(),
+                    pcie_throughput: config.nvml.pcie_throughput,
+                    max_cmdline_bytes: config.nvml.max_cmdline_bytes.as_usize(),
+                    xid_events: config.nvml.xid_events,
+                    ..NvmlSettings::default()
+                })),
+                reporting_simulator: None,
+                prober: Some(Arc::new(ChildProber::current_binary())),
                 record_health: None,
+                oom_recorder: None,
+                replayed_ooms: Vec::new(),
+            },
+            SourceSelection::Simulate(simulator) => {
+                let clock = ScaledClock::starting_at(wall_now(), config.source.speed);
+                let origin = clock.origin();
+                let spec = SimulatorSpec {
+                    scenario: simulator.scenario,
+                    gpus: simulator.gpus,
+                    seed: simulator.seed,
+                };
+                let simulator = Simulator::with_origin(spec, clock, origin)?.reporting_allocator();
+                BuiltSource {
+                    source: Arc::new(simulator.clone()),
+                    prober: Some(Arc::new(simulator.clone())),
+                    reporting_simulator: Some(simulator),
+                    record_health: None,
+                    oom_recorder: None,
+                    replayed_ooms: Vec::new(),
+                }
             }
-        }
-        SourceSelection::Replay { path } => {
-            let replay = Arc::new(
-                Replay::open_bounded(
-                    path,
-                    config.source.max_trace_line_bytes.as_usize(),
-                    config.source.max_trace_bytes.get(),
-                )
-                .map_err(AppError::Replay)?,
-            );
-            // A trace recorded with the probe on answers it again.
-            let prober = replay.has_probe_records().then(|| replay.clone() as Arc<dyn Prober>);
-            BuiltSource { source: replay, reporting_simulator: None, prober, record_health: None }
-        }
-    };
+            SourceSelection::Replay { path } => {
+                let replay = Arc::new(
+                    Replay::open_bounded(
+                        path,
+                        config.source.max_trace_line_bytes.as_usize(),
+                        config.source.max_trace_bytes.get(),
+                    )
+                    .map_err(AppError::Replay)?,
+                );
+                // A trace recorded with the probe on answers it again.
+                let prober = replay.has_probe_records().then(|| replay.clone() as Arc<dyn Prober>);
+                BuiltSource {
+                    replayed_ooms: replay.oom_events(),
+                    source: replay,
+                    reporting_simulator: None,
+                    prober,
+                    record_health: None,
+                    oom_recorder: None,
+                }
+            }
+        };
     let prober = prober.filter(|_| config.probe.enabled);
     let Some(path) = &config.source.record else {
-        return Ok(BuiltSource { source, reporting_simulator, prober, record_health: None });
+        return Ok(BuiltSource {
+            source,
+            reporting_simulator,
+            prober,
+            record_health: None,
+            oom_recorder: None,
+            replayed_ooms,
+        });
     };
     let options = RecordOptions {
         mode: config.source.record_mode,
@@ -167,14 +192,61 @@ pub fn build_source(
     let record_health = Some(recorder.health());
     // The recorder also answers the probe, through the prober, so that each
     // outcome is written to the trace.
-    let (source, prober): (Arc<dyn DeviceSource>, Option<Arc<dyn Prober>>) = match prober {
-        Some(prober) => {
-            let recorder = Arc::new(recorder.with_prober(prober));
-            (recorder.clone(), Some(recorder))
+    let (source, prober, oom_recorder): (Arc<dyn DeviceSource>, Option<Arc<dyn Prober>>, OomHook) =
+        match prober {
+            Some(prober) => {
+                let recorder = Arc::new(recorder.with_prober(prober));
+                let writer = recorder.clone();
+                let oom: OomHook = Arc::new(move |device, event| writer.record_oom(device, event));
+                (recorder.clone(), Some(recorder), oom)
+            }
+            None => {
+                let recorder = Arc::new(recorder);
+                let writer = recorder.clone();
+                let oom: OomHook = Arc::new(move |device, event| writer.record_oom(device, event));
+                (recorder, None, oom)
+            }
+        };
+    Ok(BuiltSource {
+        source,
+        reporting_simulator,
+        prober,
+        record_health,
+        oom_recorder: Some(oom_recorder),
+        replayed_ooms,
+    })
+}
+
+/// Stores a replayed trace's OOM events as the replay reaches them: each
+/// once its device's replayed samples are as new as the time the event was
+/// judged by when recorded, so the analysis sees it when the recording did.
+async fn replay_oom_events(
+    store: Arc<HistoryStore>,
+    events: Vec<(u32, OomEvent)>,
+    period: std::time::Duration,
+    cancel: CancellationToken,
+) {
+    let mut pending = std::collections::VecDeque::from(events);
+    let mut ticker = tokio::time::interval(period.max(std::time::Duration::from_millis(10)));
+    while !pending.is_empty() {
+        tokio::select! {
+            () = cancel.cancelled() => return,
+            _ = ticker.tick() => {}
         }
-        None => (Arc::new(recorder), None),
-    };
-    Ok(BuiltSource { source, reporting_simulator, prober, record_health })
+        while let Some((index, event)) = pending.front() {
+            let devices = store.devices();
+            let Some(device) = devices.iter().find(|device| device.info().index == *index) else {
+                // Not listed (yet): the sampler lists the trace's devices
+                // first, so this waits for discovery.
+                break;
+            };
+            if device.newest_at().is_none_or(|newest| newest < event.received_at) {
+                break;
+            }
+            device.record_oom(event.clone());
+            pending.pop_front();
+        }
+    }
 }
 
 /// Posts the simulated processes' allocator reports through the same
@@ -321,13 +393,14 @@ impl ProbeGate for AlertGate {
 /// Ring sizes: the fast tier covers `history.retention`; the slow tier
 /// (process lists) only what the alert rules read, when that is shorter.
 pub fn history_sizing(config: &Config) -> Sizing {
-    Sizing::for_retention(
+    let sizing = Sizing::for_retention(
         config.history.retention,
         config.sampler.fast_interval,
         config.sampler.slow_interval,
         config.metrics.peak_window,
     )
-    .with_slow_retention(config.alerts.rules.slow_history_needed(), config.sampler.slow_interval)
+    .with_slow_retention(config.alerts.rules.slow_history_needed(), config.sampler.slow_interval);
+    Sizing { oom_events: config.ingest.max_oom_events.get(), ..sizing }
 }
 
 /// The analysis windows and thresholds: those the alert rules judge with.
@@ -387,6 +460,11 @@ pub fn report_intake(config: &Config, token: Option<String>) -> api::reports::In
             max_devices: ingest.max_devices.get(),
             max_stats: ingest.max_stats.get(),
         },
+        oom: crate::ingest::OomIntake::new(
+            ingest.rate_limit_per_second.get(),
+            ingest.max_reporters.get(),
+        ),
+        oom_hook: None,
         token,
     }
 }
@@ -438,7 +516,7 @@ pub async fn run(
     shutdown: impl Future<Output = ()>,
     reload: Reload,
 ) -> Result<(), AppError> {
-    let intake = report_intake(&config, read_token(&config).await?);
+    let mut intake = report_intake(&config, read_token(&config).await?);
     let source = {
         let config = config.clone();
         let reports = intake.store.clone();
@@ -446,7 +524,14 @@ pub async fn run(
             .await
             .map_err(|error| AppError::Startup(error.to_string()))??
     };
-    let BuiltSource { source, reporting_simulator, prober, record_health } = source;
+    let BuiltSource {
+        source,
+        reporting_simulator,
+        prober,
+        record_health,
+        oom_recorder,
+        replayed_ooms,
+    } = source;
     // A recording joins the reports onto slow readings before writing them
     // (so its trace keeps the evidence); the sampler then need not join
     // them again. Exactly one of the two does.
@@ -542,6 +627,11 @@ pub async fn run(
         telemetry.clone(),
     );
     tokio::spawn(reloader.run(reload.hangups, cancel.clone()));
+    intake.oom_hook = oom_recorder;
+    if !replayed_ooms.is_empty() {
+        let period = crate::clock::real_interval(config.sampler.fast_interval, speed);
+        tokio::spawn(replay_oom_events(store.clone(), replayed_ooms, period, cancel.clone()));
+    }
     let state = AppState::new(
         store,
         telemetry,

@@ -111,6 +111,11 @@ pub fn play_trace(
             }
             // As the daemon's probe scheduler records them, so the probe
             // rules judge a replay as they judged the recording.
+            // As the daemon's intake stores them; the record's time is the
+            // one the event was judged by when it was recorded.
+            TraceRecord::Oom { event, .. } => {
+                device.record_oom(event.as_ref().clone());
+            }
             TraceRecord::Probe { outcome, .. } => {
                 let at = device.newest_at().unwrap_or(GOLDEN_ORIGIN);
                 device.update_probe(|state| {

@@ -13,7 +13,12 @@ use crate::source::trace::Recorder;
 const START: i64 = 1_767_225_600_000;
 
 fn sizing() -> Sizing {
-    Sizing { fast_capacity: 100, slow_capacity: 100, peak_window: Duration::from_secs(60) }
+    Sizing {
+        fast_capacity: 100,
+        slow_capacity: 100,
+        peak_window: Duration::from_secs(60),
+        oom_events: 64,
+    }
 }
 
 fn info(index: u32) -> DeviceInfo {

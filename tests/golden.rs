@@ -35,6 +35,7 @@ fn store_after(scenario: ScenarioKind, gpus: u32, until: Duration) -> Arc<Histor
         fast_capacity: 20_000,
         slow_capacity: 5_000,
         peak_window: Duration::from_secs(60),
+        oom_events: 64,
     }));
     let schedule = Schedule {
         from: GOLDEN_ORIGIN,

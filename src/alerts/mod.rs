@@ -10,6 +10,7 @@ pub mod engine;
 pub mod evaluator;
 pub mod model;
 pub mod notify;
+mod oom_rules;
 mod probe_rules;
 pub mod rules;
 pub mod runner;

@@ -1,7 +1,7 @@
 //! The built-in rules: what each measures, on which side of its threshold
 //! it fires, and how it explains itself (evidence and remediation).
 
-use crate::analysis::accounting::split_fragmentation_ratio;
+use crate::analysis::accounting::fragmentation_ratio;
 use crate::analysis::remediation;
 use crate::analysis::snapshot::{DeviceSnapshot, ProcessFacts};
 use crate::config::{RuleConfig, RulesConfig};
@@ -124,9 +124,11 @@ pub fn observe(rules: &RulesConfig, snapshot: &DeviceSnapshot, out: &mut Vec<Obs
     if let Some(memory) = facts.memory {
         memory_rules(rules, snapshot, &name, memory, out);
     }
+    let covered = super::oom_rules::covered_pids(facts);
     for process in &facts.processes {
-        process_rules(rules, device, &name, process, out);
+        process_rules(rules, device, &name, process, &covered, out);
     }
+    super::oom_rules::observe(rules, facts, &name, out);
     if let Some(reading) = &facts.probe {
         super::probe_rules::observe(rules, device, &name, reading, out);
     }
@@ -233,6 +235,7 @@ fn process_rules(
     device: &DeviceInfo,
     name: &str,
     process: &ProcessFacts,
+    covered: &[Option<u32>],
     out: &mut Vec<Observation>,
 ) {
     // Formatted only inside the texts: most observations are clear.
@@ -270,7 +273,7 @@ fn process_rules(
         );
     }
     if let Some(stats) = process.allocator {
-        let ratio = split_fragmentation_ratio(&stats).unwrap_or(0.0);
+        let ratio = fragmentation_ratio(&stats, process.snapshot.as_ref()).unwrap_or(0.0);
         let big_enough = stats.reserved_bytes >= rules.fragmentation_min_reserved_bytes.get();
         push(
             device,
@@ -327,7 +330,10 @@ fn process_rules(
             out,
         );
     }
-    if let Some(ooms) = process.ooms_in_window {
+    // An OOM event already describes this process's OOM, with its numbers.
+    if let Some(ooms) = process.ooms_in_window
+        && !covered.contains(&Some(process.pid))
+    {
         push(
             device,
             Draft {

@@ -61,6 +61,25 @@ pub fn split_fragmentation_ratio(stats: &AllocatorStats) -> Option<f64> {
     (stats.reserved_bytes > 0).then(|| fragmented as f64 / stats.reserved_bytes as f64)
 }
 
+/// The share of reserved memory that is fragmented, for the fragmentation
+/// rule: PyTorch's `inactive_split` where the allocator splits blocks;
+/// otherwise (JAX's BFC pool reports no `inactive_split`) the free pool
+/// outside its largest free block, from the snapshot summary. A JAX pool
+/// preallocated and mostly empty is one large free block: not fragmented.
+pub fn fragmentation_ratio(
+    stats: &AllocatorStats,
+    snapshot: Option<&crate::model::SnapshotSummary>,
+) -> Option<f64> {
+    match snapshot {
+        Some(snapshot) if stats.inactive_split_bytes == 0 && stats.reserved_bytes > 0 => {
+            let free = stats.reserved_bytes.saturating_sub(stats.allocated_bytes);
+            let outside = free.saturating_sub(snapshot.largest_free_block_bytes);
+            Some(outside as f64 / stats.reserved_bytes as f64)
+        }
+        _ => split_fragmentation_ratio(stats),
+    }
+}
+
 /// The split of a device's memory.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct DeviceBreakdown {
@@ -193,5 +212,32 @@ mod tests {
         let capped = device_breakdown(&memory, Some(&processes), false);
         assert_eq!(capped.unattributed_bytes, None);
         assert_eq!(capped.fragmented_bytes, 150 * MIB, "what is listed still counts");
+    }
+
+    #[test]
+    fn a_jax_pool_is_judged_by_its_largest_free_block() {
+        // JAX maps bytes_in_use to allocated and its pool to reserved, with
+        // no inactive_split: a preallocated, mostly empty pool is one free
+        // block (no fragmentation); the same pool cut into pieces is.
+        const GIB: u64 = 1 << 30;
+        let jax = AllocatorStats {
+            allocated_bytes: 2 * GIB,
+            reserved_bytes: 60 * GIB,
+            active_bytes: 2 * GIB,
+            inactive_split_bytes: 0,
+            alloc_retries: 0,
+            ooms: 0,
+        };
+        let summary = |largest| crate::model::SnapshotSummary {
+            segments: 1,
+            total_bytes: 60 * GIB,
+            allocated_bytes: 2 * GIB,
+            largest_free_block_bytes: largest,
+        };
+        assert_eq!(fragmentation_ratio(&jax, Some(&summary(58 * GIB))), Some(0.0));
+        let cut = fragmentation_ratio(&jax, Some(&summary(GIB))).unwrap();
+        assert!((cut - 57.0 / 60.0).abs() < 1e-9, "{cut}");
+        // Without a summary it is the split ratio, as for PyTorch.
+        assert_eq!(fragmentation_ratio(&jax, None), Some(0.0));
     }
 }

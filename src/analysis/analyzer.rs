@@ -237,12 +237,20 @@ impl Analyzer {
                 pid,
                 name: latest.and_then(|process| process.name.clone()),
                 allocator: latest.and_then(|process| process.allocator),
+                snapshot: latest.and_then(|process| process.details.snapshot),
                 retries_in_window: retries,
                 ooms_in_window: ooms,
                 leak,
             });
         }
 
+        // An OOM event is the OOM itself, seconds before the reporter's next
+        // `num_ooms` step: the pressure counts whichever says more.
+        let oom_events = device.oom_events_between(now.saturating_sub(settings.oom_window), now);
+        if !oom_events.is_empty() {
+            let events = oom_events.len() as u64;
+            ooms_total = Some(ooms_total.map_or(events, |counted| counted.max(events)));
+        }
         let level = memory.map(|memory| {
             pressure(
                 &PressureInput {
@@ -297,6 +305,7 @@ impl Analyzer {
                     })
                     .cloned()
             }),
+            oom_events,
         };
         DeviceSnapshot { facts, analysis }
     }

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use parking_lot::RwLock;
 
-use crate::model::{AllocatorStats, DeviceInfo, MemoryInfo, ProbeReading, Timestamp};
+use crate::model::{AllocatorStats, DeviceInfo, MemoryInfo, OomEvent, ProbeReading, Timestamp};
 
 use super::leak::LeakFinding;
 use super::summary::DeviceAnalysis;
@@ -50,6 +50,9 @@ pub struct DeviceFacts {
     pub xid_in_window: Option<u64>,
     /// The latest successful CUDA probe of the device, while current.
     pub probe: Option<ProbeReading>,
+    /// Allocator OOM events that arrived within the OOM window, oldest
+    /// first: each is an OOM as it happened, ahead of any `num_ooms` step.
+    pub oom_events: Vec<Arc<OomEvent>>,
 }
 
 #[derive(Clone, Debug)]
@@ -58,6 +61,8 @@ pub struct ProcessFacts {
     pub name: Option<String>,
     /// Latest allocator statistics, when the process reports them.
     pub allocator: Option<AllocatorStats>,
+    /// The snapshot summary the process reported with it, if any.
+    pub snapshot: Option<crate::model::SnapshotSummary>,
     pub retries_in_window: Option<u64>,
     pub ooms_in_window: Option<u64>,
     pub leak: Option<LeakFinding>,

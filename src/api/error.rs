@@ -10,8 +10,8 @@ use serde::Serialize;
 #[schema(example = json!({"code": "unknown_device", "message": "no device with index or UUID `7`; GET /api/v1/devices lists them"}))]
 pub struct ErrorBody {
     /// Stable, machine-readable: `not_found`, `unknown_device`,
-    /// `unknown_alert` (404); `bad_window`, `bad_step`, `bad_query`,
-    /// `bad_filter`, `too_many_points`, `bad_report` (400); `missing_token`,
+    /// `unknown_alert`, `unknown_oom_event` (404); `bad_window`, `bad_step`, `bad_query`,
+    /// `bad_filter`, `too_many_points`, `bad_report`, `bad_oom_event` (400); `missing_token`,
     /// `bad_token` (401); `remote_writes_disabled` (403);
     /// `method_not_allowed` (405); `request_timeout` (408); `body_too_large`
     /// (413); `unsupported_media_type` (415); `rate_limited` (429); `internal` (500); `overloaded`,

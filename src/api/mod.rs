@@ -11,6 +11,7 @@ mod alerts;
 mod dto;
 mod error;
 mod history;
+mod oom;
 pub mod openapi;
 pub mod reports;
 

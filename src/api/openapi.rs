@@ -24,7 +24,7 @@ use utoipa_axum::router::{OpenApiRouter, UtoipaMethodRouter};
 use utoipa_axum::routes;
 
 use super::error::ErrorBody;
-use super::{AppState, alerts, history, reports};
+use super::{AppState, alerts, history, oom, reports};
 
 /// Where the document is served.
 pub const DOCUMENT_PATH: &str = "/api/v1/openapi.json";
@@ -86,6 +86,8 @@ pub fn operations() -> Vec<UtoipaMethodRouter<AppState>> {
         routes!(super::device),
         routes!(history::device_history),
         routes!(reports::list, reports::post),
+        routes!(oom::list, oom::post),
+        routes!(oom::one),
         routes!(alerts::list),
         routes!(alerts::stream),
         routes!(alerts::one),

@@ -19,13 +19,21 @@ use super::error::{ApiError, ErrorBody};
 /// What the write endpoint needs.
 pub struct Ingest {
     pub store: Arc<ReportStore>,
+    /// Event ids and the rate limit of OOM events.
+    pub oom: crate::ingest::OomIntake,
+    /// Called (on a blocking thread) with each stored OOM event and its
+    /// device's index: the wiring writes it into a recording.
+    pub oom_hook: Option<OomHook>,
     pub limits: ReportLimits,
     /// Bearer token for writers that are not on loopback.
     pub token: Option<String>,
 }
 
+/// Where an accepted OOM event goes besides history (a recording).
+pub type OomHook = Arc<dyn Fn(u32, &crate::model::OomEvent) + Send + Sync>;
+
 /// Loopback may write; others only with the configured bearer token.
-fn authorise(
+pub(super) fn authorise(
     peer: Option<SocketAddr>,
     headers: &HeaderMap,
     token: Option<&str>,
@@ -77,7 +85,7 @@ fn is_loopback(ip: std::net::IpAddr) -> bool {
 
 /// Writes must say they are JSON: a form or `text/plain` POST needs no CORS
 /// preflight, so without this a web page on the host could post reports.
-fn require_json(headers: &HeaderMap) -> Result<(), ApiError> {
+pub(super) fn require_json(headers: &HeaderMap) -> Result<(), ApiError> {
     let json = headers
         .get(header::CONTENT_TYPE)
         .and_then(|value| value.to_str().ok())
@@ -96,7 +104,7 @@ fn require_json(headers: &HeaderMap) -> Result<(), ApiError> {
 
 /// Refuses a body whose announced length is over the limit before reading
 /// any of it (a 10 GB `Content-Length` gets 413 at once, not a timeout).
-fn check_announced_length(headers: &HeaderMap, limit: usize) -> Result<(), ApiError> {
+pub(super) fn check_announced_length(headers: &HeaderMap, limit: usize) -> Result<(), ApiError> {
     let announced = headers
         .get(header::CONTENT_LENGTH)
         .and_then(|value| value.to_str().ok())
@@ -107,7 +115,7 @@ fn check_announced_length(headers: &HeaderMap, limit: usize) -> Result<(), ApiEr
     }
 }
 
-fn body_too_large(limit: usize) -> ApiError {
+pub(super) fn body_too_large(limit: usize) -> ApiError {
     ApiError::new(
         StatusCode::PAYLOAD_TOO_LARGE,
         "body_too_large",

@@ -17,7 +17,7 @@ use crate::history::{HistoryStore, Sizing};
 use crate::play::{self, Schedule};
 use crate::source::simulator::{GOLDEN_ORIGIN, ScenarioKind, Simulator, SimulatorSpec};
 
-fn limits() -> Limits {
+pub(super) fn limits() -> Limits {
     Limits {
         request_timeout: Duration::from_secs(5),
         max_request_body_bytes: 1024,
@@ -33,7 +33,7 @@ fn filled_state() -> AppState {
     state_with(filled_store())
 }
 
-fn filled_store() -> Arc<HistoryStore> {
+pub(super) fn filled_store() -> Arc<HistoryStore> {
     let spec = SimulatorSpec { scenario: ScenarioKind::MultiTenant, gpus: 2, seed: 3 };
     let simulator =
         Simulator::with_origin(spec, ScaledClock::starting_at(GOLDEN_ORIGIN, 1.0), GOLDEN_ORIGIN)
@@ -42,6 +42,7 @@ fn filled_store() -> Arc<HistoryStore> {
         fast_capacity: 10_000,
         slow_capacity: 1_000,
         peak_window: Duration::from_secs(60),
+        oom_events: 64,
     }));
     let schedule = Schedule {
         from: GOLDEN_ORIGIN,
@@ -60,7 +61,7 @@ fn state_with(store: Arc<HistoryStore>) -> AppState {
     state_with_intake(store, crate::app::report_intake(&crate::config::defaults(), None))
 }
 
-fn state_with_intake(store: Arc<HistoryStore>, intake: reports::Ingest) -> AppState {
+pub(super) fn state_with_intake(store: Arc<HistoryStore>, intake: reports::Ingest) -> AppState {
     AppState::new(
         store,
         Arc::new(Telemetry::new("simulator").unwrap()),
@@ -71,7 +72,7 @@ fn state_with_intake(store: Arc<HistoryStore>, intake: reports::Ingest) -> AppSt
     )
 }
 
-async fn get(state: &AppState, uri: &str) -> (StatusCode, String, Option<String>) {
+pub(super) async fn get(state: &AppState, uri: &str) -> (StatusCode, String, Option<String>) {
     let response = router(state.clone())
         .oneshot(Request::builder().uri(uri).body(Body::empty()).unwrap())
         .await
@@ -85,7 +86,7 @@ async fn get(state: &AppState, uri: &str) -> (StatusCode, String, Option<String>
     (status, String::from_utf8(body.to_vec()).unwrap(), content_type)
 }
 
-async fn get_json(state: &AppState, uri: &str) -> (StatusCode, Value) {
+pub(super) async fn get_json(state: &AppState, uri: &str) -> (StatusCode, Value) {
     let (status, body, content_type) = get(state, uri).await;
     assert_eq!(content_type.as_deref(), Some("application/json"), "{uri}: {body}");
     (status, serde_json::from_str(&body).unwrap())
@@ -96,7 +97,7 @@ fn excerpt(body: &Value) -> String {
     body.to_string().chars().take(300).collect()
 }
 
-fn assert_error(status: StatusCode, body: &Value, expected: StatusCode, code: &str) {
+pub(super) fn assert_error(status: StatusCode, body: &Value, expected: StatusCode, code: &str) {
     assert_eq!(status, expected, "{}", excerpt(body));
     assert_eq!(body["code"], code, "{body}");
     assert!(body["message"].as_str().is_some_and(|m| !m.is_empty()), "{body}");
@@ -108,6 +109,7 @@ async fn health_is_always_ok_and_readiness_waits_for_a_cycle() {
         fast_capacity: 1,
         slow_capacity: 1,
         peak_window: Duration::from_secs(1),
+        oom_events: 64,
     })));
     assert_eq!(get_json(&empty, "/healthz").await.0, StatusCode::OK);
     let (status, body) = get_json(&empty, "/readyz").await;
@@ -424,6 +426,28 @@ fn report_body(pid: u32) -> String {
     .to_string()
 }
 
+/// An OOM event of `pid` on the device `uuid`: 1 GiB asked, 100 MiB free on
+/// the device, 2 GiB cached in pieces of at most 256 MiB (fragmentation).
+pub(super) fn oom_body(uuid: &str, pid: u32) -> String {
+    serde_json::json!({
+        "version": 1,
+        "reporter": { "pid": pid, "hostname": "node-1" },
+        "at": "2026-01-01T00:01:59.000Z",
+        "uuid": uuid,
+        "index": 0,
+        "requested_bytes": 1_u64 << 30,
+        "device_free_bytes": 100_u64 << 20,
+        "memory_stats": {
+            "allocated_bytes.all.current": 6_u64 << 30, "reserved_bytes.all.current": 8_u64 << 30,
+            "active_bytes.all.current": 6_u64 << 30, "inactive_split_bytes.all.current": 1_u64 << 30,
+            "num_alloc_retries": 2, "num_ooms": 1 },
+        "snapshot": { "segments": 40, "total_bytes": 8_u64 << 30, "allocated_bytes": 6_u64 << 30,
+            "largest_free_block_bytes": 256_u64 << 20 },
+        "snapshot_path": "/tmp/snapshots/oom-1.pickle",
+    })
+    .to_string()
+}
+
 async fn post_report(
     state: &AppState,
     from: &str,
@@ -458,6 +482,8 @@ fn with_token(token: Option<&str>) -> AppState {
                 max_reporters: 8,
             })),
             limits: crate::ingest::ReportLimits { max_devices: 4, max_stats: 64 },
+            oom: crate::ingest::OomIntake::new(2, 8),
+            oom_hook: None,
             token: token.map(str::to_owned),
         },
     )
@@ -524,6 +550,9 @@ const SURFACE: &[(&str, &str)] = &[
     ("GET", "/api/v1/alerts"),
     ("GET", "/api/v1/alerts/stream"),
     ("GET", "/api/v1/alerts/{id}"),
+    ("GET", "/api/v1/oom-events"),
+    ("POST", "/api/v1/oom-events"),
+    ("GET", "/api/v1/oom-events/{id}"),
 ];
 
 const HTTP_METHODS: &[&str] =
@@ -599,15 +628,24 @@ async fn openapi_lists_every_registered_route() {
     // Each registered route is really served by the router (not the
     // fallback, not a 405), and answers a status and a content type its
     // operation documents.
+    let device = state.store.devices()[0].clone();
+    let held =
+        crate::ingest::oom::parse(oom_body(&device.info().uuid, 4242).as_bytes(), 64).unwrap();
+    device.record_oom(crate::model::OomEvent { id: 1, ..held });
     for (method, path) in &registered {
-        let mut uri = path.replace("{gpu}", "0").replace("{id}", "memory_high.GPU-a");
+        let id = if path.starts_with("/api/v1/oom-events") { "1" } else { "memory_high.GPU-a" };
+        let mut uri = path.replace("{gpu}", "0").replace("{id}", id);
         if path.ends_with("/history") {
             uri.push_str("?window=10s");
         }
         let mut request = Request::builder().method(method.as_str()).uri(&uri);
         let body = if method == "POST" {
             request = request.header(header::CONTENT_TYPE, "application/json");
-            Body::from(report_body(77))
+            if path.starts_with("/api/v1/oom-events") {
+                Body::from(oom_body(&device.info().uuid, 77))
+            } else {
+                Body::from(report_body(77))
+            }
         } else {
             Body::empty()
         };

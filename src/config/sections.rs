@@ -394,6 +394,8 @@ section! {
         max_devices "max_devices": NonZeroUsize = non_zero(16), Int(1, 64);
         /// memory_stats keys per device in a report
         max_stats "max_stats": NonZeroUsize = non_zero(1024), Int(1, 65_536);
+        /// allocator OOM events kept per device; the oldest is dropped beyond
+        max_oom_events "max_oom_events": NonZeroUsize = non_zero(64), Int(1, 10_000);
     }
 }
 

@@ -63,6 +63,8 @@ struct DeviceView<'a> {
     probe: ProbeState,
     fast_len: usize,
     slow_len: usize,
+    /// OOM events ever received for the device.
+    oom_events: u64,
     /// Wall time of each tier's last stored reading, fast then slow.
     last_success: [Option<crate::model::Timestamp>; 2],
 }
@@ -87,6 +89,7 @@ fn collect(devices: &[Arc<DeviceHistory>]) -> Vec<DeviceView<'_>> {
                 probe: device.probe(),
                 fast_len: device.fast_len(),
                 slow_len: device.slow_len(),
+                oom_events: device.oom_total(),
                 last_success: crate::model::Tier::ALL
                     .map(|tier| device.progress().last_success(tier)),
             }
@@ -240,6 +243,13 @@ family!(
     "Samples held in the device's history ring, by tier."
 );
 
+family!(
+    ALLOC_OOM_EVENTS,
+    "vramd_allocator_oom_events_total",
+    Counter,
+    "Allocator out-of-memory events received from workloads (POST /api/v1/oom-events)."
+);
+
 fn render_devices_into(views: &[DeviceView<'_>], out: &mut Vec<u8>) {
     {
         let mut writer = FamilyWriter::new(out, &DEVICE_INFO);
@@ -311,6 +321,12 @@ fn render_devices_into(views: &[DeviceView<'_>], out: &mut Vec<u8>) {
         for view in views {
             writer.int(view.labels.clone().with("tier", "fast").as_str(), view.fast_len as u64);
             writer.int(view.labels.clone().with("tier", "slow").as_str(), view.slow_len as u64);
+        }
+    }
+    {
+        let mut writer = FamilyWriter::new(out, &ALLOC_OOM_EVENTS);
+        for view in views {
+            writer.int(view.labels.as_str(), view.oom_events);
         }
     }
     health::render(views, out);

@@ -6,7 +6,9 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 
-use crate::model::{DeviceInfo, ErrorKind, FastReading, SlowReading, Timestamp};
+use std::collections::VecDeque;
+
+use crate::model::{DeviceInfo, ErrorKind, FastReading, OomEvent, SlowReading, Timestamp};
 
 use super::peak::PeakTracker;
 use super::points::{FastPoint, SlowPoint};
@@ -21,6 +23,8 @@ pub struct Sizing {
     pub fast_capacity: usize,
     pub slow_capacity: usize,
     pub peak_window: Duration,
+    /// Allocator OOM events kept per device (`ingest.max_oom_events`).
+    pub oom_events: usize,
 }
 
 impl Sizing {
@@ -35,6 +39,7 @@ impl Sizing {
             fast_capacity: samples_in(retention, fast_interval),
             slow_capacity: samples_in(retention, slow_interval),
             peak_window,
+            oom_events: DEFAULT_OOM_EVENTS,
         }
     }
 
@@ -47,6 +52,9 @@ impl Sizing {
         self
     }
 }
+
+/// OOM events kept per device unless the wiring says otherwise.
+pub const DEFAULT_OOM_EVENTS: usize = 64;
 
 fn samples_in(retention: Duration, interval: Duration) -> usize {
     let interval_ns = interval.as_nanos().max(1);
@@ -102,6 +110,10 @@ pub struct DeviceHistory {
     peak: Mutex<PeakTracker>,
     probe: Mutex<ProbeState>,
     progress: SamplingProgress,
+    /// The newest OOM events, oldest first, at most `oom_capacity`, and how
+    /// many were ever stored (the counter `/metrics` shows).
+    ooms: Mutex<(VecDeque<Arc<OomEvent>>, u64)>,
+    oom_capacity: usize,
 }
 
 impl DeviceHistory {
@@ -114,7 +126,41 @@ impl DeviceHistory {
             peak: Mutex::new(PeakTracker::new(sizing.peak_window)),
             probe: Mutex::new(ProbeState::default()),
             progress: SamplingProgress::default(),
+            ooms: Mutex::new((VecDeque::new(), 0)),
+            oom_capacity: sizing.oom_events.max(1),
         }
+    }
+
+    /// Keeps an OOM event, dropping the oldest beyond the bound.
+    pub fn record_oom(&self, event: OomEvent) -> Arc<OomEvent> {
+        let event = Arc::new(event);
+        let mut ooms = self.ooms.lock();
+        while ooms.0.len() >= self.oom_capacity {
+            ooms.0.pop_front();
+        }
+        ooms.0.push_back(event.clone());
+        ooms.1 = ooms.1.saturating_add(1);
+        event
+    }
+
+    /// The OOM events held, oldest first.
+    pub fn oom_events(&self) -> Vec<Arc<OomEvent>> {
+        self.ooms.lock().0.iter().cloned().collect()
+    }
+
+    /// The OOM events that arrived (source time) within `from..=to`.
+    pub fn oom_events_between(&self, from: Timestamp, to: Timestamp) -> Vec<Arc<OomEvent>> {
+        let ooms = self.ooms.lock();
+        ooms.0
+            .iter()
+            .filter(|event| event.received_at >= from && event.received_at <= to)
+            .cloned()
+            .collect()
+    }
+
+    /// OOM events ever stored for this device.
+    pub fn oom_total(&self) -> u64 {
+        self.ooms.lock().1
     }
 
     /// Whether the sampler is keeping up with this device, in wall time.
@@ -272,7 +318,12 @@ mod tests {
     }
 
     fn sizing() -> Sizing {
-        Sizing { fast_capacity: 100, slow_capacity: 10, peak_window: Duration::from_secs(10) }
+        Sizing {
+            fast_capacity: 100,
+            slow_capacity: 10,
+            peak_window: Duration::from_secs(10),
+            oom_events: 4,
+        }
     }
 
     #[test]

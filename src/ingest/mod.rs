@@ -4,12 +4,14 @@
 //! Owns: the report document and its validation, the store of the latest
 //! report per reporter (bounded, rate-limited, expiring), and the join of
 //! reports onto NVML's processes, which the sampler applies to every slow
-//! reading. A source of readings like the device sources: depends on
+//! reading; OOM events (`oom`): their document, rate limit and join. A source of readings like the device sources: depends on
 //! `model` only; knows nothing of history, analysis or HTTP.
 
+pub mod oom;
 pub mod report;
 pub mod store;
 
+pub use oom::{OomIntake, OomRefused};
 pub use report::{AllocatorReport, ReportError, ReportLimits, ReportedDevice, Reporter};
 pub use store::{Refused, ReportStore, ReportView, StoreLimits};
 #[cfg(test)]

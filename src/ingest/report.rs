@@ -243,33 +243,7 @@ pub fn parse(body: &[u8], limits: &ReportLimits) -> Result<AllocatorReport, Repo
                 max: limits.max_stats,
             });
         }
-        for (key, value) in &device.memory_stats {
-            // Every figure must be a finite number. Sizes and counts must not
-            // be negative; a few settings legitimately are (PyTorch reports
-            // `max_split_size` as -1 when it is unset).
-            let may_be_negative = SIGNED_KEYS.contains(&key.as_str());
-            let valid = value
-                .as_f64()
-                .is_some_and(|number| number.is_finite() && (number >= 0.0 || may_be_negative));
-            if !valid {
-                return Err(ReportError::BadNumber {
-                    uuid: device.uuid,
-                    key: key.clone(),
-                    value: value.to_string(),
-                });
-            }
-            if let Some(reason) =
-                value.as_f64().and_then(|number| out_of_range(number, may_be_negative))
-            {
-                return Err(ReportError::OutOfRange {
-                    uuid: device.uuid,
-                    key: key.clone(),
-                    value: value.to_string(),
-                    reason,
-                });
-            }
-        }
-        let stats = stats_of(&device.uuid, &device.memory_stats)?;
+        let stats = checked_stats(&device.uuid, &device.memory_stats)?;
         // Allocated and the largest free block are checked against the
         // total below, so the total and the count bound all four.
         if let Some(snapshot) = device.snapshot
@@ -309,6 +283,41 @@ pub fn parse(body: &[u8], limits: &ReportLimits) -> Result<AllocatorReport, Repo
         });
     }
     Ok(AllocatorReport { reporter: raw.reporter, at, devices })
+}
+
+/// Every `memory_stats` figure checked (finite, non-negative unless it may
+/// be -1, within 2^53), then the keys the accounting reads.
+pub(super) fn checked_stats(
+    uuid: &str,
+    stats: &BTreeMap<String, Value>,
+) -> Result<Option<AllocatorStats>, ReportError> {
+    for (key, value) in stats {
+        // Every figure must be a finite number. Sizes and counts must not
+        // be negative; a few settings legitimately are (PyTorch reports
+        // `max_split_size` as -1 when it is unset).
+        let may_be_negative = SIGNED_KEYS.contains(&key.as_str());
+        let valid = value
+            .as_f64()
+            .is_some_and(|number| number.is_finite() && (number >= 0.0 || may_be_negative));
+        if !valid {
+            return Err(ReportError::BadNumber {
+                uuid: uuid.to_owned(),
+                key: key.clone(),
+                value: value.to_string(),
+            });
+        }
+        if let Some(reason) =
+            value.as_f64().and_then(|number| out_of_range(number, may_be_negative))
+        {
+            return Err(ReportError::OutOfRange {
+                uuid: uuid.to_owned(),
+                key: key.clone(),
+                value: value.to_string(),
+                reason,
+            });
+        }
+    }
+    stats_of(uuid, stats)
 }
 
 fn stats_of(

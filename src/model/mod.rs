@@ -6,11 +6,13 @@
 //! Depends on nothing else in the crate. An absent value is `None`, never `0`.
 
 mod error_kind;
+mod oom;
 mod probe;
 mod rules;
 mod scenario;
 
 pub use error_kind::ErrorKind;
+pub use oom::{OomCause, OomEvent};
 pub use probe::{
     HeadroomSearch, HeadroomStop, ProbeFailure, ProbeFailureKind, ProbeReading, ProbeSkipReason,
 };

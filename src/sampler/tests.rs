@@ -142,6 +142,7 @@ fn start(source: FakeSource, settings: SamplerSettings) -> Harness {
         fast_capacity: 1_000,
         slow_capacity: 100,
         peak_window: Duration::from_secs(60),
+        oom_events: 64,
     }));
     let telemetry = Arc::new(Telemetry::new("fake").unwrap());
     let cancel = CancellationToken::new();

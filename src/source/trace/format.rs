@@ -10,7 +10,9 @@ use std::io;
 use serde::{Deserialize, Serialize};
 
 use super::error::LineError;
-use crate::model::{DeviceInfo, FastReading, ProbeFailure, ProbeReading, SlowReading, Timestamp};
+use crate::model::{
+    DeviceInfo, FastReading, OomEvent, ProbeFailure, ProbeReading, SlowReading, Timestamp,
+};
 use crate::source::{SourceError, Tier};
 
 /// The `format` value of every trace header.
@@ -62,6 +64,11 @@ pub enum TraceRecord {
         device: u32,
         outcome: Result<Box<ProbeReading>, ProbeFailure>,
     },
+    /// An allocator OOM event a workload posted while recording.
+    Oom {
+        device: u32,
+        event: Box<OomEvent>,
+    },
 }
 
 impl TraceRecord {
@@ -70,17 +77,19 @@ impl TraceRecord {
             TraceRecord::Fast { device, .. }
             | TraceRecord::Slow { device, .. }
             | TraceRecord::Error { device, .. }
-            | TraceRecord::Probe { device, .. } => *device,
+            | TraceRecord::Probe { device, .. }
+            | TraceRecord::Oom { device, .. } => *device,
         }
     }
 
-    /// The sampling tier of a reading or error; `None` for a probe.
+    /// The sampling tier of a reading or error; `None` for a probe or an
+    /// OOM event.
     pub fn tier(&self) -> Option<Tier> {
         match self {
             TraceRecord::Fast { .. } => Some(Tier::Fast),
             TraceRecord::Slow { .. } => Some(Tier::Slow),
             TraceRecord::Error { tier, .. } => Some(*tier),
-            TraceRecord::Probe { .. } => None,
+            TraceRecord::Probe { .. } | TraceRecord::Oom { .. } => None,
         }
     }
 
@@ -90,6 +99,7 @@ impl TraceRecord {
             TraceRecord::Fast { reading, .. } => Some(reading.at),
             TraceRecord::Slow { reading, .. } => Some(reading.at),
             TraceRecord::Probe { outcome: Ok(reading), .. } => Some(reading.at),
+            TraceRecord::Oom { event, .. } => Some(event.received_at),
             TraceRecord::Error { .. } | TraceRecord::Probe { outcome: Err(_), .. } => None,
         }
     }

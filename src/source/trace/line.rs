@@ -18,7 +18,8 @@ use serde::{Deserialize, Serialize};
 use super::error::LineError;
 use super::format::{TraceRecord, json_reason};
 use crate::model::{
-    ErrorKind, FastReading, HeadroomSearch, ProbeFailure, ProbeReading, SlowReading, Timestamp,
+    ErrorKind, FastReading, HeadroomSearch, OomEvent, ProbeFailure, ProbeReading, SlowReading,
+    Timestamp,
 };
 use crate::source::{SourceError, Tier};
 
@@ -59,6 +60,9 @@ pub(super) enum Line<'a> {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         failure: Option<Cow<'a, ProbeFailure>>,
     },
+    /// An allocator OOM event, nested (not flattened): its times are RFC
+    /// 3339 text, as the REST API shows them.
+    Oom { device: u32, event: Cow<'a, OomEvent> },
 }
 
 /// Longest driver call name a trace may carry: real names are NVML function
@@ -72,6 +76,10 @@ impl<'a> Line<'a> {
 
     pub fn slow(device: u32, reading: &'a SlowReading) -> Self {
         Line::Slow { device, reading: Cow::Borrowed(reading) }
+    }
+
+    pub fn oom(device: u32, event: &'a OomEvent) -> Self {
+        Line::Oom { device, event: Cow::Borrowed(event) }
     }
 
     pub fn probe(device: u32, outcome: Result<&ProbeReading, &'a ProbeFailure>) -> Self {
@@ -122,6 +130,7 @@ impl<'a> Line<'a> {
             TraceRecord::Probe { device, outcome } => {
                 Some(Line::probe(*device, outcome.as_ref().map(AsRef::as_ref)))
             }
+            TraceRecord::Oom { device, event } => Some(Line::oom(*device, event)),
         }
     }
 
@@ -145,6 +154,9 @@ impl<'a> Line<'a> {
                     _ => return Err("needs exactly one of `reading` and `failure`".to_owned()),
                 };
                 Ok(TraceRecord::Probe { device, outcome })
+            }
+            Line::Oom { device, event } => {
+                Ok(TraceRecord::Oom { device, event: Box::new(event.into_owned()) })
             }
         }
     }
@@ -224,6 +236,7 @@ pub(super) fn parse_record(line: &str) -> Result<TraceRecord, LineError> {
             "slow" => "slow",
             "error" => "error",
             "probe" => "probe",
+            "oom" => "oom",
             _ => return Err(LineError::UnknownRecord { record: kind }),
         },
         Some(other) => return Err(LineError::UnknownRecord { record: other.to_string() }),

@@ -126,3 +126,17 @@ fn non_finite_values_are_not_written_at_any_depth() {
     };
     assert!(encode(&Line::probe(0, Ok(&reading))).is_err());
 }
+
+#[test]
+fn an_oom_event_line_comes_back_equal_and_is_read_strictly() {
+    let text = r#"{"record":"oom","device":0,"event":{"id":3,"uuid":"GPU-a","index":0,"reporter_pid":42,"hostname":"h","pid":4242,"at":"2026-01-01T00:00:01.000Z","received_at":"2026-01-01T00:00:02.000Z","requested_bytes":1073741824,"device_free_bytes":104857600,"snapshot_path":"/tmp/s.pickle"}}"#;
+    let record = parse_record(text).unwrap();
+    let TraceRecord::Oom { device: 0, event } = &record else { panic!("{record:?}") };
+    assert_eq!((event.id, event.pid, event.requested_bytes), (3, Some(4242), 1 << 30));
+    assert_eq!(record.at(), Some(Timestamp::parse_rfc3339("2026-01-01T00:00:02Z").unwrap()));
+    let written = encode(&Line::of(&record).unwrap()).unwrap();
+    let back = parse_record(std::str::from_utf8(&written).unwrap().trim_end()).unwrap();
+    assert_eq!(back, record);
+    let misspelt = text.replace("\"requested_bytes\"", "\"requested\"");
+    assert!(matches!(parse_record(&misspelt), Err(LineError::BadRecord { record: "oom", .. })));
+}

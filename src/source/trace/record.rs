@@ -31,7 +31,8 @@ use super::line::Line;
 use super::open::{RecordOptions, open_for_recording};
 use crate::clock::Stopwatch;
 use crate::model::{
-    DeviceInfo, FastReading, ProbeFailure, ProbeFailureKind, ProbeReading, SlowReading, Timestamp,
+    DeviceInfo, FastReading, OomEvent, ProbeFailure, ProbeFailureKind, ProbeReading, SlowReading,
+    Timestamp,
 };
 use crate::source::probe::{ProbeRequest, Prober};
 use crate::source::{DeviceSource, SourceError, Tier};
@@ -277,6 +278,24 @@ impl<S: DeviceSource> Recorder<S> {
         let line =
             encode(&line).map_err(|err| self.record_error(format!("cannot encode: {err}")))?;
         write_line(&mut state, &line).map_err(|err| self.record_error(err.to_string()))
+    }
+
+    /// Records an allocator OOM event of device `device` (vramd's index).
+    /// A side path like every record: a failure is counted and logged.
+    pub fn record_oom(&self, device: u32, event: &OomEvent) {
+        let written = (|| {
+            let mut state = self.state.lock();
+            self.ensure_header(&mut state)?;
+            if !state.lists(device) {
+                return Err(self.record_error(format!(
+                    "device {device} is not in the trace header, so its OOM event is not recorded"
+                )));
+            }
+            let line = encode(&Line::oom(device, event))
+                .map_err(|err| self.record_error(format!("cannot encode the OOM event: {err}")))?;
+            write_line(&mut state, &line).map_err(|err| self.record_error(err.to_string()))
+        })();
+        self.account(written);
     }
 
     /// Records one read's outcome and returns it unchanged: what could not

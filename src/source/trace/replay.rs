@@ -20,7 +20,8 @@ use super::format::{self, TraceHeader, TraceRecord};
 use super::line;
 use super::lines::{BoundedLines, LineReadError};
 use crate::model::{
-    DeviceInfo, FastReading, ProbeFailure, ProbeFailureKind, ProbeReading, SlowReading, Timestamp,
+    DeviceInfo, FastReading, OomEvent, ProbeFailure, ProbeFailureKind, ProbeReading, SlowReading,
+    Timestamp,
 };
 use crate::source::probe::{ProbeRequest, Prober};
 use crate::source::{DeviceSource, SourceError, Tier};
@@ -34,6 +35,8 @@ pub struct Replay {
     records: Vec<TraceRecord>,
     /// Per device listed in the header and tier (`None`: probe outcomes).
     lanes: HashMap<(u32, Option<Tier>), Lane>,
+    /// Positions of the OOM event records, in file order.
+    ooms: Vec<u32>,
 }
 
 /// The records of one (device, tier), as positions into `records`, and the
@@ -144,9 +147,10 @@ impl DeviceSource for Replay {
             Some(TraceRecord::Fast { reading, .. }) => Ok(reading.clone()),
             Some(TraceRecord::Error { error, .. }) => Err(error.clone()),
             // Lanes hold only their own tier, so this is the end of the lane.
-            Some(TraceRecord::Slow { .. } | TraceRecord::Probe { .. }) | None => {
-                Err(SourceError::TraceEnded { index, tier: Tier::Fast })
-            }
+            Some(
+                TraceRecord::Slow { .. } | TraceRecord::Probe { .. } | TraceRecord::Oom { .. },
+            )
+            | None => Err(SourceError::TraceEnded { index, tier: Tier::Fast }),
         }
     }
 
@@ -154,14 +158,26 @@ impl DeviceSource for Replay {
         match self.take(index, Some(Tier::Slow))? {
             Some(TraceRecord::Slow { reading, .. }) => Ok(reading.as_ref().clone()),
             Some(TraceRecord::Error { error, .. }) => Err(error.clone()),
-            Some(TraceRecord::Fast { .. } | TraceRecord::Probe { .. }) | None => {
-                Err(SourceError::TraceEnded { index, tier: Tier::Slow })
-            }
+            Some(
+                TraceRecord::Fast { .. } | TraceRecord::Probe { .. } | TraceRecord::Oom { .. },
+            )
+            | None => Err(SourceError::TraceEnded { index, tier: Tier::Slow }),
         }
     }
 }
 
 impl Replay {
+    /// Every recorded OOM event with its device index, in file order.
+    pub fn oom_events(&self) -> Vec<(u32, OomEvent)> {
+        self.ooms
+            .iter()
+            .filter_map(|&position| match self.records.get(usize::try_from(position).ok()?) {
+                Some(TraceRecord::Oom { device, event }) => Some((*device, event.as_ref().clone())),
+                _ => None,
+            })
+            .collect()
+    }
+
     /// Whether the trace holds any probe record (recorded with the CUDA
     /// probe on); only then does the replay answer the probe.
     pub fn has_probe_records(&self) -> bool {
@@ -201,6 +217,7 @@ struct Loader {
     header: Option<TraceHeader>,
     records: Vec<TraceRecord>,
     lanes: HashMap<(u32, Option<Tier>), Lane>,
+    ooms: Vec<u32>,
 }
 
 impl Loader {
@@ -221,6 +238,19 @@ impl Loader {
         }
         let record = line::parse_record(text)?;
         let (device, tier) = (record.device(), record.tier());
+        if let TraceRecord::Oom { .. } = record {
+            // No lane: events arrive over HTTP, in the order they were
+            // written rather than strictly by time, and are handed out by
+            // `oom_events`, not one per call.
+            if !self.lanes.contains_key(&(device, Some(Tier::Fast))) {
+                return Err(LineError::UnknownDevice { index: device });
+            }
+            let position = u32::try_from(self.records.len())
+                .map_err(|_| LineError::TooManyRecords { max: u64::from(u32::MAX) })?;
+            self.ooms.push(position);
+            self.records.push(record);
+            return Ok(());
+        }
         let lane = self
             .lanes
             .get_mut(&(device, tier))
@@ -244,9 +274,9 @@ impl Loader {
     }
 
     fn finish(self) -> Option<Replay> {
-        let Loader { header, mut records, mut lanes } = self;
+        let Loader { header, mut records, mut lanes, ooms } = self;
         records.shrink_to_fit();
         lanes.values_mut().for_each(|lane| lane.positions.shrink_to_fit());
-        header.map(|header| Replay { header, records, lanes })
+        header.map(|header| Replay { header, records, lanes, ooms })
     }
 }

@@ -42,7 +42,9 @@ def encode(report: Mapping[str, Any]) -> bytes:
     return json.dumps(report, allow_nan=False, separators=(",", ":")).encode("utf-8")
 
 
-def post(url: str, body: bytes, token: Optional[str] = None, timeout: float = 2.0) -> Tuple[int, str]:
+def post(
+    url: str, body: bytes, token: Optional[str] = None, timeout: float = 2.0, path: Optional[str] = None
+) -> Tuple[int, str]:
     """POST one report; returns (status, reason) for a 2xx answer.
 
     Raises urllib.error.HTTPError for any other status (3xx included),
@@ -52,7 +54,8 @@ def post(url: str, body: bytes, token: Optional[str] = None, timeout: float = 2.
     headers = {"Content-Type": "application/json", "User-Agent": USER_AGENT}
     if token:
         headers["Authorization"] = "Bearer " + token
-    request = urllib.request.Request(endpoint(url), data=body, headers=headers, method="POST")
+    target = endpoint(url) if path is None else url.rstrip("/") + path
+    request = urllib.request.Request(target, data=body, headers=headers, method="POST")
     with _OPENER.open(request, timeout=timeout) as response:
         response.read(_MAX_RESPONSE_BYTES)
         return response.status, response.reason

@@ -14,6 +14,7 @@ import urllib.parse
 from typing import Any, Callable, Dict, Optional
 
 from . import _http
+from ._oom import OomCapture
 from ._report import CudaUnavailable, ReportBuilder
 
 log = logging.getLogger("vramd_reporter")
@@ -112,6 +113,8 @@ class Reporter:
         self.reports_sent = 0
         self.reports_failed = 0
         self.last_status: Optional[int] = None
+        #: The OOM capture when started with ``oom_capture=True``.
+        self.oom: Optional[OomCapture] = None
 
         self._builder = ReportBuilder()
         self._failures = _Failures()
@@ -261,8 +264,19 @@ def start(
     snapshot_interval: Optional[float] = 60.0,
     token: Optional[str] = None,
     timeout: float = 2.0,
+    oom_capture: bool = False,
+    record_history: Optional[int] = None,
+    snapshot_dir: Optional[str] = None,
+    max_snapshots: int = 3,
+    max_snapshot_bytes: int = 4 << 30,
 ) -> Reporter:
     """Start reporting to vramd on one daemon thread; returns the running reporter.
+
+    With ``oom_capture`` every CUDA OOM is also posted at once as an OOM
+    event (``reporter.oom``, see ``_oom.OomCapture``); ``record_history=N``
+    records allocator history and dumps a snapshot to ``snapshot_dir`` at
+    each OOM, keeping at most ``max_snapshots`` files and
+    ``max_snapshot_bytes``.
 
     A second call while a reporter runs returns that reporter (its settings
     stay). Invalid arguments raise ValueError/TypeError here, at call time;
@@ -279,6 +293,11 @@ def start(
                 )
             return _current
         reporter = Reporter(url, interval, snapshot_interval, token, timeout)
+        if oom_capture:
+            reporter.oom = OomCapture(
+                reporter.url, token, timeout, record_history, snapshot_dir, max_snapshots, max_snapshot_bytes
+            )
+            reporter.oom.attach()
         reporter._start()
         _current = reporter
         if not _atexit_registered:

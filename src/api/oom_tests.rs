@@ -1,0 +1,186 @@
+//! `POST/GET /api/v1/oom-events`: auth, bounds, rate limit, join, ring
+//! bound, filters, and `allocator_oom` raised by an event at the next pass.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::http::{Request, StatusCode, header};
+use http_body_util::BodyExt;
+use serde_json::Value;
+use tower::ServiceExt;
+
+use super::super::tests::{assert_error, filled_store, get, get_json, oom_body, state_with_intake};
+use crate::api::{AppState, reports, router};
+use crate::history::HistoryStore;
+
+fn state(token: Option<&str>, store: Arc<HistoryStore>) -> AppState {
+    state_with_intake(
+        store,
+        reports::Ingest {
+            store: Arc::new(crate::ingest::ReportStore::new(crate::ingest::StoreLimits {
+                ttl: Duration::from_secs(30),
+                rate_limit_per_second: 2,
+                max_reporters: 8,
+            })),
+            limits: crate::ingest::ReportLimits { max_devices: 4, max_stats: 64 },
+            oom: crate::ingest::OomIntake::new(2, 8),
+            oom_hook: None,
+            token: token.map(str::to_owned),
+        },
+    )
+}
+
+async fn post(
+    state: &AppState,
+    from: &str,
+    token: Option<&str>,
+    body: String,
+) -> (StatusCode, Value, Option<String>) {
+    let mut request = Request::builder()
+        .method("POST")
+        .uri("/api/v1/oom-events")
+        .header(header::CONTENT_TYPE, "application/json");
+    if let Some(token) = token {
+        request = request.header(header::AUTHORIZATION, format!("Bearer {token}"));
+    }
+    let mut request = request.body(Body::from(body)).unwrap();
+    let peer: std::net::SocketAddr = from.parse().unwrap();
+    request.extensions_mut().insert(axum::extract::ConnectInfo(peer));
+    let response = router(state.clone()).oneshot(request).await.unwrap();
+    let status = response.status();
+    let retry =
+        response.headers().get(header::RETRY_AFTER).map(|value| value.to_str().unwrap().to_owned());
+    let bytes = response.into_body().collect().await.unwrap().to_bytes();
+    (status, serde_json::from_slice(&bytes).unwrap(), retry)
+}
+
+fn first_device(state: &AppState) -> (String, u32) {
+    let device = state.store.devices()[0].clone();
+    let live = device.live();
+    let pid = live.slow.as_ref().and_then(|slow| slow.processes.as_ref()).unwrap()[0].pid;
+    (device.info().uuid.clone(), pid)
+}
+
+#[tokio::test]
+async fn an_event_is_joined_kept_listed_and_found_by_id() {
+    let state = state(None, filled_store());
+    let (uuid, pid) = first_device(&state);
+    let (status, body, _) = post(&state, "127.0.0.1:9", None, oom_body(&uuid, pid)).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    assert_eq!(body["pid"], pid, "joined to the NVML process: {body}");
+    let id = body["id"].as_u64().unwrap();
+
+    let (status, one) = get_json(&state, &format!("/api/v1/oom-events/{id}")).await;
+    assert_eq!(status, StatusCode::OK, "{one}");
+    assert_eq!(one["cause"], "fragmentation", "2 GiB free in 256 MiB pieces, 1 GiB asked: {one}");
+    assert_eq!(one["requested_bytes"], 1_u64 << 30);
+    assert_eq!(one["snapshot_path"], "/tmp/snapshots/oom-1.pickle");
+    assert_eq!(one["gpu"], 0);
+
+    let (_, listed) = get_json(&state, &format!("/api/v1/oom-events?gpu=0&pid={pid}")).await;
+    assert_eq!(listed["events"].as_array().unwrap().len(), 1, "{listed}");
+    let (_, other) = get_json(&state, "/api/v1/oom-events?gpu=1").await;
+    assert_eq!(other["events"], serde_json::json!([]));
+    let (status, bad) = get_json(&state, "/api/v1/oom-events?colour=red").await;
+    assert_error(status, &bad, StatusCode::BAD_REQUEST, "bad_filter");
+    let (status, missing) = get_json(&state, "/api/v1/oom-events/999").await;
+    assert_error(status, &missing, StatusCode::NOT_FOUND, "unknown_oom_event");
+
+    let (_, body, _) = get(&state, "/metrics").await;
+    let line = format!("vramd_allocator_oom_events_total{{gpu=\"0\",uuid=\"{uuid}\"}} 1");
+    assert!(body.contains(&line), "{line} not in /metrics");
+}
+
+#[tokio::test]
+async fn only_loopback_or_the_token_may_post_events() {
+    let open = state(None, filled_store());
+    let (uuid, pid) = first_device(&open);
+    let (status, body, _) = post(&open, "10.1.2.3:5000", None, oom_body(&uuid, pid)).await;
+    assert_error(status, &body, StatusCode::FORBIDDEN, "remote_writes_disabled");
+    let guarded = state(Some("s3cret"), filled_store());
+    let (status, body, _) = post(&guarded, "10.1.2.3:5000", None, oom_body(&uuid, pid)).await;
+    assert_error(status, &body, StatusCode::UNAUTHORIZED, "missing_token");
+    let (status, body, _) =
+        post(&guarded, "10.1.2.3:5000", Some("guess"), oom_body(&uuid, pid)).await;
+    assert_error(status, &body, StatusCode::UNAUTHORIZED, "bad_token");
+    let (status, _, _) =
+        post(&guarded, "10.1.2.3:5000", Some("s3cret"), oom_body(&uuid, pid)).await;
+    assert_eq!(status, StatusCode::ACCEPTED);
+}
+
+#[tokio::test]
+async fn bad_unknown_large_and_too_frequent_events_are_refused() {
+    let state = state(None, filled_store());
+    let (uuid, pid) = first_device(&state);
+    let (status, body, _) = post(&state, "127.0.0.1:1", None, "{\"version\":9}".into()).await;
+    assert_error(status, &body, StatusCode::BAD_REQUEST, "bad_oom_event");
+    let mut zero: Value = serde_json::from_str(&oom_body(&uuid, pid)).unwrap();
+    zero["requested_bytes"] = 0.into();
+    let (status, body, _) = post(&state, "127.0.0.1:1", None, zero.to_string()).await;
+    assert_error(status, &body, StatusCode::BAD_REQUEST, "bad_oom_event");
+    let mut huge: Value = serde_json::from_str(&oom_body(&uuid, pid)).unwrap();
+    huge["device_free_bytes"] = (1_u64 << 50).into();
+    let (status, body, _) = post(&state, "127.0.0.1:1", None, huge.to_string()).await;
+    assert_error(status, &body, StatusCode::BAD_REQUEST, "bad_oom_event");
+    assert!(body["message"].as_str().unwrap().contains("total memory"), "{body}");
+    let unknown = oom_body("GPU-00000000-dead", pid);
+    let (status, body, _) = post(&state, "127.0.0.1:1", None, unknown).await;
+    assert_error(status, &body, StatusCode::NOT_FOUND, "unknown_device");
+    let padded = format!("{{\"pad\":\"{}\"}}", "x".repeat(4096));
+    let (status, body, _) = post(&state, "127.0.0.1:1", None, padded).await;
+    assert_error(status, &body, StatusCode::PAYLOAD_TOO_LARGE, "body_too_large");
+    for _ in 0..2 {
+        let (status, _, _) = post(&state, "127.0.0.1:1", None, oom_body(&uuid, pid)).await;
+        assert_eq!(status, StatusCode::ACCEPTED);
+    }
+    let (status, body, retry_after) = post(&state, "127.0.0.1:1", None, oom_body(&uuid, pid)).await;
+    assert_error(status, &body, StatusCode::TOO_MANY_REQUESTS, "rate_limited");
+    assert_eq!(retry_after.as_deref(), Some("1"));
+}
+
+#[test]
+fn a_device_keeps_only_its_newest_events() {
+    let store = filled_store();
+    let device = store.devices()[0].clone();
+    let uuid = device.info().uuid.clone();
+    let event = crate::ingest::oom::parse(oom_body(&uuid, 1).as_bytes(), 64).unwrap();
+    for id in 1..=70 {
+        device.record_oom(crate::model::OomEvent { id, ..event.clone() });
+    }
+    let held: Vec<u64> = device.oom_events().iter().map(|event| event.id).collect();
+    assert_eq!(held, (7..=70).collect::<Vec<_>>(), "64 kept, oldest dropped first");
+    assert_eq!(device.oom_total(), 70);
+}
+
+#[tokio::test]
+async fn an_event_raises_allocator_oom_at_the_next_evaluation_once() {
+    let state = state(None, filled_store());
+    let (uuid, pid) = first_device(&state);
+    let config = crate::config::default_alerts();
+    let mut analyzer =
+        crate::analysis::analyzer::Analyzer::new(crate::app::analysis_settings(&config));
+    let mut evaluator = crate::alerts::evaluator::Evaluator::new(&config);
+    let now = crate::analysis::analyzer::Analyzer::newest(&state.store).unwrap();
+    let before = analyzer.analyse(&state.store, now);
+    let quiet = evaluator.evaluate(&before, crate::alerts::evaluator::SourceState::Up, now);
+    assert!(quiet.alerts.iter().all(|alert| alert.key.rule != "allocator_oom"));
+
+    let (status, body, _) = post(&state, "127.0.0.1:9", None, oom_body(&uuid, pid)).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    // The very next pass, at the same source time: no counter step needed.
+    let after = analyzer.analyse(&state.store, now);
+    let evaluation = evaluator.evaluate(&after, crate::alerts::evaluator::SourceState::Up, now);
+    let oom: Vec<_> =
+        evaluation.alerts.iter().filter(|alert| alert.key.rule == "allocator_oom").collect();
+    assert_eq!(oom.len(), 1, "one alert for one OOM: {oom:?}");
+    let alert = oom[0];
+    assert_eq!(alert.key.pid, Some(pid));
+    assert_eq!(alert.state, crate::alerts::AlertState::Firing);
+    for evidence in
+        ["OOM event 1", "1.0 GiB", "256 MiB", "fragmentation", "/tmp/snapshots/oom-1.pickle"]
+    {
+        assert!(alert.description.contains(evidence), "{evidence} missing: {}", alert.description);
+    }
+    assert!(alert.remediation.contains("expandable_segments:True"), "{}", alert.remediation);
+}
