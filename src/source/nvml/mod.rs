@@ -11,6 +11,7 @@
 //! deadline.
 
 mod absent;
+mod activity;
 mod mig;
 mod slow;
 pub mod xid;
@@ -63,8 +64,9 @@ pub struct NvmlSource {
     nvml: Mutex<Option<Arc<Nvml>>>,
     clock: ScaledClock,
     absent: AbsentLog,
+    activity: activity::ProcessActivity,
     proc_reader: ProcReader,
-    xid_counts: xid::XidCounts,
+    xid: xid::XidBook,
     xid_stop: Arc<AtomicBool>,
     xid_started: AtomicBool,
 }
@@ -77,8 +79,9 @@ impl NvmlSource {
             nvml: Mutex::new(None),
             clock: ScaledClock::wall(),
             absent: AbsentLog::default(),
+            activity: activity::ProcessActivity::default(),
             proc_reader,
-            xid_counts: Arc::default(),
+            xid: xid::XidBook::default(),
             xid_stop: Arc::new(AtomicBool::new(false)),
             xid_started: AtomicBool::new(false),
         }
@@ -153,7 +156,8 @@ impl DeviceSource for NvmlSource {
             devices.extend(migs);
         }
         if self.settings.xid_events && !self.xid_started.swap(true, Ordering::AcqRel) {
-            xid::spawn(nvml, count, self.xid_counts.clone(), self.xid_stop.clone());
+            let (book, clock) = (self.xid.clone(), self.clock.clone());
+            xid::spawn(nvml, count, book, clock, self.xid_stop.clone());
         }
         Ok(devices)
     }
@@ -190,14 +194,20 @@ impl DeviceSource for NvmlSource {
     fn read_slow(&self, index: u32) -> Result<SlowReading, SourceError> {
         let nvml = self.handle()?;
         let device = mig::device(&nvml, index)?;
-        let processes = slow::processes(index, &device, &self.absent, &self.proc_reader)
+        let mut processes = slow::processes(index, &device, &self.absent, &self.proc_reader)
             .map_err(|error| driver_error(index, "running_processes_v3", error))?;
+        if let Some(listed) = processes.as_mut() {
+            self.activity
+                .annotate(index, &device, &self.absent, listed)
+                .map_err(|error| driver_error(index, "process_utilization", error))?;
+        }
         let pcie = self.settings.pcie_throughput;
         let mut reading = slow::reading(index, &device, &self.absent, pcie, processes, &self.clock)
             .map_err(|error| driver_error(index, "health", error))?;
-        if let Some(counts) = self.xid_counts.lock().get(&index) {
+        if let Some(counts) = self.xid.counts.lock().get(&index) {
             reading.details.xid_errors = counts.clone();
         }
+        reading.details.last_xid_unix_ms = self.xid.last.lock().get(&index).copied();
         Ok(reading)
     }
 }

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use nvml_wrapper::Device;
 use nvml_wrapper::enum_wrappers::device::{
     Clock, ComputeMode as NvmlComputeMode, EccCounter, MemoryError, PcieUtilCounter,
-    RetirementCause, TemperatureSensor,
+    PerformanceState, RetirementCause, TemperatureSensor,
 };
 use nvml_wrapper::enums::device::{SampleValue, UsedGpuMemory};
 use nvml_wrapper::error::NvmlError;
@@ -153,6 +153,21 @@ pub(super) fn reading(
             .map(|mode| mode.current == 1),
         pcie_tx_bytes_per_second: pcie_tx,
         pcie_rx_bytes_per_second: pcie_rx,
+        energy_millijoules: absent.value(
+            index,
+            "energy counter",
+            device.total_energy_consumption(),
+        )?,
+        performance_state: absent
+            .value(index, "performance state", device.performance_state())?
+            .and_then(pstate_number),
+        encoder_utilization_percent: absent
+            .value(index, "encoder utilization", device.encoder_utilization())?
+            .map(|info| info.utilization.min(100)),
+        decoder_utilization_percent: absent
+            .value(index, "decoder utilization", device.decoder_utilization())?
+            .map(|info| info.utilization.min(100)),
+        last_xid_unix_ms: None,
         xid_errors: BTreeMap::new(),
     };
     Ok(SlowReading {
@@ -163,6 +178,31 @@ pub(super) fn reading(
         power_limit_watts,
         details,
     })
+}
+
+/// P0 → 0 … P15 → 15; an unknown state is absent.
+fn pstate_number(state: PerformanceState) -> Option<u8> {
+    use PerformanceState::*;
+    let number = match state {
+        Zero => 0,
+        One => 1,
+        Two => 2,
+        Three => 3,
+        Four => 4,
+        Five => 5,
+        Six => 6,
+        Seven => 7,
+        Eight => 8,
+        Nine => 9,
+        Ten => 10,
+        Eleven => 11,
+        Twelve => 12,
+        Thirteen => 13,
+        Fourteen => 14,
+        Fifteen => 15,
+        Unknown => return None,
+    };
+    Some(number)
 }
 
 fn ecc_counters(
