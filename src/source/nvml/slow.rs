@@ -13,9 +13,11 @@ use nvml_wrapper::structs::device::FieldId;
 
 use crate::clock::ScaledClock;
 use crate::model::{
-    Bar1Memory, ComputeMode, EccCounters, ProcessDetails, ProcessInfo, ProcessKind, RemappedRows,
+    Bar1Memory, ComputeMode, EccCounters, ProcessDetails, ProcessInfo, ProcessKind, ProcessRole,
+    RemappedRows,
     RetiredPages, SlowDetails, SlowReading,
 };
+use crate::source::cuda::role as probe_role;
 use crate::source::procfs::ProcReader;
 
 use super::absent::AbsentLog;
@@ -74,8 +76,16 @@ pub(super) fn processes(
         }
     }
     let mut processes: Vec<ProcessInfo> = merged.into_values().collect();
+    let own_pid = std::process::id();
     for process in &mut processes {
-        let identity = proc_reader.identify(process.pid);
+        let mut identity = proc_reader.identify(process.pid);
+        if probe_role::is_probe(&identity, own_pid) {
+            // vramd's own probe runs in vramd's container: attributing it
+            // would charge a pod (and its leak check) for vramd's work.
+            process.details.role = Some(ProcessRole::Probe);
+            identity.container_id = None;
+            identity.pod_uid = None;
+        }
         process.name = identity.comm;
         process.details.cmdline = identity.cmdline;
         process.details.container_id = identity.container_id;
