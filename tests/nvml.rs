@@ -522,10 +522,8 @@ fn activity_values_come_through_and_unsupported_ones_stay_absent() {
     });
     let metrics = get(addr, "/metrics").text();
     let value = |series: String| sample(&metrics, &series);
-    let wall = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs_f64();
+    let wall =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs_f64();
     let at = value(xid.clone()).unwrap();
     assert!((wall - 60.0..=wall + 1.0).contains(&at), "{at} vs now {wall}");
     assert_eq!(value(format!("vramd_device_last_xid_timestamp_seconds{{{labels1}}}")), None);
@@ -540,7 +538,11 @@ fn activity_values_come_through_and_unsupported_ones_stay_absent() {
         "vramd_encoder_utilization_ratio",
         "vramd_decoder_utilization_ratio",
     ] {
-        assert_eq!(value(format!("{family}{{{labels1}}}")), None, "{family}: unsupported is absent");
+        assert_eq!(
+            value(format!("{family}{{{labels1}}}")),
+            None,
+            "{family}: unsupported is absent"
+        );
     }
     let ours = format!("{labels0},pid=\"{me}\"");
     let sm = |metrics: &str| {

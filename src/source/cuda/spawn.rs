@@ -6,8 +6,8 @@
 //! too much neither blocks on a full pipe nor grows the daemon's memory.
 
 use std::io::Read;
-use std::path::PathBuf;
 use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::thread::JoinHandle;
 use std::time::Duration;

@@ -79,11 +79,24 @@ mod tests {
     use super::*;
 
     fn sample(pid: u32, timestamp: u64, sm_util: u32) -> ProcessUtilizationSample {
-        ProcessUtilizationSample { pid, timestamp, sm_util, mem_util: sm_util / 2, enc_util: 0, dec_util: 0 }
+        ProcessUtilizationSample {
+            pid,
+            timestamp,
+            sm_util,
+            mem_util: sm_util / 2,
+            enc_util: 0,
+            dec_util: 0,
+        }
     }
 
     fn process(pid: u32) -> ProcessInfo {
-        ProcessInfo { pid, name: None, used_bytes: None, allocator: None, details: Default::default() }
+        ProcessInfo {
+            pid,
+            name: None,
+            used_bytes: None,
+            allocator: None,
+            details: Default::default(),
+        }
     }
 
     #[test]

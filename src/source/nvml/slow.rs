@@ -14,8 +14,7 @@ use nvml_wrapper::structs::device::FieldId;
 use crate::clock::ScaledClock;
 use crate::model::{
     Bar1Memory, ComputeMode, EccCounters, ProcessDetails, ProcessInfo, ProcessKind, ProcessRole,
-    RemappedRows,
-    RetiredPages, SlowDetails, SlowReading,
+    RemappedRows, RetiredPages, SlowDetails, SlowReading,
 };
 use crate::source::cuda::role as probe_role;
 use crate::source::procfs::ProcReader;

@@ -218,8 +218,8 @@ impl Simulator {
         // A counter must never go back: integrate a constant mean draw from
         // an arbitrary earlier driver load (one kWh per GPU index + 1).
         let mean_watts = idle + (limit * 0.88 - idle) * 0.5;
-        let energy = 3_600_000_000 * (u64::from(index) + 1)
-            + (mean_watts * gpu.t_ms as f64).round() as u64;
+        let energy =
+            3_600_000_000 * (u64::from(index) + 1) + (mean_watts * gpu.t_ms as f64).round() as u64;
         Ok(SlowReading {
             at,
             processes: Some(processes),

@@ -107,7 +107,10 @@ pub unsafe extern "C" fn nvmlDeviceGetDecoderUtilization(
 /// Samples newer than `last_seen` (µs): one per listed process with a
 /// `utilization`, stamped with the newest sample period. None newer →
 /// NOT_FOUND, as the driver answers.
-fn samples(call: &Call, last_seen: u64) -> Result<Vec<nvmlProcessUtilizationSample_t>, nvmlReturn_t> {
+fn samples(
+    call: &Call,
+    last_seen: u64,
+) -> Result<Vec<nvmlProcessUtilizationSample_t>, nvmlReturn_t> {
     call.physical()?;
     let at = newest_sample_us(call);
     if at <= last_seen {
