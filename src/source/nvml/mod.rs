@@ -69,6 +69,9 @@ pub struct NvmlSource {
     xid: xid::XidBook,
     xid_stop: Arc<AtomicBool>,
     xid_started: AtomicBool,
+    /// MIG mode of each GPU at discovery (one entry per GPU), to notice a
+    /// reconfiguration on the slow tier; the value is cleared once logged.
+    mig_at_discovery: Mutex<std::collections::HashMap<u32, bool>>,
 }
 
 impl NvmlSource {
@@ -84,6 +87,7 @@ impl NvmlSource {
             xid: xid::XidBook::default(),
             xid_stop: Arc::new(AtomicBool::new(false)),
             xid_started: AtomicBool::new(false),
+            mig_at_discovery: Mutex::default(),
         }
     }
 
@@ -107,6 +111,25 @@ impl NvmlSource {
         })?;
         *slot = Some(nvml.clone());
         Ok(nvml)
+    }
+}
+
+impl NvmlSource {
+    /// Logs, once per GPU, that its MIG mode differs from discovery: the
+    /// monitored MIG devices no longer match the hardware. Sampling goes
+    /// on (the old MIG devices' reads fail and show as down).
+    fn notice_mig_change(&self, index: u32, now: Option<bool>) {
+        let Some(now) = now else { return };
+        let mut known = self.mig_at_discovery.lock();
+        if known.get(&index).is_some_and(|&then| then != now) {
+            known.remove(&index);
+            drop(known);
+            tracing::warn!(
+                gpu = index,
+                mig_enabled = now,
+                "MIG mode changed since discovery; restart vramd to monitor the new MIG devices"
+            );
+        }
     }
 }
 
@@ -151,6 +174,7 @@ impl DeviceSource for NvmlSource {
                 mig: None,
             };
             let mig_enabled = device.mig_mode().is_ok_and(|mode| mode.current == 1);
+            self.mig_at_discovery.lock().insert(index, mig_enabled);
             let migs = if mig_enabled { mig::list(&device, &info) } else { Vec::new() };
             devices.push(info);
             devices.extend(migs);
@@ -208,6 +232,24 @@ impl DeviceSource for NvmlSource {
             reading.details.xid_errors = counts.clone();
         }
         reading.details.last_xid_unix_ms = self.xid.last.lock().get(&index).copied();
+        self.notice_mig_change(index, reading.details.mig_enabled);
         Ok(reading)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_mig_mode_change_is_noticed_once_per_gpu() {
+        let source = NvmlSource::new(NvmlSettings::default());
+        source.mig_at_discovery.lock().extend([(0, false), (1, true)]);
+        source.notice_mig_change(0, None);
+        source.notice_mig_change(1, Some(true));
+        assert_eq!(source.mig_at_discovery.lock().len(), 2, "unread or unchanged: nothing");
+        source.notice_mig_change(0, Some(true));
+        assert!(!source.mig_at_discovery.lock().contains_key(&0), "logged, then forgotten");
+        assert!(source.mig_at_discovery.lock().contains_key(&1));
     }
 }
