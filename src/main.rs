@@ -107,6 +107,8 @@ fn load_with(options: &LoadOptions) -> Result<Config, ExitCode> {
 /// `vramd probe`: one CUDA driver probe of one device, then exit. Its
 /// answer goes to stdout (JSON with --json); notes go to stderr.
 fn probe(args: &ProbeCommand) -> ExitCode {
+    // Cosmetic (how `ps` shows the child): a failure changes nothing else.
+    let _ = vramd::source::cuda::role::name_this_process();
     let request = ProbeArgs {
         device_uuid: args.device.clone(),
         block_bytes: args.block_size,

@@ -409,13 +409,20 @@ fn mig_devices_are_monitored_as_devices_of_their_own() {
     let mig = listed.iter().find(|d| d["uuid"] == MIG).unwrap();
     assert_eq!(mig["mig"]["parent_uuid"], GPU0);
     assert_eq!(mig["mig"]["profile"], "3g.40gb");
+    assert_eq!(mig["mig"]["gpu_instance_id"], 1, "{mig}");
+    assert_eq!(mig["mig"]["compute_instance_id"], 0, "{mig}");
+    let gpu = listed.iter().find(|d| d["uuid"] == GPU0).unwrap();
+    assert!(gpu.get("mig").is_none(), "a whole GPU has no instance ids: {gpu}");
 
     eventually(Duration::from_secs(10), "the MIG device's processes are listed", || {
         let detail = get(addr, &format!("/api/v1/devices/{MIG}")).json();
         detail["processes"].as_array().is_some_and(|p| p.iter().any(|p| p["pid"] == 5151))
     });
     let metrics = get(addr, "/metrics").text();
-    let labels = format!("{{gpu=\"0\",uuid=\"{MIG}\"}}");
+    // dcgm-exporter users filter MIG series by instance: every series of
+    // the MIG device carries its GPU-instance and compute-instance ids.
+    let labels =
+        format!("{{gpu=\"0\",uuid=\"{MIG}\",gpu_instance_id=\"1\",compute_instance_id=\"0\"}}");
     assert_eq!(
         sample(&metrics, &format!("vramd_memory_total_bytes{labels}")),
         Some((40 * GIB) as f64)
@@ -469,4 +476,127 @@ fn an_allocator_report_joins_the_nvml_process_it_came_from() {
     let reports = get(addr, "/api/v1/allocator-reports").json();
     assert_eq!(reports["reports"][0]["matched_pid"], me, "{reports}");
     drop(daemon);
+}
+
+#[test]
+fn activity_values_come_through_and_unsupported_ones_stay_absent() {
+    let me = std::process::id();
+    // A process named like vramd's probe child, on the GPU like one.
+    let dir = TempDir::new().unwrap();
+    let probe_name = dir.path().join("vramd-probe");
+    std::os::unix::fs::symlink("/bin/sleep", &probe_name).unwrap();
+    let mut probe = Command::new(&probe_name).arg("60").spawn().unwrap();
+    let probe_pid = probe.id();
+    let scenario = json!({
+        "devices": [
+            device(GPU0, 10 * GIB, json!({
+                "energy_mj": 5_000_000,
+                "performance_state": 2,
+                "encoder_utilization": 12,
+                "decoder_utilization": 34,
+                "supported_event_types": 65439,
+                "xid_events": [ { "after_ms": 300, "xid": 13 } ],
+                "processes": {
+                    "compute": [
+                        { "pid": me, "used_bytes": 6 * GIB,
+                          "utilization": { "sm": 73, "memory": 21 } },
+                        { "pid": probe_pid, "used_bytes": 500 << 20 },
+                    ],
+                    "graphics": [],
+                    "mps": [],
+                },
+            })),
+            device(GPU1, 2 * GIB, json!({
+                "processes": { "compute": [ { "pid": me, "used_bytes": GIB } ] },
+                "faults": { "not_supported": ["nvmlDeviceGetProcessUtilization"] },
+            })),
+        ],
+    });
+    let driver = FakeDriver::new(&scenario, false);
+    let (daemon, addr) = driver.start(&[]);
+    let labels0 = format!("gpu=\"0\",uuid=\"{GPU0}\"");
+    let labels1 = format!("gpu=\"1\",uuid=\"{GPU1}\"");
+    let xid = format!("vramd_device_last_xid_timestamp_seconds{{{labels0}}}");
+    eventually(Duration::from_secs(10), "the Xid's time is exported", || {
+        sample(&get(addr, "/metrics").text(), &xid).is_some()
+    });
+    let metrics = get(addr, "/metrics").text();
+    let value = |series: String| sample(&metrics, &series);
+    let wall =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs_f64();
+    let at = value(xid.clone()).unwrap();
+    assert!((wall - 60.0..=wall + 1.0).contains(&at), "{at} vs now {wall}");
+    assert_eq!(value(format!("vramd_device_last_xid_timestamp_seconds{{{labels1}}}")), None);
+    let energy = value(format!("vramd_energy_consumption_joules_total{{{labels0}}}")).unwrap();
+    assert!(energy >= 5_000.0, "mJ are exported as joules: {energy}");
+    assert_eq!(value(format!("vramd_performance_state{{{labels0}}}")), Some(2.0));
+    assert_eq!(value(format!("vramd_encoder_utilization_ratio{{{labels0}}}")), Some(0.12));
+    assert_eq!(value(format!("vramd_decoder_utilization_ratio{{{labels0}}}")), Some(0.34));
+    for family in [
+        "vramd_energy_consumption_joules_total",
+        "vramd_performance_state",
+        "vramd_encoder_utilization_ratio",
+        "vramd_decoder_utilization_ratio",
+    ] {
+        assert_eq!(
+            value(format!("{family}{{{labels1}}}")),
+            None,
+            "{family}: unsupported is absent"
+        );
+    }
+    let ours = format!("{labels0},pid=\"{me}\"");
+    let sm = |metrics: &str| {
+        metrics.lines().find_map(|line| {
+            let rest = line.strip_prefix("vramd_process_sm_utilization_ratio{")?;
+            rest.starts_with(&ours).then(|| line.rsplit(' ').next()?.parse::<f64>().ok())?
+        })
+    };
+    eventually(Duration::from_secs(10), "per-process utilization", || {
+        sm(&get(addr, "/metrics").text()) == Some(0.73)
+    });
+    let metrics = get(addr, "/metrics").text();
+    assert!(
+        metrics.lines().any(|line| line
+            .starts_with(&format!("vramd_process_memory_bandwidth_utilization_ratio{{{ours}"))
+            && line.ends_with(" 0.21")),
+        "{metrics}"
+    );
+    assert!(
+        metrics.lines().any(|line| line.starts_with("vramd_process_sm_utilization_ratio")
+            && line.contains(&format!("pid=\"{probe_pid}\""))
+            && line.ends_with(" 0")),
+        "a listed process without a sample was idle, not unknown:\n{metrics}"
+    );
+    assert!(
+        !metrics.lines().any(|line| line.starts_with("vramd_process_sm_utilization_ratio")
+            && line.contains(&labels1)),
+        "no per-process utilization where the driver has none"
+    );
+    assert!(
+        metrics.lines().any(|line| line.starts_with("vramd_process_info")
+            && line.contains(&format!("pid=\"{probe_pid}\""))
+            && line.contains("role=\"probe\"")),
+        "the probe child is marked:\n{metrics}"
+    );
+    promtool_accepts(&metrics);
+
+    let detail = get(addr, "/api/v1/devices/0").json();
+    assert_eq!(detail["health"]["performance_state"], 2, "{detail}");
+    assert_eq!(detail["health"]["encoder_utilization_percent"], 12);
+    assert!(detail["health"]["energy_millijoules"].as_u64().unwrap() >= 5_000_000);
+    assert!(detail["health"]["last_xid_unix_ms"].is_i64());
+    let processes = detail["processes"].as_array().unwrap();
+    let mine = processes.iter().find(|p| p["pid"] == me).unwrap();
+    assert_eq!(mine["sm_utilization_percent"], 73, "{mine}");
+    assert_eq!(mine["memory_utilization_percent"], 21, "{mine}");
+    assert!(mine.get("role").is_none());
+    let child = processes.iter().find(|p| p["pid"] == probe_pid).unwrap();
+    assert_eq!(child["role"], "probe", "{child}");
+    assert_eq!(child["name"], "vramd-probe");
+    let other = get(addr, "/api/v1/devices/1").json();
+    let mine = other["processes"].as_array().unwrap().iter().find(|p| p["pid"] == me).unwrap();
+    assert!(mine.get("sm_utilization_percent").is_none(), "{mine}");
+    drop(daemon);
+    let _ = probe.kill();
+    let _ = probe.wait();
 }

@@ -351,6 +351,45 @@ fn daemon_kills_a_hung_probe_at_its_deadline() {
     daemon.finish(Duration::from_secs(10));
 }
 
+#[test]
+fn the_probe_child_shows_as_vramd_probe_in_process_lists() {
+    let fake = FakeCuda::new(&json!({ "devices": [device(json!({ "hang": "cuCtxCreate_v2" }))] }));
+    let (daemon, _addr, _nvml) = daemon(
+        &fake,
+        &[("VRAMD_PROBE__TIMEOUT", "5s"), ("VRAMD_PROBE__HEADROOM_TIME_BUDGET", "500ms")],
+    );
+    // While it hangs in the driver, the child is what `ps` and NVML-based
+    // tools would show: its comm and argv[0].
+    let mut seen = None;
+    eventually(Duration::from_secs(30), "the probe child running", || {
+        seen = probe_child(daemon.pid());
+        seen.is_some()
+    });
+    let (comm, cmdline) = seen.unwrap();
+    assert_eq!(comm, "vramd-probe");
+    assert!(cmdline.starts_with("vramd-probe\0probe\0"), "{cmdline:?}");
+    eventually(Duration::from_secs(15), "the probe child reaped", || {
+        !probe_child_running(daemon.pid())
+    });
+    daemon.signal("TERM");
+    daemon.finish(Duration::from_secs(10));
+}
+
+/// The comm and raw command line of a child of `parent` that was started
+/// as the probe.
+fn probe_child(parent: u32) -> Option<(String, String)> {
+    let entries = std::fs::read_dir("/proc").ok()?;
+    entries.flatten().find_map(|entry| {
+        let stat = std::fs::read_to_string(entry.path().join("stat")).ok()?;
+        let ppid = stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().nth(1));
+        let cmdline = std::fs::read(entry.path().join("cmdline")).ok()?;
+        let cmdline = String::from_utf8_lossy(&cmdline).into_owned();
+        let comm = std::fs::read_to_string(entry.path().join("comm")).ok()?;
+        (ppid == Some(&parent.to_string()) && cmdline.contains("probe"))
+            .then(|| (comm.trim().to_owned(), cmdline))
+    })
+}
+
 /// Whether a child of `parent` is still a `vramd probe`.
 fn probe_child_running(parent: u32) -> bool {
     let Ok(entries) = std::fs::read_dir("/proc") else { return false };

@@ -1,5 +1,6 @@
 //! Device health series from the slow tier: clocks, throttling, ECC,
-//! retired pages, remapped rows, modes, BAR1, PCIe and Xid errors.
+//! retired pages, remapped rows, modes, BAR1, PCIe, energy, performance
+//! state, encoder/decoder utilization and Xid errors.
 
 use crate::history::LiveState;
 use crate::model::{SlowDetails, THROTTLE_REASONS};
@@ -27,6 +28,11 @@ mod families {
     family!(pub(super) PCIE_TX, "vramd_pcie_tx_bytes_per_second", Gauge, "PCIe transmit throughput (only with nvml.pcie_throughput).");
     family!(pub(super) PCIE_RX, "vramd_pcie_rx_bytes_per_second", Gauge, "PCIe receive throughput (only with nvml.pcie_throughput).");
     family!(pub(super) XID_ERRORS, "vramd_xid_errors_total", Counter, "Xid errors reported by the driver since vramd started, by code.");
+    family!(pub(super) LAST_XID, "vramd_device_last_xid_timestamp_seconds", Gauge, "Time the device's latest Xid error arrived; absent until one does (changes() catches the first one, which increase() on vramd_xid_errors_total cannot).");
+    family!(pub(super) ENERGY, "vramd_energy_consumption_joules_total", Counter, "Energy the GPU used since the driver was loaded (NVML total energy consumption).");
+    family!(pub(super) PSTATE, "vramd_performance_state", Gauge, "Current performance state: 0 for P0 (most performance) to 15 for P15; absent when unknown.");
+    family!(pub(super) ENCODER_UTIL, "vramd_encoder_utilization_ratio", Gauge, "Fraction of the driver's sampling period during which the video encoder was busy.");
+    family!(pub(super) DECODER_UTIL, "vramd_decoder_utilization_ratio", Gauge, "Fraction of the driver's sampling period during which the video decoder was busy.");
 }
 
 use families::*;
@@ -108,6 +114,19 @@ pub(super) fn render(views: &[DeviceView<'_>], out: &mut Vec<u8>) {
         for (code, count) in details(live).map(|d| &d.xid_errors).into_iter().flatten() {
             emit(&[("xid", code)], *count as f64);
         }
+    });
+    device_family(out, views, &LAST_XID, |live| {
+        Some(details(live)?.last_xid_unix_ms?.unix_seconds_f64())
+    });
+    device_family(out, views, &ENERGY, |live| {
+        Some(details(live)?.energy_millijoules? as f64 / 1000.0)
+    });
+    device_family(out, views, &PSTATE, |live| Some(f64::from(details(live)?.performance_state?)));
+    device_family(out, views, &ENCODER_UTIL, |live| {
+        Some(f64::from(details(live)?.encoder_utilization_percent?) / 100.0)
+    });
+    device_family(out, views, &DECODER_UTIL, |live| {
+        Some(f64::from(details(live)?.decoder_utilization_percent?) / 100.0)
     });
 }
 

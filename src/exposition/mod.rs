@@ -79,9 +79,20 @@ fn collect(devices: &[Arc<DeviceHistory>]) -> Vec<DeviceView<'_>> {
         .iter()
         .map(|device| {
             let info = device.info();
-            let labels = Labels::default()
+            let mut labels = Labels::default()
                 .with_uint("gpu", u64::from(info.gpu_index()))
                 .with("uuid", &info.uuid);
+            // dcgm-exporter's GPU_I_ID/GPU_I_PROFILE users filter MIG
+            // series by instance; constant for a MIG device's UUID, so
+            // they add no series.
+            if let Some(mig) = &info.mig {
+                if let Some(id) = mig.gpu_instance_id {
+                    labels = labels.with_uint("gpu_instance_id", u64::from(id));
+                }
+                if let Some(id) = mig.compute_instance_id {
+                    labels = labels.with_uint("compute_instance_id", u64::from(id));
+                }
+            }
             DeviceView {
                 info,
                 labels,
@@ -237,6 +248,18 @@ family!(
     "Identity of a process on a GPU (kind of work, container, pod, PID in its namespace); always 1. Join on pid."
 );
 family!(
+    PROCESS_SM_UTIL,
+    "vramd_process_sm_utilization_ratio",
+    Gauge,
+    "Fraction of the latest slow-tier period during which the process ran on the SMs (NVML process utilization; 0 when idle)."
+);
+family!(
+    PROCESS_BANDWIDTH_UTIL,
+    "vramd_process_memory_bandwidth_utilization_ratio",
+    Gauge,
+    "Fraction of the latest slow-tier period during which the process read or wrote device memory; with the SM ratio, tells working from only holding memory."
+);
+family!(
     HISTORY_SAMPLES,
     "vramd_history_samples",
     Gauge,
@@ -390,6 +413,9 @@ fn render_processes(views: &[DeviceView<'_>], out: &mut Vec<u8>) {
             if let Some(kind) = details.kind {
                 identity.push("kind", kind.as_str());
             }
+            if let Some(role) = details.role {
+                identity.push("role", role.as_str());
+            }
             if let Some(container) = &details.container_id {
                 identity.push("container_id", container);
             }
@@ -412,6 +438,12 @@ fn render_processes(views: &[DeviceView<'_>], out: &mut Vec<u8>) {
     });
     process_family(out, &processes, &ALLOC_RETRIES, |p| p.allocator.map(|a| a.alloc_retries));
     process_family(out, &processes, &ALLOC_OOMS, |p| p.allocator.map(|a| a.ooms));
+    process_family(out, &processes, &PROCESS_SM_UTIL, |p| {
+        p.details.sm_utilization_percent.map(|percent| f64::from(percent) / 100.0)
+    });
+    process_family(out, &processes, &PROCESS_BANDWIDTH_UTIL, |p| {
+        p.details.memory_utilization_percent.map(|percent| f64::from(percent) / 100.0)
+    });
     // Ratios as the accounting model defines them (one definition for the
     // metrics, the REST document and the alert rules).
     process_family(out, &processes, &ALLOC_CACHE_RATIO, |p| {

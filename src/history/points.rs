@@ -150,10 +150,15 @@ impl From<&SlowReading> for SlowPoint {
     fn from(reading: &SlowReading) -> Self {
         Self {
             at: reading.at,
-            processes: reading
-                .processes
-                .as_ref()
-                .map(|list| list.iter().map(ProcessPoint::from).collect()),
+            // vramd's own probe child lives for a second and is not a
+            // workload: kept out of the windows that leak and counter
+            // analysis read (the live reading still lists it, marked).
+            processes: reading.processes.as_ref().map(|list| {
+                list.iter()
+                    .filter(|process| !process.details.is_probe())
+                    .map(ProcessPoint::from)
+                    .collect()
+            }),
         }
     }
 }
@@ -193,6 +198,31 @@ mod tests {
         let empty = FastPoint::from(&FastReading { memory: None, ..reading });
         assert_eq!(empty.memory(), None);
         assert_eq!(empty.used_bytes(), None);
+    }
+
+    #[test]
+    fn the_probe_child_never_enters_the_process_windows() {
+        let process = |pid: u32, role: Option<crate::model::ProcessRole>| ProcessInfo {
+            pid,
+            name: None,
+            used_bytes: Some(500 << 20),
+            allocator: None,
+            details: crate::model::ProcessDetails { role, ..Default::default() },
+        };
+        let reading = SlowReading {
+            at: Timestamp::from_unix_millis(42),
+            processes: Some(vec![
+                process(7, None),
+                process(8, Some(crate::model::ProcessRole::Probe)),
+            ]),
+            temperature_celsius: None,
+            power_usage_watts: None,
+            power_limit_watts: None,
+            details: Default::default(),
+        };
+        let point = SlowPoint::from(&reading);
+        let pids: Vec<u32> = point.processes().unwrap().iter().map(|p| p.pid).collect();
+        assert_eq!(pids, [7]);
     }
 
     #[test]

@@ -207,6 +207,13 @@ pub struct MigInfo {
     /// GPU-instance profile, e.g. `3g.40gb`, when the name carries it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub profile: Option<String>,
+    /// The GPU instance this MIG device belongs to (`nvidia-smi`'s GI ID);
+    /// absent when the driver cannot say.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_instance_id: Option<u32>,
+    /// The compute instance within that GPU instance (CI ID).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compute_instance_id: Option<u32>,
 }
 
 /// What `--record` does when its file already exists (`source.record_mode`).
@@ -403,6 +410,25 @@ pub struct SlowDetails {
     pub pcie_tx_bytes_per_second: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pcie_rx_bytes_per_second: Option<u64>,
+    /// Energy used since the driver was last loaded, in millijoules
+    /// (monotonic while the driver stays loaded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub energy_millijoules: Option<u64>,
+    /// Performance state, 0 (P0, most performance) to 15 (P15); absent
+    /// when the driver reports it unknown.
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "pstate")]
+    pub performance_state: Option<u8>,
+    /// Video encoder utilization over the driver's sampling period, 0–100.
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "percent")]
+    pub encoder_utilization_percent: Option<u32>,
+    /// Video decoder utilization over the driver's sampling period, 0–100.
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "percent")]
+    pub decoder_utilization_percent: Option<u32>,
+    /// When the latest Xid error of this device arrived (Unix milliseconds,
+    /// vramd's clock); absent while none was seen since vramd started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<i64>)]
+    pub last_xid_unix_ms: Option<Timestamp>,
     /// Xid errors seen since vramd started, by code (`"79"`; `"other"` past
     /// the per-device bound). Empty when none were seen or Xid events are
     /// not watched.
@@ -413,6 +439,26 @@ pub struct SlowDetails {
 impl SlowDetails {
     pub fn is_empty(&self) -> bool {
         *self == SlowDetails::default()
+    }
+}
+
+/// An optional percentage read from input: refused above 100.
+fn percent<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Option<u32>, D::Error> {
+    match Option::<u32>::deserialize(deserializer)? {
+        Some(value) if value > 100 => Err(serde::de::Error::custom(format!(
+            "a utilization percentage must be within 0..100, got {value}"
+        ))),
+        other => Ok(other),
+    }
+}
+
+/// An optional performance state read from input: refused above P15.
+fn pstate<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Option<u8>, D::Error> {
+    match Option::<u8>::deserialize(deserializer)? {
+        Some(value) if value > 15 => Err(serde::de::Error::custom(format!(
+            "a performance state must be within 0..15, got {value}"
+        ))),
+        other => Ok(other),
     }
 }
 
@@ -526,6 +572,20 @@ pub struct ProcessDetails {
     /// The PID inside the process's own PID namespace (`NSpid`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub namespace_pid: Option<u32>,
+    /// SM (compute) utilization of this process over the latest slow-tier
+    /// period, 0–100 (NVML process utilization). 0 when the driver had
+    /// samples of other processes but none of this one; absent when the
+    /// driver has no per-process utilization.
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "percent")]
+    pub sm_utilization_percent: Option<u32>,
+    /// Memory-bandwidth utilization of this process, likewise.
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "percent")]
+    pub memory_utilization_percent: Option<u32>,
+    /// What vramd knows the process to be beyond a workload: `probe` for
+    /// vramd's own CUDA probe child (never attributed to a pod, never
+    /// assessed for leaks).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub role: Option<ProcessRole>,
     /// Summary of the process's last allocator snapshot, when it reports one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub snapshot: Option<SnapshotSummary>,
@@ -548,6 +608,27 @@ pub struct SnapshotSummary {
 impl ProcessDetails {
     pub fn is_empty(&self) -> bool {
         *self == ProcessDetails::default()
+    }
+
+    /// vramd's own probe child: not a workload.
+    pub fn is_probe(&self) -> bool {
+        self.role == Some(ProcessRole::Probe)
+    }
+}
+
+/// A process vramd recognises as its own rather than a workload's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ProcessRole {
+    /// The CUDA probe child (`vramd-probe`), alive for about a second.
+    Probe,
+}
+
+impl ProcessRole {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ProcessRole::Probe => "probe",
+        }
     }
 }
 

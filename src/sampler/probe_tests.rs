@@ -298,6 +298,8 @@ async fn probe_scheduler_probes_a_mig_gpu_through_its_mig_devices_only() {
         parent_uuid: infos[0].uuid.clone(),
         slot: 0,
         profile: Some("3g.40gb".into()),
+        gpu_instance_id: Some(1),
+        compute_instance_id: Some(0),
     });
     let fresh = self::store(&[40, 40], None);
     let devices = fresh.set_devices(infos);

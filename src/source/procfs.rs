@@ -45,6 +45,8 @@ pub struct ProcessIdentity {
     /// Innermost PID from the `NSpid` line of `/proc/<pid>/status`; equal to
     /// the host PID when the process is in the reader's PID namespace.
     pub namespace_pid: Option<u32>,
+    /// `PPid` from `/proc/<pid>/status` (tells the daemon's own children).
+    pub parent_pid: Option<u32>,
 }
 
 /// Reads process identities from a procfs tree.
@@ -77,8 +79,10 @@ impl ProcReader {
         let cgroup = read_text(&dir.join("cgroup"));
         let container_id = cgroup.as_deref().and_then(parse_container_id);
         let pod_uid = cgroup.as_deref().and_then(parse_pod_uid);
-        let namespace_pid = read_text(&dir.join("status")).as_deref().and_then(parse_namespace_pid);
-        ProcessIdentity { comm, cmdline, container_id, pod_uid, namespace_pid }
+        let status = read_text(&dir.join("status"));
+        let namespace_pid = status.as_deref().and_then(parse_namespace_pid);
+        let parent_pid = status.as_deref().and_then(parse_parent_pid);
+        ProcessIdentity { comm, cmdline, container_id, pod_uid, namespace_pid, parent_pid }
     }
 }
 
@@ -168,6 +172,12 @@ pub fn parse_namespace_pid(status_text: &str) -> Option<u32> {
         .find_map(|line| line.strip_prefix("NSpid:"))
         .and_then(|fields| fields.split_whitespace().next_back())
         .and_then(|pid| pid.parse().ok())
+}
+
+/// The `PPid` line of `/proc/<pid>/status`.
+pub fn parse_parent_pid(status_text: &str) -> Option<u32> {
+    let line = status_text.lines().find_map(|line| line.strip_prefix("PPid:"))?;
+    line.trim().parse().ok()
 }
 
 /// A `/proc/<pid>/cmdline` as one line: NUL separators become spaces
@@ -455,7 +465,7 @@ mod tests {
         proc.file(4242, "comm", "python3\n");
         proc.file(4242, "cmdline", b"python3\0train.py\0--lr\x000.1\0");
         proc.file(4242, "cgroup", kube_systemd());
-        proc.file(4242, "status", "Name:\tpython3\nPid:\t4242\nNSpid:\t4242\t7\n");
+        proc.file(4242, "status", "Name:\tpython3\nPid:\t4242\nPPid:\t17\nNSpid:\t4242\t7\n");
         let identity = proc.reader(4096).identify(4242);
         assert_eq!(
             identity,
@@ -465,6 +475,7 @@ mod tests {
                 container_id: Some(ID.into()),
                 pod_uid: Some(POD.into()),
                 namespace_pid: Some(7),
+                parent_pid: Some(17),
             }
         );
     }

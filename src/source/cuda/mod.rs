@@ -7,6 +7,7 @@
 //! history or scheduling; the sampler's probe scheduler decides when.
 
 pub mod child;
+pub mod role;
 pub mod search;
 pub mod spawn;
 pub mod wire;

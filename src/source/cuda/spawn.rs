@@ -6,6 +6,7 @@
 //! too much neither blocks on a full pipe nor grows the daemon's memory.
 
 use std::io::Read;
+use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::thread::JoinHandle;
@@ -47,6 +48,8 @@ impl ChildProber {
 
     fn command(&self, device: &DeviceInfo, request: &ProbeRequest) -> Command {
         let mut command = Command::new(&self.executable);
+        // Process lists would otherwise show `/proc/self/exe probe …`.
+        command.arg0(super::role::PROBE_PROCESS_NAME);
         command.args(["probe", "--json", "--device", device.uuid.as_str()]);
         command.args(["--block-size", request.block_bytes.to_string().as_str()]);
         command.args(["--samples", request.samples.to_string().as_str()]);

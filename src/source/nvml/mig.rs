@@ -77,6 +77,10 @@ pub(super) fn list(parent: &Device<'_>, parent_info: &DeviceInfo) -> Vec<DeviceI
                     parent_uuid: parent_info.uuid.clone(),
                     slot,
                     profile,
+                    // Absent rather than a guess when the driver lacks the
+                    // calls (older than R470) or refuses them.
+                    gpu_instance_id: nvml_mig::gpu_instance_id(&mig).ok(),
+                    compute_instance_id: nvml_mig::compute_instance_id(&mig).ok(),
                 }),
             })
         });

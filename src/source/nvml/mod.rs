@@ -11,6 +11,7 @@
 //! deadline.
 
 mod absent;
+mod activity;
 mod mig;
 mod slow;
 pub mod xid;
@@ -63,10 +64,14 @@ pub struct NvmlSource {
     nvml: Mutex<Option<Arc<Nvml>>>,
     clock: ScaledClock,
     absent: AbsentLog,
+    activity: activity::ProcessActivity,
     proc_reader: ProcReader,
-    xid_counts: xid::XidCounts,
+    xid: xid::XidBook,
     xid_stop: Arc<AtomicBool>,
     xid_started: AtomicBool,
+    /// MIG mode of each GPU at discovery (one entry per GPU), to notice a
+    /// reconfiguration on the slow tier; the value is cleared once logged.
+    mig_at_discovery: Mutex<std::collections::HashMap<u32, bool>>,
 }
 
 impl NvmlSource {
@@ -77,10 +82,12 @@ impl NvmlSource {
             nvml: Mutex::new(None),
             clock: ScaledClock::wall(),
             absent: AbsentLog::default(),
+            activity: activity::ProcessActivity::default(),
             proc_reader,
-            xid_counts: Arc::default(),
+            xid: xid::XidBook::default(),
             xid_stop: Arc::new(AtomicBool::new(false)),
             xid_started: AtomicBool::new(false),
+            mig_at_discovery: Mutex::default(),
         }
     }
 
@@ -104,6 +111,25 @@ impl NvmlSource {
         })?;
         *slot = Some(nvml.clone());
         Ok(nvml)
+    }
+}
+
+impl NvmlSource {
+    /// Logs, once per GPU, that its MIG mode differs from discovery: the
+    /// monitored MIG devices no longer match the hardware. Sampling goes
+    /// on (the old MIG devices' reads fail and show as down).
+    fn notice_mig_change(&self, index: u32, now: Option<bool>) {
+        let Some(now) = now else { return };
+        let mut known = self.mig_at_discovery.lock();
+        if known.get(&index).is_some_and(|&then| then != now) {
+            known.remove(&index);
+            drop(known);
+            tracing::warn!(
+                gpu = index,
+                mig_enabled = now,
+                "MIG mode changed since discovery; restart vramd to monitor the new MIG devices"
+            );
+        }
     }
 }
 
@@ -148,12 +174,14 @@ impl DeviceSource for NvmlSource {
                 mig: None,
             };
             let mig_enabled = device.mig_mode().is_ok_and(|mode| mode.current == 1);
+            self.mig_at_discovery.lock().insert(index, mig_enabled);
             let migs = if mig_enabled { mig::list(&device, &info) } else { Vec::new() };
             devices.push(info);
             devices.extend(migs);
         }
         if self.settings.xid_events && !self.xid_started.swap(true, Ordering::AcqRel) {
-            xid::spawn(nvml, count, self.xid_counts.clone(), self.xid_stop.clone());
+            let (book, clock) = (self.xid.clone(), self.clock.clone());
+            xid::spawn(nvml, count, book, clock, self.xid_stop.clone());
         }
         Ok(devices)
     }
@@ -190,14 +218,38 @@ impl DeviceSource for NvmlSource {
     fn read_slow(&self, index: u32) -> Result<SlowReading, SourceError> {
         let nvml = self.handle()?;
         let device = mig::device(&nvml, index)?;
-        let processes = slow::processes(index, &device, &self.absent, &self.proc_reader)
+        let mut processes = slow::processes(index, &device, &self.absent, &self.proc_reader)
             .map_err(|error| driver_error(index, "running_processes_v3", error))?;
+        if let Some(listed) = processes.as_mut() {
+            self.activity
+                .annotate(index, &device, &self.absent, listed)
+                .map_err(|error| driver_error(index, "process_utilization", error))?;
+        }
         let pcie = self.settings.pcie_throughput;
         let mut reading = slow::reading(index, &device, &self.absent, pcie, processes, &self.clock)
             .map_err(|error| driver_error(index, "health", error))?;
-        if let Some(counts) = self.xid_counts.lock().get(&index) {
+        if let Some(counts) = self.xid.counts.lock().get(&index) {
             reading.details.xid_errors = counts.clone();
         }
+        reading.details.last_xid_unix_ms = self.xid.last.lock().get(&index).copied();
+        self.notice_mig_change(index, reading.details.mig_enabled);
         Ok(reading)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_mig_mode_change_is_noticed_once_per_gpu() {
+        let source = NvmlSource::new(NvmlSettings::default());
+        source.mig_at_discovery.lock().extend([(0, false), (1, true)]);
+        source.notice_mig_change(0, None);
+        source.notice_mig_change(1, Some(true));
+        assert_eq!(source.mig_at_discovery.lock().len(), 2, "unread or unchanged: nothing");
+        source.notice_mig_change(0, Some(true));
+        assert!(!source.mig_at_discovery.lock().contains_key(&0), "logged, then forgotten");
+        assert!(source.mig_at_discovery.lock().contains_key(&1));
     }
 }

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use nvml_wrapper::Device;
 use nvml_wrapper::enum_wrappers::device::{
     Clock, ComputeMode as NvmlComputeMode, EccCounter, MemoryError, PcieUtilCounter,
-    RetirementCause, TemperatureSensor,
+    PerformanceState, RetirementCause, TemperatureSensor,
 };
 use nvml_wrapper::enums::device::{SampleValue, UsedGpuMemory};
 use nvml_wrapper::error::NvmlError;
@@ -13,9 +13,10 @@ use nvml_wrapper::structs::device::FieldId;
 
 use crate::clock::ScaledClock;
 use crate::model::{
-    Bar1Memory, ComputeMode, EccCounters, ProcessDetails, ProcessInfo, ProcessKind, RemappedRows,
-    RetiredPages, SlowDetails, SlowReading,
+    Bar1Memory, ComputeMode, EccCounters, ProcessDetails, ProcessInfo, ProcessKind, ProcessRole,
+    RemappedRows, RetiredPages, SlowDetails, SlowReading,
 };
+use crate::source::cuda::role as probe_role;
 use crate::source::procfs::ProcReader;
 
 use super::absent::AbsentLog;
@@ -74,8 +75,16 @@ pub(super) fn processes(
         }
     }
     let mut processes: Vec<ProcessInfo> = merged.into_values().collect();
+    let own_pid = std::process::id();
     for process in &mut processes {
-        let identity = proc_reader.identify(process.pid);
+        let mut identity = proc_reader.identify(process.pid);
+        if probe_role::is_probe(&identity, own_pid) {
+            // vramd's own probe runs in vramd's container: attributing it
+            // would charge a pod (and its leak check) for vramd's work.
+            process.details.role = Some(ProcessRole::Probe);
+            identity.container_id = None;
+            identity.pod_uid = None;
+        }
         process.name = identity.comm;
         process.details.cmdline = identity.cmdline;
         process.details.container_id = identity.container_id;
@@ -153,6 +162,21 @@ pub(super) fn reading(
             .map(|mode| mode.current == 1),
         pcie_tx_bytes_per_second: pcie_tx,
         pcie_rx_bytes_per_second: pcie_rx,
+        energy_millijoules: absent.value(
+            index,
+            "energy counter",
+            device.total_energy_consumption(),
+        )?,
+        performance_state: absent
+            .value(index, "performance state", device.performance_state())?
+            .and_then(pstate_number),
+        encoder_utilization_percent: absent
+            .value(index, "encoder utilization", device.encoder_utilization())?
+            .map(|info| info.utilization.min(100)),
+        decoder_utilization_percent: absent
+            .value(index, "decoder utilization", device.decoder_utilization())?
+            .map(|info| info.utilization.min(100)),
+        last_xid_unix_ms: None,
         xid_errors: BTreeMap::new(),
     };
     Ok(SlowReading {
@@ -163,6 +187,31 @@ pub(super) fn reading(
         power_limit_watts,
         details,
     })
+}
+
+/// P0 → 0 … P15 → 15; an unknown state is absent.
+fn pstate_number(state: PerformanceState) -> Option<u8> {
+    use PerformanceState::*;
+    let number = match state {
+        Zero => 0,
+        One => 1,
+        Two => 2,
+        Three => 3,
+        Four => 4,
+        Five => 5,
+        Six => 6,
+        Seven => 7,
+        Eight => 8,
+        Nine => 9,
+        Ten => 10,
+        Eleven => 11,
+        Twelve => 12,
+        Thirteen => 13,
+        Fourteen => 14,
+        Fifteen => 15,
+        Unknown => return None,
+    };
+    Some(number)
 }
 
 fn ecc_counters(

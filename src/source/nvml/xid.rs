@@ -1,5 +1,7 @@
 //! Xid errors: NVML critical-error events, watched on a dedicated thread
-//! (waiting on an event set blocks), counted per device and code.
+//! (waiting on an event set blocks), counted per device and code, with the
+//! time of each device's latest one (a counter's first increment is
+//! invisible to `increase()`; the timestamp is not).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -12,6 +14,9 @@ use nvml_wrapper::error::NvmlError;
 use parking_lot::Mutex;
 use tracing::{error, info, warn};
 
+use crate::clock::ScaledClock;
+use crate::model::Timestamp;
+
 /// How long one wait blocks, so the thread notices it should stop.
 const WAIT_MS: u32 = 500;
 /// Distinct codes counted per device; rarer codes beyond go to "other".
@@ -19,6 +24,16 @@ const MAX_CODES_PER_DEVICE: usize = 64;
 
 /// Counts by device index, then by code (`"79"`, or `"other"`).
 pub(super) type XidCounts = Arc<Mutex<HashMap<u32, BTreeMap<String, u64>>>>;
+/// When each device's latest Xid arrived. One entry per device index NVML
+/// identifies, so bounded by the device count.
+pub(super) type XidLast = Arc<Mutex<HashMap<u32, Timestamp>>>;
+
+/// Where the watcher writes what it sees.
+#[derive(Clone, Default)]
+pub(super) struct XidBook {
+    pub counts: XidCounts,
+    pub last: XidLast,
+}
 
 /// What the common Xid codes mean, for the log line.
 pub fn meaning(xid: u64) -> &'static str {
@@ -43,9 +58,15 @@ pub fn meaning(xid: u64) -> &'static str {
 /// Starts the watcher for `devices` device indices. The thread ends soon
 /// after `stop` is set. Failing to register is logged and ends the watcher:
 /// Xid counting is then absent, the rest of sampling unaffected.
-pub(super) fn spawn(nvml: Arc<Nvml>, devices: u32, counts: XidCounts, stop: Arc<AtomicBool>) {
+pub(super) fn spawn(
+    nvml: Arc<Nvml>,
+    devices: u32,
+    book: XidBook,
+    clock: ScaledClock,
+    stop: Arc<AtomicBool>,
+) {
     let spawned = std::thread::Builder::new().name("vramd-xid".into()).spawn(move || {
-        if let Err(error) = watch(&nvml, devices, &counts, &stop) {
+        if let Err(error) = watch(&nvml, devices, &book, &clock, &stop) {
             warn!(error = %error, "Xid events cannot be watched; vramd_xid_errors_total stays absent");
         }
     });
@@ -57,7 +78,8 @@ pub(super) fn spawn(nvml: Arc<Nvml>, devices: u32, counts: XidCounts, stop: Arc<
 fn watch(
     nvml: &Nvml,
     devices: u32,
-    counts: &XidCounts,
+    book: &XidBook,
+    clock: &ScaledClock,
     stop: &AtomicBool,
 ) -> Result<(), NvmlError> {
     let mut set = nvml.create_event_set()?;
@@ -101,7 +123,7 @@ fn watch(
                     Some(XidError::Value(code)) => Some(code),
                     Some(XidError::Unknown) | None => None,
                 };
-                record(counts, index, code);
+                record(book, index, code, clock.now());
             }
             Err(NvmlError::Timeout) => {}
             Err(NvmlError::GpuLost) => {
@@ -117,7 +139,7 @@ fn watch(
     Ok(())
 }
 
-fn record(counts: &XidCounts, index: Option<u32>, code: Option<u64>) {
+fn record(book: &XidBook, index: Option<u32>, code: Option<u64>, at: Timestamp) {
     let Some(index) = index else {
         warn!(xid = ?code, "Xid event from a device NVML cannot identify");
         return;
@@ -127,7 +149,8 @@ fn record(counts: &XidCounts, index: Option<u32>, code: Option<u64>) {
         None => error!(gpu = index, "Xid error with an unknown code"),
     }
     let label = code.map_or_else(|| "unknown".to_owned(), |code| code.to_string());
-    let mut counts = counts.lock();
+    book.last.lock().insert(index, at);
+    let mut counts = book.counts.lock();
     let per_device = counts.entry(index).or_default();
     let room = per_device.contains_key(&label) || per_device.len() < MAX_CODES_PER_DEVICE;
     let count = per_device.entry(if room { label } else { "other".to_owned() }).or_insert(0);
@@ -147,12 +170,15 @@ mod tests {
 
     #[test]
     fn codes_beyond_the_bound_are_counted_as_other() {
-        let counts: XidCounts = Arc::default();
+        let book = XidBook::default();
+        let at = |millis| Timestamp::from_unix_millis(millis);
         for code in 0..(MAX_CODES_PER_DEVICE as u64 + 10) {
-            record(&counts, Some(0), Some(code));
+            record(&book, Some(0), Some(code), at(1_000));
         }
-        record(&counts, Some(0), Some(5));
-        let counts = counts.lock();
+        record(&book, Some(0), Some(5), at(2_000));
+        assert_eq!(book.last.lock().get(&0), Some(&at(2_000)));
+        assert_eq!(book.last.lock().get(&1), None);
+        let counts = book.counts.lock();
         let per_device = &counts[&0];
         assert_eq!(per_device.len(), MAX_CODES_PER_DEVICE + 1);
         assert_eq!(per_device["other"], 10);

@@ -87,7 +87,7 @@ mod tests_scenarios;
 pub use crate::model::{ScenarioKind, UnknownScenario};
 
 use crate::clock::ScaledClock;
-use crate::model::{DeviceInfo, FastReading, MemoryInfo, SlowReading, Timestamp};
+use crate::model::{DeviceInfo, FastReading, MemoryInfo, SlowDetails, SlowReading, Timestamp};
 use crate::source::{DeviceSource, SourceError};
 use devices::GpuModel;
 use noise::Stream;
@@ -201,13 +201,40 @@ impl Simulator {
             + 0.02 * limit * gpu.noise(Stream::Power, 0, step);
         let temperature =
             31.0 + 38.0 * workload.load + 1.5 * gpu.noise(Stream::Temperature, 0, step);
+        // The work is shared evenly: nvitop-style per-process ratios that
+        // add up to the device's load.
+        let share = workload.load / workload.processes.len().max(1) as f64;
+        let percent = |ratio: f64| (ratio * 100.0).round().clamp(0.0, 100.0) as u32;
+        let processes = workload
+            .processes
+            .iter()
+            .map(|p| {
+                let mut info = p.to_info();
+                info.details.sm_utilization_percent = Some(percent(share));
+                info.details.memory_utilization_percent = Some(percent(share * 0.6));
+                info
+            })
+            .collect();
+        // A counter must never go back: integrate a constant mean draw from
+        // an arbitrary earlier driver load (one kWh per GPU index + 1).
+        let mean_watts = idle + (limit * 0.88 - idle) * 0.5;
+        let energy =
+            3_600_000_000 * (u64::from(index) + 1) + (mean_watts * gpu.t_ms as f64).round() as u64;
         Ok(SlowReading {
             at,
-            processes: Some(workload.processes.iter().map(|p| p.to_info()).collect()),
+            processes: Some(processes),
             temperature_celsius: Some(temperature),
             power_usage_watts: Some(power.clamp(0.0, limit)),
             power_limit_watts: Some(limit),
-            details: Default::default(),
+            details: SlowDetails {
+                energy_millijoules: Some(energy),
+                // P0 while working, P8 (the usual idle state) otherwise.
+                performance_state: Some(if workload.load > 0.0 { 0 } else { 8 }),
+                // Training and inference use no video engines.
+                encoder_utilization_percent: Some(0),
+                decoder_utilization_percent: Some(0),
+                ..SlowDetails::default()
+            },
         })
     }
 

@@ -12,6 +12,7 @@
 //! NVML_ERROR_UNKNOWN.
 
 pub mod codes;
+pub mod ffi_activity;
 pub mod ffi_device;
 pub mod ffi_events;
 pub mod ffi_health;

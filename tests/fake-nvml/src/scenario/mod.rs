@@ -87,6 +87,14 @@ pub struct DeviceSpec {
     pub compute_mode: Option<ComputeMode>,
     pub bar1: Option<Bar1Spec>,
     pub pcie_throughput: Option<PcieSpec>,
+    /// Energy counter at `nvmlInit`, in mJ; it then grows by
+    /// `power_usage_mw` (or 0) per second, as a real counter would.
+    pub energy_mj: Option<u64>,
+    /// 0..=15 for P0..P15, 32 for NVML_PSTATE_UNKNOWN.
+    pub performance_state: Option<u32>,
+    /// Percent, 0..=100.
+    pub encoder_utilization: Option<u32>,
+    pub decoder_utilization: Option<u32>,
     pub mig: Option<MigSpec>,
     /// Bitmask of `nvmlEventType*`; defaults to every type the bindings know.
     pub supported_event_types: Option<u64>,
@@ -143,11 +151,26 @@ pub struct ProcessSpec {
     /// default to that MIG device's ids.
     pub gpu_instance_id: Option<u32>,
     pub compute_instance_id: Option<u32>,
+    /// Per-process utilization samples (`nvmlDeviceGetProcessUtilization`)
+    /// while the process is listed; absent: the process has no sample.
+    pub utilization: Option<ProcessUtilizationSpec>,
     /// Listed only from this many ms after `nvmlInit` …
     #[serde(default)]
     pub after_ms: u64,
     /// … and only until this many ms after it.
     pub until_ms: Option<u64>,
+}
+
+/// Percentages of one process's utilization samples.
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProcessUtilizationSpec {
+    pub sm: u32,
+    pub memory: u32,
+    #[serde(default)]
+    pub encoder: u32,
+    #[serde(default)]
+    pub decoder: u32,
 }
 
 /// A process's memory: bytes, or `"unavailable"` (NVML_VALUE_NOT_AVAILABLE).
