@@ -43,9 +43,9 @@ pub fn meaning(xid: u64) -> &'static str {
 /// Starts the watcher for `devices` device indices. The thread ends soon
 /// after `stop` is set. Failing to register is logged and ends the watcher:
 /// Xid counting is then absent, the rest of sampling unaffected.
-pub(super) fn spawn(nvml: Arc<Nvml>, devices: u32, counts: XidCounts, stop: Arc<AtomicBool>) {
+pub(super) fn spawn(nvml: &'static Nvml, devices: u32, counts: XidCounts, stop: Arc<AtomicBool>) {
     let spawned = std::thread::Builder::new().name("vramd-xid".into()).spawn(move || {
-        if let Err(error) = watch(&nvml, devices, &counts, &stop) {
+        if let Err(error) = watch(nvml, devices, &counts, &stop) {
             warn!(error = %error, "Xid events cannot be watched; vramd_xid_errors_total stays absent");
         }
     });
