@@ -3,9 +3,10 @@
 //!
 //! Owns: scheduling (one tokio task per device, running a fast and a slow
 //! tier), the deadline on every source call, the per-device process cap,
-//! and counting what went wrong. Every source call runs on
-//! `spawn_blocking`; one device's slow or stuck driver never delays
-//! another device, and a call stuck past its deadline is never duplicated.
+//! and counting what went wrong. Every device tier makes its source calls
+//! on a thread of its own (discovery on `spawn_blocking`); one device's
+//! slow or stuck driver never delays another device, and a call stuck past
+//! its deadline is never duplicated.
 //!
 //! Depends on: `source` (the trait only), `ingest` (reports to join),
 //! `history`, `telemetry`, `model`.
@@ -14,6 +15,7 @@
 mod call;
 pub mod probe;
 mod tier;
+mod worker;
 
 #[cfg(test)]
 mod tests;

@@ -1,17 +1,23 @@
 //! One device's sampling task: a fast and a slow tier running side by side.
+//!
+//! Each tier's loop is its calls' watchdog: it hands each call to the
+//! tier's own thread (`worker`), waits for the answer until the deadline,
+//! and while a call is stuck keeps ticking, counting and marking the tier
+//! stale without starting another.
 
 use std::sync::Arc;
 
-use tokio::task::JoinHandle;
+use tokio::sync::oneshot::error::TryRecvError;
 use tokio::time::{Instant, MissedTickBehavior};
 use tracing::{debug, info, warn};
 
 use crate::clock::wall_now;
 use crate::history::DeviceHistory;
-use crate::model::{ErrorKind, FastReading, ProcessInfo, SlowReading};
+use crate::model::{ErrorKind, ProcessInfo, SlowReading};
 use crate::source::{SourceError, Tier};
 
-use super::call::{CallOutcome, call_with_deadline};
+use super::call::CallOutcome;
+use super::worker::{Pending, Reading, TierWorker};
 use super::{Context, FirstCycle};
 
 pub(crate) async fn run_device(
@@ -24,16 +30,6 @@ pub(crate) async fn run_device(
         run_tier(context, device, first_cycle, Tier::Slow),
     );
 }
-
-// Not boxed: a reading lives for one tick and moves once; boxing would add
-// an allocation per sample and save nothing.
-#[allow(clippy::large_enum_variant)]
-enum Reading {
-    Fast(FastReading),
-    Slow(SlowReading),
-}
-
-type ReadResult = Result<Reading, SourceError>;
 
 async fn run_tier(
     context: Arc<Context>,
@@ -48,7 +44,8 @@ async fn run_tier(
     let period = context.settings.real(interval);
     let mut ticker = tokio::time::interval(period);
     ticker.set_missed_tick_behavior(MissedTickBehavior::Skip);
-    let mut stuck: Option<JoinHandle<ReadResult>> = None;
+    let mut worker = TierWorker::new(context.source.clone(), device.info().index, tier);
+    let mut stuck: Option<Pending> = None;
     let mut first = true;
     let mut health = TierHealth::default();
     // The promise /readyz checks: the next step within one period, its
@@ -68,7 +65,8 @@ async fn run_tier(
             promise();
             continue;
         }
-        let finished = sample_once(&context, &device, tier, &mut stuck, &mut health).await;
+        let finished =
+            sample_once(&context, &device, tier, &mut worker, &mut stuck, &mut health).await;
         if finished {
             device.progress().ended(tier);
         } else if stuck.is_none() {
@@ -123,11 +121,12 @@ async fn sample_once(
     context: &Context,
     device: &DeviceHistory,
     tier: Tier,
-    stuck: &mut Option<JoinHandle<ReadResult>>,
+    worker: &mut TierWorker,
+    stuck: &mut Option<Pending>,
     health: &mut TierHealth,
 ) -> bool {
-    if let Some(handle) = stuck {
-        if !handle.is_finished() {
+    if let Some(pending) = stuck {
+        if matches!(pending.try_recv(), Err(TryRecvError::Empty)) {
             // The previous call is still inside the driver: starting another
             // would only pile threads up behind the same lock.
             fail(
@@ -145,13 +144,8 @@ async fn sample_once(
         context.telemetry.call_unstuck();
     }
     let index = device.info().index;
-    let source = context.source.clone();
     let started = Instant::now();
-    let outcome = call_with_deadline(context.settings.call_timeout, move || match tier {
-        Tier::Fast => source.read_fast(index).map(Reading::Fast),
-        Tier::Slow => source.read_slow(index).map(Reading::Slow),
-    })
-    .await;
+    let outcome = answer_with_deadline(context.settings.call_timeout, worker.start()).await;
     context.telemetry.observe_call(tier.as_str(), started.elapsed());
     match outcome {
         CallOutcome::Done(Ok(reading)) => {
@@ -166,8 +160,8 @@ async fn sample_once(
             fail(context, device, tier, health, error.kind(), error.to_string());
             false
         }
-        CallOutcome::TimedOut(handle) => {
-            *stuck = Some(handle);
+        CallOutcome::TimedOut(pending) => {
+            *stuck = Some(pending);
             context.telemetry.call_stuck();
             let message = format!("no answer within {:?}", context.settings.call_timeout);
             fail(context, device, tier, health, ErrorKind::Timeout, message);
@@ -177,6 +171,21 @@ async fn sample_once(
             fail(context, device, tier, health, ErrorKind::Panicked, message);
             false
         }
+    }
+}
+
+/// Waits at most `deadline` for a call's answer.
+async fn answer_with_deadline(
+    deadline: std::time::Duration,
+    mut pending: Pending,
+) -> CallOutcome<Result<Reading, SourceError>, Pending> {
+    match tokio::time::timeout(deadline, &mut pending).await {
+        Ok(Ok(Ok(result))) => CallOutcome::Done(result),
+        Ok(Ok(Err(panic))) => CallOutcome::Panicked(panic),
+        Ok(Err(_closed)) => {
+            CallOutcome::Panicked("the sampler thread ended without answering".into())
+        }
+        Err(_elapsed) => CallOutcome::TimedOut(pending),
     }
 }
 
@@ -245,9 +254,7 @@ pub(crate) fn cap_processes(reading: &mut SlowReading, max: usize) -> usize {
     if processes.len() <= max {
         return 0;
     }
-    processes.sort_by(|a: &ProcessInfo, b: &ProcessInfo| {
-        b.used_bytes.cmp(&a.used_bytes).then(a.pid.cmp(&b.pid))
-    });
+    processes.sort_by(ProcessInfo::cap_order);
     let dropped = processes.len() - max;
     processes.truncate(max);
     dropped
