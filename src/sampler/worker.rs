@@ -1,26 +1,29 @@
-//! The thread a device's tier makes its source calls on.
+//! The thread a device's tier samples on.
 //!
-//! Owns: one long-lived thread per device and tier, started with the tier
-//! and ended when the tier drops its [`TierWorker`] (after the call in
-//! flight, if any, returns). Handing a call to a thread that is already
-//! running costs one wake-up, where the blocking pool paid for a task, a
-//! queue and often a new thread; and a source can keep per-device state
-//! (NVML handles) warm between calls.
+//! Owns: one long-lived thread per device and tier, which waits for its
+//! tick, calls the source and hands the answer to the tier (`tier`) to
+//! store, until the sampler is cancelled or a replayed trace ends. Waking
+//! one thread per sample is the whole hand-off: no task, queue or timer per
+//! call. Ticks follow the runtime's clock (so paused test time drives them)
+//! and every tier of a period ticks on the same grid, so the runtime wakes
+//! once for all devices' fast ticks.
 //!
 //! Must not depend on history or telemetry: deadlines, counting and
-//! staleness stay with the tier loop (`tier`), which waits for the answer
-//! with its deadline and never hands a second call to a thread still stuck
-//! in the first.
+//! staleness stay with the tier's watchdog, which a call stuck here never
+//! blocks.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
-use std::sync::mpsc::{Receiver, SyncSender, TrySendError, sync_channel};
 
+use tokio::runtime::Handle;
 use tokio::sync::oneshot;
+use tokio::time::{Instant, MissedTickBehavior};
 use tracing::warn;
 
 use crate::model::{FastReading, SlowReading};
 use crate::source::{DeviceSource, SourceError, Tier};
+
+use super::tier::TierShared;
 
 // Not boxed: a reading lives for one tick and moves once; boxing would add
 // an allocation per sample and save nothing.
@@ -30,89 +33,68 @@ pub(crate) enum Reading {
     Slow(SlowReading),
 }
 
-pub(crate) type ReadResult = Result<Reading, SourceError>;
-
 /// What a call gave back: the source's result, or the message of a panic
 /// inside it.
-pub(crate) type Answer = Result<ReadResult, String>;
+pub(crate) type Answer = Result<Result<Reading, SourceError>, String>;
 
-/// Where a call's answer arrives; kept by the tier while a call is stuck.
-pub(crate) type Pending = oneshot::Receiver<Answer>;
-
-/// A device tier's calls, made on its own thread.
-pub(crate) struct TierWorker {
-    source: Arc<dyn DeviceSource>,
-    index: u32,
-    tier: Tier,
-    /// `None` when the thread could not be started (or ended): calls then
-    /// go to the blocking pool, and the next call tries a thread again.
-    requests: Option<SyncSender<oneshot::Sender<Answer>>>,
-    spawn_failure_logged: bool,
+/// Starts the tier's thread; what it returns resolves when the thread
+/// ends. Where no thread can be started, the same loop runs on the blocking
+/// pool instead (holding one of its threads for as long).
+pub(crate) fn start(shared: Arc<TierShared>) -> oneshot::Receiver<()> {
+    let handle = Handle::current();
+    let name = format!("vramd-{}-{}", shared.tier, shared.device.info().index);
+    let (done, ended) = oneshot::channel::<()>();
+    let spawned = std::thread::Builder::new().name(name).spawn({
+        let (shared, handle) = (shared.clone(), handle.clone());
+        move || {
+            let _done = done;
+            pace(&shared, &handle);
+        }
+    });
+    let Err(error) = spawned else {
+        return ended;
+    };
+    let index = shared.device.info().index;
+    warn!(gpu = index, tier = %shared.tier, error = %error, "cannot start a sampler thread; this tier samples on the blocking pool");
+    let (done, ended) = oneshot::channel::<()>();
+    drop(tokio::task::spawn_blocking(move || {
+        let _done = done;
+        pace(&shared, &handle);
+    }));
+    ended
 }
 
-impl TierWorker {
-    pub(crate) fn new(source: Arc<dyn DeviceSource>, index: u32, tier: Tier) -> Self {
-        let mut worker = Self { source, index, tier, requests: None, spawn_failure_logged: false };
-        worker.spawn();
-        worker
-    }
-
-    fn spawn(&mut self) {
-        // One slot: the tier never starts a call before the last answered.
-        let (requests, calls) = sync_channel(1);
-        let source = self.source.clone();
-        let (index, tier) = (self.index, self.tier);
-        let spawned = std::thread::Builder::new()
-            .name(format!("vramd-{tier}-{index}"))
-            .spawn(move || serve(&*source, index, tier, &calls));
-        match spawned {
-            Ok(_) => self.requests = Some(requests),
-            Err(error) => {
-                if !self.spawn_failure_logged {
-                    warn!(gpu = index, tier = %tier, error = %error, "cannot start a sampler thread; this tier's calls use the blocking pool");
-                    self.spawn_failure_logged = true;
-                }
+/// The tier's loop, on its own thread: tick, call, hand the answer over.
+fn pace(shared: &TierShared, handle: &Handle) {
+    // The runtime's clock and timers, from outside its workers.
+    let _runtime = handle.enter();
+    let context = &shared.context;
+    // Ticks on a grid from the sampler's start: all devices' tiers of one
+    // period fall due together.
+    let mut ticker = tokio::time::interval_at(context.origin, shared.period);
+    ticker.set_missed_tick_behavior(MissedTickBehavior::Skip);
+    let source = &*context.source;
+    let index = shared.device.info().index;
+    loop {
+        let ticked = handle.block_on(async {
+            tokio::select! {
+                biased;
+                () = context.cancel.cancelled() => false,
+                _ = ticker.tick() => true,
             }
+        });
+        if !ticked || context.cancel.is_cancelled() {
+            break;
         }
-    }
-
-    /// Starts one call and returns where its answer will arrive.
-    pub(crate) fn start(&mut self) -> Pending {
-        let (reply, answer) = oneshot::channel();
-        if self.requests.is_none() {
-            self.spawn();
+        if shared.backing_off(Instant::now()) {
+            continue;
         }
-        let reply = match &self.requests {
-            Some(requests) => match requests.try_send(reply) {
-                Ok(()) => return answer,
-                Err(TrySendError::Full(reply) | TrySendError::Disconnected(reply)) => {
-                    self.requests = None;
-                    reply
-                }
-            },
-            None => reply,
-        };
-        let source = self.source.clone();
-        let (index, tier) = (self.index, self.tier);
-        // Dropped handle: the answer comes back through `reply`.
-        drop(tokio::task::spawn_blocking(move || {
-            let _gone = reply.send(call(&*source, index, tier));
-        }));
-        answer
-    }
-}
-
-/// The thread's loop: one call per request until the tier goes away.
-fn serve(
-    source: &dyn DeviceSource,
-    index: u32,
-    tier: Tier,
-    calls: &Receiver<oneshot::Sender<Answer>>,
-) {
-    while let Ok(reply) = calls.recv() {
-        // A tier that gave up waiting (deadline, shutdown) has dropped its
-        // end: the late answer is no longer current and is dropped here.
-        let _gone = reply.send(call(source, index, tier));
+        shared.call_started();
+        let started = Instant::now();
+        let answer = call(source, index, shared.tier);
+        if shared.call_answered(answer, started.elapsed()) {
+            break;
+        }
     }
 }
 
