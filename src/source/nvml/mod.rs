@@ -149,10 +149,10 @@ impl NvmlSource {
     /// is looked up again next time (a reset GPU may come back under a new
     /// one).
     fn distrust(&self, index: u32, error: &SourceError) {
-        if matches!(error, SourceError::DeviceLost { .. } | SourceError::UnknownDevice { .. }) {
-            if let Some(slot) = self.handles.write().get_mut(&index) {
-                *slot = None;
-            }
+        if matches!(error, SourceError::DeviceLost { .. } | SourceError::UnknownDevice { .. })
+            && let Some(slot) = self.handles.write().get_mut(&index)
+        {
+            *slot = None;
         }
     }
 
