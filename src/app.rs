@@ -117,6 +117,7 @@ pub fn build_source(
                     pcie_throughput: config.nvml.pcie_throughput,
                     max_cmdline_bytes: config.nvml.max_cmdline_bytes.as_usize(),
                     xid_events: config.nvml.xid_events,
+                    max_processes: config.sampler.max_processes_per_device.get(),
                     ..NvmlSettings::default()
                 })),
                 reporting_simulator: None,

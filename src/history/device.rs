@@ -11,7 +11,7 @@ use std::collections::VecDeque;
 use crate::model::{DeviceInfo, ErrorKind, FastReading, OomEvent, SlowReading, Timestamp};
 
 use super::peak::PeakTracker;
-use super::points::{FastPoint, SlowPoint};
+use super::points::{FastPoint, ProcessPoint, SlowPoint};
 use super::probe::ProbeState;
 use super::progress::SamplingProgress;
 use super::query::{self, QueryError, WindowAnswer, WindowQuery};
@@ -106,6 +106,8 @@ pub struct DeviceHistory {
     info: DeviceInfo,
     fast: Ring<FastPoint>,
     slow: Ring<SlowPoint>,
+    /// The process list stored last, shared by the next point when equal.
+    last_processes: Mutex<Option<Arc<[ProcessPoint]>>>,
     live: Mutex<LiveState>,
     peak: Mutex<PeakTracker>,
     probe: Mutex<ProbeState>,
@@ -122,6 +124,7 @@ impl DeviceHistory {
             info,
             fast: Ring::new(sizing.fast_capacity),
             slow: Ring::new(sizing.slow_capacity),
+            last_processes: Mutex::new(None),
             live: Mutex::new(LiveState::default()),
             peak: Mutex::new(PeakTracker::new(sizing.peak_window)),
             probe: Mutex::new(ProbeState::default()),
@@ -199,7 +202,13 @@ impl DeviceHistory {
         reading: SlowReading,
         processes_dropped: usize,
     ) -> Result<(), OutOfOrder> {
-        self.slow.push(SlowPoint::from(&reading))?;
+        let point = {
+            let mut last = self.last_processes.lock();
+            let point = SlowPoint::sharing(&reading, last.as_ref());
+            last.clone_from(&point.shared_processes().cloned());
+            point
+        };
+        self.slow.push(point)?;
         let mut live = self.live.lock();
         live.slow = Some(Arc::new(reading));
         live.processes_dropped = processes_dropped;

@@ -146,20 +146,41 @@ impl SlowPoint {
     }
 }
 
-impl From<&SlowReading> for SlowPoint {
-    fn from(reading: &SlowReading) -> Self {
-        Self {
-            at: reading.at,
+impl SlowPoint {
+    /// The stored form of `reading`, sharing `previous` (the list stored
+    /// last) when the processes and their figures are unchanged: the common
+    /// case, which then costs no list of its own sample after sample.
+    pub fn sharing(reading: &SlowReading, previous: Option<&Arc<[ProcessPoint]>>) -> Self {
+        let processes = reading.processes.as_ref().map(|list| {
             // vramd's own probe child lives for a second and is not a
             // workload: kept out of the windows that leak and counter
             // analysis read (the live reading still lists it, marked).
-            processes: reading.processes.as_ref().map(|list| {
-                list.iter()
-                    .filter(|process| !process.details.is_probe())
-                    .map(ProcessPoint::from)
-                    .collect()
-            }),
-        }
+            let workloads = || list.iter().filter(|process| !process.details.is_probe());
+            match previous {
+                Some(previous)
+                    if previous.len() == workloads().count()
+                        && previous
+                            .iter()
+                            .zip(workloads())
+                            .all(|(point, process)| *point == ProcessPoint::from(process)) =>
+                {
+                    previous.clone()
+                }
+                _ => workloads().map(ProcessPoint::from).collect(),
+            }
+        });
+        Self { at: reading.at, processes }
+    }
+
+    /// The stored list itself, for the next point to share.
+    pub(super) fn shared_processes(&self) -> Option<&Arc<[ProcessPoint]>> {
+        self.processes.as_ref()
+    }
+}
+
+impl From<&SlowReading> for SlowPoint {
+    fn from(reading: &SlowReading) -> Self {
+        Self::sharing(reading, None)
     }
 }
 
@@ -198,6 +219,45 @@ mod tests {
         let empty = FastPoint::from(&FastReading { memory: None, ..reading });
         assert_eq!(empty.memory(), None);
         assert_eq!(empty.used_bytes(), None);
+    }
+
+    fn slow(at: i64, used: &[Option<u64>]) -> SlowReading {
+        let processes = used
+            .iter()
+            .enumerate()
+            .map(|(pid, used_bytes)| ProcessInfo {
+                pid: pid as u32,
+                name: None,
+                used_bytes: *used_bytes,
+                allocator: None,
+                details: Default::default(),
+            })
+            .collect();
+        SlowReading {
+            at: Timestamp::from_unix_millis(at),
+            processes: Some(processes),
+            temperature_celsius: None,
+            power_usage_watts: None,
+            power_limit_watts: None,
+            details: Default::default(),
+        }
+    }
+
+    #[test]
+    fn an_unchanged_process_list_is_stored_once() {
+        let first = SlowPoint::from(&slow(0, &[Some(5), None]));
+        let list = first.shared_processes().unwrap();
+        let same = SlowPoint::sharing(&slow(1_000, &[Some(5), None]), Some(list));
+        assert!(Arc::ptr_eq(list, same.shared_processes().unwrap()));
+        assert_eq!(same.at(), Timestamp::from_unix_millis(1_000));
+
+        // Absent usage is not zero usage: a list that changes only there is new.
+        let zero = SlowPoint::sharing(&slow(2_000, &[Some(5), Some(0)]), Some(list));
+        assert!(!Arc::ptr_eq(list, zero.shared_processes().unwrap()));
+        assert_eq!(zero.processes().unwrap()[1].used_bytes(), Some(0));
+        assert_eq!(same.processes().unwrap()[1].used_bytes(), None);
+        let grown = SlowPoint::sharing(&slow(3_000, &[Some(6), None]), Some(list));
+        assert!(!Arc::ptr_eq(list, grown.shared_processes().unwrap()));
     }
 
     #[test]

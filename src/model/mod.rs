@@ -554,6 +554,15 @@ pub struct ProcessInfo {
     pub details: ProcessDetails,
 }
 
+impl ProcessInfo {
+    /// The order the per-device process cap keeps processes in: most memory
+    /// first, unknown usage last, then by PID. The NVML source reads /proc
+    /// only for the processes this order keeps.
+    pub fn cap_order(a: &ProcessInfo, b: &ProcessInfo) -> std::cmp::Ordering {
+        b.used_bytes.cmp(&a.used_bytes).then(a.pid.cmp(&b.pid))
+    }
+}
+
 /// Identity of a process beyond its PID and name; each field absent when
 /// unknown (the process exited, no permission, not in a container).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]

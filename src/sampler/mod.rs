@@ -3,8 +3,9 @@
 //!
 //! Owns: scheduling (one tokio task per device, running a fast and a slow
 //! tier), the deadline on every source call, the per-device process cap,
-//! and counting what went wrong. Every source call runs on
-//! `spawn_blocking`; one device's slow or stuck driver never delays
+//! and counting what went wrong. Every device tier samples on a thread of
+//! its own, watched by a task that owns the call's deadline (discovery runs
+//! on `spawn_blocking`); one device's slow or stuck driver never delays
 //! another device, and a call stuck past its deadline is never duplicated.
 //!
 //! Depends on: `source` (the trait only), `ingest` (reports to join),
@@ -14,6 +15,7 @@
 mod call;
 pub mod probe;
 mod tier;
+mod worker;
 
 #[cfg(test)]
 mod tests;
@@ -67,6 +69,8 @@ pub(crate) struct Context {
     pub cancel: CancellationToken,
     /// Allocator reports joined onto each slow reading's processes.
     pub reports: Option<Arc<ReportStore>>,
+    /// When sampling began: the grid every tier ticks on.
+    pub origin: tokio::time::Instant,
 }
 
 /// Runs until `cancel` fires: discovers devices (retrying with backoff while
@@ -79,7 +83,8 @@ pub async fn run(
     reports: Option<Arc<ReportStore>>,
     cancel: CancellationToken,
 ) {
-    let context = Arc::new(Context { source, store, telemetry, settings, cancel, reports });
+    let origin = tokio::time::Instant::now();
+    let context = Arc::new(Context { source, store, telemetry, settings, cancel, reports, origin });
     let Some(devices) = discover(&context).await else {
         return;
     };

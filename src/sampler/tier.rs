@@ -1,17 +1,28 @@
-//! One device's sampling task: a fast and a slow tier running side by side.
+//! One device's sampling: a fast and a slow tier side by side, each on a
+//! thread of its own (`worker`) that paces itself, calls the source and
+//! stores what it read, with a watchdog task that owns the call's deadline.
+//!
+//! A tier's thread makes one call at a time by construction, so a call stuck
+//! in the driver is never started twice; the watchdog counts it as a
+//! timeout at its deadline, marks the tier stale, and then counts every
+//! period it is still stuck. Its late answer is dropped. Both sides write
+//! the tier's state under one lock, so a late watchdog verdict can never
+//! overwrite a newer reading.
 
 use std::sync::Arc;
+use std::time::Duration;
 
-use tokio::task::JoinHandle;
-use tokio::time::{Instant, MissedTickBehavior};
+use parking_lot::Mutex;
+use tokio::sync::oneshot;
+use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
 use crate::clock::wall_now;
 use crate::history::DeviceHistory;
-use crate::model::{ErrorKind, FastReading, ProcessInfo, SlowReading};
+use crate::model::{ErrorKind, ProcessInfo, SlowReading};
 use crate::source::{SourceError, Tier};
 
-use super::call::{CallOutcome, call_with_deadline};
+use super::worker::{self, Reading};
 use super::{Context, FirstCycle};
 
 pub(crate) async fn run_device(
@@ -25,15 +36,34 @@ pub(crate) async fn run_device(
     );
 }
 
-// Not boxed: a reading lives for one tick and moves once; boxing would add
-// an allocation per sample and save nothing.
-#[allow(clippy::large_enum_variant)]
-enum Reading {
-    Fast(FastReading),
-    Slow(SlowReading),
+/// What a tier's thread and its watchdog share.
+pub(crate) struct TierShared {
+    pub(crate) context: Arc<Context>,
+    pub(crate) device: Arc<DeviceHistory>,
+    first_cycle: Arc<FirstCycle>,
+    pub(crate) tier: Tier,
+    /// Real time between ticks.
+    pub(crate) period: Duration,
+    /// The promise /readyz checks: the next step within one period, its
+    /// call's deadline, and as much again for a busy machine (at least 1 s).
+    patience: Duration,
+    state: Mutex<TierState>,
 }
 
-type ReadResult = Result<Reading, SourceError>;
+#[derive(Default)]
+struct TierState {
+    health: TierHealth,
+    /// The call in flight, if any.
+    call: Option<InFlight>,
+    /// Whether this tier's first attempt was counted towards readiness.
+    first_done: bool,
+}
+
+struct InFlight {
+    started: Instant,
+    /// Past its deadline: counted, the tier marked stale, its answer unwanted.
+    overdue: bool,
+}
 
 async fn run_tier(
     context: Arc<Context>,
@@ -46,46 +76,146 @@ async fn run_tier(
         Tier::Slow => context.settings.slow_interval,
     };
     let period = context.settings.real(interval);
-    let mut ticker = tokio::time::interval(period);
-    ticker.set_missed_tick_behavior(MissedTickBehavior::Skip);
-    let mut stuck: Option<JoinHandle<ReadResult>> = None;
-    let mut first = true;
-    let mut health = TierHealth::default();
-    // The promise /readyz checks: the next step within one period, its
-    // call's deadline, and as much again for a busy machine (at least 1 s).
     let patience = period
         .saturating_add(context.settings.call_timeout)
-        .saturating_add(period.max(std::time::Duration::from_secs(1)));
-    let promise = || device.progress().stepped(tier, wall_now().saturating_add(patience));
-    promise();
-    loop {
-        tokio::select! {
-            () = context.cancel.cancelled() => break,
-            _ = ticker.tick() => {}
-        }
-        if health.retry_at.is_some_and(|at| Instant::now() < at) {
+        .saturating_add(period.max(Duration::from_secs(1)));
+    let shared = Arc::new(TierShared {
+        context,
+        device,
+        first_cycle,
+        tier,
+        period,
+        patience,
+        state: Mutex::new(TierState::default()),
+    });
+    shared.promise();
+    let ended = worker::start(shared.clone());
+    watch(&shared, ended).await;
+}
+
+impl TierShared {
+    fn promise(&self) {
+        self.device.progress().stepped(self.tier, wall_now().saturating_add(self.patience));
+    }
+
+    /// Whether the tier is backing off from a lost device at `now`.
+    pub(crate) fn backing_off(&self, now: Instant) -> bool {
+        let backing_off = self.state.lock().health.retry_at.is_some_and(|at| now < at);
+        if backing_off {
             // Backing off from a lost device is sampling as planned.
-            promise();
-            continue;
+            self.promise();
         }
-        let finished = sample_once(&context, &device, tier, &mut stuck, &mut health).await;
+        backing_off
+    }
+
+    /// Notes that a call starts now (on the tier's thread).
+    pub(crate) fn call_started(&self) {
+        self.state.lock().call = Some(InFlight { started: Instant::now(), overdue: false });
+    }
+
+    /// Takes the answer of the call that `call_started` announced. Returns
+    /// true when this tier has nothing more to read (a replayed trace ended).
+    pub(crate) fn call_answered(&self, answer: worker::Answer, took: Duration) -> bool {
+        let context = &self.context;
+        context.telemetry.observe_call(self.tier.as_str(), took);
+        let mut state = self.state.lock();
+        let state = &mut *state;
+        if state.call.take().is_some_and(|call| call.overdue) {
+            // Past its deadline and no longer current: dropped. The
+            // watchdog already counted it and marked the tier stale.
+            context.telemetry.call_unstuck();
+            return false;
+        }
+        let index = self.device.info().index;
+        let finished = match answer {
+            Ok(Ok(reading)) => {
+                store(context, &self.device, self.tier, reading, &mut state.health);
+                false
+            }
+            Ok(Err(SourceError::TraceEnded { .. })) => {
+                info!(gpu = index, tier = %self.tier, "replayed trace has no more readings for this device and tier");
+                true
+            }
+            Ok(Err(error)) => {
+                let (kind, message) = (error.kind(), error.to_string());
+                fail(context, &self.device, self.tier, &mut state.health, kind, message);
+                false
+            }
+            Err(panic) => {
+                let health = &mut state.health;
+                fail(context, &self.device, self.tier, health, ErrorKind::Panicked, panic);
+                false
+            }
+        };
         if finished {
-            device.progress().ended(tier);
-        } else if stuck.is_none() {
+            self.device.progress().ended(self.tier);
+        } else {
             // Answered, one way or another (a reading, or an error the
             // source gave); a call stuck past its deadline keeps no promise.
-            promise();
+            self.promise();
         }
-        if first {
-            first = false;
-            first_cycle.attempt_finished();
-        }
-        if finished {
-            break;
+        self.first_attempt_done(state);
+        finished
+    }
+
+    fn first_attempt_done(&self, state: &mut TierState) {
+        if !state.first_done {
+            state.first_done = true;
+            self.first_cycle.attempt_finished();
         }
     }
-    if stuck.is_some() {
-        context.telemetry.call_unstuck();
+
+    /// One look at the call in flight; returns when to look next.
+    fn check_deadline(&self, now: Instant) -> Instant {
+        let timeout = self.context.settings.call_timeout;
+        let mut state = self.state.lock();
+        let state = &mut *state;
+        match state.call.as_mut() {
+            // A call starting from now on is due no earlier than this.
+            None => now + timeout,
+            Some(call) if !call.overdue => {
+                let deadline = call.started + timeout;
+                if now < deadline {
+                    return deadline;
+                }
+                call.overdue = true;
+                self.context.telemetry.call_stuck();
+                let message = format!("no answer within {timeout:?}");
+                let health = &mut state.health;
+                fail(&self.context, &self.device, self.tier, health, ErrorKind::Timeout, message);
+                self.first_attempt_done(state);
+                now + self.period
+            }
+            Some(_) => {
+                // Still inside the driver: each tick it misses is counted,
+                // and no second call is started behind it.
+                let message = "the previous call has not returned".to_owned();
+                let health = &mut state.health;
+                fail(
+                    &self.context,
+                    &self.device,
+                    self.tier,
+                    health,
+                    ErrorKind::StillRunning,
+                    message,
+                );
+                now + self.period
+            }
+        }
+    }
+}
+
+/// The tier's watchdog: wakes at the deadline of the call in flight (about
+/// once per `sampler.call_timeout` while calls answer in time), until the
+/// sampler is cancelled or the tier's thread ends.
+async fn watch(shared: &TierShared, mut ended: oneshot::Receiver<()>) {
+    loop {
+        let next = shared.check_deadline(Instant::now());
+        tokio::select! {
+            () = shared.context.cancel.cancelled() => break,
+            _ = &mut ended => break,
+            () = tokio::time::sleep_until(next) => {}
+        }
     }
 }
 
@@ -114,69 +244,6 @@ impl TierHealth {
     fn reset_backoff(&mut self) {
         self.lost_streak = 0;
         self.retry_at = None;
-    }
-}
-
-/// One tick. Returns true when this tier has nothing more to read (a
-/// replayed trace ended).
-async fn sample_once(
-    context: &Context,
-    device: &DeviceHistory,
-    tier: Tier,
-    stuck: &mut Option<JoinHandle<ReadResult>>,
-    health: &mut TierHealth,
-) -> bool {
-    if let Some(handle) = stuck {
-        if !handle.is_finished() {
-            // The previous call is still inside the driver: starting another
-            // would only pile threads up behind the same lock.
-            fail(
-                context,
-                device,
-                tier,
-                health,
-                ErrorKind::StillRunning,
-                "the previous call has not returned".into(),
-            );
-            return false;
-        }
-        // Its answer is past its deadline and no longer current: dropped.
-        *stuck = None;
-        context.telemetry.call_unstuck();
-    }
-    let index = device.info().index;
-    let source = context.source.clone();
-    let started = Instant::now();
-    let outcome = call_with_deadline(context.settings.call_timeout, move || match tier {
-        Tier::Fast => source.read_fast(index).map(Reading::Fast),
-        Tier::Slow => source.read_slow(index).map(Reading::Slow),
-    })
-    .await;
-    context.telemetry.observe_call(tier.as_str(), started.elapsed());
-    match outcome {
-        CallOutcome::Done(Ok(reading)) => {
-            store(context, device, tier, reading, health);
-            false
-        }
-        CallOutcome::Done(Err(SourceError::TraceEnded { .. })) => {
-            info!(gpu = index, tier = %tier, "replayed trace has no more readings for this device and tier");
-            true
-        }
-        CallOutcome::Done(Err(error)) => {
-            fail(context, device, tier, health, error.kind(), error.to_string());
-            false
-        }
-        CallOutcome::TimedOut(handle) => {
-            *stuck = Some(handle);
-            context.telemetry.call_stuck();
-            let message = format!("no answer within {:?}", context.settings.call_timeout);
-            fail(context, device, tier, health, ErrorKind::Timeout, message);
-            false
-        }
-        CallOutcome::Panicked(message) => {
-            fail(context, device, tier, health, ErrorKind::Panicked, message);
-            false
-        }
     }
 }
 
@@ -245,9 +312,7 @@ pub(crate) fn cap_processes(reading: &mut SlowReading, max: usize) -> usize {
     if processes.len() <= max {
         return 0;
     }
-    processes.sort_by(|a: &ProcessInfo, b: &ProcessInfo| {
-        b.used_bytes.cmp(&a.used_bytes).then(a.pid.cmp(&b.pid))
-    });
+    processes.sort_by(ProcessInfo::cap_order);
     let dropped = processes.len() - max;
     processes.truncate(max);
     dropped

@@ -84,6 +84,22 @@ impl ProcReader {
         let parent_pid = status.as_deref().and_then(parse_parent_pid);
         ProcessIdentity { comm, cmdline, container_id, pod_uid, namespace_pid, parent_pid }
     }
+
+    /// When `pid` started (clock ticks after boot, `/proc/<pid>/stat` field
+    /// 22): with the PID, what tells one process from a later one reusing
+    /// its PID. `None` when the process is gone or the file is malformed.
+    pub fn start_time(&self, pid: u32) -> Option<u64> {
+        let stat = read_bounded(&self.root.join(pid.to_string()).join("stat"), 4096)?;
+        parse_start_time(&String::from_utf8_lossy(&stat))
+    }
+}
+
+/// Field 22 (`starttime`) of a `/proc/<pid>/stat` text. The name in field 2
+/// may hold spaces and parentheses, so fields are counted after its last
+/// `)`, where field 3 begins.
+pub fn parse_start_time(stat_text: &str) -> Option<u64> {
+    let (_, after_name) = stat_text.rsplit_once(')')?;
+    after_name.split_whitespace().nth(22 - 3)?.parse().ok()
 }
 
 /// At most `limit` bytes of the file, or `None` when it cannot be read.
@@ -254,6 +270,15 @@ mod tests {
     }
 
     const HOST: &str = "0::/user.slice/user-1000.slice/session-2.scope\n";
+
+    #[test]
+    fn start_time_is_read_past_a_name_with_spaces_and_parentheses() {
+        let stat = "4242 (py (worker) 1) S 1 4242 4242 0 -1 4194560 90 0 0 0 7 3 0 0 \
+                    20 0 12 0 987654 1234567 890";
+        assert_eq!(parse_start_time(stat), Some(987_654));
+        assert_eq!(parse_start_time("4242 (short) S 1 2"), None);
+        assert_eq!(parse_start_time("no name at all"), None);
+    }
 
     #[test]
     fn container_id_docker_cgroup_v1() {

@@ -1,28 +1,31 @@
 //! The real device source: NVML through `nvml-wrapper`.
 //!
 //! Owns: the process's single `Nvml` handle (initialised lazily and retried,
-//! so the daemon starts and serves on a machine with no driver), the
+//! so the daemon starts and serves on a machine with no driver), the device
+//! and MIG handles of the listed devices (looked up once, not per read), the
 //! mapping of NVML answers onto readings, the Xid watcher thread, and
 //! process identity from /proc. A value a device does not support is left
 //! out and logged once; a lost GPU fails the read with `DeviceLost`.
 //!
 //! Depends on: `model`, `clock`, `source` (trait, procfs). Every method
-//! blocks in the driver; the sampler calls them on `spawn_blocking` with a
+//! blocks in the driver; the sampler calls them on its own threads with a
 //! deadline.
 
 mod absent;
 mod activity;
+mod identities;
 mod mig;
 mod slow;
 pub mod xid;
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use nvml_wrapper::Nvml;
 use nvml_wrapper::error::NvmlError;
-use parking_lot::Mutex;
+use nvml_wrapper::{Device, Nvml};
+use parking_lot::{Mutex, RwLock};
 
 use crate::clock::ScaledClock;
 use crate::model::{DeviceInfo, FastReading, MemoryInfo, SlowReading};
@@ -31,6 +34,7 @@ use super::procfs::ProcReader;
 use super::{DeviceSource, SourceError};
 
 use absent::AbsentLog;
+use identities::Identities;
 
 /// What the NVML source reads and where from.
 #[derive(Clone, Debug, PartialEq)]
@@ -45,6 +49,10 @@ pub struct NvmlSettings {
     pub xid_events: bool,
     /// Root of the proc filesystem (`/proc`; benchmarks point elsewhere).
     pub proc_root: PathBuf,
+    /// Processes per device whose identity is read from /proc: the
+    /// sampler's cap (`sampler.max_processes_per_device`), which keeps the
+    /// same ones.
+    pub max_processes: usize,
 }
 
 impl Default for NvmlSettings {
@@ -55,17 +63,25 @@ impl Default for NvmlSettings {
             max_cmdline_bytes: 256,
             xid_events: true,
             proc_root: PathBuf::from("/proc"),
+            max_processes: 64,
         }
     }
 }
 
+/// A device handle kept for the life of the process (see [`NvmlSource::handle`]).
+type Handle = Arc<Device<'static>>;
+
 pub struct NvmlSource {
     settings: NvmlSettings,
-    nvml: Mutex<Option<Arc<Nvml>>>,
+    nvml: Mutex<Option<&'static Nvml>>,
+    /// One entry per index the last listing returned (so bounded by it):
+    /// its handle, or `None` until the next read looks it up again (after
+    /// the device answered lost or unknown, its old handle is not trusted).
+    handles: RwLock<HashMap<u32, Option<Handle>>>,
     clock: ScaledClock,
     absent: AbsentLog,
     activity: activity::ProcessActivity,
-    proc_reader: ProcReader,
+    identities: Identities,
     xid: xid::XidBook,
     xid_stop: Arc<AtomicBool>,
     xid_started: AtomicBool,
@@ -77,13 +93,15 @@ pub struct NvmlSource {
 impl NvmlSource {
     pub fn new(settings: NvmlSettings) -> Self {
         let proc_reader = ProcReader::new(settings.proc_root.clone(), settings.max_cmdline_bytes);
+        let identities = Identities::new(proc_reader);
         Self {
             settings,
             nvml: Mutex::new(None),
+            handles: RwLock::new(HashMap::new()),
             clock: ScaledClock::wall(),
             absent: AbsentLog::default(),
             activity: activity::ProcessActivity::default(),
-            proc_reader,
+            identities,
             xid: xid::XidBook::default(),
             xid_stop: Arc::new(AtomicBool::new(false)),
             xid_started: AtomicBool::new(false),
@@ -93,24 +111,106 @@ impl NvmlSource {
 
     /// The shared handle, initialising NVML on first use. A failed init is
     /// retried on the next call (the sampler backs off between calls).
-    fn handle(&self) -> Result<Arc<Nvml>, SourceError> {
+    ///
+    /// A successful init is kept for the rest of the process and never shut
+    /// down: device handles borrow it, and a `'static` borrow is what lets
+    /// them be kept between reads without `unsafe`. The design wants one
+    /// `Nvml` per process anyway, and skipping `nvmlShutdown` at exit also
+    /// avoids `Nvml`'s drop panicking on a library without that symbol.
+    fn handle(&self) -> Result<&'static Nvml, SourceError> {
         let mut slot = self.nvml.lock();
-        if let Some(nvml) = slot.as_ref() {
-            return Ok(nvml.clone());
+        if let Some(nvml) = *slot {
+            return Ok(nvml);
         }
         let mut builder = Nvml::builder();
         if let Some(path) = &self.settings.library_path {
             builder.lib_path(path.as_os_str());
         }
-        let nvml = builder.init().map(Arc::new).map_err(|error| {
+        let nvml = builder.init().map_err(|error| {
             let library = self.settings.library_path.as_deref();
             let library = library.unwrap_or(Path::new("libnvidia-ml.so.1")).display();
             SourceError::Unavailable {
                 reason: format!("NVML ({library}) could not be initialised: {error}"),
             }
         })?;
-        *slot = Some(nvml.clone());
+        let nvml: &'static Nvml = Box::leak(Box::new(nvml));
+        *slot = Some(nvml);
         Ok(nvml)
+    }
+
+    /// The handle of a listed device, looked up only when none is kept. An
+    /// index the last listing did not return is looked up on every read and
+    /// not kept, so the map never outgrows the listing.
+    fn device(&self, index: u32) -> Result<Handle, SourceError> {
+        if let Some(Some(device)) = self.handles.read().get(&index) {
+            return Ok(device.clone());
+        }
+        let device = Arc::new(mig::device(self.handle()?, index)?);
+        if let Some(slot) = self.handles.write().get_mut(&index) {
+            *slot = Some(device.clone());
+        }
+        Ok(device)
+    }
+
+    /// After a read failed because the device is lost or unknown, its handle
+    /// is looked up again next time (a reset GPU may come back under a new
+    /// one).
+    fn distrust(&self, index: u32, error: &SourceError) {
+        if matches!(error, SourceError::DeviceLost { .. } | SourceError::UnknownDevice { .. })
+            && let Some(slot) = self.handles.write().get_mut(&index)
+        {
+            *slot = None;
+        }
+    }
+
+    fn read_fast_from(&self, index: u32) -> Result<FastReading, SourceError> {
+        let device = self.device(index)?;
+        // Only memory info v2 separates driver-reserved memory from used;
+        // a driver without it leaves memory absent rather than wrong.
+        let memory = match device.memory_info() {
+            Err(error @ (NvmlError::FailedToLoadSymbol(_) | NvmlError::FunctionNotFound)) => {
+                self.absent.note(index, "memory info v2", &error);
+                None
+            }
+            other => Some(other.map_err(|error| driver_error(index, "memory_info_v2", error))?),
+        };
+        let utilization = self
+            .absent
+            .value(index, "utilization", device.utilization_rates())
+            .map_err(|error| driver_error(index, "utilization_rates", error))?;
+        Ok(FastReading {
+            at: self.clock.now(),
+            memory: memory.map(|memory| MemoryInfo {
+                total_bytes: memory.total,
+                reserved_bytes: Some(memory.reserved),
+                used_bytes: memory.used,
+                free_bytes: memory.free,
+            }),
+            gpu_utilization: utilization.as_ref().map(|rates| f64::from(rates.gpu) / 100.0),
+            memory_bandwidth_utilization: utilization.map(|rates| f64::from(rates.memory) / 100.0),
+        })
+    }
+
+    fn read_slow_from(&self, index: u32) -> Result<SlowReading, SourceError> {
+        let device = self.device(index)?;
+        let identified = self.settings.max_processes;
+        let mut processes =
+            slow::processes(index, &device, &self.absent, &self.identities, identified)
+                .map_err(|error| driver_error(index, "running_processes_v3", error))?;
+        if let Some(listed) = processes.as_mut() {
+            self.activity
+                .annotate(index, &device, &self.absent, listed)
+                .map_err(|error| driver_error(index, "process_utilization", error))?;
+        }
+        let pcie = self.settings.pcie_throughput;
+        let mut reading = slow::reading(index, &device, &self.absent, pcie, processes, &self.clock)
+            .map_err(|error| driver_error(index, "health", error))?;
+        if let Some(counts) = self.xid.counts.lock().get(&index) {
+            reading.details.xid_errors = counts.clone();
+        }
+        reading.details.last_xid_unix_ms = self.xid.last.lock().get(&index).copied();
+        self.notice_mig_change(index, reading.details.mig_enabled);
+        Ok(reading)
     }
 }
 
@@ -161,6 +261,7 @@ impl DeviceSource for NvmlSource {
         })?;
         let driver_version = nvml.sys_driver_version().ok();
         let mut devices = Vec::new();
+        let mut handles = HashMap::new();
         for index in 0..count {
             let device = nvml
                 .device_by_index(index)
@@ -177,8 +278,13 @@ impl DeviceSource for NvmlSource {
             self.mig_at_discovery.lock().insert(index, mig_enabled);
             let migs = if mig_enabled { mig::list(&device, &info) } else { Vec::new() };
             devices.push(info);
+            handles.insert(index, Some(Arc::new(device)));
+            // MIG handles are looked up on their first read, then kept.
+            handles.extend(migs.iter().map(|mig| (mig.index, None)));
             devices.extend(migs);
         }
+        self.identities.retain_devices(|index| handles.contains_key(&index));
+        *self.handles.write() = handles;
         if self.settings.xid_events && !self.xid_started.swap(true, Ordering::AcqRel) {
             let (book, clock) = (self.xid.clone(), self.clock.clone());
             xid::spawn(nvml, count, book, clock, self.xid_stop.clone());
@@ -187,53 +293,11 @@ impl DeviceSource for NvmlSource {
     }
 
     fn read_fast(&self, index: u32) -> Result<FastReading, SourceError> {
-        let nvml = self.handle()?;
-        let device = mig::device(&nvml, index)?;
-        // Only memory info v2 separates driver-reserved memory from used;
-        // a driver without it leaves memory absent rather than wrong.
-        let memory = match device.memory_info() {
-            Err(error @ (NvmlError::FailedToLoadSymbol(_) | NvmlError::FunctionNotFound)) => {
-                self.absent.note(index, "memory info v2", &error);
-                None
-            }
-            other => Some(other.map_err(|error| driver_error(index, "memory_info_v2", error))?),
-        };
-        let utilization = self
-            .absent
-            .value(index, "utilization", device.utilization_rates())
-            .map_err(|error| driver_error(index, "utilization_rates", error))?;
-        Ok(FastReading {
-            at: self.clock.now(),
-            memory: memory.map(|memory| MemoryInfo {
-                total_bytes: memory.total,
-                reserved_bytes: Some(memory.reserved),
-                used_bytes: memory.used,
-                free_bytes: memory.free,
-            }),
-            gpu_utilization: utilization.as_ref().map(|rates| f64::from(rates.gpu) / 100.0),
-            memory_bandwidth_utilization: utilization.map(|rates| f64::from(rates.memory) / 100.0),
-        })
+        self.read_fast_from(index).inspect_err(|error| self.distrust(index, error))
     }
 
     fn read_slow(&self, index: u32) -> Result<SlowReading, SourceError> {
-        let nvml = self.handle()?;
-        let device = mig::device(&nvml, index)?;
-        let mut processes = slow::processes(index, &device, &self.absent, &self.proc_reader)
-            .map_err(|error| driver_error(index, "running_processes_v3", error))?;
-        if let Some(listed) = processes.as_mut() {
-            self.activity
-                .annotate(index, &device, &self.absent, listed)
-                .map_err(|error| driver_error(index, "process_utilization", error))?;
-        }
-        let pcie = self.settings.pcie_throughput;
-        let mut reading = slow::reading(index, &device, &self.absent, pcie, processes, &self.clock)
-            .map_err(|error| driver_error(index, "health", error))?;
-        if let Some(counts) = self.xid.counts.lock().get(&index) {
-            reading.details.xid_errors = counts.clone();
-        }
-        reading.details.last_xid_unix_ms = self.xid.last.lock().get(&index).copied();
-        self.notice_mig_change(index, reading.details.mig_enabled);
-        Ok(reading)
+        self.read_slow_from(index).inspect_err(|error| self.distrust(index, error))
     }
 }
 

@@ -11,15 +11,14 @@ use nvml_wrapper::enums::device::{SampleValue, UsedGpuMemory};
 use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::structs::device::FieldId;
 
+use super::absent::AbsentLog;
+use super::identities::Identities;
 use crate::clock::ScaledClock;
 use crate::model::{
     Bar1Memory, ComputeMode, EccCounters, ProcessDetails, ProcessInfo, ProcessKind, ProcessRole,
     RemappedRows, RetiredPages, SlowDetails, SlowReading,
 };
 use crate::source::cuda::role as probe_role;
-use crate::source::procfs::ProcReader;
-
-use super::absent::AbsentLog;
 
 // NVML field ids for row remapping (nvml.h: NVML_FI_DEV_REMAPPED_COR, _UNC,
 // _PENDING, _FAILURE); nvml-wrapper has no safe call for
@@ -27,13 +26,16 @@ use super::absent::AbsentLog;
 const REMAPPED_ROW_FIELDS: [FieldId; 4] = [FieldId(142), FieldId(143), FieldId(144), FieldId(145)];
 
 /// Lists the processes on a device: compute, graphics and MPS clients,
-/// merged by PID, with their identity from /proc. `None` when no list
-/// could be read at all.
+/// merged by PID, in the process cap's order, with their identity from
+/// /proc for the `identified` first ones (those the cap keeps; the rest are
+/// dropped by the sampler, so reading /proc for them would be wasted).
+/// `None` when no list could be read at all.
 pub(super) fn processes(
     index: u32,
     device: &Device<'_>,
     absent: &AbsentLog,
-    proc_reader: &ProcReader,
+    identities: &Identities,
+    identified: usize,
 ) -> Result<Option<Vec<ProcessInfo>>, NvmlError> {
     let lists = [
         (
@@ -75,20 +77,21 @@ pub(super) fn processes(
         }
     }
     let mut processes: Vec<ProcessInfo> = merged.into_values().collect();
+    processes.sort_by(ProcessInfo::cap_order);
+    let kept = processes.len().min(identified);
+    let pids: Vec<u32> = processes.iter().take(kept).map(|process| process.pid).collect();
     let own_pid = std::process::id();
-    for process in &mut processes {
-        let mut identity = proc_reader.identify(process.pid);
+    for (process, identity) in processes.iter_mut().zip(identities.of(index, &pids)) {
+        process.name.clone_from(&identity.comm);
+        process.details.cmdline.clone_from(&identity.cmdline);
         if probe_role::is_probe(&identity, own_pid) {
             // vramd's own probe runs in vramd's container: attributing it
             // would charge a pod (and its leak check) for vramd's work.
             process.details.role = Some(ProcessRole::Probe);
-            identity.container_id = None;
-            identity.pod_uid = None;
+        } else {
+            process.details.container_id.clone_from(&identity.container_id);
+            process.details.pod_uid.clone_from(&identity.pod_uid);
         }
-        process.name = identity.comm;
-        process.details.cmdline = identity.cmdline;
-        process.details.container_id = identity.container_id;
-        process.details.pod_uid = identity.pod_uid;
         process.details.namespace_pid = identity.namespace_pid;
     }
     Ok(Some(processes))

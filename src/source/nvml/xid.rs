@@ -59,14 +59,14 @@ pub fn meaning(xid: u64) -> &'static str {
 /// after `stop` is set. Failing to register is logged and ends the watcher:
 /// Xid counting is then absent, the rest of sampling unaffected.
 pub(super) fn spawn(
-    nvml: Arc<Nvml>,
+    nvml: &'static Nvml,
     devices: u32,
     book: XidBook,
     clock: ScaledClock,
     stop: Arc<AtomicBool>,
 ) {
     let spawned = std::thread::Builder::new().name("vramd-xid".into()).spawn(move || {
-        if let Err(error) = watch(&nvml, devices, &book, &clock, &stop) {
+        if let Err(error) = watch(nvml, devices, &book, &clock, &stop) {
             warn!(error = %error, "Xid events cannot be watched; vramd_xid_errors_total stays absent");
         }
     });

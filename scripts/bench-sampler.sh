@@ -1,0 +1,259 @@
+#!/usr/bin/env bash
+# The sampler as the daemon runs it (issue 15): release vramd binaries on the
+# NVML code path against the fake libnvidia-ml.so (tests/fake-nvml), 8 GPUs
+# with 64 compute processes each, whose PIDs are real `sleep` processes (so
+# /proc reads are real reads). For each binary given (default
+# target/release/vramd; pass the binary of main first to get a before/after),
+# alternating binaries part by part:
+#   cost: 100 Hz fast / 1 Hz slow. Over CPU_WINDOWS windows of CPU_SECONDS:
+#         the daemon's CPU share (utime + stime from /proc/PID/stat), the mean
+#         fast and slow sample duration (vramd_sample_duration_seconds
+#         sum / count: the call as the tier loop sees it, hand-off included),
+#         and CPU time per stored sample. The fake's own calls cost ~0.3 us
+#         (fast) and ~2.7 us (slow, 64 processes) by `cargo bench --bench
+#         nvml`, so the duration is almost all vramd's cost above the library.
+#   fill: VmRSS / VmHWM with every ring full, holding as many points as the
+#         defaults keep for 1 h (fast 4 Hz: 14,401; slow 1 Hz, kept 32 min:
+#         1,921), filled in 192 s: fast 10 ms and slow 100 ms intervals with
+#         history.retention 192 s (fast ring 19,201 points, i.e. ~1.8 MiB
+#         more than the 1 h default over 8 GPUs: a conservative figure).
+#   idle: VmRSS of a daemon with one GPU and no processes, default intervals,
+#         after IDLE_SECONDS.
+# Figures are medians over windows/readings (min-max alongside); the machine
+# is shared, so the load average is printed with them. docs/performance.md
+# ("Sampler at the driver's cost") records them.
+#
+# Everything binds 127.0.0.1, every wait is bounded, and the daemons and the
+# sleepers are killed on exit. Tunables (environment): PORT (19677),
+# GPUS (8), PROCESSES_PER_GPU (64), CPU_SECONDS (20), CPU_WINDOWS (3),
+# SETTLE_SECONDS (5), IDLE_SECONDS (15), RSS_SAMPLES (5), PARTS ("cost fill
+# idle"), SKIP_BUILD=1 to use the existing target/release/{vramd,
+# libnvidia_ml_fake.so}. Needs curl.
+#
+# Usage: scripts/bench-sampler.sh [VRAMD_BINARY ...]
+
+set -euo pipefail
+cd "$(dirname "$0")/.."
+# shellcheck source=scripts/bench-lib.sh
+source scripts/bench-lib.sh
+
+PORT=${PORT:-19677}
+GPUS=${GPUS:-8}
+PROCESSES_PER_GPU=${PROCESSES_PER_GPU:-64}
+CPU_SECONDS=${CPU_SECONDS:-20}
+CPU_WINDOWS=${CPU_WINDOWS:-3}
+SETTLE_SECONDS=${SETTLE_SECONDS:-5}
+IDLE_SECONDS=${IDLE_SECONDS:-15}
+RSS_SAMPLES=${RSS_SAMPLES:-5}
+PARTS=${PARTS:-cost fill idle}
+FILL_RETENTION=192
+
+FAKE=target/release/libnvidia_ml_fake.so
+WORK=$(mktemp -d)
+PID=""
+declare -a SLEEPERS=() hwm=()
+
+log() { printf '[bench-sampler] %s\n' "$*" >&2; }
+die() { log "error: $*"; exit 1; }
+part() { [[ " $PARTS " == *" $1 "* ]]; }
+
+stop_daemon() {
+    if [[ -n "$PID" ]] && kill -0 "$PID" 2>/dev/null; then
+        kill -TERM "$PID" 2>/dev/null || true
+        for _ in $(seq 50); do
+            kill -0 "$PID" 2>/dev/null || break
+            sleep 0.1
+        done
+        kill -KILL "$PID" 2>/dev/null || true
+        wait "$PID" 2>/dev/null || true
+    fi
+    PID=""
+}
+cleanup() {
+    stop_daemon
+    for pid in "${SLEEPERS[@]}"; do
+        kill -KILL "$pid" 2>/dev/null || true
+    done
+    rm -rf "$WORK"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+command -v curl >/dev/null || die "curl is required"
+if [[ "${SKIP_BUILD:-0}" != 1 ]]; then
+    log "cargo build --release --bin vramd; cargo build -p fake-nvml --release --lib"
+    cargo build --release --bin vramd --quiet
+    cargo build -p fake-nvml --release --lib --quiet
+fi
+[[ -f "$FAKE" ]] || die "$FAKE not found"
+LIB="$WORK/libnvidia-ml.so.1"
+cp "$FAKE" "$LIB"
+# Private copies: a concurrent cargo build cannot replace them mid-run.
+declare -a BINS=()
+n=0
+for bin in "${@:-target/release/vramd}"; do
+    [[ -x "$bin" ]] || die "$bin not found"
+    n=$((n + 1))
+    cp "$bin" "$WORK/vramd-$n"
+    BINS+=("$WORK/vramd-$n")
+    log "binary $n: $bin"
+done
+
+for _ in $(seq $((GPUS * PROCESSES_PER_GPU))); do
+    sleep 3600 &
+    SLEEPERS+=("$!")
+    disown "$!"
+done
+
+# scenario GPUS PROCESSES: GPUS devices with PROCESSES compute processes
+# each (real PIDs, steady sizes).
+scenario() {
+    local gpus=$1 per_gpu=$2 gpu slot pid sep devices="" procs
+    for ((gpu = 0; gpu < gpus; gpu++)); do
+        procs=""
+        for ((slot = 0; slot < per_gpu; slot++)); do
+            pid=${SLEEPERS[$((gpu * per_gpu + slot))]}
+            sep=${procs:+,}
+            procs+="$sep{\"pid\": $pid, \"used_bytes\": $(((slot + 1) * 16777216))}"
+        done
+        sep=${devices:+,}
+        devices+="$sep
+    {\"uuid\": \"GPU-8f6a2c1e-0000-4d7b-9a1e-3b5c7d9e1f2$gpu\",
+     \"memory\": {\"total_bytes\": 85899345920, \"reserved_bytes\": 536870912,
+                \"used_bytes\": 42949672960},
+     \"utilization\": {\"gpu\": 87, \"memory\": 41},
+     \"processes\": {\"compute\": [$procs], \"graphics\": [], \"mps\": []},
+     \"temperature_c\": 64, \"power_usage_mw\": 412000, \"power_limit_mw\": 700000,
+     \"clocks\": {\"graphics_mhz\": 1980, \"sm_mhz\": 1980, \"memory_mhz\": 2619,
+                \"video_mhz\": 1755},
+     \"throttle_reasons\": 4, \"persistence_mode\": true, \"compute_mode\": \"default\",
+     \"bar1\": {\"total_bytes\": 137438953472, \"used_bytes\": 8388608}}"
+    done
+    printf '{"devices": [%s\n]}\n' "$devices"
+}
+scenario "$GPUS" "$PROCESSES_PER_GPU" >"$WORK/full.json"
+scenario 1 0 >"$WORK/idle.json"
+
+# start_daemon BINARY SCENARIO [VAR=VALUE ...]: waits for /readyz.
+start_daemon() {
+    local bin=$1 scenario=$2 port
+    shift 2
+    port=$(free_port "$PORT")
+    ADDR="127.0.0.1:$port"
+    env -u VRAMD_SERVER__LISTEN VRAMD_NVML__LIBRARY_PATH="$LIB" \
+        FAKE_NVML_SCENARIO="$scenario" "$@" \
+        "$bin" --config config/vramd.toml --log-level warn --listen "$ADDR" \
+        >"$WORK/daemon.log" 2>&1 &
+    PID=$!
+    for _ in $(seq 200); do
+        curl -sf --max-time 1 "http://$ADDR/readyz" >/dev/null 2>&1 && return 0
+        kill -0 "$PID" 2>/dev/null || { cat "$WORK/daemon.log" >&2; die "vramd exited"; }
+        sleep 0.1
+    done
+    die "vramd not ready on $ADDR within 20 s"
+}
+
+metrics() { curl -sf --max-time 5 "http://$ADDR/metrics"; }
+# duration_sums: "fast_sum fast_count slow_sum slow_count"
+duration_sums() {
+    metrics | awk '
+        /^vramd_sample_duration_seconds_sum[{].*tier="fast"/ { fs = $NF }
+        /^vramd_sample_duration_seconds_count[{].*tier="fast"/ { fc = $NF }
+        /^vramd_sample_duration_seconds_sum[{].*tier="slow"/ { ss = $NF }
+        /^vramd_sample_duration_seconds_count[{].*tier="slow"/ { sc = $NF }
+        END { printf "%s %s %s %s\n", fs + 0, fc + 0, ss + 0, sc + 0 }'
+}
+cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$PID/stat"; }
+status_kib() { awk -v key="$1:" '$1 == key { print $2 }' "/proc/$PID/status"; }
+mib() { awk -v k="$1" 'BEGIN { printf "%.1f", k / 1024 }'; }
+TCK=$(getconf CLK_TCK)
+
+for n in $(seq ${#BINS[@]}); do
+    : >"$WORK/$n.cpu" ; : >"$WORK/$n.fast" ; : >"$WORK/$n.slow" ; : >"$WORK/$n.per"
+    : >"$WORK/$n.rss" ; : >"$WORK/$n.idle"
+done
+
+if part cost; then
+    for n in $(seq ${#BINS[@]}); do
+        log "cost, binary $n: $GPUS GPUs x $PROCESSES_PER_GPU processes, 100 Hz / 1 Hz"
+        start_daemon "${BINS[$((n - 1))]}" "$WORK/full.json" \
+            VRAMD_SAMPLER__FAST_INTERVAL=10ms VRAMD_SAMPLER__SLOW_INTERVAL=1s
+        sleep "$SETTLE_SECONDS"
+        for window in $(seq "$CPU_WINDOWS"); do
+            read -r fs0 fc0 ss0 sc0 < <(duration_sums)
+            t0=$(cpu_ticks)
+            sleep "$CPU_SECONDS"
+            t1=$(cpu_ticks)
+            read -r fs1 fc1 ss1 sc1 < <(duration_sums)
+            awk -v t="$((t1 - t0))" -v hz="$TCK" -v s="$CPU_SECONDS" \
+                'BEGIN { printf "%.3f\n", 100 * t / hz / s }' >>"$WORK/$n.cpu"
+            awk -v a="$fs0" -v b="$fs1" -v c="$fc0" -v d="$fc1" \
+                'BEGIN { printf "%.2f\n", (d > c) ? 1e6 * (b - a) / (d - c) : 0 }' >>"$WORK/$n.fast"
+            awk -v a="$ss0" -v b="$ss1" -v c="$sc0" -v d="$sc1" \
+                'BEGIN { printf "%.1f\n", (d > c) ? 1e6 * (b - a) / (d - c) : 0 }' >>"$WORK/$n.slow"
+            awk -v t="$((t1 - t0))" -v hz="$TCK" -v n="$((fc1 - fc0 + sc1 - sc0))" \
+                'BEGIN { printf "%.2f\n", (n > 0) ? 1e6 * t / hz / n : 0 }' >>"$WORK/$n.per"
+            log "  window $window: CPU $(tail -1 "$WORK/$n.cpu") %, fast $(tail -1 "$WORK/$n.fast") us," \
+                "slow $(tail -1 "$WORK/$n.slow") us, $((fc1 - fc0)) fast samples;" \
+                "load $(cut -d' ' -f1 /proc/loadavg)"
+        done
+        stop_daemon
+    done
+fi
+
+if part fill; then
+    for n in $(seq ${#BINS[@]}); do
+        log "fill, binary $n: rings of 1 h at the defaults' sizes, filled in ${FILL_RETENTION} s"
+        start_daemon "${BINS[$((n - 1))]}" "$WORK/full.json" \
+            VRAMD_SAMPLER__FAST_INTERVAL=10ms VRAMD_SAMPLER__SLOW_INTERVAL=100ms \
+            VRAMD_HISTORY__RETENTION="${FILL_RETENTION}s"
+        sleep $((FILL_RETENTION + 10))
+        for _ in $(seq "$RSS_SAMPLES"); do
+            status_kib VmRSS >>"$WORK/$n.rss"
+            sleep 2
+        done
+        hwm[n]=$(status_kib VmHWM)
+        stop_daemon
+    done
+fi
+
+if part idle; then
+    for n in $(seq ${#BINS[@]}); do
+        log "idle, binary $n: one GPU, no processes, default intervals"
+        start_daemon "${BINS[$((n - 1))]}" "$WORK/idle.json"
+        sleep "$IDLE_SECONDS"
+        for _ in $(seq "$RSS_SAMPLES"); do
+            status_kib VmRSS >>"$WORK/$n.idle"
+            sleep 1
+        done
+        stop_daemon
+    done
+fi
+
+printf '\nmachine: %s cores, %s; load average at end: %s\n' "$(nproc)" \
+    "$(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo)" \
+    "$(cut -d' ' -f1-3 /proc/loadavg)"
+printf '%s GPUs x %s processes; medians (min-max)\n' "$GPUS" "$PROCESSES_PER_GPU"
+for n in $(seq ${#BINS[@]}); do
+    printf '\nbinary %s\n' "$n"
+    if part cost; then
+        read -r m lo hi < <(stats <"$WORK/$n.cpu")
+        printf '  CPU share, 100 Hz / 1 Hz:          %s %% of a core (%s-%s)\n' "$m" "$lo" "$hi"
+        read -r m lo hi < <(stats <"$WORK/$n.fast")
+        printf '  fast sample duration (mean):       %s us (%s-%s)\n' "$m" "$lo" "$hi"
+        read -r m lo hi < <(stats <"$WORK/$n.slow")
+        printf '  slow sample duration (mean):       %s us (%s-%s)\n' "$m" "$lo" "$hi"
+        read -r m lo hi < <(stats <"$WORK/$n.per")
+        printf '  CPU time per stored sample:        %s us (%s-%s)\n' "$m" "$lo" "$hi"
+    fi
+    if part fill; then
+        read -r m lo hi < <(stats <"$WORK/$n.rss")
+        printf '  VmRSS, rings full:                 %s MiB (%s-%s); VmHWM %s MiB\n' \
+            "$(mib "$m")" "$(mib "$lo")" "$(mib "$hi")" "$(mib "${hwm[n]}")"
+    fi
+    if part idle; then
+        read -r m lo hi < <(stats <"$WORK/$n.idle")
+        printf '  VmRSS, idle, one GPU:              %s MiB (%s-%s)\n' \
+            "$(mib "$m")" "$(mib "$lo")" "$(mib "$hi")"
+    fi
+done
