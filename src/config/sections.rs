@@ -47,6 +47,7 @@ pub struct Config {
     pub alerts: AlertsConfig,
     pub notify: NotifyConfig,
     pub ingest: IngestConfig,
+    pub kubernetes: KubernetesConfig,
 }
 
 /// The configuration with nothing set.
@@ -163,6 +164,8 @@ section! {
         gpus "gpus": u32 as U32 = 2, Int(1, 8), "number of simulated GPUs";
         seed "seed": u64 as U64 = 1, Int(0, u64::MAX),
             "seed of the simulator; the same seed gives the same readings";
+        container_ids "container_ids": bool as Bool = false, Words("true or false"),
+            "give each simulated process a container ID (for testing Kubernetes attribution)";
     }
 }
 
@@ -202,6 +205,8 @@ pub struct SimulatorConfig {
     pub scenario: ScenarioKind,
     pub gpus: u32,
     pub seed: u64,
+    /// `simulator.container_ids`.
+    pub container_ids: bool,
 }
 
 impl SourceConfig {
@@ -213,6 +218,7 @@ impl SourceConfig {
                 scenario,
                 gpus: simulator.gpus,
                 seed: simulator.seed,
+                container_ids: simulator.container_ids,
             }),
             (None, Some(path)) => SourceSelection::Replay { path },
             (None, None) => SourceSelection::Driver,
@@ -245,7 +251,11 @@ impl SourceConfig {
             SourceSelection::Driver => {}
             SourceSelection::Simulate(chosen) => {
                 simulate = Some(chosen.scenario);
-                simulator = SimulatorKeys { gpus: chosen.gpus, seed: chosen.seed };
+                simulator = SimulatorKeys {
+                    gpus: chosen.gpus,
+                    seed: chosen.seed,
+                    container_ids: chosen.container_ids,
+                };
             }
             SourceSelection::Replay { path } => replay = Some(path.clone()),
         }
@@ -416,6 +426,28 @@ section! {
     }
 }
 
+section! {
+    /// `[kubernetes]`: pod attribution from the kubelet and the container
+    /// runtime (CRI), over their unix sockets.
+    pub KubernetesConfig "kubernetes" {
+        enabled "enabled": bool as Bool = false, Words("true or false"),
+            "label GPUs and processes with their pods, from the kubelet and the container runtime";
+        pod_resources_socket "pod_resources_socket": PathBuf as Path =
+            PathBuf::from("/var/lib/kubelet/pod-resources/kubelet.sock"), Words("path"),
+            "the kubelet's pod-resources gRPC socket (device allocations)";
+        runtime_socket "runtime_socket": PathBuf as Path =
+            PathBuf::from("/run/containerd/containerd.sock"), Words("path"),
+            "the CRI runtime socket (containerd; /var/run/crio/crio.sock for CRI-O)";
+        refresh_interval "refresh_interval": Duration as Dur = secs(10), Time(secs(1), hours(1)),
+            "how often both APIs are asked, in real time";
+        call_timeout "call_timeout": Duration as Dur = secs(2), Time(ms(10), mins(1))
+            => ", at most kubernetes.refresh_interval",
+            "deadline of one call, connecting included";
+        max_containers "max_containers": NonZeroUsize as Count = non_zero(1024), Int(1, 100_000),
+            "pod containers (runtime) and GPU allocations (kubelet) kept at most; answers are decoded up to 8 KiB per entry";
+    }
+}
+
 /// Every section's keys, in rendering order.
 pub(super) fn catalogue() -> Vec<KeySpec> {
     [
@@ -433,6 +465,7 @@ pub(super) fn catalogue() -> Vec<KeySpec> {
         RulesConfig::KEYS,
         NotifyConfig::KEYS,
         IngestConfig::KEYS,
+        KubernetesConfig::KEYS,
     ]
     .concat()
 }
@@ -455,6 +488,7 @@ pub(super) fn entries(config: &Config) -> Vec<(&'static str, Option<TomlValue>)>
         config.alerts.entries(),
         config.notify.entries(),
         config.ingest.entries(),
+        config.kubernetes.entries(),
     ]
     .concat()
 }
@@ -474,5 +508,6 @@ pub(super) fn read(values: &Values) -> Result<Config, ConfigError> {
         alerts: AlertsConfig::read(values)?,
         notify: NotifyConfig::read(values)?,
         ingest: IngestConfig::read(values)?,
+        kubernetes: KubernetesConfig::read(values)?,
     })
 }

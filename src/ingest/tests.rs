@@ -120,6 +120,7 @@ fn store() -> ReportStore {
 
 fn reading(at_seconds: i64, processes: Vec<ProcessInfo>) -> SlowReading {
     SlowReading {
+        allocations: None,
         at: Timestamp::from_unix_millis(1_767_225_600_000 + at_seconds * 1000),
         processes: Some(processes),
         temperature_celsius: None,

@@ -27,7 +27,7 @@ use tracing::{info, warn};
 
 use crate::history::HistoryStore;
 use crate::ingest::ReportStore;
-use crate::model::ErrorKind;
+use crate::model::{DeviceInfo, ErrorKind, SlowReading};
 use crate::source::DeviceSource;
 use crate::telemetry::Telemetry;
 
@@ -67,7 +67,14 @@ pub(crate) struct Context {
     pub cancel: CancellationToken,
     /// Allocator reports joined onto each slow reading's processes.
     pub reports: Option<Arc<ReportStore>>,
+    /// Joined onto each slow reading after the process cap.
+    pub attribute: Option<Attribute>,
 }
+
+/// Labels one device's slow reading with facts from outside the source
+/// (Kubernetes pods and allocations); it must only read published state,
+/// never wait, since it runs on the sampling path.
+pub type Attribute = Arc<dyn Fn(&DeviceInfo, &mut SlowReading) + Send + Sync>;
 
 /// Runs until `cancel` fires: discovers devices (retrying with backoff while
 /// the source is unavailable), then samples them.
@@ -77,9 +84,11 @@ pub async fn run(
     telemetry: Arc<Telemetry>,
     settings: SamplerSettings,
     reports: Option<Arc<ReportStore>>,
+    attribute: Option<Attribute>,
     cancel: CancellationToken,
 ) {
-    let context = Arc::new(Context { source, store, telemetry, settings, cancel, reports });
+    let context =
+        Arc::new(Context { source, store, telemetry, settings, cancel, reports, attribute });
     let Some(devices) = discover(&context).await else {
         return;
     };
