@@ -231,7 +231,7 @@ family!(
     PROCESS_INFO,
     "vramd_process_info",
     Gauge,
-    "Identity of a process on a GPU (kind of work, container ID, pod UID, PID in its namespace; pod, namespace and container names under Kubernetes); always 1. Join on pid."
+    "Identity of a process on a GPU (kind of work, container, pod, PID in its namespace); always 1. Join on pid."
 );
 family!(
     ALLOCATION_INFO,

@@ -209,3 +209,6 @@ fn note_failure(
     }
     now
 }
+
+#[cfg(test)]
+mod tests;
