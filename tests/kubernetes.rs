@@ -247,3 +247,46 @@ fn hanging_and_missing_sockets_leave_the_daemon_sampling_and_serving() {
     assert_eq!(about("pod_resources"), 1, "{log:#?}");
     assert!(daemon.exited().is_none());
 }
+
+/// The cost of one refresh (pod-resources + CRI, both decoded and mapped)
+/// for 100 pods on 8 GPUs, against the fake servers; a figure for
+/// docs/performance.md, not a check:
+/// `cargo test --test kubernetes -- --ignored --nocapture refresh_cost`.
+#[test]
+#[ignore = "a measurement, run by hand"]
+fn refresh_cost_with_100_pods_and_8_gpus() {
+    let dir = tempfile::tempdir().unwrap();
+    let kubelet = FakeApi::serve(&dir.path().join("kubelet.sock"));
+    let runtime = FakeApi::serve(&dir.path().join("containerd.sock"));
+    let gpus: Vec<String> =
+        (0..8).map(|n| format!("GPU-{n:08x}-0000-4d7b-9a1e-3b5c7d9e1f20")).collect();
+    let pods: Vec<_> = (0..100)
+        .map(|n| {
+            let id = format!("{}::{}", gpus[n % 8], n / 8);
+            pod(&format!("pod-{n}"), "ml", "main", "nvidia.com/gpu", &[&id])
+        })
+        .collect();
+    let containers: Vec<_> = (0..100)
+        .map(|n| container(&format!("{n:064x}"), &format!("pod-{n}"), "ml", "main"))
+        .collect();
+    kubelet.set_pods(pods);
+    runtime.set_containers(containers);
+    let tokio = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let mut took = Vec::new();
+    for _ in 0..50 {
+        let start = std::time::Instant::now();
+        tokio.block_on(async {
+            let timeout = Duration::from_secs(2);
+            let (pods, containers) = tokio::join!(
+                vramd::kubernetes::list_pod_resources(&kubelet.socket, timeout, 1 << 23),
+                vramd::kubernetes::list_containers(&runtime.socket, timeout, 1 << 23),
+            );
+            let (allocations, _) = vramd::kubernetes::allocations(pods.unwrap(), 1024);
+            let (table, _) = vramd::kubernetes::containers(containers.unwrap(), 1024);
+            assert_eq!((allocations.len(), table.len()), (100, 100));
+        });
+        took.push(start.elapsed());
+    }
+    took.sort();
+    println!("refresh: median {:?}, p90 {:?}, min {:?}", took[25], took[45], took[0]);
+}
