@@ -70,7 +70,12 @@ fn evaluation(c: &mut Criterion) {
 
 fn offline_throughput(c: &mut Criterion) {
     let config = defaults();
-    let simulator = SimulatorConfig { scenario: ScenarioKind::MultiTenant, gpus: 8, seed: 1 };
+    let simulator = SimulatorConfig {
+        scenario: ScenarioKind::MultiTenant,
+        gpus: 8,
+        seed: 1,
+        container_ids: false,
+    };
     let duration = Duration::from_secs(30 * 60);
     let settings = vramd::app::analyze_settings(&config);
     let samples =

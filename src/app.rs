@@ -28,10 +28,10 @@ use crate::config::{AlertsConfig, Config, LoadOptions, SourceSelection};
 use crate::history::{HistoryStore, Sizing};
 use crate::ingest::{ReportLimits, ReportStore, StoreLimits};
 use crate::logging::LevelControl;
-use crate::model::RuleId;
 use crate::reload::steps::{LogLevelStep, PipelineStep};
 use crate::reload::{Change, Commit, ReloadStep, Reloader};
-use crate::model::OomEvent;
+use crate::kubernetes::{self, AttributionBoard, KubernetesSettings};
+use crate::model::{DeviceInfo, OomEvent, RuleId, SlowReading};
 use crate::sampler::probe::{ProbeGate, ProbeSettings};
 use crate::sampler::{self, SamplerSettings};
 use crate::signals::Hangups;
@@ -134,7 +134,12 @@ pub fn build_source(
                     gpus: simulator.gpus,
                     seed: simulator.seed,
                 };
-                let simulator = Simulator::with_origin(spec, clock, origin)?.reporting_allocator();
+                let container_ids = simulator.container_ids;
+                let mut simulator =
+                    Simulator::with_origin(spec, clock, origin)?.reporting_allocator();
+                if container_ids {
+                    simulator = simulator.with_container_ids();
+                }
                 BuiltSource {
                     source: Arc::new(simulator.clone()),
                     prober: Some(Arc::new(simulator.clone())),
@@ -448,6 +453,41 @@ pub fn analyze_settings(config: &Config) -> AnalyzeSettings {
     }
 }
 
+/// `[kubernetes]` as the attribution poller reads it.
+pub fn kubernetes_settings(config: &Config) -> KubernetesSettings {
+    let kubernetes = &config.kubernetes;
+    KubernetesSettings {
+        pod_resources_socket: kubernetes.pod_resources_socket.clone(),
+        runtime_socket: kubernetes.runtime_socket.clone(),
+        refresh_interval: kubernetes.refresh_interval,
+        call_timeout: kubernetes.call_timeout,
+        max_containers: kubernetes.max_containers.get(),
+    }
+}
+
+/// Starts the Kubernetes attribution poller when `kubernetes.enabled`, and
+/// returns the join the sampler applies to every slow reading.
+fn start_kubernetes(
+    config: &Config,
+    telemetry: &Arc<Telemetry>,
+    cancel: &CancellationToken,
+) -> Result<Option<sampler::Attribute>, AppError> {
+    if !config.kubernetes.enabled {
+        return Ok(None);
+    }
+    telemetry.watch_kubernetes(&[kubernetes::API_POD_RESOURCES, kubernetes::API_RUNTIME])?;
+    let board = Arc::new(AttributionBoard::default());
+    tokio::spawn(kubernetes::run(
+        kubernetes_settings(config),
+        board.clone(),
+        telemetry.clone(),
+        cancel.clone(),
+    ));
+    Ok(Some(Arc::new(move |info: &DeviceInfo, reading: &mut SlowReading| {
+        board.join(info, reading)
+    })))
+}
+
 /// The allocator report intake: its store, document bounds and token.
 pub fn report_intake(config: &Config, token: Option<String>) -> api::reports::Ingest {
     let ingest = &config.ingest;
@@ -571,12 +611,14 @@ pub async fn run(
             cancel.clone(),
         ));
     }
+    let attribution = start_kubernetes(&config, &telemetry, &cancel)?;
     let sampler = tokio::spawn(sampler::run(
         source,
         store.clone(),
         telemetry.clone(),
         sampler_settings,
         sampler_joins_reports.then(|| reports.clone()),
+        attribution,
         cancel.clone(),
     ));
     let board = Arc::new(AlertBoard::new(config.api.max_stream_backlog.get()));

@@ -16,6 +16,7 @@ pub mod config;
 pub mod exposition;
 pub mod history;
 pub mod ingest;
+pub mod kubernetes;
 pub mod logging;
 pub mod model;
 pub mod play;

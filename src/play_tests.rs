@@ -45,6 +45,7 @@ fn fast(at: Timestamp) -> FastReading {
 
 fn slow(at: Timestamp) -> SlowReading {
     SlowReading {
+        allocations: None,
         at,
         processes: Some(Vec::new()),
         temperature_celsius: None,

@@ -68,6 +68,13 @@ pub struct Telemetry {
     config_last_success: prometheus::Gauge,
     /// Set once a recording exists: its health, and the series mirroring it.
     recording: OnceLock<RecordingSeries>,
+    /// Set once Kubernetes attribution runs (`kubernetes.enabled`).
+    kubernetes: OnceLock<KubernetesSeries>,
+}
+
+struct KubernetesSeries {
+    up: IntGaugeVec,
+    errors: IntCounterVec,
 }
 
 /// Reads a recording's (errors so far, failing now).
@@ -186,6 +193,7 @@ impl Telemetry {
             alerts_dropped,
             log_lines_dropped,
             recording: OnceLock::new(),
+            kubernetes: OnceLock::new(),
         })
     }
 
@@ -221,6 +229,51 @@ impl Telemetry {
         }
         if success {
             self.config_last_success.set(at.unix_seconds_f64());
+        }
+    }
+
+    /// Exports the health of the Kubernetes APIs (`vramd_kubernetes_up`,
+    /// `vramd_kubernetes_errors_total`, by `api`: `pod_resources` or
+    /// `runtime`); absent unless attribution runs. Only the first call
+    /// registers.
+    pub fn watch_kubernetes(&self, apis: &[&str]) -> Result<(), TelemetryError> {
+        if self.kubernetes.get().is_some() {
+            return Ok(());
+        }
+        let up = register(
+            &self.registry,
+            "vramd_kubernetes_up",
+            IntGaugeVec::new(
+                Opts::new(
+                    "vramd_kubernetes_up",
+                    "1 when the Kubernetes API (pod_resources: the kubelet's device allocations; runtime: the CRI container list) answered its latest call, else 0.",
+                ),
+                &["api"],
+            ),
+        )?;
+        let errors = counter_vec(
+            &self.registry,
+            "vramd_kubernetes_errors_total",
+            "Calls to a Kubernetes API that got no answer, by kind: absent (no socket), connect, timeout, status (an error or an unreadable answer).",
+            &["api", "kind"],
+        )?;
+        for api in apis {
+            up.with_label_values(&[api]).set(0);
+        }
+        // Already checked above; called once, at start-up.
+        let _ = self.kubernetes.set(KubernetesSeries { up, errors });
+        Ok(())
+    }
+
+    pub fn set_kubernetes_up(&self, api: &str, up: bool) {
+        if let Some(series) = self.kubernetes.get() {
+            series.up.with_label_values(&[api]).set(i64::from(up));
+        }
+    }
+
+    pub fn count_kubernetes_error(&self, api: &str, kind: &str) {
+        if let Some(series) = self.kubernetes.get() {
+            series.errors.with_label_values(&[api, kind]).inc();
         }
     }
 

@@ -22,8 +22,16 @@ use vramd::analysis::snapshot::AnalysisBoard;
 use vramd::api::{self, AppState, Limits};
 use vramd::clock::ScaledClock;
 use vramd::history::{HistoryStore, Sizing};
+use vramd::kubernetes::proto::{
+    Container, ContainerDevices, ContainerResources, ListContainersResponse,
+    ListPodResourcesResponse, PodResources,
+};
+use vramd::kubernetes::{self, Attribution};
 use vramd::play::{self, Schedule};
-use vramd::source::simulator::{GOLDEN_ORIGIN, ScenarioKind, Simulator, SimulatorSpec};
+use vramd::source::DeviceSource;
+use vramd::source::simulator::{
+    GOLDEN_ORIGIN, ScenarioKind, Simulator, SimulatorSpec, container_id,
+};
 use vramd::telemetry::Telemetry;
 
 /// Plays `scenario` from its start to `until` at 4 Hz fast / 1 Hz slow.
@@ -92,6 +100,132 @@ fn metrics_for_a_lost_device_leave_its_values_out() {
     let lost_uuid = store.devices()[1].info().uuid.clone();
     assert!(text.contains(&format!("vramd_device_up{{gpu=\"1\",uuid=\"{lost_uuid}\"}} 0")));
     assert!(!text.contains("vramd_memory_used_bytes{gpu=\"1\""));
+}
+
+/// Plays two multi-tenant GPUs as on a Kubernetes node: every process in a
+/// container, GPU 0 whole to one pod, GPU 1 time-sliced (`::N`) between two
+/// pods whose processes alternate by PID; joined as the daemon's sampler
+/// joins the kubelet's and the runtime's answers.
+fn store_with_pods(until: Duration) -> Arc<HistoryStore> {
+    let spec = SimulatorSpec { scenario: ScenarioKind::MultiTenant, gpus: 2, seed: 42 };
+    let clock = ScaledClock::starting_at(GOLDEN_ORIGIN, 1.0);
+    let simulator = Simulator::with_origin(spec, clock, GOLDEN_ORIGIN).unwrap();
+    let store = Arc::new(HistoryStore::new(Sizing {
+        fast_capacity: 20_000,
+        slow_capacity: 5_000,
+        peak_window: Duration::from_secs(60),
+        oom_events: 64,
+    }));
+    let devices = store.set_devices(simulator.devices().unwrap());
+    let infos: Vec<_> = devices.iter().map(|device| device.info().clone()).collect();
+    let kubelet = ListPodResourcesResponse {
+        pod_resources: vec![
+            pod_resources("train-0", "ml", "trainer", &infos[0].uuid),
+            pod_resources("infer-a", "serving", "server", &format!("{}::0", infos[1].uuid)),
+            pod_resources("infer-b", "serving", "server", &format!("{}::1", infos[1].uuid)),
+        ],
+    };
+    let schedule = Schedule {
+        from: GOLDEN_ORIGIN,
+        duration: until,
+        fast: Duration::from_millis(250),
+        slow: Duration::from_secs(1),
+    };
+    let slow = |index: u32, at| {
+        let mut reading = simulator.slow_at(index, at)?;
+        let mut runtime = ListContainersResponse::default();
+        for process in reading.processes.iter_mut().flatten() {
+            let id = container_id(index, process.pid);
+            let (pod, namespace, name) = match (index, process.pid % 2) {
+                (0, _) => ("train-0", "ml", "trainer"),
+                (_, 0) => ("infer-a", "serving", "server"),
+                _ => ("infer-b", "serving", "server"),
+            };
+            runtime.containers.push(runtime_container(&id, pod, namespace, name));
+            process.details.container_id = Some(id);
+        }
+        let attribution = Attribution {
+            allocations: Some(kubernetes::allocations(kubelet.clone(), 64).0),
+            containers: Some(kubernetes::containers(runtime, 64).0),
+        };
+        attribution.join(&infos[index as usize], &mut reading);
+        Ok(reading)
+    };
+    play::play(&devices, schedule, |index, at| simulator.fast_at(index, at), slow, |_| {});
+    store.mark_cycle_completed();
+    store
+}
+
+fn pod_resources(name: &str, namespace: &str, container: &str, device_id: &str) -> PodResources {
+    PodResources {
+        name: name.into(),
+        namespace: namespace.into(),
+        containers: vec![ContainerResources {
+            name: container.into(),
+            devices: vec![ContainerDevices {
+                resource_name: "nvidia.com/gpu".into(),
+                device_ids: vec![device_id.into()],
+            }],
+        }],
+    }
+}
+
+fn runtime_container(id: &str, pod: &str, namespace: &str, name: &str) -> Container {
+    let labels = [
+        ("io.kubernetes.pod.name", pod),
+        ("io.kubernetes.pod.namespace", namespace),
+        ("io.kubernetes.pod.uid", &format!("uid-{pod}")),
+        ("io.kubernetes.container.name", name),
+    ];
+    Container {
+        id: id.into(),
+        pod_sandbox_id: String::new(),
+        metadata: None,
+        labels: labels.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect(),
+    }
+}
+
+#[test]
+fn metrics_with_pod_labels_match_the_golden_file() {
+    let store = store_with_pods(Duration::from_secs(120));
+    let text = String::from_utf8(vramd::exposition::render_devices(&store)).unwrap();
+    check_golden("metrics-kubernetes.txt", &text);
+}
+
+#[tokio::test]
+async fn device_document_with_pods_matches_the_golden_file() {
+    let store = store_with_pods(Duration::from_secs(120));
+    let pretty = device_document(store, 1).await;
+    check_golden("device-kubernetes.json", &pretty);
+}
+
+/// `GET /api/v1/devices/{index}` on `store`, pretty-printed.
+async fn device_document(store: Arc<HistoryStore>, index: u32) -> String {
+    let state = AppState::new(
+        store,
+        Arc::new(Telemetry::new("simulator").unwrap()),
+        Arc::new(AnalysisBoard::default()),
+        Arc::new(AlertBoard::new(16)),
+        Limits {
+            request_timeout: Duration::from_secs(5),
+            max_request_body_bytes: 1024,
+            max_concurrent_requests: 4,
+            max_history_points: 1_000,
+            retention: Duration::from_secs(3_600),
+            max_event_streams: 2,
+        },
+        vramd::app::report_intake(&vramd::config::defaults(), None),
+    );
+    let uri = format!("/api/v1/devices/{index}");
+    let response = api::router(state)
+        .oneshot(Request::builder().uri(uri).body(Body::empty()).unwrap())
+        .await
+        .unwrap();
+    let body = response.into_body().collect().await.unwrap().to_bytes();
+    let value: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    let mut pretty = serde_json::to_string_pretty(&value).unwrap();
+    pretty.push('\n');
+    pretty
 }
 
 #[tokio::test]

@@ -19,7 +19,7 @@ const PLAYED: Duration = Duration::from_secs(45 * 60);
 
 fn play(scenario: ScenarioKind) -> AnalyzeReport {
     let config = defaults();
-    let simulator = SimulatorConfig { scenario, gpus: 2, seed: 1 };
+    let simulator = SimulatorConfig { scenario, gpus: 2, seed: 1, container_ids: false };
     analyze::simulate(&vramd::app::analyze_settings(&config), &simulator, PLAYED).unwrap()
 }
 

@@ -87,6 +87,7 @@ pub fn process(pid: u32, reserved: u64, allocated: u64) -> ProcessInfo {
 
 pub fn slow_reading(at: Timestamp, processes: Vec<ProcessInfo>) -> SlowReading {
     SlowReading {
+        allocations: None,
         at,
         processes: Some(processes),
         temperature_celsius: Some(58.0),

@@ -7,7 +7,7 @@ use crate::analysis::accounting::{self, DeviceBreakdown, ProcessBreakdown};
 use crate::analysis::summary::DeviceAnalysis;
 use crate::history::{LiveState, ProbeAttempt, ProbeState, ReadFailure};
 use crate::model::{
-    AllocatorStats, DeviceInfo, MemoryInfo, MigInfo, ProbeFailureKind, ProbeReading,
+    AllocatorStats, DeviceInfo, MemoryInfo, MigInfo, PodAllocation, ProbeFailureKind, ProbeReading,
     ProbeSkipReason, ProcessDetails, ProcessInfo, SlowDetails, Timestamp,
 };
 
@@ -151,6 +151,11 @@ pub struct DeviceDetail {
     pub processes: Option<Vec<ProcessDto>>,
     /// Processes left out by `sampler.max_processes_per_device`.
     pub processes_dropped: usize,
+    /// The Kubernetes containers the kubelet allocated this device to
+    /// (`kubernetes.enabled`); absent while the kubelet is not asked or does
+    /// not answer, empty when no pod holds the device.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub allocations: Option<Vec<PodAllocation>>,
     pub history: HistoryCounts,
     /// The latest analysis: growth, time to exhaustion, pressure, leaks.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -174,7 +179,8 @@ pub struct ProcessDto {
     pub allocator: Option<AllocatorStats>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub breakdown: Option<ProcessBreakdown>,
-    /// Kind of GPU work, command line, container, pod, namespace PID.
+    /// Kind of GPU work, command line, container ID, pod UID, namespace
+    /// PID, and the Kubernetes pod, namespace and container names.
     #[serde(flatten)]
     pub details: ProcessDetails,
 }
@@ -243,6 +249,7 @@ pub fn detail(
         accounting,
         processes: processes.map(|list| list.iter().map(process).collect()),
         processes_dropped: live.processes_dropped,
+        allocations: slow.and_then(|slow| slow.allocations.clone()),
         history,
         analysis,
     }

@@ -218,7 +218,8 @@ mod tests {
                 "log",
                 "alerts",
                 "notify",
-                "ingest"
+                "ingest",
+                "kubernetes"
             ]
         );
     }

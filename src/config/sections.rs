@@ -47,6 +47,7 @@ pub struct Config {
     pub alerts: AlertsConfig,
     pub notify: NotifyConfig,
     pub ingest: IngestConfig,
+    pub kubernetes: KubernetesConfig,
 }
 
 /// The configuration with nothing set.
@@ -167,6 +168,8 @@ section! {
         gpus "gpus": u32 = 2, Int(1, 8);
         /// seed of the simulator; the same seed gives the same readings
         seed "seed": u64 = 1, Int(0, u64::MAX);
+        /// give each simulated process a container ID (for testing Kubernetes attribution)
+        container_ids "container_ids": bool = false, Words("true or false");
     }
 }
 
@@ -206,6 +209,8 @@ pub struct SimulatorConfig {
     pub scenario: ScenarioKind,
     pub gpus: u32,
     pub seed: u64,
+    /// `simulator.container_ids`.
+    pub container_ids: bool,
 }
 
 impl SourceConfig {
@@ -217,6 +222,7 @@ impl SourceConfig {
                 scenario,
                 gpus: simulator.gpus,
                 seed: simulator.seed,
+                container_ids: simulator.container_ids,
             }),
             (None, Some(path)) => SourceSelection::Replay { path },
             (None, None) => SourceSelection::Driver,
@@ -249,7 +255,11 @@ impl SourceConfig {
             SourceSelection::Driver => {}
             SourceSelection::Simulate(chosen) => {
                 simulate = Some(chosen.scenario);
-                simulator = SimulatorKeys { gpus: chosen.gpus, seed: chosen.seed };
+                simulator = SimulatorKeys {
+                    gpus: chosen.gpus,
+                    seed: chosen.seed,
+                    container_ids: chosen.container_ids,
+                };
             }
             SourceSelection::Replay { path } => replay = Some(path.clone()),
         }
@@ -417,6 +427,7 @@ pub(super) struct Document {
     alerts: AlertsConfig,
     notify: NotifyConfig,
     ingest: IngestConfig,
+    kubernetes: KubernetesConfig,
 }
 
 impl Document {
@@ -434,7 +445,8 @@ impl Document {
         self.log.check(values)?;
         self.alerts.check(values)?;
         self.notify.check(values)?;
-        self.ingest.check(values)
+        self.ingest.check(values)?;
+        self.kubernetes.check(values)
     }
 }
 
@@ -453,6 +465,7 @@ impl From<Document> for Config {
             alerts: file.alerts,
             notify: file.notify,
             ingest: file.ingest,
+            kubernetes: file.kubernetes,
         }
     }
 }
@@ -475,7 +488,30 @@ impl From<&Config> for Document {
             alerts: config.alerts,
             notify: config.notify,
             ingest: config.ingest,
+            kubernetes: config.kubernetes,
         }
+    }
+}
+
+section! {
+    /// `[kubernetes]`: pod attribution from the kubelet and the container
+    /// runtime (CRI), over their unix sockets.
+    pub struct KubernetesConfig "kubernetes" {
+        /// label GPUs and processes with their pods, from the kubelet and the container runtime
+        enabled "enabled": bool = false, Words("true or false");
+        /// the kubelet's pod-resources gRPC socket (device allocations)
+        pod_resources_socket "pod_resources_socket": PathBuf =
+            PathBuf::from("/var/lib/kubelet/pod-resources/kubelet.sock"), Words("path");
+        /// the CRI runtime socket (containerd; /var/run/crio/crio.sock for CRI-O)
+        runtime_socket "runtime_socket": PathBuf =
+            PathBuf::from("/run/containerd/containerd.sock"), Words("path");
+        /// how often both APIs are asked, in real time
+        refresh_interval "refresh_interval": Duration = secs(10), Time(secs(1), hours(1));
+        /// deadline of one call, connecting included
+        call_timeout "call_timeout": Duration = secs(2),
+            Time(ms(10), mins(1)) => ", at most kubernetes.refresh_interval";
+        /// pod containers (runtime) and GPU allocations (kubelet) kept at most; answers are decoded up to 8 KiB per entry
+        max_containers "max_containers": NonZeroUsize = non_zero(1024), Int(1, 100_000);
     }
 }
 
@@ -495,6 +531,7 @@ pub(super) fn catalogue() -> Vec<KeySpec> {
         AlertsConfig::KEYS,
         NotifyConfig::KEYS,
         IngestConfig::KEYS,
+        KubernetesConfig::KEYS,
     ]
     .concat()
 }

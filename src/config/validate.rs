@@ -47,7 +47,7 @@ pub(super) fn validate(tree: config::Value, values: &Values) -> Result<Config, C
     let mut config = Config::from(file);
     config.alerts.rules.probe_stale_after = config.probe.interval.saturating_mul(2);
     forms(&config, values)?;
-    let Config { sampler, history, metrics, probe, .. } = &config;
+    let Config { sampler, history, metrics, probe, kubernetes, .. } = &config;
     let conflict = |first, second, reason: String| Err(values.conflict(first, second, reason));
     let duration = |d| format_duration(d);
     if probe.headroom_time_budget >= probe.timeout {
@@ -70,6 +70,18 @@ pub(super) fn validate(tree: config::Value, values: &Values) -> Result<Config, C
                 "probe.max_backoff ({}) must be at least probe.interval ({})",
                 duration(probe.max_backoff),
                 duration(probe.interval)
+            ),
+        );
+    }
+    if kubernetes.call_timeout > kubernetes.refresh_interval {
+        return conflict(
+            "kubernetes.call_timeout",
+            "kubernetes.refresh_interval",
+            format!(
+                "kubernetes.call_timeout ({}) must be at most kubernetes.refresh_interval ({}), \
+                 or refreshes would queue behind a hung socket",
+                duration(kubernetes.call_timeout),
+                duration(kubernetes.refresh_interval)
             ),
         );
     }

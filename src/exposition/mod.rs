@@ -260,6 +260,18 @@ family!(
     "Fraction of the latest slow-tier period during which the process read or wrote device memory; with the SM ratio, tells working from only holding memory."
 );
 family!(
+    ALLOCATION_INFO,
+    "vramd_device_allocation_info",
+    Gauge,
+    "A Kubernetes container the kubelet allocated this device to (pod-resources API; replica: the N of a time-sliced ID <id>::N); always 1."
+);
+family!(
+    ALLOCATIONS,
+    "vramd_device_allocations",
+    Gauge,
+    "Containers the kubelet lists as holding this device; 0: allocated to no pod. Absent while the kubelet is not asked or does not answer."
+);
+family!(
     HISTORY_SAMPLES,
     "vramd_history_samples",
     Gauge,
@@ -354,7 +366,30 @@ fn render_devices_into(views: &[DeviceView<'_>], out: &mut Vec<u8>) {
     }
     health::render(views, out);
     probe::render(views, out);
+    render_allocations(views, out);
     render_processes(views, out);
+}
+
+fn render_allocations(views: &[DeviceView<'_>], out: &mut Vec<u8>) {
+    per_device(out, views, &ALLOCATIONS, |view| {
+        view.live.slow.as_ref()?.allocations.as_ref().map(|list| list.len() as f64)
+    });
+    let mut writer = FamilyWriter::new(out, &ALLOCATION_INFO);
+    for view in views {
+        let Some(slow) = view.live.slow.as_ref() else { continue };
+        for allocation in slow.allocations.iter().flatten() {
+            let mut labels = view
+                .labels
+                .clone_with_room(PROCESS_LABELS_ROOM)
+                .with("pod", &allocation.pod)
+                .with("namespace", &allocation.namespace)
+                .with("container", &allocation.container);
+            if let Some(replica) = &allocation.replica {
+                labels.push("replica", replica);
+            }
+            writer.int(labels.as_str(), 1);
+        }
+    }
 }
 
 /// A family with at most one sample per device, which `value` picks from
@@ -383,9 +418,9 @@ fn device_family(
     per_device(out, views, family, |view| value(&view.live));
 }
 
-/// Bytes reserved beyond the device labels for a process's `pid` and
-/// `process` labels.
-const PROCESS_LABELS_ROOM: usize = 96;
+/// Bytes reserved beyond the device labels for a process's `pid`,
+/// `process` and pod labels.
+const PROCESS_LABELS_ROOM: usize = 192;
 
 fn render_processes(views: &[DeviceView<'_>], out: &mut Vec<u8>) {
     let processes: Vec<ProcessView<'_>> = views
@@ -393,11 +428,7 @@ fn render_processes(views: &[DeviceView<'_>], out: &mut Vec<u8>) {
         .flat_map(|view| {
             let listed = view.live.slow.as_ref().and_then(|slow| slow.processes.as_ref());
             listed.into_iter().flatten().map(move |process| ProcessView {
-                labels: view
-                    .labels
-                    .clone_with_room(PROCESS_LABELS_ROOM)
-                    .with_uint("pid", u64::from(process.pid))
-                    .with("process", process.name.as_deref().unwrap_or("")),
+                labels: process_labels(&view.labels, process),
                 process,
             })
         })
@@ -452,6 +483,27 @@ fn render_processes(views: &[DeviceView<'_>], out: &mut Vec<u8>) {
     process_family(out, &processes, &ALLOC_FRAGMENTATION, |p| {
         accounting::process_breakdown(p)?.fragmentation_ratio
     });
+}
+
+/// A process's series labels: its device's, `pid`, `process`, and the
+/// Kubernetes `pod`, `namespace` and `container` (dcgm-exporter's names)
+/// when known. These add no series: a process has one pod.
+fn process_labels(device: &Labels, process: &ProcessInfo) -> Labels {
+    let details = &process.details;
+    let mut labels = device
+        .clone_with_room(PROCESS_LABELS_ROOM)
+        .with_uint("pid", u64::from(process.pid))
+        .with("process", process.name.as_deref().unwrap_or(""));
+    for (name, value) in [
+        ("pod", &details.pod),
+        ("namespace", &details.namespace),
+        ("container", &details.container),
+    ] {
+        if let Some(value) = value {
+            labels.push(name, value);
+        }
+    }
+    labels
 }
 
 fn process_family<V: SampleValue>(

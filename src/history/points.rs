@@ -236,6 +236,7 @@ mod tests {
         SlowReading {
             at: Timestamp::from_unix_millis(at),
             processes: Some(processes),
+            allocations: None,
             temperature_celsius: None,
             power_usage_watts: None,
             power_limit_watts: None,
@@ -275,6 +276,7 @@ mod tests {
                 process(7, None),
                 process(8, Some(crate::model::ProcessRole::Probe)),
             ]),
+            allocations: None,
             temperature_celsius: None,
             power_usage_watts: None,
             power_limit_watts: None,

@@ -147,7 +147,7 @@ impl ReportStore {
                 }
             });
             let Some(process) = target.and_then(|slot| processes.get_mut(slot)) else { continue };
-            join(process, device);
+            join(process, device, &entry.report.reporter);
             entry.matched.insert(uuid.to_owned(), process.pid);
         }
         // Reports emptied by exits are forgotten.
@@ -182,7 +182,15 @@ impl ReportStore {
     }
 }
 
-fn join(process: &mut crate::model::ProcessInfo, device: &ReportedDevice) {
+fn join(process: &mut crate::model::ProcessInfo, device: &ReportedDevice, reporter: &Reporter) {
+    // The workload's own word on its pod; the container runtime's, joined
+    // later by Kubernetes attribution, wins where it answers.
+    let details = &mut process.details;
+    if details.pod.is_none() {
+        details.pod.clone_from(&reporter.pod);
+        details.namespace.clone_from(&reporter.namespace);
+        details.container.clone_from(&reporter.container);
+    }
     // A source that already knows the allocator figures (the simulator)
     // keeps them; a report fills them in for NVML's processes.
     if process.allocator.is_none() {

@@ -120,6 +120,7 @@ fn store() -> ReportStore {
 
 fn reading(at_seconds: i64, processes: Vec<ProcessInfo>) -> SlowReading {
     SlowReading {
+        allocations: None,
         at: Timestamp::from_unix_millis(1_767_225_600_000 + at_seconds * 1000),
         processes: Some(processes),
         temperature_celsius: None,
@@ -180,6 +181,10 @@ async fn a_report_joins_by_host_pid_or_by_namespace_pid() {
     );
     assert_eq!(processes[2].allocator, None, "nobody reported for it");
     assert_eq!(processes[0].details.snapshot.map(|s| s.largest_free_block_bytes), Some(GIB / 4));
+    // The report's own pod name labels the process until the container
+    // runtime (Kubernetes attribution, joined later) says otherwise.
+    assert_eq!(processes[0].details.pod.as_deref(), Some("train-0"));
+    assert_eq!(processes[2].details.pod, None);
     let views = store.views();
     assert!(views.iter().all(|view| view.matched), "{views:?}");
     assert_eq!(views.iter().find(|v| v.reporter.pid == 7).and_then(|v| v.matched_pid), Some(9007));

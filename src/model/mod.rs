@@ -374,6 +374,25 @@ pub struct SlowReading {
     /// Everything else the slow tier reads (clocks, ECC, modes, …).
     #[serde(default, skip_serializing_if = "SlowDetails::is_empty")]
     pub details: SlowDetails,
+    /// The Kubernetes containers the kubelet allocated this device to;
+    /// `None` when the kubelet was not asked or did not answer (an empty
+    /// list: it answered, and no pod holds the device).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allocations: Option<Vec<PodAllocation>>,
+}
+
+/// One container the kubelet's pod-resources API lists as holding a device.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PodAllocation {
+    pub pod: String,
+    pub namespace: String,
+    pub container: String,
+    /// The extended resource, e.g. `nvidia.com/gpu` or `nvidia.com/mig-1g.10gb`.
+    pub resource: String,
+    /// The `N` of a time-sliced or shared device ID `<id>::N`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replica: Option<String>,
 }
 
 /// Device health and configuration read on the slow tier. Each field is
@@ -595,6 +614,16 @@ pub struct ProcessDetails {
     /// assessed for leaks).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub role: Option<ProcessRole>,
+    /// Kubernetes pod name: from the container runtime (CRI) by container
+    /// ID, else from the process's allocator report.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod: Option<String>,
+    /// Kubernetes namespace of [`Self::pod`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    /// Container name within [`Self::pod`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub container: Option<String>,
     /// Summary of the process's last allocator snapshot, when it reports one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub snapshot: Option<SnapshotSummary>,

@@ -194,6 +194,7 @@ mod tests {
             scenario: ScenarioKind::Idle,
             gpus: 3,
             seed: 1,
+            container_ids: false,
         });
         loaded.alerts.rules.memory_high.threshold = 0.5;
         loaded.log.level = "debug".into();

@@ -29,7 +29,7 @@ use tracing::{info, warn};
 
 use crate::history::HistoryStore;
 use crate::ingest::ReportStore;
-use crate::model::ErrorKind;
+use crate::model::{DeviceInfo, ErrorKind, SlowReading};
 use crate::source::DeviceSource;
 use crate::telemetry::Telemetry;
 
@@ -71,7 +71,14 @@ pub(crate) struct Context {
     pub reports: Option<Arc<ReportStore>>,
     /// When sampling began: the grid every tier ticks on.
     pub origin: tokio::time::Instant,
+    /// Joined onto each slow reading after the process cap.
+    pub attribute: Option<Attribute>,
 }
+
+/// Labels one device's slow reading with facts from outside the source
+/// (Kubernetes pods and allocations); it must only read published state,
+/// never wait, since it runs on the sampling path.
+pub type Attribute = Arc<dyn Fn(&DeviceInfo, &mut SlowReading) + Send + Sync>;
 
 /// Runs until `cancel` fires: discovers devices (retrying with backoff while
 /// the source is unavailable), then samples them.
@@ -81,10 +88,20 @@ pub async fn run(
     telemetry: Arc<Telemetry>,
     settings: SamplerSettings,
     reports: Option<Arc<ReportStore>>,
+    attribute: Option<Attribute>,
     cancel: CancellationToken,
 ) {
     let origin = tokio::time::Instant::now();
-    let context = Arc::new(Context { source, store, telemetry, settings, cancel, reports, origin });
+    let context = Arc::new(Context {
+        source,
+        store,
+        telemetry,
+        settings,
+        cancel,
+        reports,
+        origin,
+        attribute,
+    });
     let Some(devices) = discover(&context).await else {
         return;
     };

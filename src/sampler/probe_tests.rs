@@ -135,6 +135,7 @@ fn store(free_gib: &[u64], mode: Option<ComputeMode>) -> Arc<HistoryStore> {
         device.record_fast(fast).unwrap();
         let details = SlowDetails { compute_mode: mode, ..SlowDetails::default() };
         let slow = SlowReading {
+            allocations: None,
             at,
             processes: Some(Vec::new()),
             temperature_celsius: None,

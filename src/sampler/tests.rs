@@ -105,6 +105,7 @@ impl DeviceSource for FakeSource {
             })
             .collect();
         Ok(SlowReading {
+            allocations: None,
             at: Timestamp::from_unix_millis(0),
             processes: Some(processes),
             temperature_celsius: None,
@@ -151,6 +152,7 @@ fn start(source: FakeSource, settings: SamplerSettings) -> Harness {
         store.clone(),
         telemetry.clone(),
         settings,
+        None,
         None,
         cancel.clone(),
     ));
@@ -281,6 +283,7 @@ async fn a_lost_device_is_retried_with_backoff_and_recovers() {
 #[test]
 fn cap_keeps_unknown_usage_last() {
     let mut reading = SlowReading {
+        allocations: None,
         at: Timestamp::from_unix_millis(0),
         processes: Some(vec![
             ProcessInfo {

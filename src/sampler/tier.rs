@@ -261,6 +261,9 @@ fn store(
                 reports.attach(&device.info().uuid, &mut reading);
             }
             let dropped = cap_processes(&mut reading, context.settings.max_processes_per_device);
+            if let Some(attribute) = &context.attribute {
+                attribute(device.info(), &mut reading);
+            }
             device.record_slow(reading, dropped)
         }
     };

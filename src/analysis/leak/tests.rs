@@ -223,6 +223,7 @@ fn allocator_figures_are_preferred_over_nvml_usage() {
 
 fn reading(t: usize, processes: Vec<ProcessInfo>) -> SlowReading {
     SlowReading {
+        allocations: None,
         at: at(t),
         processes: Some(processes),
         temperature_celsius: None,

@@ -39,6 +39,7 @@ fn process(pid: u32, used: Option<u64>, allocated: Option<u64>, retries: u64) ->
 
 fn slow(millis: i64, processes: Option<Vec<ProcessInfo>>) -> SlowPoint {
     SlowPoint::from(&SlowReading {
+        allocations: None,
         at: ts(millis),
         processes,
         temperature_celsius: None,

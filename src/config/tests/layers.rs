@@ -188,7 +188,8 @@ fn config_env_values_are_parsed_from_strings() {
         SourceSelection::Simulate(SimulatorConfig {
             scenario: ScenarioKind::Leak,
             gpus: 4,
-            seed: u64::MAX
+            seed: u64::MAX,
+            container_ids: false
         })
     );
     assert_eq!(config.source.speed, 2.5);
@@ -249,7 +250,8 @@ fn config_overrides_set_their_keys() {
         SourceSelection::Simulate(SimulatorConfig {
             scenario: ScenarioKind::Idle,
             gpus: 3,
-            seed: 7
+            seed: 7,
+            container_ids: false
         })
     );
 }

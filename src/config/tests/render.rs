@@ -38,6 +38,7 @@ fn config_render_effective_changed_values_round_trip() {
         scenario: ScenarioKind::MultiTenant,
         gpus: 8,
         seed: u64::MAX,
+        container_ids: true,
     });
     config.source.record = Some(PathBuf::from("/tmp/a \"quoted\" \\ path.ndjson"));
     config.source.speed = 0.1;

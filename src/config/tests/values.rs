@@ -559,6 +559,21 @@ fn config_slow_interval_below_fast_interval_conflicts() {
 }
 
 #[test]
+fn config_kubernetes_call_timeout_beyond_the_refresh_conflicts() {
+    assert_error(
+        load_env(&[("VRAMD_KUBERNETES__CALL_TIMEOUT", "15s")]),
+        &["kubernetes.call_timeout", "kubernetes.refresh_interval (10s)", "hung socket"],
+    );
+    let config = load_env(&[
+        ("VRAMD_KUBERNETES__ENABLED", "true"),
+        ("VRAMD_KUBERNETES__RUNTIME_SOCKET", "/var/run/crio/crio.sock"),
+    ])
+    .unwrap();
+    assert!(config.kubernetes.enabled);
+    assert_eq!(config.kubernetes.runtime_socket, std::path::Path::new("/var/run/crio/crio.sock"));
+}
+
+#[test]
 fn config_retention_needing_too_many_samples_conflicts() {
     assert_error(
         load_env(&[("VRAMD_HISTORY__RETENTION", "7d"), ("VRAMD_SAMPLER__FAST_INTERVAL", "10ms")]),

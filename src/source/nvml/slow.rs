@@ -183,6 +183,7 @@ pub(super) fn reading(
         xid_errors: BTreeMap::new(),
     };
     Ok(SlowReading {
+        allocations: None,
         at: clock.now(),
         processes,
         temperature_celsius,

@@ -127,6 +127,9 @@ pub struct Simulator {
     /// simulated workloads deliver them as allocator reports instead
     /// (`report_documents`), through the same path as real ones.
     reports_allocator: bool,
+    /// When set, each process carries a container ID derived from its
+    /// device and PID, as NVML's processes do from `/proc/PID/cgroup`.
+    container_ids: bool,
 }
 
 const UTILIZATION_STEP_MS: u64 = 250;
@@ -155,6 +158,7 @@ impl Simulator {
             clock,
             origin,
             reports_allocator: false,
+            container_ids: false,
         })
     }
 
@@ -221,6 +225,7 @@ impl Simulator {
         let energy =
             3_600_000_000 * (u64::from(index) + 1) + (mean_watts * gpu.t_ms as f64).round() as u64;
         Ok(SlowReading {
+            allocations: None,
             at,
             processes: Some(processes),
             temperature_celsius: Some(temperature),
@@ -297,9 +302,12 @@ impl DeviceSource for Simulator {
 
     fn read_slow(&self, index: u32) -> Result<SlowReading, SourceError> {
         let mut reading = self.slow_at(index, self.clock.now())?;
-        if self.reports_allocator {
-            for process in reading.processes.iter_mut().flatten() {
+        for process in reading.processes.iter_mut().flatten() {
+            if self.reports_allocator {
                 process.allocator = None;
+            }
+            if self.container_ids {
+                process.details.container_id = Some(container_id(index, process.pid));
             }
         }
         Ok(reading)
@@ -312,6 +320,14 @@ impl Simulator {
     /// than through the device readings.
     pub fn reporting_allocator(mut self) -> Self {
         self.reports_allocator = true;
+        self
+    }
+
+    /// Gives every simulated process the container ID
+    /// [`container_id`] derives, so Kubernetes attribution can be tested
+    /// against a simulated host (`simulator.container_ids`).
+    pub fn with_container_ids(mut self) -> Self {
+        self.container_ids = true;
         self
     }
 
@@ -347,4 +363,12 @@ impl Simulator {
         }
         documents
     }
+}
+
+/// The container ID a simulated process on device `index` carries with
+/// [`Simulator::with_container_ids`]: 64 lowercase hex digits, as
+/// `/proc/PID/cgroup` gives them, the same for the same device and PID.
+pub fn container_id(index: u32, pid: u32) -> String {
+    let word = (u64::from(index) << 32 | u64::from(pid)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    format!("{word:016x}").repeat(4)
 }

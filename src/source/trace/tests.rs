@@ -105,6 +105,7 @@ fn slow_script(device: u32) -> Vec<Result<SlowReading, SourceError>> {
                     Err(SourceError::Driver { index: 3, call: "nvmlX".into(), reason: "".into() })
                 }
                 _ => Ok(SlowReading {
+                    allocations: None,
                     at: Timestamp::from_unix_millis(START + 1000 * i64::from(step)),
                     processes: match step % 3 {
                         0 => None,
@@ -131,6 +132,9 @@ fn slow_script(device: u32) -> Vec<Result<SlowReading, SourceError>> {
                                     sm_utilization_percent: Some(83),
                                     memory_utilization_percent: Some(31),
                                     role: None,
+                                    pod: Some("train-0".into()),
+                                    namespace: Some("ml".into()),
+                                    container: Some("trainer".into()),
                                     snapshot: None,
                                 },
                             },

@@ -280,6 +280,7 @@ impl CorpusRun {
     /// The slow tier (process list) at `at`.
     pub fn slow_at(&self, at: Timestamp) -> SlowReading {
         SlowReading {
+            allocations: None,
             at,
             processes: Some(self.processes_at(at)),
             temperature_celsius: None,

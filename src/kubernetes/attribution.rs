@@ -1,0 +1,198 @@
+//! What the kubelet and the container runtime said, as vramd uses it: the
+//! pure mapping from their answers to device allocations and to each
+//! container's pod, and the join onto a slow reading.
+//!
+//! Owns: which resources count as GPUs, the `::N` replica suffix, matching
+//! a kubelet device ID to a vramd device (GPU UUID, MIG UUID or `nvidiaN`),
+//! and the container-ID → pod table. No I/O. Depends on `model` and
+//! `proto` only.
+
+use std::collections::HashMap;
+
+use crate::model::{DeviceInfo, PodAllocation, SlowReading};
+
+use super::proto;
+
+/// The CRI labels the kubelet puts on every container it creates.
+const LABEL_POD: &str = "io.kubernetes.pod.name";
+const LABEL_NAMESPACE: &str = "io.kubernetes.pod.namespace";
+const LABEL_POD_UID: &str = "io.kubernetes.pod.uid";
+const LABEL_CONTAINER: &str = "io.kubernetes.container.name";
+
+/// Who a container belongs to, from its runtime labels.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PodRef {
+    pub pod: String,
+    pub namespace: String,
+    pub pod_uid: Option<String>,
+    pub container: String,
+}
+
+/// One device ID the kubelet handed to a container, with the ID as vramd
+/// matches it (replica suffix stripped).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeviceAllocation {
+    pub device_id: String,
+    pub allocation: PodAllocation,
+}
+
+/// The latest answers, published whole for the sampler to join.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Attribution {
+    /// `None` until the kubelet answers, and again while it does not:
+    /// allocations change, so an old list would mislabel devices.
+    pub allocations: Option<Vec<DeviceAllocation>>,
+    /// `None` until the runtime first answers. Kept through later failures:
+    /// a container ID never changes owner, so an old entry stays true.
+    pub containers: Option<HashMap<String, PodRef>>,
+}
+
+impl Attribution {
+    /// Labels the reading's processes with their pods (by container ID)
+    /// and sets the device's allocations. A process whose container the
+    /// runtime does not know keeps what its allocator report said.
+    pub fn join(&self, info: &DeviceInfo, reading: &mut SlowReading) {
+        if let Some(allocations) = &self.allocations {
+            let mut mine: Vec<PodAllocation> = allocations
+                .iter()
+                .filter(|entry| device_matches(info, &entry.device_id))
+                .map(|entry| entry.allocation.clone())
+                .collect();
+            // One series per allocation: a device listed twice for the same
+            // container (by UUID and by name) is one allocation.
+            mine.sort_by(|a, b| {
+                (&a.namespace, &a.pod, &a.container, &a.replica).cmp(&(
+                    &b.namespace,
+                    &b.pod,
+                    &b.container,
+                    &b.replica,
+                ))
+            });
+            mine.dedup_by(|a, b| {
+                (&a.namespace, &a.pod, &a.container, &a.replica)
+                    == (&b.namespace, &b.pod, &b.container, &b.replica)
+            });
+            reading.allocations = Some(mine);
+        }
+        let (Some(containers), Some(processes)) = (&self.containers, reading.processes.as_mut())
+        else {
+            return;
+        };
+        for process in processes {
+            let details = &mut process.details;
+            let Some(owner) = details.container_id.as_ref().and_then(|id| containers.get(id))
+            else {
+                continue;
+            };
+            details.pod = Some(owner.pod.clone());
+            details.namespace = Some(owner.namespace.clone());
+            details.container = Some(owner.container.clone());
+            if details.pod_uid.is_none() {
+                details.pod_uid.clone_from(&owner.pod_uid);
+            }
+        }
+    }
+}
+
+/// Whether a kubelet resource name is a GPU vramd can match: whole GPUs
+/// (`nvidia.com/gpu`, and `nvidia.com/gpu.shared` as time-slicing renames
+/// it) and MIG devices (`nvidia.com/mig-<profile>`).
+pub fn is_gpu_resource(name: &str) -> bool {
+    name.strip_prefix("nvidia.com/")
+        .is_some_and(|rest| rest == "gpu" || rest.starts_with("gpu.") || rest.starts_with("mig-"))
+}
+
+/// A device ID without its time-slicing / sharing replica suffix, and the
+/// replica: `GPU-abc::3` → (`GPU-abc`, `Some("3")`).
+pub fn split_replica(id: &str) -> (&str, Option<&str>) {
+    match id.rsplit_once("::") {
+        Some((base, replica)) if !base.is_empty() && !replica.is_empty() => (base, Some(replica)),
+        _ => (id, None),
+    }
+}
+
+/// Whether a kubelet device ID (suffix stripped) names this device: its
+/// UUID (GPU or MIG, case as NVML writes it), or `nvidia<index>` for a
+/// whole GPU when the device plugin lists by index.
+pub fn device_matches(info: &DeviceInfo, device_id: &str) -> bool {
+    if device_id.eq_ignore_ascii_case(&info.uuid) {
+        return true;
+    }
+    info.mig.is_none()
+        && device_id
+            .strip_prefix("nvidia")
+            .and_then(|index| index.parse::<u32>().ok())
+            .is_some_and(|index| index == info.index)
+}
+
+/// The GPU allocations in a pod-resources answer, at most `max` of them,
+/// and how many were left out beyond that.
+pub fn allocations(
+    response: proto::ListPodResourcesResponse,
+    max: usize,
+) -> (Vec<DeviceAllocation>, usize) {
+    let mut kept = Vec::new();
+    let mut dropped = 0;
+    for pod in response.pod_resources {
+        for container in pod.containers {
+            for devices in container.devices {
+                if !is_gpu_resource(&devices.resource_name) {
+                    continue;
+                }
+                for id in &devices.device_ids {
+                    if kept.len() >= max {
+                        dropped += 1;
+                        continue;
+                    }
+                    let (base, replica) = split_replica(id);
+                    kept.push(DeviceAllocation {
+                        device_id: base.to_owned(),
+                        allocation: PodAllocation {
+                            pod: pod.name.clone(),
+                            namespace: pod.namespace.clone(),
+                            container: container.name.clone(),
+                            resource: devices.resource_name.clone(),
+                            replica: replica.map(str::to_owned),
+                        },
+                    });
+                }
+            }
+        }
+    }
+    (kept, dropped)
+}
+
+/// The Kubernetes containers in a runtime answer by (lowercase) container
+/// ID, at most `max`, and how many were left out beyond that. Containers
+/// without the kubelet's pod labels (not started by Kubernetes) are skipped.
+pub fn containers(
+    response: proto::ListContainersResponse,
+    max: usize,
+) -> (HashMap<String, PodRef>, usize) {
+    let mut table = HashMap::new();
+    let mut dropped = 0;
+    for mut container in response.containers {
+        let (Some(pod), Some(namespace)) =
+            (container.labels.remove(LABEL_POD), container.labels.remove(LABEL_NAMESPACE))
+        else {
+            continue;
+        };
+        if table.len() >= max {
+            dropped += 1;
+            continue;
+        }
+        let name = container
+            .labels
+            .remove(LABEL_CONTAINER)
+            .or_else(|| container.metadata.map(|metadata| metadata.name))
+            .unwrap_or_default();
+        let owner = PodRef {
+            pod,
+            namespace,
+            pod_uid: container.labels.remove(LABEL_POD_UID).filter(|uid| !uid.is_empty()),
+            container: name,
+        };
+        table.insert(container.id.to_ascii_lowercase(), owner);
+    }
+    (table, dropped)
+}

@@ -1,0 +1,153 @@
+//! One gRPC call over a unix socket: connect, ask, decode, all under one
+//! deadline.
+//!
+//! Owns: the tonic channel built on a tokio `UnixStream` (no TCP, no TLS)
+//! and the typed [`CallError`]. A fresh connection per call: a refresh is
+//! every few seconds at most, and a kubelet or runtime that restarted is
+//! then simply reached again. Depends on `proto` only.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use hyper_util::rt::TokioIo;
+use tonic::codegen::http::uri::PathAndQuery;
+use tonic::transport::{Endpoint, Uri};
+
+use super::proto;
+
+/// Why one call produced no answer.
+#[derive(Debug, thiserror::Error)]
+pub enum CallError {
+    /// The socket file does not exist: not a Kubernetes node, or the mount
+    /// is missing. Logged once, not retried loudly.
+    #[error("socket {path} does not exist")]
+    Absent { path: PathBuf },
+    #[error("connecting to {path}: {reason}")]
+    Connect { path: PathBuf, reason: String },
+    #[error("{method} on {path} did not answer within {deadline:?}")]
+    Timeout { path: PathBuf, method: &'static str, deadline: Duration },
+    /// A gRPC status, or an answer that is not the expected message.
+    #[error("{method} on {path}: {status}")]
+    Status { path: PathBuf, method: &'static str, status: Box<tonic::Status> },
+}
+
+impl CallError {
+    /// The `kind` label of `vramd_kubernetes_errors_total`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            CallError::Absent { .. } => "absent",
+            CallError::Connect { .. } => "connect",
+            CallError::Timeout { .. } => "timeout",
+            CallError::Status { .. } => "status",
+        }
+    }
+}
+
+/// Asks the kubelet for every pod's resources.
+pub async fn list_pod_resources(
+    socket: &Path,
+    deadline: Duration,
+    max_message_bytes: usize,
+) -> Result<proto::ListPodResourcesResponse, CallError> {
+    call(
+        socket,
+        proto::POD_RESOURCES_LIST,
+        proto::ListPodResourcesRequest {},
+        deadline,
+        max_message_bytes,
+    )
+    .await
+}
+
+/// Asks the container runtime for every container.
+pub async fn list_containers(
+    socket: &Path,
+    deadline: Duration,
+    max_message_bytes: usize,
+) -> Result<proto::ListContainersResponse, CallError> {
+    call(
+        socket,
+        proto::RUNTIME_LIST_CONTAINERS,
+        proto::ListContainersRequest {},
+        deadline,
+        max_message_bytes,
+    )
+    .await
+}
+
+async fn call<Req, Resp>(
+    socket: &Path,
+    method: &'static str,
+    request: Req,
+    deadline: Duration,
+    max_message_bytes: usize,
+) -> Result<Resp, CallError>
+where
+    Req: prost::Message + Send + Sync + 'static,
+    Resp: prost::Message + Default + Send + Sync + 'static,
+{
+    let work = async {
+        // Checked first so a host without the socket is one quiet fact, not
+        // a connect error (the caller logs it once).
+        // A stat is file I/O: on a blocking thread, inside the deadline.
+        let probe = socket.to_owned();
+        match tokio::task::spawn_blocking(move || probe.try_exists()).await {
+            Ok(Ok(true)) => {}
+            Ok(Ok(false)) => return Err(CallError::Absent { path: socket.to_owned() }),
+            Ok(Err(error)) => {
+                let reason = error.to_string();
+                return Err(CallError::Connect { path: socket.to_owned(), reason });
+            }
+            Err(error) => {
+                let reason = error.to_string();
+                return Err(CallError::Connect { path: socket.to_owned(), reason });
+            }
+        }
+        let path = socket.to_owned();
+        // The URI is never dialled: the connector below ignores it.
+        let channel = Endpoint::from_static("http://localhost")
+            .connect_with_connector(tower::service_fn(move |_: Uri| {
+                let path = path.clone();
+                async move { tokio::net::UnixStream::connect(path).await.map(TokioIo::new) }
+            }))
+            .await
+            .map_err(|error| CallError::Connect {
+                path: socket.to_owned(),
+                reason: error_chain(&error),
+            })?;
+        let mut grpc = tonic::client::Grpc::new(channel)
+            .max_decoding_message_size(max_message_bytes)
+            .max_encoding_message_size(max_message_bytes);
+        let status = |status| CallError::Status {
+            path: socket.to_owned(),
+            method,
+            status: Box::new(status),
+        };
+        grpc.ready().await.map_err(|error| CallError::Connect {
+            path: socket.to_owned(),
+            reason: error_chain(&error),
+        })?;
+        let codec = tonic_prost::ProstCodec::<Req, Resp>::default();
+        grpc.unary(tonic::Request::new(request), PathAndQuery::from_static(method), codec)
+            .await
+            .map(tonic::Response::into_inner)
+            .map_err(status)
+    };
+    tokio::time::timeout(deadline, work).await.unwrap_or(Err(CallError::Timeout {
+        path: socket.to_owned(),
+        method,
+        deadline,
+    }))
+}
+
+/// The error and its sources on one line (hyper's errors say little alone).
+fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}

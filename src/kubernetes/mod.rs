@@ -1,0 +1,214 @@
+//! Kubernetes attribution: which pod holds each GPU and each process.
+//!
+//! Owns: polling the kubelet's pod-resources API (device allocations) and
+//! the CRI runtime service (container ID → pod) on their own interval, each
+//! call under a deadline, and publishing the latest [`Attribution`] on an
+//! [`AttributionBoard`] that the sampler joins onto slow readings. A side
+//! path: a missing, hung or garbled socket leaves the last good answer (or
+//! none) in place and never delays or stops sampling; an absent socket is
+//! logged once and shown as `vramd_kubernetes_up 0`.
+//! Depends on `model` and `telemetry`; never on the sampler, history or
+//! HTTP (the wiring hands the board to the sampler as a join function).
+
+mod attribution;
+mod client;
+pub mod proto;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::RwLock;
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+use crate::model::{DeviceInfo, SlowReading};
+use crate::telemetry::Telemetry;
+
+pub use attribution::{
+    Attribution, DeviceAllocation, PodRef, allocations, containers, device_matches,
+    is_gpu_resource, split_replica,
+};
+pub use client::{CallError, list_containers, list_pod_resources};
+
+/// The `api` label of the kubelet's pod-resources API.
+pub const API_POD_RESOURCES: &str = "pod_resources";
+/// The `api` label of the CRI runtime service.
+pub const API_RUNTIME: &str = "runtime";
+
+/// How attribution polls; built from `[kubernetes]` by the wiring.
+#[derive(Clone, Debug, PartialEq)]
+pub struct KubernetesSettings {
+    pub pod_resources_socket: PathBuf,
+    pub runtime_socket: PathBuf,
+    /// Real time between refreshes (not scaled by `source.speed`: the
+    /// kubelet runs on the host's clock).
+    pub refresh_interval: Duration,
+    /// Deadline of one call, connection included.
+    pub call_timeout: Duration,
+    /// Containers (runtime) and device allocations (kubelet) kept at most.
+    pub max_containers: usize,
+}
+
+impl KubernetesSettings {
+    /// Largest answer decoded: room for `max_containers` entries of a few
+    /// KiB each (labels, annotations, IDs), so a garbled or hostile answer
+    /// cannot make the daemon allocate without bound.
+    pub fn max_message_bytes(&self) -> usize {
+        self.max_containers.saturating_mul(8 * 1024).max(64 * 1024)
+    }
+}
+
+/// The latest [`Attribution`]; the poller writes, the sampler reads.
+#[derive(Debug, Default)]
+pub struct AttributionBoard {
+    latest: RwLock<Arc<Attribution>>,
+}
+
+impl AttributionBoard {
+    pub fn latest(&self) -> Arc<Attribution> {
+        self.latest.read().clone()
+    }
+
+    /// Joins the latest attribution onto one device's slow reading.
+    pub fn join(&self, info: &DeviceInfo, reading: &mut SlowReading) {
+        self.latest().join(info, reading);
+    }
+
+    fn publish(&self, attribution: Attribution) {
+        *self.latest.write() = Arc::new(attribution);
+    }
+}
+
+/// Runs until `cancel` fires: refreshes both APIs every
+/// `refresh_interval`, the first time at once.
+pub async fn run(
+    settings: KubernetesSettings,
+    board: Arc<AttributionBoard>,
+    telemetry: Arc<Telemetry>,
+    cancel: CancellationToken,
+) {
+    let mut ticker = tokio::time::interval(settings.refresh_interval);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut poller = Poller::new(settings, board, telemetry);
+    loop {
+        tokio::select! {
+            () = cancel.cancelled() => return,
+            _ = ticker.tick() => {}
+        }
+        tokio::select! {
+            () = cancel.cancelled() => return,
+            () = poller.refresh() => {}
+        }
+    }
+}
+
+/// What one API answered last, so that only changes are logged.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum ApiState {
+    Unknown,
+    Up,
+    Failing(&'static str),
+}
+
+struct Poller {
+    settings: KubernetesSettings,
+    board: Arc<AttributionBoard>,
+    telemetry: Arc<Telemetry>,
+    kubelet: ApiState,
+    runtime: ApiState,
+}
+
+impl Poller {
+    fn new(
+        settings: KubernetesSettings,
+        board: Arc<AttributionBoard>,
+        telemetry: Arc<Telemetry>,
+    ) -> Self {
+        Self { settings, board, telemetry, kubelet: ApiState::Unknown, runtime: ApiState::Unknown }
+    }
+
+    /// One refresh of both APIs (concurrently, each under its deadline),
+    /// then one publication.
+    async fn refresh(&mut self) {
+        let settings = &self.settings;
+        let max_message = settings.max_message_bytes();
+        let (kubelet, runtime) = tokio::join!(
+            list_pod_resources(&settings.pod_resources_socket, settings.call_timeout, max_message),
+            list_containers(&settings.runtime_socket, settings.call_timeout, max_message),
+        );
+        let previous = self.board.latest();
+        let mut next = Attribution::default();
+        match kubelet {
+            Ok(answer) => {
+                let (kept, dropped) = allocations(answer, settings.max_containers);
+                if dropped > 0 {
+                    warn!(
+                        dropped,
+                        max = settings.max_containers,
+                        "kubelet listed more GPU allocations than kubernetes.max_containers; the rest are left out"
+                    );
+                }
+                next.allocations = Some(kept);
+                self.kubelet = note_up(&self.telemetry, API_POD_RESOURCES, self.kubelet);
+            }
+            Err(error) => {
+                self.kubelet =
+                    note_failure(&self.telemetry, API_POD_RESOURCES, self.kubelet, &error);
+            }
+        }
+        match runtime {
+            Ok(answer) => {
+                let (table, dropped) = containers(answer, settings.max_containers);
+                if dropped > 0 {
+                    warn!(
+                        dropped,
+                        max = settings.max_containers,
+                        "the container runtime listed more pod containers than kubernetes.max_containers; the rest are left out"
+                    );
+                }
+                next.containers = Some(table);
+                self.runtime = note_up(&self.telemetry, API_RUNTIME, self.runtime);
+            }
+            Err(error) => {
+                next.containers.clone_from(&previous.containers);
+                self.runtime = note_failure(&self.telemetry, API_RUNTIME, self.runtime, &error);
+            }
+        }
+        self.board.publish(next);
+    }
+}
+
+fn note_up(telemetry: &Telemetry, api: &'static str, before: ApiState) -> ApiState {
+    telemetry.set_kubernetes_up(api, true);
+    if before != ApiState::Up {
+        info!(api, "Kubernetes API answered; attributing GPUs and processes to pods");
+    }
+    ApiState::Up
+}
+
+fn note_failure(
+    telemetry: &Telemetry,
+    api: &'static str,
+    before: ApiState,
+    error: &CallError,
+) -> ApiState {
+    telemetry.set_kubernetes_up(api, false);
+    telemetry.count_kubernetes_error(api, error.kind());
+    let now = ApiState::Failing(error.kind());
+    if before != now {
+        match error {
+            // Expected off Kubernetes or without the mount: a fact, not a fault.
+            CallError::Absent { .. } => {
+                info!(api, error = %error, "Kubernetes API socket absent; no pod attribution from it")
+            }
+            _ => {
+                warn!(api, error = %error, "Kubernetes API call failed; retrying every kubernetes.refresh_interval")
+            }
+        }
+    }
+    now
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,101 @@
+//! The protobuf messages vramd exchanges with the kubelet and the container
+//! runtime, derived by hand (no build script, no `protoc`), and the gRPC
+//! method paths they travel on.
+//!
+//! Owns: only the messages and fields vramd reads; protobuf decoding skips
+//! every other field, so an upstream addition cannot break them. Field
+//! numbers and types follow the upstream definitions:
+//! - `k8s.io/kubelet/pkg/apis/podresources/v1/api.proto` (package `v1`,
+//!   service `PodResourcesLister`), read at kubernetes/kubelet commit
+//!   63b3249 (2026-07-23); unchanged in these fields since v1 went GA in
+//!   Kubernetes 1.20.
+//! - `k8s.io/cri-api/pkg/apis/runtime/v1/api.proto` (package `runtime.v1`,
+//!   service `RuntimeService`), read at kubernetes/cri-api commit 791729b
+//!   (kubernetes-1.37.0-beta.0, 2026-07-23).
+//!
+//! The fake servers in `tests/support` encode with these same structs.
+//! Depends on nothing but `prost`.
+
+use std::collections::HashMap;
+
+/// `/v1.PodResourcesLister/List`.
+pub const POD_RESOURCES_LIST: &str = "/v1.PodResourcesLister/List";
+/// `/runtime.v1.RuntimeService/ListContainers`.
+pub const RUNTIME_LIST_CONTAINERS: &str = "/runtime.v1.RuntimeService/ListContainers";
+
+/// `v1.ListPodResourcesRequest` (no fields).
+#[derive(Clone, PartialEq, ::prost::Message)]
+pub struct ListPodResourcesRequest {}
+
+/// `v1.ListPodResourcesResponse`.
+#[derive(Clone, PartialEq, ::prost::Message)]
+pub struct ListPodResourcesResponse {
+    #[prost(message, repeated, tag = "1")]
+    pub pod_resources: Vec<PodResources>,
+}
+
+/// `v1.PodResources` (cpu_ids = 4 and memory = 5 not read).
+#[derive(Clone, PartialEq, ::prost::Message)]
+pub struct PodResources {
+    #[prost(string, tag = "1")]
+    pub name: String,
+    #[prost(string, tag = "2")]
+    pub namespace: String,
+    #[prost(message, repeated, tag = "3")]
+    pub containers: Vec<ContainerResources>,
+}
+
+/// `v1.ContainerResources` (cpu_ids = 3, memory = 4, dynamic_resources = 5
+/// not read).
+#[derive(Clone, PartialEq, ::prost::Message)]
+pub struct ContainerResources {
+    #[prost(string, tag = "1")]
+    pub name: String,
+    #[prost(message, repeated, tag = "2")]
+    pub devices: Vec<ContainerDevices>,
+}
+
+/// `v1.ContainerDevices` (topology = 3 not read).
+#[derive(Clone, PartialEq, ::prost::Message)]
+pub struct ContainerDevices {
+    #[prost(string, tag = "1")]
+    pub resource_name: String,
+    #[prost(string, repeated, tag = "2")]
+    pub device_ids: Vec<String>,
+}
+
+/// `runtime.v1.ListContainersRequest`: vramd sends no filter, so the
+/// `ContainerFilter` message (tag 1) is never encoded.
+#[derive(Clone, PartialEq, ::prost::Message)]
+pub struct ListContainersRequest {}
+
+/// `runtime.v1.ListContainersResponse`.
+#[derive(Clone, PartialEq, ::prost::Message)]
+pub struct ListContainersResponse {
+    #[prost(message, repeated, tag = "1")]
+    pub containers: Vec<Container>,
+}
+
+/// `runtime.v1.Container`: the ID, the metadata and the labels the kubelet
+/// sets (`io.kubernetes.pod.name`, …); image, state, timestamps and
+/// annotations (tags 4–7, 9, 10) not read.
+#[derive(Clone, PartialEq, ::prost::Message)]
+pub struct Container {
+    #[prost(string, tag = "1")]
+    pub id: String,
+    #[prost(string, tag = "2")]
+    pub pod_sandbox_id: String,
+    #[prost(message, optional, tag = "3")]
+    pub metadata: Option<ContainerMetadata>,
+    #[prost(map = "string, string", tag = "8")]
+    pub labels: HashMap<String, String>,
+}
+
+/// `runtime.v1.ContainerMetadata`.
+#[derive(Clone, PartialEq, ::prost::Message)]
+pub struct ContainerMetadata {
+    #[prost(string, tag = "1")]
+    pub name: String,
+    #[prost(uint32, tag = "2")]
+    pub attempt: u32,
+}

@@ -1,0 +1,239 @@
+use std::collections::HashMap;
+
+use super::proto::{
+    Container, ContainerDevices, ContainerResources, ListContainersResponse,
+    ListPodResourcesResponse, PodResources,
+};
+use super::*;
+use crate::model::{
+    DeviceInfo, MigInfo, PodAllocation, ProcessDetails, ProcessInfo, SlowReading, Timestamp,
+};
+
+const GPU0: &str = "GPU-8f6a2c1e-0000-4d7b-9a1e-3b5c7d9e1f20";
+const MIG: &str = "MIG-2f0b7f3c-1111-5a1e-8c2d-4e6f8a0b2c4d";
+
+fn gpu(index: u32, uuid: &str) -> DeviceInfo {
+    DeviceInfo {
+        index,
+        uuid: uuid.to_owned(),
+        name: "NVIDIA H100 80GB HBM3".to_owned(),
+        pci_bus_id: None,
+        driver_version: None,
+        mig: None,
+    }
+}
+
+fn mig(index: u32, uuid: &str) -> DeviceInfo {
+    DeviceInfo {
+        mig: Some(MigInfo {
+            parent_index: 0,
+            parent_uuid: GPU0.to_owned(),
+            slot: 0,
+            profile: Some("1g.10gb".to_owned()),
+            gpu_instance_id: None,
+            compute_instance_id: None,
+        }),
+        ..gpu(index, uuid)
+    }
+}
+
+fn pod(name: &str, resource: &str, ids: &[&str]) -> PodResources {
+    PodResources {
+        name: name.to_owned(),
+        namespace: "ml".to_owned(),
+        containers: vec![ContainerResources {
+            name: "main".to_owned(),
+            devices: vec![ContainerDevices {
+                resource_name: resource.to_owned(),
+                device_ids: ids.iter().map(|id| (*id).to_owned()).collect(),
+            }],
+        }],
+    }
+}
+
+fn labelled(id: &str, labels: &[(&str, &str)]) -> Container {
+    Container {
+        id: id.to_owned(),
+        pod_sandbox_id: String::new(),
+        metadata: None,
+        labels: labels.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect(),
+    }
+}
+
+fn process(pid: u32, container_id: Option<&str>) -> ProcessInfo {
+    ProcessInfo {
+        pid,
+        name: Some("python3".to_owned()),
+        used_bytes: Some(1 << 30),
+        allocator: None,
+        details: ProcessDetails {
+            container_id: container_id.map(str::to_owned),
+            ..ProcessDetails::default()
+        },
+    }
+}
+
+fn reading(processes: Vec<ProcessInfo>) -> SlowReading {
+    SlowReading {
+        at: Timestamp::from_unix_millis(1_700_000_000_000),
+        processes: Some(processes),
+        temperature_celsius: None,
+        power_usage_watts: None,
+        power_limit_watts: None,
+        details: Default::default(),
+        allocations: None,
+    }
+}
+
+#[test]
+fn replica_suffixes_are_stripped_for_the_match_and_kept() {
+    assert_eq!(split_replica("GPU-abc::3"), ("GPU-abc", Some("3")));
+    assert_eq!(split_replica("MIG-abc::0"), ("MIG-abc", Some("0")));
+    assert_eq!(split_replica("GPU-abc"), ("GPU-abc", None));
+    // Nothing on one side is no replica.
+    assert_eq!(split_replica("GPU-abc::"), ("GPU-abc::", None));
+    assert_eq!(split_replica("::3"), ("::3", None));
+}
+
+#[test]
+fn only_nvidia_gpu_and_mig_resources_count() {
+    for name in ["nvidia.com/gpu", "nvidia.com/gpu.shared", "nvidia.com/mig-1g.10gb"] {
+        assert!(is_gpu_resource(name), "{name}");
+    }
+    for name in ["nvidia.com/gpus", "example.com/gpu", "cpu", "nvidia.com/", "amd.com/gpu"] {
+        assert!(!is_gpu_resource(name), "{name}");
+    }
+}
+
+#[test]
+fn kubelet_ids_match_by_uuid_or_by_index_name_for_whole_gpus() {
+    assert!(device_matches(&gpu(0, GPU0), GPU0));
+    assert!(device_matches(&gpu(0, GPU0), &GPU0.to_ascii_lowercase()));
+    assert!(device_matches(&gpu(3, GPU0), "nvidia3"));
+    assert!(!device_matches(&gpu(3, GPU0), "nvidia30"));
+    assert!(!device_matches(&gpu(3, GPU0), "nvidia"));
+    assert!(device_matches(&mig(1, MIG), MIG));
+    // A MIG device's own index is no `nvidiaN` name.
+    assert!(!device_matches(&mig(1, MIG), "nvidia1"));
+    assert!(!device_matches(&gpu(0, GPU0), MIG));
+}
+
+#[test]
+fn allocations_keep_gpus_and_mig_devices_up_to_the_bound() {
+    let response = ListPodResourcesResponse {
+        pod_resources: vec![
+            pod("a", "nvidia.com/gpu", &[GPU0]),
+            pod("b", "nvidia.com/mig-1g.10gb", &[MIG]),
+            pod("c", "example.com/nic", &["eth1"]),
+            pod("d", "nvidia.com/gpu", &["GPU-x::0", "GPU-x::1"]),
+        ],
+    };
+    let (kept, dropped) = allocations(response.clone(), 100);
+    assert_eq!(dropped, 0);
+    let ids: Vec<&str> = kept.iter().map(|entry| entry.device_id.as_str()).collect();
+    assert_eq!(ids, [GPU0, MIG, "GPU-x", "GPU-x"]);
+    assert_eq!(kept[3].allocation.replica.as_deref(), Some("1"));
+    assert_eq!(kept[1].allocation.resource, "nvidia.com/mig-1g.10gb");
+    let (kept, dropped) = allocations(response, 2);
+    assert_eq!((kept.len(), dropped), (2, 2));
+}
+
+#[test]
+fn containers_are_named_from_the_kubelets_labels() {
+    let id = "AB".repeat(32);
+    let response = ListContainersResponse {
+        containers: vec![
+            labelled(
+                &id,
+                &[
+                    ("io.kubernetes.pod.name", "train-0"),
+                    ("io.kubernetes.pod.namespace", "ml"),
+                    ("io.kubernetes.pod.uid", "0b7c3a52-1c4e-4f7a-9d61-2a1f1e0c9b11"),
+                    ("io.kubernetes.container.name", "trainer"),
+                ],
+            ),
+            // Started outside Kubernetes (no pod labels): skipped.
+            labelled(&"cd".repeat(32), &[("maintainer", "someone")]),
+        ],
+    };
+    let (table, dropped) = containers(response.clone(), 10);
+    assert_eq!(dropped, 0);
+    assert_eq!(table.len(), 1);
+    let owner = &table[&"ab".repeat(32)];
+    assert_eq!((owner.pod.as_str(), owner.namespace.as_str()), ("train-0", "ml"));
+    assert_eq!(owner.container, "trainer");
+    assert_eq!(owner.pod_uid.as_deref(), Some("0b7c3a52-1c4e-4f7a-9d61-2a1f1e0c9b11"));
+    let (table, dropped) = containers(response, 0);
+    assert_eq!((table.len(), dropped), (0, 1));
+}
+
+#[test]
+fn the_join_labels_processes_and_lists_each_devices_allocations() {
+    let (table, _) = containers(
+        ListContainersResponse {
+            containers: vec![labelled(
+                &"ab".repeat(32),
+                &[
+                    ("io.kubernetes.pod.name", "train-0"),
+                    ("io.kubernetes.pod.namespace", "ml"),
+                    ("io.kubernetes.pod.uid", "uid-1"),
+                    ("io.kubernetes.container.name", "trainer"),
+                ],
+            )],
+        },
+        10,
+    );
+    let (kept, _) = allocations(
+        ListPodResourcesResponse {
+            pod_resources: vec![
+                pod("train-0", "nvidia.com/mig-1g.10gb", &[MIG]),
+                // Listed twice (by UUID and by name): one allocation.
+                pod("whole", "nvidia.com/gpu", &[GPU0, "nvidia0"]),
+            ],
+        },
+        10,
+    );
+    let attribution = Attribution { allocations: Some(kept), containers: Some(table) };
+
+    let mut on_mig = reading(vec![process(7, Some(&"ab".repeat(32))), process(8, None)]);
+    attribution.join(&mig(1, MIG), &mut on_mig);
+    let expected = PodAllocation {
+        pod: "train-0".to_owned(),
+        namespace: "ml".to_owned(),
+        container: "main".to_owned(),
+        resource: "nvidia.com/mig-1g.10gb".to_owned(),
+        replica: None,
+    };
+    assert_eq!(on_mig.allocations, Some(vec![expected]));
+    let processes = on_mig.processes.as_ref().unwrap();
+    assert_eq!(processes[0].details.pod.as_deref(), Some("train-0"));
+    assert_eq!(processes[0].details.container.as_deref(), Some("trainer"));
+    assert_eq!(processes[0].details.pod_uid.as_deref(), Some("uid-1"));
+    assert_eq!(processes[1].details.pod, None);
+
+    let mut whole = reading(vec![]);
+    attribution.join(&gpu(0, GPU0), &mut whole);
+    assert_eq!(whole.allocations.as_ref().map(Vec::len), Some(1));
+
+    // Answered, and no pod holds it: an empty list, not an absent one.
+    let mut idle = reading(vec![]);
+    attribution.join(&gpu(2, "GPU-idle"), &mut idle);
+    assert_eq!(idle.allocations, Some(vec![]));
+
+    // The kubelet never answered: allocations unknown.
+    let unknown = Attribution { allocations: None, containers: Some(HashMap::new()) };
+    let mut reading = reading(vec![]);
+    unknown.join(&gpu(0, GPU0), &mut reading);
+    assert_eq!(reading.allocations, None);
+}
+
+#[test]
+fn a_reports_pod_stays_where_the_runtime_does_not_know_the_container() {
+    let attribution = Attribution { allocations: None, containers: Some(HashMap::new()) };
+    let mut from_report = process(9, Some(&"ef".repeat(32)));
+    from_report.details.pod = Some("from-report".to_owned());
+    let mut reading = reading(vec![from_report]);
+    attribution.join(&gpu(0, GPU0), &mut reading);
+    let details = &reading.processes.as_ref().unwrap()[0].details;
+    assert_eq!(details.pod.as_deref(), Some("from-report"));
+}

@@ -1,0 +1,292 @@
+//! Kubernetes attribution end to end: the real binary on a simulated host
+//! (`simulator.container_ids`: each process carries a container ID, as from
+//! `/proc/PID/cgroup`), polling a fake kubelet pod-resources server and a
+//! fake CRI runtime server on unix sockets in a temp directory. Whole GPUs,
+//! time-sliced `::N` IDs, a GPU allocated to no pod, a process in a pod the
+//! kubelet does not list; then the sockets garbled, gone and hanging: the
+//! daemon keeps sampling and serving throughout.
+
+// A test crate: a panic here is a failed test, not a failed daemon; and
+// these tests measure real processes in real time.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::disallowed_types)]
+
+#[path = "support/kubernetes.rs"]
+mod fake;
+mod support;
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::Duration;
+
+use fake::{FakeApi, HangingSocket, container, pod};
+use support::{Deadline, Process, SERVE, get, pause};
+
+/// Longest wait for a refresh to show: a 1 s refresh plus a 1 s slow tier,
+/// on a slow, shared machine.
+const SHOWS_WITHIN: Duration = Duration::from_secs(30);
+
+fn spawn(kubelet: &Path, runtime: &Path, call_timeout: &str) -> (Process, SocketAddr) {
+    let mut args: Vec<&str> = SERVE.to_vec();
+    args.extend(["--simulate", "multi-tenant", "--gpus", "3"]);
+    let env = [
+        ("VRAMD_KUBERNETES__ENABLED", "true"),
+        ("VRAMD_KUBERNETES__POD_RESOURCES_SOCKET", kubelet.to_str().unwrap()),
+        ("VRAMD_KUBERNETES__RUNTIME_SOCKET", runtime.to_str().unwrap()),
+        ("VRAMD_KUBERNETES__REFRESH_INTERVAL", "1s"),
+        ("VRAMD_KUBERNETES__CALL_TIMEOUT", call_timeout),
+        ("VRAMD_SIMULATOR__CONTAINER_IDS", "true"),
+    ];
+    let mut daemon = Process::spawn(&args, &env);
+    let addr = daemon.listening();
+    daemon.wait_ready(addr);
+    (daemon, addr)
+}
+
+/// Polls `/metrics` until `holds` is true of it; fails with the last scrape.
+fn wait_for_metrics(addr: SocketAddr, what: &str, holds: impl Fn(&str) -> bool) -> String {
+    let deadline = Deadline::after(SHOWS_WITHIN);
+    loop {
+        let text = get(addr, "/metrics").text();
+        if holds(&text) {
+            return text;
+        }
+        assert!(!deadline.passed(), "{what} not seen within {SHOWS_WITHIN:?}:\n{text}");
+        pause();
+    }
+}
+
+/// The value of the sample whose line starts with `series` (name and
+/// labels, up to the closing brace).
+fn value(text: &str, series: &str) -> Option<f64> {
+    text.lines().find_map(|line| line.strip_prefix(series)?.trim().parse().ok())
+}
+
+/// The lines of `family` for process `pid` on device `gpu`.
+fn process_lines<'t>(text: &'t str, family: &str, gpu: usize, pid: u64) -> Vec<&'t str> {
+    let start = format!("{family}{{gpu=\"{gpu}\",");
+    let pid = format!(",pid=\"{pid}\",");
+    text.lines().filter(|line| line.starts_with(&start) && line.contains(&pid)).collect()
+}
+
+struct Device {
+    uuid: String,
+    /// (host PID, container ID) of each listed process.
+    processes: Vec<(u64, String)>,
+    slow_samples: u64,
+}
+
+fn device(addr: SocketAddr, index: usize) -> Device {
+    let document = get(addr, &format!("/api/v1/devices/{index}")).json();
+    let processes = document["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| (p["pid"].as_u64().unwrap(), p["container_id"].as_str().unwrap().to_owned()))
+        .collect();
+    Device {
+        uuid: document["uuid"].as_str().unwrap().to_owned(),
+        processes,
+        slow_samples: document["history"]["slow_samples"].as_u64().unwrap(),
+    }
+}
+
+#[test]
+fn pods_label_devices_and_processes_and_failures_never_stop_sampling() {
+    let dir = tempfile::tempdir().unwrap();
+    let kubelet = FakeApi::serve(&dir.path().join("kubelet.sock"));
+    let runtime = FakeApi::serve(&dir.path().join("containerd.sock"));
+    let (_daemon, addr) = spawn(&kubelet.socket, &runtime.socket, "500ms");
+    let devices: Vec<Device> = (0..3).map(|index| device(addr, index)).collect();
+    assert!(devices.iter().all(|d| !d.processes.is_empty()), "every simulated GPU has work");
+
+    // GPU 0 whole to one pod (by UUID), GPU 1 time-sliced between two pods,
+    // GPU 2 allocated to none; plus resources that are not GPUs.
+    let shared = |n: usize| format!("{}::{n}", devices[1].uuid);
+    kubelet.set_pods(vec![
+        pod("train-0", "ml", "trainer", "nvidia.com/gpu", &[&devices[0].uuid]),
+        pod("infer-a", "serving", "server", "nvidia.com/gpu", &[&shared(0)]),
+        pod("infer-b", "serving", "server", "nvidia.com/gpu", &[&shared(1)]),
+        pod("nic", "net", "agent", "example.com/sriov", &[&devices[2].uuid]),
+    ]);
+    // Processes on GPU 1 alternate between the two sharing pods; GPU 2's
+    // first process runs in a pod that requested no GPU (the kubelet lists
+    // no allocation for it); GPU 2's others are in no Kubernetes container.
+    let mut containers = Vec::new();
+    for (_, id) in &devices[0].processes {
+        containers.push(container(id, "train-0", "ml", "trainer"));
+    }
+    for (n, (_, id)) in devices[1].processes.iter().enumerate() {
+        let pod = if n % 2 == 0 { "infer-a" } else { "infer-b" };
+        containers.push(container(id, pod, "serving", "server"));
+    }
+    let (notebook_pid, notebook_id) = devices[2].processes[0].clone();
+    containers.push(container(&notebook_id, "notebook", "research", "jupyter"));
+    runtime.set_containers(containers);
+
+    let uuid = |gpu: usize| devices[gpu].uuid.as_str();
+    let allocation = |gpu: usize, labels: &str| {
+        format!("vramd_device_allocation_info{{gpu=\"{gpu}\",uuid=\"{}\",{labels}}}", uuid(gpu))
+    };
+    let train = allocation(0, "pod=\"train-0\",namespace=\"ml\",container=\"trainer\"");
+    let infer_a =
+        allocation(1, "pod=\"infer-a\",namespace=\"serving\",container=\"server\",replica=\"0\"");
+    let infer_b =
+        allocation(1, "pod=\"infer-b\",namespace=\"serving\",container=\"server\",replica=\"1\"");
+    let unallocated = format!("vramd_device_allocations{{gpu=\"2\",uuid=\"{}\"}}", uuid(2));
+    let text = wait_for_metrics(addr, "pod attribution", |text| {
+        value(text, &train) == Some(1.0)
+            && value(text, &infer_b) == Some(1.0)
+            && !process_lines(text, "vramd_process_info", 2, notebook_pid).is_empty()
+            && process_lines(text, "vramd_process_info", 2, notebook_pid)[0].contains("pod=")
+    });
+    assert_eq!(value(&text, &infer_a), Some(1.0));
+    assert_eq!(value(&text, &unallocated), Some(0.0), "a GPU no pod holds counts 0, not absent");
+    assert_eq!(
+        value(&text, &format!("vramd_device_allocations{{gpu=\"1\",uuid=\"{}\"}}", uuid(1))),
+        Some(2.0)
+    );
+    assert!(!text.contains("pod=\"nic\""), "a non-GPU resource is no allocation");
+    // Every per-process series of an attributed process carries its pod.
+    let (train_pid, _) = devices[0].processes[0];
+    for family in ["vramd_process_info", "vramd_process_memory_used_bytes"] {
+        let lines = process_lines(&text, family, 0, train_pid);
+        assert_eq!(lines.len(), 1, "{family}: {lines:?}");
+        assert!(lines[0].contains("pod=\"train-0\",namespace=\"ml\",container=\"trainer\""));
+    }
+    let notebook = process_lines(&text, "vramd_process_memory_used_bytes", 2, notebook_pid);
+    assert!(notebook[0].contains("pod=\"notebook\",namespace=\"research\",container=\"jupyter\""));
+    // GPU 2's other processes are in no pod: no pod labels, still listed.
+    for (pid, _) in &devices[2].processes[1..] {
+        let lines = process_lines(&text, "vramd_process_memory_used_bytes", 2, *pid);
+        assert_eq!(lines.len(), 1);
+        assert!(!lines[0].contains("pod="), "{}", lines[0]);
+    }
+
+    // The same in the REST device document.
+    let document = get(addr, "/api/v1/devices/1").json();
+    let allocations = document["allocations"].as_array().unwrap();
+    let replicas: Vec<&str> = allocations.iter().map(|a| a["replica"].as_str().unwrap()).collect();
+    assert_eq!(replicas, ["0", "1"]);
+    assert_eq!(allocations[0]["pod"], "infer-a");
+    assert_eq!(allocations[0]["resource"], "nvidia.com/gpu");
+    let first = &document["processes"][0];
+    assert_eq!(first["pod"], "infer-a");
+    assert_eq!(first["namespace"], "serving");
+    assert_eq!(first["container"], "server");
+    assert_eq!(get(addr, "/api/v1/devices/2").json()["allocations"], serde_json::json!([]));
+
+    // The kubelet answers garbage: its allocations go (absent, not stale),
+    // the runtime's pod labels stay, and sampling goes on.
+    kubelet.garble();
+    let up = "vramd_kubernetes_up{api=\"pod_resources\"}";
+    let garbled = "vramd_kubernetes_errors_total{api=\"pod_resources\",kind=\"status\"}";
+    let text = wait_for_metrics(addr, "the garbled kubelet", |text| {
+        value(text, up) == Some(0.0) && value(text, garbled).is_some_and(|n| n >= 1.0)
+    });
+    let text = if text.contains("vramd_device_allocation_info") {
+        wait_for_metrics(addr, "allocations withdrawn", |text| {
+            !text.contains("vramd_device_allocation_info")
+        })
+    } else {
+        text
+    };
+    assert!(!text.contains("vramd_device_allocations{"));
+    assert!(
+        process_lines(&text, "vramd_process_info", 0, train_pid)[0].contains("pod=\"train-0\"")
+    );
+
+    // The runtime goes away: its socket is gone; the pods it named stay
+    // (a container ID never changes owner).
+    let runtime_socket = runtime.socket.clone();
+    drop(runtime);
+    std::fs::remove_file(&runtime_socket).unwrap();
+    let absent = "vramd_kubernetes_errors_total{api=\"runtime\",kind=\"absent\"}";
+    let text = wait_for_metrics(addr, "the runtime socket gone", |text| {
+        value(text, absent).is_some_and(|n| n >= 1.0)
+    });
+    assert_eq!(value(&text, "vramd_kubernetes_up{api=\"runtime\"}"), Some(0.0));
+    assert!(
+        process_lines(&text, "vramd_process_info", 0, train_pid)[0].contains("pod=\"train-0\"")
+    );
+    let before = devices[0].slow_samples;
+    let deadline = Deadline::after(SHOWS_WITHIN);
+    while device(addr, 0).slow_samples <= before + 2 {
+        assert!(!deadline.passed(), "sampling stopped while the Kubernetes APIs failed");
+        pause();
+    }
+    assert_eq!(get(addr, "/readyz").status, 200);
+    assert!(kubelet.calls() >= 2);
+}
+
+#[test]
+fn hanging_and_missing_sockets_leave_the_daemon_sampling_and_serving() {
+    let dir = tempfile::tempdir().unwrap();
+    let kubelet = dir.path().join("kubelet.sock");
+    let _hanging = HangingSocket::bind(&kubelet);
+    let runtime = dir.path().join("no-such-runtime.sock");
+    let (mut daemon, addr) = spawn(&kubelet, &runtime, "200ms");
+    let timeouts = "vramd_kubernetes_errors_total{api=\"pod_resources\",kind=\"timeout\"}";
+    let absent = "vramd_kubernetes_errors_total{api=\"runtime\",kind=\"absent\"}";
+    let text = wait_for_metrics(addr, "three failed refreshes", |text| {
+        value(text, timeouts).is_some_and(|n| n >= 3.0)
+            && value(text, absent).is_some_and(|n| n >= 3.0)
+    });
+    assert_eq!(value(&text, "vramd_kubernetes_up{api=\"pod_resources\"}"), Some(0.0));
+    assert_eq!(value(&text, "vramd_kubernetes_up{api=\"runtime\"}"), Some(0.0));
+    assert!(!text.contains("vramd_device_allocations{"), "unknown is absent, not 0");
+    assert!(text.contains("vramd_process_info{"), "processes still listed");
+    assert!(!text.contains("pod=\""));
+    assert_eq!(get(addr, "/readyz").status, 200);
+    // The absent socket is one logged fact, and the hang one warning: no
+    // line per refresh.
+    let log = daemon.log();
+    let about = |api: &str| {
+        log.iter().filter(|line| line["api"] == api && line["level"] != "DEBUG").count()
+    };
+    assert_eq!(about("runtime"), 1, "{log:#?}");
+    assert_eq!(about("pod_resources"), 1, "{log:#?}");
+    assert!(daemon.exited().is_none());
+}
+
+/// The cost of one refresh (pod-resources + CRI, both decoded and mapped)
+/// for 100 pods on 8 GPUs, against the fake servers; a figure for
+/// docs/performance.md, not a check:
+/// `cargo test --test kubernetes -- --ignored --nocapture refresh_cost`.
+#[test]
+#[ignore = "a measurement, run by hand"]
+fn refresh_cost_with_100_pods_and_8_gpus() {
+    let dir = tempfile::tempdir().unwrap();
+    let kubelet = FakeApi::serve(&dir.path().join("kubelet.sock"));
+    let runtime = FakeApi::serve(&dir.path().join("containerd.sock"));
+    let gpus: Vec<String> =
+        (0..8).map(|n| format!("GPU-{n:08x}-0000-4d7b-9a1e-3b5c7d9e1f20")).collect();
+    let pods: Vec<_> = (0..100)
+        .map(|n| {
+            let id = format!("{}::{}", gpus[n % 8], n / 8);
+            pod(&format!("pod-{n}"), "ml", "main", "nvidia.com/gpu", &[&id])
+        })
+        .collect();
+    let containers: Vec<_> = (0..100)
+        .map(|n| container(&format!("{n:064x}"), &format!("pod-{n}"), "ml", "main"))
+        .collect();
+    kubelet.set_pods(pods);
+    runtime.set_containers(containers);
+    let tokio = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let mut took = Vec::new();
+    for _ in 0..50 {
+        let start = std::time::Instant::now();
+        tokio.block_on(async {
+            let timeout = Duration::from_secs(2);
+            let (pods, containers) = tokio::join!(
+                vramd::kubernetes::list_pod_resources(&kubelet.socket, timeout, 1 << 23),
+                vramd::kubernetes::list_containers(&runtime.socket, timeout, 1 << 23),
+            );
+            let (allocations, _) = vramd::kubernetes::allocations(pods.unwrap(), 1024);
+            let (table, _) = vramd::kubernetes::containers(containers.unwrap(), 1024);
+            assert_eq!((allocations.len(), table.len()), (100, 100));
+        });
+        took.push(start.elapsed());
+    }
+    took.sort();
+    println!("refresh: median {:?}, p90 {:?}, min {:?}", took[25], took[45], took[0]);
+}

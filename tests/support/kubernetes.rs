@@ -1,0 +1,216 @@
+//! Fake kubelet pod-resources and CRI runtime servers for the Kubernetes
+//! attribution tests: real tonic gRPC servers on unix sockets in a temp
+//! directory, encoding vramd's own hand-derived messages
+//! (`vramd::kubernetes::proto`), so the daemon's client is driven end to end.
+//!
+//! Each [`FakeApi`] runs on its own runtime thread and stops when dropped.
+//! Its answers can be changed while it runs ([`FakeApi::set_pods`],
+//! [`FakeApi::set_containers`], [`FakeApi::garble`]).
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::thread::JoinHandle;
+
+use tonic::body::Body;
+use tonic::codegen::http;
+use tonic::server::Grpc;
+use tonic_prost::ProstCodec;
+use vramd::kubernetes::proto::{
+    Container, ContainerDevices, ContainerMetadata, ContainerResources, ListContainersRequest,
+    ListContainersResponse, ListPodResourcesRequest, ListPodResourcesResponse, POD_RESOURCES_LIST,
+    PodResources, RUNTIME_LIST_CONTAINERS,
+};
+
+/// Bytes that are not the expected message: tag 1 as a fixed64 where both
+/// responses have a length-delimited repeated message.
+#[derive(Clone, PartialEq, ::prost::Message)]
+pub struct Garbage {
+    #[prost(fixed64, tag = "1")]
+    pub word: u64,
+}
+
+#[derive(Default)]
+struct Answers {
+    pods: ListPodResourcesResponse,
+    containers: ListContainersResponse,
+    garbage: bool,
+    calls: usize,
+}
+
+/// One fake API server on one unix socket; it answers both methods (a real
+/// kubelet or runtime answers only its own, which is all vramd asks).
+pub struct FakeApi {
+    pub socket: PathBuf,
+    answers: Arc<Mutex<Answers>>,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl FakeApi {
+    /// Serves on `socket` (created; its directory must exist).
+    pub fn serve(socket: &Path) -> Self {
+        let answers = Arc::new(Mutex::new(Answers::default()));
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let listener = runtime.block_on(async { tokio::net::UnixListener::bind(socket) }).unwrap();
+        let service = FakeService { answers: answers.clone() };
+        let thread = std::thread::spawn(move || {
+            runtime.block_on(async move {
+                let incoming = tokio_stream::wrappers::UnixListenerStream::new(listener);
+                let _ = tonic::transport::Server::builder()
+                    .serve_with_incoming_shutdown(service, incoming, async {
+                        let _ = stopped.await;
+                    })
+                    .await;
+            });
+        });
+        Self { socket: socket.to_owned(), answers, stop: Some(stop), thread: Some(thread) }
+    }
+
+    pub fn set_pods(&self, pods: Vec<PodResources>) {
+        self.answers.lock().unwrap().pods = ListPodResourcesResponse { pod_resources: pods };
+    }
+
+    pub fn set_containers(&self, containers: Vec<Container>) {
+        self.answers.lock().unwrap().containers = ListContainersResponse { containers };
+    }
+
+    /// From now on, answer with bytes that do not decode as the response.
+    pub fn garble(&self) {
+        self.answers.lock().unwrap().garbage = true;
+    }
+
+    /// Calls answered so far.
+    pub fn calls(&self) -> usize {
+        self.answers.lock().unwrap().calls
+    }
+}
+
+impl Drop for FakeApi {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        // Bounded: the server drops idle connections on shutdown.
+        if let Some(thread) = self.thread.take() {
+            let deadline = crate::support::Deadline::after(crate::support::WAIT);
+            while !thread.is_finished() && !deadline.passed() {
+                crate::support::pause();
+            }
+        }
+    }
+}
+
+#[derive(Clone)]
+struct FakeService {
+    answers: Arc<Mutex<Answers>>,
+}
+
+impl tower::Service<http::Request<Body>> for FakeService {
+    type Response = http::Response<Body>;
+    type Error = Infallible;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Infallible>> + Send>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: http::Request<Body>) -> Self::Future {
+        let answers = self.answers.clone();
+        Box::pin(async move {
+            let (pods, containers, garbage) = {
+                let mut answers = answers.lock().unwrap();
+                answers.calls += 1;
+                (answers.pods.clone(), answers.containers.clone(), answers.garbage)
+            };
+            let path = request.uri().path().to_owned();
+            let response = match (path.as_str(), garbage) {
+                (POD_RESOURCES_LIST, false) => {
+                    let codec =
+                        ProstCodec::<ListPodResourcesResponse, ListPodResourcesRequest>::default();
+                    Grpc::new(codec).unary(answer(pods), request).await
+                }
+                (RUNTIME_LIST_CONTAINERS, false) => {
+                    let codec =
+                        ProstCodec::<ListContainersResponse, ListContainersRequest>::default();
+                    Grpc::new(codec).unary(answer(containers), request).await
+                }
+                (POD_RESOURCES_LIST | RUNTIME_LIST_CONTAINERS, true) => {
+                    let codec = ProstCodec::<Garbage, ListContainersRequest>::default();
+                    Grpc::new(codec).unary(answer(Garbage { word: u64::MAX }), request).await
+                }
+                _ => tonic::Status::unimplemented(path).into_http(),
+            };
+            Ok(response)
+        })
+    }
+}
+
+/// A unary handler that answers `message` to any request.
+fn answer<Req: Send + 'static, Resp: Clone + Send + 'static>(
+    message: Resp,
+) -> impl tower::Service<
+    tonic::Request<Req>,
+    Response = tonic::Response<Resp>,
+    Error = tonic::Status,
+    Future = impl Future<Output = Result<tonic::Response<Resp>, tonic::Status>> + Send,
+> + Send {
+    tower::service_fn(move |_: tonic::Request<Req>| {
+        let message = message.clone();
+        async move { Ok(tonic::Response::new(message)) }
+    })
+}
+
+/// A socket that accepts connections (the kernel's backlog) but never
+/// speaks: every call to it hangs until the caller's deadline.
+pub struct HangingSocket {
+    _listener: std::os::unix::net::UnixListener,
+}
+
+impl HangingSocket {
+    pub fn bind(socket: &Path) -> Self {
+        Self { _listener: std::os::unix::net::UnixListener::bind(socket).unwrap() }
+    }
+}
+
+/// A kubelet pod with one container holding `device_ids` of `resource`.
+pub fn pod(
+    name: &str,
+    namespace: &str,
+    container: &str,
+    resource: &str,
+    device_ids: &[&str],
+) -> PodResources {
+    PodResources {
+        name: name.to_owned(),
+        namespace: namespace.to_owned(),
+        containers: vec![ContainerResources {
+            name: container.to_owned(),
+            devices: vec![ContainerDevices {
+                resource_name: resource.to_owned(),
+                device_ids: device_ids.iter().map(|id| (*id).to_owned()).collect(),
+            }],
+        }],
+    }
+}
+
+/// A CRI container with the labels the kubelet sets.
+pub fn container(id: &str, pod: &str, namespace: &str, name: &str) -> Container {
+    let labels = HashMap::from([
+        ("io.kubernetes.pod.name".to_owned(), pod.to_owned()),
+        ("io.kubernetes.pod.namespace".to_owned(), namespace.to_owned()),
+        ("io.kubernetes.pod.uid".to_owned(), format!("uid-{pod}")),
+        ("io.kubernetes.container.name".to_owned(), name.to_owned()),
+    ]);
+    Container {
+        id: id.to_owned(),
+        pod_sandbox_id: format!("sandbox-{pod}"),
+        metadata: Some(ContainerMetadata { name: name.to_owned(), attempt: 0 }),
+        labels,
+    }
+}
