@@ -20,6 +20,7 @@ pub mod logging;
 pub mod model;
 pub mod play;
 pub mod sampler;
+pub mod server;
 pub mod signals;
 pub mod source;
 pub mod telemetry;

@@ -105,6 +105,7 @@ async fn device_document_matches_the_golden_file() {
             request_timeout: Duration::from_secs(5),
             max_request_body_bytes: 1024,
             max_concurrent_requests: 4,
+            max_concurrent_scrapes: 4,
             max_history_points: 1_000,
             retention: Duration::from_secs(3_600),
             max_event_streams: 2,

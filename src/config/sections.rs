@@ -70,6 +70,28 @@ section! {
             Size(KIB, 64 * MIB), "larger request bodies get 413";
         max_concurrent_requests "max_concurrent_requests": NonZeroUsize as Count = non_zero(64),
             Int(1, 10_000), "requests beyond this many in flight get 503";
+        max_concurrent_scrapes "max_concurrent_scrapes": NonZeroUsize as Count = non_zero(16),
+            Int(1, 10_000),
+            "/healthz, /readyz and /metrics requests in flight at most, apart from max_concurrent_requests";
+        // Below the usual 1024 file-descriptor soft limit, leaving room for
+        // the trace, the log and notifier connections.
+        max_connections "max_connections": NonZeroUsize as Count = non_zero(512), Int(1, 100_000),
+            "open connections at most; more are closed on accept and counted";
+        header_read_timeout "header_read_timeout": Duration as Dur = secs(10),
+            Time(ms(100), mins(5)),
+            "a new connection must complete its TLS handshake and first request head within this";
+        // Above the usual 15-60 s scrape intervals, so Prometheus keeps
+        // its connection (and its TLS session) between scrapes.
+        idle_timeout "idle_timeout": Duration as Dur = secs(90), Time(secs(1), hours(1)),
+            "a connection with no complete request head this long after its last answer is closed";
+        web_config "web_config": Option<PathBuf> as Opt<Path> = None, Words(PATH),
+            "exporter-toolkit web configuration (TLS, client certificates, basic auth, headers)";
+        web_config_poll_interval "web_config_poll_interval": Duration as Dur = secs(10),
+            Time(secs(1), hours(1)),
+            "how often the web configuration and the files it names are checked for changes";
+        auth_cache_size "auth_cache_size": NonZeroUsize as Count = non_zero(1024),
+            Int(1, 100_000),
+            "verified basic-auth credentials remembered (so a scrape skips bcrypt); full: cleared";
         // Short enough that the daemon exits within 2 s of SIGTERM.
         shutdown_timeout "shutdown_timeout": Duration as Dur = ms(1500),
             Time(Duration::ZERO, secs(10)),
