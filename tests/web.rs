@@ -139,7 +139,8 @@ fn refs(args: &[String]) -> Vec<&str> {
 
 /// Starts vramd with `web` and extra flags; returns it and `https://…`.
 fn start(web: &Path, extra: &[&str]) -> (Process, SocketAddr) {
-    let mut args = vec!["--simulate", "steady-inference", "--web.config.file", web.to_str().unwrap()];
+    let mut args =
+        vec!["--simulate", "steady-inference", "--web.config.file", web.to_str().unwrap()];
     args.extend(SERVE);
     args.extend(extra);
     let mut daemon = Process::spawn(&args, &[("VRAMD_SERVER__WEB_CONFIG_POLL_INTERVAL", "1s")]);
@@ -152,7 +153,11 @@ fn start(web: &Path, extra: &[&str]) -> (Process, SocketAddr) {
 fn wait_log(daemon: &Process, message: &str, count: usize) {
     let deadline = Deadline::after(WAIT);
     while daemon.log().iter().filter(|line| line["message"] == message).count() < count {
-        assert!(!deadline.passed(), "no {count}x `{message}` within {WAIT:?}:\n{}", daemon.stderr());
+        assert!(
+            !deadline.passed(),
+            "no {count}x `{message}` within {WAIT:?}:\n{}",
+            daemon.stderr()
+        );
         pause();
     }
 }
@@ -367,11 +372,11 @@ fn slow_and_idle_clients_do_not_starve_health_and_metrics() {
     drop(idle);
     let deadline = Deadline::after(WAIT);
     loop {
-        if let Ok(answer) = http::get(addr, "/metrics") {
-            if answer.status == 200 {
-                assert!(answer.text().contains("vramd_http_connections_rejected_total 1"));
-                break;
-            }
+        if let Ok(answer) = http::get(addr, "/metrics")
+            && answer.status == 200
+        {
+            assert!(answer.text().contains("vramd_http_connections_rejected_total 1"));
+            break;
         }
         assert!(!deadline.passed(), "no /metrics after the idle connections closed");
         pause();
