@@ -35,6 +35,7 @@ use crate::model::{DeviceInfo, OomEvent, RuleId, SlowReading};
 use crate::sampler::probe::{ProbeGate, ProbeSettings};
 use crate::sampler::{self, SamplerSettings};
 use crate::signals::Hangups;
+use crate::server::{self, ServeSettings, WebConfigHandle};
 use crate::source::DeviceSource;
 use crate::source::cuda::ChildProber;
 use crate::source::nvml::{NvmlSettings, NvmlSource};
@@ -64,6 +65,8 @@ pub enum AppError {
     Token { reason: String },
     #[error("notifier: {0}")]
     Notify(crate::alerts::notify::NotifyError),
+    #[error("server.web_config: {0}")]
+    WebConfig(crate::server::WebConfigError),
     #[error("a GPU is required (nvml.require_gpu) but none can be used: {reason}")]
     GpuRequired { reason: String },
 }
@@ -80,6 +83,8 @@ impl AppError {
             // An unusable `ingest.token_file` is a configuration error; `run`
             // reads it before building the source or binding.
             AppError::Token { .. } => 2,
+            // Like the token file: read before anything binds.
+            AppError::WebConfig(_) => 2,
             _ => 1,
         }
     }
@@ -534,6 +539,27 @@ impl ReloadStep for TokenFileCheck {
     }
 }
 
+/// The web configuration file (and the certificates, keys and users it
+/// names) read again on SIGHUP, as the poll would on a change; a file that
+/// does not load refuses the whole reload. Which file it is
+/// (`server.web_config`) needs a restart.
+struct WebConfigStep(WebConfigHandle);
+
+impl ReloadStep for WebConfigStep {
+    fn name(&self) -> &'static str {
+        "server.web_config"
+    }
+
+    fn prepare(&self, change: &Change<'_>) -> Result<Option<Commit>, String> {
+        if change.loaded.server.web_config.as_deref() != Some(self.0.path()) {
+            return Ok(None);
+        }
+        let prepared = self.0.prepare_reload().map_err(|error| error.to_string())?;
+        let handle = self.0.clone();
+        Ok(Some(Box::new(move || handle.install(prepared))))
+    }
+}
+
 /// Everything a configuration reload (SIGHUP) checks and applies, in order.
 /// Each step prepares (and may refuse the reload) before any commits; a
 /// part that becomes live, such as the web configuration, adds its step
@@ -541,13 +567,29 @@ impl ReloadStep for TokenFileCheck {
 fn reload_steps(
     log_level: Option<LevelControl>,
     pipeline: PipelineStep,
+    web: Option<WebConfigHandle>,
 ) -> Vec<Box<dyn ReloadStep>> {
     let mut steps: Vec<Box<dyn ReloadStep>> = vec![Box::new(TokenFileCheck)];
+    if let Some(handle) = web {
+        steps.push(Box::new(WebConfigStep(handle)));
+    }
     if let Some(control) = log_level {
         steps.push(Box::new(LogLevelStep(control)));
     }
     steps.push(Box::new(pipeline));
     steps
+}
+
+/// Reads and checks `server.web_config` and every file it names
+/// (blocking; `vramd check-config` and the start of [`run`]).
+pub fn load_web_config(config: &Config) -> Result<Option<WebConfigHandle>, AppError> {
+    config
+        .server
+        .web_config
+        .as_deref()
+        .map(|path| WebConfigHandle::load(path, config.server.auth_cache_size.get()))
+        .transpose()
+        .map_err(AppError::WebConfig)
 }
 
 /// Runs the daemon until `shutdown` completes, then stops serving and
@@ -558,6 +600,12 @@ pub async fn run(
     reload: Reload,
 ) -> Result<(), AppError> {
     let mut intake = report_intake(&config, read_token(&config).await?);
+    let web = {
+        let config = config.clone();
+        tokio::task::spawn_blocking(move || load_web_config(&config))
+            .await
+            .map_err(|error| AppError::Startup(error.to_string()))??
+    };
     let source = {
         let config = config.clone();
         let reports = intake.store.clone();
@@ -631,7 +679,9 @@ pub async fn run(
             cancel.clone(),
         ));
     }
-    let external_url = format!("http://{local}");
+    let scheme =
+        if web.as_ref().is_some_and(|web| web.current().tls.is_some()) { "https" } else { "http" };
+    let external_url = format!("{scheme}://{local}");
     let notifiers =
         notify::notifiers_from_config(&config.notify, &external_url).map_err(AppError::Notify)?;
     // Its own token, so a reload can stop these notifiers and start others.
@@ -666,7 +716,7 @@ pub async fn run(
     let reloader = Reloader::new(
         reload.options,
         config.clone(),
-        reload_steps(reload.log_level, pipeline),
+        reload_steps(reload.log_level, pipeline, web.clone()),
         telemetry.clone(),
     );
     tokio::spawn(reloader.run(reload.hangups, cancel.clone()));
@@ -677,39 +727,54 @@ pub async fn run(
     }
     let state = AppState::new(
         store,
-        telemetry,
+        telemetry.clone(),
         analyses,
         board,
         Limits {
             request_timeout: config.server.request_timeout,
             max_request_body_bytes: config.server.max_request_body_bytes.as_usize(),
             max_concurrent_requests: config.server.max_concurrent_requests.get(),
+            max_concurrent_scrapes: config.server.max_concurrent_scrapes.get(),
             max_history_points: config.api.max_history_points.get(),
             retention: config.history.retention,
             max_event_streams: config.api.max_event_streams.get(),
         },
         intake,
     );
-    let app = api::router(state).into_make_service_with_connect_info::<SocketAddr>();
+    let ingest_token = state.ingest.token.is_some();
+    let app = match web.clone() {
+        None => api::router(state),
+        Some(handle) => {
+            let guard =
+                server::Guard { handle, ingest_token, deadline: config.server.request_timeout };
+            api::router_guarded(state, |routes| {
+                routes.layer(axum::middleware::from_fn_with_state(guard, server::guard))
+            })
+        }
+    };
+    if let Some(handle) = &web {
+        handle.watch_with(telemetry.web_config_series()?);
+        tokio::spawn(handle.clone().watch(config.server.web_config_poll_interval, cancel.clone()));
+    }
+    let settings = ServeSettings {
+        header_read_timeout: config.server.header_read_timeout,
+        idle_timeout: config.server.idle_timeout,
+        max_connections: config.server.max_connections.get(),
+    };
     let server =
-        axum::serve(listener, app).with_graceful_shutdown(cancel.clone().cancelled_owned());
-    let mut server = tokio::spawn(async move { server.await });
+        server::serve(listener, app, web, settings, telemetry.http_series()?, cancel.clone());
+    let mut server = tokio::spawn(server);
 
     tokio::select! {
         () = shutdown => {}
         result = &mut server => {
             cancel.cancel();
-            return match result {
-                Ok(Ok(())) => Ok(()),
-                Ok(Err(error)) => Err(AppError::Serve(error)),
-                Err(error) => Err(AppError::Startup(error.to_string())),
-            };
+            return result.map_err(|error| AppError::Startup(error.to_string()));
         }
     }
     cancel.cancel();
     match tokio::time::timeout(config.server.shutdown_timeout, &mut server).await {
-        Ok(Ok(Ok(()))) => {}
-        Ok(Ok(Err(error))) => return Err(AppError::Serve(error)),
+        Ok(Ok(())) => {}
         Ok(Err(error)) => return Err(AppError::Startup(error.to_string())),
         Err(_) => {
             warn!(grace = ?config.server.shutdown_timeout, "requests still in flight at the end of the shutdown grace time; closing them");

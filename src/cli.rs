@@ -78,6 +78,11 @@ pub struct Cli {
     #[arg(long, global = true, value_name = "FILE")]
     pub record: Option<PathBuf>,
 
+    /// Serve TLS, client certificates, basic auth and extra headers from
+    /// this exporter-toolkit web configuration [server.web_config].
+    #[arg(long = "web.config.file", global = true, value_name = "FILE")]
+    pub web_config: Option<PathBuf>,
+
     /// Log line format [log.format].
     #[arg(long, global = true, value_name = "FORMAT", value_parser = ["text", "json"])]
     pub log_format: Option<String>,
@@ -222,6 +227,7 @@ impl Cli {
             log_format: self.log_format.clone(),
             log_level: self.log_level.clone(),
             require_gpu: self.require_gpu,
+            web_config: self.web_config.clone(),
         }
     }
 
@@ -296,6 +302,8 @@ mod tests {
             "--log-level",
             "info,vramd=debug",
             "--require-gpu",
+            "--web.config.file",
+            "web.yml",
         ])
         .unwrap();
         assert_eq!(cli.config_path(), Some(Path::new("/tmp/v.toml")));
@@ -312,6 +320,7 @@ mod tests {
                 log_format: Some("json".into()),
                 log_level: Some("info,vramd=debug".into()),
                 require_gpu: true,
+                web_config: Some("web.yml".into()),
             }
         );
     }

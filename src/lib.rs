@@ -22,6 +22,7 @@ pub mod model;
 pub mod play;
 pub mod reload;
 pub mod sampler;
+pub mod server;
 pub mod signals;
 pub mod source;
 pub mod telemetry;

@@ -44,7 +44,9 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         Command::CheckConfig => match load(&cli) {
-            Ok(config) => match vramd::app::read_token_file(&config) {
+            Ok(config) => match vramd::app::read_token_file(&config)
+                .and_then(|_| vramd::app::load_web_config(&config))
+            {
                 Ok(_) => {
                     print!("{}", config::render_effective(&config));
                     ExitCode::SUCCESS

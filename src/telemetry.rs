@@ -277,6 +277,40 @@ impl Telemetry {
         }
     }
 
+    /// The HTTP server's connection series: open connections and those
+    /// refused at `server.max_connections`.
+    pub fn http_series(&self) -> Made<HttpSeries> {
+        Ok(HttpSeries {
+            open: gauge(
+                &self.registry,
+                "vramd_http_connections_open",
+                "HTTP connections open now (TLS handshakes included).",
+            )?,
+            rejected: counter(
+                &self.registry,
+                "vramd_http_connections_rejected_total",
+                "Connections closed on accept because server.max_connections were open.",
+            )?,
+        })
+    }
+
+    /// The web configuration's reload health; registered only with a web
+    /// configuration file.
+    pub fn web_config_series(&self) -> Made<WebConfigSeries> {
+        Ok(WebConfigSeries {
+            reload_errors: counter(
+                &self.registry,
+                "vramd_web_config_reload_errors_total",
+                "Reloads of the web configuration (or a file it names) that failed; the last good one stays in use.",
+            )?,
+            last_success: gauge(
+                &self.registry,
+                "vramd_web_config_last_reload_success_timestamp_seconds",
+                "Unix time of the last successful load of the web configuration.",
+            )?,
+        })
+    }
+
     /// Counts new alerts the engine could not keep (`alerts.max_alerts`).
     pub fn count_alerts_dropped(&self, count: u64) {
         self.alerts_dropped.inc_by(count);
@@ -375,6 +409,20 @@ impl Telemetry {
     pub fn notification_attempts(&self, notifier: &str) -> u64 {
         self.notification_duration.with_label_values(&[notifier]).get_sample_count()
     }
+}
+
+/// The HTTP server's connection series.
+#[derive(Clone)]
+pub struct HttpSeries {
+    pub open: IntGauge,
+    pub rejected: IntCounter,
+}
+
+/// The web configuration's reload series.
+#[derive(Clone)]
+pub struct WebConfigSeries {
+    pub reload_errors: IntCounter,
+    pub last_success: IntGauge,
 }
 
 type Made<T> = Result<T, TelemetryError>;

@@ -28,7 +28,6 @@ use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json, Router};
 use serde::Serialize;
 use tower::ServiceBuilder;
-use tower::limit::GlobalConcurrencyLimitLayer;
 use tower_http::timeout::TimeoutLayer;
 
 use crate::alerts::board::AlertBoard;
@@ -39,12 +38,21 @@ use crate::telemetry::Telemetry;
 
 pub use error::{ApiError, ErrorBody, StaleTier};
 
+/// Put on a request by the server's guard when the web configuration's
+/// credentials (client certificate, basic auth) were checked and accepted;
+/// the report route then needs no bearer token from a remote writer.
+#[derive(Clone, Copy, Debug)]
+pub struct Authenticated;
+
 /// The bounds the HTTP layer enforces.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Limits {
     pub request_timeout: Duration,
     pub max_request_body_bytes: usize,
     pub max_concurrent_requests: usize,
+    /// `/healthz`, `/readyz` and `/metrics` in flight at most, apart from
+    /// `max_concurrent_requests`.
+    pub max_concurrent_scrapes: usize,
     pub max_history_points: usize,
     /// How far back history reaches (`history.retention`).
     pub retention: Duration,
@@ -83,18 +91,42 @@ impl AppState {
 /// from [`openapi::operations`], so `GET /api/v1/openapi.json` describes
 /// exactly what is served.
 pub fn router(state: AppState) -> Router {
+    router_guarded(state, |routes| routes)
+}
+
+/// [`router`] with `guard` (the web configuration's authentication) wrapped
+/// around the routes inside the request protections, so a flood of bad
+/// credentials is bounded by the same concurrency limits.
+pub fn router_guarded(state: AppState, guard: impl FnOnce(Router) -> Router) -> Router {
     let limits = state.limits;
     let (routes, document) = openapi::build();
     let routes = routes
         .fallback(not_found)
         .layer(Extension(openapi::Document::new(&document)))
         .with_state(state);
-    protect(routes, limits)
+    protect(guard(routes), limits)
+}
+
+/// The routes a monitoring system polls; they have their own concurrency
+/// (`server.max_concurrent_scrapes`), so slow API or report clients holding
+/// every `server.max_concurrent_requests` slot cannot fail a liveness probe
+/// or a scrape.
+const SCRAPE_PATHS: [&str; 3] = ["/healthz", "/readyz", "/metrics"];
+
+/// The two pools of request slots.
+#[derive(Clone)]
+struct Slots {
+    api: Arc<tokio::sync::Semaphore>,
+    scrapes: Arc<tokio::sync::Semaphore>,
 }
 
 /// Wraps routes in the request protections: JSON errors, load shedding
-/// beyond the concurrency limit, the request timeout and the body limit.
+/// beyond the concurrency limits, the request timeout and the body limit.
 fn protect(routes: Router, limits: Limits) -> Router {
+    let slots = Slots {
+        api: Arc::new(tokio::sync::Semaphore::new(limits.max_concurrent_requests.max(1))),
+        scrapes: Arc::new(tokio::sync::Semaphore::new(limits.max_concurrent_scrapes.max(1))),
+    };
     routes.layer(
         ServiceBuilder::new()
             // gzip when asked (Prometheus always asks): level 1, measured on
@@ -108,9 +140,7 @@ fn protect(routes: Router, limits: Limits) -> Router {
                     .quality(tower_http::CompressionLevel::Fastest),
             )
             .layer(middleware::from_fn(json_errors))
-            .layer(axum::error_handling::HandleErrorLayer::new(overloaded))
-            .layer(tower::load_shed::LoadShedLayer::new())
-            .layer(GlobalConcurrencyLimitLayer::new(limits.max_concurrent_requests.max(1)))
+            .layer(middleware::from_fn_with_state(slots, admit))
             .layer(TimeoutLayer::with_status_code(
                 StatusCode::REQUEST_TIMEOUT,
                 limits.request_timeout,
@@ -119,8 +149,15 @@ fn protect(routes: Router, limits: Limits) -> Router {
     )
 }
 
-async fn overloaded(_error: tower::BoxError) -> Response {
-    StatusCode::SERVICE_UNAVAILABLE.into_response()
+/// Takes a slot from the request's pool for as long as the handler runs,
+/// or answers 503 at once when the pool is empty (shedding, not queueing).
+async fn admit(State(slots): State<Slots>, request: Request, next: Next) -> Response {
+    let pool =
+        if SCRAPE_PATHS.contains(&request.uri().path()) { &slots.scrapes } else { &slots.api };
+    let Ok(_slot) = pool.clone().try_acquire_owned() else {
+        return StatusCode::SERVICE_UNAVAILABLE.into_response();
+    };
+    next.run(request).await
 }
 
 /// Gives error statuses produced by layers (which have empty bodies) the

@@ -22,6 +22,7 @@ pub(super) fn limits() -> Limits {
         request_timeout: Duration::from_secs(5),
         max_request_body_bytes: 1024,
         max_concurrent_requests: 8,
+        max_concurrent_scrapes: 4,
         max_history_points: 200,
         retention: Duration::from_secs(3_600),
         max_event_streams: 2,

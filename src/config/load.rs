@@ -63,6 +63,8 @@ pub struct Overrides {
     /// `--require-gpu` → `nvml.require_gpu` (`true`); `false` leaves the
     /// key to the other layers.
     pub require_gpu: bool,
+    /// `--web.config.file` → `server.web_config`.
+    pub web_config: Option<PathBuf>,
 }
 
 impl Overrides {
@@ -91,6 +93,7 @@ impl Overrides {
             text("source.speed", "--speed", self.speed.map(|x| x.to_string())),
             path("source.replay", "--replay", &self.replay)?,
             path("source.record", "--record", &self.record)?,
+            path("server.web_config", "--web.config.file", &self.web_config)?,
             text("log.format", "--log-format", self.log_format.clone()),
             text("log.level", "--log-level", self.log_level.clone()),
             text("nvml.require_gpu", "--require-gpu", self.require_gpu.then(|| "true".to_owned())),

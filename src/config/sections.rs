@@ -72,6 +72,26 @@ section! {
         /// requests beyond this many in flight get 503
         max_concurrent_requests "max_concurrent_requests": NonZeroUsize = non_zero(64),
             Int(1, 10_000);
+        /// /healthz, /readyz and /metrics requests in flight at most, apart from max_concurrent_requests
+        max_concurrent_scrapes "max_concurrent_scrapes": NonZeroUsize = non_zero(16),
+            Int(1, 10_000);
+        // Below the usual 1024 file-descriptor soft limit, leaving room for
+        // the trace, the log and notifier connections.
+        /// open connections at most; more are closed on accept and counted
+        max_connections "max_connections": NonZeroUsize = non_zero(512), Int(1, 100_000);
+        /// a new connection must complete its TLS handshake and first request head within this
+        header_read_timeout "header_read_timeout": Duration = secs(10), Time(ms(100), mins(5));
+        // Above the usual 15-60 s scrape intervals, so Prometheus keeps
+        // its connection (and its TLS session) between scrapes.
+        /// a connection with no complete request head this long after its last answer is closed
+        idle_timeout "idle_timeout": Duration = secs(90), Time(secs(1), hours(1));
+        /// exporter-toolkit web configuration (TLS, client certificates, basic auth, headers)
+        web_config "web_config": Option<PathBuf> = None, Words(PATH);
+        /// how often the web configuration and the files it names are checked for changes
+        web_config_poll_interval "web_config_poll_interval": Duration = secs(10),
+            Time(secs(1), hours(1));
+        /// verified basic-auth credentials remembered (so a scrape skips bcrypt); full: cleared
+        auth_cache_size "auth_cache_size": NonZeroUsize = non_zero(1024), Int(1, 100_000);
         // Short enough that the daemon exits within 2 s of SIGTERM.
         /// how long in-flight requests may finish after SIGTERM/SIGINT
         shutdown_timeout "shutdown_timeout": Duration = ms(1500), Time(Duration::ZERO, secs(10));

@@ -228,8 +228,10 @@ fn config_overrides_set_their_keys() {
         log_format: Some("json".into()),
         log_level: Some("vramd=trace".into()),
         require_gpu: true,
+        web_config: Some(PathBuf::from("web.yml")),
     };
     let config = load(&LoadOptions { overrides, ..isolated() }).unwrap();
+    assert_eq!(config.server.web_config, Some(PathBuf::from("web.yml")));
     assert_eq!(config.server.listen, "[::1]:9000".parse().unwrap());
     assert_eq!(config.source.selection, SourceSelection::Replay { path: "in.ndjson".into() });
     assert_eq!(config.source.record, Some(PathBuf::from("out.ndjson")));

@@ -1,0 +1,111 @@
+//! Who may do what once a web configuration asks for credentials: every
+//! route needs them except `/healthz` (a liveness probe carries none); the
+//! allocator-report route also takes its own bearer token instead.
+//!
+//! Owns: the request guard (client certificate, basic auth) and its 401
+//! answers. Depends on `handle` (state, credential cache) and `api` (the
+//! JSON error, the [`Authenticated`] mark the report route reads).
+
+use std::time::Duration;
+
+use axum::extract::{Request, State};
+use axum::http::{HeaderValue, Method, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+
+use super::handle::{Verdict, WebConfigHandle};
+use crate::api::{ApiError, Authenticated};
+
+/// What the TLS handshake established about the client, put on every
+/// request of the connection by the accept loop.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct TlsPeer {
+    /// A client certificate that the verifier checked against the client
+    /// CA (only `VerifyClientCertIfGiven`/`RequireAndVerifyClientCert`).
+    pub verified_cert: bool,
+}
+
+/// The guard's settings.
+#[derive(Clone)]
+pub struct Guard {
+    pub handle: WebConfigHandle,
+    /// `ingest.token_file` is set: a bearer token on the report route is
+    /// checked by that route instead of here.
+    pub ingest_token: bool,
+    /// How long one bcrypt check may take (`server.request_timeout`).
+    pub deadline: Duration,
+}
+
+const REPORTS: &str = "/api/v1/allocator-reports";
+
+/// The middleware: passes the request on, marked [`Authenticated`], or
+/// answers 401.
+pub async fn guard(State(guard): State<Guard>, mut request: Request, next: Next) -> Response {
+    let state = guard.handle.current();
+    if !state.requires_auth() || request.uri().path() == "/healthz" {
+        return next.run(request).await;
+    }
+    let bearer = request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|value| value.to_str().ok())
+        .is_some_and(|value| value.starts_with("Bearer "));
+    if guard.ingest_token
+        && bearer
+        && request.method() == Method::POST
+        && request.uri().path() == REPORTS
+    {
+        return next.run(request).await;
+    }
+    let basic = !state.users.is_empty();
+    let verified = request.extensions().get::<TlsPeer>().is_some_and(|peer| peer.verified_cert);
+    if state.require_verified_cert && !verified {
+        return unauthorized(
+            basic,
+            "a client certificate signed by tls_server_config.client_ca_file is required",
+        );
+    }
+    if basic {
+        let Some((user, password)) = credentials(&request) else {
+            return unauthorized(basic, "this endpoint needs HTTP basic authentication");
+        };
+        match guard.handle.verify(&state, &user, &password, guard.deadline).await {
+            Verdict::Accepted => {}
+            Verdict::Refused => return unauthorized(basic, "wrong user name or password"),
+            Verdict::TimedOut => {
+                return ApiError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "overloaded",
+                    "checking the password took longer than server.request_timeout; retry shortly",
+                )
+                .into_response();
+            }
+        }
+    }
+    request.extensions_mut().insert(Authenticated);
+    next.run(request).await
+}
+
+fn credentials(request: &Request) -> Option<(String, String)> {
+    use base64::Engine as _;
+    let value = request.headers().get(header::AUTHORIZATION)?.to_str().ok()?;
+    let (scheme, encoded) = value.split_once(' ')?;
+    if !scheme.eq_ignore_ascii_case("basic") {
+        return None;
+    }
+    let decoded = base64::engine::general_purpose::STANDARD.decode(encoded.trim()).ok()?;
+    let text = String::from_utf8(decoded).ok()?;
+    let (user, password) = text.split_once(':')?;
+    Some((user.to_owned(), password.to_owned()))
+}
+
+fn unauthorized(basic: bool, message: &str) -> Response {
+    let mut response =
+        ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", message).into_response();
+    if basic {
+        response
+            .headers_mut()
+            .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Basic realm=\"vramd\""));
+    }
+    response
+}

@@ -1,0 +1,280 @@
+//! [`WebConfigHandle`]: the web configuration in force, swapped whole when
+//! the file or a file it names changes (polled by size and modification
+//! time) or when `reload_now` is called (the SIGHUP path), and the cache of
+//! verified credentials.
+//!
+//! Owns: the current [`WebState`], the reload health series, the
+//! credential cache and its bcrypt bound. File reads and bcrypt run on
+//! blocking threads under a deadline; a failed reload keeps the last good
+//! state. Depends on `web_config`, `telemetry` (series), `clock`.
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::{Mutex, RwLock};
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+use super::web_config::{self, WebConfigError, WebState};
+use crate::telemetry::WebConfigSeries;
+
+/// bcrypt checks at once. Each costs tens of milliseconds of one core;
+/// two keep a flood of wrong passwords from taking the blocking threads
+/// that driver calls need.
+const BCRYPT_AT_ONCE: usize = 2;
+
+/// How long one reload (reading a few small files) may take.
+const RELOAD_DEADLINE: Duration = Duration::from_secs(5);
+
+/// The web configuration in force. Cheap to clone.
+#[derive(Clone)]
+pub struct WebConfigHandle {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    path: PathBuf,
+    state: RwLock<Arc<WebState>>,
+    /// (size, modified) of each watched file at the last load.
+    stamps: Mutex<Vec<Option<(u64, Duration)>>>,
+    /// Digests of user, hash and password that bcrypt accepted.
+    verified: Mutex<HashSet<[u8; 32]>>,
+    cache_size: usize,
+    bcrypt: Arc<Semaphore>,
+    series: Mutex<Option<WebConfigSeries>>,
+}
+
+/// A web configuration read and checked, not yet in force.
+pub struct PreparedWebConfig {
+    state: WebState,
+    stamps: Vec<Option<(u64, Duration)>>,
+}
+
+/// Why a request's credentials were not accepted.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Verdict {
+    Accepted,
+    Refused,
+    /// bcrypt did not answer within the deadline.
+    TimedOut,
+}
+
+impl WebConfigHandle {
+    /// Loads `path` (blocking); an error names the file and field.
+    pub fn load(path: &Path, cache_size: usize) -> Result<Self, WebConfigError> {
+        let state = web_config::load(path)?;
+        let stamps = stamps(&state.watched);
+        Ok(Self {
+            inner: Arc::new(Inner {
+                path: path.to_owned(),
+                state: RwLock::new(Arc::new(state)),
+                stamps: Mutex::new(stamps),
+                verified: Mutex::new(HashSet::new()),
+                cache_size,
+                bcrypt: Arc::new(Semaphore::new(BCRYPT_AT_ONCE)),
+                series: Mutex::new(None),
+            }),
+        })
+    }
+
+    /// The state connections and requests use now.
+    pub fn current(&self) -> Arc<WebState> {
+        self.inner.state.read().clone()
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.inner.path
+    }
+
+    /// Exports reload health from now on.
+    pub fn watch_with(&self, series: WebConfigSeries) {
+        series.last_success.set(unix_now());
+        *self.inner.series.lock() = Some(series);
+    }
+
+    /// Re-reads the file and every file it names now, whether or not they
+    /// changed (for SIGHUP). A bad file keeps the last good state; the
+    /// reason is logged and counted, and returned.
+    pub async fn reload_now(&self) -> Result<(), WebConfigError> {
+        let handle = self.clone();
+        self.blocking(move || handle.reload_blocking()).await
+    }
+
+    /// Reloads if a watched file's size or modification time changed.
+    pub async fn reload_if_changed(&self) -> Result<(), WebConfigError> {
+        let handle = self.clone();
+        self.blocking(move || {
+            let watched = handle.current().watched.clone();
+            if stamps(&watched) == *handle.inner.stamps.lock() {
+                return Ok(());
+            }
+            handle.reload_blocking()
+        })
+        .await
+    }
+
+    async fn blocking(
+        &self,
+        work: impl FnOnce() -> Result<(), WebConfigError> + Send + 'static,
+    ) -> Result<(), WebConfigError> {
+        let path = self.inner.path.clone();
+        let failed = |message: String| {
+            let error =
+                WebConfigError::Read { path: path.clone(), source: std::io::Error::other(message) };
+            self.failed(&error);
+            error
+        };
+        match tokio::time::timeout(RELOAD_DEADLINE, tokio::task::spawn_blocking(work)).await {
+            Ok(Ok(result)) => result,
+            Ok(Err(error)) => Err(failed(format!("reload task failed: {error}"))),
+            Err(_) => Err(failed(format!("reading took longer than {RELOAD_DEADLINE:?}"))),
+        }
+    }
+
+    /// Reads and checks the file and every file it names (blocking), for a
+    /// configuration reload that must be able to refuse before anything
+    /// changes; [`Self::install`] then puts it in force.
+    pub fn prepare_reload(&self) -> Result<PreparedWebConfig, WebConfigError> {
+        let state = web_config::load(&self.inner.path).inspect_err(|error| self.failed(error))?;
+        let stamps = stamps(&state.watched);
+        Ok(PreparedWebConfig { state, stamps })
+    }
+
+    /// Puts a prepared configuration in force (cheap: no file access).
+    pub fn install(&self, prepared: PreparedWebConfig) {
+        *self.inner.stamps.lock() = prepared.stamps;
+        *self.inner.state.write() = Arc::new(prepared.state);
+        self.inner.verified.lock().clear();
+        if let Some(series) = self.inner.series.lock().as_ref() {
+            series.last_success.set(unix_now());
+        }
+        info!(path = %self.inner.path.display(), "web configuration reloaded");
+    }
+
+    fn reload_blocking(&self) -> Result<(), WebConfigError> {
+        // Stamps taken before reading: a change during the read is seen by
+        // the next poll instead of being lost.
+        let before = stamps(&self.current().watched);
+        match web_config::load(&self.inner.path) {
+            Ok(state) => {
+                let now = if state.watched == self.current().watched {
+                    before
+                } else {
+                    stamps(&state.watched)
+                };
+                *self.inner.stamps.lock() = now;
+                *self.inner.state.write() = Arc::new(state);
+                self.inner.verified.lock().clear();
+                if let Some(series) = self.inner.series.lock().as_ref() {
+                    series.last_success.set(unix_now());
+                }
+                info!(path = %self.inner.path.display(), "web configuration reloaded");
+                Ok(())
+            }
+            Err(error) => {
+                // Not retried until a file changes again: one log line per
+                // bad version, not one per poll.
+                *self.inner.stamps.lock() = before;
+                self.failed(&error);
+                Err(error)
+            }
+        }
+    }
+
+    fn failed(&self, error: &WebConfigError) {
+        if let Some(series) = self.inner.series.lock().as_ref() {
+            series.reload_errors.inc();
+        }
+        warn!(error = %error, "web configuration not reloaded; keeping the last good one");
+    }
+
+    /// Checks `user`/`password` against `state`'s users: from the cache
+    /// when this exact pair (and hash) passed before, else by bcrypt on a
+    /// blocking thread, at most [`BCRYPT_AT_ONCE`] at a time, within
+    /// `deadline`.
+    pub async fn verify(
+        &self,
+        state: &WebState,
+        user: &str,
+        password: &str,
+        deadline: Duration,
+    ) -> Verdict {
+        let Some(hash) = state.users.get(user) else {
+            return Verdict::Refused;
+        };
+        let key = digest(user, hash, password);
+        if self.inner.verified.lock().contains(&key) {
+            return Verdict::Accepted;
+        }
+        let work = async {
+            let permit = self.inner.bcrypt.clone().acquire_owned().await.ok()?;
+            let (password, hash) = (password.to_owned(), hash.clone());
+            tokio::task::spawn_blocking(move || {
+                // Held until bcrypt ends, even past the deadline, so the
+                // bound counts threads, not waiters.
+                let _permit = permit;
+                bcrypt::verify(password, &hash).unwrap_or(false)
+            })
+            .await
+            .ok()
+        };
+        match tokio::time::timeout(deadline, work).await {
+            Ok(Some(true)) => {
+                let mut verified = self.inner.verified.lock();
+                if verified.len() >= self.inner.cache_size {
+                    // Bounded simply: a full cache starts over; the next
+                    // request of each client pays one bcrypt again.
+                    verified.clear();
+                }
+                verified.insert(key);
+                Verdict::Accepted
+            }
+            Ok(_) => Verdict::Refused,
+            Err(_) => Verdict::TimedOut,
+        }
+    }
+
+    /// Polls the watched files every `interval` until `cancel`.
+    pub async fn watch(self, interval: Duration, cancel: CancellationToken) {
+        let mut ticks = tokio::time::interval(interval);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        ticks.tick().await;
+        loop {
+            tokio::select! {
+                () = cancel.cancelled() => return,
+                _ = ticks.tick() => {
+                    // Logged and counted inside; polling goes on.
+                    let _ = self.reload_if_changed().await;
+                }
+            }
+        }
+    }
+}
+
+fn stamps(paths: &[PathBuf]) -> Vec<Option<(u64, Duration)>> {
+    paths
+        .iter()
+        .map(|path| {
+            let meta = std::fs::metadata(path).ok()?;
+            Some((meta.len(), meta.modified().ok()?.duration_since(std::time::UNIX_EPOCH).ok()?))
+        })
+        .collect()
+}
+
+fn digest(user: &str, hash: &str, password: &str) -> [u8; 32] {
+    let mut context = ring::digest::Context::new(&ring::digest::SHA256);
+    for part in [user, hash, password] {
+        context.update(&(part.len() as u64).to_le_bytes());
+        context.update(part.as_bytes());
+    }
+    let mut out = [0u8; 32];
+    out.copy_from_slice(context.finish().as_ref());
+    out
+}
+
+fn unix_now() -> i64 {
+    crate::clock::wall_now().unix_seconds_f64() as i64
+}

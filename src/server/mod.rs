@@ -1,0 +1,220 @@
+//! The HTTP server: its own accept loop (instead of `axum::serve`) so that
+//! hostile or careless clients cannot take the monitor down, and the
+//! exporter-toolkit web configuration (TLS, client certificates, basic
+//! auth, extra headers) with reload on change.
+//!
+//! Owns: accepting (the connection cap, its counter and gauge), the TLS
+//! handshake, header-read and idle timeouts, graceful close, the answer to
+//! plain HTTP on a TLS port. Routes, their limits and JSON shapes are
+//! `api`'s; this module never looks inside a request beyond the guard.
+//! Depends on `api` (the router's error shape), `telemetry`, `clock`.
+
+mod auth;
+mod handle;
+mod tls;
+mod web_config;
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::ConnectInfo;
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::io::AsyncWriteExt;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+use tower::ServiceExt;
+use tracing::{debug, info, warn};
+
+pub use auth::{Guard, TlsPeer, guard};
+pub use handle::{PreparedWebConfig, Verdict, WebConfigHandle};
+pub use web_config::{WebConfigError, WebState};
+
+use crate::telemetry::HttpSeries;
+
+/// The connection-level bounds (`[server]` keys).
+#[derive(Clone, Copy, Debug)]
+pub struct ServeSettings {
+    /// From accept to a complete first request head, TLS handshake included.
+    pub header_read_timeout: Duration,
+    /// From the end of an answer to the next complete request head.
+    pub idle_timeout: Duration,
+    pub max_connections: usize,
+}
+
+/// Serves `router` on `listener` until `cancel`, then lets open
+/// connections finish their request in flight and waits for them to close
+/// (the caller bounds that wait with `server.shutdown_timeout`).
+pub async fn serve(
+    listener: TcpListener,
+    router: Router,
+    web: Option<WebConfigHandle>,
+    settings: ServeSettings,
+    series: HttpSeries,
+    cancel: CancellationToken,
+) {
+    let max = settings.max_connections.max(1);
+    let slots = Arc::new(Semaphore::new(max));
+    let at_cap = AtomicBool::new(false);
+    loop {
+        let (tcp, peer) = tokio::select! {
+            () = cancel.cancelled() => break,
+            accepted = listener.accept() => match accepted {
+                Ok(accepted) => accepted,
+                Err(error) => {
+                    // Out of file descriptors or a connection reset before
+                    // accept: not fatal; pause so the loop does not spin.
+                    warn!(error = %error, "accepting a connection failed");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            },
+        };
+        let Ok(slot) = slots.clone().try_acquire_owned() else {
+            series.rejected.inc();
+            if !at_cap.swap(true, Ordering::Relaxed) {
+                warn!(
+                    max_connections = max,
+                    "connection cap reached (server.max_connections); closing new connections until some end"
+                );
+            }
+            drop(tcp);
+            continue;
+        };
+        if at_cap.swap(false, Ordering::Relaxed) {
+            info!("below the connection cap again; accepting");
+        }
+        let connection = Connection {
+            router: router.clone(),
+            web: web.clone(),
+            settings,
+            peer,
+            cancel: cancel.clone(),
+        };
+        let open = series.open.clone();
+        open.inc();
+        tokio::spawn(async move {
+            connection.run(tcp).await;
+            open.dec();
+            drop(slot);
+        });
+    }
+    drop(listener);
+    // Every slot back means every connection has closed.
+    let _ = slots.acquire_many(u32::try_from(max).unwrap_or(u32::MAX)).await;
+}
+
+struct Connection {
+    router: Router,
+    web: Option<WebConfigHandle>,
+    settings: ServeSettings,
+    peer: SocketAddr,
+    cancel: CancellationToken,
+}
+
+impl Connection {
+    async fn run(self, tcp: TcpStream) {
+        let deadline = tokio::time::Instant::now() + self.settings.header_read_timeout;
+        let state = self.web.as_ref().map(WebConfigHandle::current);
+        let Some(config) = state.as_ref().and_then(|state| state.tls.clone()) else {
+            self.http(TokioIo::new(tcp), TlsPeer::default(), deadline).await;
+            return;
+        };
+        let mut first = [0u8; 1];
+        match tokio::time::timeout_at(deadline, tcp.peek(&mut first)).await {
+            Ok(Ok(1)) => {}
+            _ => return,
+        }
+        // 0x16: a TLS handshake record. Anything else is most likely a
+        // plain HTTP request, which gets a readable answer, not a reset.
+        if first[0] != 0x16 {
+            plain_http_on_tls(tcp, deadline).await;
+            return;
+        }
+        let acceptor = tokio_rustls::TlsAcceptor::from(config);
+        let stream = match tokio::time::timeout_at(deadline, acceptor.accept(tcp)).await {
+            Ok(Ok(stream)) => stream,
+            Ok(Err(error)) => {
+                debug!(peer = %self.peer, error = %error, "TLS handshake failed");
+                return;
+            }
+            Err(_) => return,
+        };
+        let verified_cert = state.as_ref().is_some_and(|state| state.require_verified_cert)
+            && stream.get_ref().1.peer_certificates().is_some_and(|certs| !certs.is_empty());
+        self.http(TokioIo::new(stream), TlsPeer { verified_cert }, deadline).await;
+    }
+
+    async fn http<I>(self, io: TokioIo<I>, tls: TlsPeer, deadline: tokio::time::Instant)
+    where
+        I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    {
+        let started = Arc::new(AtomicBool::new(false));
+        let (router, web, peer) = (self.router, self.web, self.peer);
+        let seen = started.clone();
+        let service = hyper::service::service_fn(move |mut request: hyper::Request<Incoming>| {
+            seen.store(true, Ordering::Relaxed);
+            request.extensions_mut().insert(ConnectInfo(peer));
+            request.extensions_mut().insert(tls);
+            let router = router.clone();
+            let headers = web.as_ref().map(|web| web.current());
+            async move {
+                let Ok(mut response) = router.oneshot(request.map(Body::new)).await;
+                if let Some(state) = headers {
+                    for (name, value) in &state.headers {
+                        response.headers_mut().insert(name.clone(), value.clone());
+                    }
+                }
+                Ok::<_, Infallible>(response)
+            }
+        });
+        let mut builder = hyper::server::conn::http1::Builder::new();
+        builder
+            .timer(TokioTimer::new())
+            // hyper starts this timer whenever it waits for a request head,
+            // so it bounds both idle keep-alive and slow headers.
+            .header_read_timeout(self.settings.idle_timeout);
+        let connection = builder.serve_connection(io, service);
+        tokio::pin!(connection);
+        let first_head = tokio::time::sleep_until(deadline);
+        tokio::pin!(first_head);
+        let mut closing = false;
+        loop {
+            tokio::select! {
+                result = connection.as_mut() => {
+                    if let Err(error) = result {
+                        debug!(peer = %peer, error = %error, "connection ended with an error");
+                    }
+                    return;
+                }
+                () = &mut first_head, if !started.load(Ordering::Relaxed) => {
+                    debug!(peer = %peer, "no complete request head within server.header_read_timeout; closing");
+                    return;
+                }
+                () = self.cancel.cancelled(), if !closing => {
+                    closing = true;
+                    connection.as_mut().graceful_shutdown();
+                }
+            }
+        }
+    }
+}
+
+async fn plain_http_on_tls(mut tcp: TcpStream, deadline: tokio::time::Instant) {
+    const BODY: &str = "{\"code\":\"tls_required\",\"message\":\"this port serves HTTPS (server.web_config); use https://\"}";
+    let answer = format!(
+        "HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{BODY}",
+        BODY.len()
+    );
+    let _ = tokio::time::timeout_at(deadline, async {
+        tcp.write_all(answer.as_bytes()).await?;
+        tcp.shutdown().await
+    })
+    .await;
+}

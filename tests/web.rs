@@ -1,0 +1,390 @@
+//! The secure HTTP surface against real clients: the vramd binary on a
+//! simulated host with an exporter-toolkit web configuration, talked to by
+//! curl (OpenSSL) over TLS, with basic auth and with client certificates
+//! of each `client_auth_type`; certificates made here with rcgen, none
+//! checked in. Also the hostile clients: slow bodies and idle connections
+//! must not starve `/healthz` and `/metrics`, and the connection cap.
+//!
+//! Needs `curl`. Every wait is bounded; every daemon is killed at the end.
+
+// A test crate: a panic here is a failed test, not a failed daemon.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+// Real processes and sockets: wall-clock waits are what this test measures.
+#![allow(clippy::disallowed_types)]
+
+mod support;
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
+use tempfile::TempDir;
+
+use support::{Deadline, Process, SERVE, WAIT, http, pause, run};
+
+const PASSWORD: &str = "correct horse";
+
+/// A CA, and leaf certificates it signed, written as PEM files in `dir`.
+struct Pki {
+    dir: TempDir,
+    issuer: Issuer<'static, KeyPair>,
+}
+
+impl Pki {
+    fn new() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        params.distinguished_name.push(DnType::CommonName, "vramd test CA");
+        let key = KeyPair::generate().unwrap();
+        let cert = params.self_signed(&key).unwrap();
+        std::fs::write(dir.path().join("ca.pem"), cert.pem()).unwrap();
+        Self { dir, issuer: Issuer::new(params, key) }
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    /// Writes `<name>.pem` and `<name>-key.pem`: a leaf for `sans`, signed
+    /// by this CA (or by itself), valid now unless `expired`.
+    fn leaf(&self, name: &str, sans: &[&str], self_signed: bool, expired: bool) {
+        let mut params =
+            CertificateParams::new(sans.iter().map(|san| (*san).to_owned()).collect::<Vec<_>>())
+                .unwrap();
+        params.distinguished_name.push(DnType::CommonName, name);
+        if expired {
+            params.not_before = rcgen::date_time_ymd(2020, 1, 1);
+            params.not_after = rcgen::date_time_ymd(2020, 1, 2);
+        }
+        let key = KeyPair::generate().unwrap();
+        let cert = if self_signed {
+            params.self_signed(&key).unwrap()
+        } else {
+            params.signed_by(&key, &self.issuer).unwrap()
+        };
+        std::fs::write(self.path(&format!("{name}.pem")), cert.pem()).unwrap();
+        std::fs::write(self.path(&format!("{name}-key.pem")), key.serialize_pem()).unwrap();
+    }
+
+    /// Writes `web.yml` atomically (a rename), so a poll never reads half.
+    fn web_config(&self, text: &str) -> PathBuf {
+        let path = self.path("web.yml");
+        let staged = self.path("web.yml.new");
+        std::fs::write(&staged, text).unwrap();
+        std::fs::rename(&staged, &path).unwrap();
+        path
+    }
+
+    fn tls(&self, server: &str, client_auth: &str) -> String {
+        let dir = self.dir.path().display();
+        let mut text = format!(
+            "tls_server_config:\n  cert_file: {dir}/{server}.pem\n  key_file: {dir}/{server}-key.pem\n  client_auth_type: {client_auth}\n"
+        );
+        if client_auth.contains("Verify") {
+            text.push_str(&format!("  client_ca_file: {dir}/ca.pem\n"));
+        }
+        text
+    }
+}
+
+/// What curl saw: the HTTP status (0: no HTTP answer), headers and body,
+/// and its verbose log (the TLS handshake).
+#[derive(Debug)]
+struct Curl {
+    status: u16,
+    headers: String,
+    body: String,
+    log: String,
+}
+
+fn curl(pki: &Pki, url: &str, extra: &[&str]) -> Curl {
+    let headers = pki.path("curl-headers");
+    let _ = std::fs::remove_file(&headers);
+    let output = Command::new("curl")
+        .args(["-sS", "-v", "--max-time", "10", "--cacert"])
+        .arg(pki.path("ca.pem"))
+        .arg("-D")
+        .arg(&headers)
+        .args(["-w", "\n%{http_code}"])
+        .args(extra)
+        .arg(url)
+        .stdin(Stdio::null())
+        .output()
+        .expect("curl runs");
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    let (body, status) = stdout.rsplit_once('\n').unwrap_or(("", &stdout));
+    Curl {
+        status: status.trim().parse().unwrap_or(0),
+        headers: std::fs::read_to_string(&headers).unwrap_or_default().to_ascii_lowercase(),
+        body: body.to_owned(),
+        log: String::from_utf8_lossy(&output.stderr).into_owned(),
+    }
+}
+
+fn client(pki: &Pki, name: &str) -> Vec<String> {
+    vec![
+        "--cert".into(),
+        pki.path(&format!("{name}.pem")).display().to_string(),
+        "--key".into(),
+        pki.path(&format!("{name}-key.pem")).display().to_string(),
+    ]
+}
+
+fn refs(args: &[String]) -> Vec<&str> {
+    args.iter().map(String::as_str).collect()
+}
+
+/// Starts vramd with `web` and extra flags; returns it and `https://…`.
+fn start(web: &Path, extra: &[&str]) -> (Process, SocketAddr) {
+    let mut args =
+        vec!["--simulate", "steady-inference", "--web.config.file", web.to_str().unwrap()];
+    args.extend(SERVE);
+    args.extend(extra);
+    let mut daemon = Process::spawn(&args, &[("VRAMD_SERVER__WEB_CONFIG_POLL_INTERVAL", "1s")]);
+    let addr = daemon.listening();
+    (daemon, addr)
+}
+
+/// Waits until the daemon has logged `count` reloads of the web config
+/// (successful or not, as `message` says).
+fn wait_log(daemon: &Process, message: &str, count: usize) {
+    let deadline = Deadline::after(WAIT);
+    while daemon.log().iter().filter(|line| line["message"] == message).count() < count {
+        assert!(
+            !deadline.passed(),
+            "no {count}x `{message}` within {WAIT:?}:\n{}",
+            daemon.stderr()
+        );
+        pause();
+    }
+}
+
+#[test]
+fn tls_with_basic_auth_guards_everything_but_healthz() {
+    let pki = Pki::new();
+    pki.leaf("server", &["localhost", "127.0.0.1"], false, false);
+    let hash = bcrypt::hash(PASSWORD, 4).unwrap();
+    let web = pki.web_config(&format!(
+        "{}basic_auth_users:\n  prometheus: {hash}\nhttp_server_config:\n  headers:\n    X-Frame-Options: deny\n",
+        pki.tls("server", "NoClientCert")
+    ));
+    let (daemon, addr) = start(&web, &[]);
+    let base = format!("https://localhost:{}", addr.port());
+    let resolve = format!("localhost:{}:127.0.0.1", addr.port());
+    let get = |path: &str, extra: &[&str]| {
+        let mut args = vec!["--resolve", resolve.as_str()];
+        args.extend(extra);
+        curl(&pki, &format!("{base}{path}"), &args)
+    };
+
+    let health = get("/healthz", &[]);
+    assert_eq!(health.status, 200, "a probe needs no credentials: {health:?}");
+
+    let anonymous = get("/metrics", &[]);
+    assert_eq!(anonymous.status, 401, "{anonymous:?}");
+    assert!(anonymous.headers.contains("www-authenticate: basic"), "{anonymous:?}");
+    assert!(anonymous.body.contains("\"code\":\"unauthorized\""), "{anonymous:?}");
+
+    let wrong = get("/api/v1/devices", &["-u", "prometheus:wrong"]);
+    assert_eq!(wrong.status, 401, "{wrong:?}");
+    let user = format!("prometheus:{PASSWORD}");
+    let right = get("/metrics", &["-u", &user, "-H", "Accept-Encoding: gzip", "-o", "/dev/null"]);
+    assert_eq!(right.status, 200, "{right:?}");
+    assert!(right.headers.contains("content-encoding: gzip"), "{right:?}");
+    assert!(right.headers.contains("x-frame-options: deny"), "{right:?}");
+    let cached = get("/api/v1/devices", &["-u", &user]);
+    assert_eq!(cached.status, 200, "{cached:?}");
+
+    // Plain HTTP to the TLS port: a readable JSON answer, not a reset.
+    let plain = curl(&pki, &format!("http://127.0.0.1:{}/metrics", addr.port()), &[]);
+    assert_eq!(plain.status, 400, "{plain:?}");
+    assert!(plain.body.contains("tls_required"), "{plain:?}");
+
+    // Rotation: a new certificate (new subject) is served by the next
+    // handshake, with no restart.
+    pki.leaf("rotated", &["localhost", "127.0.0.1"], false, false);
+    std::fs::copy(pki.path("rotated.pem"), pki.path("server.pem")).unwrap();
+    std::fs::copy(pki.path("rotated-key.pem"), pki.path("server-key.pem")).unwrap();
+    let deadline = Deadline::after(WAIT);
+    loop {
+        let after = get("/healthz", &[]);
+        if after.status == 200 && after.log.contains("CN=rotated") {
+            break;
+        }
+        assert!(!deadline.passed(), "the rotated certificate was never served: {after:?}");
+        pause();
+    }
+
+    // A file that goes bad keeps the last good configuration.
+    std::fs::write(pki.path("server-key.pem"), "not a key").unwrap();
+    wait_log(&daemon, "web configuration not reloaded; keeping the last good one", 1);
+    let still = get("/metrics", &["-u", &user, "-o", "/dev/null"]);
+    assert_eq!(still.status, 200, "{still:?}");
+    let metrics = get("/metrics", &["-u", &user]);
+    assert!(metrics.body.contains("vramd_web_config_reload_errors_total 1"), "{}", metrics.body);
+    assert!(metrics.body.contains("vramd_http_connections_open"), "{}", metrics.body);
+}
+
+#[test]
+fn each_client_auth_type_is_enforced() {
+    let pki = Pki::new();
+    pki.leaf("server", &["localhost", "127.0.0.1"], false, false);
+    pki.leaf("client", &["client.vramd.test"], false, false);
+    pki.leaf("stranger", &["stranger.vramd.test"], true, false);
+    let web = pki.web_config(&pki.tls("server", "RequireAndVerifyClientCert"));
+    let (daemon, addr) = start(&web, &[]);
+    let url = |path: &str| format!("https://127.0.0.1:{}{path}", addr.port());
+    let good = client(&pki, "client");
+    let stranger = client(&pki, "stranger");
+    let status = |path: &str, extra: &[String]| curl(&pki, &url(path), &refs(extra)).status;
+
+    // RequireAndVerifyClientCert: no certificate, or one from another CA,
+    // never completes a handshake.
+    assert_eq!(status("/metrics", &good), 200);
+    assert_eq!(status("/healthz", &[]), 0);
+    assert_eq!(status("/metrics", &stranger), 0);
+
+    // client_allowed_sans: the CA's certificate must also carry a listed name.
+    pki.web_config(&format!(
+        "{}  client_allowed_sans: [other.vramd.test]\n",
+        pki.tls("server", "RequireAndVerifyClientCert")
+    ));
+    wait_log(&daemon, "web configuration reloaded", 1);
+    assert_eq!(status("/metrics", &good), 0);
+
+    // VerifyClientCertIfGiven: no certificate reaches /healthz only.
+    pki.web_config(&pki.tls("server", "VerifyClientCertIfGiven"));
+    wait_log(&daemon, "web configuration reloaded", 2);
+    assert_eq!(status("/metrics", &good), 200);
+    assert_eq!(status("/healthz", &[]), 200);
+    assert_eq!(status("/metrics", &[]), 401);
+    assert_eq!(status("/metrics", &stranger), 0);
+
+    // RequireAnyClientCert: any certificate, checked by nobody, so it
+    // authenticates nobody and nothing else is asked.
+    pki.web_config(&pki.tls("server", "RequireAnyClientCert"));
+    wait_log(&daemon, "web configuration reloaded", 3);
+    assert_eq!(status("/metrics", &stranger), 200);
+    assert_eq!(status("/metrics", &[]), 0);
+
+    // RequestClientCert and NoClientCert: none needed.
+    pki.web_config(&pki.tls("server", "RequestClientCert"));
+    wait_log(&daemon, "web configuration reloaded", 4);
+    assert_eq!(status("/metrics", &[]), 200);
+    assert_eq!(status("/metrics", &stranger), 200);
+    pki.web_config(&pki.tls("server", "NoClientCert"));
+    wait_log(&daemon, "web configuration reloaded", 5);
+    assert_eq!(status("/metrics", &[]), 200);
+}
+
+#[test]
+fn an_expired_certificate_fails_the_client_check() {
+    let pki = Pki::new();
+    pki.leaf("server", &["localhost", "127.0.0.1"], false, true);
+    let web = pki.web_config(&pki.tls("server", "NoClientCert"));
+    let (_daemon, addr) = start(&web, &[]);
+    let answer = curl(&pki, &format!("https://127.0.0.1:{}/healthz", addr.port()), &[]);
+    assert_eq!(answer.status, 0, "{answer:?}");
+    assert!(answer.log.contains("expired"), "{answer:?}");
+}
+
+#[test]
+fn a_bad_web_config_stops_start_up_naming_the_field() {
+    let pki = Pki::new();
+    let web = pki.web_config(
+        "tls_server_config:\n  cert_file: /nonexistent.pem\n  key_file: k.pem\n  client_auth_type: Sometimes\n",
+    );
+    let web = web.to_str().unwrap();
+    for args in [
+        vec!["--simulate", "steady-inference", "--web.config.file", web, "--listen", "127.0.0.1:0"],
+        vec!["check-config", "--web.config.file", web],
+    ] {
+        let output = run(&args, &[]);
+        assert_eq!(output.status.code(), Some(2), "{}", output.stderr);
+        assert!(output.stderr.contains("tls_server_config.client_auth_type"), "{}", output.stderr);
+    }
+    let unknown = pki.web_config("basic_auth_users: {}\nrate_limit: {}\n");
+    let output = run(&["check-config", "--web.config.file", unknown.to_str().unwrap()], &[]);
+    assert_eq!(output.status.code(), Some(2), "{}", output.stderr);
+    assert!(output.stderr.contains("rate_limit"), "{}", output.stderr);
+}
+
+/// Opens a connection and sends `head` (and no more).
+fn hold(addr: SocketAddr, head: &str) -> TcpStream {
+    let mut stream = TcpStream::connect(addr).unwrap();
+    stream.write_all(head.as_bytes()).unwrap();
+    stream
+}
+
+#[test]
+fn slow_and_idle_clients_do_not_starve_health_and_metrics() {
+    let mut args = vec!["--simulate", "steady-inference"];
+    args.extend(SERVE);
+    let mut daemon = Process::spawn(
+        &args,
+        &[
+            ("VRAMD_SERVER__MAX_CONCURRENT_REQUESTS", "2"),
+            ("VRAMD_SERVER__MAX_CONNECTIONS", "8"),
+            ("VRAMD_SERVER__HEADER_READ_TIMEOUT", "1s"),
+            ("VRAMD_SERVER__REQUEST_TIMEOUT", "30s"),
+        ],
+    );
+    let addr = daemon.listening();
+    daemon.wait_ready(addr);
+
+    // Two slow report bodies hold every API slot...
+    let slow: Vec<TcpStream> = (0..2)
+        .map(|_| {
+            hold(addr, "POST /api/v1/allocator-reports HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 1000\r\n\r\n{")
+        })
+        .collect();
+    let deadline = Deadline::after(WAIT);
+    while http::get(addr, "/api/v1/devices").map(|answer| answer.status).ok() != Some(503) {
+        assert!(!deadline.passed(), "the slow bodies never took the API slots");
+        pause();
+    }
+    // ...but health, readiness and metrics have slots of their own.
+    for path in ["/healthz", "/readyz", "/metrics"] {
+        assert_eq!(http::get(addr, path).unwrap().status, 200, "{path}");
+    }
+    drop(slow);
+
+    // An idle connection, and one with half its headers, are closed after
+    // server.header_read_timeout.
+    for head in ["", "GET /metrics HTTP/1.1\r\nhost: x\r\n"] {
+        let mut idle = hold(addr, head);
+        idle.set_read_timeout(Some(WAIT)).unwrap();
+        let mut buffer = [0u8; 64];
+        let read = idle.read(&mut buffer);
+        assert!(matches!(read, Ok(0)) || read.is_err(), "closed, not answered: {read:?}");
+    }
+
+    // The connection cap: beyond 8 open, new ones are closed and counted.
+    let idle: Vec<TcpStream> = (0..8).map(|_| hold(addr, "")).collect();
+    let mut extra = hold(addr, "GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n");
+    extra.set_read_timeout(Some(WAIT)).unwrap();
+    let mut buffer = [0u8; 64];
+    let read = extra.read(&mut buffer);
+    assert!(matches!(read, Ok(0)) || read.is_err(), "refused at the cap: {read:?}");
+    drop(idle);
+    let deadline = Deadline::after(WAIT);
+    loop {
+        if let Ok(answer) = http::get(addr, "/metrics")
+            && answer.status == 200
+        {
+            let text = answer.text();
+            let rejected = text
+                .lines()
+                .find_map(|line| line.strip_prefix("vramd_http_connections_rejected_total "))
+                .and_then(|value| value.trim().parse::<f64>().ok());
+            assert!(rejected.is_some_and(|count| count >= 1.0), "{text}");
+            break;
+        }
+        assert!(!deadline.passed(), "no /metrics after the idle connections closed");
+        pause();
+    }
+    assert!(daemon.stderr().contains("connection cap reached"));
+}
