@@ -367,7 +367,7 @@ section! {
             "least span of samples before a device's growth can count as sustained";
         leak_check_interval "leak_check_interval": Duration as Dur = secs(30),
             Time(secs(1), mins(10)), "how often every process is re-assessed for leaks, in source time";
-        leak_shortest_window "leak_shortest_window": Duration as Dur = mins(4),
+        leak_shortest_window "leak_shortest_window": Duration as Dur = mins(2),
             Time(secs(30), hours(24)),
             "shortest window a leak is judged on; longer ones double up to leak_suspected.window";
         leak_warmup "leak_warmup": Duration as Dur = mins(3), Time(Duration::ZERO, hours(1)),

@@ -44,7 +44,7 @@ fn config_alerts_defaults() {
         trend_window: minutes(10),
         forecast_min_span: Duration::from_secs(90),
         leak_check_interval: Duration::from_secs(30),
-        leak_shortest_window: minutes(4),
+        leak_shortest_window: minutes(2),
         leak_warmup: minutes(3),
         rules: RulesConfig {
             memory_high: rule(0.92, 0.88, 60, Severity::Warning),
