@@ -187,7 +187,8 @@ fn a_replay_evaluates_the_readings_after_its_last_boundary() {
         entry.transition.alert.key.rule == "allocator_oom"
             && entry.transition.alert.state == AlertState::Firing
     });
-    let oom = oom.unwrap_or_else(|| panic!("no allocator_oom:\n{}", analyze::render_table(&report)));
+    let oom =
+        oom.unwrap_or_else(|| panic!("no allocator_oom:\n{}", analyze::render_table(&report)));
     assert_eq!(oom.offset_seconds, 9.0);
     assert_eq!(report.duration_seconds, 9.0);
     assert_eq!(report.evaluations, 2, "one at the 5 s boundary, one at the trace's end");
