@@ -180,7 +180,7 @@ fn a_replay_evaluates_the_readings_after_its_last_boundary() {
     }
     let mut file = tempfile::NamedTempFile::new().unwrap();
     std::io::Write::write_all(&mut file, text.as_bytes()).unwrap();
-    let trace = vramd::source::trace::Replay::open(file.path(), 1 << 20).unwrap();
+    let trace = vramd::source::trace::Replay::open_bounded(file.path(), 1 << 20, 1 << 24).unwrap();
     let config = defaults();
     let report = analyze::replay(&vramd::app::analyze_settings(&config), &trace).unwrap();
     let oom = report.timeline.iter().find(|entry| {
