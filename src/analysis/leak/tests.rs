@@ -296,3 +296,14 @@ proptest! {
         prop_assert!(detect_leak(&values, &LeakParams::default()).is_none());
     }
 }
+
+#[test]
+fn a_notebook_taking_chunks_by_hand_is_steps_not_a_leak() {
+    // Cells grab a 1 GiB chunk every 6 minutes, 0 → 4 chunks: a floor of
+    // five exact levels that a line fits well enough to pass rules 1–4.
+    let notebook = series(SECONDS, 0.0, |t| GIB + GIB * ((t / 360.0).floor().min(4.0)));
+    assert_eq!(assess(&notebook).err(), Some(NotALeak::Staircase));
+    // The same rise as a ramp is a leak.
+    let ramp = series(SECONDS, 0.0, |t| GIB + 4.0 * GIB * t / SECONDS as f64);
+    assert!(assess(&ramp).is_ok(), "{:?}", assess(&ramp));
+}
