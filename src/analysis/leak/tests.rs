@@ -114,9 +114,9 @@ fn growth_below_the_minimum_slope_is_not_a_leak() {
 
 #[test]
 fn a_process_is_judged_only_once_it_covers_the_shortest_window_past_its_warm_up() {
-    // Strong growth from a process that started 5 minutes ago, inside a
-    // 30-minute window: 3 minutes of warm-up grace leave 2, short of 4.
-    let values: Vec<_> = series(5 * 60, 0.0, |t| 4.0 * GIB + 4.0 * MIB * t);
+    // Strong growth from a process that started 4 minutes ago, inside a
+    // 30-minute window: 3 minutes of warm-up grace leave 1, short of 2.
+    let values: Vec<_> = series(4 * 60, 0.0, |t| 4.0 * GIB + 4.0 * MIB * t);
     let params = LeakParams::default();
     let window_start = Timestamp::from_unix_millis(START_MS - 25 * 60_000);
     let verdict = assess_leak(&mut FloorScratch::new(), &values, window_start, false, &params);
