@@ -108,22 +108,34 @@ impl Pipeline {
     /// Evaluates at every interval boundary up to `now`.
     fn advance(&mut self, now: Timestamp) {
         let start = *self.start.get_or_insert(now);
-        let next =
-            self.next_evaluation.get_or_insert(start.saturating_add(self.evaluation_interval));
-        while *next <= now {
-            let at = *next;
-            let snapshot = self.analyzer.analyse(&self.store, at);
-            let evaluation = self.evaluator.evaluate(&snapshot, SourceState::Up, at);
-            self.report.evaluations += 1;
-            for transition in evaluation.transitions {
-                let offset = at.duration_since(start).unwrap_or_default().as_secs_f64();
-                self.report.timeline.push(TimelineEntry { offset_seconds: offset, transition });
-            }
-            *next = at.saturating_add(self.evaluation_interval);
+        self.next_evaluation.get_or_insert(start.saturating_add(self.evaluation_interval));
+        while let Some(at) = self.next_evaluation.filter(|&next| next <= now) {
+            self.evaluate(at, start);
+            self.next_evaluation = Some(at.saturating_add(self.evaluation_interval));
+        }
+    }
+
+    /// One pass at `at`, its transitions added to the timeline.
+    fn evaluate(&mut self, at: Timestamp, start: Timestamp) {
+        let snapshot = self.analyzer.analyse(&self.store, at);
+        let evaluation = self.evaluator.evaluate(&snapshot, SourceState::Up, at);
+        self.report.evaluations += 1;
+        for transition in evaluation.transitions {
+            let offset = at.duration_since(start).unwrap_or_default().as_secs_f64();
+            self.report.timeline.push(TimelineEntry { offset_seconds: offset, transition });
         }
     }
 
     fn finish(mut self, end: Timestamp) -> AnalyzeReport {
+        // Readings after the last boundary were seen by nobody yet: a trace
+        // that stops 4 s past an evaluation (the daemon killed just after
+        // an OOM) must still show what those 4 s did.
+        if let (Some(start), Some(next)) = (self.start, self.next_evaluation) {
+            let last_evaluated = next.saturating_sub(self.evaluation_interval);
+            if end > last_evaluated && end >= start {
+                self.evaluate(end, start);
+            }
+        }
         let start = self.start.unwrap_or(end);
         self.report.start = start.to_rfc3339();
         self.report.duration_seconds = end.duration_since(start).unwrap_or_default().as_secs_f64();

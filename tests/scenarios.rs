@@ -155,3 +155,41 @@ fn the_leak_forecast_is_close_to_the_real_exhaustion() {
     );
     assert!(error < 0.25, "forecast off by {:.0}% of the horizon", error * 100.0);
 }
+
+/// A trace that stops 4 s after an evaluation boundary, its last reading an
+/// OOM: `vramd analyze --replay` must evaluate those 4 s too, as the daemon
+/// that recorded it did at its next tick.
+#[test]
+fn a_replay_evaluates_the_readings_after_its_last_boundary() {
+    const HEADER: &str = r#"{"format":"vramd-trace","version":1,"source":"simulator","devices":[{"index":0,"uuid":"GPU-972aef12-9421-4446-c663-d8e89bade7ec","name":"NVIDIA H100 80GB HBM3","pci_bus_id":"00000000:18:00.0","driver_version":"570.124.06"}]}"#;
+    let origin = GOLDEN_ORIGIN.unix_millis();
+    let mut text = format!("{HEADER}\n");
+    // Readings each second for 9 s; evaluations every 5 s, so the last
+    // boundary is at 5 s and the OOM at 9 s comes after it.
+    for second in 0..=9_i64 {
+        let at = origin + second * 1000;
+        let ooms = u64::from(second == 9);
+        text.push_str(&format!(
+            r#"{{"record":"fast","device":0,"at":{at},"memory":{{"total_bytes":85520809984,"used_bytes":10737418240,"free_bytes":74783391744}}}}"#
+        ));
+        text.push('\n');
+        text.push_str(&format!(
+            r#"{{"record":"slow","device":0,"at":{at},"processes":[{{"pid":4242,"name":"python3","used_bytes":10737418240,"allocator":{{"allocated_bytes":8589934592,"reserved_bytes":10737418240,"active_bytes":8589934592,"inactive_split_bytes":0,"alloc_retries":0,"ooms":{ooms}}}}}]}}"#
+        ));
+        text.push('\n');
+    }
+    let mut file = tempfile::NamedTempFile::new().unwrap();
+    std::io::Write::write_all(&mut file, text.as_bytes()).unwrap();
+    let trace = vramd::source::trace::Replay::open_bounded(file.path(), 1 << 20, 1 << 24).unwrap();
+    let config = defaults();
+    let report = analyze::replay(&vramd::app::analyze_settings(&config), &trace).unwrap();
+    let oom = report.timeline.iter().find(|entry| {
+        entry.transition.alert.key.rule == "allocator_oom"
+            && entry.transition.alert.state == AlertState::Firing
+    });
+    let oom =
+        oom.unwrap_or_else(|| panic!("no allocator_oom:\n{}", analyze::render_table(&report)));
+    assert_eq!(oom.offset_seconds, 9.0);
+    assert_eq!(report.duration_seconds, 9.0);
+    assert_eq!(report.evaluations, 2, "one at the 5 s boundary, one at the trace's end");
+}

@@ -12,6 +12,7 @@
 // An example, not the daemon: a bad argument ends it with a message.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod explain;
 mod play;
 
 use std::time::Duration;
@@ -27,6 +28,10 @@ struct Args {
     seed: u64,
     leak_for: Option<u64>,
     leak_threshold: Option<f64>,
+    /// `--param NAME=VALUE`: analysis constants, for tuning.
+    params: Vec<(String, f64)>,
+    /// `--explain RUN`: the leak checks of one run, then stop.
+    explain: Option<usize>,
     verbose: bool,
 }
 
@@ -37,6 +42,8 @@ fn parse() -> Args {
         seed: 1,
         leak_for: None,
         leak_threshold: None,
+        params: Vec::new(),
+        explain: None,
         verbose: false,
     };
     let mut words = std::env::args().skip(1);
@@ -52,10 +59,53 @@ fn parse() -> Args {
             "--seed" => args.seed = number(&flag, &value),
             "--leak-for" => args.leak_for = Some(number(&flag, &value)),
             "--leak-threshold" => args.leak_threshold = Some(number(&flag, &value)),
+            "--explain" => args.explain = Some(number(&flag, &value)),
+            "--param" => {
+                let (name, number_text) =
+                    value.split_once('=').unwrap_or_else(|| panic!("--param NAME=VALUE: {value}"));
+                args.params.push((name.to_owned(), number(&flag, number_text)));
+            }
             _ => panic!("unknown flag {flag}"),
         }
     }
     args
+}
+
+/// Applies `--param` values (seconds for durations, bytes for sizes).
+fn tweak(settings: &mut vramd::analyze::AnalyzeSettings, params: &[(String, f64)]) {
+    let seconds = |value: f64| Duration::from_secs_f64(value);
+    for (name, value) in params {
+        let value = *value;
+        let forecast = &mut settings.analysis.forecast;
+        if let Some((_, leak)) = settings.analysis.leak.as_mut() {
+            match name.as_str() {
+                "leak.shortest_window" => leak.shortest_window = seconds(value),
+                "leak.buckets" => leak.buckets = value as usize,
+                "leak.min_significance" => leak.min_significance = value,
+                "leak.keep_rising_share" => leak.keep_rising_share = value,
+                "leak.return_share" => leak.return_share = value,
+                "leak.noise_floor" => leak.noise_floor_bytes = value,
+                "leak.staircase_levels" => leak.staircase_levels = value as usize,
+                "leak.warmup" => leak.warmup = seconds(value),
+                _ => {}
+            }
+        }
+        match name.as_str() {
+            "leak_check_interval" => settings.analysis.leak_check_interval = seconds(value),
+            "forecast.buckets" => forecast.buckets = value as usize,
+            "forecast.keep_rising_share" => forecast.keep_rising_share = value,
+            "forecast.min_span" => forecast.min_span = seconds(value),
+            "forecast.peak_window" => forecast.peak_window = seconds(value),
+            "forecast.recent_splits" => forecast.recent_splits = value as u32,
+            "forecast.consistent_share" => forecast.consistent_share = value,
+            "trend_window" => settings.analysis.trend_window = seconds(value),
+            "forecast.for" => {
+                settings.alerts.rules.exhaustion_forecast.for_duration = seconds(value);
+            }
+            name if name.starts_with("leak.") => {}
+            other => panic!("unknown --param {other}"),
+        }
+    }
 }
 
 fn number<T: std::str::FromStr>(flag: &str, value: &str) -> T {
@@ -105,7 +155,19 @@ fn main() {
         .chain(corpus::growth_runs(args.seed, args.growth_runs))
         .collect();
     let started = cpu_ns();
-    let outcomes: Vec<play::Outcome> = runs.iter().map(|run| play::play(run, &config)).collect();
+    let params = args.params.clone();
+    if let Some(index) = args.explain {
+        let mut settings = vramd::app::analyze_settings(&config);
+        tweak(&mut settings, &params);
+        let run = runs.get(index).unwrap_or_else(|| panic!("no run {index}"));
+        let (_, leak) = settings.analysis.leak.expect("leak rule enabled");
+        explain::explain(run, &leak, settings.analysis.leak_check_interval);
+        return;
+    }
+    let outcomes: Vec<play::Outcome> = runs
+        .iter()
+        .map(|run| play::play_with(run, &config, &|settings| tweak(settings, &params)))
+        .collect();
     let cpu_s = started.zip(cpu_ns()).map(|(a, b)| b.saturating_sub(a) as f64 / 1e9);
 
     println!(
@@ -201,6 +263,20 @@ fn main() {
 
     if args.verbose {
         for (index, (outcome, run)) in outcomes.iter().zip(&runs).enumerate() {
+            if let Label::Leak { onset, .. } = outcome.label {
+                let latency = outcome.leak_fired_s.map(|fired| fired - onset.as_secs_f64());
+                println!("leak run {index}: latency {}\n  {run:?}", minutes(latency));
+            }
+            if let (Label::Growth { full, .. }, Some((fired, forecast))) =
+                (outcome.label, outcome.forecast)
+            {
+                let lead = full.as_secs_f64() - fired;
+                println!(
+                    "growth run {index}: lead {} forecast {}\n  {run:?}",
+                    minutes(Some(lead)),
+                    minutes(Some(forecast))
+                );
+            }
             for alarm in &outcome.false_alarms {
                 println!("run {index} ({:?}): {alarm}\n  {run:?}", outcome.label);
             }

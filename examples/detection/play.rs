@@ -36,9 +36,22 @@ pub struct Outcome {
 }
 
 /// Plays `run` with `config`'s sampling intervals and rules.
+// The benchmark calls `play_with`; `tests/detection.rs` calls this.
+#[allow(dead_code)]
 pub fn play(run: &CorpusRun, config: &Config) -> Outcome {
+    play_with(run, config, &|_| {})
+}
+
+/// [`play`] with the analysis settings changed by `tweak` first (the
+/// benchmark's `--param`: the code constants of the tests, for tuning).
+pub fn play_with(
+    run: &CorpusRun,
+    config: &Config,
+    tweak: &dyn Fn(&mut vramd::analyze::AnalyzeSettings),
+) -> Outcome {
     // Sized, analysed and judged exactly as `vramd analyze` does.
-    let settings = vramd::app::analyze_settings(config);
+    let mut settings = vramd::app::analyze_settings(config);
+    tweak(&mut settings);
     let store = HistoryStore::new(settings.sizing);
     let devices = store.set_devices(vec![run.device_info()]);
     let mut analyzer = Analyzer::new(settings.analysis.clone());

@@ -62,6 +62,9 @@ pub struct FloorLine {
     pub baseline: f64,
     /// Lowest floor in the window's second half, bytes.
     pub late_low: f64,
+    /// Distinct values among the floor points: a few for a floor that
+    /// moves between exact levels, one per point for a ramp.
+    pub levels: usize,
 }
 
 impl FloorLine {
@@ -86,6 +89,15 @@ impl FloorLine {
         let [first, second, third, fourth] = self.quarters;
         let decelerating = fourth - third < share * (second - first) - self.spread;
         third - second >= per_quarter && fourth - third >= per_quarter && !decelerating
+    }
+
+    /// Whether the floor moves between at most `levels` exact values
+    /// rather than a little at every bucket: a notebook grabbing whole
+    /// chunks by hand, not a leak. A leak whose steps are coarser than the
+    /// buckets looks so too on a short window, and is judged on a longer
+    /// one, whose wider buckets each see a step.
+    pub fn is_staircase(&self, levels: usize) -> bool {
+        self.levels <= levels
     }
 
     /// Whether the second half fell back to within `share` of the growth
@@ -143,6 +155,7 @@ impl FloorScratch {
         };
         let baseline = lowest(&|share| share <= 0.1);
         let late_low = lowest(&|share| share >= 0.5);
+        let levels = self.distinct_levels();
         Some(FloorLine {
             slope,
             intercept,
@@ -152,7 +165,17 @@ impl FloorScratch {
             quarters,
             baseline,
             late_low,
+            levels,
         })
+    }
+
+    /// How many distinct values the current points take.
+    fn distinct_levels(&mut self) -> usize {
+        self.values.clear();
+        self.values.extend(self.points.iter().map(|&(_, y)| y));
+        self.values.sort_unstable_by(f64::total_cmp);
+        self.values.dedup();
+        self.values.len()
     }
 
     /// Keeps the floor of the last [`FloorScratch::line`] for

@@ -71,15 +71,17 @@ pub struct LeakParams {
     pub hold_slope_bytes_per_second: f64,
     /// The longest window judged; `alerts.leak_suspected.window` (30 min).
     pub window: Duration,
-    /// The shortest window judged (`alerts.leak_shortest_window`, 4 min):
+    /// The shortest window judged (`alerts.leak_shortest_window`, 2 min):
     /// short enough to call a fast leak
     /// within minutes, long enough to span many training steps.
     pub shortest_window: Duration,
-    /// Floor buckets per window (24): a 4-minute window gets 10 s buckets,
+    /// Floor buckets per window (24): a 2-minute window gets 5 s buckets,
     /// several iterations of a training loop each.
     pub buckets: usize,
-    /// Least rise over the window, in floor spreads (8): under a sawtooth
-    /// of gigabytes, bucket minima still scatter by tens of MiB.
+    /// Least rise over the window, in floor spreads (5): under a sawtooth
+    /// of gigabytes, bucket minima still scatter by tens of MiB; with the
+    /// staircase rule (5) taking the notebooks, 4 still kept benign runs
+    /// silent on three seeds.
     pub min_significance: f64,
     /// Share of the slope each of the last two quarters must rise by (0.4).
     pub keep_rising_share: f64,
@@ -92,6 +94,9 @@ pub struct LeakParams {
     /// Spread below which the floor counts as this noisy anyway (2 MiB), so
     /// a perfectly quiet floor does not make a few KiB significant.
     pub noise_floor_bytes: f64,
+    /// Rule 5: a floor of at most this many distinct values is steps, not
+    /// a leak (6, a quarter of the buckets).
+    pub staircase_levels: usize,
 }
 
 impl LeakParams {
@@ -101,13 +106,14 @@ impl LeakParams {
             min_slope_bytes_per_second: RULE.threshold,
             hold_slope_bytes_per_second: RULE.clear,
             window,
-            shortest_window: Duration::from_secs(4 * 60).min(window),
+            shortest_window: Duration::from_secs(2 * 60).min(window),
             buckets: 24,
-            min_significance: 8.0,
+            min_significance: 5.0,
             keep_rising_share: 0.4,
             return_share: 0.25,
             warmup: Duration::from_secs(3 * 60),
             noise_floor_bytes: 2.0 * MIB,
+            staircase_levels: 6,
         }
     }
 }
@@ -136,6 +142,8 @@ pub enum NotALeak {
     LevelsOff,
     /// Rule 4: it went back down near its baseline.
     ReturnsToBaseline,
+    /// Rule 5: a few exact steps, not a ramp.
+    Staircase,
 }
 
 /// A leak in a series, before it is tied to a process.
@@ -233,7 +241,7 @@ pub fn assess_leak(
         window = window.saturating_mul(2).min(params.window);
     }
     // The longest covered window first: its floor is what the shorter ones
-    // are compared with (rule 5), and what a held leak is kept on.
+    // are compared with (new ground, below), and what a held leak is kept on.
     let Some((&longest_window, shorter)) = windows.split_last() else {
         return Err(NotALeak::TooShort);
     };
@@ -250,7 +258,7 @@ pub fn assess_leak(
     for &window in shorter.iter().rev() {
         let from = now.saturating_sub(window);
         let Some(line) = scratch.line(series, from, params.buckets) else { continue };
-        // Rule 5: new ground, reached from where memory already stood.
+        // New ground, reached from where memory already stood.
         let new_ground = scratch.prior_high(from).is_none_or(|high| {
             let end = line.intercept + line.slope * line.span_seconds;
             let slack = params.return_share * line.growth().max(0.0);
@@ -282,6 +290,9 @@ fn judge(line: &FloorLine, params: &LeakParams) -> Result<LeakEvidence, NotALeak
     }
     if line.returns_to_baseline(params.return_share) {
         return Err(NotALeak::ReturnsToBaseline);
+    }
+    if line.is_staircase(params.staircase_levels) {
+        return Err(NotALeak::Staircase);
     }
     Ok(LeakEvidence::from_line(line))
 }

@@ -114,9 +114,9 @@ fn growth_below_the_minimum_slope_is_not_a_leak() {
 
 #[test]
 fn a_process_is_judged_only_once_it_covers_the_shortest_window_past_its_warm_up() {
-    // Strong growth from a process that started 5 minutes ago, inside a
-    // 30-minute window: 3 minutes of warm-up grace leave 2, short of 4.
-    let values: Vec<_> = series(5 * 60, 0.0, |t| 4.0 * GIB + 4.0 * MIB * t);
+    // Strong growth from a process that started 4 minutes ago, inside a
+    // 30-minute window: 3 minutes of warm-up grace leave 1, short of 2.
+    let values: Vec<_> = series(4 * 60, 0.0, |t| 4.0 * GIB + 4.0 * MIB * t);
     let params = LeakParams::default();
     let window_start = Timestamp::from_unix_millis(START_MS - 25 * 60_000);
     let verdict = assess_leak(&mut FloorScratch::new(), &values, window_start, false, &params);
@@ -296,4 +296,15 @@ proptest! {
             .collect();
         prop_assert!(detect_leak(&values, &LeakParams::default()).is_none());
     }
+}
+
+#[test]
+fn a_notebook_taking_chunks_by_hand_is_steps_not_a_leak() {
+    // Cells grab a 1 GiB chunk every 6 minutes, 0 → 4 chunks: a floor of
+    // five exact levels that a line fits well enough to pass rules 1–4.
+    let notebook = series(SECONDS, 0.0, |t| GIB + GIB * ((t / 360.0).floor().min(4.0)));
+    assert_eq!(assess(&notebook).err(), Some(NotALeak::Staircase));
+    // The same rise as a ramp is a leak.
+    let ramp = series(SECONDS, 0.0, |t| GIB + 4.0 * GIB * t / SECONDS as f64);
+    assert!(assess(&ramp).is_ok(), "{:?}", assess(&ramp));
 }

@@ -1,0 +1,69 @@
+//! `--explain RUN`: why the leak of one labelled run is called when it is.
+//! Replays the leaking process's preferred figure (allocated with reports,
+//! NVML usage without) at the slow tier's 1 Hz and prints, at every leak
+//! check after the onset, each window's floor line and the verdict.
+
+use std::time::Duration;
+
+use vramd::analysis::floor::FloorScratch;
+use vramd::analysis::leak::{LeakParams, assess_leak};
+use vramd::source::simulator::GOLDEN_ORIGIN;
+use vramd::source::simulator::corpus::{CorpusRun, Label};
+
+const MIB: f64 = 1_048_576.0;
+
+pub fn explain(run: &CorpusRun, params: &LeakParams, check: Duration) {
+    let Label::Leak { pid, onset, .. } = run.label else {
+        println!("not a leak run: {:?}", run.label);
+        return;
+    };
+    println!("{run:?}");
+    let mut series = Vec::new();
+    let mut scratch = FloorScratch::new();
+    let mut held = false;
+    let (check_s, onset_s) = (check.as_secs().max(1), onset.as_secs());
+    for second in 0..=run.duration.as_secs() {
+        let at = GOLDEN_ORIGIN.saturating_add(Duration::from_secs(second));
+        let slow = run.slow_at(at);
+        let process = slow.processes.iter().flatten().find(|process| process.pid == pid);
+        let value = process.and_then(|p| p.allocator.map(|a| a.allocated_bytes).or(p.used_bytes));
+        if let Some(value) = value {
+            series.push((at, value));
+        }
+        if second < onset_s || second % check_s != 0 {
+            continue;
+        }
+        let from = at.saturating_sub(params.window);
+        let start = series.partition_point(|&(t, _)| t < from);
+        let window = series.get(start..).unwrap_or(&[]);
+        let verdict = assess_leak(&mut scratch, window, from, held, params);
+        held = verdict.is_ok();
+        let mut lines = String::new();
+        let mut span = params.shortest_window;
+        while span <= params.window {
+            if let Some(line) = scratch.line(window, at.saturating_sub(span), params.buckets) {
+                let [q0, q1, q2, q3] = line.quarters.map(|q| (q - line.quarters[0]) / MIB);
+                lines.push_str(&format!(
+                    " [{}s slope {:.2} sig {:.1} q {:.0}/{:.0}/{:.0}/{:.0} lv {}]",
+                    span.as_secs(),
+                    line.slope / MIB,
+                    line.significance(params.noise_floor_bytes),
+                    q0,
+                    q1,
+                    q2,
+                    q3,
+                    line.levels
+                ));
+            }
+            if span >= params.window {
+                break;
+            }
+            span = span.saturating_mul(2).min(params.window);
+        }
+        let verdict = match verdict {
+            Ok(evidence) => format!("LEAK {:.0}s", evidence.window_seconds),
+            Err(reason) => format!("{reason:?}"),
+        };
+        println!("{:6.1} min {verdict:<18}{lines}", (second - onset_s) as f64 / 60.0);
+    }
+}
