@@ -34,6 +34,8 @@
 // Real processes and sockets: wall-clock waits are what this test measures.
 #![allow(clippy::disallowed_types)]
 
+#[path = "support/pki.rs"]
+mod pki;
 mod support;
 
 use std::fs::File;
@@ -121,15 +123,23 @@ impl Prometheus {
     /// `target` (retrying with another port if it loses the race for one)
     /// and waits for `/-/ready`.
     fn start(target: SocketAddr) -> Self {
+        Self::start_with(
+            &format!("[{{job_name: vramd, static_configs: [{{targets: [\"{target}\"]}}]}}]"),
+            &format!("rule_files: [\"{}\"]\n", repo(RULES).display()),
+        )
+    }
+
+    /// Starts Prometheus with `scrape_configs` (YAML) and `extra` top-level
+    /// configuration, as [`Self::start`] does.
+    fn start_with(scrape_configs: &str, extra: &str) -> Self {
         assert!(
             Path::new(PROMETHEUS).exists(),
             "{PROMETHEUS} is missing: run scripts/test.sh, which installs the Debian package \
              `prometheus`"
         );
         let config = format!(
-            "global: {{scrape_interval: 1s, evaluation_interval: 1s}}\nrule_files: [\"{}\"]\n\
-             scrape_configs: [{{job_name: vramd, static_configs: [{{targets: [\"{target}\"]}}]}}]",
-            repo(RULES).display()
+            "global: {{scrape_interval: 1s, evaluation_interval: 1s}}\n{extra}\
+             scrape_configs: {scrape_configs}"
         );
         let mut last_log = String::new();
         for _ in 0..3 {
@@ -440,4 +450,93 @@ fn substitution_and_metric_names_follow_the_documented_rules() {
         )),
         ["up", "vramd:a:ratio", "vramd_b"]
     );
+}
+
+/// The secure surface as Prometheus sees it: one vramd over TLS with basic
+/// auth, one over TLS requiring a client certificate, each scraped by a job
+/// with the right credentials (`up` 1) and one without (`up` 0), using
+/// Prometheus' own `scheme`, `tls_config` and `basic_auth`, as
+/// docs/deploy.md documents them.
+#[test]
+fn a_real_prometheus_scrapes_over_tls_with_basic_auth_and_client_certificates() {
+    let pki = pki::Pki::new();
+    pki.leaf("server", &["localhost", "127.0.0.1"], false, false);
+    pki.leaf("prometheus", &["prometheus"], false, false);
+    let dir = pki.path("");
+    let dir = dir.display();
+    let hash = bcrypt::hash("scrape secret", 4).unwrap();
+
+    let basic = pki.path("basic.yml");
+    let text =
+        format!("{}basic_auth_users:\n  prometheus: {hash}\n", pki.tls("server", "NoClientCert"));
+    std::fs::write(&basic, text).unwrap();
+    let certs = pki.path("certs.yml");
+    std::fs::write(&certs, pki.tls("server", "RequireAndVerifyClientCert")).unwrap();
+
+    let start = |web: &Path| {
+        let args = [
+            &["--simulate", "steady-inference", "--web.config.file"][..],
+            &[web.to_str().unwrap()],
+            &SERVE,
+        ]
+        .concat();
+        let mut daemon = support::Process::spawn(&args, &[]);
+        let addr = daemon.listening();
+        (daemon, addr)
+    };
+    let (_basic_daemon, basic_addr) = start(&basic);
+    let (_cert_daemon, cert_addr) = start(&certs);
+
+    let tls = |extra: &str| format!("{{ca_file: \"{dir}/ca.pem\", server_name: localhost{extra}}}");
+    let client =
+        format!(", cert_file: \"{dir}/prometheus.pem\", key_file: \"{dir}/prometheus-key.pem\"");
+    let job = |name: &str, target: SocketAddr, tls_config: String, auth: &str| {
+        format!(
+            "{{job_name: {name}, scheme: https, tls_config: {tls_config}{auth}, \
+             static_configs: [{{targets: [\"{target}\"]}}]}}"
+        )
+    };
+    let jobs = [
+        job(
+            "basic_auth",
+            basic_addr,
+            tls(""),
+            ", basic_auth: {username: prometheus, password: \"scrape secret\"}",
+        ),
+        job(
+            "wrong_password",
+            basic_addr,
+            tls(""),
+            ", basic_auth: {username: prometheus, password: wrong}",
+        ),
+        job("client_cert", cert_addr, tls(&client), ""),
+        job("no_cert", cert_addr, tls(""), ""),
+    ];
+    let prometheus = Prometheus::start_with(&format!("[{}]", jobs.join(", ")), "");
+
+    let up = |job: &str| {
+        let result = prometheus.query(&format!("up{{job=\"{job}\"}}")).ok()?;
+        result.first()?["value"][1].as_str().map(str::to_owned)
+    };
+    // Every job scraped at least twice, so `up` is settled.
+    prometheus.wait_for("not every job was scraped twice", || {
+        let counts = prometheus.query("count_over_time(up[1m]) >= 2").ok()?;
+        (counts.len() == 4).then_some(())
+    });
+    let verdicts: Vec<(&str, Option<String>)> =
+        ["basic_auth", "wrong_password", "client_cert", "no_cert"]
+            .iter()
+            .map(|job| (*job, up(job)))
+            .collect();
+    let expected = [
+        ("basic_auth", Some("1".to_owned())),
+        ("wrong_password", Some("0".to_owned())),
+        ("client_cert", Some("1".to_owned())),
+        ("no_cert", Some("0".to_owned())),
+    ];
+    assert_eq!(verdicts, expected, "targets: {}", prometheus.api("/api/v1/targets"));
+    // The successful scrapes carried vramd's own series.
+    let series = prometheus.query("vramd_build_info").unwrap();
+    let jobs: Vec<&str> = series.iter().filter_map(|s| s["metric"]["job"].as_str()).collect();
+    assert!(jobs.contains(&"basic_auth") && jobs.contains(&"client_cert"), "{series:?}");
 }
