@@ -324,3 +324,40 @@ fn slow_and_idle_clients_do_not_starve_health_and_metrics() {
     }
     assert!(daemon.stderr().contains("connection cap reached"));
 }
+
+/// SIGHUP reads the web configuration again even when its poll would not
+/// look for an hour: a new password works at once and the old one stops;
+/// a web configuration that no longer loads refuses the whole reload and
+/// the users in force stay.
+#[test]
+fn sighup_reloads_the_web_config_and_refuses_a_bad_one() {
+    let pki = Pki::new();
+    pki.leaf("server", &["localhost", "127.0.0.1"], false, false);
+    let users = |password: &str| {
+        let hash = bcrypt::hash(password, 4).unwrap();
+        format!("{}basic_auth_users:\n  prometheus: {hash}\n", pki.tls("server", "NoClientCert"))
+    };
+    let web = pki.web_config(&users("first password"));
+    let mut args =
+        vec!["--simulate", "steady-inference", "--web.config.file", web.to_str().unwrap()];
+    args.extend(SERVE);
+    let mut daemon = Process::spawn(&args, &[("VRAMD_SERVER__WEB_CONFIG_POLL_INTERVAL", "1h")]);
+    let addr = daemon.listening();
+    let status = |password: &str| {
+        let user = format!("prometheus:{password}");
+        let url = format!("https://127.0.0.1:{}/metrics", addr.port());
+        curl(&pki, &url, &["-u", &user, "-o", "/dev/null"]).status
+    };
+    assert_eq!(status("first password"), 200);
+
+    pki.web_config(&users("second password"));
+    daemon.signal("HUP");
+    wait_log(&daemon, "configuration reloaded", 1);
+    assert_eq!(status("second password"), 200, "{}", daemon.stderr());
+    assert_eq!(status("first password"), 401, "{}", daemon.stderr());
+
+    pki.web_config("tls_server_config:\n  cert_file: /nonexistent.pem\n");
+    daemon.signal("HUP");
+    wait_log(&daemon, "invalid configuration: reload refused, the running configuration stays", 1);
+    assert_eq!(status("second password"), 200, "{}", daemon.stderr());
+}

@@ -71,17 +71,17 @@ pub struct LeakParams {
     pub hold_slope_bytes_per_second: f64,
     /// The longest window judged; `alerts.leak_suspected.window` (30 min).
     pub window: Duration,
-    /// The shortest window judged (`alerts.leak_shortest_window`, 2 min):
+    /// The shortest window judged (`alerts.leak_shortest_window`, 4 min):
     /// short enough to call a fast leak
     /// within minutes, long enough to span many training steps.
     pub shortest_window: Duration,
-    /// Floor buckets per window (24): a 2-minute window gets 5 s buckets,
+    /// Floor buckets per window (24): a 4-minute window gets 10 s buckets,
     /// several iterations of a training loop each.
     pub buckets: usize,
-    /// Least rise over the window, in floor spreads (5): under a sawtooth
-    /// of gigabytes, bucket minima still scatter by tens of MiB; with the
-    /// staircase rule (5) taking the notebooks, 4 still kept benign runs
-    /// silent on three seeds.
+    /// Least rise over the window, in floor spreads (8): under a sawtooth
+    /// of gigabytes, bucket minima still scatter by tens of MiB. (5 with a
+    /// 2-minute shortest window was faster on the corpus, but called the
+    /// top of a minutes-long climb that returns each epoch a leak.)
     pub min_significance: f64,
     /// Share of the slope each of the last two quarters must rise by (0.4).
     pub keep_rising_share: f64,
@@ -106,9 +106,9 @@ impl LeakParams {
             min_slope_bytes_per_second: RULE.threshold,
             hold_slope_bytes_per_second: RULE.clear,
             window,
-            shortest_window: Duration::from_secs(2 * 60).min(window),
+            shortest_window: Duration::from_secs(4 * 60).min(window),
             buckets: 24,
-            min_significance: 5.0,
+            min_significance: 8.0,
             keep_rising_share: 0.4,
             return_share: 0.25,
             warmup: Duration::from_secs(3 * 60),

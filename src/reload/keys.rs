@@ -64,7 +64,6 @@ restart_keys! {
     "kubernetes.refresh_interval" => |c| c.kubernetes.refresh_interval;
     "kubernetes.call_timeout" => |c| c.kubernetes.call_timeout;
     "kubernetes.max_containers" => |c| c.kubernetes.max_containers;
-    "simulator.container_ids" => |c| simulator(c).map(|s| s.container_ids);
     "sampler.fast_interval" => |c| c.sampler.fast_interval;
     "sampler.slow_interval" => |c| c.sampler.slow_interval;
     "sampler.call_timeout" => |c| c.sampler.call_timeout;
@@ -90,6 +89,7 @@ restart_keys! {
     "source.max_trace_size" => |c| c.source.max_trace_bytes;
     "simulator.gpus" => |c| simulator(c).map(|s| s.gpus);
     "simulator.seed" => |c| simulator(c).map(|s| s.seed);
+    "simulator.container_ids" => |c| simulator(c).map(|s| s.container_ids);
     "nvml.library_path" => |c| c.nvml.library_path;
     "nvml.require_gpu" => |c| c.nvml.require_gpu;
     "nvml.init_timeout" => |c| c.nvml.init_timeout;
@@ -222,7 +222,8 @@ mod tests {
                 "sampler.fast_interval",
                 "source.simulate",
                 "simulator.gpus",
-                "simulator.seed"
+                "simulator.seed",
+                "simulator.container_ids"
             ]
         );
         assert_eq!(
