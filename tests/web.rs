@@ -248,6 +248,15 @@ fn a_bad_web_config_stops_start_up_naming_the_field() {
     assert!(output.stderr.contains("rate_limit"), "{}", output.stderr);
 }
 
+/// Whether `stream` is still waiting for an answer (nothing to read, not
+/// closed).
+fn still_waiting(stream: &TcpStream) -> bool {
+    stream.set_nonblocking(true).unwrap();
+    let peeked = stream.peek(&mut [0u8; 1]);
+    stream.set_nonblocking(false).unwrap();
+    matches!(peeked, Err(error) if error.kind() == std::io::ErrorKind::WouldBlock)
+}
+
 /// Opens a connection and sends `head` (and no more).
 fn hold(addr: SocketAddr, head: &str) -> TcpStream {
     let mut stream = TcpStream::connect(addr).unwrap();
@@ -264,23 +273,31 @@ fn slow_and_idle_clients_do_not_starve_health_and_metrics() {
         &[
             ("VRAMD_SERVER__MAX_CONCURRENT_REQUESTS", "2"),
             ("VRAMD_SERVER__MAX_CONNECTIONS", "8"),
-            ("VRAMD_SERVER__HEADER_READ_TIMEOUT", "1s"),
+            ("VRAMD_SERVER__HEADER_READ_TIMEOUT", "2s"),
             ("VRAMD_SERVER__REQUEST_TIMEOUT", "30s"),
         ],
     );
     let addr = daemon.listening();
     daemon.wait_ready(addr);
 
-    // Two slow report bodies hold every API slot...
-    let slow: Vec<TcpStream> = (0..2)
-        .map(|_| {
-            hold(addr, "POST /api/v1/allocator-reports HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 1000\r\n\r\n{")
-        })
-        .collect();
+    // Two slow report bodies hold every API slot. On a loaded machine a
+    // probe of the API can race a holder to a slot (the holder then gets
+    // 503): holders that were answered or closed are replaced until both
+    // hang and the API answers 503.
+    let slow_post = "POST /api/v1/allocator-reports HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 1000\r\n\r\n{";
+    let mut slow: Vec<TcpStream> = Vec::new();
     let deadline = Deadline::after(WAIT);
-    while http::get(addr, "/api/v1/devices").map(|answer| answer.status).ok() != Some(503) {
-        assert!(!deadline.passed(), "the slow bodies never took the API slots");
+    loop {
+        slow.retain(still_waiting);
+        while slow.len() < 2 {
+            slow.push(hold(addr, slow_post));
+        }
         pause();
+        let answer = http::get(addr, "/api/v1/devices").map(|answer| answer.status);
+        if answer == Ok(503) && slow.iter().all(still_waiting) {
+            break;
+        }
+        assert!(!deadline.passed(), "the slow bodies never took the API slots: last {answer:?}");
     }
     // ...but health, readiness and metrics have slots of their own.
     for path in ["/healthz", "/readyz", "/metrics"] {
