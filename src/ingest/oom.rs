@@ -16,7 +16,7 @@ use tokio::time::Instant;
 
 use crate::model::{OomEvent, ProcessInfo, SnapshotSummary, Timestamp};
 
-use super::report::{MAX_NAME_BYTES, ReportError, Reporter, VERSION, checked_stats};
+use super::report::{ReportError, Reporter, checked_stats, versioned_document};
 
 /// Longest snapshot path accepted (Linux `PATH_MAX`).
 pub const MAX_PATH_BYTES: usize = 4096;
@@ -29,6 +29,7 @@ pub const MAX_PATH_BYTES: usize = 4096;
 pub struct OomDocument {
     /// Document version; this vramd reads version 1.
     #[schema(minimum = 1, maximum = 1, example = 1)]
+    #[expect(dead_code, reason = "checked by `versioned_document` before the document is typed")]
     version: u64,
     reporter: Reporter,
     /// When the allocation failed (RFC 3339).
@@ -93,35 +94,9 @@ pub fn example_event() -> Value {
 /// Parses and validates an event body into an [`OomEvent`] whose `id`,
 /// `pid` and `received_at` the intake fills in.
 pub fn parse(body: &[u8], max_stats: usize) -> Result<OomEvent, ReportError> {
-    let value: Value =
-        serde_json::from_slice(body).map_err(|e| ReportError::Malformed(e.to_string()))?;
-    match value.get("version").and_then(Value::as_u64) {
-        Some(VERSION) => {}
-        Some(found) => return Err(ReportError::Version { found }),
-        None => return Err(ReportError::Malformed("`version` must be the number 1".into())),
-    }
-    let raw: OomDocument =
-        serde_json::from_value(value).map_err(|e| ReportError::Malformed(e.to_string()))?;
-    if raw.version != VERSION {
-        return Err(ReportError::Version { found: raw.version });
-    }
+    let raw: OomDocument = versioned_document(body)?;
     let at = Timestamp::parse_rfc3339(&raw.at).map_err(ReportError::BadTime)?;
-    let names = [
-        ("reporter.hostname", Some(&raw.reporter.hostname)),
-        ("reporter.pod", raw.reporter.pod.as_ref()),
-        ("reporter.namespace", raw.reporter.namespace.as_ref()),
-        ("reporter.container", raw.reporter.container.as_ref()),
-    ];
-    for (field, value) in names {
-        if let Some(value) = value
-            && value.len() > MAX_NAME_BYTES
-        {
-            return Err(ReportError::Malformed(format!(
-                "{field} is {} bytes long; at most {MAX_NAME_BYTES}",
-                value.len()
-            )));
-        }
-    }
+    raw.reporter.check_names()?;
     if let Some(path) = &raw.snapshot_path
         && path.len() > MAX_PATH_BYTES
     {

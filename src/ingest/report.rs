@@ -54,6 +54,7 @@ pub struct Reporter {
 pub struct ReportDocument {
     /// Document version; this vramd reads version 1.
     #[schema(minimum = 1, maximum = 1, example = 1)]
+    #[expect(dead_code, reason = "checked by `versioned_document` before the document is typed")]
     version: u64,
     reporter: Reporter,
     /// When the statistics were read (RFC 3339).
@@ -185,10 +186,12 @@ const INACTIVE_SPLIT: &str = "inactive_split_bytes.all.current";
 const RETRIES: &str = "num_alloc_retries";
 const OOMS: &str = "num_ooms";
 
-/// Parses and validates a report body.
-pub fn parse(body: &[u8], limits: &ReportLimits) -> Result<AllocatorReport, ReportError> {
-    // The version is checked first, so a future document gets the clearer
-    // error rather than a complaint about a field this version lacks.
+/// Reads a version-1 document of type `T`. The version is checked first,
+/// so a future document gets the clearer error rather than a complaint
+/// about a field this version lacks.
+pub(super) fn versioned_document<T: serde::de::DeserializeOwned>(
+    body: &[u8],
+) -> Result<T, ReportError> {
     let value: Value =
         serde_json::from_slice(body).map_err(|e| ReportError::Malformed(e.to_string()))?;
     match value.get("version").and_then(Value::as_u64) {
@@ -196,30 +199,38 @@ pub fn parse(body: &[u8], limits: &ReportLimits) -> Result<AllocatorReport, Repo
         Some(found) => return Err(ReportError::Version { found }),
         None => return Err(ReportError::Malformed("`version` must be the number 1".into())),
     }
-    let raw: ReportDocument =
-        serde_json::from_value(value).map_err(|e| ReportError::Malformed(e.to_string()))?;
-    if raw.version != VERSION {
-        return Err(ReportError::Version { found: raw.version });
-    }
-    let at = parse_time(&raw.at)?;
-    // Reporter strings are kept for as long as the report lives: bounded,
-    // so a client cannot make the daemon hold arbitrary text.
-    let names = [
-        ("reporter.hostname", Some(&raw.reporter.hostname)),
-        ("reporter.pod", raw.reporter.pod.as_ref()),
-        ("reporter.namespace", raw.reporter.namespace.as_ref()),
-        ("reporter.container", raw.reporter.container.as_ref()),
-    ];
-    for (field, value) in names {
-        if let Some(value) = value
-            && value.len() > MAX_NAME_BYTES
-        {
-            return Err(ReportError::Malformed(format!(
-                "{field} is {} bytes long; at most {MAX_NAME_BYTES}",
-                value.len()
-            )));
+    serde_json::from_value(value).map_err(|e| ReportError::Malformed(e.to_string()))
+}
+
+impl Reporter {
+    /// Reporter strings are kept for as long as the document lives:
+    /// bounded, so a client cannot make the daemon hold arbitrary text.
+    pub(super) fn check_names(&self) -> Result<(), ReportError> {
+        let names = [
+            ("reporter.hostname", Some(&self.hostname)),
+            ("reporter.pod", self.pod.as_ref()),
+            ("reporter.namespace", self.namespace.as_ref()),
+            ("reporter.container", self.container.as_ref()),
+        ];
+        for (field, value) in names {
+            if let Some(value) = value
+                && value.len() > MAX_NAME_BYTES
+            {
+                return Err(ReportError::Malformed(format!(
+                    "{field} is {} bytes long; at most {MAX_NAME_BYTES}",
+                    value.len()
+                )));
+            }
         }
+        Ok(())
     }
+}
+
+/// Parses and validates a report body.
+pub fn parse(body: &[u8], limits: &ReportLimits) -> Result<AllocatorReport, ReportError> {
+    let raw: ReportDocument = versioned_document(body)?;
+    let at = parse_time(&raw.at)?;
+    raw.reporter.check_names()?;
     if raw.devices.len() > limits.max_devices {
         return Err(ReportError::TooManyDevices {
             count: raw.devices.len(),
