@@ -29,3 +29,18 @@ wrk_figures() {
             print v }' "$out" >>"$prefix.p$q"
     done
 }
+
+# stop_daemon: stops the daemon whose pid is in PID (TERM, then KILL after
+# 5 s), reaps it and clears PID. Safe to call when none runs.
+stop_daemon() {
+    if [[ -n "$PID" ]] && kill -0 "$PID" 2>/dev/null; then
+        kill -TERM "$PID" 2>/dev/null || true
+        for _ in $(seq 50); do
+            kill -0 "$PID" 2>/dev/null || break
+            sleep 0.1
+        done
+        kill -KILL "$PID" 2>/dev/null || true
+        wait "$PID" 2>/dev/null || true
+    fi
+    PID=""
+}

@@ -57,18 +57,6 @@ log() { printf '[bench-sampler] %s\n' "$*" >&2; }
 die() { log "error: $*"; exit 1; }
 part() { [[ " $PARTS " == *" $1 "* ]]; }
 
-stop_daemon() {
-    if [[ -n "$PID" ]] && kill -0 "$PID" 2>/dev/null; then
-        kill -TERM "$PID" 2>/dev/null || true
-        for _ in $(seq 50); do
-            kill -0 "$PID" 2>/dev/null || break
-            sleep 0.1
-        done
-        kill -KILL "$PID" 2>/dev/null || true
-        wait "$PID" 2>/dev/null || true
-    fi
-    PID=""
-}
 cleanup() {
     stop_daemon
     for pid in "${SLEEPERS[@]}"; do
