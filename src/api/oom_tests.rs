@@ -4,14 +4,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::body::Body;
-use axum::http::{Request, StatusCode, header};
-use http_body_util::BodyExt;
+use axum::http::StatusCode;
 use serde_json::Value;
-use tower::ServiceExt;
 
-use super::super::tests::{assert_error, filled_store, get, get_json, oom_body, state_with_intake};
-use crate::api::{AppState, reports, router};
+use super::super::tests::{
+    assert_error, filled_store, get, get_json, oom_body, post_json, state_with_intake,
+};
+use crate::api::{AppState, reports};
 use crate::history::HistoryStore;
 
 fn state(token: Option<&str>, store: Arc<HistoryStore>) -> AppState {
@@ -37,22 +36,7 @@ async fn post(
     token: Option<&str>,
     body: String,
 ) -> (StatusCode, Value, Option<String>) {
-    let mut request = Request::builder()
-        .method("POST")
-        .uri("/api/v1/oom-events")
-        .header(header::CONTENT_TYPE, "application/json");
-    if let Some(token) = token {
-        request = request.header(header::AUTHORIZATION, format!("Bearer {token}"));
-    }
-    let mut request = request.body(Body::from(body)).unwrap();
-    let peer: std::net::SocketAddr = from.parse().unwrap();
-    request.extensions_mut().insert(axum::extract::ConnectInfo(peer));
-    let response = router(state.clone()).oneshot(request).await.unwrap();
-    let status = response.status();
-    let retry =
-        response.headers().get(header::RETRY_AFTER).map(|value| value.to_str().unwrap().to_owned());
-    let bytes = response.into_body().collect().await.unwrap().to_bytes();
-    (status, serde_json::from_slice(&bytes).unwrap(), retry)
+    post_json(state, "/api/v1/oom-events", from, token, body).await
 }
 
 fn first_device(state: &AppState) -> (String, u32) {

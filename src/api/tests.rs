@@ -455,9 +455,21 @@ async fn post_report(
     token: Option<&str>,
     body: String,
 ) -> (StatusCode, Value, Option<String>) {
+    post_json(state, "/api/v1/allocator-reports", from, token, body).await
+}
+
+/// POSTs a JSON `body` to `path` from the peer `from`, with an optional
+/// bearer `token`; the status, the JSON answer and any `Retry-After`.
+pub(super) async fn post_json(
+    state: &AppState,
+    path: &str,
+    from: &str,
+    token: Option<&str>,
+    body: String,
+) -> (StatusCode, Value, Option<String>) {
     let mut request = Request::builder()
         .method("POST")
-        .uri("/api/v1/allocator-reports")
+        .uri(path)
         .header(header::CONTENT_TYPE, "application/json");
     if let Some(token) = token {
         request = request.header(header::AUTHORIZATION, format!("Bearer {token}"));
