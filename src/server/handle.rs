@@ -138,9 +138,26 @@ impl WebConfigHandle {
     /// configuration reload that must be able to refuse before anything
     /// changes; [`Self::install`] then puts it in force.
     pub fn prepare_reload(&self) -> Result<PreparedWebConfig, WebConfigError> {
-        let state = web_config::load(&self.inner.path).inspect_err(|error| self.failed(error))?;
-        let stamps = stamps(&state.watched);
-        Ok(PreparedWebConfig { state, stamps })
+        // Stamps taken before reading: a change during the read is seen by
+        // the next poll instead of being lost.
+        let before = stamps(&self.current().watched);
+        match web_config::load(&self.inner.path) {
+            Ok(state) => {
+                let stamps = if state.watched == self.current().watched {
+                    before
+                } else {
+                    stamps(&state.watched)
+                };
+                Ok(PreparedWebConfig { state, stamps })
+            }
+            Err(error) => {
+                // Not retried until a file changes again: one log line per
+                // bad version, not one per poll.
+                *self.inner.stamps.lock() = before;
+                self.failed(&error);
+                Err(error)
+            }
+        }
     }
 
     /// Puts a prepared configuration in force (cheap: no file access).
@@ -155,33 +172,7 @@ impl WebConfigHandle {
     }
 
     fn reload_blocking(&self) -> Result<(), WebConfigError> {
-        // Stamps taken before reading: a change during the read is seen by
-        // the next poll instead of being lost.
-        let before = stamps(&self.current().watched);
-        match web_config::load(&self.inner.path) {
-            Ok(state) => {
-                let now = if state.watched == self.current().watched {
-                    before
-                } else {
-                    stamps(&state.watched)
-                };
-                *self.inner.stamps.lock() = now;
-                *self.inner.state.write() = Arc::new(state);
-                self.inner.verified.lock().clear();
-                if let Some(series) = self.inner.series.lock().as_ref() {
-                    series.last_success.set(unix_now());
-                }
-                info!(path = %self.inner.path.display(), "web configuration reloaded");
-                Ok(())
-            }
-            Err(error) => {
-                // Not retried until a file changes again: one log line per
-                // bad version, not one per poll.
-                *self.inner.stamps.lock() = before;
-                self.failed(&error);
-                Err(error)
-            }
-        }
+        self.prepare_reload().map(|prepared| self.install(prepared))
     }
 
     fn failed(&self, error: &WebConfigError) {
