@@ -44,3 +44,38 @@ stop_daemon() {
     fi
     PID=""
 }
+
+# fake_nvml_scenario GPUS PER_GPU SLOT_BYTES [HANG_GPU]: a scenario for the
+# fake libnvidia-ml.so (tests/fake-nvml): GPUS H100-like devices, each with
+# PER_GPU compute processes taken in order from the SLEEPERS array (real
+# PIDs, so /proc reads are real), process N using (N + 1) * SLOT_BYTES;
+# device HANG_GPU (none by default) sleeps 10 min in its memory call.
+fake_nvml_scenario() {
+    local gpus=$1 per_gpu=$2 slot_bytes=$3 hang=${4:--1}
+    local gpu slot pid sep devices="" procs faults
+    for ((gpu = 0; gpu < gpus; gpu++)); do
+        procs=""
+        for ((slot = 0; slot < per_gpu; slot++)); do
+            pid=${SLEEPERS[$((gpu * per_gpu + slot))]}
+            sep=${procs:+,}
+            procs+="$sep{\"pid\": $pid, \"used_bytes\": $(((slot + 1) * slot_bytes))}"
+        done
+        faults=""
+        if ((gpu == hang)); then
+            faults=', "faults": {"sleep_ms": {"nvmlDeviceGetMemoryInfo_v2": 600000}}'
+        fi
+        sep=${devices:+,}
+        devices+="$sep
+    {\"uuid\": \"GPU-8f6a2c1e-0000-4d7b-9a1e-3b5c7d9e1f2$gpu\",
+     \"memory\": {\"total_bytes\": 85899345920, \"reserved_bytes\": 536870912,
+                \"used_bytes\": 42949672960},
+     \"utilization\": {\"gpu\": 87, \"memory\": 41},
+     \"processes\": {\"compute\": [$procs], \"graphics\": [], \"mps\": []},
+     \"temperature_c\": 64, \"power_usage_mw\": 412000, \"power_limit_mw\": 700000,
+     \"clocks\": {\"graphics_mhz\": 1980, \"sm_mhz\": 1980, \"memory_mhz\": 2619,
+                \"video_mhz\": 1755},
+     \"throttle_reasons\": 4, \"persistence_mode\": true, \"compute_mode\": \"default\",
+     \"bar1\": {\"total_bytes\": 137438953472, \"used_bytes\": 8388608}$faults}"
+    done
+    printf '{"devices": [%s\n]}\n' "$devices"
+}

@@ -101,34 +101,7 @@ done
 
 # scenario HANG_GPU: 2 GPUs, 16 processes each; HANG_GPU (or none, -1) has
 # its memory-info call sleep 600 s.
-scenario() {
-    local hang=$1 gpu slot pid sep devices="" procs
-    for ((gpu = 0; gpu < GPUS; gpu++)); do
-        procs=""
-        for ((slot = 0; slot < PROCESSES_PER_GPU; slot++)); do
-            pid=${SLEEPERS[$((gpu * PROCESSES_PER_GPU + slot))]}
-            sep=${procs:+,}
-            procs+="$sep{\"pid\": $pid, \"used_bytes\": $(((slot + 1) * 1073741824))}"
-        done
-        local faults=""
-        if ((gpu == hang)); then
-            faults=', "faults": {"sleep_ms": {"nvmlDeviceGetMemoryInfo_v2": 600000}}'
-        fi
-        sep=${devices:+,}
-        devices+="$sep
-    {\"uuid\": \"GPU-8f6a2c1e-0000-4d7b-9a1e-3b5c7d9e1f2$gpu\",
-     \"memory\": {\"total_bytes\": 85899345920, \"reserved_bytes\": 536870912,
-                \"used_bytes\": 42949672960},
-     \"utilization\": {\"gpu\": 87, \"memory\": 41},
-     \"processes\": {\"compute\": [$procs], \"graphics\": [], \"mps\": []},
-     \"temperature_c\": 64, \"power_usage_mw\": 412000, \"power_limit_mw\": 700000,
-     \"clocks\": {\"graphics_mhz\": 1980, \"sm_mhz\": 1980, \"memory_mhz\": 2619,
-                \"video_mhz\": 1755},
-     \"throttle_reasons\": 4, \"persistence_mode\": true, \"compute_mode\": \"default\",
-     \"bar1\": {\"total_bytes\": 137438953472, \"used_bytes\": 8388608}$faults}"
-    done
-    printf '{"devices": [%s\n]}\n' "$devices"
-}
+scenario() { fake_nvml_scenario "$GPUS" "$PROCESSES_PER_GPU" 1073741824 "$1"; }
 scenario -1 >"$WORK/healthy.json"
 scenario 1 >"$WORK/hang.json"
 

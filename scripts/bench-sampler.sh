@@ -95,30 +95,7 @@ done
 
 # scenario GPUS PROCESSES: GPUS devices with PROCESSES compute processes
 # each (real PIDs, steady sizes).
-scenario() {
-    local gpus=$1 per_gpu=$2 gpu slot pid sep devices="" procs
-    for ((gpu = 0; gpu < gpus; gpu++)); do
-        procs=""
-        for ((slot = 0; slot < per_gpu; slot++)); do
-            pid=${SLEEPERS[$((gpu * per_gpu + slot))]}
-            sep=${procs:+,}
-            procs+="$sep{\"pid\": $pid, \"used_bytes\": $(((slot + 1) * 16777216))}"
-        done
-        sep=${devices:+,}
-        devices+="$sep
-    {\"uuid\": \"GPU-8f6a2c1e-0000-4d7b-9a1e-3b5c7d9e1f2$gpu\",
-     \"memory\": {\"total_bytes\": 85899345920, \"reserved_bytes\": 536870912,
-                \"used_bytes\": 42949672960},
-     \"utilization\": {\"gpu\": 87, \"memory\": 41},
-     \"processes\": {\"compute\": [$procs], \"graphics\": [], \"mps\": []},
-     \"temperature_c\": 64, \"power_usage_mw\": 412000, \"power_limit_mw\": 700000,
-     \"clocks\": {\"graphics_mhz\": 1980, \"sm_mhz\": 1980, \"memory_mhz\": 2619,
-                \"video_mhz\": 1755},
-     \"throttle_reasons\": 4, \"persistence_mode\": true, \"compute_mode\": \"default\",
-     \"bar1\": {\"total_bytes\": 137438953472, \"used_bytes\": 8388608}}"
-    done
-    printf '{"devices": [%s\n]}\n' "$devices"
-}
+scenario() { fake_nvml_scenario "$1" "$2" 16777216; }
 scenario "$GPUS" "$PROCESSES_PER_GPU" >"$WORK/full.json"
 scenario 1 0 >"$WORK/idle.json"
 
