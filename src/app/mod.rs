@@ -22,8 +22,8 @@ use self::reload::reload_steps;
 pub use self::reload::{Reload, load_web_config};
 use self::settings::{AlertGate, read_token, start_kubernetes};
 pub use self::settings::{
-    analysis_settings, analyze_settings, history_sizing, kubernetes_settings, probe_settings,
-    read_token_file, report_intake, sampler_settings,
+    analysis_settings, analyze_settings, history_sizing, kubernetes_settings, notify_settings,
+    probe_settings, read_token_file, report_intake, sampler_settings,
 };
 pub use self::sources::{BuiltSource, build_source};
 use self::sources::{
@@ -181,13 +181,12 @@ pub async fn run(
     let scheme =
         if web.as_ref().is_some_and(|web| web.current().tls.is_some()) { "https" } else { "http" };
     let external_url = format!("{scheme}://{local}");
-    let notifiers =
-        notify::notifiers_from_config(&config.notify, &external_url).map_err(AppError::Notify)?;
+    let notify = notify_settings(&config.notify);
+    let notifiers = notify::build_notifiers(&notify, &external_url).map_err(AppError::Notify)?;
     // Its own token, so a reload can stop these notifiers and start others.
     let notifiers_stop = cancel.child_token();
-    let dispatch = (!notifiers.is_empty()).then(|| {
-        notify::spawn(notifiers, &config.notify, telemetry.clone(), notifiers_stop.clone())
-    });
+    let dispatch = (!notifiers.is_empty())
+        .then(|| notify::spawn(notifiers, &notify, telemetry.clone(), notifiers_stop.clone()));
     let analyses = Arc::new(AnalysisBoard::default());
     let (runner_settings, runner_watch) = tokio::sync::watch::channel(Arc::new(RunnerSettings {
         analysis: analysis_settings(&config.alerts),
@@ -207,6 +206,7 @@ pub async fn run(
     let pipeline = PipelineStep::new(
         runner_settings,
         analysis_settings,
+        notify_settings,
         notifiers_stop,
         cancel.clone(),
         telemetry.clone(),

@@ -10,12 +10,13 @@ use tokio_util::sync::CancellationToken;
 use super::AppError;
 use crate::alerts::AlertState;
 use crate::alerts::board::AlertBoard;
+use crate::alerts::notify::NotifySettings;
 use crate::analysis::analyzer::AnalysisSettings;
 use crate::analysis::leak::LeakParams;
 use crate::analysis::pressure::PressureThresholds;
 use crate::analyze::AnalyzeSettings;
 use crate::api;
-use crate::config::{AlertsConfig, Config, SourceSelection};
+use crate::config::{AlertsConfig, Config, NotifyConfig, SourceSelection};
 use crate::history::Sizing;
 use crate::ingest::{ReportLimits, ReportStore, StoreLimits};
 use crate::kubernetes::{self, AttributionBoard, KubernetesSettings};
@@ -114,6 +115,20 @@ impl ProbeGate for AlertGate {
                     Some(RuleId::AllocatorOom | RuleId::AllocatorRetries)
                 )
         })
+    }
+}
+
+/// The notifiers' settings: `[notify]` as written.
+pub fn notify_settings(notify: &NotifyConfig) -> NotifySettings {
+    NotifySettings {
+        alertmanager_url: notify.alertmanager_url.clone(),
+        webhook_url: notify.webhook_url.clone(),
+        queue_capacity: notify.queue_capacity,
+        timeout: notify.timeout,
+        resend_interval: notify.resend_interval,
+        max_retries: notify.max_retries,
+        retry_backoff_max: notify.retry_backoff_max,
+        external_url: notify.external_url.clone(),
     }
 }
 
