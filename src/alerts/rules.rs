@@ -4,13 +4,13 @@
 use crate::analysis::accounting::fragmentation_ratio;
 use crate::analysis::remediation;
 use crate::analysis::snapshot::{DeviceSnapshot, ProcessFacts};
-use crate::config::{RuleConfig, RulesConfig};
-use crate::model::{DeviceInfo, Direction, MemoryInfo, RuleId};
+use crate::config::RulesConfig;
+use crate::model::{DeviceInfo, Direction, MemoryInfo, RuleId, RuleSettings};
 
 use super::engine::{Observation, Verdict};
 use super::model::AlertKey;
 
-fn verdict(rule: &RuleConfig, direction: Direction, value: f64) -> Verdict {
+fn verdict(rule: &RuleSettings, direction: Direction, value: f64) -> Verdict {
     let (breached, held) = match direction {
         Direction::Above => (value >= rule.threshold, value > rule.clear),
         Direction::Below => (value <= rule.threshold, value < rule.clear),
@@ -42,7 +42,7 @@ fn minutes(seconds: f64) -> String {
 pub(super) struct Draft<'a> {
     /// Its unit and direction come from the rule table.
     pub(super) rule: RuleId,
-    pub(super) config: &'a RuleConfig,
+    pub(super) config: &'a RuleSettings,
     pub(super) pid: Option<u32>,
     pub(super) process: Option<String>,
     pub(super) value: f64,

@@ -44,7 +44,7 @@ pub use load::{
     DEFAULT_SEARCH_PATHS, LoadOptions, Overrides, config_file, load, process_environment,
 };
 pub use render::render_effective;
-pub use rules::{AlertsConfig, RuleConfig, RulesConfig};
+pub use rules::{AlertsConfig, RulesConfig};
 pub use sections::{
     ApiConfig, Config, DEFAULT_LISTEN, HistoryConfig, IngestConfig, LogConfig, LogFormat,
     MetricsConfig, NotifyConfig, NvmlConfig, ProbeConfig, SamplerConfig, ServerConfig,

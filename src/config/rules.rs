@@ -1,8 +1,8 @@
 //! The alert rules' settings: `[alerts.<rule>]` for each rule of
 //! `model`'s rule table.
 //!
-//! Owns: [`RuleConfig`] (what every rule has, with its defaults from the
-//! rule table), [`RulesConfig`] (every rule's table, written once in the
+//! Owns: the check of each rule's [`RuleSettings`] (`model`'s: what every
+//! rule has, with its defaults from the rule table), [`RulesConfig`] (every rule's table, written once in the
 //! `rules!` entries below, with each rule's own keys) and the check that a
 //! rule's `clear` is on the side of `threshold` the value returns to.
 //! Depends only on the config schema machinery and `model`.
@@ -17,7 +17,7 @@ use super::schema::{GIB, TIB, alerts, days, hours, mins, ms, non_zero, rule_key,
 use super::sections::ProbeConfig;
 use super::units::parse_size;
 use super::walk::{Scalar, Values};
-use crate::model::{Direction, RuleId, RuleUnit, Severity};
+use crate::model::{Direction, RuleId, RuleSettings, RuleUnit, Severity};
 use std::num::NonZeroUsize;
 
 /// Range of every rule's `severity`.
@@ -25,32 +25,7 @@ const SEVERITIES: &str = "\"info\", \"warning\" or \"critical\"";
 /// Range of every rule's `for`.
 const RULE_FOR: Accepts = Time(Duration::ZERO, hours(24));
 
-/// What every rule has: `[alerts.<rule>]`.
-#[derive(Clone, Debug, PartialEq)]
-pub struct RuleConfig {
-    pub enabled: bool,
-    /// Fires when the value crosses it (unit per rule).
-    pub threshold: f64,
-    /// Resolves only when the value is back past this (hysteresis).
-    pub clear: f64,
-    /// `for`: how long the condition must hold before firing.
-    pub for_duration: Duration,
-    pub severity: Severity,
-}
-
-impl RuleConfig {
-    /// A rule with its defaults from the rule table, enabled.
-    fn of(id: RuleId) -> Self {
-        let spec = id.spec();
-        Self {
-            enabled: true,
-            threshold: spec.threshold,
-            clear: spec.clear,
-            for_duration: spec.for_duration,
-            severity: spec.severity,
-        }
-    }
-
+impl RuleSettings {
     /// `threshold` and `clear` in the rule's unit, and `clear` on the side
     /// of `threshold` the value returns to when the condition ends.
     fn check(&self, id: RuleId, values: &Values) -> Result<(), ConfigError> {
@@ -244,6 +219,6 @@ mod tests {
         for id in RuleId::ALL {
             assert!(is_table(&format!("alerts.{}", id.spec().name)), "{id:?}");
         }
-        assert_eq!(AlertsConfig::default().rules.memory_high, RuleConfig::of(RuleId::MemoryHigh));
+        assert_eq!(AlertsConfig::default().rules.memory_high, RuleSettings::of(RuleId::MemoryHigh));
     }
 }

@@ -123,7 +123,7 @@ macro_rules! alerts {
         /// The built-in rules and their settings, `[alerts.<rule>]`.
         #[derive(Clone, Debug, PartialEq)]
         pub struct RulesConfig {
-            $(pub $rule: RuleConfig, $($(#[doc = $summary])+ pub $field: $ty,)*)*
+            $(pub $rule: RuleSettings, $($(#[doc = $summary])+ pub $field: $ty,)*)*
             /// Not a key: twice `probe.interval`. A probe reading older than
             /// this (its device skipped or failing since) is not judged by the
             /// probe rules, so their alerts resolve instead of firing on stale
@@ -164,8 +164,8 @@ macro_rules! alerts {
 
             impl Default for $id {
                 fn default() -> Self {
-                    let RuleConfig { enabled, threshold, clear, for_duration, severity } =
-                        RuleConfig::of(RuleId::$id);
+                    let RuleSettings { enabled, threshold, clear, for_duration, severity } =
+                        RuleSettings::of(RuleId::$id);
                     Self { enabled, threshold, clear, for_duration, severity, $($field: $default,)* }
                 }
             }
@@ -175,7 +175,7 @@ macro_rules! alerts {
         impl From<AlertsFile> for AlertsConfig {
             fn from(file: AlertsFile) -> Self {
                 let rules = RulesConfig {
-                    $($rule: RuleConfig {
+                    $($rule: RuleSettings {
                         enabled: file.$rule.enabled,
                         threshold: file.$rule.threshold,
                         clear: file.$rule.clear,

@@ -31,23 +31,88 @@ pub const DEFAULT_LISTEN: SocketAddr = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCA
 const PATH: &str = "path; not set by default";
 const URL: &str = "http:// or https:// URL; not set by default";
 
-/// Everything the daemon needs to run, validated. `Default` is the
-/// configuration with nothing set.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct Config {
-    pub server: ServerConfig,
-    pub sampler: SamplerConfig,
-    pub history: HistoryConfig,
-    pub metrics: MetricsConfig,
-    pub api: ApiConfig,
-    pub source: SourceConfig,
-    pub nvml: NvmlConfig,
-    pub probe: ProbeConfig,
-    pub log: LogConfig,
-    pub alerts: AlertsConfig,
-    pub notify: NotifyConfig,
-    pub ingest: IngestConfig,
-    pub kubernetes: KubernetesConfig,
+/// The sections, in file and rendering order, each named once; from the
+/// list come the validated [`Config`], the file's [`Document`], the bounds
+/// check of every section and the catalogue. `[source]` and `[simulator]`
+/// are two tables of the file but one [`SourceConfig`], between the two
+/// lists.
+macro_rules! document {
+    ($($before:ident: $b_ty:ty,)* [source] $($after:ident: $a_ty:ty,)*) => {
+        /// Everything the daemon needs to run, validated. `Default` is the
+        /// configuration with nothing set.
+        #[derive(Clone, Debug, Default, PartialEq)]
+        pub struct Config {
+            $(pub $before: $b_ty,)*
+            pub source: SourceConfig,
+            $(pub $after: $a_ty,)*
+        }
+
+        /// The configuration file's shape, section by section: what serde
+        /// reads and `check-config` writes.
+        #[derive(Clone, Default, Deserialize, Serialize)]
+        #[serde(deny_unknown_fields, default)]
+        pub(super) struct Document {
+            $($before: $b_ty,)*
+            source: SourceKeys,
+            simulator: SimulatorKeys,
+            $($after: $a_ty,)*
+        }
+
+        impl Document {
+            /// Every value within its key's bounds.
+            pub(super) fn check(&self, values: &Values) -> Result<(), ConfigError> {
+                $(self.$before.check(values)?;)*
+                self.source.check(values)?;
+                self.simulator.check(values)?;
+                $(self.$after.check(values)?;)*
+                Ok(())
+            }
+        }
+
+        impl From<Document> for Config {
+            fn from(file: Document) -> Self {
+                Config {
+                    $($before: file.$before,)*
+                    source: SourceConfig::from_keys(file.source, file.simulator),
+                    $($after: file.$after,)*
+                }
+            }
+        }
+
+        impl From<&Config> for Document {
+            fn from(config: &Config) -> Self {
+                let (source, simulator) = config.source.keys();
+                let config = config.clone();
+                Document {
+                    $($before: config.$before,)*
+                    source,
+                    simulator,
+                    $($after: config.$after,)*
+                }
+            }
+        }
+
+        /// Every section's keys, in rendering order.
+        pub(super) fn catalogue() -> Vec<KeySpec> {
+            [$(<$b_ty>::KEYS,)* SourceKeys::KEYS, SimulatorKeys::KEYS, $(<$a_ty>::KEYS,)*].concat()
+        }
+    };
+}
+
+document! {
+    server: ServerConfig,
+    sampler: SamplerConfig,
+    history: HistoryConfig,
+    metrics: MetricsConfig,
+    api: ApiConfig,
+    [source]
+    nvml: NvmlConfig,
+    probe: ProbeConfig,
+    log: LogConfig,
+    alerts: AlertsConfig,
+    notify: NotifyConfig,
+    ingest: IngestConfig,
+    kubernetes: KubernetesConfig,
 }
 
 /// The configuration with nothing set.
@@ -429,90 +494,6 @@ section! {
     }
 }
 
-/// The configuration file's shape, section by section: what serde reads
-/// and `check-config` writes.
-#[derive(Clone, Default, Deserialize, Serialize)]
-#[serde(deny_unknown_fields, default)]
-pub(super) struct Document {
-    server: ServerConfig,
-    sampler: SamplerConfig,
-    history: HistoryConfig,
-    metrics: MetricsConfig,
-    api: ApiConfig,
-    source: SourceKeys,
-    simulator: SimulatorKeys,
-    nvml: NvmlConfig,
-    probe: ProbeConfig,
-    log: LogConfig,
-    alerts: AlertsConfig,
-    notify: NotifyConfig,
-    ingest: IngestConfig,
-    kubernetes: KubernetesConfig,
-}
-
-impl Document {
-    /// Every value within its key's bounds.
-    pub(super) fn check(&self, values: &Values) -> Result<(), ConfigError> {
-        self.server.check(values)?;
-        self.sampler.check(values)?;
-        self.history.check(values)?;
-        self.metrics.check(values)?;
-        self.api.check(values)?;
-        self.source.check(values)?;
-        self.simulator.check(values)?;
-        self.nvml.check(values)?;
-        self.probe.check(values)?;
-        self.log.check(values)?;
-        self.alerts.check(values)?;
-        self.notify.check(values)?;
-        self.ingest.check(values)?;
-        self.kubernetes.check(values)
-    }
-}
-
-impl From<Document> for Config {
-    fn from(file: Document) -> Self {
-        Config {
-            server: file.server,
-            sampler: file.sampler,
-            history: file.history,
-            metrics: file.metrics,
-            api: file.api,
-            source: SourceConfig::from_keys(file.source, file.simulator),
-            nvml: file.nvml,
-            probe: file.probe,
-            log: file.log,
-            alerts: file.alerts,
-            notify: file.notify,
-            ingest: file.ingest,
-            kubernetes: file.kubernetes,
-        }
-    }
-}
-
-impl From<&Config> for Document {
-    fn from(config: &Config) -> Self {
-        let (source, simulator) = config.source.keys();
-        let config = config.clone();
-        Document {
-            server: config.server,
-            sampler: config.sampler,
-            history: config.history,
-            metrics: config.metrics,
-            api: config.api,
-            source,
-            simulator,
-            nvml: config.nvml,
-            probe: config.probe,
-            log: config.log,
-            alerts: config.alerts,
-            notify: config.notify,
-            ingest: config.ingest,
-            kubernetes: config.kubernetes,
-        }
-    }
-}
-
 section! {
     /// `[kubernetes]`: pod attribution from the kubelet and the container
     /// runtime (CRI), over their unix sockets.
@@ -533,25 +514,4 @@ section! {
         /// pod containers (runtime) and GPU allocations (kubelet) kept at most; answers are decoded up to 8 KiB per entry
         max_containers "max_containers": NonZeroUsize = non_zero(1024), Int(1, 100_000);
     }
-}
-
-/// Every section's keys, in rendering order.
-pub(super) fn catalogue() -> Vec<KeySpec> {
-    [
-        ServerConfig::KEYS,
-        SamplerConfig::KEYS,
-        HistoryConfig::KEYS,
-        MetricsConfig::KEYS,
-        ApiConfig::KEYS,
-        SourceKeys::KEYS,
-        SimulatorKeys::KEYS,
-        NvmlConfig::KEYS,
-        ProbeConfig::KEYS,
-        LogConfig::KEYS,
-        AlertsConfig::KEYS,
-        NotifyConfig::KEYS,
-        IngestConfig::KEYS,
-        KubernetesConfig::KEYS,
-    ]
-    .concat()
 }

@@ -16,7 +16,7 @@ pub use oom::{OomCause, OomEvent};
 pub use probe::{
     HeadroomSearch, HeadroomStop, ProbeFailure, ProbeFailureKind, ProbeReading, ProbeSkipReason,
 };
-pub use rules::{Direction, RuleId, RuleSpec, RuleUnit, Severity};
+pub use rules::{Direction, RuleId, RuleSettings, RuleSpec, RuleUnit, Severity};
 pub use scenario::{ScenarioKind, UnknownScenario};
 
 use std::time::Duration;

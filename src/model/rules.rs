@@ -123,6 +123,34 @@ pub struct RuleSpec {
     pub severity: Severity,
 }
 
+/// What every rule has, `[alerts.<rule>]`: the settings the alert rules
+/// judge with.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RuleSettings {
+    pub enabled: bool,
+    /// Fires when the value crosses it (unit per rule).
+    pub threshold: f64,
+    /// Resolves only when the value is back past this (hysteresis).
+    pub clear: f64,
+    /// `for`: how long the condition must hold before firing.
+    pub for_duration: Duration,
+    pub severity: Severity,
+}
+
+impl RuleSettings {
+    /// A rule with its defaults from the rule table, enabled.
+    pub fn of(id: RuleId) -> Self {
+        let spec = id.spec();
+        Self {
+            enabled: true,
+            threshold: spec.threshold,
+            clear: spec.clear,
+            for_duration: spec.for_duration,
+            severity: spec.severity,
+        }
+    }
+}
+
 const GIB: f64 = (1u64 << 30) as f64;
 
 const fn spec(

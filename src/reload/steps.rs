@@ -13,7 +13,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
-use crate::alerts::notify;
+use crate::alerts::notify::{self, NotifySettings};
 use crate::alerts::runner::RunnerSettings;
 use crate::analysis::analyzer::AnalysisSettings;
 use crate::config::{AlertsConfig, NotifyConfig};
@@ -52,6 +52,7 @@ pub struct PipelineStep(Arc<Pipeline>);
 struct Pipeline {
     settings: watch::Sender<Arc<RunnerSettings>>,
     analysis: fn(&AlertsConfig) -> AnalysisSettings,
+    notify: fn(&NotifyConfig) -> NotifySettings,
     /// Stops the running notifiers' workers.
     notifiers: Mutex<CancellationToken>,
     /// The daemon's: new notifiers stop with it.
@@ -65,10 +66,11 @@ struct Pipeline {
 impl PipelineStep {
     /// `settings` feeds the runner; `notifiers` stops the notifiers running
     /// now (a child of `shutdown`); `analysis` derives the analysis settings
-    /// from `[alerts]`.
+    /// from `[alerts]`, `notify` the notifiers' from `[notify]`.
     pub fn new(
         settings: watch::Sender<Arc<RunnerSettings>>,
         analysis: fn(&AlertsConfig) -> AnalysisSettings,
+        notify: fn(&NotifyConfig) -> NotifySettings,
         notifiers: CancellationToken,
         shutdown: CancellationToken,
         telemetry: Arc<Telemetry>,
@@ -77,6 +79,7 @@ impl PipelineStep {
         Self(Arc::new(Pipeline {
             settings,
             analysis,
+            notify,
             notifiers: Mutex::new(notifiers),
             shutdown,
             telemetry,
@@ -102,28 +105,29 @@ impl ReloadStep for PipelineStep {
         if running.alerts == next.alerts && running.notify == next.notify {
             return Ok(None);
         }
+        let notify_settings = (self.0.notify)(&next.notify);
         let notifiers = if notifiers_changed(&running.notify, &next.notify) {
             // May read the system's CA store: this runs off the runtime.
-            let built = notify::notifiers_from_config(&next.notify, &self.0.default_external_url)
+            let built = notify::build_notifiers(&notify_settings, &self.0.default_external_url)
                 .map_err(|error| error.to_string())?;
             Some(built)
         } else {
             None
         };
         let analysis = (self.0.analysis)(&next.alerts);
-        let (alerts, notify_config) = (next.alerts.clone(), next.notify.clone());
+        let alerts = next.alerts.clone();
         let pipeline = self.0.clone();
         Ok(Some(Box::new(move || {
             let mut settings = RunnerSettings::clone(&pipeline.settings.borrow());
             settings.analysis = analysis;
             settings.alerts = alerts;
-            settings.resend_interval = notify_config.resend_interval;
+            settings.resend_interval = notify_settings.resend_interval;
             if let Some(notifiers) = notifiers {
                 let stop = pipeline.shutdown.child_token();
                 settings.dispatch = (!notifiers.is_empty()).then(|| {
                     notify::spawn(
                         notifiers,
-                        &notify_config,
+                        &notify_settings,
                         pipeline.telemetry.clone(),
                         stop.clone(),
                     )
@@ -186,6 +190,7 @@ mod tests {
         let step = PipelineStep::new(
             sender,
             crate::app::analysis_settings,
+            crate::app::notify_settings,
             first_notifiers.clone(),
             shutdown.clone(),
             Arc::new(Telemetry::new("simulator").unwrap()),

@@ -13,10 +13,9 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::alerts::{Alert, AlertState};
-use crate::config::NotifyConfig;
 
 use super::http::HttpClient;
-use super::{BoxFuture, Notifier, NotifyError};
+use super::{BoxFuture, Notifier, NotifyError, NotifySettings};
 
 /// How many resend intervals a firing alert stays active in Alertmanager
 /// without being re-sent.
@@ -39,7 +38,7 @@ impl AlertmanagerNotifier {
     /// [`with_instance`](Self::with_instance).
     pub fn new(
         base_url: &str,
-        config: &NotifyConfig,
+        config: &NotifySettings,
         external_url: &str,
     ) -> Result<Self, NotifyError> {
         let url = format!("{}/api/v2/alerts", base_url.trim_end_matches('/'));

@@ -20,10 +20,9 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use crate::alerts::{Alert, AlertState, Transition};
-use crate::config::NotifyConfig;
 use crate::telemetry::{NotificationOutcome, Telemetry};
 
-use super::Notifier;
+use super::{Notifier, NotifySettings};
 
 /// First wait before a retry; doubles on each further failure.
 const INITIAL_BACKOFF: Duration = Duration::from_millis(100);
@@ -69,7 +68,7 @@ impl Lane {
 /// Must be called from within a tokio runtime (it spawns the workers).
 pub fn spawn(
     notifiers: Vec<Arc<dyn Notifier>>,
-    config: &NotifyConfig,
+    config: &NotifySettings,
     telemetry: Arc<Telemetry>,
     cancel: CancellationToken,
 ) -> DispatchHandle {

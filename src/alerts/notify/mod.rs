@@ -5,8 +5,9 @@
 //! tests), the shared HTTP client, and the dispatcher that queues, batches,
 //! retries and counts deliveries — one bounded queue and one worker task per
 //! notifier, so a slow receiver delays only its own deliveries and never the
-//! alert engine. Depends on: `alerts::model`, `config::NotifyConfig`,
-//! `telemetry`, `model::Timestamp`.
+//! alert engine. Depends on: `alerts::model`, `telemetry`,
+//! `model::Timestamp`; never on `config` (the wiring builds
+//! [`NotifySettings`]).
 
 mod alertmanager;
 mod dispatch;
@@ -19,11 +20,10 @@ mod recording_tests;
 mod tests;
 
 use std::future::Future;
+use std::num::NonZeroUsize;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
-
-use crate::config::NotifyConfig;
 
 use super::Alert;
 
@@ -65,13 +65,33 @@ pub enum NotifyError {
     Status { url: String, status: u16, body: String },
 }
 
+/// Where and how alert state changes are delivered: `[notify]`, as the
+/// wiring builds it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct NotifySettings {
+    pub alertmanager_url: Option<String>,
+    pub webhook_url: Option<String>,
+    /// State changes waiting per notifier; beyond it the oldest are dropped.
+    pub queue_capacity: NonZeroUsize,
+    /// Deadline of one delivery request.
+    pub timeout: Duration,
+    /// How often firing alerts are sent again.
+    pub resend_interval: Duration,
+    /// Attempts after a failed delivery.
+    pub max_retries: u32,
+    /// Longest wait between delivery attempts.
+    pub retry_backoff_max: Duration,
+    /// Base of Alertmanager `generatorURL` links, when not the default.
+    pub external_url: Option<String>,
+}
+
 /// Builds the notifiers `config` asks for: Alertmanager when
 /// `notify.alertmanager_url` is set, the webhook when `notify.webhook_url`
 /// is. `default_external_url` (normally `http://<server.listen>`) is the
 /// base of Alertmanager `generatorURL` links unless `notify.external_url`
 /// is set; the `instance` label is this host's name.
-pub fn notifiers_from_config(
-    config: &NotifyConfig,
+pub fn build_notifiers(
+    config: &NotifySettings,
     default_external_url: &str,
 ) -> Result<Vec<Arc<dyn Notifier>>, NotifyError> {
     let mut notifiers: Vec<Arc<dyn Notifier>> = Vec::new();

@@ -5,10 +5,9 @@
 use serde::Serialize;
 
 use crate::alerts::Alert;
-use crate::config::NotifyConfig;
 
 use super::http::HttpClient;
-use super::{BoxFuture, Notifier, NotifyError};
+use super::{BoxFuture, Notifier, NotifyError, NotifySettings};
 
 /// The webhook document's format version; bumped on incompatible changes.
 pub const WEBHOOK_VERSION: &str = "1";
@@ -20,7 +19,7 @@ pub struct WebhookNotifier {
 
 impl WebhookNotifier {
     /// Posts to `url` with `config.timeout` per request.
-    pub fn new(url: &str, config: &NotifyConfig) -> Result<Self, NotifyError> {
+    pub fn new(url: &str, config: &NotifySettings) -> Result<Self, NotifyError> {
         Ok(Self { client: HttpClient::new(url, config.timeout)? })
     }
 

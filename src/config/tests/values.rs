@@ -5,10 +5,10 @@ use std::time::Duration;
 
 use super::{assert_error, isolated, load_env, load_file};
 use crate::config::{
-    AlertsConfig, ByteSize, ConfigError, NotifyConfig, NvmlConfig, Origin, ProbeConfig, RuleConfig,
+    AlertsConfig, ByteSize, ConfigError, NotifyConfig, NvmlConfig, Origin, ProbeConfig,
     RulesConfig, default_alerts, defaults, load,
 };
-use crate::model::Severity;
+use crate::model::{RuleSettings, Severity};
 
 #[test]
 fn config_nvml_defaults() {
@@ -24,8 +24,8 @@ fn config_nvml_defaults() {
     assert_eq!(load(&isolated()).unwrap().nvml, expected);
 }
 
-fn rule(threshold: f64, clear: f64, for_secs: u64, severity: Severity) -> RuleConfig {
-    RuleConfig {
+fn rule(threshold: f64, clear: f64, for_secs: u64, severity: Severity) -> RuleSettings {
+    RuleSettings {
         enabled: true,
         threshold,
         clear,

@@ -1,0 +1,247 @@
+//! Wiring, the settings: each component's own settings, built from the
+//! configuration; the only place that knows defaults and sizing.
+//!
+//! Part of `app`, the one module that knows the concrete types.
+
+use std::sync::Arc;
+
+use tokio_util::sync::CancellationToken;
+
+use super::AppError;
+use crate::alerts::AlertState;
+use crate::alerts::board::AlertBoard;
+use crate::alerts::notify::NotifySettings;
+use crate::analysis::analyzer::AnalysisSettings;
+use crate::analysis::leak::LeakParams;
+use crate::analysis::pressure::PressureThresholds;
+use crate::analyze::AnalyzeSettings;
+use crate::api;
+use crate::config::{AlertsConfig, Config, NotifyConfig, SourceSelection};
+use crate::history::Sizing;
+use crate::ingest::{ReportLimits, ReportStore, StoreLimits};
+use crate::kubernetes::{self, AttributionBoard, KubernetesSettings};
+use crate::model::{DeviceInfo, RuleId, SlowReading};
+use crate::sampler::probe::{ProbeGate, ProbeSettings};
+use crate::sampler::{self, SamplerSettings};
+use crate::source::probe::ProbeRequest;
+use crate::telemetry::Telemetry;
+
+/// The ingest bearer token, trimmed: reads `ingest.token_file`, refusing a
+/// missing, unreadable, empty or oversized one. Blocking: `run` calls it off
+/// the runtime before anything is built or bound; `check-config` calls it
+/// too.
+pub fn read_token_file(config: &Config) -> Result<Option<String>, AppError> {
+    /// A bearer token is a line; anything larger is not one.
+    const MAX_TOKEN_FILE_BYTES: u64 = 4 * 1024;
+    let Some(path) = &config.ingest.token_file else { return Ok(None) };
+    let failed =
+        |reason: String| AppError::Token { reason: format!("{}: {reason}", path.display()) };
+    let mut text = String::new();
+    std::fs::File::open(path)
+        .and_then(|file| {
+            std::io::Read::read_to_string(
+                &mut std::io::Read::take(file, MAX_TOKEN_FILE_BYTES + 1),
+                &mut text,
+            )
+        })
+        .map_err(|error| failed(error.to_string()))?;
+    if text.len() as u64 > MAX_TOKEN_FILE_BYTES {
+        return Err(failed(format!("larger than {MAX_TOKEN_FILE_BYTES} bytes; not a token")));
+    }
+    match text.trim() {
+        "" => Err(failed("the token file is empty".into())),
+        token => Ok(Some(token.to_owned())),
+    }
+}
+
+pub(super) async fn read_token(config: &Config) -> Result<Option<String>, AppError> {
+    let config = config.clone();
+    tokio::task::spawn_blocking(move || read_token_file(&config))
+        .await
+        .map_err(|error| AppError::Startup(error.to_string()))?
+}
+
+/// The sampler settings the configuration implies.
+pub fn sampler_settings(config: &Config) -> SamplerSettings {
+    SamplerSettings {
+        fast_interval: config.sampler.fast_interval,
+        slow_interval: config.sampler.slow_interval,
+        call_timeout: config.sampler.call_timeout,
+        discovery_timeout: match config.source.selection {
+            SourceSelection::Driver => config.nvml.init_timeout,
+            _ => config.sampler.call_timeout,
+        },
+        max_processes_per_device: config.sampler.max_processes_per_device.get(),
+        max_devices: config.sampler.max_devices.get(),
+        discovery_retry_max: config.sampler.discovery_retry_max,
+        speed: match config.source.selection {
+            SourceSelection::Driver => 1.0,
+            _ => config.source.speed,
+        },
+    }
+}
+
+/// The probe scheduler's settings the configuration implies.
+pub fn probe_settings(config: &Config) -> ProbeSettings {
+    let probe = &config.probe;
+    ProbeSettings {
+        interval: probe.interval,
+        max_backoff: probe.max_backoff,
+        speed: sampler_settings(config).speed,
+        min_free_bytes: probe.min_free_bytes.get(),
+        request: ProbeRequest {
+            block_bytes: probe.block_bytes.get(),
+            samples: probe.samples,
+            margin_bytes: probe.margin_bytes.get(),
+            headroom_time_budget: probe.headroom.then_some(probe.headroom_time_budget),
+            timeout: probe.timeout,
+            cuda_library: probe.cuda_library.clone(),
+            nvml_library: config.nvml.library_path.clone(),
+        },
+    }
+}
+
+/// Probing is unsafe while the workload on a device is already short of
+/// memory: its allocator is raising OOMs or flushing its cache to retry.
+pub(super) struct AlertGate(pub(super) Arc<AlertBoard>);
+
+impl ProbeGate for AlertGate {
+    fn unsafe_alert_firing(&self, uuid: &str) -> bool {
+        self.0.alerts().iter().any(|alert| {
+            alert.state == AlertState::Firing
+                && alert.key.uuid == uuid
+                && matches!(
+                    RuleId::from_name(&alert.key.rule),
+                    Some(RuleId::AllocatorOom | RuleId::AllocatorRetries)
+                )
+        })
+    }
+}
+
+/// The notifiers' settings: `[notify]` as written.
+pub fn notify_settings(notify: &NotifyConfig) -> NotifySettings {
+    NotifySettings {
+        alertmanager_url: notify.alertmanager_url.clone(),
+        webhook_url: notify.webhook_url.clone(),
+        queue_capacity: notify.queue_capacity,
+        timeout: notify.timeout,
+        resend_interval: notify.resend_interval,
+        max_retries: notify.max_retries,
+        retry_backoff_max: notify.retry_backoff_max,
+        external_url: notify.external_url.clone(),
+    }
+}
+
+/// Ring sizes: the fast tier covers `history.retention`; the slow tier
+/// (process lists) only what the alert rules read, when that is shorter.
+pub fn history_sizing(config: &Config) -> Sizing {
+    let sizing = Sizing::for_retention(
+        config.history.retention,
+        config.sampler.fast_interval,
+        config.sampler.slow_interval,
+        config.metrics.peak_window,
+    )
+    .with_slow_retention(config.alerts.rules.slow_history_needed(), config.sampler.slow_interval);
+    Sizing { oom_events: config.ingest.max_oom_events.get(), ..sizing }
+}
+
+/// The analysis windows and thresholds: those the alert rules judge with.
+pub fn analysis_settings(alerts: &AlertsConfig) -> AnalysisSettings {
+    let rules = &alerts.rules;
+    let leak = rules.leak_suspected.enabled.then(|| {
+        let params = LeakParams {
+            min_slope_bytes_per_second: rules.leak_suspected.threshold,
+            hold_slope_bytes_per_second: rules.leak_suspected.clear,
+            shortest_window: alerts.leak_shortest_window.min(rules.leak_window),
+            warmup: alerts.leak_warmup,
+            ..LeakParams::for_window(rules.leak_window)
+        };
+        (rules.leak_window, params)
+    });
+    AnalysisSettings {
+        trend_window: alerts.trend_window,
+        exhaustion_min_fit: rules.exhaustion_min_fit,
+        retries_window: rules.retries_window,
+        oom_window: rules.oom_window,
+        xid_window: rules.xid_window,
+        leak,
+        probe_stale_after: rules.probe_stale_after,
+        pressure: PressureThresholds::default(),
+        forecast: crate::analysis::trend::ForecastParams {
+            min_span: alerts.forecast_min_span,
+            ..Default::default()
+        },
+        leak_check_interval: alerts.leak_check_interval,
+        trend_check_interval: alerts.trend_check_interval,
+        max_xid_history: alerts.max_xid_history.get(),
+    }
+}
+
+/// `vramd analyze`'s settings: the daemon's history sizing, sampling
+/// intervals, analysis and rules, so the timeline is the daemon's.
+pub fn analyze_settings(config: &Config) -> AnalyzeSettings {
+    AnalyzeSettings {
+        sizing: history_sizing(config),
+        fast_interval: config.sampler.fast_interval,
+        slow_interval: config.sampler.slow_interval,
+        analysis: analysis_settings(&config.alerts),
+        alerts: config.alerts.clone(),
+    }
+}
+
+/// `[kubernetes]` as the attribution poller reads it.
+pub fn kubernetes_settings(config: &Config) -> KubernetesSettings {
+    let kubernetes = &config.kubernetes;
+    KubernetesSettings {
+        pod_resources_socket: kubernetes.pod_resources_socket.clone(),
+        runtime_socket: kubernetes.runtime_socket.clone(),
+        refresh_interval: kubernetes.refresh_interval,
+        call_timeout: kubernetes.call_timeout,
+        max_containers: kubernetes.max_containers.get(),
+    }
+}
+
+/// Starts the Kubernetes attribution poller when `kubernetes.enabled`, and
+/// returns the join the sampler applies to every slow reading.
+pub(super) fn start_kubernetes(
+    config: &Config,
+    telemetry: &Arc<Telemetry>,
+    cancel: &CancellationToken,
+) -> Result<Option<sampler::Attribute>, AppError> {
+    if !config.kubernetes.enabled {
+        return Ok(None);
+    }
+    telemetry.watch_kubernetes(&[kubernetes::API_POD_RESOURCES, kubernetes::API_RUNTIME])?;
+    let board = Arc::new(AttributionBoard::default());
+    tokio::spawn(kubernetes::run(
+        kubernetes_settings(config),
+        board.clone(),
+        telemetry.clone(),
+        cancel.clone(),
+    ));
+    Ok(Some(Arc::new(move |info: &DeviceInfo, reading: &mut SlowReading| {
+        board.join(info, reading)
+    })))
+}
+
+/// The allocator report intake: its store, document bounds and token.
+pub fn report_intake(config: &Config, token: Option<String>) -> api::reports::Ingest {
+    let ingest = &config.ingest;
+    api::reports::Ingest {
+        store: Arc::new(ReportStore::new(StoreLimits {
+            ttl: ingest.ttl,
+            rate_limit_per_second: ingest.rate_limit_per_second.get(),
+            max_reporters: ingest.max_reporters.get(),
+        })),
+        limits: ReportLimits {
+            max_devices: ingest.max_devices.get(),
+            max_stats: ingest.max_stats.get(),
+        },
+        oom: crate::ingest::OomIntake::new(
+            ingest.rate_limit_per_second.get(),
+            ingest.max_reporters.get(),
+        ),
+        oom_hook: None,
+        token,
+    }
+}

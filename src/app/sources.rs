@@ -1,0 +1,247 @@
+//! Wiring, the device source: builds the source the configuration names
+//! (driver, simulator or replayed trace, optionally recorded) with what
+//! comes with it: simulated allocator reports and replayed OOM events.
+//!
+//! Part of `app`, the one module that knows the concrete types.
+
+use std::sync::Arc;
+
+use tokio_util::sync::CancellationToken;
+use tracing::warn;
+
+use super::AppError;
+use crate::api::reports::OomHook;
+use crate::clock::{ScaledClock, wall_now};
+use crate::config::{Config, SourceSelection};
+use crate::history::HistoryStore;
+use crate::ingest::{ReportLimits, ReportStore};
+use crate::model::OomEvent;
+use crate::source::DeviceSource;
+use crate::source::cuda::ChildProber;
+use crate::source::nvml::{NvmlSettings, NvmlSource};
+use crate::source::probe::Prober;
+use crate::source::simulator::{Simulator, SimulatorSpec};
+use crate::source::trace::{RecordHealth, RecordOptions, Recorder, Replay};
+
+/// A device source, and for a simulated host the simulator whose PyTorch
+/// processes report their allocator statistics like real workloads.
+pub struct BuiltSource {
+    pub source: Arc<dyn DeviceSource>,
+    pub reporting_simulator: Option<Simulator>,
+    /// What answers the CUDA probe: a child process for the real driver,
+    /// the simulator for a simulated host, nothing for a replayed trace.
+    pub prober: Option<Arc<dyn Prober>>,
+    /// How the recording goes, when `source.record` is set.
+    pub record_health: Option<Arc<RecordHealth>>,
+    /// Writes an OOM event into the recording, when `source.record` is set.
+    pub oom_recorder: Option<OomHook>,
+    /// A replayed trace's OOM events (device index, event), in file order.
+    pub replayed_ooms: Vec<(u32, OomEvent)>,
+}
+
+/// Builds the device source the configuration selects, wrapped in a
+/// recorder when `source.record` is set. Reads files: call off the runtime.
+/// `reports`, when given, is joined onto slow readings before they are
+/// recorded (see [`Recorder::joining`]).
+pub fn build_source(
+    config: &Config,
+    reports: Option<Arc<ReportStore>>,
+) -> Result<BuiltSource, AppError> {
+    let BuiltSource { source, reporting_simulator, prober, replayed_ooms, .. } =
+        match &config.source.selection {
+            SourceSelection::Driver => BuiltSource {
+                source: Arc::new(NvmlSource::new(NvmlSettings {
+                    library_path: config.nvml.library_path.clone(),
+                    pcie_throughput: config.nvml.pcie_throughput,
+                    max_cmdline_bytes: config.nvml.max_cmdline_bytes.as_usize(),
+                    xid_events: config.nvml.xid_events,
+                    max_processes: config.sampler.max_processes_per_device.get(),
+                    ..NvmlSettings::default()
+                })),
+                reporting_simulator: None,
+                prober: Some(Arc::new(ChildProber::current_binary())),
+                record_health: None,
+                oom_recorder: None,
+                replayed_ooms: Vec::new(),
+            },
+            SourceSelection::Simulate(simulator) => {
+                let clock = ScaledClock::starting_at(wall_now(), config.source.speed);
+                let origin = clock.origin();
+                let spec = SimulatorSpec {
+                    scenario: simulator.scenario,
+                    gpus: simulator.gpus,
+                    seed: simulator.seed,
+                };
+                let container_ids = simulator.container_ids;
+                let mut simulator =
+                    Simulator::with_origin(spec, clock, origin)?.reporting_allocator();
+                if container_ids {
+                    simulator = simulator.with_container_ids();
+                }
+                BuiltSource {
+                    source: Arc::new(simulator.clone()),
+                    prober: Some(Arc::new(simulator.clone())),
+                    reporting_simulator: Some(simulator),
+                    record_health: None,
+                    oom_recorder: None,
+                    replayed_ooms: Vec::new(),
+                }
+            }
+            SourceSelection::Replay { path } => {
+                let replay = Arc::new(
+                    Replay::open_bounded(
+                        path,
+                        config.source.max_trace_line_bytes.as_usize(),
+                        config.source.max_trace_bytes.get(),
+                    )
+                    .map_err(AppError::Replay)?,
+                );
+                // A trace recorded with the probe on answers it again.
+                let prober = replay.has_probe_records().then(|| replay.clone() as Arc<dyn Prober>);
+                BuiltSource {
+                    replayed_ooms: replay.oom_events(),
+                    source: replay,
+                    reporting_simulator: None,
+                    prober,
+                    record_health: None,
+                    oom_recorder: None,
+                }
+            }
+        };
+    let prober = prober.filter(|_| config.probe.enabled);
+    let Some(path) = &config.source.record else {
+        return Ok(BuiltSource {
+            source,
+            reporting_simulator,
+            prober,
+            record_health: None,
+            oom_recorder: None,
+            replayed_ooms,
+        });
+    };
+    let options = RecordOptions {
+        mode: config.source.record_mode,
+        keep: config.source.record_keep.get(),
+        protect: match &config.source.selection {
+            SourceSelection::Replay { path } => Some(path.clone()),
+            _ => None,
+        },
+    };
+    let mut recorder = Recorder::create(source, path, &options).map_err(AppError::Record)?;
+    if let Some(reports) = reports {
+        // Joined before recording, so the trace keeps the allocator evidence
+        // the analysis judged; `run` then leaves the sampler's join out.
+        recorder = recorder.joining(Box::new(move |uuid, reading| reports.attach(uuid, reading)));
+    }
+    let record_health = Some(recorder.health());
+    // The recorder also answers the probe, through the prober, so that each
+    // outcome is written to the trace.
+    let (source, prober, oom_recorder): (Arc<dyn DeviceSource>, Option<Arc<dyn Prober>>, OomHook) =
+        match prober {
+            Some(prober) => {
+                let recorder = Arc::new(recorder.with_prober(prober));
+                let writer = recorder.clone();
+                let oom: OomHook = Arc::new(move |device, event| writer.record_oom(device, event));
+                (recorder.clone(), Some(recorder), oom)
+            }
+            None => {
+                let recorder = Arc::new(recorder);
+                let writer = recorder.clone();
+                let oom: OomHook = Arc::new(move |device, event| writer.record_oom(device, event));
+                (recorder, None, oom)
+            }
+        };
+    Ok(BuiltSource {
+        source,
+        reporting_simulator,
+        prober,
+        record_health,
+        oom_recorder: Some(oom_recorder),
+        replayed_ooms,
+    })
+}
+
+/// Stores a replayed trace's OOM events as the replay reaches them: each
+/// once its device's replayed samples are as new as the time the event was
+/// judged by when recorded, so the analysis sees it when the recording did.
+pub(super) async fn replay_oom_events(
+    store: Arc<HistoryStore>,
+    events: Vec<(u32, OomEvent)>,
+    period: std::time::Duration,
+    cancel: CancellationToken,
+) {
+    let mut pending = std::collections::VecDeque::from(events);
+    let mut ticker = tokio::time::interval(period.max(std::time::Duration::from_millis(10)));
+    while !pending.is_empty() {
+        tokio::select! {
+            () = cancel.cancelled() => return,
+            _ = ticker.tick() => {}
+        }
+        while let Some((index, event)) = pending.front() {
+            let devices = store.devices();
+            let Some(device) = devices.iter().find(|device| device.info().index == *index) else {
+                // Not listed (yet): the sampler lists the trace's devices
+                // first, so this waits for discovery.
+                break;
+            };
+            if device.newest_at().is_none_or(|newest| newest < event.received_at) {
+                break;
+            }
+            device.record_oom(event.clone());
+            pending.pop_front();
+        }
+    }
+}
+
+/// Posts the simulated processes' allocator reports through the same
+/// validation and store as real ones, about once per slow-tier interval of
+/// source time (at most 5 per real second, within the default rate limit).
+pub(super) fn post_simulated_reports(
+    simulator: &Simulator,
+    reports: &ReportStore,
+    limits: &ReportLimits,
+) {
+    for document in simulator.report_documents() {
+        let body = document.to_string();
+        match crate::ingest::report::parse(body.as_bytes(), limits) {
+            Ok(report) => {
+                // Over the rate limit only means the previous one stays.
+                let _ = reports.accept(report, tokio::time::Instant::now());
+            }
+            Err(error) => warn!(error = %error, "a simulated allocator report was refused"),
+        }
+    }
+}
+
+pub(super) async fn simulated_reports(
+    simulator: Simulator,
+    reports: Arc<ReportStore>,
+    limits: ReportLimits,
+    period: std::time::Duration,
+    cancel: CancellationToken,
+) {
+    let mut ticker = tokio::time::interval(period);
+    loop {
+        tokio::select! {
+            () = cancel.cancelled() => return,
+            _ = ticker.tick() => post_simulated_reports(&simulator, &reports, &limits),
+        }
+    }
+}
+
+/// Fails unless the source lists at least one device within `deadline`.
+pub(super) async fn require_devices(
+    source: &Arc<dyn DeviceSource>,
+    deadline: std::time::Duration,
+) -> Result<(), AppError> {
+    let probe = source.clone();
+    let listing = tokio::task::spawn_blocking(move || probe.devices());
+    let reason = match tokio::time::timeout(deadline, listing).await {
+        Ok(Ok(Ok(devices))) if !devices.is_empty() => return Ok(()),
+        Ok(Ok(Ok(_))) => "NVML lists no GPUs".to_owned(),
+        Ok(Ok(Err(error))) => error.to_string(),
+        Ok(Err(error)) => format!("listing devices failed: {error}"),
+        Err(_) => format!("NVML did not answer within nvml.init_timeout ({deadline:?})"),
+    };
+    Err(AppError::GpuRequired { reason })
+}
