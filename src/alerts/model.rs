@@ -3,6 +3,7 @@
 //! notifiers.
 
 use serde::{Deserialize, Serialize};
+use strum::{EnumString, IntoStaticStr};
 
 pub use crate::model::Severity;
 use crate::model::Timestamp;
@@ -10,6 +11,8 @@ use crate::model::Timestamp;
 /// Where an alert is in its life: inactive alerts are not kept at all.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
+#[derive(IntoStaticStr, EnumString)]
+#[strum(serialize_all = "lowercase")]
 pub enum AlertState {
     /// The condition holds, but not yet for the rule's `for` duration.
     Pending,
@@ -21,11 +24,7 @@ pub enum AlertState {
 
 impl AlertState {
     pub fn as_str(self) -> &'static str {
-        match self {
-            AlertState::Pending => "pending",
-            AlertState::Firing => "firing",
-            AlertState::Resolved => "resolved",
-        }
+        self.into()
     }
 }
 

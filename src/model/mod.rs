@@ -22,6 +22,7 @@ pub use scenario::{ScenarioKind, UnknownScenario};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
+use strum::{Display, IntoStaticStr};
 
 /// A point in time, as milliseconds since the Unix epoch.
 ///
@@ -219,6 +220,8 @@ pub struct MigInfo {
 /// What `--record` does when its file already exists (`source.record_mode`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[derive(IntoStaticStr)]
+#[strum(serialize_all = "snake_case")]
 pub enum RecordMode {
     /// Keep it: renamed to `<file>.1` (earlier ones shift up, at most
     /// `source.record_keep` kept), so a restart never loses the last run.
@@ -235,11 +238,7 @@ impl RecordMode {
         [RecordMode::Rotate, RecordMode::Refuse, RecordMode::Overwrite];
 
     pub fn as_str(self) -> &'static str {
-        match self {
-            RecordMode::Rotate => "rotate",
-            RecordMode::Refuse => "refuse",
-            RecordMode::Overwrite => "overwrite",
-        }
+        self.into()
     }
 
     pub fn from_name(name: &str) -> Option<Self> {
@@ -251,6 +250,8 @@ impl RecordMode {
 /// and everything else).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
+#[derive(IntoStaticStr, Display)]
+#[strum(serialize_all = "lowercase")]
 pub enum Tier {
     Fast,
     Slow,
@@ -260,16 +261,7 @@ impl Tier {
     pub const ALL: [Tier; 2] = [Tier::Fast, Tier::Slow];
 
     pub fn as_str(self) -> &'static str {
-        match self {
-            Tier::Fast => "fast",
-            Tier::Slow => "slow",
-        }
-    }
-}
-
-impl std::fmt::Display for Tier {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
+        self.into()
     }
 }
 
@@ -535,6 +527,8 @@ pub struct RemappedRows {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
+#[derive(IntoStaticStr)]
+#[strum(serialize_all = "snake_case")]
 pub enum ComputeMode {
     Default,
     ExclusiveThread,
@@ -544,12 +538,7 @@ pub enum ComputeMode {
 
 impl ComputeMode {
     pub fn as_str(self) -> &'static str {
-        match self {
-            ComputeMode::Default => "default",
-            ComputeMode::ExclusiveThread => "exclusive_thread",
-            ComputeMode::Prohibited => "prohibited",
-            ComputeMode::ExclusiveProcess => "exclusive_process",
-        }
+        self.into()
     }
 }
 
@@ -657,6 +646,8 @@ impl ProcessDetails {
 /// A process vramd recognises as its own rather than a workload's.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
+#[derive(IntoStaticStr)]
+#[strum(serialize_all = "snake_case")]
 pub enum ProcessRole {
     /// The CUDA probe child (`vramd-probe`), alive for about a second.
     Probe,
@@ -664,15 +655,15 @@ pub enum ProcessRole {
 
 impl ProcessRole {
     pub fn as_str(self) -> &'static str {
-        match self {
-            ProcessRole::Probe => "probe",
-        }
+        self.into()
     }
 }
 
 /// How a process uses the GPU, as NVML lists it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
+#[derive(IntoStaticStr)]
+#[strum(serialize_all = "snake_case")]
 pub enum ProcessKind {
     Compute,
     Graphics,
@@ -684,12 +675,7 @@ pub enum ProcessKind {
 
 impl ProcessKind {
     pub fn as_str(self) -> &'static str {
-        match self {
-            ProcessKind::Compute => "compute",
-            ProcessKind::Graphics => "graphics",
-            ProcessKind::ComputeAndGraphics => "compute_and_graphics",
-            ProcessKind::Mps => "mps",
-        }
+        self.into()
     }
 }
 
@@ -789,6 +775,25 @@ mod tests {
             let error = fast(good, bad).unwrap_err().to_string();
             assert!(error.contains("utilization ratio must be within 0..1"), "{bad}: {error}");
         }
+    }
+
+    #[test]
+    fn label_names_are_the_serde_names() {
+        fn same<T: Serialize>(all: &[T], name: impl Fn(&T) -> &'static str) {
+            for value in all {
+                assert_eq!(serde_json::to_value(value).unwrap(), name(value));
+            }
+        }
+        same(&ErrorKind::ALL, |kind| kind.as_str());
+        same(&RecordMode::ALL, |mode| mode.as_str());
+        same(&Tier::ALL, |tier| tier.as_str());
+        same(&[ComputeMode::ExclusiveThread, ComputeMode::ExclusiveProcess], |mode| mode.as_str());
+        same(&[ProcessKind::ComputeAndGraphics, ProcessKind::Mps], |kind| kind.as_str());
+        same(&[ProcessRole::Probe], |role| role.as_str());
+        same(&[Severity::Info, Severity::Warning, Severity::Critical], |severity| {
+            severity.as_str()
+        });
+        assert_eq!(Tier::Slow.to_string(), "slow");
     }
 
     #[test]

@@ -7,6 +7,7 @@
 //! the API; depends on nothing outside `model`.
 
 use serde::{Deserialize, Serialize};
+use strum::IntoStaticStr;
 
 use super::{AllocatorStats, SnapshotSummary, Timestamp};
 
@@ -61,7 +62,8 @@ pub struct OomEvent {
 }
 
 /// Why an allocation failed, judged from the event's numbers.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, IntoStaticStr)]
+#[strum(serialize_all = "snake_case")]
 pub enum OomCause {
     /// Enough memory was free in total, but no free block was large enough.
     Fragmentation,
@@ -73,11 +75,7 @@ pub enum OomCause {
 
 impl OomCause {
     pub fn as_str(self) -> &'static str {
-        match self {
-            OomCause::Fragmentation => "fragmentation",
-            OomCause::Exhaustion => "exhaustion",
-            OomCause::Unknown => "unknown",
-        }
+        self.into()
     }
 }
 

@@ -82,10 +82,9 @@ pub struct HeadroomSearch {
 }
 
 /// Why the headroom search stopped.
-#[derive(
-    Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema, IntoStaticStr,
-)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
+#[derive(IntoStaticStr)]
 #[strum(serialize_all = "snake_case")]
 pub enum HeadroomStop {
     /// Bounds met within the search's granularity: the answer is exact to
@@ -102,10 +101,9 @@ pub enum HeadroomStop {
 
 /// Why a probe produced no reading, as counted in
 /// `vramd_probe_failures_total{kind}`.
-#[derive(
-    Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema, IntoStaticStr,
-)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
+#[derive(IntoStaticStr)]
 #[strum(serialize_all = "snake_case")]
 pub enum ProbeFailureKind {
     /// `libcuda.so.1` (or `probe.cuda_library`) cannot be loaded.
@@ -176,10 +174,9 @@ impl ProbeFailure {
 
 /// Why the daemon did not probe a device when its turn came, as counted
 /// in `vramd_probe_skipped_total{reason}`.
-#[derive(
-    Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema, IntoStaticStr,
-)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
+#[derive(IntoStaticStr)]
 #[strum(serialize_all = "snake_case")]
 pub enum ProbeSkipReason {
     /// NVML free memory is below `probe.min_free`: a context could push a
