@@ -14,6 +14,7 @@ use crate::model::{AllocatorStats, SnapshotSummary, Timestamp};
 pub const VERSION: u64 = 1;
 
 /// Who sent a report.
+#[serde_with::skip_serializing_none]
 #[derive(
     Clone,
     Debug,
@@ -33,13 +34,10 @@ pub struct Reporter {
     pub pid: u32,
     #[schema(max_length = 253)]
     pub hostname: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(max_length = 253)]
     pub pod: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(max_length = 253)]
     pub namespace: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(max_length = 253)]
     pub container: Option<String>,
 }
