@@ -10,6 +10,7 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use prometheus::core::Collector;
+use strum::IntoStaticStr;
 
 use crate::model::{ErrorKind, Timestamp};
 use prometheus::{
@@ -19,7 +20,8 @@ use prometheus::{
 
 /// What became of an alert notification (one alert in one delivery), the
 /// `outcome` label of `vramd_notifications_total`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, IntoStaticStr)]
+#[strum(serialize_all = "lowercase")]
 pub enum NotificationOutcome {
     /// Accepted by the receiver.
     Sent,
@@ -34,11 +36,7 @@ impl NotificationOutcome {
         [NotificationOutcome::Sent, NotificationOutcome::Failed, NotificationOutcome::Dropped];
 
     pub fn as_str(self) -> &'static str {
-        match self {
-            NotificationOutcome::Sent => "sent",
-            NotificationOutcome::Failed => "failed",
-            NotificationOutcome::Dropped => "dropped",
-        }
+        self.into()
     }
 }
 

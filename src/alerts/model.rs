@@ -3,6 +3,7 @@
 //! notifiers.
 
 use serde::{Deserialize, Serialize};
+use strum::{EnumString, IntoStaticStr};
 
 pub use crate::model::Severity;
 use crate::model::Timestamp;
@@ -10,6 +11,8 @@ use crate::model::Timestamp;
 /// Where an alert is in its life: inactive alerts are not kept at all.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
+#[derive(IntoStaticStr, EnumString)]
+#[strum(serialize_all = "lowercase")]
 pub enum AlertState {
     /// The condition holds, but not yet for the rule's `for` duration.
     Pending,
@@ -21,11 +24,7 @@ pub enum AlertState {
 
 impl AlertState {
     pub fn as_str(self) -> &'static str {
-        match self {
-            AlertState::Pending => "pending",
-            AlertState::Firing => "firing",
-            AlertState::Resolved => "resolved",
-        }
+        self.into()
     }
 }
 
@@ -54,6 +53,7 @@ impl AlertKey {
 }
 
 /// An alert as the API, metrics and notifiers see it.
+#[serde_with::skip_serializing_none]
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Alert {
     pub id: String,
@@ -64,7 +64,6 @@ pub struct Alert {
     /// GPU index (the parent's for a MIG device).
     pub gpu: u32,
     /// Process name, for process alerts.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub process: Option<String>,
     /// The measured value that crossed the threshold (unit in `unit`).
     pub value: f64,
@@ -75,18 +74,10 @@ pub struct Alert {
     #[serde(with = "crate::model::rfc3339")]
     #[schema(value_type = String, format = DateTime, example = "2026-01-01T00:00:00.000Z")]
     pub since: Timestamp,
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        with = "crate::model::rfc3339::option"
-    )]
+    #[serde(default, with = "crate::model::rfc3339::option")]
     #[schema(value_type = Option<String>, format = DateTime)]
     pub firing_since: Option<Timestamp>,
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        with = "crate::model::rfc3339::option"
-    )]
+    #[serde(default, with = "crate::model::rfc3339::option")]
     #[schema(value_type = Option<String>, format = DateTime)]
     pub resolved_at: Option<Timestamp>,
     /// Last evaluation that changed or confirmed it.

@@ -42,15 +42,12 @@ pub struct AlertList {
 }
 
 fn parse_state(text: &str) -> Result<AlertState, ApiError> {
-    match text {
-        "pending" => Ok(AlertState::Pending),
-        "firing" => Ok(AlertState::Firing),
-        "resolved" => Ok(AlertState::Resolved),
-        other => Err(ApiError::bad_request(
+    text.parse().map_err(|_| {
+        ApiError::bad_request(
             "bad_filter",
-            format!("unknown state `{other}`; expected pending, firing or resolved"),
-        )),
-    }
+            format!("unknown state `{text}`; expected pending, firing or resolved"),
+        )
+    })
 }
 
 /// Alerts, optionally filtered.

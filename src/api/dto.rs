@@ -16,17 +16,15 @@ pub struct DeviceList {
     pub devices: Vec<DeviceSummary>,
 }
 
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct DeviceSummary {
     pub index: u32,
     pub uuid: String,
     pub name: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub pci_bus_id: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub driver_version: Option<String>,
     /// For a MIG device: its parent GPU, slot and profile.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub mig: Option<MigInfo>,
     /// The device answered its latest memory read.
     pub up: bool,
@@ -34,36 +32,29 @@ pub struct DeviceSummary {
     #[serde(skip_serializing_if = "Option::is_none", with = "crate::model::rfc3339::option")]
     #[schema(value_type = Option<String>)]
     pub at: Option<Timestamp>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub memory: Option<MemoryDto>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub gpu_utilization_ratio: Option<f64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub memory_bandwidth_utilization_ratio: Option<f64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub process_count: Option<usize>,
     /// Failures of the latest reads, by tier.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub failures: Vec<FailureDto>,
     /// The CUDA driver probe; absent when the device is not probed
     /// (probe.enabled off, or a replayed trace).
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub probe: Option<ProbeDto>,
 }
 
 /// What the CUDA driver probe says about a device.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct ProbeDto {
     /// The latest successful probe; kept after later failures (its `at`
     /// says how old it is).
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub latest: Option<ProbeReading>,
     /// NVML free minus CUDA free at that probe; may be negative.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub free_difference_bytes: Option<i64>,
     /// How the latest turn ended: succeeded, failed (kind, message) or
     /// skipped (reason).
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub last_attempt: Option<ProbeAttemptDto>,
     /// Probes started (succeeded or failed).
     pub runs: u64,
@@ -109,15 +100,14 @@ pub fn probe(state: &ProbeState) -> Option<ProbeDto> {
     })
 }
 
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct MemoryDto {
     pub total_bytes: u64,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub reserved_bytes: Option<u64>,
     pub used_bytes: u64,
     pub free_bytes: u64,
     /// Largest `used_bytes` within `metrics.peak_window`.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub used_peak_bytes: Option<u64>,
 }
 
@@ -129,36 +119,29 @@ pub struct FailureDto {
     pub consecutive: u32,
 }
 
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct DeviceDetail {
     #[serde(flatten)]
     pub summary: DeviceSummary,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub temperature_celsius: Option<f64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub power_usage_watts: Option<f64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub power_limit_watts: Option<f64>,
     /// Clocks, throttling, ECC, retired pages, remapped rows, modes, Xid
     /// errors: whatever the device reports; absent parts are left out.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub health: Option<SlowDetails>,
     /// Where the memory went (DESIGN.md's accounting model).
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub accounting: Option<DeviceBreakdown>,
     /// Absent when the process list could not be read.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub processes: Option<Vec<ProcessDto>>,
     /// Processes left out by `sampler.max_processes_per_device`.
     pub processes_dropped: usize,
     /// The Kubernetes containers the kubelet allocated this device to
     /// (`kubernetes.enabled`); absent while the kubelet is not asked or does
     /// not answer, empty when no pod holds the device.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub allocations: Option<Vec<PodAllocation>>,
     pub history: HistoryCounts,
     /// The latest analysis: growth, time to exhaustion, pressure, leaks.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub analysis: Option<DeviceAnalysis>,
 }
 
@@ -168,16 +151,13 @@ pub struct HistoryCounts {
     pub slow_samples: usize,
 }
 
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct ProcessDto {
     pub pid: u32,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub used_bytes: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub allocator: Option<AllocatorStats>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub breakdown: Option<ProcessBreakdown>,
     /// Kind of GPU work, command line, container ID, pod UID, namespace
     /// PID, and the Kubernetes pod, namespace and container names.

@@ -31,12 +31,12 @@ pub struct HistoryParams {
     step: Option<String>,
 }
 
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct HistoryResponse {
     gpu: u32,
     uuid: String,
     window_seconds: f64,
-    #[serde(skip_serializing_if = "Option::is_none")]
     step_seconds: Option<f64>,
     /// Start and end of the window; absent while the device has no samples.
     #[serde(skip_serializing_if = "Option::is_none", with = "crate::model::rfc3339::option")]
@@ -46,51 +46,39 @@ pub struct HistoryResponse {
     #[schema(value_type = Option<String>)]
     to: Option<Timestamp>,
     /// Every sample in the window (without `step`).
-    #[serde(skip_serializing_if = "Option::is_none")]
     points: Option<Vec<PointDto>>,
     /// Downsampled buckets (with `step`), each keeping min, max and last.
-    #[serde(skip_serializing_if = "Option::is_none")]
     buckets: Option<Vec<BucketDto>>,
 }
 
 /// One fast-tier sample.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 struct PointDto {
     #[serde(with = "crate::model::rfc3339")]
     #[schema(value_type = String)]
     at: Timestamp,
-    #[serde(skip_serializing_if = "Option::is_none")]
     total_bytes: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     reserved_bytes: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     used_bytes: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     free_bytes: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     gpu_utilization_ratio: Option<f64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     memory_bandwidth_utilization_ratio: Option<f64>,
 }
 
 /// One downsampled bucket `[start, start + step)`.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 struct BucketDto {
     #[serde(with = "crate::model::rfc3339")]
     #[schema(value_type = String)]
     start: Timestamp,
     samples: u32,
-    #[serde(skip_serializing_if = "Option::is_none")]
     total_bytes: Option<Aggregate<u64>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     reserved_bytes: Option<Aggregate<u64>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     used_bytes: Option<Aggregate<u64>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     free_bytes: Option<Aggregate<u64>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     gpu_utilization_ratio: Option<Aggregate<f64>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     memory_bandwidth_utilization_ratio: Option<Aggregate<f64>>,
 }
 

@@ -8,6 +8,8 @@
 
 use std::io::Write;
 
+use strum::IntoStaticStr;
+
 /// Declares a [`Family`] constant: `family!(NAME, "metric_name", Gauge, "Help.")`,
 /// with an optional visibility first.
 macro_rules! family {
@@ -31,7 +33,8 @@ pub struct Family {
     pub kind: Kind,
 }
 
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, IntoStaticStr)]
+#[strum(serialize_all = "lowercase")]
 pub enum Kind {
     Gauge,
     Counter,
@@ -39,10 +42,7 @@ pub enum Kind {
 
 impl Kind {
     fn as_str(self) -> &'static str {
-        match self {
-            Kind::Gauge => "gauge",
-            Kind::Counter => "counter",
-        }
+        self.into()
     }
 }
 

@@ -16,7 +16,10 @@ use tokio::time::Instant;
 
 use crate::model::{OomEvent, ProcessInfo, SnapshotSummary, Timestamp};
 
-use super::report::{ReportError, Reporter, checked_stats, versioned_document};
+use super::report::{
+    ReportError, Reporter, check_exact, check_snapshot, check_uuid, check_within_device,
+    checked_stats, versioned_document,
+};
 
 /// Longest snapshot path accepted (Linux `PATH_MAX`).
 pub const MAX_PATH_BYTES: usize = 4096;
@@ -106,45 +109,17 @@ pub fn parse(body: &[u8], max_stats: usize) -> Result<OomEvent, ReportError> {
         )));
     }
     let uuid = raw.uuid;
-    if !(uuid.starts_with("GPU-") || uuid.starts_with("MIG-")) || uuid.len() > 96 {
-        return Err(ReportError::BadUuid(uuid));
-    }
-    if raw.memory_stats.len() > max_stats {
-        return Err(ReportError::TooManyStats {
-            uuid,
-            count: raw.memory_stats.len(),
-            max: max_stats,
-        });
-    }
-    let stats = checked_stats(&uuid, &raw.memory_stats)?;
-    let sizes = [
-        ("requested_bytes", Some(raw.requested_bytes)),
-        ("device_free_bytes", raw.device_free_bytes),
-        ("largest_free_block_bytes", raw.largest_free_block_bytes),
-        ("snapshot.total_bytes", raw.snapshot.map(|snapshot| snapshot.total_bytes)),
-        ("snapshot.segments", raw.snapshot.map(|snapshot| snapshot.segments)),
-    ];
-    for (field, value) in sizes {
-        if let Some(value) = value
-            && value > 1 << 53
-        {
-            return Err(ReportError::OutOfRange {
-                uuid,
-                key: field.into(),
-                value: value.to_string(),
-                reason: "above 2^53, beyond what any allocator counts or a JSON number holds exactly",
-            });
-        }
-    }
-    if let Some(snapshot) = raw.snapshot
-        && (snapshot.allocated_bytes > snapshot.total_bytes
-            || snapshot.largest_free_block_bytes > snapshot.total_bytes)
-    {
-        return Err(ReportError::Inconsistent {
-            uuid,
-            reason: "snapshot allocated or largest free block exceeds its total".into(),
-        });
-    }
+    check_uuid(&uuid)?;
+    let stats = checked_stats(&uuid, &raw.memory_stats, max_stats)?;
+    check_exact(
+        &uuid,
+        [
+            ("requested_bytes", Some(raw.requested_bytes)),
+            ("device_free_bytes", raw.device_free_bytes),
+            ("largest_free_block_bytes", raw.largest_free_block_bytes),
+        ],
+    )?;
+    check_snapshot(&uuid, raw.snapshot)?;
     if raw.requested_bytes == 0 {
         return Err(ReportError::Inconsistent {
             uuid,
@@ -173,25 +148,16 @@ pub fn parse(body: &[u8], max_stats: usize) -> Result<OomEvent, ReportError> {
 /// device not yet read is not checked).
 pub fn check_device_total(event: &OomEvent, total: Option<u64>) -> Result<(), ReportError> {
     let Some(total) = total else { return Ok(()) };
-    let figures = [
-        ("device_free_bytes", event.device_free_bytes),
-        ("largest_free_block_bytes", event.largest_free_block_bytes),
-        ("reserved_bytes.all.current", event.stats.map(|stats| stats.reserved_bytes)),
-        ("snapshot.total_bytes", event.snapshot.map(|snapshot| snapshot.total_bytes)),
-    ];
-    for (field, value) in figures {
-        if let Some(value) = value
-            && value > total
-        {
-            return Err(ReportError::BeyondDevice {
-                uuid: event.uuid.clone(),
-                field,
-                value,
-                total,
-            });
-        }
-    }
-    Ok(())
+    check_within_device(
+        &event.uuid,
+        total,
+        [
+            ("device_free_bytes", event.device_free_bytes),
+            ("largest_free_block_bytes", event.largest_free_block_bytes),
+            ("reserved_bytes.all.current", event.stats.map(|stats| stats.reserved_bytes)),
+            ("snapshot.total_bytes", event.snapshot.map(|snapshot| snapshot.total_bytes)),
+        ],
+    )
 }
 
 /// The host PID of the process that raised `event`: the listed process

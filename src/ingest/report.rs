@@ -14,6 +14,7 @@ use crate::model::{AllocatorStats, SnapshotSummary, Timestamp};
 pub const VERSION: u64 = 1;
 
 /// Who sent a report.
+#[serde_with::skip_serializing_none]
 #[derive(
     Clone,
     Debug,
@@ -33,13 +34,10 @@ pub struct Reporter {
     pub pid: u32,
     #[schema(max_length = 253)]
     pub hostname: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(max_length = 253)]
     pub pod: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(max_length = 253)]
     pub namespace: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(max_length = 253)]
     pub container: Option<String>,
 }
@@ -239,48 +237,12 @@ pub fn parse(body: &[u8], limits: &ReportLimits) -> Result<AllocatorReport, Repo
     }
     let mut devices: Vec<ReportedDevice> = Vec::with_capacity(raw.devices.len());
     for device in raw.devices {
-        if !(device.uuid.starts_with("GPU-") || device.uuid.starts_with("MIG-"))
-            || device.uuid.len() > 96
-        {
-            return Err(ReportError::BadUuid(device.uuid));
-        }
+        check_uuid(&device.uuid)?;
         if devices.iter().any(|seen| seen.uuid == device.uuid) {
             return Err(ReportError::DuplicateDevice(device.uuid));
         }
-        if device.memory_stats.len() > limits.max_stats {
-            return Err(ReportError::TooManyStats {
-                uuid: device.uuid,
-                count: device.memory_stats.len(),
-                max: limits.max_stats,
-            });
-        }
-        let stats = checked_stats(&device.uuid, &device.memory_stats)?;
-        // Allocated and the largest free block are checked against the
-        // total below, so the total and the count bound all four.
-        if let Some(snapshot) = device.snapshot
-            && let Some((field, value)) = [
-                ("snapshot.total_bytes", snapshot.total_bytes),
-                ("snapshot.segments", snapshot.segments),
-            ]
-            .into_iter()
-            .find(|&(_, value)| value > MAX_EXACT_U64)
-        {
-            return Err(ReportError::OutOfRange {
-                uuid: device.uuid,
-                key: field.into(),
-                value: value.to_string(),
-                reason: "above 2^53, beyond what any allocator counts or a JSON number holds exactly",
-            });
-        }
-        if let Some(snapshot) = device.snapshot
-            && (snapshot.allocated_bytes > snapshot.total_bytes
-                || snapshot.largest_free_block_bytes > snapshot.total_bytes)
-        {
-            return Err(ReportError::Inconsistent {
-                uuid: device.uuid,
-                reason: "snapshot allocated or largest free block exceeds its total".into(),
-            });
-        }
+        let stats = checked_stats(&device.uuid, &device.memory_stats, limits.max_stats)?;
+        check_snapshot(&device.uuid, device.snapshot)?;
         // A device the process never allocated on (every visible device of
         // a data-parallel rank is reported) says nothing: not kept.
         if stats.is_none() && device.snapshot.is_none() {
@@ -296,12 +258,90 @@ pub fn parse(body: &[u8], limits: &ReportLimits) -> Result<AllocatorReport, Repo
     Ok(AllocatorReport { reporter: raw.reporter, at, devices })
 }
 
-/// Every `memory_stats` figure checked (finite, non-negative unless it may
-/// be -1, within 2^53), then the keys the accounting reads.
+/// A device UUID as NVML writes it, within a bound.
+pub(super) fn check_uuid(uuid: &str) -> Result<(), ReportError> {
+    if !(uuid.starts_with("GPU-") || uuid.starts_with("MIG-")) || uuid.len() > 96 {
+        return Err(ReportError::BadUuid(uuid.to_owned()));
+    }
+    Ok(())
+}
+
+/// Refuses the first size or count past 2^53 (see [`MAX_EXACT`]).
+pub(super) fn check_exact<'f>(
+    uuid: &str,
+    figures: impl IntoIterator<Item = (&'f str, Option<u64>)>,
+) -> Result<(), ReportError> {
+    let beyond = figures.into_iter().find_map(|(field, value)| {
+        value.filter(|&value| value > MAX_EXACT_U64).map(|value| (field, value))
+    });
+    match beyond {
+        Some((field, value)) => Err(ReportError::OutOfRange {
+            uuid: uuid.to_owned(),
+            key: field.into(),
+            value: value.to_string(),
+            reason: "above 2^53, beyond what any allocator counts or a JSON number holds exactly",
+        }),
+        None => Ok(()),
+    }
+}
+
+/// A snapshot summary's total and count within 2^53, and its parts within
+/// its total (so all four are bounded).
+pub(super) fn check_snapshot(
+    uuid: &str,
+    snapshot: Option<SnapshotSummary>,
+) -> Result<(), ReportError> {
+    let Some(snapshot) = snapshot else { return Ok(()) };
+    check_exact(
+        uuid,
+        [
+            ("snapshot.total_bytes", Some(snapshot.total_bytes)),
+            ("snapshot.segments", Some(snapshot.segments)),
+        ],
+    )?;
+    if snapshot.allocated_bytes > snapshot.total_bytes
+        || snapshot.largest_free_block_bytes > snapshot.total_bytes
+    {
+        return Err(ReportError::Inconsistent {
+            uuid: uuid.to_owned(),
+            reason: "snapshot allocated or largest free block exceeds its total".into(),
+        });
+    }
+    Ok(())
+}
+
+/// Refuses the first figure above the device's total memory.
+pub(super) fn check_within_device(
+    uuid: &str,
+    total: u64,
+    figures: impl IntoIterator<Item = (&'static str, Option<u64>)>,
+) -> Result<(), ReportError> {
+    let beyond = figures.into_iter().find_map(|(field, value)| {
+        value.filter(|&value| value > total).map(|value| (field, value))
+    });
+    match beyond {
+        Some((field, value)) => {
+            Err(ReportError::BeyondDevice { uuid: uuid.to_owned(), field, value, total })
+        }
+        None => Ok(()),
+    }
+}
+
+/// At most `max_stats` keys, every `memory_stats` figure checked (finite,
+/// non-negative unless it may be -1, within 2^53), then the keys the
+/// accounting reads.
 pub(super) fn checked_stats(
     uuid: &str,
     stats: &BTreeMap<String, Value>,
+    max_stats: usize,
 ) -> Result<Option<AllocatorStats>, ReportError> {
+    if stats.len() > max_stats {
+        return Err(ReportError::TooManyStats {
+            uuid: uuid.to_owned(),
+            count: stats.len(),
+            max: max_stats,
+        });
+    }
     for (key, value) in stats {
         // Every figure must be a finite number. Sizes and counts must not
         // be negative; a few settings legitimately are (PyTorch reports
@@ -399,22 +439,14 @@ pub fn check_device_totals(
 ) -> Result<(), ReportError> {
     for device in &report.devices {
         let Some(total) = total_of(&device.uuid) else { continue };
-        let figures = [
-            ("reserved_bytes.all.current", device.stats.map(|stats| stats.reserved_bytes)),
-            ("snapshot.total_bytes", device.snapshot.map(|snapshot| snapshot.total_bytes)),
-        ];
-        for (field, value) in figures {
-            if let Some(value) = value
-                && value > total
-            {
-                return Err(ReportError::BeyondDevice {
-                    uuid: device.uuid.clone(),
-                    field,
-                    value,
-                    total,
-                });
-            }
-        }
+        check_within_device(
+            &device.uuid,
+            total,
+            [
+                ("reserved_bytes.all.current", device.stats.map(|stats| stats.reserved_bytes)),
+                ("snapshot.total_bytes", device.snapshot.map(|snapshot| snapshot.total_bytes)),
+            ],
+        )?;
     }
     Ok(())
 }

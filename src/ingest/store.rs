@@ -39,6 +39,7 @@ struct Entry {
 }
 
 /// What `GET /api/v1/allocator-reports` shows of one device report.
+#[serde_with::skip_serializing_none]
 #[derive(Clone, Debug, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct ReportView {
     pub reporter: Reporter,
@@ -46,12 +47,9 @@ pub struct ReportView {
     pub uuid: String,
     pub index: u32,
     /// The host PID it was joined to; absent while unmatched.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub matched_pid: Option<u32>,
     pub matched: bool,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub stats: Option<crate::model::AllocatorStats>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub snapshot: Option<crate::model::SnapshotSummary>,
 }
 

@@ -5,11 +5,14 @@
 //! Depends on nothing else in the crate.
 
 use serde::{Deserialize, Serialize};
+use strum::IntoStaticStr;
 
 /// One enum rather than strings, so a new kind is pre-created as a metric
 /// series, recorded and shown the same way everywhere or not compile.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[derive(IntoStaticStr)]
+#[strum(serialize_all = "snake_case")]
 pub enum ErrorKind {
     DeviceLost,
     UnknownDevice,
@@ -42,18 +45,7 @@ impl ErrorKind {
 
     /// The label value; the same text as the serde form.
     pub fn as_str(self) -> &'static str {
-        match self {
-            Self::DeviceLost => "device_lost",
-            Self::UnknownDevice => "unknown_device",
-            Self::Unavailable => "unavailable",
-            Self::Driver => "driver",
-            Self::TraceEnded => "trace_ended",
-            Self::Record => "record",
-            Self::Timeout => "timeout",
-            Self::StillRunning => "still_running",
-            Self::Panicked => "panicked",
-            Self::OutOfOrder => "out_of_order",
-        }
+        self.into()
     }
 }
 

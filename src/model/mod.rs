@@ -22,6 +22,7 @@ pub use scenario::{ScenarioKind, UnknownScenario};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
+use strum::{Display, IntoStaticStr};
 
 /// A point in time, as milliseconds since the Unix epoch.
 ///
@@ -172,6 +173,7 @@ fn duration_millis(duration: Duration) -> i64 {
 }
 
 /// Static facts about one monitored device.
+#[serde_with::skip_serializing_none]
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DeviceInfo {
     /// Index as the driver enumerates it (`nvidia-smi -i`).
@@ -179,12 +181,9 @@ pub struct DeviceInfo {
     pub uuid: String,
     /// Marketing name, e.g. `NVIDIA H100 80GB HBM3`.
     pub name: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pci_bus_id: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub driver_version: Option<String>,
     /// Set when this is a MIG device: its parent GPU and profile.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mig: Option<MigInfo>,
 }
 
@@ -197,6 +196,7 @@ impl DeviceInfo {
 }
 
 /// Where a MIG device sits.
+#[serde_with::skip_serializing_none]
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct MigInfo {
@@ -205,20 +205,19 @@ pub struct MigInfo {
     /// Position among the parent's MIG devices.
     pub slot: u32,
     /// GPU-instance profile, e.g. `3g.40gb`, when the name carries it.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub profile: Option<String>,
     /// The GPU instance this MIG device belongs to (`nvidia-smi`'s GI ID);
     /// absent when the driver cannot say.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gpu_instance_id: Option<u32>,
     /// The compute instance within that GPU instance (CI ID).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub compute_instance_id: Option<u32>,
 }
 
 /// What `--record` does when its file already exists (`source.record_mode`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[derive(IntoStaticStr)]
+#[strum(serialize_all = "snake_case")]
 pub enum RecordMode {
     /// Keep it: renamed to `<file>.1` (earlier ones shift up, at most
     /// `source.record_keep` kept), so a restart never loses the last run.
@@ -235,11 +234,7 @@ impl RecordMode {
         [RecordMode::Rotate, RecordMode::Refuse, RecordMode::Overwrite];
 
     pub fn as_str(self) -> &'static str {
-        match self {
-            RecordMode::Rotate => "rotate",
-            RecordMode::Refuse => "refuse",
-            RecordMode::Overwrite => "overwrite",
-        }
+        self.into()
     }
 
     pub fn from_name(name: &str) -> Option<Self> {
@@ -251,6 +246,8 @@ impl RecordMode {
 /// and everything else).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
+#[derive(IntoStaticStr, Display)]
+#[strum(serialize_all = "lowercase")]
 pub enum Tier {
     Fast,
     Slow,
@@ -260,16 +257,7 @@ impl Tier {
     pub const ALL: [Tier; 2] = [Tier::Fast, Tier::Slow];
 
     pub fn as_str(self) -> &'static str {
-        match self {
-            Tier::Fast => "fast",
-            Tier::Slow => "slow",
-        }
-    }
-}
-
-impl std::fmt::Display for Tier {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
+        self.into()
     }
 }
 
@@ -358,18 +346,15 @@ pub struct FastReading {
 }
 
 /// What the slow tier reads: calls that are expensive or take driver locks.
+#[serde_with::skip_serializing_none]
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct SlowReading {
     pub at: Timestamp,
     /// Processes holding memory on the device; `None` when the list could
     /// not be read (an empty list means "read, and nobody is there").
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub processes: Option<Vec<ProcessInfo>>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub temperature_celsius: Option<f64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub power_usage_watts: Option<f64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub power_limit_watts: Option<f64>,
     /// Everything else the slow tier reads (clocks, ECC, modes, …).
     #[serde(default, skip_serializing_if = "SlowDetails::is_empty")]
@@ -377,7 +362,6 @@ pub struct SlowReading {
     /// The Kubernetes containers the kubelet allocated this device to;
     /// `None` when the kubelet was not asked or did not answer (an empty
     /// list: it answered, and no pod holds the device).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub allocations: Option<Vec<PodAllocation>>,
 }
 
@@ -397,41 +381,29 @@ pub struct PodAllocation {
 
 /// Device health and configuration read on the slow tier. Each field is
 /// absent when the device or driver does not report it.
+#[serde_with::skip_serializing_none]
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SlowDetails {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bar1: Option<Bar1Memory>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sm_clock_mhz: Option<u32>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory_clock_mhz: Option<u32>,
     /// NVML clock throttle (event) reason bits currently active; see
     /// [`THROTTLE_REASONS`] for their names.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub throttle_reasons: Option<u64>,
     /// Present only while ECC is enabled on the device.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ecc: Option<EccCounters>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retired_pages: Option<RetiredPages>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub remapped_rows: Option<RemappedRows>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub persistence_mode: Option<bool>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub compute_mode: Option<ComputeMode>,
     /// Current MIG mode.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mig_enabled: Option<bool>,
     /// PCIe throughput; read only when enabled in configuration.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pcie_tx_bytes_per_second: Option<u64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pcie_rx_bytes_per_second: Option<u64>,
     /// Energy used since the driver was last loaded, in millijoules
     /// (monotonic while the driver stays loaded).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub energy_millijoules: Option<u64>,
     /// Performance state, 0 (P0, most performance) to 15 (P15); absent
     /// when the driver reports it unknown.
@@ -445,7 +417,6 @@ pub struct SlowDetails {
     pub decoder_utilization_percent: Option<u32>,
     /// When the latest Xid error of this device arrived (Unix milliseconds,
     /// vramd's clock); absent while none was seen since vramd started.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<i64>)]
     pub last_xid_unix_ms: Option<Timestamp>,
     /// Xid errors seen since vramd started, by code (`"79"`; `"other"` past
@@ -535,6 +506,8 @@ pub struct RemappedRows {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
+#[derive(IntoStaticStr)]
+#[strum(serialize_all = "snake_case")]
 pub enum ComputeMode {
     Default,
     ExclusiveThread,
@@ -544,29 +517,22 @@ pub enum ComputeMode {
 
 impl ComputeMode {
     pub fn as_str(self) -> &'static str {
-        match self {
-            ComputeMode::Default => "default",
-            ComputeMode::ExclusiveThread => "exclusive_thread",
-            ComputeMode::Prohibited => "prohibited",
-            ComputeMode::ExclusiveProcess => "exclusive_process",
-        }
+        self.into()
     }
 }
 
 /// One process holding memory on one device.
+#[serde_with::skip_serializing_none]
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ProcessInfo {
     /// Host PID, as the driver reports it.
     pub pid: u32,
     /// Short process name (`comm`), when known.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
     /// Device memory the driver attributes to the process; absent when the
     /// driver cannot say (e.g. without privileges, or under MIG).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub used_bytes: Option<u64>,
     /// PyTorch caching-allocator statistics, for processes that report them.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub allocator: Option<AllocatorStats>,
     /// Who the process is: kind of GPU work, command line, container.
     #[serde(default, skip_serializing_if = "ProcessDetails::is_empty")]
@@ -584,21 +550,17 @@ impl ProcessInfo {
 
 /// Identity of a process beyond its PID and name; each field absent when
 /// unknown (the process exited, no permission, not in a container).
+#[serde_with::skip_serializing_none]
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ProcessDetails {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kind: Option<ProcessKind>,
     /// Command line, truncated to `nvml.max_cmdline_bytes`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cmdline: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub container_id: Option<String>,
     /// Kubernetes pod UID, from the process's cgroup.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pod_uid: Option<String>,
     /// The PID inside the process's own PID namespace (`NSpid`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub namespace_pid: Option<u32>,
     /// SM (compute) utilization of this process over the latest slow-tier
     /// period, 0–100 (NVML process utilization). 0 when the driver had
@@ -612,20 +574,15 @@ pub struct ProcessDetails {
     /// What vramd knows the process to be beyond a workload: `probe` for
     /// vramd's own CUDA probe child (never attributed to a pod, never
     /// assessed for leaks).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub role: Option<ProcessRole>,
     /// Kubernetes pod name: from the container runtime (CRI) by container
     /// ID, else from the process's allocator report.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pod: Option<String>,
     /// Kubernetes namespace of [`Self::pod`].
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub namespace: Option<String>,
     /// Container name within [`Self::pod`].
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub container: Option<String>,
     /// Summary of the process's last allocator snapshot, when it reports one.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub snapshot: Option<SnapshotSummary>,
 }
 
@@ -657,6 +614,8 @@ impl ProcessDetails {
 /// A process vramd recognises as its own rather than a workload's.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
+#[derive(IntoStaticStr)]
+#[strum(serialize_all = "snake_case")]
 pub enum ProcessRole {
     /// The CUDA probe child (`vramd-probe`), alive for about a second.
     Probe,
@@ -664,15 +623,15 @@ pub enum ProcessRole {
 
 impl ProcessRole {
     pub fn as_str(self) -> &'static str {
-        match self {
-            ProcessRole::Probe => "probe",
-        }
+        self.into()
     }
 }
 
 /// How a process uses the GPU, as NVML lists it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
+#[derive(IntoStaticStr)]
+#[strum(serialize_all = "snake_case")]
 pub enum ProcessKind {
     Compute,
     Graphics,
@@ -684,12 +643,7 @@ pub enum ProcessKind {
 
 impl ProcessKind {
     pub fn as_str(self) -> &'static str {
-        match self {
-            ProcessKind::Compute => "compute",
-            ProcessKind::Graphics => "graphics",
-            ProcessKind::ComputeAndGraphics => "compute_and_graphics",
-            ProcessKind::Mps => "mps",
-        }
+        self.into()
     }
 }
 
@@ -789,6 +743,25 @@ mod tests {
             let error = fast(good, bad).unwrap_err().to_string();
             assert!(error.contains("utilization ratio must be within 0..1"), "{bad}: {error}");
         }
+    }
+
+    #[test]
+    fn label_names_are_the_serde_names() {
+        fn same<T: Serialize>(all: &[T], name: impl Fn(&T) -> &'static str) {
+            for value in all {
+                assert_eq!(serde_json::to_value(value).unwrap(), name(value));
+            }
+        }
+        same(&ErrorKind::ALL, |kind| kind.as_str());
+        same(&RecordMode::ALL, |mode| mode.as_str());
+        same(&Tier::ALL, |tier| tier.as_str());
+        same(&[ComputeMode::ExclusiveThread, ComputeMode::ExclusiveProcess], |mode| mode.as_str());
+        same(&[ProcessKind::ComputeAndGraphics, ProcessKind::Mps], |kind| kind.as_str());
+        same(&[ProcessRole::Probe], |role| role.as_str());
+        same(&[Severity::Info, Severity::Warning, Severity::Critical], |severity| {
+            severity.as_str()
+        });
+        assert_eq!(Tier::Slow.to_string(), "slow");
     }
 
     #[test]

@@ -7,11 +7,13 @@
 //! the API; depends on nothing outside `model`.
 
 use serde::{Deserialize, Serialize};
+use strum::IntoStaticStr;
 
 use super::{AllocatorStats, SnapshotSummary, Timestamp};
 
 /// One OOM as stored: validated, stamped with the source time it arrived
 /// at, and joined (when it could be) to the NVML process that raised it.
+#[serde_with::skip_serializing_none]
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct OomEvent {
@@ -29,7 +31,6 @@ pub struct OomEvent {
     #[schema(max_length = 253)]
     pub hostname: String,
     /// The host PID it joined; absent when no listed process matched.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pid: Option<u32>,
     /// When the allocation failed, by the reporter's clock.
     #[serde(with = "super::rfc3339")]
@@ -43,25 +44,21 @@ pub struct OomEvent {
     /// The allocation that failed.
     pub requested_bytes: u64,
     /// Device memory free at that moment (the observer's `device_free`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub device_free_bytes: Option<u64>,
     /// The allocator's largest free block (from a snapshot, or JAX's
     /// `largest_free_block_bytes`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub largest_free_block_bytes: Option<u64>,
     /// `memory_stats()` at that moment, the keys vramd reads.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stats: Option<AllocatorStats>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub snapshot: Option<SnapshotSummary>,
     /// Where the reporter wrote its allocator snapshot (its own file system).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(max_length = 4096)]
     pub snapshot_path: Option<String>,
 }
 
 /// Why an allocation failed, judged from the event's numbers.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, IntoStaticStr)]
+#[strum(serialize_all = "snake_case")]
 pub enum OomCause {
     /// Enough memory was free in total, but no free block was large enough.
     Fragmentation,
@@ -73,11 +70,7 @@ pub enum OomCause {
 
 impl OomCause {
     pub fn as_str(self) -> &'static str {
-        match self {
-            OomCause::Fragmentation => "fragmentation",
-            OomCause::Exhaustion => "exhaustion",
-            OomCause::Unknown => "unknown",
-        }
+        self.into()
     }
 }
 

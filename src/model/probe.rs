@@ -11,6 +11,7 @@ use super::Timestamp;
 
 /// One successful probe of one device: what the CUDA driver itself says,
 /// measured from a short-lived context in a child process.
+#[serde_with::skip_serializing_none]
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ProbeReading {
@@ -24,28 +25,23 @@ pub struct ProbeReading {
     /// NVML's free memory (memory info v2) read right after
     /// `cuMemGetInfo`, by the same process: the two differ only by what
     /// the driver counts differently, not by time.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub nvml_free_bytes: Option<u64>,
     /// Time `cuCtxCreate` took.
     pub context_create_seconds: f64,
     /// GPU memory the probe's own context took: its NVML process entry
     /// when the probe can see its own PID, else NVML used during minus
     /// before (approximate when other processes allocate meanwhile).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub context_bytes: Option<u64>,
     /// Size of the block whose allocation and release are timed.
     pub alloc_block_bytes: u64,
     /// Median time of `cuMemAlloc` of the block; absent when the block did
     /// not fit above the safety margin.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub alloc_latency_seconds: Option<f64>,
     /// Median time of `cuMemFree` of the block.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub free_latency_seconds: Option<f64>,
     /// Allocation and release pairs timed.
     pub alloc_samples: u32,
     /// The largest-block search, when it was asked for (`--headroom`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub headroom: Option<HeadroomSearch>,
     /// Time the whole probe took, from loading the library to releasing
     /// the context.
@@ -82,10 +78,9 @@ pub struct HeadroomSearch {
 }
 
 /// Why the headroom search stopped.
-#[derive(
-    Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema, IntoStaticStr,
-)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
+#[derive(IntoStaticStr)]
 #[strum(serialize_all = "snake_case")]
 pub enum HeadroomStop {
     /// Bounds met within the search's granularity: the answer is exact to
@@ -102,10 +97,9 @@ pub enum HeadroomStop {
 
 /// Why a probe produced no reading, as counted in
 /// `vramd_probe_failures_total{kind}`.
-#[derive(
-    Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema, IntoStaticStr,
-)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
+#[derive(IntoStaticStr)]
 #[strum(serialize_all = "snake_case")]
 pub enum ProbeFailureKind {
     /// `libcuda.so.1` (or `probe.cuda_library`) cannot be loaded.
@@ -176,10 +170,9 @@ impl ProbeFailure {
 
 /// Why the daemon did not probe a device when its turn came, as counted
 /// in `vramd_probe_skipped_total{reason}`.
-#[derive(
-    Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema, IntoStaticStr,
-)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
+#[derive(IntoStaticStr)]
 #[strum(serialize_all = "snake_case")]
 pub enum ProbeSkipReason {
     /// NVML free memory is below `probe.min_free`: a context could push a

@@ -10,6 +10,7 @@
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
+use strum::{EnumString, IntoStaticStr};
 
 /// How urgent an alert is.
 #[derive(
@@ -26,6 +27,8 @@ use serde::{Deserialize, Serialize};
     utoipa::ToSchema,
 )]
 #[serde(rename_all = "lowercase")]
+#[derive(IntoStaticStr, EnumString)]
+#[strum(serialize_all = "lowercase", parse_err_ty = String, parse_err_fn = unknown_severity)]
 pub enum Severity {
     Info,
     Warning,
@@ -34,25 +37,12 @@ pub enum Severity {
 
 impl Severity {
     pub fn as_str(self) -> &'static str {
-        match self {
-            Severity::Info => "info",
-            Severity::Warning => "warning",
-            Severity::Critical => "critical",
-        }
+        self.into()
     }
 }
 
-impl std::str::FromStr for Severity {
-    type Err = String;
-
-    fn from_str(text: &str) -> Result<Self, Self::Err> {
-        match text {
-            "info" => Ok(Severity::Info),
-            "warning" => Ok(Severity::Warning),
-            "critical" => Ok(Severity::Critical),
-            other => Err(format!("unknown severity `{other}`; expected info, warning or critical")),
-        }
-    }
+fn unknown_severity(other: &str) -> String {
+    format!("unknown severity `{other}`; expected info, warning or critical")
 }
 
 /// A built-in alert rule.
@@ -71,7 +61,8 @@ pub enum RuleId {
 }
 
 /// What a rule's value, `threshold` and `clear` measure.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, IntoStaticStr)]
+#[strum(serialize_all = "snake_case")]
 pub enum RuleUnit {
     /// A fraction, above 0 and at most 1.
     Ratio,
@@ -88,13 +79,7 @@ pub enum RuleUnit {
 impl RuleUnit {
     /// The unit as alerts report it (`Alert::unit`).
     pub fn as_str(self) -> &'static str {
-        match self {
-            RuleUnit::Ratio => "ratio",
-            RuleUnit::Seconds => "seconds",
-            RuleUnit::BytesPerSecond => "bytes_per_second",
-            RuleUnit::Count => "count",
-            RuleUnit::Bytes => "bytes",
-        }
+        self.into()
     }
 }
 

@@ -15,14 +15,13 @@ use crate::model::{ProbeFailure, ProbeFailureKind, ProbeReading};
 pub const WIRE_VERSION: u32 = 1;
 
 /// The probe child's answer.
+#[serde_with::skip_serializing_none]
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ProbeAnswer {
     pub version: u32,
     pub device: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reading: Option<ProbeReading>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failure: Option<ProbeFailure>,
 }
 

@@ -257,24 +257,20 @@ pub(super) struct ProbeReadingLine(#[serde(with = "ProbeReadingFields")] ProbeRe
 /// The fields of [`ProbeReading`] (serde's remote derive: deserializing
 /// builds the model struct, so a field added to it and not here fails to
 /// compile).
+#[serde_with::skip_serializing_none]
 #[derive(Serialize, Deserialize)]
 #[serde(remote = "ProbeReading", deny_unknown_fields)]
 struct ProbeReadingFields {
     at: Timestamp,
     cuda_free_bytes: u64,
     cuda_total_bytes: u64,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     nvml_free_bytes: Option<u64>,
     context_create_seconds: f64,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     context_bytes: Option<u64>,
     alloc_block_bytes: u64,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     alloc_latency_seconds: Option<f64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     free_latency_seconds: Option<f64>,
     alloc_samples: u32,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     headroom: Option<HeadroomSearch>,
     duration_seconds: f64,
 }

@@ -214,22 +214,18 @@ impl<S: DeviceSource> Recorder<S> {
         Ok(())
     }
 
-    /// Appends a reading (`lane` its tier) or a probe outcome (`lane`
-    /// `None`; `at` only for a probe reading), unless it comes before the
-    /// header, for a device the header lacks, or earlier than the lane's
-    /// last: such a trace could not be replayed.
+    /// Appends `what`: a reading (`lane` its tier), a probe outcome or an
+    /// OOM event (`lane` `None`; `at` only for a probe reading), unless it
+    /// comes before the header, for a device the header lacks, or earlier
+    /// than the lane's last: such a trace could not be replayed.
     fn append(
         &self,
         device: u32,
         lane: Option<Tier>,
         at: Option<Timestamp>,
+        what: &str,
         line: &Line<'_>,
     ) -> Result<(), SourceError> {
-        let what = match lane {
-            Some(Tier::Fast) => "fast reading",
-            Some(Tier::Slow) => "slow reading",
-            None => "probe",
-        };
         let mut state = self.state.lock();
         self.ensure_header(&mut state)?;
         if !state.lists(device) {
@@ -283,18 +279,7 @@ impl<S: DeviceSource> Recorder<S> {
     /// Records an allocator OOM event of device `device` (vramd's index).
     /// A side path like every record: a failure is counted and logged.
     pub fn record_oom(&self, device: u32, event: &OomEvent) {
-        let written = (|| {
-            let mut state = self.state.lock();
-            self.ensure_header(&mut state)?;
-            if !state.lists(device) {
-                return Err(self.record_error(format!(
-                    "device {device} is not in the trace header, so its OOM event is not recorded"
-                )));
-            }
-            let line = encode(&Line::oom(device, event))
-                .map_err(|err| self.record_error(format!("cannot encode the OOM event: {err}")))?;
-            write_line(&mut state, &line).map_err(|err| self.record_error(err.to_string()))
-        })();
+        let written = self.append(device, None, None, "OOM event", &Line::oom(device, event));
         self.account(written);
     }
 
@@ -310,7 +295,11 @@ impl<S: DeviceSource> Recorder<S> {
         let written = match &result {
             Ok(value) => {
                 let (at, line) = line(value);
-                self.append(device, Some(tier), Some(at), &line)
+                let what = match tier {
+                    Tier::Fast => "fast reading",
+                    Tier::Slow => "slow reading",
+                };
+                self.append(device, Some(tier), Some(at), what, &line)
             }
             Err(error) => self.append_error(device, tier, error),
         };
@@ -383,7 +372,7 @@ impl<S: DeviceSource> Prober for Recorder<S> {
         let outcome = prober.probe(device, request);
         let at = outcome.as_ref().ok().map(|reading| reading.at);
         let line = Line::probe(device.index, outcome.as_ref());
-        self.account(self.append(device.index, None, at, &line));
+        self.account(self.append(device.index, None, at, "probe", &line));
         outcome
     }
 }
