@@ -80,7 +80,7 @@ fn pace(shared: &TierShared, handle: &Handle) {
         Ticker::Runtime(interval, handle)
     } else {
         shared.set_thread(std::thread::current());
-        Ticker::Thread(Grid::new(context.origin.into_std(), shared.period))
+        Ticker::Thread(Grid::new(context.origin, shared.period))
     };
     let source = &*context.source;
     let index = shared.device.info().index;
@@ -124,12 +124,12 @@ impl Ticker<'_> {
 /// Ticks every `period` from `next`; a tick missed (a slow call, a busy
 /// machine) is skipped, not caught up on, like `MissedTickBehavior::Skip`.
 struct Grid {
-    next: std::time::Instant,
+    next: Instant,
     period: Duration,
 }
 
 impl Grid {
-    fn new(origin: std::time::Instant, period: Duration) -> Self {
+    fn new(origin: Instant, period: Duration) -> Self {
         Self { next: origin, period }
     }
 
@@ -138,7 +138,7 @@ impl Grid {
             if cancel.is_cancelled() {
                 return false;
             }
-            let now = std::time::Instant::now();
+            let now = Instant::now();
             if now >= self.next {
                 self.next = self.after(now);
                 return true;
@@ -150,7 +150,7 @@ impl Grid {
     }
 
     /// The first grid point after `now` (at or past `self.next`).
-    fn after(&self, now: std::time::Instant) -> std::time::Instant {
+    fn after(&self, now: Instant) -> Instant {
         let behind = now.saturating_duration_since(self.next).as_nanos();
         let steps = behind / self.period.as_nanos().max(1) + 1;
         u32::try_from(steps)
@@ -177,7 +177,9 @@ fn call(source: &dyn DeviceSource, index: u32, tier: Tier) -> Answer {
 
 #[cfg(test)]
 mod grid_tests {
-    use std::time::{Duration, Instant};
+    use std::time::Duration;
+
+    use tokio::time::Instant;
 
     use super::Grid;
 
