@@ -130,7 +130,7 @@ fn metrics_in<M: Measurement>(c: &mut Criterion<M>, group_name: &str, sampling: 
     // Populate the histograms as a running sampler would.
     for tier in ["fast", "slow"] {
         for micros in [20, 80, 400, 4_500] {
-            telemetry.observe_call(tier, Duration::from_micros(micros));
+            telemetry.call_timer(tier).observe(Duration::from_micros(micros));
         }
     }
     let devices_only = render_devices(&store);

@@ -78,6 +78,7 @@ pub fn sampler_settings(config: &Config) -> SamplerSettings {
             SourceSelection::Driver => 1.0,
             _ => config.source.speed,
         },
+        runtime_ticks: false,
     }
 }
 

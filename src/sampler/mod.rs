@@ -52,6 +52,10 @@ pub struct SamplerSettings {
     /// simulated or replayed host produces samples at the configured spacing
     /// of its own clock, only faster.
     pub speed: f64,
+    /// Tier threads tick on the runtime's timer rather than sleeping to
+    /// their ticks themselves: only for tests that drive paused time (it
+    /// costs a runtime wakeup per sample).
+    pub runtime_ticks: bool,
 }
 
 impl SamplerSettings {

@@ -126,6 +126,7 @@ fn settings() -> SamplerSettings {
         max_devices: 64,
         discovery_retry_max: Duration::from_secs(8),
         speed: 1.0,
+        runtime_ticks: true,
     }
 }
 

@@ -9,7 +9,8 @@
 //! the tier's state under one lock, so a late watchdog verdict can never
 //! overwrite a newer reading.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
+use std::thread::Thread;
 use std::time::Duration;
 
 use parking_lot::Mutex;
@@ -21,6 +22,7 @@ use crate::clock::wall_now;
 use crate::history::DeviceHistory;
 use crate::model::{ErrorKind, ProcessInfo, SlowReading};
 use crate::source::{SourceError, Tier};
+use crate::telemetry::CallTimer;
 
 use super::worker::{self, Reading};
 use super::{Context, FirstCycle};
@@ -47,7 +49,11 @@ pub(crate) struct TierShared {
     /// The promise /readyz checks: the next step within one period, its
     /// call's deadline, and as much again for a busy machine (at least 1 s).
     patience: Duration,
+    timer: CallTimer,
     state: Mutex<TierState>,
+    /// The tier's thread while it sleeps to its ticks itself: unparked at
+    /// cancel so shutdown does not wait out a slow tier's period.
+    thread: OnceLock<Thread>,
 }
 
 #[derive(Default)]
@@ -79,7 +85,9 @@ async fn run_tier(
     let patience = period
         .saturating_add(context.settings.call_timeout)
         .saturating_add(period.max(Duration::from_secs(1)));
+    let timer = context.telemetry.call_timer(tier.as_str());
     let shared = Arc::new(TierShared {
+        timer,
         context,
         device,
         first_cycle,
@@ -87,6 +95,7 @@ async fn run_tier(
         period,
         patience,
         state: Mutex::new(TierState::default()),
+        thread: OnceLock::new(),
     });
     shared.promise();
     let ended = worker::start(shared.clone());
@@ -96,6 +105,11 @@ async fn run_tier(
 impl TierShared {
     fn promise(&self) {
         self.device.progress().stepped(self.tier, wall_now().saturating_add(self.patience));
+    }
+
+    pub(crate) fn set_thread(&self, thread: Thread) {
+        // Set once, by the tier's own thread: a second set cannot happen.
+        let _ = self.thread.set(thread);
     }
 
     /// Whether the tier is backing off from a lost device at `now`.
@@ -108,16 +122,19 @@ impl TierShared {
         backing_off
     }
 
-    /// Notes that a call starts now (on the tier's thread).
-    pub(crate) fn call_started(&self) {
-        self.state.lock().call = Some(InFlight { started: Instant::now(), overdue: false });
+    /// Notes that a call starts now (on the tier's thread) and returns
+    /// when, which the call's duration is measured from.
+    pub(crate) fn call_started(&self) -> Instant {
+        let started = Instant::now();
+        self.state.lock().call = Some(InFlight { started, overdue: false });
+        started
     }
 
     /// Takes the answer of the call that `call_started` announced. Returns
     /// true when this tier has nothing more to read (a replayed trace ended).
     pub(crate) fn call_answered(&self, answer: worker::Answer, took: Duration) -> bool {
         let context = &self.context;
-        context.telemetry.observe_call(self.tier.as_str(), took);
+        self.timer.observe(took);
         let mut state = self.state.lock();
         let state = &mut *state;
         if state.call.take().is_some_and(|call| call.overdue) {
@@ -216,6 +233,11 @@ async fn watch(shared: &TierShared, mut ended: oneshot::Receiver<()>) {
             _ = &mut ended => break,
             () = tokio::time::sleep_until(next) => {}
         }
+    }
+    // The thread looks at the token before it sleeps: one that has not set
+    // itself yet sees the cancel there, one asleep is woken here.
+    if let Some(thread) = shared.thread.get() {
+        thread.unpark();
     }
 }
 

@@ -4,9 +4,11 @@
 //! tick, calls the source and hands the answer to the tier (`tier`) to
 //! store, until the sampler is cancelled or a replayed trace ends. Waking
 //! one thread per sample is the whole hand-off: no task, queue or timer per
-//! call. Ticks follow the runtime's clock (so paused test time drives them)
-//! and every tier of a period ticks on the same grid, so the runtime wakes
-//! once for all devices' fast ticks.
+//! call. The thread sleeps to its next tick itself, so a sample wakes
+//! nothing but that thread (the runtime's timer would wake a runtime worker
+//! to wake it). Every tier of a period ticks on the same grid from the
+//! sampler's start. Where the settings ask for it (tests driving paused
+//! time), ticks follow the runtime's clock instead.
 //!
 //! Must not depend on history or telemetry: deadlines, counting and
 //! staleness stay with the tier's watchdog, which a call stuck here never
@@ -14,10 +16,12 @@
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::runtime::Handle;
 use tokio::sync::oneshot;
-use tokio::time::{Instant, MissedTickBehavior};
+use tokio::time::{Instant, Interval, MissedTickBehavior};
+use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
 use crate::model::{FastReading, SlowReading};
@@ -66,35 +70,94 @@ pub(crate) fn start(shared: Arc<TierShared>) -> oneshot::Receiver<()> {
 
 /// The tier's loop, on its own thread: tick, call, hand the answer over.
 fn pace(shared: &TierShared, handle: &Handle) {
-    // The runtime's clock and timers, from outside its workers.
+    // The runtime's clock (tokio `Instant`s in the tier's state), from
+    // outside its workers.
     let _runtime = handle.enter();
     let context = &shared.context;
-    // Ticks on a grid from the sampler's start: all devices' tiers of one
-    // period fall due together.
-    let mut ticker = tokio::time::interval_at(context.origin, shared.period);
-    ticker.set_missed_tick_behavior(MissedTickBehavior::Skip);
+    let mut ticker = if context.settings.runtime_ticks {
+        let mut interval = tokio::time::interval_at(context.origin, shared.period);
+        interval.set_missed_tick_behavior(MissedTickBehavior::Skip);
+        Ticker::Runtime(interval, handle)
+    } else {
+        shared.set_thread(std::thread::current());
+        Ticker::Thread(Grid::new(context.origin, shared.period))
+    };
     let source = &*context.source;
     let index = shared.device.info().index;
-    loop {
-        let ticked = handle.block_on(async {
-            tokio::select! {
-                biased;
-                () = context.cancel.cancelled() => false,
-                _ = ticker.tick() => true,
-            }
-        });
-        if !ticked || context.cancel.is_cancelled() {
-            break;
-        }
+    while ticker.wait(&context.cancel) {
         if shared.backing_off(Instant::now()) {
             continue;
         }
-        shared.call_started();
-        let started = Instant::now();
+        let started = shared.call_started();
         let answer = call(source, index, shared.tier);
         if shared.call_answered(answer, started.elapsed()) {
             break;
         }
+    }
+}
+
+enum Ticker<'a> {
+    /// Sleeps on the thread itself; the watchdog unparks it on cancel.
+    Thread(Grid),
+    /// The runtime's timer: follows paused test time, at the price of a
+    /// runtime wakeup per tick.
+    Runtime(Interval, &'a Handle),
+}
+
+impl Ticker<'_> {
+    /// Waits for the next tick; false once the sampler is cancelled.
+    fn wait(&mut self, cancel: &CancellationToken) -> bool {
+        let ticked = match self {
+            Ticker::Thread(grid) => grid.wait(cancel),
+            Ticker::Runtime(interval, handle) => handle.block_on(async {
+                tokio::select! {
+                    biased;
+                    () = cancel.cancelled() => false,
+                    _ = interval.tick() => true,
+                }
+            }),
+        };
+        ticked && !cancel.is_cancelled()
+    }
+}
+
+/// Ticks every `period` from `next`; a tick missed (a slow call, a busy
+/// machine) is skipped, not caught up on, like `MissedTickBehavior::Skip`.
+struct Grid {
+    next: Instant,
+    period: Duration,
+}
+
+impl Grid {
+    fn new(origin: Instant, period: Duration) -> Self {
+        Self { next: origin, period }
+    }
+
+    fn wait(&mut self, cancel: &CancellationToken) -> bool {
+        loop {
+            if cancel.is_cancelled() {
+                return false;
+            }
+            let now = Instant::now();
+            if now >= self.next {
+                self.next = self.after(now);
+                return true;
+            }
+            // Wakes at the tick, on the watchdog's unpark at cancel, or
+            // spuriously; each case is looked at again above.
+            std::thread::park_timeout(self.next - now);
+        }
+    }
+
+    /// The first grid point after `now` (at or past `self.next`).
+    fn after(&self, now: Instant) -> Instant {
+        let behind = now.saturating_duration_since(self.next).as_nanos();
+        let steps = behind / self.period.as_nanos().max(1) + 1;
+        u32::try_from(steps)
+            .ok()
+            .and_then(|steps| self.period.checked_mul(steps))
+            .and_then(|ahead| self.next.checked_add(ahead))
+            .unwrap_or(now + self.period)
     }
 }
 
@@ -110,4 +173,31 @@ fn call(source: &dyn DeviceSource, index: u32, tier: Tier) -> Answer {
             .or_else(|| payload.downcast_ref::<String>().cloned());
         message.unwrap_or_else(|| "a source call panicked".to_owned())
     })
+}
+
+#[cfg(test)]
+mod grid_tests {
+    use std::time::Duration;
+
+    use tokio::time::Instant;
+
+    use super::Grid;
+
+    #[test]
+    fn a_late_tick_skips_to_the_next_grid_point() {
+        let origin = Instant::now();
+        let grid = Grid::new(origin, Duration::from_millis(10));
+        // On time: the next tick is one period on.
+        assert_eq!(grid.after(origin), origin + Duration::from_millis(10));
+        // 35 ms late: ticks at 10, 20, 30 are skipped, not caught up on.
+        assert_eq!(
+            grid.after(origin + Duration::from_millis(35)),
+            origin + Duration::from_millis(40)
+        );
+        // Exactly on a later point: the one after it.
+        assert_eq!(
+            grid.after(origin + Duration::from_millis(20)),
+            origin + Duration::from_millis(30)
+        );
+    }
 }
