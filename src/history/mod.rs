@@ -28,8 +28,17 @@ pub use progress::{SamplingProgress, Stale};
 pub use query::{Aggregate, Bucket, QueryError, WindowAnswer, WindowQuery};
 pub use ring::{MAX_CHUNK_LEN, OutOfOrder, Ring, Snapshot, Stamped};
 
-/// All devices' histories. Devices are set when discovered and kept for the
-/// life of the process (a lost device stays listed, marked down).
+/// What a new listing changed ([`HistoryStore::relist`]).
+pub struct Relisted {
+    /// New devices, whose sampling must start.
+    pub added: Vec<Arc<DeviceHistory>>,
+    /// Devices no longer listed, whose sampling must stop.
+    pub removed: Vec<Arc<DeviceHistory>>,
+}
+
+/// All devices' histories. Devices are set when discovered and kept while
+/// the source lists them (a lost device stays listed, marked down; a MIG
+/// device removed by a reconfiguration goes).
 pub struct HistoryStore {
     sizing: Sizing,
     devices: RwLock<Vec<Arc<DeviceHistory>>>,
@@ -48,6 +57,29 @@ impl HistoryStore {
             infos.into_iter().map(|info| Arc::new(DeviceHistory::new(info, self.sizing))).collect();
         *self.devices.write() = histories.clone();
         histories
+    }
+
+    /// Replaces the device list after a new listing (a MIG
+    /// reconfiguration) and says what changed. A device listed again with
+    /// the same index and UUID keeps its history; one not listed any more
+    /// is dropped with its history, so its series go rather than go stale.
+    pub fn relist(&self, infos: Vec<DeviceInfo>) -> Relisted {
+        let mut devices = self.devices.write();
+        let mut old = std::mem::take(&mut *devices);
+        let mut added = Vec::new();
+        for info in infos {
+            let same =
+                |d: &Arc<DeviceHistory>| d.info().index == info.index && d.info().uuid == info.uuid;
+            match old.iter().position(same) {
+                Some(at) => devices.push(old.swap_remove(at)),
+                None => {
+                    let history = Arc::new(DeviceHistory::new(info, self.sizing));
+                    devices.push(history.clone());
+                    added.push(history);
+                }
+            }
+        }
+        Relisted { added, removed: old }
     }
 
     pub fn devices(&self) -> Vec<Arc<DeviceHistory>> {
