@@ -108,11 +108,12 @@ pub struct BuiltSource {
 
 /// Builds the device source the configuration selects, wrapped in a
 /// recorder when `source.record` is set. Reads files: call off the runtime.
-/// `reports`, when given, is joined onto slow readings before they are
-/// recorded (see [`Recorder::joining`]).
+/// `reports` and then `attribute`, when given, are joined onto slow
+/// readings before they are recorded (see [`Recorder::joining`]).
 pub fn build_source(
     config: &Config,
     reports: Option<Arc<ReportStore>>,
+    attribute: Option<sampler::Attribute>,
 ) -> Result<BuiltSource, AppError> {
     let BuiltSource { source, reporting_simulator, prober, replayed_ooms, .. } =
         match &config.source.selection {
@@ -195,10 +196,18 @@ pub fn build_source(
         },
     };
     let mut recorder = Recorder::create(source, path, &options).map_err(AppError::Record)?;
-    if let Some(reports) = reports {
+    if reports.is_some() || attribute.is_some() {
         // Joined before recording, so the trace keeps the allocator evidence
-        // the analysis judged; `run` then leaves the sampler's join out.
-        recorder = recorder.joining(Box::new(move |uuid, reading| reports.attach(uuid, reading)));
+        // and the pods the analysis saw; `run` then leaves the sampler's
+        // joins out.
+        recorder = recorder.joining(Box::new(move |info, reading| {
+            if let Some(reports) = &reports {
+                reports.attach(&info.uuid, reading);
+            }
+            if let Some(attribute) = &attribute {
+                attribute(info, reading);
+            }
+        }));
     }
     let record_health = Some(recorder.health());
     // The recorder also answers the probe, through the prober, so that each
@@ -470,27 +479,22 @@ pub fn kubernetes_settings(config: &Config) -> KubernetesSettings {
     }
 }
 
-/// Starts the Kubernetes attribution poller when `kubernetes.enabled`, and
-/// returns the join the sampler applies to every slow reading.
+/// Starts the Kubernetes attribution poller (`kubernetes.enabled`), which
+/// publishes to `board`; the sampler or the recorder joins it.
 fn start_kubernetes(
     config: &Config,
+    board: Arc<AttributionBoard>,
     telemetry: &Arc<Telemetry>,
     cancel: &CancellationToken,
-) -> Result<Option<sampler::Attribute>, AppError> {
-    if !config.kubernetes.enabled {
-        return Ok(None);
-    }
+) -> Result<(), AppError> {
     telemetry.watch_kubernetes(&[kubernetes::API_POD_RESOURCES, kubernetes::API_RUNTIME])?;
-    let board = Arc::new(AttributionBoard::default());
     tokio::spawn(kubernetes::run(
         kubernetes_settings(config),
-        board.clone(),
+        board,
         telemetry.clone(),
         cancel.clone(),
     ));
-    Ok(Some(Arc::new(move |info: &DeviceInfo, reading: &mut SlowReading| {
-        board.join(info, reading)
-    })))
+    Ok(())
 }
 
 /// The allocator report intake: its store, document bounds and token.
@@ -606,10 +610,15 @@ pub async fn run(
             .await
             .map_err(|error| AppError::Startup(error.to_string()))??
     };
+    let board = config.kubernetes.enabled.then(|| Arc::new(AttributionBoard::default()));
+    let attribute = board.clone().map(|board| -> sampler::Attribute {
+        Arc::new(move |info: &DeviceInfo, reading: &mut SlowReading| board.join(info, reading))
+    });
     let source = {
         let config = config.clone();
         let reports = intake.store.clone();
-        tokio::task::spawn_blocking(move || build_source(&config, Some(reports)))
+        let attribute = attribute.clone();
+        tokio::task::spawn_blocking(move || build_source(&config, Some(reports), attribute))
             .await
             .map_err(|error| AppError::Startup(error.to_string()))??
     };
@@ -659,14 +668,16 @@ pub async fn run(
             cancel.clone(),
         ));
     }
-    let attribution = start_kubernetes(&config, &telemetry, &cancel)?;
+    if let Some(board) = board {
+        start_kubernetes(&config, board, &telemetry, &cancel)?;
+    }
     let sampler = tokio::spawn(sampler::run(
         source,
         store.clone(),
         telemetry.clone(),
         sampler_settings,
         sampler_joins_reports.then(|| reports.clone()),
-        attribution,
+        attribute.filter(|_| sampler_joins_reports),
         cancel.clone(),
     ));
     let board = Arc::new(AlertBoard::new(config.api.max_stream_backlog.get()));
