@@ -110,3 +110,52 @@ impl HistoryStore {
         self.cycle_completed.load(Ordering::Acquire)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    fn device(index: u32, uuid: &str) -> DeviceInfo {
+        DeviceInfo {
+            index,
+            uuid: uuid.into(),
+            name: "Test GPU".into(),
+            pci_bus_id: None,
+            driver_version: None,
+            mig: None,
+        }
+    }
+
+    #[test]
+    fn a_relisting_keeps_unchanged_devices_and_drops_the_others() {
+        let sizing = Sizing {
+            fast_capacity: 4,
+            slow_capacity: 4,
+            peak_window: Duration::from_secs(1),
+            oom_events: 1,
+        };
+        let store = HistoryStore::new(sizing);
+        let before = store.set_devices(vec![
+            device(0, "GPU-a"),
+            device(10_000, "MIG-x"),
+            device(10_001, "MIG-y"),
+        ]);
+        let changed = store.relist(vec![
+            device(0, "GPU-a"),
+            device(10_000, "MIG-z"),
+            device(10_001, "MIG-y"),
+        ]);
+        let uuids = |devices: &[Arc<DeviceHistory>]| -> Vec<String> {
+            devices.iter().map(|d| d.info().uuid.clone()).collect()
+        };
+        assert_eq!(uuids(&changed.added), ["MIG-z"], "same slot, new instance: a new device");
+        assert_eq!(uuids(&changed.removed), ["MIG-x"]);
+        let now = store.devices();
+        assert_eq!(uuids(&now), ["GPU-a", "MIG-z", "MIG-y"]);
+        assert!(Arc::ptr_eq(&now[0], &before[0]), "the unchanged GPU keeps its history");
+        assert!(Arc::ptr_eq(&now[2], &before[2]));
+        assert!(store.find("MIG-x").is_none(), "the removed device is gone from the API");
+    }
+}
