@@ -3,7 +3,10 @@
 //! statistics, so every per-process family is written: 8 × 64 × 9 = 4,608
 //! process series plus the device series.
 //!
-//! `cargo bench --bench metrics`. Figures are in docs/performance.md.
+//! `cargo bench --bench metrics`. Figures are in docs/performance.md. The
+//! `8gpu_64proc_pods` group renders the same host with Kubernetes
+//! attribution: `pod`, `namespace`, `container` on every process (8 pods
+//! per GPU) and one allocation series per pod.
 
 use std::hint::black_box;
 use std::time::Duration;
@@ -20,8 +23,8 @@ use support::fixtures::{self, FAST, GIB, MIB};
 use vramd::exposition::{render, render_devices};
 use vramd::history::HistoryStore;
 use vramd::model::{
-    Bar1Memory, ComputeMode, EccCounters, ProcessDetails, ProcessInfo, ProcessKind, RemappedRows,
-    SlowDetails,
+    Bar1Memory, ComputeMode, EccCounters, PodAllocation, ProcessDetails, ProcessInfo, ProcessKind,
+    RemappedRows, SlowDetails,
 };
 use vramd::telemetry::Telemetry;
 
@@ -84,7 +87,20 @@ fn slow_details() -> SlowDetails {
     }
 }
 
-fn store() -> HistoryStore {
+/// Pods per GPU when attributed: 8 ranks of one job each.
+const PODS_PER_GPU: u32 = 8;
+
+fn pod_name(gpu: u32, slot: u32) -> String {
+    format!("train-job-{gpu}-{}", slot / (PROCESSES / PODS_PER_GPU))
+}
+
+fn attribute(gpu: u32, slot: u32, process: &mut ProcessInfo) {
+    process.details.pod = Some(pod_name(gpu, slot));
+    process.details.namespace = Some("ml-training".into());
+    process.details.container = Some("trainer".into());
+}
+
+fn store(pods: bool) -> HistoryStore {
     let (store, devices) = fixtures::store(GPUS);
     // Eight fast and two slow samples: rendering reads only the live state
     // and the ring lengths, not the ring contents.
@@ -98,8 +114,27 @@ fn store() -> HistoryStore {
             fixtures::fast_reading(at, used, 0.83, 0.41)
         },
         |gpu, at| {
-            let list = (0..PROCESSES).map(|slot| process(gpu, slot)).collect();
+            let list = (0..PROCESSES)
+                .map(|slot| {
+                    let mut process = process(gpu, slot);
+                    if pods {
+                        attribute(gpu, slot, &mut process);
+                    }
+                    process
+                })
+                .collect();
             let mut reading = fixtures::slow_reading(at, list);
+            reading.allocations = pods.then(|| {
+                (0..PODS_PER_GPU)
+                    .map(|pod| PodAllocation {
+                        pod: pod_name(gpu, pod * (PROCESSES / PODS_PER_GPU)),
+                        namespace: "ml-training".into(),
+                        container: "trainer".into(),
+                        resource: "nvidia.com/gpu".into(),
+                        replica: Some(pod.to_string()),
+                    })
+                    .collect()
+            });
             reading.temperature_celsius = Some(58.0 + f64::from(gpu));
             reading.details = slow_details();
             reading
@@ -109,7 +144,8 @@ fn store() -> HistoryStore {
 }
 
 fn metrics(c: &mut Criterion) {
-    metrics_in(c, "metrics/8gpu_64proc", SamplingMode::Auto);
+    metrics_in(c, "metrics/8gpu_64proc", SamplingMode::Auto, false);
+    metrics_in(c, "metrics/8gpu_64proc_pods", SamplingMode::Auto, true);
 }
 
 /// The same renders timed by the thread's CPU time (see support/cpu_time.rs).
@@ -118,11 +154,17 @@ fn metrics_cpu(c: &mut Criterion<CpuTime>) {
         eprintln!("no /proc/thread-self/schedstat; CPU-time benchmarks skipped");
         return;
     }
-    metrics_in(c, "metrics_cpu/8gpu_64proc", SamplingMode::Flat);
+    metrics_in(c, "metrics_cpu/8gpu_64proc", SamplingMode::Flat, false);
+    metrics_in(c, "metrics_cpu/8gpu_64proc_pods", SamplingMode::Flat, true);
 }
 
-fn metrics_in<M: Measurement>(c: &mut Criterion<M>, group_name: &str, sampling: SamplingMode) {
-    let store = store();
+fn metrics_in<M: Measurement>(
+    c: &mut Criterion<M>,
+    group_name: &str,
+    sampling: SamplingMode,
+    pods: bool,
+) {
+    let store = store(pods);
     let Ok(telemetry) = Telemetry::new("simulator") else {
         eprintln!("cannot build the self-metrics registry; metrics benchmarks skipped");
         return;

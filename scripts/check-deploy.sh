@@ -36,7 +36,8 @@
 #     - policy: non-root, read-only root, no capabilities, RuntimeDefault
 #       seccomp, no nvidia.com/gpu request on the DaemonSet, probes and
 #       their timeouts, resources; the two DaemonSet variants differ only
-#       in hostPID
+#       in hostPID and Kubernetes attribution (the restricted variant has
+#       no hostPath and turns attribution off)
 #     - wiring: ServiceMonitor -> Service -> DaemonSet labels and port names
 #     - the ConfigMap's vramd.toml and every container's arguments pass
 #       `vramd check-config`

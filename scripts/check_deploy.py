@@ -543,7 +543,9 @@ def cmd_k8s_policy():
             if not sidecars or sidecars[0].get("restartPolicy") != "Always":
                 problem(f"{path}: vramd is not a native sidecar (init container, restartPolicy Always)")
 
-    # The two DaemonSet variants: the same object except hostPID.
+    # The two DaemonSet variants: the same object except hostPID and what
+    # Kubernetes attribution needs (the socket mounts, group 0 to connect,
+    # and the switch that turns it off where they are missing).
     with_pid = daemonsets.get("deploy/kubernetes/daemonset.yaml")
     without = daemonsets.get("deploy/kubernetes/daemonset-no-hostpid.yaml")
     if not with_pid or not without:
@@ -555,10 +557,26 @@ def cmd_k8s_policy():
             problem("daemonset-no-hostpid.yaml: hostPID is set")
         a = json.loads(json.dumps(with_pid))
         b = json.loads(json.dumps(without))
-        a["spec"]["template"]["spec"].pop("hostPID", None)
-        b["spec"]["template"]["spec"].pop("hostPID", None)
+        attribution_volumes = {"pod-resources", "containerd-socket"}
+        for spec in (a["spec"]["template"]["spec"], b["spec"]["template"]["spec"]):
+            spec.pop("hostPID", None)
+            spec.get("securityContext", {}).pop("supplementalGroups", None)
+            spec["volumes"] = [v for v in spec.get("volumes", []) if v["name"] not in attribution_volumes]
+            for container in spec.get("containers", []):
+                container["volumeMounts"] = [m for m in container.get("volumeMounts", [])
+                                             if m["name"] not in attribution_volumes]
+                container["env"] = [e for e in container.get("env", [])
+                                    if e["name"] != "VRAMD_KUBERNETES__ENABLED"]
         if a != b:
-            problem("the two DaemonSet variants differ in more than hostPID")
+            problem("the two DaemonSet variants differ in more than hostPID and Kubernetes attribution")
+        restricted = without["spec"]["template"]["spec"]
+        if any("hostPath" in v for v in restricted.get("volumes", [])):
+            problem("daemonset-no-hostpid.yaml: a hostPath volume breaks Pod Security restricted")
+        if restricted.get("securityContext", {}).get("supplementalGroups"):
+            problem("daemonset-no-hostpid.yaml: supplementalGroups is only for the socket mounts")
+        envs = [e for _, c in containers_of(restricted) for e in c.get("env", [])]
+        if {"name": "VRAMD_KUBERNETES__ENABLED", "value": "false"} not in envs:
+            problem("daemonset-no-hostpid.yaml: Kubernetes attribution is not turned off")
 
     # Wiring: ServiceMonitor -> Service -> DaemonSet pods.
     services = [d for _, _, d in docs if d.get("kind") == "Service"]

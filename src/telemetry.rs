@@ -63,6 +63,7 @@ pub struct Telemetry {
     /// exists before any `Telemetry` and must not depend on it.
     log_lines_dropped: IntCounter,
     config_reloads: IntCounterVec,
+    mig_reconfigurations: IntCounterVec,
     config_last_success: prometheus::Gauge,
     /// Set once a recording exists: its health, and the series mirroring it.
     recording: OnceLock<RecordingSeries>,
@@ -179,6 +180,12 @@ impl Telemetry {
         for result in ["success", "failure"] {
             config_reloads.with_label_values(&[result]);
         }
+        let mig_reconfigurations = counter_vec(
+            &registry,
+            "vramd_mig_reconfigurations_total",
+            "MIG layout changes noticed on a GPU while running; its MIG devices were listed again (new ones sampled, removed ones and their series dropped).",
+            &["gpu"],
+        )?;
         let config_last_success = register(
             &registry,
             "vramd_config_last_reload_success_timestamp_seconds",
@@ -190,6 +197,7 @@ impl Telemetry {
         Ok(Self {
             registry,
             config_reloads,
+            mig_reconfigurations,
             config_last_success,
             source_errors,
             sample_duration,
@@ -322,6 +330,10 @@ impl Telemetry {
     /// Counts new alerts the engine could not keep (`alerts.max_alerts`).
     pub fn count_alerts_dropped(&self, count: u64) {
         self.alerts_dropped.inc_by(count);
+    }
+
+    pub fn count_mig_reconfiguration(&self, gpu: u32) {
+        self.mig_reconfigurations.with_label_values(&[&gpu.to_string()]).inc();
     }
 
     pub fn count_error(&self, kind: ErrorKind) {

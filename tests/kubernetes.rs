@@ -19,6 +19,8 @@ use std::path::Path;
 use std::time::Duration;
 
 use fake::{FakeApi, HangingSocket, container, pod};
+use nvidia_ml_fake::harness;
+use serde_json::json;
 use support::{Deadline, Process, SERVE, get, pause};
 
 /// Longest wait for a refresh to show: a 1 s refresh plus a 1 s slow tier,
@@ -26,8 +28,17 @@ use support::{Deadline, Process, SERVE, get, pause};
 const SHOWS_WITHIN: Duration = Duration::from_secs(30);
 
 fn spawn(kubelet: &Path, runtime: &Path, call_timeout: &str) -> (Process, SocketAddr) {
+    spawn_with(&["--simulate", "multi-tenant", "--gpus", "3"], kubelet, runtime, call_timeout)
+}
+
+fn spawn_with(
+    extra: &[&str],
+    kubelet: &Path,
+    runtime: &Path,
+    call_timeout: &str,
+) -> (Process, SocketAddr) {
     let mut args: Vec<&str> = SERVE.to_vec();
-    args.extend(["--simulate", "multi-tenant", "--gpus", "3"]);
+    args.extend(extra);
     let env = [
         ("VRAMD_KUBERNETES__ENABLED", "true"),
         ("VRAMD_KUBERNETES__POD_RESOURCES_SOCKET", kubelet.to_str().unwrap()),
@@ -245,6 +256,144 @@ fn hanging_and_missing_sockets_leave_the_daemon_sampling_and_serving() {
     };
     assert_eq!(about("runtime"), 1, "{log:#?}");
     assert_eq!(about("pod_resources"), 1, "{log:#?}");
+    assert!(daemon.exited().is_none());
+}
+
+/// `--record` writes each slow reading after the Kubernetes join: the
+/// trace holds the pods, and its replay (no Kubernetes) shows them.
+#[test]
+fn a_recording_keeps_the_pods_and_its_replay_shows_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let kubelet = FakeApi::serve(&dir.path().join("kubelet.sock"));
+    let runtime = FakeApi::serve(&dir.path().join("containerd.sock"));
+    let trace = dir.path().join("trace.ndjson");
+    let record = ["--simulate", "multi-tenant", "--gpus", "1", "--record", trace.to_str().unwrap()];
+    let (recorder, addr) = spawn_with(&record, &kubelet.socket, &runtime.socket, "500ms");
+    let gpu = device(addr, 0);
+    kubelet.set_pods(vec![pod("train-0", "ml", "trainer", "nvidia.com/gpu", &[&gpu.uuid])]);
+    runtime.set_containers(
+        gpu.processes.iter().map(|(_, id)| container(id, "train-0", "ml", "trainer")).collect(),
+    );
+    let recorded = |line: &serde_json::Value| {
+        line["record"] == "slow"
+            && line["allocations"][0]["pod"] == "train-0"
+            && line["processes"]
+                .as_array()
+                .is_some_and(|p| p.iter().any(|p| p["details"]["pod"] == "train-0"))
+    };
+    let deadline = Deadline::after(SHOWS_WITHIN);
+    loop {
+        let text = std::fs::read_to_string(&trace).unwrap_or_default();
+        let lines = text.lines().filter_map(|line| serde_json::from_str(line).ok());
+        if lines.into_iter().any(|line: serde_json::Value| recorded(&line)) {
+            break;
+        }
+        assert!(!deadline.passed(), "no slow line with the pod recorded:\n{text}");
+        pause();
+    }
+    recorder.signal("TERM");
+    recorder.finish(SHOWS_WITHIN);
+
+    let mut args: Vec<&str> = SERVE.to_vec();
+    args.extend(["--replay", trace.to_str().unwrap(), "--speed", "50"]);
+    let mut replayer = Process::spawn(&args, &[]);
+    let addr = replayer.listening();
+    replayer.wait_ready(addr);
+    wait_for_metrics(addr, "the recorded pods in the replay", |text| {
+        text.lines().any(|line| {
+            line.starts_with("vramd_process_info{")
+                && line.contains("pod=\"train-0\",namespace=\"ml\",container=\"trainer\"")
+        }) && text.lines().any(|line| {
+            line.starts_with("vramd_device_allocation_info{") && line.contains("pod=\"train-0\"")
+        })
+    });
+    assert!(replayer.exited().is_none());
+}
+
+/// Through the real NVML path (the fake library): a MIG device allocated by
+/// its MIG UUID under a `nvidia.com/mig-*` resource carries its pod, and a
+/// `nvidiaN` device ID names GPU N.
+#[test]
+fn mig_uuids_and_nvidia_n_device_ids_match_through_the_real_nvml_path() {
+    const GPU0: &str = "GPU-8f6a2c1e-0000-4d7b-9a1e-3b5c7d9e1f20";
+    const GPU1: &str = "GPU-1b2c3d4e-1111-4d7b-9a1e-3b5c7d9e1f21";
+    const MIG: &str = "MIG-5c2a1d3e-0000-5f6a-8b9c-0d1e2f3a4b5c";
+    let gib: u64 = 1 << 30;
+    let memory = json!({ "total_bytes": 80 * gib, "reserved_bytes": gib / 2, "used_bytes": gib });
+    let scenario = json!({
+        "devices": [
+            { "uuid": GPU0, "name": "NVIDIA H100 80GB HBM3", "memory": memory },
+            {
+                "uuid": GPU1,
+                "name": "NVIDIA H100 80GB HBM3",
+                "memory": memory,
+                "mig": {
+                    "enabled": true,
+                    "devices": [ {
+                        "uuid": MIG,
+                        "gpu_instance_id": 9,
+                        "profile": "1g.10gb",
+                        "memory": { "total_bytes": 10 * gib, "used_bytes": gib },
+                    } ],
+                },
+            },
+        ],
+    });
+    let built = harness::build_fake_library(false).unwrap_or_else(|error| panic!("{error}"));
+    let dir = tempfile::tempdir().unwrap();
+    let library = harness::install_as_libnvidia(dir.path(), &built);
+    let scenario = harness::write_scenario(dir.path(), &scenario);
+    let kubelet = FakeApi::serve(&dir.path().join("kubelet.sock"));
+    let runtime = FakeApi::serve(&dir.path().join("containerd.sock"));
+    kubelet.set_pods(vec![
+        pod("train-0", "ml", "trainer", "nvidia.com/gpu", &["nvidia0"]),
+        pod("small-0", "dev", "notebook", "nvidia.com/mig-1g.10gb", &[MIG]),
+    ]);
+    let env = [
+        ("VRAMD_NVML__LIBRARY_PATH", library.to_str().unwrap()),
+        (harness::SCENARIO_ENV, scenario.to_str().unwrap()),
+        ("VRAMD_SAMPLER__FAST_INTERVAL", "100ms"),
+        ("VRAMD_SAMPLER__SLOW_INTERVAL", "200ms"),
+        ("VRAMD_KUBERNETES__ENABLED", "true"),
+        ("VRAMD_KUBERNETES__POD_RESOURCES_SOCKET", kubelet.socket.to_str().unwrap()),
+        ("VRAMD_KUBERNETES__RUNTIME_SOCKET", runtime.socket.to_str().unwrap()),
+        ("VRAMD_KUBERNETES__REFRESH_INTERVAL", "1s"),
+        ("VRAMD_KUBERNETES__CALL_TIMEOUT", "500ms"),
+    ];
+    let mut daemon = Process::spawn(&SERVE, &env);
+    let addr = daemon.listening();
+    daemon.wait_ready(addr);
+
+    let allocation = |text: &str, uuid: &str, pod: &str| {
+        text.lines().any(|line| {
+            line.starts_with("vramd_device_allocation_info{")
+                && line.contains(&format!("uuid=\"{uuid}\""))
+                && line.contains(&format!("pod=\"{pod}\""))
+                && line.ends_with(" 1")
+        })
+    };
+    let text = wait_for_metrics(addr, "both allocations", |text| {
+        allocation(text, GPU0, "train-0") && allocation(text, MIG, "small-0")
+    });
+    let mig_line = text
+        .lines()
+        .find(|line| line.starts_with("vramd_device_allocation_info{") && line.contains(MIG))
+        .unwrap();
+    assert!(
+        mig_line.contains("gpu=\"1\"")
+            && mig_line.contains("namespace=\"dev\"")
+            && mig_line.contains("container=\"notebook\""),
+        "on the MIG device, under its parent GPU: {mig_line}"
+    );
+    assert!(!allocation(&text, GPU1, "small-0"), "the MIG pod does not hold the whole GPU");
+    assert_eq!(
+        value(&text, &format!("vramd_device_allocations{{gpu=\"1\",uuid=\"{GPU1}\"}}")),
+        Some(0.0)
+    );
+    let document = get(addr, &format!("/api/v1/devices/{MIG}")).json();
+    assert_eq!(document["allocations"][0]["pod"], "small-0", "{document}");
+    let document = get(addr, "/api/v1/devices/0").json();
+    assert_eq!(document["allocations"][0]["pod"], "train-0", "{document}");
     assert!(daemon.exited().is_none());
 }
 

@@ -37,6 +37,8 @@ use crate::api::{self, AppState, Limits};
 use crate::clock::wall_now;
 use crate::config::{Config, SourceSelection};
 use crate::history::HistoryStore;
+use crate::kubernetes::AttributionBoard;
+use crate::model::{DeviceInfo, SlowReading};
 use crate::reload::Reloader;
 use crate::reload::steps::PipelineStep;
 use crate::sampler;
@@ -105,10 +107,15 @@ pub async fn run(
             .await
             .map_err(|error| AppError::Startup(error.to_string()))??
     };
+    let board = config.kubernetes.enabled.then(|| Arc::new(AttributionBoard::default()));
+    let attribute = board.clone().map(|board| -> sampler::Attribute {
+        Arc::new(move |info: &DeviceInfo, reading: &mut SlowReading| board.join(info, reading))
+    });
     let source = {
         let config = config.clone();
         let reports = intake.store.clone();
-        tokio::task::spawn_blocking(move || build_source(&config, Some(reports)))
+        let attribute = attribute.clone();
+        tokio::task::spawn_blocking(move || build_source(&config, Some(reports), attribute))
             .await
             .map_err(|error| AppError::Startup(error.to_string()))??
     };
@@ -158,14 +165,16 @@ pub async fn run(
             cancel.clone(),
         ));
     }
-    let attribution = start_kubernetes(&config, &telemetry, &cancel)?;
+    if let Some(board) = board {
+        start_kubernetes(&config, board, &telemetry, &cancel)?;
+    }
     let sampler = tokio::spawn(sampler::run(
         source,
         store.clone(),
         telemetry.clone(),
         sampler_settings,
         sampler_joins_reports.then(|| reports.clone()),
-        attribution,
+        attribute.filter(|_| sampler_joins_reports),
         cancel.clone(),
     ));
     let board = Arc::new(AlertBoard::new(config.api.max_stream_backlog.get()));

@@ -20,9 +20,9 @@ use crate::config::{AlertsConfig, Config, NotifyConfig, SourceSelection};
 use crate::history::Sizing;
 use crate::ingest::{ReportLimits, ReportStore, StoreLimits};
 use crate::kubernetes::{self, AttributionBoard, KubernetesSettings};
-use crate::model::{DeviceInfo, RuleId, SlowReading};
+use crate::model::RuleId;
+use crate::sampler::SamplerSettings;
 use crate::sampler::probe::{ProbeGate, ProbeSettings};
-use crate::sampler::{self, SamplerSettings};
 use crate::source::probe::ProbeRequest;
 use crate::telemetry::Telemetry;
 
@@ -202,27 +202,22 @@ pub fn kubernetes_settings(config: &Config) -> KubernetesSettings {
     }
 }
 
-/// Starts the Kubernetes attribution poller when `kubernetes.enabled`, and
-/// returns the join the sampler applies to every slow reading.
+/// Starts the Kubernetes attribution poller (`kubernetes.enabled`), which
+/// publishes to `board`; the sampler or the recorder joins it.
 pub(super) fn start_kubernetes(
     config: &Config,
+    board: Arc<AttributionBoard>,
     telemetry: &Arc<Telemetry>,
     cancel: &CancellationToken,
-) -> Result<Option<sampler::Attribute>, AppError> {
-    if !config.kubernetes.enabled {
-        return Ok(None);
-    }
+) -> Result<(), AppError> {
     telemetry.watch_kubernetes(&[kubernetes::API_POD_RESOURCES, kubernetes::API_RUNTIME])?;
-    let board = Arc::new(AttributionBoard::default());
     tokio::spawn(kubernetes::run(
         kubernetes_settings(config),
-        board.clone(),
+        board,
         telemetry.clone(),
         cancel.clone(),
     ));
-    Ok(Some(Arc::new(move |info: &DeviceInfo, reading: &mut SlowReading| {
-        board.join(info, reading)
-    })))
+    Ok(())
 }
 
 /// The allocator report intake: its store, document bounds and token.

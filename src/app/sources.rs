@@ -16,6 +16,7 @@ use crate::config::{Config, SourceSelection};
 use crate::history::HistoryStore;
 use crate::ingest::{ReportLimits, ReportStore};
 use crate::model::OomEvent;
+use crate::sampler;
 use crate::source::DeviceSource;
 use crate::source::cuda::ChildProber;
 use crate::source::nvml::{NvmlSettings, NvmlSource};
@@ -41,11 +42,12 @@ pub struct BuiltSource {
 
 /// Builds the device source the configuration selects, wrapped in a
 /// recorder when `source.record` is set. Reads files: call off the runtime.
-/// `reports`, when given, is joined onto slow readings before they are
-/// recorded (see [`Recorder::joining`]).
+/// `reports` and then `attribute`, when given, are joined onto slow
+/// readings before they are recorded (see [`Recorder::joining`]).
 pub fn build_source(
     config: &Config,
     reports: Option<Arc<ReportStore>>,
+    attribute: Option<sampler::Attribute>,
 ) -> Result<BuiltSource, AppError> {
     let BuiltSource { source, reporting_simulator, prober, replayed_ooms, .. } =
         match &config.source.selection {
@@ -128,10 +130,18 @@ pub fn build_source(
         },
     };
     let mut recorder = Recorder::create(source, path, &options).map_err(AppError::Record)?;
-    if let Some(reports) = reports {
+    if reports.is_some() || attribute.is_some() {
         // Joined before recording, so the trace keeps the allocator evidence
-        // the analysis judged; `run` then leaves the sampler's join out.
-        recorder = recorder.joining(Box::new(move |uuid, reading| reports.attach(uuid, reading)));
+        // and the pods the analysis saw; `run` then leaves the sampler's
+        // joins out.
+        recorder = recorder.joining(Box::new(move |info, reading| {
+            if let Some(reports) = &reports {
+                reports.attach(&info.uuid, reading);
+            }
+            if let Some(attribute) = &attribute {
+                attribute(info, reading);
+            }
+        }));
     }
     let record_health = Some(recorder.health());
     // The recorder also answers the probe, through the prober, so that each

@@ -28,8 +28,17 @@ pub use progress::{SamplingProgress, Stale};
 pub use query::{Aggregate, Bucket, QueryError, WindowAnswer, WindowQuery};
 pub use ring::{MAX_CHUNK_LEN, OutOfOrder, Ring, Snapshot, Stamped};
 
-/// All devices' histories. Devices are set when discovered and kept for the
-/// life of the process (a lost device stays listed, marked down).
+/// What a new listing changed ([`HistoryStore::relist`]).
+pub struct Relisted {
+    /// New devices, whose sampling must start.
+    pub added: Vec<Arc<DeviceHistory>>,
+    /// Devices no longer listed, whose sampling must stop.
+    pub removed: Vec<Arc<DeviceHistory>>,
+}
+
+/// All devices' histories. Devices are set when discovered and kept while
+/// the source lists them (a lost device stays listed, marked down; a MIG
+/// device removed by a reconfiguration goes).
 pub struct HistoryStore {
     sizing: Sizing,
     devices: RwLock<Vec<Arc<DeviceHistory>>>,
@@ -48,6 +57,29 @@ impl HistoryStore {
             infos.into_iter().map(|info| Arc::new(DeviceHistory::new(info, self.sizing))).collect();
         *self.devices.write() = histories.clone();
         histories
+    }
+
+    /// Replaces the device list after a new listing (a MIG
+    /// reconfiguration) and says what changed. A device listed again with
+    /// the same index and UUID keeps its history; one not listed any more
+    /// is dropped with its history, so its series go rather than go stale.
+    pub fn relist(&self, infos: Vec<DeviceInfo>) -> Relisted {
+        let mut devices = self.devices.write();
+        let mut old = std::mem::take(&mut *devices);
+        let mut added = Vec::new();
+        for info in infos {
+            let same =
+                |d: &Arc<DeviceHistory>| d.info().index == info.index && d.info().uuid == info.uuid;
+            match old.iter().position(same) {
+                Some(at) => devices.push(old.swap_remove(at)),
+                None => {
+                    let history = Arc::new(DeviceHistory::new(info, self.sizing));
+                    devices.push(history.clone());
+                    added.push(history);
+                }
+            }
+        }
+        Relisted { added, removed: old }
     }
 
     pub fn devices(&self) -> Vec<Arc<DeviceHistory>> {
@@ -76,5 +108,54 @@ impl HistoryStore {
 
     pub fn cycle_completed(&self) -> bool {
         self.cycle_completed.load(Ordering::Acquire)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    fn device(index: u32, uuid: &str) -> DeviceInfo {
+        DeviceInfo {
+            index,
+            uuid: uuid.into(),
+            name: "Test GPU".into(),
+            pci_bus_id: None,
+            driver_version: None,
+            mig: None,
+        }
+    }
+
+    #[test]
+    fn a_relisting_keeps_unchanged_devices_and_drops_the_others() {
+        let sizing = Sizing {
+            fast_capacity: 4,
+            slow_capacity: 4,
+            peak_window: Duration::from_secs(1),
+            oom_events: 1,
+        };
+        let store = HistoryStore::new(sizing);
+        let before = store.set_devices(vec![
+            device(0, "GPU-a"),
+            device(10_000, "MIG-x"),
+            device(10_001, "MIG-y"),
+        ]);
+        let changed = store.relist(vec![
+            device(0, "GPU-a"),
+            device(10_000, "MIG-z"),
+            device(10_001, "MIG-y"),
+        ]);
+        let uuids = |devices: &[Arc<DeviceHistory>]| -> Vec<String> {
+            devices.iter().map(|d| d.info().uuid.clone()).collect()
+        };
+        assert_eq!(uuids(&changed.added), ["MIG-z"], "same slot, new instance: a new device");
+        assert_eq!(uuids(&changed.removed), ["MIG-x"]);
+        let now = store.devices();
+        assert_eq!(uuids(&now), ["GPU-a", "MIG-z", "MIG-y"]);
+        assert!(Arc::ptr_eq(&now[0], &before[0]), "the unchanged GPU keeps its history");
+        assert!(Arc::ptr_eq(&now[2], &before[2]));
+        assert!(store.find("MIG-x").is_none(), "the removed device is gone from the API");
     }
 }

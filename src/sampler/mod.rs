@@ -13,6 +13,7 @@
 //! Knows nothing of analysis or HTTP.
 
 mod call;
+mod layout;
 pub mod probe;
 mod tier;
 mod worker;
@@ -65,6 +66,7 @@ impl SamplerSettings {
 }
 
 /// Everything a sampling task needs, shared.
+#[derive(Clone)]
 pub(crate) struct Context {
     pub source: Arc<dyn DeviceSource>,
     pub store: Arc<HistoryStore>,
@@ -106,21 +108,16 @@ pub async fn run(
         origin,
         attribute,
     });
+    let generation = context.source.layout_generation();
     let Some(devices) = discover(&context).await else {
         return;
     };
     let first_cycle = Arc::new(FirstCycle::new(devices.len() * 2, context.store.clone()));
-    let mut tasks = tokio::task::JoinSet::new();
+    let mut running = layout::Running::new(generation);
     for device in devices {
-        let context = context.clone();
-        let first_cycle = first_cycle.clone();
-        tasks.spawn(async move { tier::run_device(context, device, first_cycle).await });
+        running.spawn(&context, device, first_cycle.clone());
     }
-    while let Some(joined) = tasks.join_next().await {
-        if let Err(error) = joined {
-            warn!(error = %error, "a device sampling task ended abnormally");
-        }
-    }
+    layout::follow(&context, running).await;
 }
 
 /// Lists devices, retrying with exponential backoff until it works or the

@@ -33,6 +33,13 @@ pub trait DeviceSource: Send + Sync + 'static {
 
     /// Reads the slow tier (processes, temperature, power, …) of the device.
     fn read_slow(&self, index: u32) -> Result<SlowReading, SourceError>;
+
+    /// Changes whenever the devices this source would list differ from its
+    /// last listing (a MIG reconfiguration); the sampler then lists again.
+    /// Sources whose device set never changes keep the default.
+    fn layout_generation(&self) -> u64 {
+        0
+    }
 }
 
 /// A shared source is a source, so wrappers like the recorder can take one.
@@ -51,6 +58,10 @@ impl<T: DeviceSource + ?Sized> DeviceSource for Arc<T> {
 
     fn read_slow(&self, index: u32) -> Result<SlowReading, SourceError> {
         (**self).read_slow(index)
+    }
+
+    fn layout_generation(&self) -> u64 {
+        (**self).layout_generation()
     }
 }
 

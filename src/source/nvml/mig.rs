@@ -2,8 +2,9 @@
 //!
 //! A MIG device gets a synthetic index, [`MIG_INDEX_BASE`] + parent × 100 +
 //! slot, so the sampler can address it like any device; its `gpu` label is
-//! its parent's index and its identity is its `MIG-…` UUID. MIG devices are
-//! listed once, at discovery: a MIG reconfiguration needs a restart.
+//! its parent's index and its identity is its `MIG-…` UUID. The parent's
+//! slow read lists its MIG UUIDs again ([`uuids`]); when they differ from
+//! the listing the source asks the sampler to list devices again.
 
 use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::{Device, Nvml};
@@ -93,6 +94,15 @@ pub(super) fn list(parent: &Device<'_>, parent_info: &DeviceInfo) -> Vec<DeviceI
         }
     }
     devices
+}
+
+/// The UUIDs of a MIG-enabled GPU's devices now, in slot order: what is
+/// compared with the listing. Unreadable slots are left out, as in [`list`].
+pub(super) fn uuids(parent: &Device<'_>) -> Vec<String> {
+    let slots = parent.mig_device_count().map_or(0, |slots| slots.min(SLOTS_PER_PARENT));
+    (0..slots)
+        .filter_map(|slot| parent.mig_device_by_index(slot).and_then(|mig| mig.uuid()).ok())
+        .collect()
 }
 
 /// `NVIDIA H100 80GB HBM3 MIG 3g.40gb` → `3g.40gb`.

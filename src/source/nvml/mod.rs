@@ -21,7 +21,7 @@ pub mod xid;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::{Device, Nvml};
@@ -85,9 +85,13 @@ pub struct NvmlSource {
     xid: xid::XidBook,
     xid_stop: Arc<AtomicBool>,
     xid_started: AtomicBool,
-    /// MIG mode of each GPU at discovery (one entry per GPU), to notice a
-    /// reconfiguration on the slow tier; the value is cleared once logged.
-    mig_at_discovery: Mutex<std::collections::HashMap<u32, bool>>,
+    /// The MIG layout of each GPU at the last listing (one entry per GPU:
+    /// its MIG UUIDs, `None` with MIG off), compared on every slow read to
+    /// notice a reconfiguration.
+    mig_layouts: Mutex<HashMap<u32, Option<Vec<String>>>>,
+    /// Bumped when a GPU's MIG layout no longer matches the listing
+    /// ([`DeviceSource::layout_generation`]).
+    generation: AtomicU64,
 }
 
 impl NvmlSource {
@@ -105,7 +109,8 @@ impl NvmlSource {
             xid: xid::XidBook::default(),
             xid_stop: Arc::new(AtomicBool::new(false)),
             xid_started: AtomicBool::new(false),
-            mig_at_discovery: Mutex::default(),
+            mig_layouts: Mutex::default(),
+            generation: AtomicU64::new(0),
         }
     }
 
@@ -209,27 +214,34 @@ impl NvmlSource {
             reading.details.xid_errors = counts.clone();
         }
         reading.details.last_xid_unix_ms = self.xid.last.lock().get(&index).copied();
-        self.notice_mig_change(index, reading.details.mig_enabled);
+        if mig::split(index).is_none() {
+            let layout = match reading.details.mig_enabled {
+                Some(true) => Some(mig::uuids(&device)),
+                Some(false) => None,
+                // MIG mode unreadable: nothing to compare.
+                None => return Ok(reading),
+            };
+            self.notice_mig_change(index, layout);
+        }
         Ok(reading)
     }
 }
 
 impl NvmlSource {
-    /// Logs, once per GPU, that its MIG mode differs from discovery: the
-    /// monitored MIG devices no longer match the hardware. Sampling goes
-    /// on (the old MIG devices' reads fail and show as down).
-    fn notice_mig_change(&self, index: u32, now: Option<bool>) {
-        let Some(now) = now else { return };
-        let mut known = self.mig_at_discovery.lock();
-        if known.get(&index).is_some_and(|&then| then != now) {
-            known.remove(&index);
-            drop(known);
-            tracing::warn!(
-                gpu = index,
-                mig_enabled = now,
-                "MIG mode changed since discovery; restart vramd to monitor the new MIG devices"
-            );
+    /// Compares a GPU's MIG layout with the last listing's; a difference
+    /// bumps the generation once (the layout is taken as the new reference,
+    /// so the same change is not reported on every read) and the sampler
+    /// lists the devices again.
+    fn notice_mig_change(&self, index: u32, now: Option<Vec<String>>) {
+        let mut known = self.mig_layouts.lock();
+        let Some(then) = known.get_mut(&index) else { return };
+        if *then == now {
+            return;
         }
+        *then = now;
+        drop(known);
+        tracing::warn!(gpu = index, "MIG layout changed; listing the devices again");
+        self.generation.fetch_add(1, Ordering::AcqRel);
     }
 }
 
@@ -262,6 +274,7 @@ impl DeviceSource for NvmlSource {
         let driver_version = nvml.sys_driver_version().ok();
         let mut devices = Vec::new();
         let mut handles = HashMap::new();
+        let mut layouts = HashMap::new();
         for index in 0..count {
             let device = nvml
                 .device_by_index(index)
@@ -275,8 +288,11 @@ impl DeviceSource for NvmlSource {
                 mig: None,
             };
             let mig_enabled = device.mig_mode().is_ok_and(|mode| mode.current == 1);
-            self.mig_at_discovery.lock().insert(index, mig_enabled);
             let migs = if mig_enabled { mig::list(&device, &info) } else { Vec::new() };
+            // Taken the way the slow read takes it, so a slot that is listed
+            // but cannot be described does not read as a change every time.
+            let layout = mig_enabled.then(|| mig::uuids(&device));
+            layouts.insert(index, layout);
             devices.push(info);
             handles.insert(index, Some(Arc::new(device)));
             // MIG handles are looked up on their first read, then kept.
@@ -285,6 +301,7 @@ impl DeviceSource for NvmlSource {
         }
         self.identities.retain_devices(|index| handles.contains_key(&index));
         *self.handles.write() = handles;
+        *self.mig_layouts.lock() = layouts;
         if self.settings.xid_events && !self.xid_started.swap(true, Ordering::AcqRel) {
             let (book, clock) = (self.xid.clone(), self.clock.clone());
             xid::spawn(nvml, count, book, clock, self.xid_stop.clone());
@@ -299,6 +316,10 @@ impl DeviceSource for NvmlSource {
     fn read_slow(&self, index: u32) -> Result<SlowReading, SourceError> {
         self.read_slow_from(index).inspect_err(|error| self.distrust(index, error))
     }
+
+    fn layout_generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
+    }
 }
 
 #[cfg(test)]
@@ -306,14 +327,17 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_mig_mode_change_is_noticed_once_per_gpu() {
+    fn a_mig_layout_change_bumps_the_generation_once() {
         let source = NvmlSource::new(NvmlSettings::default());
-        source.mig_at_discovery.lock().extend([(0, false), (1, true)]);
-        source.notice_mig_change(0, None);
-        source.notice_mig_change(1, Some(true));
-        assert_eq!(source.mig_at_discovery.lock().len(), 2, "unread or unchanged: nothing");
-        source.notice_mig_change(0, Some(true));
-        assert!(!source.mig_at_discovery.lock().contains_key(&0), "logged, then forgotten");
-        assert!(source.mig_at_discovery.lock().contains_key(&1));
+        let layout = |uuids: &[&str]| Some(uuids.iter().map(|u| (*u).to_owned()).collect());
+        source.mig_layouts.lock().extend([(0, None), (1, layout(&["MIG-a"]))]);
+        source.notice_mig_change(1, layout(&["MIG-a"]));
+        source.notice_mig_change(7, layout(&["MIG-x"]));
+        assert_eq!(source.layout_generation(), 0, "unchanged or never listed: nothing");
+        source.notice_mig_change(1, layout(&["MIG-b", "MIG-c"]));
+        source.notice_mig_change(1, layout(&["MIG-b", "MIG-c"]));
+        assert_eq!(source.layout_generation(), 1, "one change, counted once");
+        source.notice_mig_change(0, layout(&[]));
+        assert_eq!(source.layout_generation(), 2, "MIG turned on");
     }
 }

@@ -49,10 +49,11 @@ pub struct Recorder<S> {
 }
 
 /// Joins onto a slow reading, before it is written, what the sampler would
-/// join after it (allocator reports, by device UUID), so that a replay sees
-/// what the live analysis saw. A hook rather than the report store itself:
-/// the recorder knows nothing of ingestion.
-pub type SlowJoin = Box<dyn Fn(&str, &mut SlowReading) + Send + Sync>;
+/// join after it (allocator reports by device UUID, Kubernetes pods), so
+/// that a replay sees what the live analysis saw. A hook rather than the
+/// report store or the attribution board: the recorder knows nothing of
+/// ingestion or Kubernetes.
+pub type SlowJoin = Box<dyn Fn(&DeviceInfo, &mut SlowReading) + Send + Sync>;
 
 /// How often, at most, a recording that keeps failing is logged again.
 const FAILURE_LOG_INTERVAL: Duration = Duration::from_secs(60);
@@ -92,8 +93,8 @@ struct State {
     /// When a failure was last logged, and failures since then.
     last_logged: Option<Stopwatch>,
     unlogged_failures: u64,
-    /// Device index to UUID, from the latest successful `devices()`.
-    uuids: Vec<(u32, Arc<str>)>,
+    /// The devices of the latest successful `devices()`.
+    devices: Vec<Arc<DeviceInfo>>,
 }
 
 /// Where the header stands.
@@ -126,7 +127,7 @@ impl<S: DeviceSource> Recorder<S> {
             latest: HashMap::new(),
             last_logged: None,
             unlogged_failures: 0,
-            uuids: Vec::new(),
+            devices: Vec::new(),
         };
         Ok(Self {
             inner,
@@ -382,11 +383,15 @@ impl<S: DeviceSource> DeviceSource for Recorder<S> {
         self.inner.name()
     }
 
+    fn layout_generation(&self) -> u64 {
+        self.inner.layout_generation()
+    }
+
     fn devices(&self) -> Result<Vec<DeviceInfo>, SourceError> {
         let devices = self.inner.devices()?;
         let written = {
             let mut state = self.state.lock();
-            state.uuids = devices.iter().map(|d| (d.index, Arc::from(d.uuid.as_str()))).collect();
+            state.devices = devices.iter().cloned().map(Arc::new).collect();
             match &mut state.header {
                 Header::Pending(pending) => {
                     *pending = Some(devices.clone());
@@ -409,10 +414,9 @@ impl<S: DeviceSource> DeviceSource for Recorder<S> {
     fn read_slow(&self, index: u32) -> Result<SlowReading, SourceError> {
         let mut result = self.inner.read_slow(index);
         if let (Some(join), Ok(reading)) = (&self.join, result.as_mut()) {
-            let uuid =
-                self.state.lock().uuids.iter().find(|(i, _)| *i == index).map(|(_, u)| u.clone());
-            if let Some(uuid) = uuid {
-                join(&uuid, reading);
+            let info = self.state.lock().devices.iter().find(|d| d.index == index).cloned();
+            if let Some(info) = info {
+                join(&info, reading);
             }
         }
         self.record(index, Tier::Slow, result, |reading| (reading.at, Line::slow(index, reading)))

@@ -55,7 +55,7 @@ pub unsafe extern "C" fn nvmlDeviceGetMigDeviceHandleByIndex(
             return Err(INVALID_ARGUMENT);
         }
         let index = index as usize;
-        if !mig.enabled || index >= mig.devices.len() {
+        if !mig.enabled || index >= mig.current().len() {
             return Err(NOT_FOUND);
         }
         let handle = Target::Mig(call.target.gpu(), index).handle();

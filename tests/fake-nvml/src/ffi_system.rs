@@ -166,7 +166,7 @@ unsafe fn by_key(
             return Ok(Target::Gpu(gpu));
         }
         for (gpu, spec) in scenario.devices.iter().enumerate() {
-            let migs = spec.mig.iter().filter(|m| m.enabled).flat_map(|m| m.devices.iter());
+            let migs = spec.mig.iter().filter(|m| m.enabled).flat_map(|m| m.current().iter());
             if let Some(mig) = migs.into_iter().position(|m| m.uuid == key) {
                 return Ok(Target::Mig(gpu, mig));
             }

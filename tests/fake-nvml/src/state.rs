@@ -124,7 +124,7 @@ impl Target {
             None => Some(Target::Gpu(gpu)),
             Some(mig) => {
                 let spec = device.mig.as_ref()?;
-                (spec.enabled && mig < spec.devices.len()).then_some(Target::Mig(gpu, mig))
+                (spec.enabled && mig < spec.current().len()).then_some(Target::Mig(gpu, mig))
             }
         }
     }
@@ -173,7 +173,7 @@ impl Call {
     pub fn mig(&self) -> Option<&MigDeviceSpec> {
         match self.target {
             Target::Gpu(_) => None,
-            Target::Mig(gpu, mig) => self.scenario.devices[gpu].mig.as_ref()?.devices.get(mig),
+            Target::Mig(gpu, mig) => self.scenario.devices[gpu].mig.as_ref()?.current().get(mig),
         }
     }
 

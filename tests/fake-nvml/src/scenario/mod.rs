@@ -278,6 +278,30 @@ pub struct MigSpec {
     pub max_devices: u32,
     #[serde(default)]
     pub devices: Vec<MigDeviceSpec>,
+    /// A second layout that replaces `devices` while a trigger file exists,
+    /// so a test can reconfigure MIG under a running daemon.
+    pub reconfigured: Option<MigReconfigSpec>,
+}
+
+/// The layout a MIG GPU switches to while `when_file_exists` exists.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MigReconfigSpec {
+    pub when_file_exists: std::path::PathBuf,
+    #[serde(default)]
+    pub devices: Vec<MigDeviceSpec>,
+}
+
+impl MigSpec {
+    /// The MIG devices as laid out now: the reconfigured layout while its
+    /// trigger file exists (checked on every call, so a test flips it by
+    /// creating the file), otherwise `devices`.
+    pub fn current(&self) -> &[MigDeviceSpec] {
+        match &self.reconfigured {
+            Some(next) if next.when_file_exists.exists() => &next.devices,
+            _ => &self.devices,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Deserialize)]
