@@ -63,6 +63,8 @@ pub enum AppError {
     Startup(String),
     #[error("ingest.token_file: {reason}")]
     Token { reason: String },
+    #[error("ingest.snapshot_dir: {0}")]
+    Snapshots(crate::ingest::SnapshotError),
     #[error("notifier: {0}")]
     Notify(crate::alerts::notify::NotifyError),
     #[error("server.web_config: {0}")]
@@ -85,6 +87,7 @@ impl AppError {
             AppError::Token { .. } => 2,
             // Like the token file: read before anything binds.
             AppError::WebConfig(_) => 2,
+            AppError::Snapshots(_) => 2,
             _ => 1,
         }
     }
@@ -511,8 +514,32 @@ pub fn report_intake(config: &Config, token: Option<String>) -> api::reports::In
             ingest.max_reporters.get(),
         ),
         oom_hook: None,
+        snapshots: None,
         token,
     }
+}
+
+/// The OOM snapshot directory, when `ingest.snapshot_dir` is set; opening
+/// it lists and clears files, so off the async workers.
+async fn open_snapshots(
+    config: &Config,
+) -> Result<Option<Arc<crate::ingest::SnapshotStore>>, AppError> {
+    let Some(dir) = config.ingest.snapshot_dir.clone() else { return Ok(None) };
+    let limits = crate::ingest::SnapshotLimits {
+        max_total_bytes: config.ingest.max_snapshot_bytes.0,
+        max_upload_bytes: config.ingest.max_snapshot_upload.0,
+        max_files: config
+            .ingest
+            .max_oom_events
+            .get()
+            .saturating_mul(config.sampler.max_devices.get()),
+    };
+    let store =
+        tokio::task::spawn_blocking(move || crate::ingest::SnapshotStore::open(&dir, limits))
+            .await
+            .map_err(|error| AppError::Startup(error.to_string()))?
+            .map_err(AppError::Snapshots)?;
+    Ok(Some(Arc::new(store)))
 }
 
 /// What a configuration reload needs from `main`.
@@ -600,6 +627,7 @@ pub async fn run(
     reload: Reload,
 ) -> Result<(), AppError> {
     let mut intake = report_intake(&config, read_token(&config).await?);
+    intake.snapshots = open_snapshots(&config).await?;
     let web = {
         let config = config.clone();
         tokio::task::spawn_blocking(move || load_web_config(&config))
