@@ -269,6 +269,7 @@ def start(
     snapshot_dir: Optional[str] = None,
     max_snapshots: int = 3,
     max_snapshot_bytes: int = 4 << 30,
+    upload_snapshot: bool = False,
 ) -> Reporter:
     """Start reporting to vramd on one daemon thread; returns the running reporter.
 
@@ -276,7 +277,9 @@ def start(
     event (``reporter.oom``, see ``_oom.OomCapture``); ``record_history=N``
     records allocator history and dumps a snapshot to ``snapshot_dir`` at
     each OOM, keeping at most ``max_snapshots`` files and
-    ``max_snapshot_bytes``.
+    ``max_snapshot_bytes``. With ``upload_snapshot`` (and vramd's
+    ``ingest.snapshot_dir`` set) each dumped snapshot is also PUT to the
+    event on the OOM thread's posting thread, for the memory viewer.
 
     A second call while a reporter runs returns that reporter (its settings
     stay). Invalid arguments raise ValueError/TypeError here, at call time;
@@ -295,7 +298,14 @@ def start(
         reporter = Reporter(url, interval, snapshot_interval, token, timeout)
         if oom_capture:
             reporter.oom = OomCapture(
-                reporter.url, token, timeout, record_history, snapshot_dir, max_snapshots, max_snapshot_bytes
+                reporter.url,
+                token,
+                timeout,
+                record_history,
+                snapshot_dir,
+                max_snapshots,
+                max_snapshot_bytes,
+                upload_snapshot,
             )
             reporter.oom.attach()
         reporter._start()
