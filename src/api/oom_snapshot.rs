@@ -17,6 +17,7 @@ use axum::body::{Body, Bytes};
 use axum::extract::{ConnectInfo, Request, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use futures_util::StreamExt;
 use http_body_util::BodyExt;
 use serde::Serialize;
 
@@ -269,17 +270,25 @@ pub async fn put(
 pub async fn get(State(state): State<AppState>, PathId(id): PathId) -> Result<Response, ApiError> {
     let snapshots = state.ingest.snapshots.clone().ok_or_else(disabled)?;
     let wanted: u64 = id.parse().map_err(|_| no_snapshot(&id))?;
-    let length = snapshots.held(wanted).ok_or_else(|| no_snapshot(&id))?;
+    snapshots.held(wanted).ok_or_else(|| no_snapshot(&id))?;
     let deadline = state.limits.request_timeout;
     let path = snapshots.path(wanted);
     // Evicted between the look-up and the open: the same 404. Once open,
-    // an eviction no longer matters; the file lives until it is closed.
-    let file = blocking(deadline, move || std::fs::File::open(path))
-        .await?
-        .map_err(|_| no_snapshot(&id))?;
+    // an eviction or a replacing upload no longer matters: this file lives
+    // until it is closed, and its own length is what is served.
+    let (file, length) = blocking(deadline, move || {
+        let file = std::fs::File::open(path)?;
+        let length = file.metadata()?.len();
+        Ok::<_, std::io::Error>((file, length))
+    })
+    .await?
+    .map_err(|_| no_snapshot(&id))?;
+    // Fused: the compression layer polls once more after the end, which a
+    // bare `unfold` answers with a panic.
     let chunks = futures_util::stream::unfold((Arc::new(file), 0_u64), move |(file, offset)| {
         read_chunk(file, offset, length, deadline)
-    });
+    })
+    .fuse();
     let disposition = format!("attachment; filename=\"vramd-oom-{wanted}.pickle\"");
     Ok((
         [

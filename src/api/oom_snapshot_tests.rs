@@ -85,10 +85,13 @@ async fn upload(state: &AppState, id: u64, bytes: Vec<u8>) -> (StatusCode, Value
     put(state, id, "127.0.0.1:9", None, Body::from(bytes), Some(length)).await
 }
 
-/// The snapshot served for `id`: status, content type, bytes.
+/// The snapshot served for `id`: status, content type, bytes. Asked with
+/// gzip accepted, as HTTP clients do, so the compression layer is in play.
 async fn fetch(state: &AppState, id: u64) -> (StatusCode, Option<String>, Vec<u8>) {
-    let request =
-        Request::builder().uri(format!("/api/v1/oom-events/{id}/snapshot")).body(Body::empty());
+    let request = Request::builder()
+        .uri(format!("/api/v1/oom-events/{id}/snapshot"))
+        .header(header::ACCEPT_ENCODING, "identity")
+        .body(Body::empty());
     let response = router(state.clone()).oneshot(request.unwrap()).await.unwrap();
     let status = response.status();
     let content_type = response
@@ -206,4 +209,23 @@ async fn only_loopback_or_the_token_may_upload_and_only_when_enabled() {
     let (status, answer, _) = get(&off, &format!("/api/v1/oom-events/{id}/snapshot")).await;
     let answer: Value = serde_json::from_str(&answer).unwrap();
     assert_error(status, &answer, StatusCode::NOT_FOUND, "snapshots_disabled");
+}
+
+#[tokio::test]
+async fn a_snapshot_is_served_through_gzip_to_its_end() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = state(None, Some(dir.path()), 1 << 20, 1 << 20);
+    let id = event(&state).await;
+    let (status, _) = upload(&state, id, vec![9; 5000]).await;
+    assert_eq!(status, StatusCode::CREATED);
+    let request = Request::builder()
+        .uri(format!("/api/v1/oom-events/{id}/snapshot"))
+        .header(header::ACCEPT_ENCODING, "gzip")
+        .body(Body::empty())
+        .unwrap();
+    let response = router(state.clone()).oneshot(request).await.unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    // The whole body is read: the stream must end cleanly, not fail.
+    let body = response.into_body().collect().await.unwrap().to_bytes();
+    assert!(!body.is_empty());
 }

@@ -774,7 +774,10 @@ async fn openapi_documents_parameters_bodies_and_media_types() {
         "#/components/schemas/AllocatorReport"
     );
     let device = &schemas["DeviceReport"];
-    assert_eq!(device["properties"]["memory_stats"]["additionalProperties"]["type"], "number");
+    let stats = &device["properties"]["memory_stats"]["anyOf"];
+    assert_eq!(stats[0]["maxProperties"], 0, "empty: an allocator never used");
+    assert_eq!(stats[1]["additionalProperties"]["type"], "number");
+    assert_eq!(stats[1]["required"].as_array().map(Vec::len), Some(6), "{stats}");
     assert_eq!(schemas["AllocatorReport"]["additionalProperties"], false);
     assert_eq!(
         post["responses"]["202"]["content"]["application/json"]["schema"]["$ref"],
