@@ -96,7 +96,10 @@ trap cleanup EXIT
 # (read back from its JSON log), with the shipped defaults and no VRAMD_*
 # overrides from the environment.
 while IFS= read -r name; do unset "$name"; done < <(compgen -e | grep '^VRAMD_' || true)
-"$binary" --config config/vramd.toml --simulate multi-tenant --gpus 2 \
+# Snapshot uploads on, so PUT/GET /api/v1/oom-events/{id}/snapshot are
+# fuzzed past their "off" answer.
+VRAMD_INGEST__SNAPSHOT_DIR="$work/snapshots" \
+    "$binary" --config config/vramd.toml --simulate multi-tenant --gpus 2 \
     --listen 127.0.0.1:0 --log-format json </dev/null >"$work/stdout.log" 2>"$work/vramd.log" &
 daemon=$!
 

@@ -2,6 +2,8 @@
 //! posted to a running daemon raises `allocator_oom` at the next evaluation
 //! with the event's evidence, is counted in `/metrics`, is written into the
 //! recording, and fires again when `vramd analyze` replays that recording.
+//! With `ingest.snapshot_dir` set, the snapshots uploaded to events are kept
+//! within their budget, oldest evicted first, and served back.
 //!
 //! Every wait is bounded and every daemon is killed when its test ends.
 
@@ -116,4 +118,63 @@ fn an_oom_event_alerts_at_the_next_evaluation_and_replays_from_the_recording() {
         "the replay did not fire allocator_oom:\n{}",
         replayed.stdout
     );
+}
+
+#[test]
+fn uploaded_snapshots_are_served_within_the_budget_oldest_evicted_first() {
+    let dir = tempfile::tempdir().unwrap();
+    let snapshots = dir.path().join("snapshots");
+    std::fs::create_dir(&snapshots).unwrap();
+    // Left by an earlier run: its ids would name this run's events.
+    std::fs::write(snapshots.join("oom-1.snapshot"), b"stale").unwrap();
+    let env = [
+        ("VRAMD_INGEST__SNAPSHOT_DIR", snapshots.to_str().unwrap()),
+        ("VRAMD_INGEST__MAX_SNAPSHOT_BYTES", "1MiB"),
+        ("VRAMD_INGEST__MAX_SNAPSHOT_UPLOAD", "600KiB"),
+    ];
+    let args: Vec<&str> =
+        ["--simulate", "steady-inference", "--gpus", "1"].into_iter().chain(SERVE).collect();
+    let mut daemon = Process::spawn(&args, &env);
+    let addr = daemon.listening();
+    daemon.wait_ready(addr);
+    let device = get(addr, "/api/v1/devices/0").json();
+    let uuid = device["uuid"].as_str().unwrap().to_owned();
+    let pid = device["processes"][0]["pid"].as_u64().expect("a simulated process");
+    assert_eq!(get(addr, "/api/v1/oom-events/1/snapshot").status, 404, "the stale file is gone");
+
+    let mut ids = Vec::new();
+    for _ in 0..3 {
+        let accepted = support::http::post(addr, "/api/v1/oom-events", &event(&uuid, pid)).unwrap();
+        assert_eq!(accepted.status, 202, "{}", accepted.text());
+        ids.push(accepted.json()["id"].as_u64().unwrap());
+    }
+    let path = |id: u64| format!("/api/v1/oom-events/{id}/snapshot");
+    let too_big = support::http::put(addr, &path(ids[0]), &vec![0; 700 << 10]).unwrap();
+    assert_eq!(too_big.status, 413, "{}", too_big.text());
+    assert_eq!(too_big.json()["code"], "snapshot_too_large");
+
+    let mut evicted = Vec::new();
+    for (n, id) in ids.iter().enumerate() {
+        let body = vec![u8::try_from(n).unwrap(); 500 << 10];
+        let stored = support::http::put(addr, &path(*id), &body).unwrap();
+        assert_eq!(stored.status, 201, "{}", stored.text());
+        evicted.extend(stored.json()["evicted"].as_array().unwrap().iter().cloned());
+    }
+    assert_eq!(evicted, vec![json!(ids[0])], "1.5 MiB into 1 MiB: the first upload goes");
+    assert_eq!(get(addr, &path(ids[0])).status, 404);
+    let served = get(addr, &path(ids[2]));
+    assert_eq!(served.status, 200);
+    assert_eq!(served.header("content-type"), Some("application/octet-stream"));
+    assert!(served.body == vec![2_u8; 500 << 10], "served bytes differ from the upload");
+    let event = get(addr, &format!("/api/v1/oom-events/{}", ids[2])).json();
+    assert_eq!(event["snapshot_url"], path(ids[2]), "{event}");
+    let mut names: Vec<String> = std::fs::read_dir(&snapshots)
+        .unwrap()
+        .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    assert_eq!(names, vec![format!("oom-{}.snapshot", ids[1]), format!("oom-{}.snapshot", ids[2])]);
+    daemon.signal("TERM");
+    let stopped = daemon.finish(WAIT);
+    assert_eq!(stopped.status.code(), Some(0), "{}", stopped.stderr);
 }

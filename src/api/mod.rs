@@ -12,6 +12,7 @@ mod dto;
 mod error;
 mod history;
 mod oom;
+mod oom_snapshot;
 pub mod openapi;
 pub mod reports;
 

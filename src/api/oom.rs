@@ -102,18 +102,7 @@ pub async fn post(State(state): State<AppState>, request: Request) -> Result<Res
     let total = live.fast.as_ref().and_then(|fast| fast.memory).map(|memory| memory.total_bytes);
     oom::check_device_total(&event, total).map_err(bad)?;
     if let Err(refused) = state.ingest.oom.admit(&event, tokio::time::Instant::now()) {
-        let retry_after = match &refused {
-            OomRefused::RateLimited { retry_after, .. }
-            | OomRefused::TooManyReporters { retry_after, .. } => *retry_after,
-        };
-        let mut response =
-            ApiError::new(StatusCode::TOO_MANY_REQUESTS, "rate_limited", refused.to_string())
-                .into_response();
-        let seconds = retry_after.as_secs_f64().ceil().max(1.0) as u64;
-        if let Ok(value) = HeaderValue::from_str(&seconds.to_string()) {
-            response.headers_mut().insert(header::RETRY_AFTER, value);
-        }
-        return Ok(response);
+        return Ok(rate_limited(&refused));
     }
     let processes = live.slow.as_deref().and_then(|slow| slow.processes.as_deref()).unwrap_or(&[]);
     event.pid = oom::join(&event, processes);
@@ -134,6 +123,22 @@ pub async fn post(State(state): State<AppState>, request: Request) -> Result<Res
         Json(OomAccepted { status: "accepted", id: stored.id, pid: stored.pid }),
     )
         .into_response())
+}
+
+/// 429 with `Retry-After` for a write beyond the reporter's rate.
+pub(super) fn rate_limited(refused: &OomRefused) -> Response {
+    let retry_after = match refused {
+        OomRefused::RateLimited { retry_after, .. }
+        | OomRefused::TooManyReporters { retry_after, .. } => *retry_after,
+    };
+    let mut response =
+        ApiError::new(StatusCode::TOO_MANY_REQUESTS, "rate_limited", refused.to_string())
+            .into_response();
+    let seconds = retry_after.as_secs_f64().ceil().max(1.0) as u64;
+    if let Ok(value) = HeaderValue::from_str(&seconds.to_string()) {
+        response.headers_mut().insert(header::RETRY_AFTER, value);
+    }
+    response
 }
 
 /// Filters of `GET /api/v1/oom-events`; each one given must match.
@@ -169,14 +174,25 @@ pub struct OomView {
     free_bytes: Option<u64>,
     /// The GPU index as vramd numbers it.
     gpu: u32,
+    /// Whether vramd holds the allocator snapshot uploaded for this event
+    /// (`ingest.snapshot_dir`).
+    snapshot_held: bool,
+    /// Where to fetch that snapshot for the memory viewer; absent when none
+    /// is held.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(example = "/api/v1/oom-events/7/snapshot")]
+    snapshot_url: Option<String>,
 }
 
-fn view(gpu: u32, event: &OomEvent) -> OomView {
+fn view(state: &AppState, gpu: u32, event: &OomEvent) -> OomView {
+    let snapshot_url = super::oom_snapshot::held_url(state, event.id);
     OomView {
         event: event.clone(),
         cause: event.cause().as_str(),
         free_bytes: event.free_bytes(),
         gpu,
+        snapshot_held: snapshot_url.is_some(),
+        snapshot_url,
     }
 }
 
@@ -228,7 +244,7 @@ pub async fn list(
                 .filter(|event| {
                     filter.pid.is_none_or(|pid| event.pid == Some(pid) || event.reporter_pid == pid)
                 })
-                .map(|event| view(info.gpu_index(), event)),
+                .map(|event| view(&state, info.gpu_index(), event)),
         );
     }
     events.sort_by_key(|view| view.event.id);
@@ -276,7 +292,7 @@ pub async fn one(
     PathId(id): PathId,
 ) -> Result<Json<OomView>, ApiError> {
     let (gpu, event) = find(&state, &id)?;
-    Ok(Json(view(gpu, &event)))
+    Ok(Json(view(&state, gpu, &event)))
 }
 
 #[cfg(test)]

@@ -24,7 +24,7 @@ use utoipa_axum::router::{OpenApiRouter, UtoipaMethodRouter};
 use utoipa_axum::routes;
 
 use super::error::ErrorBody;
-use super::{AppState, alerts, history, oom, reports};
+use super::{AppState, alerts, history, oom, oom_snapshot, reports};
 
 /// Where the document is served.
 pub const DOCUMENT_PATH: &str = "/api/v1/openapi.json";
@@ -88,6 +88,7 @@ pub fn operations() -> Vec<UtoipaMethodRouter<AppState>> {
         routes!(reports::list, reports::post),
         routes!(oom::list, oom::post),
         routes!(oom::one),
+        routes!(oom_snapshot::put, oom_snapshot::get),
         routes!(alerts::list),
         routes!(alerts::stream),
         routes!(alerts::one),

@@ -24,6 +24,9 @@ pub struct Ingest {
     /// Called (on a blocking thread) with each stored OOM event and its
     /// device's index: the wiring writes it into a recording.
     pub oom_hook: Option<OomHook>,
+    /// Where uploaded OOM snapshots are kept (`ingest.snapshot_dir`); none:
+    /// uploads are refused.
+    pub snapshots: Option<Arc<crate::ingest::SnapshotStore>>,
     pub limits: ReportLimits,
     /// Bearer token for writers that are not on loopback.
     pub token: Option<String>,

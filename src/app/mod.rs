@@ -20,7 +20,7 @@ use tracing::{info, warn};
 
 use self::reload::reload_steps;
 pub use self::reload::{Reload, load_web_config};
-use self::settings::{AlertGate, read_token, start_kubernetes};
+use self::settings::{AlertGate, open_snapshots, read_token, start_kubernetes};
 pub use self::settings::{
     analysis_settings, analyze_settings, history_sizing, kubernetes_settings, notify_settings,
     probe_settings, read_token_file, report_intake, sampler_settings,
@@ -66,6 +66,8 @@ pub enum AppError {
     Startup(String),
     #[error("ingest.token_file: {reason}")]
     Token { reason: String },
+    #[error("ingest.snapshot_dir: {0}")]
+    Snapshots(crate::ingest::SnapshotError),
     #[error("notifier: {0}")]
     Notify(crate::alerts::notify::NotifyError),
     #[error("server.web_config: {0}")]
@@ -88,6 +90,7 @@ impl AppError {
             AppError::Token { .. } => 2,
             // Like the token file: read before anything binds.
             AppError::WebConfig(_) => 2,
+            AppError::Snapshots(_) => 2,
             _ => 1,
         }
     }
@@ -101,6 +104,7 @@ pub async fn run(
     reload: Reload,
 ) -> Result<(), AppError> {
     let mut intake = report_intake(&config, read_token(&config).await?);
+    intake.snapshots = open_snapshots(&config).await?;
     let web = {
         let config = config.clone();
         tokio::task::spawn_blocking(move || load_web_config(&config))

@@ -238,6 +238,30 @@ pub fn report_intake(config: &Config, token: Option<String>) -> api::reports::In
             ingest.max_reporters.get(),
         ),
         oom_hook: None,
+        snapshots: None,
         token,
     }
+}
+
+/// The OOM snapshot directory, when `ingest.snapshot_dir` is set; opening
+/// it lists and clears files, so off the async workers.
+pub(super) async fn open_snapshots(
+    config: &Config,
+) -> Result<Option<Arc<crate::ingest::SnapshotStore>>, AppError> {
+    let Some(dir) = config.ingest.snapshot_dir.clone() else { return Ok(None) };
+    let limits = crate::ingest::SnapshotLimits {
+        max_total_bytes: config.ingest.max_snapshot_bytes.0,
+        max_upload_bytes: config.ingest.max_snapshot_upload.0,
+        max_files: config
+            .ingest
+            .max_oom_events
+            .get()
+            .saturating_mul(config.sampler.max_devices.get()),
+    };
+    let store =
+        tokio::task::spawn_blocking(move || crate::ingest::SnapshotStore::open(&dir, limits))
+            .await
+            .map_err(|error| AppError::Startup(error.to_string()))?
+            .map_err(AppError::Snapshots)?;
+    Ok(Some(Arc::new(store)))
 }

@@ -491,6 +491,13 @@ section! {
         max_stats "max_stats": NonZeroUsize = non_zero(1024), Int(1, 65_536);
         /// allocator OOM events kept per device; the oldest is dropped beyond
         max_oom_events "max_oom_events": NonZeroUsize = non_zero(64), Int(1, 10_000);
+        /// directory for allocator snapshots uploaded to OOM events
+        snapshot_dir "snapshot_dir": Option<PathBuf> = None,
+            Words("path; not set by default (uploads refused)");
+        /// bytes of all uploaded snapshots together; the oldest upload goes first beyond
+        max_snapshot_bytes "max_snapshot_bytes": ByteSize = ByteSize(4 * GIB), Size(MIB, 16 * TIB);
+        /// bytes of one uploaded snapshot
+        max_snapshot_upload "max_snapshot_upload": ByteSize = ByteSize(GIB), Size(KIB, 64 * GIB);
     }
 }
 

@@ -4,15 +4,18 @@
 //! Owns: the report document and its validation, the store of the latest
 //! report per reporter (bounded, rate-limited, expiring), and the join of
 //! reports onto NVML's processes, which the sampler applies to every slow
-//! reading; OOM events (`oom`): their document, rate limit and join. A source of readings like the device sources: depends on
+//! reading; OOM events (`oom`): their document, rate limit and join; the
+//! snapshot files uploaded for them (`snapshot`). A source of readings like the device sources: depends on
 //! `model` only; knows nothing of history, analysis or HTTP.
 
 pub mod oom;
 pub mod report;
+pub mod snapshot;
 pub mod store;
 
 pub use oom::{OomIntake, OomRefused};
 pub use report::{AllocatorReport, ReportError, ReportLimits, ReportedDevice, Reporter};
+pub use snapshot::{SnapshotError, SnapshotLimits, SnapshotStore, Upload};
 pub use store::{Refused, ReportStore, ReportView, StoreLimits};
 #[cfg(test)]
 mod tests;

@@ -44,8 +44,8 @@ pub struct OomDocument {
     /// The device's index as the process sees it.
     #[schema(maximum = 4294967295_u64)]
     index: u32,
-    /// The size of the allocation that failed, in bytes (at most 2^53).
-    #[schema(maximum = 9007199254740992_u64)]
+    /// The size of the allocation that failed, in bytes (1 to 2^53).
+    #[schema(minimum = 1, maximum = 9007199254740992_u64)]
     requested_bytes: u64,
     /// Device memory free at that moment (the OOM observer's `device_free`).
     #[serde(default)]
@@ -59,7 +59,7 @@ pub struct OomDocument {
     /// `torch.cuda.memory_stats()` at that moment, checked as in an
     /// allocator report (at most `ingest.max_stats` keys).
     #[serde(default)]
-    #[schema(value_type = BTreeMap<String, f64>)]
+    #[schema(schema_with = super::report::memory_stats_schema)]
     memory_stats: BTreeMap<String, Value>,
     /// A summary of the allocator snapshot taken at the OOM.
     #[serde(default)]

@@ -86,7 +86,7 @@ struct DeviceDocument {
     /// `num_alloc_retries` and `num_ooms`, all required unless the
     /// dictionary is empty (an allocator never used); allocated must not
     /// exceed reserved.
-    #[schema(value_type = BTreeMap<String, f64>)]
+    #[schema(schema_with = memory_stats_schema)]
     memory_stats: BTreeMap<String, Value>,
     /// A summary of `torch.cuda.memory_snapshot()` for this device.
     #[serde(default)]
@@ -357,9 +357,15 @@ pub(super) fn checked_stats(
                 value: value.to_string(),
             });
         }
-        if let Some(reason) =
+        // An integer just above 2^53 rounds down to it as a double: read
+        // integers exactly, so the bound is the one the schema states.
+        let beyond = value.as_u64().is_some_and(|number| number > MAX_EXACT_U64);
+        let reason = if beyond {
+            Some("above 2^53, beyond what any allocator counts or a JSON number holds exactly")
+        } else {
             value.as_f64().and_then(|number| out_of_range(number, may_be_negative))
-        {
+        };
+        if let Some(reason) = reason {
             return Err(ReportError::OutOfRange {
                 uuid: uuid.to_owned(),
                 key: key.clone(),
@@ -410,6 +416,43 @@ fn stats_of(
     }
     Ok(Some(parsed))
 }
+
+/// `memory_stats` as validation reads it, for the OpenAPI document: empty,
+/// or the six keys vramd reads plus any others, every value a number from
+/// 0 to 2^53 (`max_split_size` may also be -1), at most 1024 keys (the
+/// default of `ingest.max_stats`). What a schema cannot say (allocated
+/// within reserved, sizes within the device's total) the descriptions do.
+pub fn memory_stats_schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+    use utoipa::openapi::schema::{AnyOfBuilder, ObjectBuilder, Type};
+    let figure = || {
+        ObjectBuilder::new()
+            .schema_type(Type::Number)
+            .minimum(Some(0))
+            .maximum(Some(MAX_EXACT_U64 as usize))
+    };
+    let unset = ObjectBuilder::new().schema_type(Type::Number).enum_values(Some([-1]));
+    let mut used = ObjectBuilder::new()
+        .schema_type(Type::Object)
+        .min_properties(Some(1))
+        .max_properties(Some(DEFAULT_MAX_STATS))
+        .additional_properties(Some(figure()))
+        .property(SIGNED_KEYS[0], AnyOfBuilder::new().item(unset).item(figure()));
+    for key in [ALLOCATED, RESERVED, ACTIVE, INACTIVE_SPLIT, RETRIES, OOMS] {
+        used = used.property(key, figure()).required(key);
+    }
+    let never_used = ObjectBuilder::new().schema_type(Type::Object).max_properties(Some(0));
+    AnyOfBuilder::new()
+        .description(Some(
+            "`torch.cuda.memory_stats()`: empty (an allocator never used), or with the six keys \
+vramd reads; allocated, active and inactive_split within reserved.",
+        ))
+        .item(never_used)
+        .item(used)
+        .into()
+}
+
+/// `ingest.max_stats` by default: the bound the OpenAPI document states.
+const DEFAULT_MAX_STATS: usize = 1024;
 
 /// The largest integer a JSON number (an IEEE double) holds exactly: no
 /// counter or size of a real allocator comes near it (8 PiB), and values

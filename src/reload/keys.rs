@@ -58,6 +58,9 @@ restart_keys! {
     "server.web_config_poll_interval" => |c| c.server.web_config_poll_interval;
     "server.auth_cache_size" => |c| c.server.auth_cache_size;
     "ingest.max_oom_events" => |c| c.ingest.max_oom_events;
+    "ingest.snapshot_dir" => |c| c.ingest.snapshot_dir;
+    "ingest.max_snapshot_bytes" => |c| c.ingest.max_snapshot_bytes;
+    "ingest.max_snapshot_upload" => |c| c.ingest.max_snapshot_upload;
     "kubernetes.enabled" => |c| c.kubernetes.enabled;
     "kubernetes.pod_resources_socket" => |c| c.kubernetes.pod_resources_socket;
     "kubernetes.runtime_socket" => |c| c.kubernetes.runtime_socket;

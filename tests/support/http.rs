@@ -71,6 +71,25 @@ pub fn post(addr: SocketAddr, path: &str, body: &str) -> Result<Response, String
     parse(&raw).map_err(|error| format!("POST {path}: {error}"))
 }
 
+/// `PUT path` with a binary `body` to the server at `addr`.
+pub fn put(addr: SocketAddr, path: &str, body: &[u8]) -> Result<Response, String> {
+    let mut stream = TcpStream::connect_timeout(&addr, IO_TIMEOUT)
+        .map_err(|error| format!("connect {addr}: {error}"))?;
+    stream.set_read_timeout(Some(IO_TIMEOUT)).map_err(|error| error.to_string())?;
+    stream.set_write_timeout(Some(IO_TIMEOUT)).map_err(|error| error.to_string())?;
+    let head = format!(
+        "PUT {path} HTTP/1.1\r\nHost: {addr}\r\nUser-Agent: vramd-e2e\r\nContent-Type: application/octet-stream\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    let mut request = head.into_bytes();
+    request.extend_from_slice(body);
+    // A refused upload may be answered and closed before all of it is sent.
+    let _sent = stream.write_all(&request);
+    let mut raw = Vec::new();
+    stream.read_to_end(&mut raw).map_err(|error| format!("read PUT {path}: {error}"))?;
+    parse(&raw).map_err(|error| format!("PUT {path}: {error}"))
+}
+
 fn parse(raw: &[u8]) -> Result<Response, String> {
     let split = raw
         .windows(4)

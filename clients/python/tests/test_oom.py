@@ -45,14 +45,25 @@ class FakeTorch(types.ModuleType):
             observer(0, size, 8 << 30, 100 << 20)
 
 
-def serve():
+def serve(put_status=201):
     received = []
 
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self):
             body = self.rfile.read(int(self.headers["Content-Length"]))
             received.append((self.path, json.loads(body)))
+            answer = json.dumps({"status": "accepted", "id": 7}).encode()
             self.send_response(202)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(answer)))
+            self.end_headers()
+            self.wfile.write(answer)
+
+        def do_PUT(self):
+            body = self.rfile.read(int(self.headers["Content-Length"]))
+            received.append((self.path, body))
+            self.send_response(put_status)
+            self.send_header("Content-Length", "0")
             self.end_headers()
 
         def log_message(self, *args):
@@ -131,3 +142,50 @@ def test_start_with_oom_capture_attaches_the_observer(monkeypatch):
         assert wait_for(lambda: reporter.oom.events_failed == 1)
     finally:
         vramd_reporter.stop()
+
+
+def test_the_dumped_snapshot_is_uploaded_to_its_event_when_asked(monkeypatch, tmp_path):
+    torch = install(monkeypatch)
+    server, received = serve()
+    try:
+        capture = OomCapture("http://127.0.0.1:%d" % server.server_port, record_history=100,
+                             snapshot_dir=str(tmp_path), upload_snapshot=True)
+        assert capture.attach()
+        torch.oom()
+        assert wait_for(lambda: capture.snapshots_uploaded == 1)
+        (post_path, event), (put_path, uploaded) = received
+        assert post_path == "/api/v1/oom-events"
+        assert put_path == "/api/v1/oom-events/7/snapshot", "to the id vramd answered"
+        with open(event["snapshot_path"], "rb") as dumped:
+            assert uploaded == dumped.read()
+        assert not torch.cuda_initialised
+    finally:
+        server.shutdown()
+
+
+def test_a_refused_upload_is_counted_and_raises_nothing(monkeypatch, tmp_path):
+    torch = install(monkeypatch)
+    server, received = serve(put_status=404)  # vramd without ingest.snapshot_dir
+    try:
+        capture = OomCapture("http://127.0.0.1:%d" % server.server_port, record_history=100,
+                             snapshot_dir=str(tmp_path), upload_snapshot=True, timeout=1.0)
+        assert capture.attach()
+        torch.oom()
+        assert wait_for(lambda: capture.snapshots_failed == 1)
+        assert capture.events_sent == 1 and capture.snapshots_uploaded == 0
+    finally:
+        server.shutdown()
+
+
+def test_no_upload_unless_asked(monkeypatch, tmp_path):
+    torch = install(monkeypatch)
+    server, received = serve()
+    try:
+        capture = OomCapture("http://127.0.0.1:%d" % server.server_port, record_history=100,
+                             snapshot_dir=str(tmp_path))
+        assert capture.attach()
+        torch.oom()
+        assert wait_for(lambda: capture.events_sent == 1)
+        assert [path for path, _ in received] == ["/api/v1/oom-events"]
+    finally:
+        server.shutdown()

@@ -6,6 +6,7 @@ import datetime as _dt
 import email.utils
 import json
 import math
+import os
 import urllib.request
 from typing import Any, Mapping, Optional, Tuple
 
@@ -98,3 +99,39 @@ def backoff_seconds(retry_after: Optional[float], interval: float, previous: flo
     else:
         delay = interval * 2
     return min(delay, MAX_BACKOFF_S)
+
+
+def post_for_json(
+    url: str, body: bytes, path: str, token: Optional[str] = None, timeout: float = 2.0
+) -> Any:
+    """POST ``body`` to ``path``; returns the decoded JSON answer of a 2xx (None if not JSON).
+
+    Raises as :func:`post` does.
+    """
+    headers = {"Content-Type": "application/json", "User-Agent": USER_AGENT}
+    if token:
+        headers["Authorization"] = "Bearer " + token
+    request = urllib.request.Request(url.rstrip("/") + path, data=body, headers=headers, method="POST")
+    with _OPENER.open(request, timeout=timeout) as response:
+        answer = response.read(_MAX_RESPONSE_BYTES)
+    try:
+        return json.loads(answer.decode("utf-8"))
+    except ValueError:
+        return None
+
+
+def put_file(url: str, path: str, file_path: str, token: Optional[str] = None, timeout: float = 2.0) -> int:
+    """PUT the file at ``file_path`` to ``path``, streamed from disk; returns the 2xx status.
+
+    ``timeout`` bounds each socket operation. Raises as :func:`post` does,
+    and OSError when the file cannot be read.
+    """
+    headers = {"Content-Type": "application/octet-stream", "User-Agent": USER_AGENT}
+    if token:
+        headers["Authorization"] = "Bearer " + token
+    with open(file_path, "rb") as source:
+        headers["Content-Length"] = str(os.fstat(source.fileno()).st_size)
+        request = urllib.request.Request(url.rstrip("/") + path, data=source, headers=headers, method="PUT")
+        with _OPENER.open(request, timeout=timeout) as response:
+            response.read(_MAX_RESPONSE_BYTES)
+            return response.status

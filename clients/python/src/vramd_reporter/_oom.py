@@ -43,6 +43,7 @@ class OomCapture:
         snapshot_dir: Optional[str] = None,
         max_snapshots: int = 3,
         max_snapshot_bytes: int = 4 << 30,
+        upload_snapshot: bool = False,
     ) -> None:
         if record_history is not None and (not isinstance(record_history, int) or record_history <= 0):
             raise ValueError("record_history must be a positive number of entries")
@@ -58,6 +59,10 @@ class OomCapture:
         self.events_sent = 0
         self.events_failed = 0
         self.events_seen = 0
+        #: Upload each dumped snapshot to vramd (``ingest.snapshot_dir`` on its side).
+        self.upload_snapshot = bool(upload_snapshot)
+        self.snapshots_uploaded = 0
+        self.snapshots_failed = 0
         self._last: Optional[tuple] = None
         self._queue: "queue.Queue[Dict[str, Any]]" = queue.Queue(QUEUE_BOUND)
         self._thread = threading.Thread(target=self._post_loop, name="vramd-oom", daemon=True)
@@ -155,11 +160,29 @@ class OomCapture:
         while True:
             event = self._queue.get()
             try:
-                _http.post(self.url, json.dumps(event).encode("utf-8"), self.token, self.timeout, path=OOM_PATH)
+                body = json.dumps(event).encode("utf-8")
+                answer = _http.post_for_json(self.url, body, OOM_PATH, self.token, self.timeout)
                 self.events_sent += 1
             except Exception as error:  # vramd down: counted, never raised
                 self.events_failed += 1
                 log.warning("vramd_reporter: OOM event not sent to %s: %s", self.url, error)
+                continue
+            path = event.get("snapshot_path")
+            if self.upload_snapshot and path is not None:
+                self._upload(answer, path)
+
+    def _upload(self, answer: Any, path: str) -> None:
+        """PUT the dumped snapshot to the event vramd answered with; never raises."""
+        event_id = answer.get("id") if isinstance(answer, dict) else None
+        if isinstance(event_id, bool) or not isinstance(event_id, int):
+            self.snapshots_failed += 1
+            return
+        try:
+            _http.put_file(self.url, "%s/%d/snapshot" % (OOM_PATH, event_id), path, self.token, self.timeout)
+            self.snapshots_uploaded += 1
+        except Exception as error:  # off on vramd's side (404), too large (413), down: counted
+            self.snapshots_failed += 1
+            log.warning("vramd_reporter: OOM snapshot %s not uploaded to %s: %s", path, self.url, error)
 
 
 def _summary(torch: Any, device: int) -> Optional[Dict[str, int]]:

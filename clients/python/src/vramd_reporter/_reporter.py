@@ -13,7 +13,7 @@ import urllib.error
 import urllib.parse
 from typing import Any, Callable, Dict, Optional
 
-from . import _http
+from . import _http, _jax
 from ._oom import OomCapture
 from ._report import CudaUnavailable, ReportBuilder
 
@@ -178,7 +178,7 @@ class Reporter:
         # torch on its thread, and never initialises CUDA (see require_initialized).
         torch = sys.modules.get("torch")
         if torch is None or getattr(torch, "cuda", None) is None:
-            return 0.0
+            return self._tick_jax()
 
         now = time.monotonic()
         snapshot_due = self.snapshot_interval is not None and now >= self._next_snapshot
@@ -206,6 +206,27 @@ class Reporter:
             else:
                 self._failures.recover(lambda kind: kind == "snapshot", "snapshot summaries work again")
 
+        try:
+            body = _http.encode(report)
+        except (TypeError, ValueError) as error:
+            self.reports_failed += 1
+            self._failures.fail("encode", "a report could not be encoded as JSON: %r" % (error,))
+            return 0.0
+        return self._send(body)
+
+    def _tick_jax(self) -> float:
+        """A report from a JAX the workload imported (and initialised) itself."""
+        jax = sys.modules.get("jax")
+        if jax is None:
+            return 0.0
+        try:
+            report = _jax.build(jax)
+        except Exception as error:
+            self.reports_failed += 1
+            self._failures.fail("jax", "collecting JAX memory statistics failed: %r" % (error,))
+            return 0.0
+        if report is None or not report["devices"]:
+            return 0.0
         try:
             body = _http.encode(report)
         except (TypeError, ValueError) as error:
@@ -269,6 +290,7 @@ def start(
     snapshot_dir: Optional[str] = None,
     max_snapshots: int = 3,
     max_snapshot_bytes: int = 4 << 30,
+    upload_snapshot: bool = False,
 ) -> Reporter:
     """Start reporting to vramd on one daemon thread; returns the running reporter.
 
@@ -276,7 +298,9 @@ def start(
     event (``reporter.oom``, see ``_oom.OomCapture``); ``record_history=N``
     records allocator history and dumps a snapshot to ``snapshot_dir`` at
     each OOM, keeping at most ``max_snapshots`` files and
-    ``max_snapshot_bytes``.
+    ``max_snapshot_bytes``. With ``upload_snapshot`` (and vramd's
+    ``ingest.snapshot_dir`` set) each dumped snapshot is also PUT to the
+    event on the OOM thread's posting thread, for the memory viewer.
 
     A second call while a reporter runs returns that reporter (its settings
     stay). Invalid arguments raise ValueError/TypeError here, at call time;
@@ -295,7 +319,14 @@ def start(
         reporter = Reporter(url, interval, snapshot_interval, token, timeout)
         if oom_capture:
             reporter.oom = OomCapture(
-                reporter.url, token, timeout, record_history, snapshot_dir, max_snapshots, max_snapshot_bytes
+                reporter.url,
+                token,
+                timeout,
+                record_history,
+                snapshot_dir,
+                max_snapshots,
+                max_snapshot_bytes,
+                upload_snapshot,
             )
             reporter.oom.attach()
         reporter._start()
