@@ -1,7 +1,7 @@
 //! The built-in rules: what each measures, on which side of its threshold
 //! it fires, and how it explains itself (evidence and remediation).
 
-use crate::analysis::accounting::fragmentation_ratio;
+use crate::analysis::accounting::{self, fragmentation_ratio};
 use crate::analysis::remediation;
 use crate::analysis::snapshot::{DeviceSnapshot, ProcessFacts};
 use crate::config::RulesConfig;
@@ -166,7 +166,23 @@ fn memory_rules(
 ) {
     let (device, analysis) = (&snapshot.facts.info, &snapshot.analysis);
     if memory.total_bytes > 0 {
-        let ratio = memory.used_bytes as f64 / memory.total_bytes as f64;
+        // A preallocated pool (JAX) makes the GPU look full from its first
+        // second: its unused part counts as free, and the pool itself is
+        // judged against its own limit.
+        let processes = &snapshot.facts.processes;
+        let pool_free = accounting::preallocated_free_bytes(processes);
+        let device_ratio =
+            memory.used_bytes.saturating_sub(pool_free) as f64 / memory.total_bytes as f64;
+        let pool_ratio = accounting::fullest_pool_ratio(processes);
+        let ratio = pool_ratio.map_or(device_ratio, |pool| pool.max(device_ratio));
+        let pools = match pool_ratio {
+            Some(pool) => format!(
+                " Preallocated pools: {} unused and counted free; the fullest is {:.0}% of its limit.",
+                gib(pool_free),
+                pool * 100.0
+            ),
+            None => String::new(),
+        };
         push(
             device,
             Draft {
@@ -179,7 +195,7 @@ fn memory_rules(
                     (
                         format!("{name} memory {:.0}% used", ratio * 100.0),
                         format!(
-                            "{} of {} used ({:.1}%), threshold {:.0}%; {} free, {} reserved by the driver.",
+                            "{} of {} used ({:.1}%), threshold {:.0}%; {} free, {} reserved by the driver.{pools}",
                             gib(memory.used_bytes),
                             gib(memory.total_bytes),
                             ratio * 100.0,
@@ -358,3 +374,7 @@ fn process_rules(
         );
     }
 }
+
+#[cfg(test)]
+#[path = "rules_tests.rs"]
+mod tests;

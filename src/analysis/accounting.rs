@@ -10,6 +10,7 @@
 
 use serde::Serialize;
 
+use super::snapshot::ProcessFacts;
 use crate::model::{AllocatorStats, MemoryInfo, ProcessInfo};
 
 /// The split of one process's memory. Parts that cannot be known are absent.
@@ -135,6 +136,29 @@ pub fn device_breakdown(
         breakdown.processes_with_allocator_stats += 1;
     }
     breakdown
+}
+
+/// The unused part of every preallocated pool (a process that reported a
+/// pool limit, as JAX does): reserved less allocated. NVML counts it used,
+/// yet its process can still allocate from it, so pressure and
+/// `memory_high` count it free.
+pub fn preallocated_free_bytes(processes: &[ProcessFacts]) -> u64 {
+    pools(processes)
+        .map(|(stats, _)| stats.reserved_bytes.saturating_sub(stats.allocated_bytes))
+        .fold(0, u64::saturating_add)
+}
+
+/// How full the fullest preallocated pool is (`in use / limit`): such a
+/// process runs out at its own limit, whatever the rest of the GPU holds.
+pub fn fullest_pool_ratio(processes: &[ProcessFacts]) -> Option<f64> {
+    pools(processes)
+        .filter(|(_, limit)| *limit > 0)
+        .map(|(stats, limit)| stats.allocated_bytes as f64 / limit as f64)
+        .reduce(f64::max)
+}
+
+fn pools(processes: &[ProcessFacts]) -> impl Iterator<Item = (AllocatorStats, u64)> + '_ {
+    processes.iter().filter_map(|process| Some((process.allocator?, process.pool_limit_bytes?)))
 }
 
 #[cfg(test)]

@@ -238,6 +238,7 @@ impl Analyzer {
                 name: latest.and_then(|process| process.name.clone()),
                 allocator: latest.and_then(|process| process.allocator),
                 snapshot: latest.and_then(|process| process.details.snapshot),
+                pool_limit_bytes: latest.and_then(|process| process.details.pool_limit_bytes),
                 retries_in_window: retries,
                 ooms_in_window: ooms,
                 leak,
@@ -251,12 +252,15 @@ impl Analyzer {
             let events = oom_events.len() as u64;
             ooms_total = Some(ooms_total.map_or(events, |counted| counted.max(events)));
         }
+        // A preallocated pool's unused part is free to its process: NVML
+        // counts it used, pressure does not.
+        let pool_free = super::accounting::preallocated_free_bytes(&processes);
         let level = memory.map(|memory| {
             pressure(
                 &PressureInput {
                     total_bytes: memory.total_bytes,
-                    used_bytes: memory.used_bytes,
-                    free_bytes: memory.free_bytes,
+                    used_bytes: memory.used_bytes.saturating_sub(pool_free),
+                    free_bytes: memory.free_bytes.saturating_add(pool_free),
                     time_to_exhaustion_seconds: exhaustion,
                     retries_in_window: retries_total,
                     ooms_in_window: ooms_total,

@@ -63,6 +63,8 @@ pub struct ProcessFacts {
     pub allocator: Option<AllocatorStats>,
     /// The snapshot summary the process reported with it, if any.
     pub snapshot: Option<crate::model::SnapshotSummary>,
+    /// A preallocated pool's ceiling (JAX `bytes_limit`), if reported.
+    pub pool_limit_bytes: Option<u64>,
     pub retries_in_window: Option<u64>,
     pub ooms_in_window: Option<u64>,
     pub leak: Option<LeakFinding>,

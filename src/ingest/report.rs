@@ -131,6 +131,8 @@ pub struct ReportedDevice {
     /// on that device).
     pub stats: Option<AllocatorStats>,
     pub snapshot: Option<SnapshotSummary>,
+    /// `bytes_limit`, which only a preallocating allocator (JAX) reports.
+    pub pool_limit_bytes: Option<u64>,
 }
 
 /// Bounds a report must respect.
@@ -183,6 +185,8 @@ const ACTIVE: &str = "active_bytes.all.current";
 const INACTIVE_SPLIT: &str = "inactive_split_bytes.all.current";
 const RETRIES: &str = "num_alloc_retries";
 const OOMS: &str = "num_ooms";
+/// JAX's allocator ceiling, carried raw by the reporter (docs/api.md, "JAX").
+const POOL_LIMIT: &str = "bytes_limit";
 
 /// Reads a version-1 document of type `T`. The version is checked first,
 /// so a future document gets the clearer error rather than a complaint
@@ -248,11 +252,20 @@ pub fn parse(body: &[u8], limits: &ReportLimits) -> Result<AllocatorReport, Repo
         if stats.is_none() && device.snapshot.is_none() {
             continue;
         }
+        // Checked as a non-negative finite number by `checked_stats`; a pool
+        // limit below what is in use is not a limit.
+        let pool_limit_bytes = device
+            .memory_stats
+            .get(POOL_LIMIT)
+            .and_then(Value::as_f64)
+            .map(|limit| limit as u64)
+            .filter(|&limit| stats.is_some_and(|stats| limit >= stats.allocated_bytes));
         devices.push(ReportedDevice {
             uuid: device.uuid,
             index: device.index,
             stats,
             snapshot: device.snapshot,
+            pool_limit_bytes,
         });
     }
     Ok(AllocatorReport { reporter: raw.reporter, at, devices })

@@ -197,4 +197,7 @@ fn join(process: &mut crate::model::ProcessInfo, device: &ReportedDevice, report
     if process.details.snapshot.is_none() {
         process.details.snapshot = device.snapshot;
     }
+    if process.details.pool_limit_bytes.is_none() {
+        process.details.pool_limit_bytes = device.pool_limit_bytes;
+    }
 }

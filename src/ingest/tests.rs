@@ -308,3 +308,21 @@ fn a_report_holding_more_than_its_device_has_is_refused() {
         "{text}"
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_jax_pool_limit_reaches_the_process_and_a_torch_report_has_none() {
+    let store = store();
+    let mut jax = report_for(42);
+    jax["devices"][0]["memory_stats"]["bytes_limit"] = json!(60 * GIB);
+    store.accept(parsed(&jax).unwrap(), Instant::now()).unwrap();
+    store.accept(parsed(&report_for(43)).unwrap(), Instant::now()).unwrap();
+    let mut slow = reading(15, vec![nvml_process(42, None), nvml_process(43, None)]);
+    store.attach(UUID, &mut slow);
+    let processes = slow.processes.unwrap();
+    assert_eq!(processes[0].details.pool_limit_bytes, Some(60 * GIB));
+    assert_eq!(processes[1].details.pool_limit_bytes, None, "PyTorch reports no bytes_limit");
+    // A limit below what is in use is not a limit.
+    let mut odd = report_for(44);
+    odd["devices"][0]["memory_stats"]["bytes_limit"] = json!(GIB);
+    assert_eq!(parsed(&odd).unwrap().devices[0].pool_limit_bytes, None);
+}

@@ -584,6 +584,10 @@ pub struct ProcessDetails {
     pub container: Option<String>,
     /// Summary of the process's last allocator snapshot, when it reports one.
     pub snapshot: Option<SnapshotSummary>,
+    /// The allocator's own ceiling, when it preallocated a pool (JAX's
+    /// `bytes_limit`): the part of the pool not in use is free to that
+    /// process, so a full-looking GPU is not pressure by itself.
+    pub pool_limit_bytes: Option<u64>,
 }
 
 /// What a workload's `torch.cuda.memory_snapshot()` says about one device.

@@ -136,6 +136,7 @@ fn slow_script(device: u32) -> Vec<Result<SlowReading, SourceError>> {
                                     namespace: Some("ml".into()),
                                     container: Some("trainer".into()),
                                     snapshot: None,
+                                    pool_limit_bytes: Some(40 << 30),
                                 },
                             },
                             ProcessInfo {
