@@ -324,22 +324,3 @@ fn a_minutes_long_climb_that_returns_each_epoch_is_not_a_leak_at_its_top() {
         .collect();
     assert!(detect_leak(&values, &LeakParams::default()).is_none());
 }
-
-#[test]
-fn a_fast_leak_is_called_on_the_shortest_window_unless_the_floor_came_back_before() {
-    // 25 flat minutes under a 2 GiB sawtooth, then 16 MiB/s for 150 s:
-    // only the 2-minute window sees enough of the rise.
-    let onset = 25.0 * 60.0;
-    let end = 25 * 60 + 150;
-    let leak = |t: f64| 4.0 * GIB + 16.0 * MIB * (t - onset).max(0.0);
-    let fresh = sawtooth(end, 2.0 * GIB, leak);
-    let evidence = assess(&fresh).unwrap();
-    assert_eq!(evidence.window_seconds, 120.0);
-    // The same rise in a process whose floor climbed further and came back
-    // down every 5 minutes before it: an epoch pattern, not yet a leak.
-    let epochs = sawtooth(end, 2.0 * GIB, |t| {
-        let climb = if t < onset { 5.0 * GIB * (t % 300.0) / 300.0 } else { 0.0 };
-        leak(t) + climb
-    });
-    assert!(assess(&epochs).is_err(), "{:?}", assess(&epochs));
-}
