@@ -84,6 +84,7 @@ fn tweak(settings: &mut vramd::analyze::AnalyzeSettings, params: &[(String, f64)
                 "leak.min_significance" => leak.min_significance = value,
                 "leak.keep_rising_share" => leak.keep_rising_share = value,
                 "leak.return_share" => leak.return_share = value,
+                "leak.return_evidence_share" => leak.return_evidence_share = value,
                 "leak.noise_floor" => leak.noise_floor_bytes = value,
                 "leak.staircase_levels" => leak.staircase_levels = value as usize,
                 "leak.warmup" => leak.warmup = seconds(value),

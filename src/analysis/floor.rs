@@ -196,6 +196,21 @@ impl FloorScratch {
         self.prior.iter().filter(|&&(x, _)| x < before).map(|&(_, y)| y).max_by(f64::total_cmp)
     }
 
+    /// The deepest fall of the kept floor before `before` below a level it
+    /// had reached earlier: how far this process's memory has ever come back down. A
+    /// leak's floor never falls back further than its scatter; a per-epoch
+    /// climb falls back by most of its climb every epoch.
+    pub fn prior_drawdown(&self, before: Timestamp) -> f64 {
+        let before = before.unix_millis();
+        let mut high = f64::NEG_INFINITY;
+        let mut deepest = 0.0_f64;
+        for &(_, y) in self.prior.iter().take_while(|&&(at, _)| at < before) {
+            high = high.max(y);
+            deepest = deepest.max(high - y);
+        }
+        deepest
+    }
+
     /// [`FloorScratch::line`] as a [`Trend`] (the forecast's currency), with
     /// whether the floor keeps rising by `share` of its slope.
     pub fn trend(

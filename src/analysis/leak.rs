@@ -26,6 +26,11 @@
 //!    floor of the first tenth) plus `return_share` of the growth: memory
 //!    that comes back is not leaked.
 //!
+//! The shortest window alone sees only the newest climb, so it is judged
+//! only where the floor before it (on the longest window) never fell back
+//! by `return_evidence_share` of its rise: a leak never returns to its
+//! baseline, while a climb that returns each epoch has done so before.
+//!
 //! A leak already suspected is held, on the longest covered window, while
 //! its floor slope stays at least `hold_slope_bytes_per_second`, its second
 //! half still rises by half that, and rule 4 holds; so it resolves once the leak stops (the slope falls away) or
@@ -71,22 +76,28 @@ pub struct LeakParams {
     pub hold_slope_bytes_per_second: f64,
     /// The longest window judged; `alerts.leak_suspected.window` (30 min).
     pub window: Duration,
-    /// The shortest window judged (`alerts.leak_shortest_window`, 4 min):
-    /// short enough to call a fast leak
-    /// within minutes, long enough to span many training steps.
+    /// The shortest window judged (`alerts.leak_shortest_window`, 2 min):
+    /// short enough to call a fast leak within minutes, long enough to span
+    /// many training steps. It alone cannot call a process whose floor came
+    /// back before (`return_evidence_share`).
     pub shortest_window: Duration,
     /// Floor buckets per window (24): a 4-minute window gets 10 s buckets,
     /// several iterations of a training loop each.
     pub buckets: usize,
-    /// Least rise over the window, in floor spreads (8): under a sawtooth
-    /// of gigabytes, bucket minima still scatter by tens of MiB. (5 with a
-    /// 2-minute shortest window was faster on the corpus, but called the
-    /// top of a minutes-long climb that returns each epoch a leak.)
+    /// Least rise over the window, in floor spreads (5): under a sawtooth
+    /// of gigabytes, bucket minima still scatter by tens of MiB. (8 with a
+    /// 4-minute shortest window was the default before the
+    /// history-of-returns check made a 2-minute one safe.)
     pub min_significance: f64,
     /// Share of the slope each of the last two quarters must rise by (0.4).
     pub keep_rising_share: f64,
     /// Share of the growth the second half's floor must stay above (0.25).
     pub return_share: f64,
+    /// Share of the shortest window's rise that the floor before it must
+    /// once have fallen back by for the shortest window not to count
+    /// (1.5): the process's own history of returns is evidence against a
+    /// leak, which never returns. What lets the shortest window be short.
+    pub return_evidence_share: f64,
     /// Grace after a process's first sample before it is judged
     /// (`alerts.leak_warmup`, 3 min):
     /// model load, optimizer state and the allocator's cache filling.
@@ -106,11 +117,12 @@ impl LeakParams {
             min_slope_bytes_per_second: RULE.threshold,
             hold_slope_bytes_per_second: RULE.clear,
             window,
-            shortest_window: Duration::from_secs(4 * 60).min(window),
+            shortest_window: Duration::from_secs(2 * 60).min(window),
             buckets: 24,
-            min_significance: 8.0,
+            min_significance: 5.0,
             keep_rising_share: 0.4,
             return_share: 0.25,
+            return_evidence_share: 1.5,
             warmup: Duration::from_secs(3 * 60),
             noise_floor_bytes: 2.0 * MIB,
             staircase_levels: 6,
@@ -264,7 +276,15 @@ pub fn assess_leak(
             let slack = params.return_share * line.growth().max(0.0);
             end > high + params.noise_floor_bytes && line.baseline >= high - slack
         });
-        if !new_ground {
+        // The shortest window sees only the newest climb; the history
+        // before it says whether climbs like it came back before. One that
+        // fell back by more than this rise is an epoch pattern, which a leak's
+        // floor never shows, so the shortest window alone cannot call it;
+        // longer windows span the returns themselves (rules 2-4).
+        let returned_before = window == params.shortest_window
+            && scratch.prior_drawdown(from)
+                >= (params.return_evidence_share * line.growth()).max(params.noise_floor_bytes);
+        if !new_ground || returned_before {
             continue;
         }
         if let Ok(evidence) = judge(&line, params) {

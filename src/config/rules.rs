@@ -100,7 +100,7 @@ alerts! {
         /// Xid error totals remembered per device for the xid_error window; the oldest go first
         max_xid_history "max_xid_history": NonZeroUsize = non_zero(1_024), Int(16, 65_536);
         /// shortest window a leak is judged on; longer ones double up to leak_suspected.window
-        leak_shortest_window "leak_shortest_window": Duration = mins(4), Time(secs(30), hours(24));
+        leak_shortest_window "leak_shortest_window": Duration = mins(2), Time(secs(30), hours(24));
         /// grace after a process's first sample before it is judged for leaks
         leak_warmup "leak_warmup": Duration = mins(3), Time(Duration::ZERO, hours(1));
     }

@@ -46,7 +46,7 @@ fn config_alerts_defaults() {
         leak_check_interval: Duration::from_secs(30),
         trend_check_interval: Duration::from_secs(15),
         max_xid_history: std::num::NonZeroUsize::new(1024).unwrap(),
-        leak_shortest_window: minutes(4),
+        leak_shortest_window: minutes(2),
         leak_warmup: minutes(3),
         rules: RulesConfig {
             memory_high: rule(0.92, 0.88, 60, Severity::Warning),
