@@ -3,7 +3,9 @@
 # exposition (size, response time) of the release vramd on the NVML code path
 # against the fake libnvidia-ml.so (tests/fake-nvml), 8 GPUs x 64 compute
 # processes whose PIDs are real `sleep` processes, with every ring full, once
-# without and once with a pod on every process.
+# without reports, once with a report but no pod for every process, and once
+# with a pod on every process: the middle run separates the labels' cost
+# from the allocator figures the reports also bring.
 #
 # Pods come from allocator reports (the path used when the container runtime
 # cannot be asked): one report per process, POSTed to
@@ -27,6 +29,7 @@
 # Everything binds 127.0.0.1, every wait is bounded, and the daemon, the
 # poster and the sleepers are killed on exit. Tunables (environment): PORT
 # (19697), GPUS (8), PROCESSES_PER_GPU (64), PODS (100), REPORT_EVERY (10),
+# MODES ("plain stats pods": no reports / reports without pod / with pod),
 # FILL_RETENTION (192), RSS_SAMPLES (5), METRICS_REQUESTS (21), SKIP_BUILD=1
 # to use the existing target/release/{vramd,libnvidia_ml_fake.so}. Needs curl.
 #
@@ -45,6 +48,7 @@ REPORT_EVERY=${REPORT_EVERY:-10}
 FILL_RETENTION=${FILL_RETENTION:-192}
 RSS_SAMPLES=${RSS_SAMPLES:-5}
 METRICS_REQUESTS=${METRICS_REQUESTS:-21}
+MODES=${MODES:-plain stats pods}
 
 FAKE=target/release/libnvidia_ml_fake.so
 WORK=$(mktemp -d)
@@ -121,9 +125,9 @@ start_daemon() {
 STATS='\"allocated_bytes.all.current\": 8388608, \"reserved_bytes.all.current\": 16777216, \"active_bytes.all.current\": 8388608, \"inactive_split_bytes.all.current\": 1048576, \"num_alloc_retries\": 0, \"num_ooms\": 0'
 
 # report_config: a curl config POSTing one report per process, each naming
-# its pod, with `at` now.
+# its pod (none with WITH_POD=0), with `at` now.
 report_config() {
-    local at gpu slot i pid uuid
+    local at gpu slot i pid uuid who
     at=$(date -u +%Y-%m-%dT%H:%M:%S.%3NZ)
     for ((gpu = 0; gpu < GPUS; gpu++)); do
         uuid="GPU-8f6a2c1e-0000-4d7b-9a1e-3b5c7d9e1f2$gpu"
@@ -135,8 +139,12 @@ report_config() {
             echo 'header = "Content-Type: application/json"'
             echo 'silent'
             echo 'write-out = " %{http_code}\n"'
-            printf 'data = "{\\"version\\": 1, \\"reporter\\": {\\"pid\\": %s, \\"hostname\\": \\"node-1\\", \\"pod\\": \\"train-job-%s\\", \\"namespace\\": \\"ml-training\\", \\"container\\": \\"trainer\\"}, \\"at\\": \\"%s\\", \\"devices\\": [{\\"uuid\\": \\"%s\\", \\"index\\": %s, \\"memory_stats\\": {%s}}]}"\n' \
-                "$pid" "$((i % PODS))" "$at" "$uuid" "$gpu" "$STATS"
+            who=""
+            if [[ $WITH_POD == 1 ]]; then
+                who=", \\\"pod\\\": \\\"train-job-$((i % PODS))\\\", \\\"namespace\\\": \\\"ml-training\\\", \\\"container\\\": \\\"trainer\\\""
+            fi
+            printf 'data = "{\\"version\\": 1, \\"reporter\\": {\\"pid\\": %s, \\"hostname\\": \\"node-1\\"%s}, \\"at\\": \\"%s\\", \\"devices\\": [{\\"uuid\\": \\"%s\\", \\"index\\": %s, \\"memory_stats\\": {%s}}]}"\n' \
+                "$pid" "$who" "$at" "$uuid" "$gpu" "$STATS"
         done
     done
 }
@@ -174,12 +182,15 @@ status_kib() { awk -v key="$1:" '$1 == key { print $2 }' "/proc/$PID/status"; }
 mib() { awk -v k="$1" 'BEGIN { printf "%.1f", k / 1024 }'; }
 
 declare -A HWM=() BYTES=() ALLOC_BYTES=() LINES=() POD_LINES=()
-for mode in plain pods; do
+for mode in $MODES; do
+    [[ $mode == plain || $mode == stats || $mode == pods ]] || die "unknown mode $mode"
+    WITH_POD=0
+    [[ $mode != pods ]] || WITH_POD=1
     : >"$WORK/$mode.rss"
     : >"$WORK/$mode.time"
     log "$mode: $GPUS GPUs x $PROCESSES_PER_GPU processes, rings filled in ${FILL_RETENTION} s"
     start_daemon
-    if [[ $mode == pods ]]; then
+    if [[ $mode != plain ]]; then
         post_round || die "the first round of $TOTAL reports was not all accepted"
         poster &
         POSTER=$!
@@ -204,16 +215,23 @@ for mode in plain pods; do
     stop_daemon
 done
 
-((POD_LINES[pods] == TOTAL)) \
-    || die "vramd_process_info carries pod= on ${POD_LINES[pods]} of $TOTAL processes with reports"
-((POD_LINES[plain] == 0)) || die "pod= labels without reports"
+for mode in $MODES; do
+    want=0
+    [[ $mode != pods ]] || want=$TOTAL
+    ((POD_LINES[$mode] == want)) \
+        || die "$mode: vramd_process_info carries pod= on ${POD_LINES[$mode]} of $TOTAL processes, expected $want"
+done
 
 printf '\nmachine: %s cores, %s; load average at end: %s\n' "$(nproc)" \
     "$(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo)" \
     "$(cut -d' ' -f1-3 /proc/loadavg)"
 printf '%s GPUs x %s processes, %s pods; medians (min-max)\n' "$GPUS" "$PROCESSES_PER_GPU" "$PODS"
-for mode in plain pods; do
-    printf '\n%s\n' "$([[ $mode == pods ]] && echo "with pod labels (vramd_process_info with pod=: ${POD_LINES[pods]})" || echo "without pod labels")"
+for mode in $MODES; do
+    case $mode in
+        plain) printf '\nno reports\n' ;;
+        stats) printf '\nreports without pod (allocator series, no pod labels)\n' ;;
+        pods) printf '\nreports with pod (vramd_process_info with pod=: %s)\n' "${POD_LINES[pods]}" ;;
+    esac
     read -r m lo hi < <(stats <"$WORK/$mode.rss")
     printf '  VmRSS, rings full:       %s MiB (%s-%s); VmHWM %s MiB\n' \
         "$(mib "$m")" "$(mib "$lo")" "$(mib "$hi")" "$(mib "${HWM[$mode]}")"
