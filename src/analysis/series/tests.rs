@@ -98,6 +98,28 @@ fn process_windows_follow_each_pid_and_leave_gaps_absent() {
 }
 
 #[test]
+fn a_reporting_process_keeps_one_series_and_falls_back_to_nvml_once_its_reports_leave_the_window() {
+    let mut windows = ProcessWindows::default();
+    windows.add(&slow(0, Some(vec![process(1, Some(100), None, 0)])));
+    for second in 1..=3 {
+        windows.add(&slow(second * 1_000, Some(vec![process(1, Some(100), Some(40), 0)])));
+    }
+    let entry = windows.processes().next().unwrap();
+    assert!(entry.used.is_empty(), "the NVML series is dropped once allocator points arrive");
+    assert_eq!(entry.allocated.len(), 3);
+    // The reports stop; NVML figures are not kept while allocator points
+    // are still in the window, and are again once those have left it.
+    windows.add(&slow(4_000, Some(vec![process(1, Some(120), None, 0)])));
+    windows.trim(ts(3_500));
+    windows.add(&slow(5_000, Some(vec![process(1, Some(130), None, 0)])));
+    let entry = windows.processes().next().unwrap();
+    assert_eq!(
+        entry.preferred().map(|(metric, values)| (metric, values.to_vec())),
+        Some((ProcessMetric::NvmlUsed, vec![(ts(5_000), 130)]))
+    );
+}
+
+#[test]
 fn counter_steps_count_from_the_new_value_after_a_reset() {
     assert_eq!(counter_step(5, 7), 2);
     assert_eq!(counter_step(7, 7), 0);
