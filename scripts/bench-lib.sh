@@ -79,3 +79,19 @@ fake_nvml_scenario() {
     done
     printf '{"devices": [%s\n]}\n' "$devices"
 }
+
+# Builds the release daemon and the fake libnvidia-ml.so unless
+# SKIP_BUILD=1, copies the library into the folder $1 (a concurrent cargo
+# build cannot replace a private copy mid-run) and prints the copy's path.
+# Uses the caller's `log` and `die`.
+release_daemon_and_fake_nvml() {
+    local fake=target/release/libnvidia_ml_fake.so
+    if [[ "${SKIP_BUILD:-0}" != 1 ]]; then
+        log "cargo build --release --bin vramd; cargo build -p fake-nvml --release --lib"
+        cargo build --release --bin vramd --quiet >&2
+        cargo build -p fake-nvml --release --lib --quiet >&2
+    fi
+    [[ -f "$fake" ]] || die "$fake not found"
+    cp "$fake" "$1/libnvidia-ml.so.1"
+    printf '%s\n' "$1/libnvidia-ml.so.1"
+}

@@ -50,7 +50,6 @@ RSS_SAMPLES=${RSS_SAMPLES:-5}
 METRICS_REQUESTS=${METRICS_REQUESTS:-21}
 MODES=${MODES:-plain stats pods}
 
-FAKE=target/release/libnvidia_ml_fake.so
 WORK=$(mktemp -d)
 PID=""
 POSTER=""
@@ -78,14 +77,7 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 command -v curl >/dev/null || die "curl is required"
-if [[ "${SKIP_BUILD:-0}" != 1 ]]; then
-    log "cargo build --release --bin vramd; cargo build -p fake-nvml --release --lib"
-    cargo build --release --bin vramd --quiet
-    cargo build -p fake-nvml --release --lib --quiet
-fi
-[[ -f "$FAKE" ]] || die "$FAKE not found"
-LIB="$WORK/libnvidia-ml.so.1"
-cp "$FAKE" "$LIB"
+LIB=$(release_daemon_and_fake_nvml "$WORK")
 BIN_SRC=${1:-target/release/vramd}
 [[ -x "$BIN_SRC" ]] || die "$BIN_SRC not found"
 # A private copy: a concurrent cargo build cannot replace it mid-run.

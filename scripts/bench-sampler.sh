@@ -48,7 +48,6 @@ RSS_SAMPLES=${RSS_SAMPLES:-5}
 PARTS=${PARTS:-cost fill idle}
 FILL_RETENTION=192
 
-FAKE=target/release/libnvidia_ml_fake.so
 WORK=$(mktemp -d)
 PID=""
 declare -a SLEEPERS=() hwm=()
@@ -68,14 +67,7 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 command -v curl >/dev/null || die "curl is required"
-if [[ "${SKIP_BUILD:-0}" != 1 ]]; then
-    log "cargo build --release --bin vramd; cargo build -p fake-nvml --release --lib"
-    cargo build --release --bin vramd --quiet
-    cargo build -p fake-nvml --release --lib --quiet
-fi
-[[ -f "$FAKE" ]] || die "$FAKE not found"
-LIB="$WORK/libnvidia-ml.so.1"
-cp "$FAKE" "$LIB"
+LIB=$(release_daemon_and_fake_nvml "$WORK")
 # Private copies: a concurrent cargo build cannot replace them mid-run.
 declare -a BINS=()
 n=0

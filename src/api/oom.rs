@@ -13,7 +13,7 @@ use axum::Json;
 use axum::body::Bytes;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{ConnectInfo, Query, Request, State};
-use axum::http::{HeaderValue, StatusCode, header};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
 
@@ -125,20 +125,9 @@ pub async fn post(State(state): State<AppState>, request: Request) -> Result<Res
         .into_response())
 }
 
-/// 429 with `Retry-After` for a write beyond the reporter's rate.
+/// 429 with `Retry-After` for an event or upload beyond the reporter's rate.
 pub(super) fn rate_limited(refused: &OomRefused) -> Response {
-    let retry_after = match refused {
-        OomRefused::RateLimited { retry_after, .. }
-        | OomRefused::TooManyReporters { retry_after, .. } => *retry_after,
-    };
-    let mut response =
-        ApiError::new(StatusCode::TOO_MANY_REQUESTS, "rate_limited", refused.to_string())
-            .into_response();
-    let seconds = retry_after.as_secs_f64().ceil().max(1.0) as u64;
-    if let Ok(value) = HeaderValue::from_str(&seconds.to_string()) {
-        response.headers_mut().insert(header::RETRY_AFTER, value);
-    }
-    response
+    super::reports::too_many_requests(refused.to_string(), refused.retry_after())
 }
 
 /// Filters of `GET /api/v1/oom-events`; each one given must match.

@@ -185,6 +185,17 @@ pub enum OomRefused {
     TooManyReporters { max: usize, retry_after: Duration },
 }
 
+impl OomRefused {
+    /// When the reporter may try again.
+    pub fn retry_after(&self) -> Duration {
+        match self {
+            Self::RateLimited { retry_after, .. } | Self::TooManyReporters { retry_after, .. } => {
+                *retry_after
+            }
+        }
+    }
+}
+
 /// Event ids and the per-reporter rate limit of events.
 pub struct OomIntake {
     next_id: AtomicU64,

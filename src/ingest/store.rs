@@ -29,6 +29,17 @@ pub enum Refused {
     TooManyReporters { max: usize, retry_after: Duration },
 }
 
+impl Refused {
+    /// When the reporter may try again.
+    pub fn retry_after(&self) -> Duration {
+        match self {
+            Self::RateLimited { retry_after, .. } | Self::TooManyReporters { retry_after, .. } => {
+                *retry_after
+            }
+        }
+    }
+}
+
 struct Entry {
     report: AllocatorReport,
     /// Device UUID → the NVML PID the device's report was joined to.

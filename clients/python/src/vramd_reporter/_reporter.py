@@ -206,13 +206,7 @@ class Reporter:
             else:
                 self._failures.recover(lambda kind: kind == "snapshot", "snapshot summaries work again")
 
-        try:
-            body = _http.encode(report)
-        except (TypeError, ValueError) as error:
-            self.reports_failed += 1
-            self._failures.fail("encode", "a report could not be encoded as JSON: %r" % (error,))
-            return 0.0
-        return self._send(body)
+        return self._encode_and_send(report)
 
     def _tick_jax(self) -> float:
         """A report from a JAX the workload imported (and initialised) itself."""
@@ -227,6 +221,9 @@ class Reporter:
             return 0.0
         if report is None or not report["devices"]:
             return 0.0
+        return self._encode_and_send(report)
+
+    def _encode_and_send(self, report: Dict[str, Any]) -> float:
         try:
             body = _http.encode(report)
         except (TypeError, ValueError) as error:
