@@ -81,9 +81,13 @@ fn an_oom_event_alerts_at_the_next_evaluation_and_replays_from_the_recording() {
     };
     assert!(!one_evaluation.passed(), "fired more than 3 s after the event");
     let description = alert["description"].as_str().unwrap();
-    for evidence in
-        ["OOM event 1", "fragmentation", "256 MiB", "/tmp/vramd-snapshots/oom-e2e.pickle"]
-    {
+    for evidence in [
+        "OOM event 1",
+        "fragmentation",
+        "256 MiB",
+        "/tmp/vramd-snapshots/oom-e2e.pickle",
+        "GET /api/v1/oom-events/1/snapshot",
+    ] {
         assert!(description.contains(evidence), "{evidence} not in {description}");
     }
     assert!(alert["remediation"].as_str().unwrap().contains("expandable_segments:True"));

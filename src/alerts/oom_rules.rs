@@ -109,10 +109,13 @@ fn describe(event: &OomEvent, count: u64) -> String {
                 .to_owned()
         }
     };
+    // The upload, when there is one, arrives after the event: the evidence
+    // names where it will be served rather than whether it is there yet.
     let snapshot = match &event.snapshot_path {
-        Some(path) => {
-            format!(" Allocator snapshot: {path} (open it at https://pytorch.org/memory_viz).")
-        }
+        Some(path) => format!(
+            " Allocator snapshot: {path} on the reporter's host; when uploaded (ingest.snapshot_dir), GET /api/v1/oom-events/{id}/snapshot (open it at https://pytorch.org/memory_viz).",
+            id = event.id
+        ),
         None => " No allocator snapshot was written (start the reporter with record_history=N)."
             .to_owned(),
     };
