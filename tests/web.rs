@@ -378,3 +378,45 @@ fn sighup_reloads_the_web_config_and_refuses_a_bad_one() {
     wait_log(&daemon, "invalid configuration: reload refused, the running configuration stays", 1);
     assert_eq!(status("second password"), 200, "{}", daemon.stderr());
 }
+
+/// Out of file descriptors, every accept fails, ten times a second while
+/// it lasts: the daemon warns once, keeps serving what it holds, and says
+/// once that it accepts again when descriptors come back.
+#[test]
+fn running_out_of_file_descriptors_is_warned_once_and_recovers() {
+    let mut command = Command::new("prlimit");
+    command
+        .args(["--nofile=48:48", support::BIN, "--simulate", "steady-inference", "--gpus", "1"])
+        .args(SERVE);
+    let mut daemon = Process::spawn_command(&mut command, &[]);
+    let addr = daemon.listening();
+    daemon.wait_ready(addr);
+    // More connections than descriptors: the daemon takes what it can,
+    // the rest wait in the backlog and each accept of them fails.
+    let held: Vec<TcpStream> = (0..80).map(|_| TcpStream::connect(addr).unwrap()).collect();
+    let deadline = Deadline::after(WAIT);
+    while !daemon.stderr().contains("accepting a connection failed") {
+        assert!(!deadline.passed(), "no accept failure with 80 connections and 48 descriptors");
+        pause();
+    }
+    // What is under test is a second of failures (about ten attempts).
+    std::thread::sleep(std::time::Duration::from_secs(1));
+    drop(held);
+    let deadline = Deadline::after(WAIT);
+    while !daemon.stderr().contains("accepting connections again") {
+        assert!(!deadline.passed(), "no recovery once the connections closed");
+        pause();
+    }
+    let answer = http::get(addr, "/healthz").unwrap();
+    assert_eq!(answer.status, 200);
+    let log = daemon.log();
+    let warnings = log
+        .iter()
+        .filter(|line| line["message"] == "accepting a connection failed; retrying every 100 ms");
+    assert_eq!(warnings.count(), 1, "{}", daemon.stderr());
+    let recovered = log
+        .iter()
+        .find(|line| line["message"] == "accepting connections again")
+        .and_then(|line| line["unlogged_failures"].as_u64());
+    assert!(recovered.is_some_and(|failures| failures >= 3), "{}", daemon.stderr());
+}

@@ -62,20 +62,24 @@ pub async fn serve(
     let max = settings.max_connections.max(1);
     let slots = Arc::new(Semaphore::new(max));
     let at_cap = AtomicBool::new(false);
+    // Accept failures (out of file descriptors, mostly) come ten a second
+    // while they last: warn at most once per `ACCEPT_WARNING_PERIOD`, with
+    // the count since, and say once when accepting works again.
+    let mut failures = AcceptFailures::default();
     loop {
         let (tcp, peer) = tokio::select! {
             () = cancel.cancelled() => break,
             accepted = listener.accept() => match accepted {
                 Ok(accepted) => accepted,
                 Err(error) => {
-                    // Out of file descriptors or a connection reset before
-                    // accept: not fatal; pause so the loop does not spin.
-                    warn!(error = %error, "accepting a connection failed");
+                    // Not fatal; pause so the loop does not spin.
+                    failures.failed(&error);
                     tokio::time::sleep(Duration::from_millis(100)).await;
                     continue;
                 }
             },
         };
+        failures.accepted();
         let Ok(slot) = slots.clone().try_acquire_owned() else {
             series.rejected.inc();
             if !at_cap.swap(true, Ordering::Relaxed) {
@@ -217,4 +221,43 @@ async fn plain_http_on_tls(mut tcp: TcpStream, deadline: tokio::time::Instant) {
         tcp.shutdown().await
     })
     .await;
+}
+
+/// At most one warning per this long while accepting connections fails.
+const ACCEPT_WARNING_PERIOD: Duration = Duration::from_secs(10);
+
+/// The accept loop's failure log: one warning per period, one line on
+/// recovery.
+#[derive(Default)]
+struct AcceptFailures {
+    warned_at: Option<std::time::Instant>,
+    /// Failures since the last warning, not logged one by one.
+    unlogged: u64,
+    /// A warning was logged and recovery has not been announced yet.
+    announced: bool,
+}
+
+impl AcceptFailures {
+    fn failed(&mut self, error: &std::io::Error) {
+        let due = self.warned_at.is_none_or(|at| at.elapsed() >= ACCEPT_WARNING_PERIOD);
+        if due {
+            warn!(
+                error = %error,
+                failures_since_last_warning = self.unlogged,
+                "accepting a connection failed; retrying every 100 ms"
+            );
+            self.warned_at = Some(std::time::Instant::now());
+            self.unlogged = 0;
+            self.announced = true;
+        } else {
+            self.unlogged = self.unlogged.saturating_add(1);
+        }
+    }
+
+    fn accepted(&mut self) {
+        if std::mem::take(&mut self.announced) {
+            info!(unlogged_failures = self.unlogged, "accepting connections again");
+            self.unlogged = 0;
+        }
+    }
 }
