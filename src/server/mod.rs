@@ -230,7 +230,7 @@ const ACCEPT_WARNING_PERIOD: Duration = Duration::from_secs(10);
 /// recovery.
 #[derive(Default)]
 struct AcceptFailures {
-    warned_at: Option<std::time::Instant>,
+    warned_at: Option<tokio::time::Instant>,
     /// Failures since the last warning, not logged one by one.
     unlogged: u64,
     /// A warning was logged and recovery has not been announced yet.
@@ -246,7 +246,7 @@ impl AcceptFailures {
                 failures_since_last_warning = self.unlogged,
                 "accepting a connection failed; retrying every 100 ms"
             );
-            self.warned_at = Some(std::time::Instant::now());
+            self.warned_at = Some(tokio::time::Instant::now());
             self.unlogged = 0;
             self.announced = true;
         } else {
