@@ -1,5 +1,6 @@
 //! Golden files for the wire formats: `/metrics` device series and the
-//! device REST document, for a fixed seed and simulated time.
+//! device REST document, for a fixed seed and simulated time; and the
+//! configuration error messages, word for word.
 //!
 //! A difference fails the test. When a change to the output is intended,
 //! regenerate deliberately with `VRAMD_UPDATE_GOLDEN=1 cargo test --test golden`
@@ -21,6 +22,7 @@ use vramd::alerts::board::AlertBoard;
 use vramd::analysis::snapshot::AnalysisBoard;
 use vramd::api::{self, AppState, Limits};
 use vramd::clock::ScaledClock;
+use vramd::config::{self, LoadOptions, Overrides};
 use vramd::history::{HistoryStore, Sizing};
 use vramd::kubernetes::proto::{
     Container, ContainerDevices, ContainerResources, ListContainersResponse,
@@ -257,4 +259,145 @@ async fn device_document_matches_the_golden_file() {
     let mut pretty = serde_json::to_string_pretty(&value).unwrap();
     pretty.push('\n');
     check_golden("device-training-fragmentation.json", &pretty);
+}
+
+/// One invalid configuration: a file's text, environment variables and
+/// command-line options, each layer optional.
+struct BadConfig {
+    file: Option<&'static str>,
+    env: &'static [(&'static str, &'static str)],
+    overrides: Overrides,
+}
+
+fn env_only(env: &'static [(&'static str, &'static str)]) -> BadConfig {
+    BadConfig { file: None, env, overrides: Overrides::default() }
+}
+
+fn file_only(file: &'static str) -> BadConfig {
+    BadConfig { file: Some(file), env: &[], overrides: Overrides::default() }
+}
+
+fn flags_only(overrides: Overrides) -> BadConfig {
+    BadConfig { file: None, env: &[], overrides }
+}
+
+/// The message `vramd` prints (after its `invalid configuration:` prefix)
+/// for `bad`, with the temporary file's directory written as `$DIR`.
+fn config_error(bad: &BadConfig) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let config_path = bad.file.map(|text| {
+        let path = dir.path().join("vramd.toml");
+        std::fs::write(&path, text).unwrap();
+        path
+    });
+    let options = LoadOptions {
+        config_path,
+        search_paths: Vec::new(),
+        env: bad.env.iter().map(|(name, value)| (name.to_string(), value.to_string())).collect(),
+        overrides: bad.overrides.clone(),
+    };
+    let message = match config::load(&options) {
+        Ok(_) => "(accepted)".to_owned(),
+        Err(error) => error.to_string(),
+    };
+    message.replace(&dir.path().display().to_string(), "$DIR").replace('\n', "\n    ")
+}
+
+/// The configuration errors users see, word for word: each names the key,
+/// the value, the layer it came from and the reason. A change to the
+/// configuration machinery must leave these unchanged unless a message is
+/// meant to improve (then regenerate and review the diff).
+#[test]
+fn configuration_errors_match_the_golden_file() {
+    let cases: Vec<(&str, BadConfig)> = vec![
+        ("unknown key, suggested", env_only(&[("VRAMD_SAMPLER__FAST_INTERVALL", "1s")])),
+        ("unknown rule table", env_only(&[("VRAMD_ALERTS__MEMORY_HGH__THRESHOLD", "0.9")])),
+        ("unknown key, nothing near", env_only(&[("VRAMD_COMPLETELY__DIFFERENT", "1")])),
+        ("section as a value", env_only(&[("VRAMD_SAMPLER", "1")])),
+        ("rule table as a value", env_only(&[("VRAMD_ALERTS__MEMORY_HIGH", "1")])),
+        (
+            "same key from two variables",
+            env_only(&[
+                ("VRAMD_SAMPLER__FAST_INTERVAL", "1s"),
+                ("VRAMD_SAMPLER__fast_interval", "2s"),
+            ]),
+        ),
+        ("duration without unit", env_only(&[("VRAMD_SAMPLER__FAST_INTERVAL", "1")])),
+        ("duration empty", env_only(&[("VRAMD_SAMPLER__FAST_INTERVAL", "")])),
+        ("duration above its bound", env_only(&[("VRAMD_HISTORY__RETENTION", "30d")])),
+        ("duration below its bound", env_only(&[("VRAMD_PROBE__TIMEOUT", "1ms")])),
+        ("count of zero", env_only(&[("VRAMD_SIMULATOR__GPUS", "0")])),
+        ("count not a number", env_only(&[("VRAMD_SIMULATOR__GPUS", "two")])),
+        ("count from a flag", flags_only(Overrides { gpus: Some(99), ..Overrides::default() })),
+        ("size with a bad unit", env_only(&[("VRAMD_SOURCE__MAX_TRACE_SIZE", "12XB")])),
+        ("size above its bound", env_only(&[("VRAMD_SOURCE__MAX_TRACE_LINE", "1TiB")])),
+        ("boolean spelled yes", env_only(&[("VRAMD_NVML__XID_EVENTS", "yes")])),
+        ("address with a host name", env_only(&[("VRAMD_SERVER__LISTEN", "localhost:9477")])),
+        ("threshold not a number", env_only(&[("VRAMD_ALERTS__MEMORY_HIGH__THRESHOLD", "abc")])),
+        ("ratio above 1", env_only(&[("VRAMD_ALERTS__MEMORY_HIGH__THRESHOLD", "1.5")])),
+        ("severity unknown", env_only(&[("VRAMD_ALERTS__MEMORY_HIGH__SEVERITY", "page")])),
+        ("min_fit above 1", env_only(&[("VRAMD_ALERTS__EXHAUSTION_FORECAST__MIN_FIT", "2")])),
+        ("record mode unknown", env_only(&[("VRAMD_SOURCE__RECORD_MODE", "append")])),
+        ("url scheme", env_only(&[("VRAMD_NOTIFY__WEBHOOK_URL", "ftp://hooks")])),
+        ("log filter", env_only(&[("VRAMD_LOG__LEVEL", "info,vramd=loud")])),
+        (
+            "log format from a flag",
+            flags_only(Overrides { log_format: Some("xml".into()), ..Overrides::default() }),
+        ),
+        ("speed of zero", flags_only(Overrides { speed: Some(0.0), ..Overrides::default() })),
+        (
+            "clear above threshold",
+            file_only("[alerts.memory_high]\nthreshold = 0.8\nclear = 0.9\n"),
+        ),
+        ("unknown key in the file", file_only("[sampler]\nfast_intervall = \"1s\"\n")),
+        ("unknown section in the file", file_only("[samplr]\nfast_interval = \"1s\"\n")),
+        ("list where a value belongs", file_only("[sampler]\nfast_interval = [\"1s\"]\n")),
+        ("date where a duration belongs", file_only("[history]\nretention = 1979-05-27\n")),
+        ("duration as a number", file_only("[sampler]\nfast_interval = 250\n")),
+        ("size as a fraction of a byte", file_only("[source]\nmax_trace_line = 1024.5\n")),
+        ("negative size", file_only("[source]\nmax_trace_line = -1\n")),
+        ("not TOML", file_only("[sampler\nfast_interval = \"1s\"\n")),
+        (
+            "headroom budget not below the probe timeout",
+            env_only(&[
+                ("VRAMD_PROBE__TIMEOUT", "5s"),
+                ("VRAMD_PROBE__HEADROOM_TIME_BUDGET", "5s"),
+            ]),
+        ),
+        (
+            "slow interval below the fast one",
+            file_only("[sampler]\nfast_interval = \"2s\"\nslow_interval = \"1s\"\n"),
+        ),
+        (
+            "too many samples per device",
+            env_only(&[
+                ("VRAMD_SAMPLER__FAST_INTERVAL", "10ms"),
+                ("VRAMD_HISTORY__RETENTION", "7d"),
+            ]),
+        ),
+        (
+            "simulate and replay",
+            BadConfig {
+                file: None,
+                env: &[("VRAMD_SOURCE__REPLAY", "/tmp/trace.ndjson")],
+                overrides: Overrides { simulate: Some("leak".into()), ..Overrides::default() },
+            },
+        ),
+        (
+            "recording into the replayed trace",
+            BadConfig {
+                file: Some("[source]\nreplay = \"/tmp/trace.ndjson\"\n"),
+                env: &[],
+                overrides: Overrides {
+                    record: Some(PathBuf::from("/tmp/trace.ndjson")),
+                    ..Overrides::default()
+                },
+            },
+        ),
+    ];
+    let mut out = String::new();
+    for (name, bad) in &cases {
+        out.push_str(&format!("# {name}\n{}\n", config_error(bad)));
+    }
+    check_golden("config-errors.txt", &out);
 }

@@ -11,8 +11,8 @@
 //!
 //! Why the `config` crate with `serde_path_to_error` and not figment:
 //! errors must name the exact variable (`VRAMD_SAMPLER__FAST_INTERVAL`);
-//! here each layer's values are tagged with their origin and each key
-//! mapped to the variable that set it, and `serde_path_to_error` names the
+//! here each key is mapped to the variable or flag that set it (a value
+//! set by neither came from the file), and `serde_path_to_error` names the
 //! full key serde refused. figment's per-value `Metadata` names a provider
 //! and interpolates the key path, so the exact variable would still need a
 //! custom interpolater; its `Env` provider also parses values (`"1"`
@@ -27,13 +27,13 @@ use std::collections::BTreeMap;
 use std::io;
 use std::path::{Path, PathBuf};
 
-use config::{Environment, FileFormat, Map, Source, Value, ValueKind};
+use config::{Environment, FileFormat, Map, Source, Value};
 
 use super::error::{ConfigError, Origin};
 use super::keys::{ENV_PREFIX, ENV_SEPARATOR};
 use super::sections::Config;
 use super::validate::validate;
-use super::walk::{self, ENV_TAG, FILE_TAG, OriginContext};
+use super::walk::{self, OriginContext};
 
 /// Where the configuration file is looked for when `--config` is not
 /// given, first match wins.
@@ -191,11 +191,12 @@ pub fn load(options: &LoadOptions) -> Result<Config, ConfigError> {
     validate(merged.cache, &values)
 }
 
-/// A configuration layer already collected, with its origins tagged.
+/// The configuration file, parsed once up front so a syntax error is
+/// reported as the file's, not as a merge failure.
 #[derive(Clone, Debug)]
-struct Layer(Map<String, Value>);
+struct FileLayer(Map<String, Value>);
 
-impl Source for Layer {
+impl Source for FileLayer {
     fn clone_into_box(&self) -> Box<dyn Source + Send + Sync> {
         Box::new(self.clone())
     }
@@ -205,30 +206,11 @@ impl Source for Layer {
     }
 }
 
-/// Gives `value` and everything under it the origin `tag`.
-fn retag(value: Value, tag: &String) -> Value {
-    let kind = match value.kind {
-        ValueKind::Table(table) => ValueKind::Table(
-            table.into_iter().map(|(key, value)| (key, retag(value, tag))).collect(),
-        ),
-        ValueKind::Array(items) => {
-            ValueKind::Array(items.into_iter().map(|value| retag(value, tag)).collect())
-        }
-        kind => kind,
-    };
-    Value::new(Some(tag), kind)
-}
-
-fn retag_all(map: Map<String, Value>, tag: &str) -> Layer {
-    let tag = tag.to_owned();
-    Layer(map.into_iter().map(|(key, value)| (key, retag(value, &tag))).collect())
-}
-
 /// Largest configuration file read. A fixed bound, not a key: the file
 /// cannot bound its own reading (`--config /dev/zero` must not fill RAM).
 pub const MAX_CONFIG_FILE_BYTES: u64 = 1 << 20;
 
-fn file_layer(path: &Path) -> Result<Layer, ConfigError> {
+fn file_layer(path: &Path) -> Result<FileLayer, ConfigError> {
     let read_error = |source| ConfigError::FileRead { path: path.to_path_buf(), source };
     let mut text = String::new();
     std::fs::File::open(path)
@@ -255,7 +237,7 @@ fn file_layer(path: &Path) -> Result<Layer, ConfigError> {
         };
         ConfigError::FileParse { path: path.to_path_buf(), reason: reason.trim().to_owned() }
     })?;
-    Ok(retag_all(map, FILE_TAG))
+    Ok(FileLayer(map))
 }
 
 /// The dotted key an environment variable sets, the way
@@ -274,7 +256,7 @@ const MAX_ENV_KEY_LEVELS: usize = 64;
 /// The `VRAMD_*` variables as a layer, and which variable set which key.
 fn environment_layer(
     env: &[(String, String)],
-) -> Result<(Layer, BTreeMap<String, String>), ConfigError> {
+) -> Result<(Environment, BTreeMap<String, String>), ConfigError> {
     let mut vars = BTreeMap::new();
     let mut source = Map::new();
     for (name, value) in env {
@@ -292,11 +274,9 @@ fn environment_layer(
         }
         source.insert(name.clone(), value.clone());
     }
-    let map = Environment::with_prefix(ENV_PREFIX.trim_end_matches('_'))
+    let layer = Environment::with_prefix(ENV_PREFIX.trim_end_matches('_'))
         .prefix_separator("_")
         .separator(ENV_SEPARATOR)
-        .source(Some(source))
-        .collect()
-        .map_err(|error| ConfigError::Other { reason: error.to_string() })?;
-    Ok((retag_all(map, ENV_TAG), vars))
+        .source(Some(source));
+    Ok((layer, vars))
 }

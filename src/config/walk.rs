@@ -17,14 +17,11 @@ use config::{Value, ValueKind};
 use serde::{Deserialize, Serialize};
 
 use super::error::{ConfigError, Origin};
-use super::keys::{env_var_for, is_known, is_table, suggest};
+use super::keys::{is_known, is_table, suggest};
 
-/// Origin tag given to every value read from the configuration file.
-pub(super) const FILE_TAG: &str = "vramd:file";
-/// Origin tag given to every value read from the environment.
-pub(super) const ENV_TAG: &str = "vramd:environment";
-
-/// What the walk needs to turn origin tags into [`Origin`]s.
+/// Which layer set each key. Built-in defaults are serde's and never in
+/// the merged tree, so a value there that no flag or variable set came
+/// from the file: the origin follows from the key alone.
 pub(super) struct OriginContext<'a> {
     /// The configuration file, when one was read.
     pub file: Option<&'a Path>,
@@ -35,16 +32,14 @@ pub(super) struct OriginContext<'a> {
 }
 
 impl OriginContext<'_> {
-    fn resolve(&self, key: &str, tag: Option<&str>) -> Origin {
+    fn resolve(&self, key: &str) -> Origin {
         if let Some(flag) = self.overrides.get(key) {
             return Origin::CommandLine(flag);
         }
-        match (tag, self.file) {
-            (Some(FILE_TAG), Some(file)) => Origin::File(file.to_path_buf()),
-            (Some(ENV_TAG), _) => Origin::Environment(
-                self.env_vars.get(key).cloned().unwrap_or_else(|| env_var_for(key)),
-            ),
-            _ => Origin::Default,
+        match (self.env_vars.get(key), self.file) {
+            (Some(name), _) => Origin::Environment(name.clone()),
+            (None, Some(file)) => Origin::File(file.to_path_buf()),
+            (None, None) => Origin::Default,
         }
     }
 }
@@ -166,10 +161,7 @@ fn check_table(
         };
         if is_table(&key) {
             let ValueKind::Table(_) = value.kind else {
-                return Err(ConfigError::NotASection {
-                    origin: context.resolve(&key, value.origin()),
-                    key,
-                });
+                return Err(ConfigError::NotASection { origin: context.resolve(&key), key });
             };
             check_table(Some(&key), value, context, values)?;
             continue;
@@ -183,15 +175,14 @@ fn check_table(
                 ValueKind::Array(_) => "(a list)",
                 _ => "(nothing)",
             };
-            let (leaf, tag) = first_leaf(key.clone(), value);
             return Err(ConfigError::InvalidValue {
-                origin: context.resolve(&leaf, tag),
+                origin: context.resolve(&first_leaf(key.clone(), value)),
                 key,
                 value: shape.to_owned(),
                 reason: "expected a single value".to_owned(),
             });
         };
-        let origin = context.resolve(&key, value.origin());
+        let origin = context.resolve(&key);
         values.0.insert(key, (scalar, origin));
     }
     Ok(())
@@ -212,8 +203,8 @@ fn sorted(value: &Value) -> Vec<(&String, &Value)> {
 /// (`alerts.memory_hgh.threshold`) when that is a likely typo of a known
 /// key, so the suggestion can name the key to write.
 fn unknown(key: String, nested: bool, value: &Value, context: &OriginContext<'_>) -> ConfigError {
-    let (leaf, tag) = first_leaf(key.clone(), value);
-    let origin = context.resolve(&leaf, tag);
+    let leaf = first_leaf(key.clone(), value);
+    let origin = context.resolve(&leaf);
     if nested
         && leaf != key
         && let Some(suggestion) = suggest(&leaf)
@@ -223,12 +214,12 @@ fn unknown(key: String, nested: bool, value: &Value, context: &OriginContext<'_>
     ConfigError::UnknownKey { suggestion: suggest(&key), origin, key }
 }
 
-/// The first value under `value` (itself if it is not a table), with its
-/// full dotted path: the path under which the environment variable that
-/// created it is recorded.
-fn first_leaf(path: String, value: &Value) -> (String, Option<&str>) {
+/// The full dotted path of the first value under `value` (its own if it
+/// is not a table): the key under which the variable or flag that created
+/// it is recorded.
+fn first_leaf(path: String, value: &Value) -> String {
     match sorted(value).into_iter().next() {
         Some((name, child)) => first_leaf(format!("{path}.{name}"), child),
-        None => (path, value.origin()),
+        None => path,
     }
 }
