@@ -31,10 +31,12 @@
 //! by `return_evidence_share` of its rise: a leak never returns to its
 //! baseline, while a climb that returns each epoch has done so before.
 //!
-//! A leak already suspected is held, on the longest covered window, while
-//! its floor slope stays at least `hold_slope_bytes_per_second`, its second
-//! half still rises by half that, and rule 4 holds; so it resolves once the leak stops (the slope falls away) or
-//! memory returns to its baseline, without flapping in between.
+//! A leak already suspected is held, on the longest covered window or
+//! failing that on a shorter one other than the shortest, while its floor
+//! slope stays at least `hold_slope_bytes_per_second`, its second half
+//! still rises by half that, and rule 4 holds; so it resolves once the leak
+//! stops (the slope falls away) or memory returns to its baseline, without
+//! flapping in between.
 //!
 //! Which figure: `allocated` (live tensors) for processes that report
 //! allocator statistics, since their NVML usage includes a cache that grows
@@ -82,7 +84,10 @@ pub struct LeakParams {
     /// back before (`return_evidence_share`).
     pub shortest_window: Duration,
     /// Floor buckets per window (24): a 4-minute window gets 10 s buckets,
-    /// several iterations of a training loop each.
+    /// several iterations of a training loop each. (12 on the shorter
+    /// windows only was tried: slow leaks sooner, but one benign alarm at
+    /// each of seeds 1–3; 12 everywhere hid a per-epoch climb's returns
+    /// from the history-of-returns check.)
     pub buckets: usize,
     /// Least rise over the window, in floor spreads (5): under a sawtooth
     /// of gigabytes, bucket minima still scatter by tens of MiB. (8 with a
@@ -267,9 +272,15 @@ pub fn assess_leak(
         return verdict;
     }
     scratch.keep_as_prior();
+    // A shorter window on which a suspected leak still holds, for when the
+    // longest one does not (yet) show it; see below.
+    let mut held_on: Option<FloorLine> = None;
     for &window in shorter.iter().rev() {
         let from = now.saturating_sub(window);
         let Some(line) = scratch.line(series, from, params.buckets) else { continue };
+        if held && held_on.is_none() && window > params.shortest_window && holds(&line, params) {
+            held_on = Some(line);
+        }
         // New ground, reached from where memory already stood.
         let new_ground = scratch.prior_high(from).is_none_or(|high| {
             let end = line.intercept + line.slope * line.span_seconds;
@@ -293,6 +304,15 @@ pub fn assess_leak(
     }
     if held && holds(&longest, params) {
         return Ok(LeakEvidence::from_line(&longest));
+    }
+    // A fast leak is first called on a short window, minutes before the
+    // longest covered one rises enough to hold it; under a sawtooth of
+    // gigabytes the short window's own rules flicker from check to check,
+    // and each flicker restarted `for`. Holding it on any window longer
+    // than the shortest (still rising, not back at its baseline) bridges
+    // those checks; a leak that stops or returns fails `holds` everywhere.
+    if let Some(line) = held_on {
+        return Ok(LeakEvidence::from_line(&line));
     }
     verdict
 }

@@ -324,3 +324,21 @@ fn a_minutes_long_climb_that_returns_each_epoch_is_not_a_leak_at_its_top() {
         .collect();
     assert!(detect_leak(&values, &LeakParams::default()).is_none());
 }
+
+#[test]
+fn a_suspected_leak_is_held_on_a_shorter_window_before_the_longest_shows_it() {
+    // 100 KiB/s from minute 18: below the threshold (no window calls it
+    // anew), above the clear. The 30-minute window's second half has not
+    // yet risen by what the clear slope asks, the 16-minute one has: a leak
+    // already suspected stays suspected rather than restarting `for`.
+    let rate = 100.0 * 1024.0;
+    let values = series(SECONDS, 64.0 * 1024.0, |t| 20.0 * GIB + rate * (t - 1_100.0).max(0.0));
+    let params = LeakParams::default();
+    let mut scratch = FloorScratch::new();
+    let longest = scratch.line(&values, at(0), params.buckets).unwrap();
+    assert!(!holds(&longest, &params), "the longest window alone would let it go: {longest:?}");
+    let fresh = assess_leak(&mut scratch, &values, at(0), false, &params);
+    assert!(fresh.is_err(), "not called anew: {fresh:?}");
+    let held = assess_leak(&mut scratch, &values, at(0), true, &params).unwrap();
+    assert!(held.window_seconds < SECONDS as f64, "{held:?}");
+}
