@@ -60,7 +60,13 @@ proptest! {
         let span = series.last().map_or(0, |&(at, _)| at.unix_millis() - START_MS);
         let from = Timestamp::from_unix_millis(START_MS + (span as f64 * from_share) as i64);
         if let Some([fast, oracle]) = both(&series, from, buckets) {
-            prop_assert_eq!(fast, oracle);
+            prop_assert_eq!(&fast, &oracle);
+            // Distinct levels counted on bit patterns, as by float order.
+            let mut values: Vec<f64> = oracle.iter().map(|&(_, y)| y).collect();
+            values.sort_unstable_by(f64::total_cmp);
+            values.dedup();
+            let mut scratch = FloorScratch { points: fast, ..FloorScratch::new() };
+            prop_assert_eq!(scratch.distinct_levels(), values.len());
         }
     }
 
