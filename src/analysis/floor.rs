@@ -37,6 +37,8 @@ pub struct FloorScratch {
     /// Floor points: (seconds since the window start, bytes).
     points: Vec<(f64, f64)>,
     values: Vec<f64>,
+    /// The floor values' bit patterns, to count distinct levels.
+    levels: Vec<u64>,
     /// Epoch milliseconds of the last line's first sample.
     origin_ms: i64,
     /// A longer window's floor kept for comparison: (epoch ms, bytes).
@@ -170,12 +172,17 @@ impl FloorScratch {
     }
 
     /// How many distinct values the current points take.
+    ///
+    /// Sorted as integers: the points are minima of byte counts, so never
+    /// negative, NaN or -0.0, and for such values the bit patterns order
+    /// and compare equal exactly as the values do, at a fraction of the
+    /// cost of a float comparison (this runs for every window's line).
     fn distinct_levels(&mut self) -> usize {
-        self.values.clear();
-        self.values.extend(self.points.iter().map(|&(_, y)| y));
-        self.values.sort_unstable_by(f64::total_cmp);
-        self.values.dedup();
-        self.values.len()
+        self.levels.clear();
+        self.levels.extend(self.points.iter().map(|&(_, y)| y.to_bits()));
+        self.levels.sort_unstable();
+        self.levels.dedup();
+        self.levels.len()
     }
 
     /// Keeps the floor of the last [`FloorScratch::line`] for
@@ -234,9 +241,76 @@ impl FloorScratch {
 
     /// Bucket minima, each placed at its bucket's centre: the minimum's own
     /// time would pull the points towards the step phase it was caught in.
-    /// The series is in time order, so a bucket's samples are consecutive
-    /// and its minimum is kept in a register until the next bucket starts.
+    ///
+    /// Why bucket ends are found first: this runs for every window of every
+    /// check (five leak windows per process, five trend windows per
+    /// device), and turning each sample's time into a bucket number (two
+    /// conversions and a multiplication) was most of an offline run's
+    /// analysis. The bucket formula is monotonic in the time, so each
+    /// bucket's end is one integer offset, found once per bucket with the
+    /// very same formula; a sample then costs one integer comparison and
+    /// one minimum. The points are exactly those of classifying each sample
+    /// (`reduce_by_sample`, the tests' oracle): same buckets, same minima,
+    /// since converting to `f64` keeps the order. The series is in time
+    /// order (history refuses older samples); a sample out of order is
+    /// still put in its own bucket.
     fn reduce(&mut self, window: &[(Timestamp, u64)], origin: i64, span_ms: i64, buckets: usize) {
+        self.points.clear();
+        let per_ms = buckets as f64 / span_ms as f64;
+        let width_s = span_ms as f64 / buckets as f64 / 1000.0;
+        let last = buckets - 1;
+        let bucket_of = |offset: i64| ((offset as f64 * per_ms) as usize).min(last);
+        // The first offset past `bucket`'s end (`i64::MAX` for the last).
+        let end_of = |bucket: usize| {
+            if bucket >= last {
+                return i64::MAX;
+            }
+            // Within a millisecond or two of the exact end; stepped onto it
+            // with the formula itself. Bounded: the estimate is that close.
+            let mut end = ((bucket + 1) as f64 / per_ms).ceil() as i64;
+            for _ in 0..64 {
+                if end > 0 && bucket_of(end - 1) > bucket {
+                    end -= 1;
+                } else if bucket_of(end) <= bucket {
+                    end += 1;
+                } else {
+                    break;
+                }
+            }
+            end
+        };
+        let mut open: Option<(usize, i64, i64, u64)> = None;
+        for &(at, value) in window {
+            let offset = at.unix_millis().saturating_sub(origin);
+            open = match open {
+                Some((bucket, start, end, low)) if offset < end && offset >= start => {
+                    Some((bucket, start, end, low.min(value)))
+                }
+                _ => {
+                    if let Some((bucket, _, _, low)) = open {
+                        self.points.push(((bucket as f64 + 0.5) * width_s, low as f64));
+                    }
+                    let bucket = bucket_of(offset);
+                    let start = if bucket == 0 { i64::MIN } else { end_of(bucket - 1) };
+                    Some((bucket, start, end_of(bucket), value))
+                }
+            };
+        }
+        if let Some((bucket, _, _, low)) = open {
+            self.points.push(((bucket as f64 + 0.5) * width_s, low as f64));
+        }
+    }
+
+    /// The floor points of `line`, classifying sample by sample: the
+    /// straightforward reduction the search in `reduce` must reproduce.
+    #[cfg(test)]
+    fn reduce_by_sample(
+        &mut self,
+        window: &[(Timestamp, u64)],
+        origin: i64,
+        span_ms: i64,
+        buckets: usize,
+    ) {
         self.points.clear();
         let per_ms = buckets as f64 / span_ms as f64;
         let width_s = span_ms as f64 / buckets as f64 / 1000.0;
@@ -261,3 +335,6 @@ impl FloorScratch {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;
