@@ -208,7 +208,7 @@ impl Analyzer {
                         .processes()
                         .filter_map(|process| {
                             let held = previous.contains_key(&process.pid);
-                            detect_process_leak(scratch, process, from, held, params)
+                            detect_process_leak(scratch, &process, from, held, params)
                                 .map(|finding| (process.pid, finding))
                         })
                         .collect()

@@ -9,6 +9,8 @@
 //! A sample that lacks a value contributes no point: absent is left out,
 //! never read as zero, so a failed read cannot look like a drop to 0 bytes.
 
+use std::collections::VecDeque;
+
 use crate::history::{FastPoint, SlowPoint, Snapshot, Stamped};
 use crate::model::Timestamp;
 
@@ -52,12 +54,24 @@ pub fn device_used_into(
 /// re-reading the whole window per process. Per process both figures are
 /// kept, allocator `allocated` and NVML usage, because which one a leak
 /// follows depends on the whole window ([`PidSeries::preferred`]).
+///
+/// Stored compactly because this is most of what 8 GPUs × 64 processes
+/// cost: a sample's time is kept once for every process in it, and a
+/// process's figure as runs of one value over consecutive samples (the
+/// common case: the same size sample after sample, or between two
+/// allocator reports). A run is 16 bytes, as one point was, so a figure
+/// that changes on every sample costs no more than before. The detector
+/// reads plain points, rebuilt per process by [`ProcessWindows::processes`].
 #[derive(Debug, Default)]
 pub struct ProcessWindows {
     /// The newest sample added.
     scanned_to: Option<Timestamp>,
+    /// The time of every sample in the window, oldest first.
+    times: VecDeque<Timestamp>,
+    /// The sequence number of `times[0]`; samples are numbered as added.
+    first_seq: u32,
     /// A handful of PIDs per device: a linear search beats hashing.
-    pids: Vec<PidSeries>,
+    pids: Vec<PidRuns>,
 }
 
 /// One process's figures in the window, oldest first; a sample that did
@@ -85,6 +99,48 @@ impl PidSeries {
     }
 }
 
+/// `len` consecutive samples from sequence number `start` with one value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Run {
+    start: u32,
+    len: u32,
+    value: u64,
+}
+
+/// [`PidSeries`] as stored: runs instead of points.
+#[derive(Debug, Default)]
+struct PidRuns {
+    pid: u32,
+    allocated: Vec<Run>,
+    used: Vec<Run>,
+}
+
+/// Appends sample `seq`'s `value`, extending the last run when it is the
+/// same value on the sample just before.
+fn push_value(runs: &mut Vec<Run>, seq: u32, value: u64) {
+    if let Some(last) = runs.last_mut()
+        && last.value == value
+        && last.start.checked_add(last.len) == Some(seq)
+    {
+        last.len += 1;
+        return;
+    }
+    runs.push(Run { start: seq, len: 1, value });
+}
+
+/// Drops the samples numbered below `first`, cutting a run that straddles it.
+fn trim_runs(runs: &mut Vec<Run>, first: u32) {
+    let gone =
+        runs.partition_point(|run| u64::from(run.start) + u64::from(run.len) <= u64::from(first));
+    runs.drain(..gone);
+    if let Some(run) = runs.first_mut()
+        && run.start < first
+    {
+        run.len -= first - run.start;
+        run.start = first;
+    }
+}
+
 impl ProcessWindows {
     /// Where the samples to add next begin: just after the newest one
     /// added, or `from` for a window never filled (or left behind).
@@ -98,12 +154,22 @@ impl ProcessWindows {
     /// sample whose process list could not be read adds nothing.
     pub fn add(&mut self, sample: &SlowPoint) {
         let at = sample.at();
+        let next =
+            u32::try_from(self.times.len()).ok().and_then(|len| self.first_seq.checked_add(len));
+        let Some(seq) = next else {
+            // Sequence numbers ran out (4·10⁹ samples, years at the
+            // fastest slow tier): start the window afresh rather than wrap.
+            *self = Self::default();
+            return self.add(sample);
+        };
         self.scanned_to = Some(self.scanned_to.map_or(at, |scanned| scanned.max(at)));
-        for process in sample.processes().into_iter().flatten() {
+        let Some(processes) = sample.processes() else { return };
+        self.times.push_back(at);
+        for process in processes {
             let slot = match self.pids.iter().position(|entry| entry.pid == process.pid) {
                 Some(slot) => slot,
                 None => {
-                    self.pids.push(PidSeries { pid: process.pid, ..PidSeries::default() });
+                    self.pids.push(PidRuns { pid: process.pid, ..PidRuns::default() });
                     self.pids.len() - 1
                 }
             };
@@ -116,11 +182,11 @@ impl ProcessWindows {
                 if entry.allocated.is_empty() {
                     entry.used = Vec::new();
                 }
-                entry.allocated.push((at, stats.allocated_bytes));
+                push_value(&mut entry.allocated, seq, stats.allocated_bytes);
             } else if entry.allocated.is_empty()
                 && let Some(used) = process.used_bytes()
             {
-                entry.used.push((at, used));
+                push_value(&mut entry.used, seq, used);
             }
         }
     }
@@ -128,18 +194,37 @@ impl ProcessWindows {
     /// Drops the points older than `from`, and the processes left with
     /// none: what is kept stays bounded by one window.
     pub fn trim(&mut self, from: Timestamp) {
+        let old = self.times.partition_point(|&at| at < from);
+        self.times.drain(..old);
+        // `old` is at most the number of samples numbered, which fit u32.
+        self.first_seq = self.first_seq.saturating_add(u32::try_from(old).unwrap_or(u32::MAX));
         for entry in &mut self.pids {
-            for series in [&mut entry.allocated, &mut entry.used] {
-                let old = series.partition_point(|&(at, _)| at < from);
-                series.drain(..old);
-            }
+            trim_runs(&mut entry.allocated, self.first_seq);
+            trim_runs(&mut entry.used, self.first_seq);
         }
         self.pids.retain(|entry| !(entry.allocated.is_empty() && entry.used.is_empty()));
     }
 
-    /// The processes with a figure in the window, in the order first seen.
-    pub fn processes(&self) -> impl Iterator<Item = &PidSeries> {
-        self.pids.iter()
+    /// The processes with a figure in the window, in the order first seen,
+    /// each rebuilt as points (one process at a time, so the window is
+    /// never held as points in full).
+    pub fn processes(&self) -> impl Iterator<Item = PidSeries> + '_ {
+        self.pids.iter().map(|entry| PidSeries {
+            pid: entry.pid,
+            allocated: self.points(&entry.allocated),
+            used: self.points(&entry.used),
+        })
+    }
+
+    fn points(&self, runs: &[Run]) -> Vec<(Timestamp, u64)> {
+        let total: u64 = runs.iter().map(|run| u64::from(run.len)).sum();
+        let mut points = Vec::with_capacity(usize::try_from(total).unwrap_or(0));
+        for run in runs {
+            let offset = run.start.saturating_sub(self.first_seq) as usize;
+            let times = self.times.range(offset.min(self.times.len())..).take(run.len as usize);
+            points.extend(times.map(|&at| (at, run.value)));
+        }
+        points
     }
 }
 

@@ -211,7 +211,7 @@ fn allocator_figures_are_preferred_over_nvml_usage() {
         for (second, process) in samples.iter().enumerate() {
             windows.add(&SlowPoint::from(&reading(second, vec![process.clone()])));
         }
-        windows.processes().next().and_then(|process| process.preferred()).map(|(m, _)| m)
+        windows.processes().next().and_then(|process| process.preferred().map(|(m, _)| m))
     };
     let nvml_only = process(1, Some(10), None);
     let torch = process(1, Some(10), Some(5));
@@ -250,7 +250,7 @@ fn a_leaking_process_is_found_in_history() {
     let mut scratch = FloorScratch::new();
     let find = |scratch: &mut FloorScratch, pid: u32| {
         let process = windows.processes().find(|process| process.pid == pid)?;
-        detect_process_leak(scratch, process, at(0), false, &params)
+        detect_process_leak(scratch, &process, at(0), false, &params)
     };
     let finding = find(&mut scratch, 7).unwrap();
     assert_eq!(finding.pid, 7);

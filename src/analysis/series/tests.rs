@@ -130,3 +130,55 @@ fn counter_steps_count_from_the_new_value_after_a_reset() {
 fn metrics_are_named_as_in_the_api() {
     assert_eq!(ProcessMetric::NvmlUsed.as_str(), "nvml_used");
 }
+
+#[test]
+fn unchanged_figures_are_stored_once_and_read_back_point_by_point() {
+    let mut windows = ProcessWindows::default();
+    for second in 0..100 {
+        let allocated = if second < 60 { 40 } else { 50 };
+        let mut listed = vec![process(1, Some(100), Some(allocated), 0)];
+        if second % 2 == 1 {
+            listed.push(process(2, Some(7), None, 0));
+        }
+        windows.add(&slow(second * 1_000, Some(listed)));
+        windows.add(&slow(second * 1_000 + 500, None));
+    }
+    // Two values for process 1, one for process 2; process 2 missing from
+    // every other sample breaks its runs, which is the gap that must stay,
+    // while a sample without a process list is no gap.
+    assert_eq!(windows.pids[0].allocated.len(), 2);
+    assert_eq!(windows.pids[1].used.len(), 50);
+    let read: Vec<PidSeries> = windows.processes().collect();
+    let (_, first) = read[0].preferred().unwrap();
+    assert_eq!(first.len(), 100);
+    assert_eq!(first[59], (ts(59_000), 40));
+    assert_eq!(first[60], (ts(60_000), 50));
+    let (_, second) = read[1].preferred().unwrap();
+    assert_eq!(second.len(), 50);
+    assert_eq!(second[1], (ts(3_000), 7));
+
+    // Trimming inside a run keeps exactly the samples from `from` on.
+    windows.trim(ts(30_000));
+    let read: Vec<PidSeries> = windows.processes().collect();
+    let (_, first) = read[0].preferred().unwrap();
+    assert_eq!(first.len(), 70);
+    assert_eq!(first[0], (ts(30_000), 40));
+    assert_eq!(windows.pids[0].allocated.len(), 2);
+    windows.trim(ts(80_100));
+    let read: Vec<PidSeries> = windows.processes().collect();
+    assert_eq!(read[0].preferred().unwrap().1.first(), Some(&(ts(81_000), 50)));
+    assert_eq!(read[1].preferred().unwrap().1.first(), Some(&(ts(81_000), 7)));
+}
+
+#[test]
+fn a_pid_listed_twice_in_one_sample_keeps_both_points() {
+    let mut windows = ProcessWindows::default();
+    windows.add(&slow(0, Some(vec![process(1, Some(5), None, 0), process(1, Some(5), None, 0)])));
+    windows.add(&slow(1_000, Some(vec![process(1, Some(5), None, 0)])));
+    let read: Vec<PidSeries> = windows.processes().collect();
+    assert_eq!(
+        read[0].preferred().unwrap().1,
+        &[(ts(0), 5), (ts(0), 5), (ts(1_000), 5)][..],
+        "as before the change: one point per listing"
+    );
+}
