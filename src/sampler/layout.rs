@@ -22,6 +22,7 @@ use crate::model::{DeviceInfo, ErrorKind};
 use crate::source::SourceError;
 
 use super::call::{CallOutcome, call_with_deadline, wait_with_deadline};
+use super::crew::Crew;
 use super::{Context, FirstCycle, tier};
 
 type Listing = Result<Vec<DeviceInfo>, SourceError>;
@@ -45,11 +46,12 @@ impl Running {
         context: &Arc<Context>,
         device: Arc<DeviceHistory>,
         first_cycle: Arc<FirstCycle>,
+        crew: Arc<Crew>,
     ) {
         let stop = context.cancel.child_token();
         let own = Context { cancel: stop.clone(), ..Context::clone(context) };
         self.stops.insert(key(device.info()), stop);
-        self.tasks.spawn(tier::run_device(Arc::new(own), device, first_cycle));
+        self.tasks.spawn(tier::run_device(Arc::new(own), device, first_cycle, crew));
     }
 }
 
@@ -122,8 +124,13 @@ async fn relist(context: &Arc<Context>, running: &mut Running, generation: u64) 
         changed.added.iter().filter_map(|new| new.info().mig.as_ref().map(|mig| mig.parent_index)),
     );
     let first_cycle = Arc::new(FirstCycle::new(changed.added.len() * 2, context.store.clone()));
-    for new in &changed.added {
-        running.spawn(context, new.clone(), first_cycle.clone());
+    if !changed.added.is_empty() {
+        // The devices added share a crew of their own; the running crews
+        // keep theirs.
+        let crew = Crew::start(context, changed.added.len());
+        for new in &changed.added {
+            running.spawn(context, new.clone(), first_cycle.clone(), crew.clone());
+        }
     }
     for gpu in parents {
         context.telemetry.count_mig_reconfiguration(gpu);

@@ -3,16 +3,21 @@
 //!
 //! Owns: scheduling (one tokio task per device, running a fast and a slow
 //! tier), the deadline on every source call, the per-device process cap,
-//! and counting what went wrong. Every device tier samples on a thread of
-//! its own, watched by a task that owns the call's deadline (discovery runs
-//! on `spawn_blocking`); one device's slow or stuck driver never delays
-//! another device, and a call stuck past its deadline is never duplicated.
+//! and counting what went wrong. The fast tiers of all devices share one
+//! thread that samples them in turn at each grid point (`crew`); a call
+//! that hangs past one fast interval (at least 50 ms) keeps that thread
+//! and the other devices move to a fresh one, so a stuck driver delays the
+//! others by at most that long. Each slow tier has a thread of its own.
+//! Every tier is watched by a task that owns the call's deadline (discovery
+//! runs on `spawn_blocking`), and a call stuck past its deadline is never
+//! duplicated.
 //!
 //! Depends on: `source` (the trait only), `ingest` (reports to join),
 //! `history`, `telemetry`, `model`.
 //! Knows nothing of analysis or HTTP.
 
 mod call;
+mod crew;
 mod layout;
 pub mod probe;
 mod tier;
@@ -114,8 +119,11 @@ pub async fn run(
     };
     let first_cycle = Arc::new(FirstCycle::new(devices.len() * 2, context.store.clone()));
     let mut running = layout::Running::new(generation);
-    for device in devices {
-        running.spawn(&context, device, first_cycle.clone());
+    if !devices.is_empty() {
+        let crew = crew::Crew::start(&context, devices.len());
+        for device in devices {
+            running.spawn(&context, device, first_cycle.clone(), crew.clone());
+        }
     }
     layout::follow(&context, running).await;
 }

@@ -15,16 +15,17 @@ use crate::model::{
 use crate::source::{DeviceSource, SourceError};
 use crate::telemetry::Telemetry;
 
-/// Device 0 always answers; device 1 answers only while `hang` is false,
-/// otherwise its calls block until `hang` is cleared (bounded, so a broken
-/// test cannot hang the suite).
+/// Every device but `hung_index` (1 unless set) always answers; that one
+/// answers only while `hang` is false, otherwise its calls block until
+/// `hang` is cleared (bounded, so a broken test cannot hang the suite).
 struct FakeSource {
     devices: u32,
     available: AtomicBool,
     hang: AtomicBool,
     lost: AtomicBool,
-    fast_calls: [AtomicU64; 2],
+    fast_calls: [AtomicU64; 3],
     processes: usize,
+    hung_index: u32,
 }
 
 impl FakeSource {
@@ -34,13 +35,14 @@ impl FakeSource {
             available: AtomicBool::new(true),
             hang: AtomicBool::new(false),
             lost: AtomicBool::new(false),
-            fast_calls: [AtomicU64::new(0), AtomicU64::new(0)],
+            fast_calls: [AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)],
             processes: 3,
+            hung_index: 1,
         }
     }
 
     fn wait_while_hung(&self, index: u32) {
-        if index != 1 {
+        if index != self.hung_index {
             return;
         }
         for _ in 0..10_000 {
@@ -165,7 +167,7 @@ fn start(source: FakeSource, settings: SamplerSettings) -> Harness {
 async fn settle() {
     for _ in 0..50 {
         tokio::task::yield_now().await;
-        std::thread::sleep(Duration::from_micros(200));
+        std::thread::sleep(Duration::from_micros(500));
     }
 }
 
@@ -209,6 +211,50 @@ async fn a_hung_device_does_not_delay_another_and_its_call_is_not_repeated() {
     let recovered = devices[1].live();
     assert!(recovered.is_up(), "the device recovers once its driver answers");
     assert!(recovered.fast_failure.is_none());
+    assert_eq!(harness.telemetry.calls_stuck(), 0);
+
+    harness.cancel.cancel();
+    settle().await;
+    assert!(harness.task.is_finished());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_hang_ahead_of_others_on_the_fast_thread_hands_them_off_within_an_interval() {
+    // Device 0 is sampled first on the shared fast thread: its hang would
+    // hold up devices 1 and 2 if they were not moved to a fresh thread.
+    let mut source = FakeSource::new(3);
+    source.hung_index = 0;
+    source.hang.store(true, Ordering::SeqCst);
+    let harness = start(source, settings());
+    settle().await;
+    // 5 s at 4 Hz: 21 ticks, of which a hand-off after one interval costs
+    // at most one.
+    advance(Duration::from_millis(250), 20).await;
+
+    let devices = harness.store.devices();
+    for other in &devices[1..] {
+        let live = other.live();
+        assert!(live.is_up());
+        assert!(live.fast_samples >= 19, "device sampled {} times in 21 ticks", live.fast_samples);
+    }
+    let hung = devices[0].live();
+    assert!(!hung.is_up(), "stale at its deadline");
+    assert_eq!(hung.fast_failure.as_ref().map(|f| f.kind), Some(ErrorKind::StillRunning));
+    assert_eq!(harness.source.fast_calls[0].load(Ordering::SeqCst), 1, "never started twice");
+    assert_eq!(harness.telemetry.calls_stuck(), 2, "its fast and slow calls are counted stuck");
+
+    harness.source.hang.store(false, Ordering::SeqCst);
+    settle().await;
+    let before = [1, 2].map(|i| harness.source.fast_calls[i].load(Ordering::SeqCst));
+    advance(Duration::from_millis(250), 4).await;
+    let recovered = devices[0].live();
+    assert!(recovered.is_up(), "the device resumes once its call returns");
+    assert!(recovered.fast_failure.is_none());
+    assert!(harness.source.fast_calls[0].load(Ordering::SeqCst) >= 4, "sampled at its rate again");
+    for (i, calls) in [1, 2].into_iter().zip(before) {
+        let now = harness.source.fast_calls[i].load(Ordering::SeqCst);
+        assert!(now >= calls + 4, "device {i} keeps its rate after the recovery");
+    }
     assert_eq!(harness.telemetry.calls_stuck(), 0);
 
     harness.cancel.cancel();

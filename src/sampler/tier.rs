@@ -1,8 +1,9 @@
-//! One device's sampling: a fast and a slow tier side by side, each on a
-//! thread of its own (`worker`) that paces itself, calls the source and
-//! stores what it read, with a watchdog task that owns the call's deadline.
+//! One device's sampling: a fast and a slow tier side by side, the fast one
+//! on its crew's shared thread (`crew`), the slow one on a thread of its own
+//! (`worker`); either paces itself, calls the source and stores what it
+//! read, with a watchdog task per tier that owns the call's deadline.
 //!
-//! A tier's thread makes one call at a time by construction, so a call stuck
+//! A tier is called by one thread at a time, one call at a time, so a call stuck
 //! in the driver is never started twice; the watchdog counts it as a
 //! timeout at its deadline, marks the tier stale, and then counts every
 //! period it is still stuck. Its late answer is dropped. Both sides write
@@ -24,17 +25,21 @@ use crate::model::{ErrorKind, ProcessInfo, SlowReading};
 use crate::source::{SourceError, Tier};
 use crate::telemetry::CallTimer;
 
+use super::crew::Crew;
 use super::worker::{self, Reading};
 use super::{Context, FirstCycle};
 
+/// Samples one device until its context is cancelled: the fast tier in
+/// `crew`, the slow tier on a thread of its own.
 pub(crate) async fn run_device(
     context: Arc<Context>,
     device: Arc<DeviceHistory>,
     first_cycle: Arc<FirstCycle>,
+    crew: Arc<Crew>,
 ) {
     tokio::join!(
-        run_tier(context.clone(), device.clone(), first_cycle.clone(), Tier::Fast),
-        run_tier(context, device, first_cycle, Tier::Slow),
+        run_tier(context.clone(), device.clone(), first_cycle.clone(), Tier::Fast, Some(crew)),
+        run_tier(context, device, first_cycle, Tier::Slow, None),
     );
 }
 
@@ -76,6 +81,7 @@ async fn run_tier(
     device: Arc<DeviceHistory>,
     first_cycle: Arc<FirstCycle>,
     tier: Tier,
+    crew: Option<Arc<Crew>>,
 ) {
     let interval = match tier {
         Tier::Fast => context.settings.fast_interval,
@@ -98,7 +104,10 @@ async fn run_tier(
         thread: OnceLock::new(),
     });
     shared.promise();
-    let ended = worker::start(shared.clone());
+    let ended = match crew {
+        Some(crew) => crew.join(shared.clone()),
+        None => worker::start(shared.clone()),
+    };
     watch(&shared, ended).await;
 }
 

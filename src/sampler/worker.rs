@@ -74,29 +74,30 @@ fn pace(shared: &TierShared, handle: &Handle) {
     // outside its workers.
     let _runtime = handle.enter();
     let context = &shared.context;
-    let mut ticker = if context.settings.runtime_ticks {
-        let mut interval = tokio::time::interval_at(context.origin, shared.period);
-        interval.set_missed_tick_behavior(MissedTickBehavior::Skip);
-        Ticker::Runtime(interval, handle)
-    } else {
+    if !context.settings.runtime_ticks {
         shared.set_thread(std::thread::current());
-        Ticker::Thread(Grid::new(context.origin, shared.period))
-    };
-    let source = &*context.source;
-    let index = shared.device.info().index;
+    }
+    let mut ticker = Ticker::new(context, context.origin, shared.period, handle);
     while ticker.wait(&context.cancel) {
-        if shared.backing_off(Instant::now()) {
-            continue;
-        }
-        let started = shared.call_started();
-        let answer = call(source, index, shared.tier);
-        if shared.call_answered(answer, started.elapsed()) {
+        if sample_once(shared) {
             break;
         }
     }
 }
 
-enum Ticker<'a> {
+/// One tick of one tier on the calling thread: call the source unless the
+/// tier is backing off, and hand the answer over. True when the tier has
+/// nothing more to read (a replayed trace ended).
+pub(crate) fn sample_once(shared: &TierShared) -> bool {
+    if shared.backing_off(Instant::now()) {
+        return false;
+    }
+    let started = shared.call_started();
+    let answer = call(&*shared.context.source, shared.device.info().index, shared.tier);
+    shared.call_answered(answer, started.elapsed())
+}
+
+pub(crate) enum Ticker<'a> {
     /// Sleeps on the thread itself; the watchdog unparks it on cancel.
     Thread(Grid),
     /// The runtime's timer: follows paused test time, at the price of a
@@ -104,9 +105,26 @@ enum Ticker<'a> {
     Runtime(Interval, &'a Handle),
 }
 
-impl Ticker<'_> {
+impl<'a> Ticker<'a> {
+    /// Ticks on the grid from `origin`: on the thread itself, or on the
+    /// runtime's timer where the settings ask for it.
+    pub(crate) fn new(
+        context: &super::Context,
+        origin: Instant,
+        period: Duration,
+        handle: &'a Handle,
+    ) -> Self {
+        if context.settings.runtime_ticks {
+            let mut interval = tokio::time::interval_at(origin, period);
+            interval.set_missed_tick_behavior(MissedTickBehavior::Skip);
+            Ticker::Runtime(interval, handle)
+        } else {
+            Ticker::Thread(Grid::new(origin, period))
+        }
+    }
+
     /// Waits for the next tick; false once the sampler is cancelled.
-    fn wait(&mut self, cancel: &CancellationToken) -> bool {
+    pub(crate) fn wait(&mut self, cancel: &CancellationToken) -> bool {
         let ticked = match self {
             Ticker::Thread(grid) => grid.wait(cancel),
             Ticker::Runtime(interval, handle) => handle.block_on(async {
@@ -123,7 +141,7 @@ impl Ticker<'_> {
 
 /// Ticks every `period` from `next`; a tick missed (a slow call, a busy
 /// machine) is skipped, not caught up on, like `MissedTickBehavior::Skip`.
-struct Grid {
+pub(crate) struct Grid {
     next: Instant,
     period: Duration,
 }
