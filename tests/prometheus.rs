@@ -344,7 +344,8 @@ fn every_dashboard_and_rule_expression_returns_data_from_a_real_prometheus() {
         let alerts = support::get(target, "/api/v1/alerts?state=firing").json();
         alerts["alerts"].as_array().and_then(|list| list.first().cloned())
     });
-    let forwarded = prometheus.wait_for("VramdForwardedAlert did not fire", || {
+    let what = format!("VramdForwardedAlert did not fire for {fired}");
+    let forwarded = prometheus.wait_for(&what, || {
         let alerts = prometheus.api("/api/v1/alerts")["alerts"].clone();
         let ours = |alert: &&Value| {
             alert["labels"]["alertname"] == "VramdForwardedAlert"

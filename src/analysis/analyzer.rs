@@ -292,7 +292,7 @@ impl Analyzer {
         let stale_after = settings.probe_stale_after;
         let facts = DeviceFacts {
             info: device.info().clone(),
-            up: live.is_up(),
+            up: !live.is_lost(),
             failure: live.fast_failure.as_ref().map(|failure| failure.message.clone()),
             memory,
             processes,

@@ -42,6 +42,8 @@ pub struct DeviceSnapshot {
 #[derive(Clone, Debug)]
 pub struct DeviceFacts {
     pub info: DeviceInfo,
+    /// Not lost: answered its latest fast read, or not read yet (no
+    /// failure either); `device_lost` fires on `!up`.
     pub up: bool,
     /// Why the latest fast read failed, when it did.
     pub failure: Option<String>,

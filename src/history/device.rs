@@ -94,6 +94,14 @@ impl LiveState {
         self.fast.is_some()
     }
 
+    /// The device's latest fast-tier read failed. A device not read yet
+    /// (just discovered, or its first call still within its deadline) is
+    /// neither up nor lost: `device_lost` must not fire at every start on
+    /// a host whose first sample comes after the first evaluation.
+    pub fn is_lost(&self) -> bool {
+        self.fast.is_none() && self.fast_failure.is_some()
+    }
+
     /// The timestamp of the newest reading of either tier.
     pub fn newest_at(&self) -> Option<Timestamp> {
         let fast = self.fast.as_ref().map(|reading| reading.at);
@@ -359,6 +367,17 @@ mod tests {
         );
         assert_eq!(sizing.fast_capacity, 14_401);
         assert_eq!(sizing.slow_capacity, 3_601);
+    }
+
+    #[test]
+    fn a_device_not_read_yet_is_not_lost_and_one_that_fails_is() {
+        let device = DeviceHistory::new(info(), sizing());
+        let live = device.live();
+        assert!(!live.is_up() && !live.is_lost(), "neither before the first read");
+        device.record_fast_failure(ErrorKind::Timeout, "late".into());
+        assert!(device.live().is_lost());
+        device.record_fast(reading(0, 500)).unwrap();
+        assert!(!device.live().is_lost());
     }
 
     #[test]
