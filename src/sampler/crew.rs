@@ -53,8 +53,9 @@ pub(crate) struct Crew {
 #[derive(Default)]
 struct CrewState {
     members: Vec<Arc<Member>>,
-    /// The member being called, by position in `members`, and since when.
-    current: Option<(usize, Instant)>,
+    /// The member being called, and since when. Found in `members` only
+    /// at a hand-off, so a sample pays no search.
+    current: Option<(Arc<Member>, Instant)>,
     /// Set by a hand-off: the rest of this tick's members are no longer
     /// this thread's.
     split: bool,
@@ -159,8 +160,7 @@ impl Crew {
         if state.split {
             return false;
         }
-        let position = state.members.iter().position(|m| Arc::ptr_eq(m, member));
-        state.current = position.map(|at| (at, Instant::now()));
+        state.current = Some((member.clone(), Instant::now()));
         true
     }
 
@@ -186,20 +186,22 @@ impl Crew {
             // Alone on its thread for good: a hang here delays no one.
             return None;
         }
-        let Some((stuck, started)) = state.current else {
+        let Some((calling, started)) = &state.current else {
             return Some(now + limit);
         };
-        if now < started + limit {
-            return Some(started + limit);
+        if now < *started + limit {
+            return Some(*started + limit);
         }
-        if state.members.len() <= 1 {
+        // A member that left the crew (its device stopped) is not looked
+        // for in vain: nothing is handed off for it.
+        let stuck = state.members.iter().position(|m| Arc::ptr_eq(m, calling));
+        let Some(stuck) = stuck.filter(|_| state.members.len() > 1) else {
             // The others have yet to join; they are handed off once here.
             return Some(now + limit);
-        }
+        };
         let mut others = std::mem::take(&mut state.members);
         let kept = others.remove(stuck);
         state.members.push(kept);
-        state.current = Some((0, started));
         state.split = true;
         drop(state);
         info!(
