@@ -6,7 +6,7 @@
 //! validates them with the rest of the configuration, so an option and the
 //! key it sets are checked by the same code. Environment variables are not
 //! read here (they are a configuration layer). Depends only on `config` and
-//! `source::simulator::ScenarioKind`.
+//! `model` (`ScenarioKind`).
 
 use std::path::{Path, PathBuf};
 
@@ -14,7 +14,7 @@ use clap::builder::PossibleValuesParser;
 use clap::{Parser, Subcommand};
 
 use crate::config::Overrides;
-use crate::source::simulator::ScenarioKind;
+use crate::model::ScenarioKind;
 
 const AFTER_HELP: &str = "\
 Configuration layers, lowest first: built-in defaults, the configuration file
