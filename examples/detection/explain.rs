@@ -6,6 +6,7 @@
 use std::time::Duration;
 
 use vramd::analysis::floor::FloorScratch;
+use vramd::analysis::leak::sequential::level_cusum;
 use vramd::analysis::leak::{LeakParams, assess_leak};
 use vramd::source::simulator::GOLDEN_ORIGIN;
 use vramd::source::simulator::corpus::{CorpusRun, Label};
@@ -43,11 +44,18 @@ pub fn explain(run: &CorpusRun, params: &LeakParams, check: Duration) {
         while span <= params.window {
             if let Some(line) = scratch.line(window, at.saturating_sub(span), params.buckets) {
                 let [q0, q1, q2, q3] = line.quarters.map(|q| (q - line.quarters[0]) / MIB);
+                let drift = level_cusum(
+                    scratch.points(),
+                    line.quarters[0],
+                    line.spread.max(params.noise_floor_bytes),
+                    params.sequential_allowance,
+                );
                 lines.push_str(&format!(
-                    " [{}s slope {:.2} sig {:.1} q {:.0}/{:.0}/{:.0}/{:.0} lv {}]",
+                    " [{}s slope {:.2} sig {:.1} cu {:.1} q {:.0}/{:.0}/{:.0}/{:.0} lv {}]",
                     span.as_secs(),
                     line.slope / MIB,
                     line.significance(params.noise_floor_bytes),
+                    drift.map_or(f64::NAN, |climb| climb.cusum),
                     q0,
                     q1,
                     q2,

@@ -88,6 +88,8 @@ fn tweak(settings: &mut vramd::analyze::AnalyzeSettings, params: &[(String, f64)
                 "leak.noise_floor" => leak.noise_floor_bytes = value,
                 "leak.staircase_levels" => leak.staircase_levels = value as usize,
                 "leak.warmup" => leak.warmup = seconds(value),
+                "leak.sequential_bound" => leak.sequential_bound = value,
+                "leak.sequential_allowance" => leak.sequential_allowance = value,
                 _ => {}
             }
         }

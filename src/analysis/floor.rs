@@ -171,6 +171,13 @@ impl FloorScratch {
         })
     }
 
+    /// The floor points of the last [`FloorScratch::line`]: (seconds since
+    /// the window's first sample, bytes), oldest first. For tests on the
+    /// floor other than the line's (the leak detector's sequential test).
+    pub fn points(&self) -> &[(f64, f64)] {
+        &self.points
+    }
+
     /// How many distinct values the current points take.
     ///
     /// Sorted as integers: the points are minima of byte counts, so never

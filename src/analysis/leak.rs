@@ -2,7 +2,7 @@
 //!
 //! Owns: the leak rules below, their parameters and findings, and the
 //! choice of which figure to follow. Depends on: `model`,
-//! `analysis::{series, floor, remediation}`. Pure; no
+//! `analysis::{series, floor, remediation}` and its own `sequential`. Pure; no
 //! I/O, no clocks: windows are the series' own timestamps.
 //!
 //! The detector judges the floor of the series (`analysis::floor`: bucket
@@ -25,6 +25,15 @@
 //! 4. the second half's lowest floor stays above the baseline (the lowest
 //!    floor of the first tenth) plus `return_share` of the growth: memory
 //!    that comes back is not leaked.
+//!
+//! Rule 2 has a second way (`leak::sequential`, every window but the
+//! shortest): the CUSUM of the floor's bucket minima above the window's
+//! first quarter reaches `sequential_bound`. A slow leak whose line stands
+//! short of `min_significance` spreads still puts bucket after bucket above
+//! where the floor began. Where the longest window says "returns to
+//! baseline" only because a leak began after its middle (its second half
+//! starts at the old level) and the CUSUM's climb did not fall back, the
+//! shorter windows are still judged.
 //!
 //! The shortest window alone sees only the newest climb, so it is judged
 //! only where the floor before it (on the longest window) never fell back
@@ -51,6 +60,7 @@ use crate::model::Timestamp;
 use super::floor::{FloorLine, FloorScratch};
 use super::remediation;
 use super::series::{PidSeries, ProcessMetric};
+use sequential::{Climb, climb_returns, level_cusum};
 
 const MIB: f64 = 1_048_576.0;
 /// The rule whose threshold and clear are the slopes' defaults.
@@ -113,6 +123,15 @@ pub struct LeakParams {
     /// Rule 5: a floor of at most this many distinct values is steps, not
     /// a leak (6, a quarter of the buckets).
     pub staircase_levels: usize,
+    /// Rule 2's second way: on any window but the shortest, a rise also
+    /// stands out of the scatter when the CUSUM of the floor's levels above
+    /// the window's first-quarter floor, in spreads less
+    /// `sequential_allowance` per bucket, reaches this (`leak::sequential`).
+    /// Infinite turns the sequential test off.
+    pub sequential_bound: f64,
+    /// Spreads each floor point must stand above the window's starting
+    /// floor to add to the CUSUM.
+    pub sequential_allowance: f64,
 }
 
 impl LeakParams {
@@ -131,6 +150,8 @@ impl LeakParams {
             warmup: Duration::from_secs(3 * 60),
             noise_floor_bytes: 2.0 * MIB,
             staircase_levels: 6,
+            sequential_bound: 12.0,
+            sequential_allowance: 0.5,
         }
     }
 }
@@ -265,8 +286,11 @@ pub fn assess_leak(
     let longest = scratch
         .line(series, now.saturating_sub(longest_window), params.buckets)
         .ok_or(NotALeak::NoTrend)?;
-    let verdict = judge(&longest, params);
-    if verdict.is_ok() || verdict == Err(NotALeak::ReturnsToBaseline) {
+    let verdict = judge(&longest, params)
+        .or_else(|reason| sequential(scratch, &longest, longest_window, params).ok_or(reason));
+    let came_back = verdict == Err(NotALeak::ReturnsToBaseline)
+        && !climbing_still(scratch.points(), &longest, params);
+    if verdict.is_ok() || came_back {
         // Memory that came back within the longest window is not leaked,
         // whatever a shorter window shows.
         return verdict;
@@ -298,7 +322,9 @@ pub fn assess_leak(
         if !new_ground || returned_before {
             continue;
         }
-        if let Ok(evidence) = judge(&line, params) {
+        let verdict = judge(&line, params)
+            .or_else(|reason| sequential(scratch, &line, window, params).ok_or(reason));
+        if let Ok(evidence) = verdict {
             return Ok(evidence);
         }
     }
@@ -317,7 +343,59 @@ pub fn assess_leak(
     verdict
 }
 
-/// Rules 1–4 on one window's floor.
+/// Rule 2's second way (`leak::sequential`), on the window whose floor
+/// `scratch` just reduced to `line`, where rule 2 alone did not pass it:
+/// the CUSUM of the floor above its first quarter reaches
+/// `sequential_bound`, and rules 3 to 5 hold. It only ever
+/// adds a leak: where it fails, the window's own reason stands. The
+/// shortest window's narrow buckets are left to rule 2 (their minima
+/// scatter most).
+fn sequential(
+    scratch: &FloorScratch,
+    line: &FloorLine,
+    window: Duration,
+    params: &LeakParams,
+) -> Option<LeakEvidence> {
+    let eligible = window > params.shortest_window
+        && params.sequential_bound.is_finite()
+        && at_least(line.slope, params.min_slope_bytes_per_second)
+        && !at_least(line.significance(params.noise_floor_bytes), params.min_significance);
+    if !eligible {
+        return None;
+    }
+    let points = scratch.points();
+    let start = line.quarters[0];
+    let spread = line.spread.max(params.noise_floor_bytes);
+    let Climb { cusum, .. } = level_cusum(points, start, spread, params.sequential_allowance)?;
+    // Rule 4 on the whole window, not only on the climb: a floor back from
+    // a dip (an evaluation phase ending) is a climb from the dip, and with
+    // rule 4 on the climb alone such recoveries called benign runs (4, 3
+    // and 6 alarms at seeds 1–3 with a bound of 20).
+    let climbed = at_least(cusum, params.sequential_bound)
+        && line.keeps_rising(params.keep_rising_share)
+        && !line.returns_to_baseline(params.return_share)
+        && !line.is_staircase(params.staircase_levels);
+    climbed.then(|| LeakEvidence::from_line(line))
+}
+
+/// Whether the newest climb of a window's floor (the CUSUM's run,
+/// `leak::sequential`) stands out of the scatter and has not come back,
+/// though the window as a whole "returned to its baseline": rule 4 reads
+/// a leak that began after the window's middle as a return, its second
+/// half starting at the old level. Such a window does not stop shorter
+/// ones from judging the climb. Off with the sequential test.
+fn climbing_still(points: &[(f64, f64)], line: &FloorLine, params: &LeakParams) -> bool {
+    if !params.sequential_bound.is_finite() {
+        return false;
+    }
+    let (start, spread) = (line.quarters[0], line.spread.max(params.noise_floor_bytes));
+    level_cusum(points, start, spread, params.sequential_allowance).is_some_and(|climb| {
+        at_least(climb.cusum, params.sequential_bound)
+            && !climb_returns(points, climb.from, start, line.quarters[3], params.return_share)
+    })
+}
+
+/// Rules 1–5 on one window's floor.
 fn judge(line: &FloorLine, params: &LeakParams) -> Result<LeakEvidence, NotALeak> {
     if !at_least(line.slope, params.min_slope_bytes_per_second) {
         return Err(NotALeak::SlowGrowth);
@@ -371,6 +449,8 @@ pub fn detect_process_leak(
         .ok()
         .map(|evidence| evidence.into_finding(process.pid, metric))
 }
+
+pub mod sequential;
 
 #[cfg(test)]
 mod tests;

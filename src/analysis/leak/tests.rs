@@ -342,3 +342,61 @@ fn a_suspected_leak_is_held_on_a_shorter_window_before_the_longest_shows_it() {
     let held = assess_leak(&mut scratch, &values, at(0), true, &params).unwrap();
     assert!(held.window_seconds < SECONDS as f64, "{held:?}");
 }
+
+/// The defaults without the sequential test (rule 2 alone).
+fn without_sequential() -> LeakParams {
+    LeakParams { sequential_bound: f64::INFINITY, ..LeakParams::default() }
+}
+
+/// A training loop's floor rising at `rate` MiB/s, wandering by 200 MiB
+/// over 5-minute periods (data-dependent buffers), under a 4 GiB sawtooth.
+fn wandering_floor(rate: f64) -> Vec<(Timestamp, u64)> {
+    sawtooth(SECONDS, 4.0 * GIB, |t| {
+        20.0 * GIB + rate * MIB * t + 200.0 * MIB * (std::f64::consts::TAU * t / 300.0).sin()
+    })
+}
+
+#[test]
+fn a_slow_leak_under_a_sawtooth_is_called_by_the_sequential_test_first() {
+    // 0.5 MiB/s: 900 MiB over 30 minutes, but the wander inflates the
+    // floor's spread around the line, so the rise is short of rule 2's
+    // five spreads on every window. Each bucket of the second half still
+    // stands above where the floor began, and the CUSUM adds that up.
+    let values = wandering_floor(0.5);
+    let rule_2_alone =
+        assess_leak(&mut FloorScratch::new(), &values, at(0), false, &without_sequential());
+    assert_eq!(rule_2_alone, Err(NotALeak::PoorFit));
+    let evidence = assess(&values).unwrap();
+    assert_eq!(evidence.window_seconds, SECONDS as f64);
+    assert!((evidence.slope_bytes_per_second - 0.5 * MIB).abs() < 0.2 * MIB, "{evidence:?}");
+    // The wander alone is not a leak.
+    assert!(assess(&wandering_floor(0.0)).is_err());
+}
+
+#[test]
+fn a_leak_that_began_mid_window_is_not_taken_for_a_return() {
+    // 1 MiB/s from minute 15: the 30-minute window's second half starts
+    // at the old level, which rule 4 alone reads as memory that came back,
+    // and that verdict kept the shorter windows (fully on the climb) from
+    // judging it.
+    let values = sawtooth(SECONDS, 8.0 * GIB, |t| 20.0 * GIB + MIB * (t - 900.0).max(0.0));
+    let rule_2_alone =
+        assess_leak(&mut FloorScratch::new(), &values, at(0), false, &without_sequential());
+    assert_eq!(rule_2_alone, Err(NotALeak::ReturnsToBaseline));
+    let evidence = assess(&values).unwrap();
+    assert!(evidence.window_seconds < SECONDS as f64, "{evidence:?}");
+    assert!((evidence.slope_bytes_per_second - MIB).abs() < 0.3 * MIB, "{evidence:?}");
+}
+
+#[test]
+fn a_floor_back_from_an_evaluation_dip_is_not_a_leak() {
+    // Evaluation frees 1 GiB from minute 12 to 20, then training takes it
+    // back: the floor climbs out of the dip, to where it stood before.
+    let values = sawtooth(SECONDS, 8.0 * GIB, |t| {
+        if (720.0..1_200.0).contains(&t) { 19.0 * GIB } else { 20.0 * GIB }
+    });
+    for end in [1_260, 1_380, 1_500, 1_620, SECONDS] {
+        let verdict = assess(&values[..=end]);
+        assert!(verdict.is_err(), "at {end} s: {verdict:?}");
+    }
+}
