@@ -175,7 +175,11 @@ pub struct ForecastParams {
     /// How many newest parts of the window (half, quarter, …; at most 4)
     /// are judged besides the whole (1): growth that began minutes ago.
     /// Two (the quarter too) was tried: noisier slopes, TTE error p50 0.6 %
-    /// → 5 % on the corpus, so the default stays at the half.
+    /// → 5 % on the corpus, so the default stays at the half. With local
+    /// slopes (`local_lag_share`) it gave every run with ≥ 15 min from onset
+    /// to full a ≥ 10-minute lead at seeds 1–4, but TTE error p95 13.7 % at
+    /// seed 4, and a 2.5-minute window's rate under a 6 GiB sawtooth is
+    /// ±5 % (docs/alerts.md): still the half.
     pub recent_splits: u32,
     /// Least share of a shorter window's slope a longer one must keep to be
     /// preferred (1.0: the longer only when at least as steep, as before).
