@@ -20,7 +20,8 @@ use super::pressure::{PressureInput, PressureThresholds, pressure};
 use super::series;
 use super::snapshot::{AnalysisSnapshot, DeviceFacts, DeviceSnapshot, ProcessFacts};
 use super::summary::{DeviceAnalysis, ProcessLeak};
-use super::trend::{ForecastParams, Trend, time_to_exhaustion};
+use super::trend::exhaustion::seconds_to_full;
+use super::trend::{ForecastParams, Trend};
 
 /// The windows and thresholds the analysis uses, built by the wiring from
 /// the `alerts.*` configuration the rules judge with.
@@ -67,7 +68,7 @@ pub struct Analyzer {
 
 /// When the trend was estimated, the trend and whether its growth is
 /// sustained, and the recent peak of used memory.
-type TrendMemo = (Timestamp, Option<(Trend, bool)>, Option<u64>);
+type TrendMemo = (Timestamp, Option<(Trend, bool)>, Option<(Timestamp, f64)>);
 
 /// One device's state between passes.
 #[derive(Default)]
@@ -157,7 +158,8 @@ impl Analyzer {
             let window_start = now.saturating_sub(settings.trend_window);
             series::device_used_into(&fast, window_start, now, &mut self.used_buffer);
             let estimate = settings.forecast.trend(&mut self.scratch, &self.used_buffer);
-            let peak = settings.forecast.recent_peak(&self.used_buffer);
+            let slope = estimate.map_or(0.0, |(trend, _)| trend.slope_per_second);
+            let peak = settings.forecast.recent_peak(&self.used_buffer, slope);
             memo.trend = Some((now, estimate, peak));
         }
         let trend = memo.trend.and_then(|(_, trend, _)| trend.map(|(trend, _)| trend));
@@ -167,10 +169,13 @@ impl Analyzer {
         let exhaustion = match (memory, trend.as_ref()) {
             (Some(memory), Some(trend)) if sustained => {
                 // Memory runs out at the top of a step, not at a random
-                // sample: count from the recent peak.
-                let peak = memo.trend.and_then(|(_, _, peak)| peak).unwrap_or(memory.used_bytes);
-                let free = memory.free_bytes.saturating_sub(peak.saturating_sub(memory.used_bytes));
-                time_to_exhaustion(free, trend, settings.exhaustion_min_fit)
+                // sample: count from the recent peak, carried on to now.
+                let peak = memo
+                    .trend
+                    .and_then(|(_, _, peak)| peak)
+                    .unwrap_or((now, memory.used_bytes as f64));
+                let capacity = memory.used_bytes.saturating_add(memory.free_bytes);
+                seconds_to_full(capacity, peak, trend, now, settings.exhaustion_min_fit)
             }
             _ => None,
         };

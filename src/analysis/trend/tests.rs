@@ -188,3 +188,98 @@ proptest! {
         prop_assert!((0.0..=1.0).contains(&trend.fit));
     }
 }
+
+const MIB: f64 = 1_048_576.0;
+
+/// 10 minutes at 4 Hz of a training job's used memory: a floor growing at
+/// `rate` under a sawtooth of `sawtooth` bytes sampled at random phases,
+/// plus a level step of `step` bytes from `step_at` seconds on (a tenant's
+/// chunk, a checkpoint's cached buffers).
+fn growth_with_step(rate: f64, sawtooth: f64, step: f64, step_at: f64) -> Vec<(Timestamp, u64)> {
+    let mut rng = Noise(0x2545_F491_4F6C_DD1D);
+    (0..=2_400)
+        .map(|i| {
+            let t = i as f64 * 0.25;
+            let lift = sawtooth * (rng.next() + 1.0) / 2.0;
+            let stepped = if t >= step_at { step } else { 0.0 };
+            (at(t), (20.0e9 + rate * t + lift + stepped).round() as u64)
+        })
+        .collect()
+}
+
+#[test]
+fn a_level_step_inside_the_window_does_not_move_the_forecast_rate() {
+    // 22 MiB/s with a 3 GiB step two minutes from the end: the line of all
+    // pairs of floor points read about a quarter more.
+    let rate = 22.0 * MIB;
+    let series = growth_with_step(rate, 2.0e9, 3.0 * 1024.0 * MIB, 480.0);
+    let params = ForecastParams::default();
+    let mut scratch = super::super::floor::FloorScratch::new();
+    let (trend, sustained) = params.trend(&mut scratch, &series).unwrap();
+    assert!(sustained);
+    assert!(
+        relative_error(trend.slope_per_second, rate) < 0.05,
+        "local slopes {:.1} MiB/s for {:.1}",
+        trend.slope_per_second / MIB,
+        rate / MIB
+    );
+    // The rule this test is for: without it, the step drags the rate.
+    let all_pairs = ForecastParams { local_lag_share: 0.0, ..params };
+    let (line, _) = all_pairs.trend(&mut scratch, &series).unwrap();
+    assert!(
+        relative_error(line.slope_per_second, rate) > 0.1,
+        "all pairs {:.1} MiB/s",
+        line.slope_per_second / MIB
+    );
+}
+
+#[test]
+fn clean_growth_keeps_its_rate_with_local_slopes() {
+    for rate in [20.0 * MIB, 50.0 * MIB, 80.0 * MIB] {
+        let series = growth_with_step(rate, 6.0e9, 0.0, 0.0);
+        let mut scratch = super::super::floor::FloorScratch::new();
+        let (trend, sustained) = ForecastParams::default().trend(&mut scratch, &series).unwrap();
+        assert!(sustained);
+        assert!(relative_error(trend.slope_per_second, rate) < 0.03, "{trend:?}");
+    }
+}
+
+#[test]
+fn the_recent_peak_is_carried_forward_at_the_growth_rate() {
+    // A top seen 20 s before the newest sample sat lower by 20 s of growth.
+    let rate = 64.0 * MIB;
+    let series: Vec<(Timestamp, u64)> = (0..=120)
+        .map(|i| {
+            let t = f64::from(i) * 0.25;
+            let top = if i == 40 { 4.0e9 } else { 0.0 };
+            (at(t), (30.0e9 + rate * t + top) as u64)
+        })
+        .collect();
+    let params = ForecastParams::default();
+    let (peak_at, peak) = params.recent_peak(&series, rate).unwrap();
+    assert_eq!(peak_at, at(30.0));
+    let top_then = 30.0e9 + rate * 10.0 + 4.0e9;
+    assert!((peak - (top_then + rate * 20.0)).abs() < 2.0, "{peak}");
+    // Flat memory: the highest sample as it was.
+    assert_eq!(params.recent_peak(&series, 0.0).map(|(_, p)| p.round()), Some(top_then.round()));
+}
+
+#[test]
+fn seconds_to_full_counts_from_the_peak_carried_on_to_now() {
+    let trend = Trend {
+        slope_per_second: 10.0 * MIB,
+        intercept: 0.0,
+        origin: at(0.0),
+        fit: 0.95,
+        samples: 100,
+        span_seconds: 600.0,
+    };
+    let capacity = (80.0 * 1024.0 * MIB) as u64;
+    let peak = (at(600.0), 80.0 * 1024.0 * MIB - 6_000.0 * MIB);
+    // 6000 MiB of headroom at 10 MiB/s, 15 s after the peak was taken.
+    let left = exhaustion::seconds_to_full(capacity, peak, &trend, at(615.0), 0.8).unwrap();
+    assert!((left - 585.0).abs() < 1e-6, "{left}");
+    assert_eq!(exhaustion::seconds_to_full(capacity, peak, &trend, at(1_300.0), 0.8), Some(0.0));
+    let poor = Trend { fit: 0.5, ..trend };
+    assert_eq!(exhaustion::seconds_to_full(capacity, peak, &poor, at(615.0), 0.8), None);
+}

@@ -235,11 +235,8 @@ impl CorpusRun {
     fn cut_at_full(&mut self) {
         let capacity = H100_80GB.capacity_bytes();
         let end = self.duration.as_secs();
-        let full = (0..=end / 5).map(|step| (step * 5) as f64).find(|&t| {
-            let jobs = self.jobs.iter().map(|job| job.peak_used(t)).sum::<u64>();
-            let tenants = self.tenants.iter().map(|tenant| tenant.peak(t)).sum::<u64>();
-            jobs + tenants + UNATTRIBUTED > capacity
-        });
+        let full =
+            (0..=end / 5).map(|step| (step * 5) as f64).find(|&t| self.peak_demand(t) > capacity);
         let Some(full) = full else { return };
         self.duration = Duration::from_secs_f64(full);
         for job in &mut self.jobs {
@@ -248,6 +245,26 @@ impl CorpusRun {
         if let Label::Growth { full: at, .. } = &mut self.label {
             *at = Duration::from_secs_f64(full);
         }
+    }
+
+    /// What the device would have to hold at `t_s` (seconds since the
+    /// start) for every job to reach the top of its step: the figure the
+    /// run is cut at once it exceeds the capacity.
+    pub fn peak_demand(&self, t_s: f64) -> u64 {
+        let jobs = self.jobs.iter().map(|job| job.peak_used(t_s)).sum::<u64>();
+        let tenants = self.tenants.iter().map(|tenant| tenant.peak(self.seed, t_s)).sum::<u64>();
+        jobs + tenants + UNATTRIBUTED
+    }
+
+    /// When a job other than the first starts, if one does before the run
+    /// ends: an event no forecast made before it can know of.
+    pub fn second_job_start(&self) -> Option<Duration> {
+        self.jobs
+            .iter()
+            .skip(1)
+            .map(|job| job.start_s)
+            .find(|&start| start < self.duration.as_secs_f64())
+            .map(Duration::from_secs_f64)
     }
 
     pub fn device_info(&self) -> DeviceInfo {
@@ -350,11 +367,16 @@ fn tenants(draw: &mut Draw, pid: u32) -> Vec<Tenant> {
 }
 
 impl Tenant {
-    fn peak(&self, _t_s: f64) -> u64 {
+    /// What the tenant holds at `t_s`: a notebook's chunks as held then,
+    /// not the most it could hold (the device is full when what is held
+    /// reaches the capacity; counting chunks a notebook does not hold called
+    /// devices full with gigabytes still free).
+    fn peak(&self, seed: u64, t_s: f64) -> u64 {
         match *self {
             Tenant::Inference { bytes, .. } => bytes + bytes / 100 + GIB / 2,
-            Tenant::Notebook { base, chunk, .. } => base + 3 * chunk,
-            Tenant::Opaque { bytes, .. } => bytes,
+            Tenant::Notebook { .. } | Tenant::Opaque { .. } => {
+                self.at(seed, (t_s * 1000.0) as u64).used_bytes.unwrap_or(0)
+            }
         }
     }
 
