@@ -43,9 +43,18 @@ pub fn device_used_into(
     out: &mut Vec<(Timestamp, u64)>,
 ) {
     out.clear();
-    out.extend(
-        snapshot.range(from, to).filter_map(|point| point.used_bytes().map(|u| (point.at(), u))),
-    );
+    // Slice by slice, room made once per slice: this copies the whole trend
+    // window (7 200 points at 4 Hz) at every trend check, and growing the
+    // buffer point by point through the ring's chained iterator cost more
+    // than the copy.
+    for slice in snapshot.range_slices(from, to) {
+        out.reserve(slice.len());
+        for point in slice {
+            if let Some(used) = point.used_bytes() {
+                out.push((point.at(), used));
+            }
+        }
+    }
 }
 
 /// Every process's leak figures over a sliding window, kept between
@@ -209,22 +218,41 @@ impl ProcessWindows {
     /// each rebuilt as points (one process at a time, so the window is
     /// never held as points in full).
     pub fn processes(&self) -> impl Iterator<Item = PidSeries> + '_ {
-        self.pids.iter().map(|entry| PidSeries {
-            pid: entry.pid,
-            allocated: self.points(&entry.allocated),
-            used: self.points(&entry.used),
+        self.pids.iter().map(|entry| {
+            let mut series = PidSeries { pid: entry.pid, ..PidSeries::default() };
+            self.fill(entry, &mut series);
+            series
         })
     }
 
-    fn points(&self, runs: &[Run]) -> Vec<(Timestamp, u64)> {
-        let total: u64 = runs.iter().map(|run| u64::from(run.len)).sum();
-        let mut points = Vec::with_capacity(usize::try_from(total).unwrap_or(0));
+    /// [`ProcessWindows::processes`] rebuilt into one caller's buffer,
+    /// process after process, for `visit`.
+    ///
+    /// Why a buffer: every leak check reads every process's window, and
+    /// allocating a fresh series per process and check (a whole window of
+    /// points each time) was most of what the compact runs cost an offline
+    /// run. The buffer holds one process's window at most, as `processes`
+    /// does at a time.
+    pub fn visit_processes(&self, buffer: &mut PidSeries, mut visit: impl FnMut(&PidSeries)) {
+        for entry in &self.pids {
+            buffer.pid = entry.pid;
+            self.fill(entry, buffer);
+            visit(buffer);
+        }
+    }
+
+    fn fill(&self, entry: &PidRuns, series: &mut PidSeries) {
+        self.points_into(&entry.allocated, &mut series.allocated);
+        self.points_into(&entry.used, &mut series.used);
+    }
+
+    fn points_into(&self, runs: &[Run], points: &mut Vec<(Timestamp, u64)>) {
+        points.clear();
         for run in runs {
             let offset = run.start.saturating_sub(self.first_seq) as usize;
             let times = self.times.range(offset.min(self.times.len())..).take(run.len as usize);
             points.extend(times.map(|&at| (at, run.value)));
         }
-        points
     }
 }
 
