@@ -218,10 +218,10 @@ impl ProcessWindows {
     /// each rebuilt as points (one process at a time, so the window is
     /// never held as points in full).
     pub fn processes(&self) -> impl Iterator<Item = PidSeries> + '_ {
-        self.pids.iter().map(|entry| {
-            let mut series = PidSeries { pid: entry.pid, ..PidSeries::default() };
-            self.fill(entry, &mut series);
-            series
+        self.pids.iter().map(|entry| PidSeries {
+            pid: entry.pid,
+            allocated: self.points(&entry.allocated),
+            used: self.points(&entry.used),
         })
     }
 
@@ -233,26 +233,46 @@ impl ProcessWindows {
     /// points each time) was most of what the compact runs cost an offline
     /// run. The buffer holds one process's window at most, as `processes`
     /// does at a time.
-    pub fn visit_processes(&self, buffer: &mut PidSeries, mut visit: impl FnMut(&PidSeries)) {
+    pub fn visit_processes(&mut self, buffer: &mut PidSeries, mut visit: impl FnMut(&PidSeries)) {
+        // One slice of times for every run: a run is often a single sample
+        // (a figure that changes every second), and walking the ring's two
+        // halves run by run cost more than copying the points.
+        let times: &[Timestamp] = self.times.make_contiguous();
         for entry in &self.pids {
             buffer.pid = entry.pid;
-            self.fill(entry, buffer);
+            points_from(times, self.first_seq, &entry.allocated, &mut buffer.allocated);
+            points_from(times, self.first_seq, &entry.used, &mut buffer.used);
             visit(buffer);
         }
     }
 
-    fn fill(&self, entry: &PidRuns, series: &mut PidSeries) {
-        self.points_into(&entry.allocated, &mut series.allocated);
-        self.points_into(&entry.used, &mut series.used);
-    }
-
-    fn points_into(&self, runs: &[Run], points: &mut Vec<(Timestamp, u64)>) {
-        points.clear();
+    fn points(&self, runs: &[Run]) -> Vec<(Timestamp, u64)> {
+        let total: u64 = runs.iter().map(|run| u64::from(run.len)).sum();
+        let mut points = Vec::with_capacity(usize::try_from(total).unwrap_or(0));
         for run in runs {
             let offset = run.start.saturating_sub(self.first_seq) as usize;
             let times = self.times.range(offset.min(self.times.len())..).take(run.len as usize);
             points.extend(times.map(|&at| (at, run.value)));
         }
+        points
+    }
+}
+
+/// `runs` as points into `points` (cleared first), `times` holding the
+/// time of every sample from sequence number `first_seq` on: the same
+/// points as [`ProcessWindows::points`].
+fn points_from(
+    times: &[Timestamp],
+    first_seq: u32,
+    runs: &[Run],
+    points: &mut Vec<(Timestamp, u64)>,
+) {
+    points.clear();
+    for run in runs {
+        let start = (run.start.saturating_sub(first_seq) as usize).min(times.len());
+        let end = start.saturating_add(run.len as usize).min(times.len());
+        let Some(run_times) = times.get(start..end) else { continue };
+        points.extend(run_times.iter().map(|&at| (at, run.value)));
     }
 }
 

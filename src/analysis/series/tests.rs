@@ -198,7 +198,8 @@ fn a_reused_buffer_reads_each_process_exactly_as_a_fresh_one() {
         windows.add(&slow(second * 1_000, Some(list)));
     }
     windows.trim(ts(5_000));
-    let fresh: Vec<(u32, Option<(ProcessMetric, Vec<(Timestamp, u64)>)>)> = windows
+    type Read = (u32, Option<(ProcessMetric, Vec<(Timestamp, u64)>)>);
+    let fresh: Vec<Read> = windows
         .processes()
         .map(|process| (process.pid, process.preferred().map(|(m, v)| (m, v.to_vec()))))
         .collect();
