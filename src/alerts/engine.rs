@@ -81,8 +81,10 @@ impl Engine {
     }
 
     /// Applies one evaluation. `observations` must hold every subject the
-    /// rules looked at; a kept alert whose key is absent is treated as clear
-    /// (its process exited, its rule was disabled, its device is gone).
+    /// rules looked at that is breached or has a pending or firing alert
+    /// (any other changes nothing: `rules::Observations` leaves it out); a
+    /// kept alert whose key is absent is treated as clear (its process
+    /// exited, its rule was disabled, its device is gone).
     pub fn evaluate(&mut self, now: Timestamp, observations: Vec<Observation>) -> Vec<Transition> {
         let mut transitions = Vec::new();
         let mut seen = std::collections::BTreeSet::new();
