@@ -81,13 +81,23 @@ impl Engine {
     }
 
     /// Applies one evaluation. `observations` must hold every subject the
-    /// rules looked at; a kept alert whose key is absent is treated as clear
-    /// (its process exited, its rule was disabled, its device is gone).
+    /// rules looked at that is breached or has a pending or firing alert
+    /// (any other changes nothing: `rules::Observations` leaves it out); a
+    /// kept alert whose key is absent is treated as clear (its process
+    /// exited, its rule was disabled, its device is gone).
     pub fn evaluate(&mut self, now: Timestamp, observations: Vec<Observation>) -> Vec<Transition> {
         let mut transitions = Vec::new();
         let mut seen = std::collections::BTreeSet::new();
         for observation in observations {
-            seen.insert(observation.key.clone());
+            // Only a key kept after its observation can be missed below, and
+            // only one kept before it or breached now can be kept after it.
+            // Most subjects are clear with no alert: copying every one's key
+            // (two strings) on every pass was a good part of a pass.
+            let may_be_kept = observation.verdict == Verdict::Breached
+                || self.alerts.contains_key(&observation.key);
+            if may_be_kept {
+                seen.insert(observation.key.clone());
+            }
             self.apply(now, observation, &mut transitions);
         }
         let unseen: Vec<AlertKey> =

@@ -71,13 +71,14 @@ impl Evaluator {
         source: SourceState,
         now: Timestamp,
     ) -> Evaluation {
-        let mut observations = Vec::new();
+        let mut observations = rules::Observations::against(self.engine.alerts());
         if source == SourceState::Down {
             observations.push(rules::source_down(&self.config.rules));
         }
         for device in &snapshot.devices {
             rules::observe(&self.config.rules, device, &mut observations);
         }
+        let observations = observations.into_vec();
         let transitions = self.engine.evaluate(now, observations);
         Evaluation { at: now, transitions, alerts: self.engine.alerts().cloned().collect() }
     }

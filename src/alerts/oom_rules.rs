@@ -14,8 +14,7 @@ use crate::analysis::snapshot::DeviceFacts;
 use crate::config::RulesConfig;
 use crate::model::{OomCause, OomEvent, RuleId};
 
-use super::engine::Observation;
-use super::rules::{Draft, GIB, push};
+use super::rules::{Draft, GIB, Observations, push};
 
 /// The processes (host PIDs; `None`: events no process was joined to) with
 /// OOM events in the window.
@@ -32,7 +31,7 @@ pub(super) fn observe(
     rules: &RulesConfig,
     facts: &DeviceFacts,
     name: &str,
-    out: &mut Vec<Observation>,
+    out: &mut Observations<'_>,
 ) {
     let mut by_pid: BTreeMap<Option<u32>, (u64, &Arc<OomEvent>)> = BTreeMap::new();
     for event in &facts.oom_events {
@@ -52,7 +51,7 @@ pub(super) fn observe(
                 rule: RuleId::AllocatorOom,
                 config: &rules.allocator_oom,
                 pid,
-                process: process.clone(),
+                process: process.as_deref(),
                 value: count as f64,
                 text: &|| {
                     let who = match (&process, pid) {

@@ -5,8 +5,7 @@
 use crate::config::RulesConfig;
 use crate::model::{DeviceInfo, ProbeReading, RuleId};
 
-use super::engine::Observation;
-use super::rules::{Draft, gib, push};
+use super::rules::{Draft, Observations, gib, push};
 
 const MIB: f64 = (1u64 << 20) as f64;
 
@@ -19,7 +18,7 @@ pub(super) fn observe(
     device: &DeviceInfo,
     name: &str,
     reading: &ProbeReading,
-    out: &mut Vec<Observation>,
+    out: &mut Observations<'_>,
 ) {
     if let (Some(difference), Some(nvml_free)) =
         (reading.free_difference_bytes(), reading.nvml_free_bytes)
@@ -131,9 +130,9 @@ mod tests {
 
     fn verdicts(reading: &ProbeReading) -> Vec<(String, Verdict, f64)> {
         let rules = default_alerts().rules;
-        let mut out = Vec::new();
+        let mut out = Observations::all();
         observe(&rules, &device(), "GPU 0 (H100)", reading, &mut out);
-        out.into_iter().map(|o| (o.key.rule, o.verdict, o.value)).collect()
+        out.into_vec().into_iter().map(|o| (o.key.rule, o.verdict, o.value)).collect()
     }
 
     #[test]
@@ -220,7 +219,7 @@ mod tests {
     #[test]
     fn probe_alerts_explain_themselves_with_numbers() {
         let rules = default_alerts().rules;
-        let mut out = Vec::new();
+        let mut out = Observations::all();
         observe(
             &rules,
             &device(),
@@ -228,6 +227,7 @@ mod tests {
             &reading(5 * GIB, Some(7 * GIB), Some(3 * GIB)),
             &mut out,
         );
+        let out = out.into_vec();
         let mismatch = &out[0];
         assert!(mismatch.summary.contains("2048 MiB"), "{}", mismatch.summary);
         assert!(

@@ -8,7 +8,7 @@ use crate::config::RulesConfig;
 use crate::model::{DeviceInfo, Direction, MemoryInfo, RuleId, RuleSettings};
 
 use super::engine::{Observation, Verdict};
-use super::model::AlertKey;
+use super::model::{Alert, AlertKey, AlertState};
 
 fn verdict(rule: &RuleSettings, direction: Direction, value: f64) -> Verdict {
     let (breached, held) = match direction {
@@ -44,7 +44,7 @@ pub(super) struct Draft<'a> {
     pub(super) rule: RuleId,
     pub(super) config: &'a RuleSettings,
     pub(super) pid: Option<u32>,
-    pub(super) process: Option<String>,
+    pub(super) process: Option<&'a str>,
     pub(super) value: f64,
     /// Summary and description, written only when an alert may need them:
     /// most observations are clear, and formatting is most of a pass.
@@ -52,12 +52,15 @@ pub(super) struct Draft<'a> {
     pub(super) remediation: &'static str,
 }
 
-pub(super) fn push(device: &DeviceInfo, draft: Draft<'_>, out: &mut Vec<Observation>) {
+pub(super) fn push(device: &DeviceInfo, draft: Draft<'_>, out: &mut Observations<'_>) {
     if !draft.config.enabled {
         return;
     }
     let spec = draft.rule.spec();
     let verdict = verdict(draft.config, spec.direction, draft.value);
+    if verdict != Verdict::Breached && !out.may_matter(spec.name, &device.uuid, draft.pid) {
+        return;
+    }
     let (summary, description) =
         if verdict == Verdict::Clear { (String::new(), String::new()) } else { (draft.text)() };
     out.push(Observation {
@@ -66,7 +69,7 @@ pub(super) fn push(device: &DeviceInfo, draft: Draft<'_>, out: &mut Vec<Observat
         severity: draft.config.severity,
         for_duration: draft.config.for_duration,
         gpu: device.gpu_index(),
-        process: draft.process,
+        process: draft.process.map(str::to_owned),
         value: draft.value,
         threshold: draft.config.threshold,
         unit: spec.unit.as_str(),
@@ -74,6 +77,67 @@ pub(super) fn push(device: &DeviceInfo, draft: Draft<'_>, out: &mut Vec<Observat
         description,
         remediation: draft.remediation,
     });
+}
+
+/// One pass's observations, as the rules write them.
+///
+/// Why not every observation is kept: a subject that is not past its
+/// threshold and has no pending or firing alert changes nothing in the
+/// engine (nothing starts below the threshold, and a resolved alert stays
+/// resolved), yet each observation cost its key's strings, its process
+/// name and, between `clear` and `threshold`, its texts: most of a pass
+/// for 8 GPUs × 64 processes. Such an observation is left out when the
+/// alerts held before the pass say so; a subject breached earlier in the
+/// same pass still gets every later observation, as the engine would see
+/// it.
+pub struct Observations<'a> {
+    list: Vec<Observation>,
+    /// (rule, uuid, pid) of every pending or firing alert before the pass,
+    /// sorted as the engine's keys are; `None` keeps every observation.
+    active: Option<Vec<(&'a str, &'a str, Option<u32>)>>,
+    /// Where in `list` the breached observations are.
+    breached: Vec<usize>,
+}
+
+impl<'a> Observations<'a> {
+    /// Keeps only the observations that can change `alerts` (the engine's,
+    /// in key order).
+    pub fn against(alerts: impl Iterator<Item = &'a Alert>) -> Self {
+        let mut active = alerts
+            .filter(|alert| alert.state != AlertState::Resolved)
+            .map(|alert| (alert.key.rule.as_str(), alert.key.uuid.as_str(), alert.key.pid))
+            .collect::<Vec<_>>();
+        // Already in this order (the engine's map); sorting a sorted list
+        // is one pass, and the search below must not depend on that.
+        active.sort_unstable();
+        Self { list: Vec::new(), active: Some(active), breached: Vec::new() }
+    }
+
+    /// Keeps every observation, clear ones included.
+    pub fn all() -> Self {
+        Self { list: Vec::new(), active: None, breached: Vec::new() }
+    }
+
+    pub fn push(&mut self, observation: Observation) {
+        if observation.verdict == Verdict::Breached {
+            self.breached.push(self.list.len());
+        }
+        self.list.push(observation);
+    }
+
+    pub fn into_vec(self) -> Vec<Observation> {
+        self.list
+    }
+
+    /// Whether an observation that is not breached can still change an
+    /// alert: one held before the pass, or one breached earlier in it.
+    fn may_matter(&self, rule: &str, uuid: &str, pid: Option<u32>) -> bool {
+        let Some(active) = &self.active else { return true };
+        active.binary_search(&(rule, uuid, pid)).is_ok()
+            || self.breached.iter().filter_map(|&index| self.list.get(index)).any(|breached| {
+                breached.key.rule == rule && breached.key.uuid == uuid && breached.key.pid == pid
+            })
+    }
 }
 
 /// The alert for a device source that cannot list devices (NVML down).
@@ -95,7 +159,7 @@ pub fn source_down(rules: &RulesConfig) -> Observation {
 }
 
 /// Every rule's observation for one device and its processes.
-pub fn observe(rules: &RulesConfig, snapshot: &DeviceSnapshot, out: &mut Vec<Observation>) {
+pub fn observe(rules: &RulesConfig, snapshot: &DeviceSnapshot, out: &mut Observations<'_>) {
     let facts = &snapshot.facts;
     let device = &facts.info;
     let name = format!("GPU {} ({})", device.gpu_index(), device.name);
@@ -162,7 +226,7 @@ fn memory_rules(
     snapshot: &DeviceSnapshot,
     name: &str,
     memory: MemoryInfo,
-    out: &mut Vec<Observation>,
+    out: &mut Observations<'_>,
 ) {
     let (device, analysis) = (&snapshot.facts.info, &snapshot.analysis);
     if memory.total_bytes > 0 {
@@ -252,7 +316,7 @@ fn process_rules(
     name: &str,
     process: &ProcessFacts,
     covered: &[Option<u32>],
-    out: &mut Vec<Observation>,
+    out: &mut Observations<'_>,
 ) {
     // Formatted only inside the texts: most observations are clear.
     let who = || match &process.name {
@@ -266,7 +330,7 @@ fn process_rules(
                 rule: RuleId::LeakSuspected,
                 config: &rules.leak_suspected,
                 pid: Some(process.pid),
-                process: process.name.clone(),
+                process: process.name.as_deref(),
                 value: leak.slope_bytes_per_second,
                 text: &|| {
                     let who = who();
@@ -297,7 +361,7 @@ fn process_rules(
                 rule: RuleId::AllocatorFragmentationHigh,
                 config: &rules.allocator_fragmentation_high,
                 pid: Some(process.pid),
-                process: process.name.clone(),
+                process: process.name.as_deref(),
                 value: if big_enough { ratio } else { 0.0 },
                 text: &|| {
                     let who = who();
@@ -327,7 +391,7 @@ fn process_rules(
                 rule: RuleId::AllocatorRetries,
                 config: &rules.allocator_retries,
                 pid: Some(process.pid),
-                process: process.name.clone(),
+                process: process.name.as_deref(),
                 value: retries as f64,
                 text: &|| {
                     let who = who();
@@ -356,7 +420,7 @@ fn process_rules(
                 rule: RuleId::AllocatorOom,
                 config: &rules.allocator_oom,
                 pid: Some(process.pid),
-                process: process.name.clone(),
+                process: process.name.as_deref(),
                 value: ooms as f64,
                 text: &|| {
                     let who = who();

@@ -72,9 +72,12 @@ fn snapshot(holder: ProcessFacts) -> (DeviceSnapshot, MemoryInfo) {
 
 fn memory_high(holder: ProcessFacts) -> Observation {
     let (snapshot, memory) = snapshot(holder);
-    let mut out = Vec::new();
+    let mut out = Observations::all();
     memory_rules(&default_alerts().rules, &snapshot, "GPU 0", memory, &mut out);
-    out.into_iter().find(|observation| observation.key.rule == RuleId::MemoryHigh.as_str()).unwrap()
+    out.into_vec()
+        .into_iter()
+        .find(|observation| observation.key.rule == RuleId::MemoryHigh.as_str())
+        .unwrap()
 }
 
 #[test]
@@ -101,4 +104,72 @@ fn a_caching_allocator_without_a_pool_limit_counts_its_cache_as_used() {
     let observation = memory_high(process(10 * GIB, 60 * GIB, None));
     assert_eq!(observation.verdict, Verdict::Breached, "{observation:?}");
     assert!(!observation.description.contains("Preallocated"));
+}
+
+/// `memory_high` at `ratio` of an 80 GiB GPU, through `push`.
+fn observe_ratio(ratio: f64, out: &mut Observations<'_>) {
+    let (snapshot, _) = snapshot(process(GIB, GIB, None));
+    let mut rules = default_alerts().rules;
+    rules.memory_high.for_duration = std::time::Duration::from_secs(10);
+    push(
+        &snapshot.facts.info,
+        Draft {
+            rule: RuleId::MemoryHigh,
+            config: &rules.memory_high,
+            pid: None,
+            process: Some("python3"),
+            value: ratio,
+            text: &|| (format!("at {ratio}"), String::new()),
+            remediation: "",
+        },
+        out,
+    );
+}
+
+#[test]
+fn observations_that_cannot_change_an_alert_are_left_out_with_the_same_outcome() {
+    use crate::alerts::engine::{Engine, EngineLimits};
+    let limits =
+        EngineLimits { resolved_retention: std::time::Duration::from_secs(60), max_alerts: 8 };
+    let (mut filtered, mut full) = (Engine::new(limits), Engine::new(limits));
+    let memory_high = default_alerts().rules.memory_high;
+    let (breach, between) =
+        (memory_high.threshold, (memory_high.threshold + memory_high.clear) / 2.0);
+    // Clear, between the thresholds with no alert, pending, dropped from
+    // pending, firing, held between the thresholds, resolved, resolved
+    // and between again, firing again; twice in one pass where it matters.
+    let passes: &[&[f64]] = &[
+        &[0.1],
+        &[between],
+        &[breach],
+        &[between],
+        &[breach],
+        &[breach],
+        &[breach],
+        &[between],
+        &[0.1],
+        &[between],
+        &[breach, between],
+        &[breach],
+        &[breach],
+        &[between, 0.1],
+    ];
+    let (mut left_out, mut fired) = (0, false);
+    for (index, pass) in passes.iter().enumerate() {
+        let now = Timestamp::from_unix_millis(1_767_225_600_000 + index as i64 * 5_000);
+        let mut some = Observations::against(filtered.alerts());
+        let mut all = Observations::all();
+        for &ratio in *pass {
+            observe_ratio(ratio, &mut some);
+            observe_ratio(ratio, &mut all);
+        }
+        let (some, all) = (some.into_vec(), all.into_vec());
+        left_out += all.len() - some.len();
+        let (a, b) = (filtered.evaluate(now, some), full.evaluate(now, all));
+        assert_eq!(a, b, "pass {index}: the same transitions");
+        assert_eq!(filtered.alerts().collect::<Vec<_>>(), full.alerts().collect::<Vec<_>>());
+        fired |= filtered.firing().next().is_some();
+    }
+    assert!(fired, "the script reaches firing");
+    assert!(left_out >= 3, "clear subjects without an alert are left out ({left_out})");
 }

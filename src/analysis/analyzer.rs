@@ -62,6 +62,8 @@ pub struct Analyzer {
     scratch: FloorScratch,
     /// Reused between passes: the used-memory window of one device.
     used_buffer: Vec<(Timestamp, u64)>,
+    /// Reused between leak checks: one process's leak window as points.
+    process_buffer: series::PidSeries,
     /// What each listed device carries from pass to pass, by UUID.
     memos: HashMap<String, DeviceMemo>,
 }
@@ -93,6 +95,7 @@ impl Analyzer {
             settings,
             scratch: FloorScratch::new(),
             used_buffer: Vec::new(),
+            process_buffer: series::PidSeries::default(),
             memos: HashMap::new(),
         }
     }
@@ -209,14 +212,16 @@ impl Analyzer {
                     let previous =
                         memo.leaks.take().map(|(_, findings)| findings).unwrap_or_default();
                     let scratch = &mut self.scratch;
-                    windows
-                        .processes()
-                        .filter_map(|process| {
-                            let held = previous.contains_key(&process.pid);
-                            detect_process_leak(scratch, &process, from, held, params)
-                                .map(|finding| (process.pid, finding))
-                        })
-                        .collect()
+                    let mut findings = HashMap::new();
+                    windows.visit_processes(&mut self.process_buffer, |process| {
+                        let held = previous.contains_key(&process.pid);
+                        if let Some(finding) =
+                            detect_process_leak(scratch, process, from, held, params)
+                        {
+                            findings.insert(process.pid, finding);
+                        }
+                    });
+                    findings
                 }
                 None => HashMap::new(),
             };

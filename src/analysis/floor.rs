@@ -286,25 +286,24 @@ impl FloorScratch {
             }
             end
         };
-        let mut open: Option<(usize, i64, i64, u64)> = None;
-        for &(at, value) in window {
-            let offset = at.unix_millis().saturating_sub(origin);
-            open = match open {
-                Some((bucket, start, end, low)) if offset < end && offset >= start => {
-                    Some((bucket, start, end, low.min(value)))
+        // A bucket is opened by its first sample and scanned to its end in
+        // a loop of its own (no open-bucket state to test per sample).
+        let mut rest = window;
+        while let Some((&(at, value), tail)) = rest.split_first() {
+            let bucket = bucket_of(at.unix_millis().saturating_sub(origin));
+            let start = if bucket == 0 { i64::MIN } else { end_of(bucket - 1) };
+            let end = end_of(bucket);
+            let (mut low, mut members) = (value, 0);
+            for &(at, value) in tail {
+                let offset = at.unix_millis().saturating_sub(origin);
+                if offset >= end || offset < start {
+                    break;
                 }
-                _ => {
-                    if let Some((bucket, _, _, low)) = open {
-                        self.points.push(((bucket as f64 + 0.5) * width_s, low as f64));
-                    }
-                    let bucket = bucket_of(offset);
-                    let start = if bucket == 0 { i64::MIN } else { end_of(bucket - 1) };
-                    Some((bucket, start, end_of(bucket), value))
-                }
-            };
-        }
-        if let Some((bucket, _, _, low)) = open {
+                low = low.min(value);
+                members += 1;
+            }
             self.points.push(((bucket as f64 + 0.5) * width_s, low as f64));
+            rest = tail.get(members..).unwrap_or(&[]);
         }
     }
 

@@ -43,9 +43,18 @@ pub fn device_used_into(
     out: &mut Vec<(Timestamp, u64)>,
 ) {
     out.clear();
-    out.extend(
-        snapshot.range(from, to).filter_map(|point| point.used_bytes().map(|u| (point.at(), u))),
-    );
+    // Slice by slice, room made once per slice: this copies the whole trend
+    // window (7 200 points at 4 Hz) at every trend check, and growing the
+    // buffer point by point through the ring's chained iterator cost more
+    // than the copy.
+    for slice in snapshot.range_slices(from, to) {
+        out.reserve(slice.len());
+        for point in slice {
+            if let Some(used) = point.used_bytes() {
+                out.push((point.at(), used));
+            }
+        }
+    }
 }
 
 /// Every process's leak figures over a sliding window, kept between
@@ -216,6 +225,27 @@ impl ProcessWindows {
         })
     }
 
+    /// [`ProcessWindows::processes`] rebuilt into one caller's buffer,
+    /// process after process, for `visit`.
+    ///
+    /// Why a buffer: every leak check reads every process's window, and
+    /// allocating a fresh series per process and check (a whole window of
+    /// points each time) was most of what the compact runs cost an offline
+    /// run. The buffer holds one process's window at most, as `processes`
+    /// does at a time.
+    pub fn visit_processes(&mut self, buffer: &mut PidSeries, mut visit: impl FnMut(&PidSeries)) {
+        // One slice of times for every run: a run is often a single sample
+        // (a figure that changes every second), and walking the ring's two
+        // halves run by run cost more than copying the points.
+        let times: &[Timestamp] = self.times.make_contiguous();
+        for entry in &self.pids {
+            buffer.pid = entry.pid;
+            points_from(times, self.first_seq, &entry.allocated, &mut buffer.allocated);
+            points_from(times, self.first_seq, &entry.used, &mut buffer.used);
+            visit(buffer);
+        }
+    }
+
     fn points(&self, runs: &[Run]) -> Vec<(Timestamp, u64)> {
         let total: u64 = runs.iter().map(|run| u64::from(run.len)).sum();
         let mut points = Vec::with_capacity(usize::try_from(total).unwrap_or(0));
@@ -225,6 +255,24 @@ impl ProcessWindows {
             points.extend(times.map(|&at| (at, run.value)));
         }
         points
+    }
+}
+
+/// `runs` as points into `points` (cleared first), `times` holding the
+/// time of every sample from sequence number `first_seq` on: the same
+/// points as [`ProcessWindows::points`].
+fn points_from(
+    times: &[Timestamp],
+    first_seq: u32,
+    runs: &[Run],
+    points: &mut Vec<(Timestamp, u64)>,
+) {
+    points.clear();
+    for run in runs {
+        let start = (run.start.saturating_sub(first_seq) as usize).min(times.len());
+        let end = start.saturating_add(run.len as usize).min(times.len());
+        let Some(run_times) = times.get(start..end) else { continue };
+        points.extend(run_times.iter().map(|&at| (at, run.value)));
     }
 }
 

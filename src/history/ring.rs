@@ -159,12 +159,18 @@ impl<T: Stamped> Snapshot<T> {
     /// Items with `from <= at <= to`, oldest first, found by binary search
     /// within each chunk and skipping whole chunks outside the range.
     pub fn range(&self, from: Timestamp, to: Timestamp) -> impl Iterator<Item = &T> {
+        self.range_slices(from, to).flatten()
+    }
+
+    /// [`Snapshot::range`] as the slices it walks, oldest first, for a
+    /// reader that copies a long window and wants each part's length first.
+    pub fn range_slices(&self, from: Timestamp, to: Timestamp) -> impl Iterator<Item = &[T]> {
         self.slices()
             .filter(move |slice| match (slice.first(), slice.last()) {
                 (Some(first), Some(last)) => last.at() >= from && first.at() <= to,
                 _ => false,
             })
-            .flat_map(move |slice| {
+            .map(move |slice| {
                 let start = slice.partition_point(|item| item.at() < from);
                 let end = slice.partition_point(|item| item.at() <= to);
                 slice.get(start..end).unwrap_or(&[])

@@ -182,3 +182,35 @@ fn a_pid_listed_twice_in_one_sample_keeps_both_points() {
         "as before the change: one point per listing"
     );
 }
+
+#[test]
+fn a_reused_buffer_reads_each_process_exactly_as_a_fresh_one() {
+    let mut windows = ProcessWindows::default();
+    for second in 0..40_i64 {
+        let seconds = u64::try_from(second).unwrap_or(0);
+        let mut list = vec![process(1, Some(100 + seconds % 3), Some(40 + seconds / 5), 0)];
+        if second % 4 != 0 {
+            list.push(process(2, Some(7), None, 0));
+        }
+        if second < 10 {
+            list.push(process(3, Some(1_000 + seconds), None, 0));
+        }
+        windows.add(&slow(second * 1_000, Some(list)));
+    }
+    windows.trim(ts(5_000));
+    type Read = (u32, Option<(ProcessMetric, Vec<(Timestamp, u64)>)>);
+    let fresh: Vec<Read> = windows
+        .processes()
+        .map(|process| (process.pid, process.preferred().map(|(m, v)| (m, v.to_vec()))))
+        .collect();
+    // A buffer left holding a longer series than any process here: what
+    // each visit sees must not keep any of it.
+    let mut buffer =
+        PidSeries { pid: 99, allocated: vec![(ts(0), 1); 500], used: vec![(ts(0), 2); 500] };
+    let mut visited = Vec::new();
+    windows.visit_processes(&mut buffer, |process| {
+        visited.push((process.pid, process.preferred().map(|(m, v)| (m, v.to_vec()))));
+    });
+    assert_eq!(visited, fresh);
+    assert_eq!(fresh.len(), 3);
+}
