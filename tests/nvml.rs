@@ -668,3 +668,31 @@ fn activity_values_come_through_and_unsupported_ones_stay_absent() {
     let _ = probe.kill();
     let _ = probe.wait();
 }
+
+/// Issue 15: once start-up is over (10 s) the daemon hands back its freed
+/// start-up heap and unmaps its start-up code; the code it still runs is
+/// mapped again on use, so sampling, readiness and the API go on.
+#[test]
+fn sampling_and_serving_go_on_after_start_up_memory_is_released() {
+    let scenario = json!({ "devices": [ device(GPU0, 4 * GIB, json!({})) ] });
+    let driver = FakeDriver::new(&scenario, false);
+    let (mut daemon, addr) = driver.start(&[("VRAMD_LOG__LEVEL", "info,vramd::app=debug")]);
+    eventually(Duration::from_secs(30), "start-up memory released", || {
+        daemon.log().iter().any(|line| line["message"] == "start-up code unmapped")
+    });
+    let released = daemon
+        .log()
+        .iter()
+        .find(|line| line["message"] == "start-up code unmapped")
+        .and_then(|line| line["bytes"].as_u64());
+    assert!(released.is_some_and(|bytes| bytes > 0), "{}", daemon.stderr());
+    let fast = r#"vramd_sample_duration_seconds_count{tier="fast"}"#;
+    let before = sample(&get(addr, "/metrics").text(), fast).unwrap();
+    eventually(Duration::from_secs(10), "fast samples after the release", || {
+        sample(&get(addr, "/metrics").text(), fast).is_some_and(|count| count > before)
+    });
+    assert_eq!(get(addr, "/readyz").status, 200);
+    assert_eq!(get(addr, "/api/v1/devices").status, 200);
+    assert!(daemon.exited().is_none(), "the daemon keeps running");
+    assert!(!daemon.stderr().contains("panicked"), "{}", daemon.stderr());
+}
