@@ -113,17 +113,21 @@ pub async fn run(
         origin,
         attribute,
     });
+    let fleet = crew::Fleet::start(&context);
+    sample(context, fleet).await;
+}
+
+/// Discovers devices, then samples them with `fleet` (which tests keep to
+/// count its threads).
+async fn sample(context: Arc<Context>, fleet: Arc<crew::Fleet>) {
     let generation = context.source.layout_generation();
     let Some(devices) = discover(&context).await else {
         return;
     };
     let first_cycle = Arc::new(FirstCycle::new(devices.len() * 2, context.store.clone()));
-    let mut running = layout::Running::new(generation);
-    if !devices.is_empty() {
-        let crew = crew::Crew::start(&context, devices.len());
-        for device in devices {
-            running.spawn(&context, device, first_cycle.clone(), crew.clone());
-        }
+    let mut running = layout::Running::new(generation, fleet);
+    for device in devices {
+        running.spawn(&context, device, first_cycle.clone());
     }
     layout::follow(&context, running).await;
 }

@@ -88,13 +88,20 @@ fn pace(shared: &TierShared, handle: &Handle) {
 /// One tick of one tier on the calling thread: call the source unless the
 /// tier is backing off, and hand the answer over. True when the tier has
 /// nothing more to read (a replayed trace ended).
-pub(crate) fn sample_once(shared: &TierShared) -> bool {
-    if shared.backing_off(Instant::now()) {
-        return false;
+fn sample_once(shared: &TierShared) -> bool {
+    sample_at(shared, Instant::now()).0
+}
+
+/// `sample_once` with the clock already read: `now` is when the call
+/// starts. Also returns when it ended (`now` if none was made), so a thread
+/// sampling several tiers in turn reads the clock once per call.
+pub(crate) fn sample_at(shared: &TierShared, now: Instant) -> (bool, Instant) {
+    if !shared.call_started(now) {
+        return (false, now);
     }
-    let started = shared.call_started();
     let answer = call(&*shared.context.source, shared.device.info().index, shared.tier);
-    shared.call_answered(answer, started.elapsed())
+    let ended = Instant::now();
+    (shared.call_answered(answer, ended.saturating_duration_since(now)), ended)
 }
 
 pub(crate) enum Ticker<'a> {
