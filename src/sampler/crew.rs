@@ -126,6 +126,7 @@ impl Fleet {
     }
 
     /// Live fast threads (one per crew).
+    #[cfg(test)]
     pub(crate) fn threads(&self) -> usize {
         self.state.lock().crews.len()
     }
@@ -183,20 +184,14 @@ impl Fleet {
             if batch.is_empty() && self.retire(crew) {
                 return;
             }
-            // One clock read per grid point: the first call starts at it,
-            // each next one where the one before it ended.
-            let mut now = Instant::now();
             for member in &batch {
+                // One clock read for the crew's watchdog and the tier's
+                // call both.
+                let now = Instant::now();
                 if !crew.begin(member, now) {
                     break;
                 }
-                let leaves = if member.shared.stopped() {
-                    true
-                } else {
-                    let (finished, ended) = sample_at(&member.shared, now);
-                    now = ended;
-                    finished
-                };
+                let leaves = member.shared.stopped() || sample_at(&member.shared, now);
                 if !crew.end(member, leaves) {
                     break;
                 }

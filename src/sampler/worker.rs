@@ -89,19 +89,17 @@ fn pace(shared: &TierShared, handle: &Handle) {
 /// tier is backing off, and hand the answer over. True when the tier has
 /// nothing more to read (a replayed trace ended).
 fn sample_once(shared: &TierShared) -> bool {
-    sample_at(shared, Instant::now()).0
+    sample_at(shared, Instant::now())
 }
 
 /// `sample_once` with the clock already read: `now` is when the call
-/// starts. Also returns when it ended (`now` if none was made), so a thread
-/// sampling several tiers in turn reads the clock once per call.
-pub(crate) fn sample_at(shared: &TierShared, now: Instant) -> (bool, Instant) {
+/// starts (a crew reads it once for its own watchdog and the call).
+pub(crate) fn sample_at(shared: &TierShared, now: Instant) -> bool {
     if !shared.call_started(now) {
-        return (false, now);
+        return false;
     }
     let answer = call(&*shared.context.source, shared.device.info().index, shared.tier);
-    let ended = Instant::now();
-    (shared.call_answered(answer, ended.saturating_duration_since(now)), ended)
+    shared.call_answered(answer, now.elapsed())
 }
 
 pub(crate) enum Ticker<'a> {
