@@ -7,7 +7,8 @@
 //! thread that samples them in turn at each grid point (`crew`); a call
 //! that hangs past one fast interval (at least 50 ms) keeps that thread
 //! and the other devices move to a fresh one, so a stuck driver delays the
-//! others by at most that long. Each slow tier has a thread of its own.
+//! others by at most that long; once the call returns, its device rejoins
+//! the shared thread. Each slow tier has a thread of its own.
 //! Every tier is watched by a task that owns the call's deadline (discovery
 //! runs on `spawn_blocking`), and a call stuck past its deadline is never
 //! duplicated.

@@ -284,7 +284,11 @@ async fn a_handed_off_device_rejoins_the_shared_thread_once_its_call_returns() {
     harness.source.hang.store(false, Ordering::SeqCst);
     settle().await;
     advance(Duration::from_millis(250), 2).await;
-    assert_eq!(harness.fleet.threads(), 1, "the device whose call returned is back on the shared thread");
+    assert_eq!(
+        harness.fleet.threads(),
+        1,
+        "the device whose call returned is back on the shared thread"
+    );
 
     let before = [0, 1, 2].map(|i| harness.source.fast_calls[i].load(Ordering::SeqCst));
     advance(Duration::from_millis(250), 8).await;
