@@ -239,7 +239,10 @@ impl Fleet {
             }
         }
         fleet.crews.retain(|other| !Arc::ptr_eq(other, crew));
-        info!(moved, "a fast call returned; its device rejoins the shared sampler thread");
+        // A device that stopped while its call hung has nothing to rejoin.
+        if moved > 0 {
+            info!(moved, "a fast call returned; its device rejoins the shared sampler thread");
+        }
         true
     }
 
@@ -268,8 +271,10 @@ impl Fleet {
         let mut others = std::mem::take(&mut state.members);
         state.members.extend(stuck.map(|stuck| others.remove(stuck)));
         state.split = true;
-        drop(state);
+        // Before the lock goes: the thread, seeing `split` as its call
+        // returns, must also see that it is no longer home, and hand back.
         home.home.store(false, Ordering::Release);
+        drop(state);
         info!(
             moved = others.len(),
             after = ?limit,
