@@ -255,8 +255,9 @@ async fn watch(shared: &TierShared, mut ended: oneshot::Receiver<()>) {
             () = tokio::time::sleep_until(next) => {}
         }
     }
-    // The thread looks at the token before it sleeps: one that has not set
-    // itself yet sees the cancel there, one asleep is woken here.
+    // The thread looks at the token at each tick, its first (the grid's
+    // origin, already past) at once: one that has not set itself yet sees
+    // the cancel there, one asleep is woken here.
     if let Some(thread) = shared.thread.get() {
         thread.unpark();
     }

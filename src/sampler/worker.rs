@@ -130,17 +130,19 @@ impl<'a> Ticker<'a> {
 
     /// Waits for the next tick; false once the sampler is cancelled.
     pub(crate) fn wait(&mut self, cancel: &CancellationToken) -> bool {
-        let ticked = match self {
+        match self {
             Ticker::Thread(grid) => grid.wait(cancel),
-            Ticker::Runtime(interval, handle) => handle.block_on(async {
-                tokio::select! {
-                    biased;
-                    () = cancel.cancelled() => false,
-                    _ = interval.tick() => true,
-                }
-            }),
-        };
-        ticked && !cancel.is_cancelled()
+            Ticker::Runtime(interval, handle) => {
+                let ticked = handle.block_on(async {
+                    tokio::select! {
+                        biased;
+                        () = cancel.cancelled() => false,
+                        _ = interval.tick() => true,
+                    }
+                });
+                ticked && !cancel.is_cancelled()
+            }
+        }
     }
 }
 
@@ -156,19 +158,23 @@ impl Grid {
         Self { next: origin, period }
     }
 
+    /// Sleeps to the next grid point; false once `cancel` fires. Looks at
+    /// the token once per tick (it takes a lock) and after an early wake.
     fn wait(&mut self, cancel: &CancellationToken) -> bool {
+        let mut woken = false;
         loop {
-            if cancel.is_cancelled() {
-                return false;
-            }
             let now = Instant::now();
             if now >= self.next {
                 self.next = self.after(now);
-                return true;
+                return !cancel.is_cancelled();
             }
-            // Wakes at the tick, on the watchdog's unpark at cancel, or
-            // spuriously; each case is looked at again above.
+            // Before the tick: the watchdog's unpark at cancel (given
+            // before or during this park), or a spurious wake.
+            if woken && cancel.is_cancelled() {
+                return false;
+            }
             std::thread::park_timeout(self.next - now);
+            woken = true;
         }
     }
 
