@@ -2,52 +2,75 @@
 //! crew at each grid point, so 8 devices at 100 Hz cost 100 wake-ups a
 //! second instead of 800.
 //!
-//! Owns: the crew's thread, its member list, and the hand-off. The crew's
-//! watchdog (a runtime task) looks at the call in flight once per hand-off
-//! limit (one fast interval, at least 50 ms); a call still running at that
-//! limit is left alone on its thread, and every other member moves to a
-//! fresh crew with a thread of its own. So a hung call delays the other
-//! devices by at most that limit (plus starting a thread), is never started
-//! twice (a member is called only by the thread of the crew that lists
-//! it), and the stuck thread keeps only that device, sampling it on its own
-//! if the call ever returns. Fast threads never outnumber fast devices.
+//! Owns: the fleet of fast crews of one sampler: the home crew, which
+//! every fast tier joins, and any crew left holding a call that ran past
+//! the hand-off limit (one fast interval, at least 50 ms); their threads;
+//! the hand-off; the rejoin; and the one watchdog that looks at the home
+//! crew's call in flight. A call still running at that limit is left alone
+//! on its thread, and every other member moves to a fresh home crew. So a
+//! hung call delays the other devices by at most that limit (plus starting
+//! a thread), and is never started twice (a member is called only by the
+//! thread of the crew that lists it). When the call returns, its thread
+//! hands its device back to the home crew and ends, so a call that was
+//! only slow (a busy host descheduling the thread) costs one thread start,
+//! not a thread for good. Fast threads never outnumber fast devices.
 //!
 //! Deadlines, counting and staleness stay with each device's tier watchdog
-//! (`tier`); a crew only decides who calls whom. Must not depend on
+//! (`tier`); the fleet only decides who calls whom. Must not depend on
 //! history or telemetry.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread::Thread;
 use std::time::Duration;
 
 use parking_lot::Mutex;
 use tokio::runtime::Handle;
-use tokio::sync::oneshot;
+use tokio::sync::{Notify, oneshot};
 use tokio::time::Instant;
 use tracing::{info, warn};
 
 use super::Context;
 use super::tier::TierShared;
-use super::worker::{Ticker, sample_once};
+use super::worker::{Ticker, sample_at};
 
 /// The least time a fast call runs before the other devices leave its
 /// thread (real time).
 const HAND_OFF_FLOOR: Duration = Duration::from_millis(50);
 
-/// A fast tier in a crew. Dropping it (when the tier leaves the crew)
+/// A fast tier in a crew. Dropping it (when the tier leaves the fleet)
 /// resolves the tier watchdog's `ended`.
 struct Member {
     shared: Arc<TierShared>,
     _left: oneshot::Sender<()>,
 }
 
-pub(crate) struct Crew {
-    /// The sampler's own context: its cancel stops the crew.
+/// Every fast crew of one sampler.
+pub(crate) struct Fleet {
     context: Arc<Context>,
-    /// Members still to join (`join`); the thread retires only once none
-    /// are left to come and none remain.
-    pending: AtomicUsize,
+    /// Lock order: the fleet's state before any crew's.
+    state: Mutex<FleetState>,
+    /// Wakes the watchdog, asleep while the home crew has nothing to hand
+    /// off, when the home crew gains a member.
+    nudge: Notify,
+}
+
+#[derive(Default)]
+struct FleetState {
+    /// The crew that fast tiers join and handed-off devices rejoin; `None`
+    /// until the first join, and again once its members all left.
+    home: Option<Arc<Crew>>,
+    /// Every crew whose thread runs: the home crew and those holding a
+    /// call that overran. Their threads are woken at cancel.
+    crews: Vec<Arc<Crew>>,
+}
+
+struct Crew {
+    /// Whether this is the fleet's home crew (written under the fleet's
+    /// lock, read by the crew's thread once per tick).
+    home: AtomicBool,
     state: Mutex<CrewState>,
+    thread: Mutex<Option<Thread>>,
 }
 
 #[derive(Default)]
@@ -61,54 +84,51 @@ struct CrewState {
     split: bool,
 }
 
-impl Crew {
-    /// Starts a crew's thread and watchdog for `expected` fast tiers that
-    /// will `join`.
-    pub(crate) fn start(context: &Arc<Context>, expected: usize) -> Arc<Self> {
-        Self::launch(context, expected, Vec::new())
-    }
-
-    fn launch(context: &Arc<Context>, pending: usize, members: Vec<Arc<Member>>) -> Arc<Self> {
-        let crew = Arc::new(Self {
+impl Fleet {
+    /// A fleet with no crew yet, and its watchdog.
+    pub(crate) fn start(context: &Arc<Context>) -> Arc<Self> {
+        let fleet = Arc::new(Self {
             context: context.clone(),
-            pending: AtomicUsize::new(pending),
-            state: Mutex::new(CrewState { members, current: None, split: false }),
+            state: Mutex::new(FleetState::default()),
+            nudge: Notify::new(),
         });
-        let handle = Handle::current();
-        let (done, ended) = oneshot::channel::<()>();
-        let spawned = std::thread::Builder::new().name("vramd-fast".to_owned()).spawn({
-            let (crew, handle) = (crew.clone(), handle.clone());
-            move || {
-                let _done = done;
-                crew.pace(&handle);
-            }
-        });
-        let thread = match spawned {
-            Ok(joined) => Some(joined.thread().clone()),
-            Err(error) => {
-                warn!(error = %error, "cannot start a fast sampler thread; the fast tier samples on the blocking pool");
-                let (done, fallback) = oneshot::channel::<()>();
-                let (pooled, handle) = (crew.clone(), handle.clone());
-                drop(tokio::task::spawn_blocking(move || {
-                    let _done = done;
-                    pooled.pace(&handle);
-                }));
-                tokio::spawn(crew.clone().watch(fallback, None));
-                return crew;
-            }
-        };
-        tokio::spawn(crew.clone().watch(ended, thread));
-        crew
+        tokio::spawn(fleet.clone().watch());
+        fleet
     }
 
-    /// Adds a device's fast tier; what it returns resolves when the tier
-    /// leaves the crew (its device stopped, or its trace ended).
-    pub(crate) fn join(&self, shared: Arc<TierShared>) -> oneshot::Receiver<()> {
+    /// Adds a device's fast tier to the home crew (starting one if there is
+    /// none); what it returns resolves when the tier leaves the fleet (its
+    /// device stopped, or its trace ended).
+    pub(crate) fn join(self: &Arc<Self>, shared: Arc<TierShared>) -> oneshot::Receiver<()> {
         let (left, ended) = oneshot::channel();
-        self.state.lock().members.push(Arc::new(Member { shared, _left: left }));
-        let _ =
-            self.pending.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1));
+        self.take_in(vec![Arc::new(Member { shared, _left: left })]);
         ended
+    }
+
+    /// Puts `members` into the home crew, or makes them a new home crew.
+    fn take_in(self: &Arc<Self>, members: Vec<Arc<Member>>) {
+        let mut fleet = self.state.lock();
+        match &fleet.home {
+            Some(home) => {
+                let mut crew = home.state.lock();
+                crew.members.extend(members);
+                if crew.members.len() > 1 {
+                    self.nudge.notify_one();
+                }
+            }
+            None => {
+                let crew = self.launch(members);
+                fleet.crews.push(crew.clone());
+                fleet.home = Some(crew);
+                self.nudge.notify_one();
+            }
+        }
+    }
+
+    /// Live fast threads (one per crew).
+    #[cfg(test)]
+    pub(crate) fn threads(&self) -> usize {
+        self.state.lock().crews.len()
     }
 
     fn period(&self) -> Duration {
@@ -123,8 +143,33 @@ impl Crew {
         self.period().max(HAND_OFF_FLOOR)
     }
 
-    /// The crew's loop, on its own thread.
-    fn pace(&self, handle: &Handle) {
+    /// Starts a home crew's thread for `members` (the caller holds the
+    /// fleet's lock and lists it).
+    fn launch(self: &Arc<Self>, members: Vec<Arc<Member>>) -> Arc<Crew> {
+        let crew = Arc::new(Crew {
+            home: AtomicBool::new(true),
+            state: Mutex::new(CrewState { members, current: None, split: false }),
+            thread: Mutex::new(None),
+        });
+        let handle = Handle::current();
+        let spawned = std::thread::Builder::new().name("vramd-fast".to_owned()).spawn({
+            let (fleet, crew, handle) = (self.clone(), crew.clone(), handle.clone());
+            move || fleet.pace(&crew, &handle)
+        });
+        match spawned {
+            Ok(joined) => *crew.thread.lock() = Some(joined.thread().clone()),
+            Err(error) => {
+                warn!(error = %error, "cannot start a fast sampler thread; the fast tier samples on the blocking pool");
+                let (fleet, pooled) = (self.clone(), crew.clone());
+                drop(tokio::task::spawn_blocking(move || fleet.pace(&pooled, &handle)));
+            }
+        }
+        crew
+    }
+
+    /// A crew's loop, on its own thread, until the sampler is cancelled,
+    /// its members all left, or it handed its device back.
+    fn pace(&self, crew: &Arc<Crew>, handle: &Handle) {
         let _runtime = handle.enter();
         let context = &self.context;
         let mut ticker = Ticker::new(context, context.origin, self.period(), handle);
@@ -132,35 +177,151 @@ impl Crew {
         let mut batch: Vec<Arc<Member>> = Vec::new();
         while ticker.wait(&context.cancel) {
             {
-                let mut state = self.state.lock();
+                let mut state = crew.state.lock();
                 state.split = false;
-                if state.members.is_empty() && self.pending.load(Ordering::Acquire) == 0 {
-                    return;
-                }
                 batch.extend(state.members.iter().cloned());
             }
+            if batch.is_empty() && self.retire(crew) {
+                return;
+            }
             for member in &batch {
-                if !self.begin(member) {
+                // One clock read for the crew's watchdog and the tier's
+                // call both.
+                let now = Instant::now();
+                if !crew.begin(member, now) {
                     break;
                 }
-                let leaves =
-                    member.shared.context.cancel.is_cancelled() || sample_once(&member.shared);
-                if !self.end(member, leaves) {
+                let leaves = member.shared.stopped() || sample_at(&member.shared, now);
+                if !crew.end(member, leaves) {
                     break;
                 }
             }
             batch.clear();
+            if !crew.home.load(Ordering::Acquire) && self.hand_back(crew) {
+                return;
+            }
         }
+        self.retire(crew);
     }
 
-    /// Marks `member`'s call as in flight; false when a hand-off took the
-    /// rest of this tick's members away.
-    fn begin(&self, member: &Arc<Member>) -> bool {
+    /// Ends an empty crew (or one whose sampler is cancelled); false when a
+    /// member joined meanwhile.
+    fn retire(&self, crew: &Arc<Crew>) -> bool {
+        let mut fleet = self.state.lock();
+        if !crew.state.lock().members.is_empty() && !self.context.cancel.is_cancelled() {
+            return false;
+        }
+        if fleet.home.as_ref().is_some_and(|home| Arc::ptr_eq(home, crew)) {
+            fleet.home = None;
+        }
+        crew.home.store(false, Ordering::Release);
+        fleet.crews.retain(|other| !Arc::ptr_eq(other, crew));
+        true
+    }
+
+    /// A crew that lost its home to a hand-off, its call since returned,
+    /// gives its device back to the home crew; true when its thread can
+    /// end. With no home crew left, it becomes the home crew itself.
+    fn hand_back(&self, crew: &Arc<Crew>) -> bool {
+        let mut fleet = self.state.lock();
+        let Some(home) = fleet.home.clone() else {
+            crew.home.store(true, Ordering::Release);
+            fleet.home = Some(crew.clone());
+            return false;
+        };
+        let returning = std::mem::take(&mut crew.state.lock().members);
+        let moved = returning.len();
+        {
+            let mut state = home.state.lock();
+            state.members.extend(returning);
+            if state.members.len() > 1 {
+                self.nudge.notify_one();
+            }
+        }
+        fleet.crews.retain(|other| !Arc::ptr_eq(other, crew));
+        // A device that stopped while its call hung has nothing to rejoin.
+        if moved > 0 {
+            info!(moved, "a fast call returned; its device rejoins the shared sampler thread");
+        }
+        true
+    }
+
+    /// Looks at the home crew's call in flight; hands the other members
+    /// off when it has run the hand-off limit. Returns when to look next,
+    /// or `None` while the home crew has a single member or none (nothing
+    /// to hand off, so a one-GPU host pays no watchdog wake-ups).
+    fn check(self: &Arc<Self>, now: Instant) -> Option<Instant> {
+        let limit = self.hand_off_after();
+        let mut fleet = self.state.lock();
+        let home = fleet.home.clone()?;
+        let mut state = home.state.lock();
+        if state.members.len() <= 1 {
+            // Alone on its thread: a hang here delays no one.
+            return None;
+        }
+        let Some((calling, started)) = &state.current else {
+            return Some(now + limit);
+        };
+        if now < *started + limit {
+            return Some(*started + limit);
+        }
+        // A member that left the fleet (its device stopped) while its call
+        // hangs holds up the others all the same: all of them move.
+        let stuck = state.members.iter().position(|m| Arc::ptr_eq(m, calling));
+        let mut others = std::mem::take(&mut state.members);
+        state.members.extend(stuck.map(|stuck| others.remove(stuck)));
+        state.split = true;
+        // Before the lock goes: the thread, seeing `split` as its call
+        // returns, must also see that it is no longer home, and hand back.
+        home.home.store(false, Ordering::Release);
+        drop(state);
+        info!(
+            moved = others.len(),
+            after = ?limit,
+            "a fast call has not returned; the other devices move to a fresh sampler thread"
+        );
+        let crew = self.launch(others);
+        fleet.crews.push(crew.clone());
+        fleet.home = Some(crew);
+        Some(now + limit)
+    }
+
+    /// The fleet's watchdog, until the sampler is cancelled; then it wakes
+    /// every crew's thread so shutdown does not wait out a sleep to a tick.
+    async fn watch(self: Arc<Self>) {
+        loop {
+            let next = self.check(Instant::now());
+            tokio::select! {
+                () = self.context.cancel.cancelled() => break,
+                () = self.nudge.notified() => {}
+                () = sleep_until(next) => {}
+            }
+        }
+        for crew in &self.state.lock().crews {
+            if let Some(thread) = crew.thread.lock().as_ref() {
+                thread.unpark();
+            }
+        }
+    }
+}
+
+/// Sleeps until `at`, or for ever.
+async fn sleep_until(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+impl Crew {
+    /// Marks `member`'s call as in flight from `now`; false when a hand-off
+    /// took the rest of this tick's members away.
+    fn begin(&self, member: &Arc<Member>, now: Instant) -> bool {
         let mut state = self.state.lock();
         if state.split {
             return false;
         }
-        state.current = Some((member.clone(), Instant::now()));
+        state.current = Some((member.clone(), now));
         true
     }
 
@@ -173,75 +334,5 @@ impl Crew {
             state.members.retain(|m| !Arc::ptr_eq(m, member));
         }
         !state.split
-    }
-
-    /// Looks at the call in flight; hands the other members off when it has
-    /// run the hand-off limit. Returns when to look next, or `None` once this
-    /// crew has a single member and none to come (nothing to hand off, so
-    /// a one-GPU host pays no watchdog wake-ups).
-    fn check(&self, now: Instant) -> Option<Instant> {
-        let limit = self.hand_off_after();
-        let mut state = self.state.lock();
-        if state.members.len() <= 1 && self.pending.load(Ordering::Acquire) == 0 {
-            // Alone on its thread for good: a hang here delays no one.
-            return None;
-        }
-        let Some((calling, started)) = &state.current else {
-            return Some(now + limit);
-        };
-        if now < *started + limit {
-            return Some(*started + limit);
-        }
-        // A member that left the crew (its device stopped) is not looked
-        // for in vain: nothing is handed off for it.
-        let stuck = state.members.iter().position(|m| Arc::ptr_eq(m, calling));
-        let Some(stuck) = stuck.filter(|_| state.members.len() > 1) else {
-            // The others have yet to join; they are handed off once here.
-            return Some(now + limit);
-        };
-        let mut others = std::mem::take(&mut state.members);
-        let kept = others.remove(stuck);
-        state.members.push(kept);
-        state.split = true;
-        drop(state);
-        info!(
-            moved = others.len(),
-            after = ?limit,
-            "a fast call has not returned; the other devices move to a fresh sampler thread"
-        );
-        Self::launch(&self.context, 0, others);
-        Some(now + limit)
-    }
-
-    /// The crew's watchdog: until the sampler is cancelled, the crew's
-    /// thread ends, or it is left a single member.
-    async fn watch(
-        self: Arc<Self>,
-        mut ended: oneshot::Receiver<()>,
-        thread: Option<std::thread::Thread>,
-    ) {
-        while let Some(next) = self.check(Instant::now()) {
-            tokio::select! {
-                () = self.context.cancel.cancelled() => break,
-                _ = &mut ended => return,
-                () = tokio::time::sleep_until(next) => {}
-            }
-        }
-        if self.context.cancel.is_cancelled() {
-            // Shutdown does not wait out the thread's sleep to its tick.
-            if let Some(thread) = thread {
-                thread.unpark();
-            }
-        } else {
-            // A single member: only cancel still needs this thread woken.
-            tokio::select! {
-                () = self.context.cancel.cancelled() => {
-                    if let Some(thread) = thread {
-                        thread.unpark();
-                    }
-                }
-                _ = &mut ended => {}
-            }
-        }
     }
 }

@@ -22,7 +22,7 @@ use crate::model::{DeviceInfo, ErrorKind};
 use crate::source::SourceError;
 
 use super::call::{CallOutcome, call_with_deadline, wait_with_deadline};
-use super::crew::Crew;
+use super::crew::Fleet;
 use super::{Context, FirstCycle, tier};
 
 type Listing = Result<Vec<DeviceInfo>, SourceError>;
@@ -30,6 +30,8 @@ type Listing = Result<Vec<DeviceInfo>, SourceError>;
 /// The sampling tasks, one per device, and the layout they sample.
 pub(super) struct Running {
     generation: u64,
+    /// The fast crews every device's fast tier joins.
+    fleet: Arc<Fleet>,
     tasks: JoinSet<()>,
     /// Each device's stop switch, by (index, UUID).
     stops: HashMap<(u32, String), CancellationToken>,
@@ -37,8 +39,8 @@ pub(super) struct Running {
 }
 
 impl Running {
-    pub(super) fn new(generation: u64) -> Self {
-        Self { generation, tasks: JoinSet::new(), stops: HashMap::new(), stuck: None }
+    pub(super) fn new(generation: u64, fleet: Arc<Fleet>) -> Self {
+        Self { generation, fleet, tasks: JoinSet::new(), stops: HashMap::new(), stuck: None }
     }
 
     pub(super) fn spawn(
@@ -46,12 +48,12 @@ impl Running {
         context: &Arc<Context>,
         device: Arc<DeviceHistory>,
         first_cycle: Arc<FirstCycle>,
-        crew: Arc<Crew>,
     ) {
         let stop = context.cancel.child_token();
         let own = Context { cancel: stop.clone(), ..Context::clone(context) };
         self.stops.insert(key(device.info()), stop);
-        self.tasks.spawn(tier::run_device(Arc::new(own), device, first_cycle, crew));
+        let fleet = self.fleet.clone();
+        self.tasks.spawn(tier::run_device(Arc::new(own), device, first_cycle, fleet));
     }
 }
 
@@ -124,13 +126,8 @@ async fn relist(context: &Arc<Context>, running: &mut Running, generation: u64) 
         changed.added.iter().filter_map(|new| new.info().mig.as_ref().map(|mig| mig.parent_index)),
     );
     let first_cycle = Arc::new(FirstCycle::new(changed.added.len() * 2, context.store.clone()));
-    if !changed.added.is_empty() {
-        // The devices added share a crew of their own; the running crews
-        // keep theirs.
-        let crew = Crew::start(context, changed.added.len());
-        for new in &changed.added {
-            running.spawn(context, new.clone(), first_cycle.clone(), crew.clone());
-        }
+    for new in &changed.added {
+        running.spawn(context, new.clone(), first_cycle.clone());
     }
     for gpu in parents {
         context.telemetry.count_mig_reconfiguration(gpu);

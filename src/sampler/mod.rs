@@ -7,7 +7,8 @@
 //! thread that samples them in turn at each grid point (`crew`); a call
 //! that hangs past one fast interval (at least 50 ms) keeps that thread
 //! and the other devices move to a fresh one, so a stuck driver delays the
-//! others by at most that long. Each slow tier has a thread of its own.
+//! others by at most that long; once the call returns, its device rejoins
+//! the shared thread. Each slow tier has a thread of its own.
 //! Every tier is watched by a task that owns the call's deadline (discovery
 //! runs on `spawn_blocking`), and a call stuck past its deadline is never
 //! duplicated.
@@ -113,17 +114,21 @@ pub async fn run(
         origin,
         attribute,
     });
+    let fleet = crew::Fleet::start(&context);
+    sample(context, fleet).await;
+}
+
+/// Discovers devices, then samples them with `fleet` (which tests keep to
+/// count its threads).
+async fn sample(context: Arc<Context>, fleet: Arc<crew::Fleet>) {
     let generation = context.source.layout_generation();
     let Some(devices) = discover(&context).await else {
         return;
     };
     let first_cycle = Arc::new(FirstCycle::new(devices.len() * 2, context.store.clone()));
-    let mut running = layout::Running::new(generation);
-    if !devices.is_empty() {
-        let crew = crew::Crew::start(&context, devices.len());
-        for device in devices {
-            running.spawn(&context, device, first_cycle.clone(), crew.clone());
-        }
+    let mut running = layout::Running::new(generation, fleet);
+    for device in devices {
+        running.spawn(&context, device, first_cycle.clone());
     }
     layout::follow(&context, running).await;
 }

@@ -138,6 +138,7 @@ struct Harness {
     telemetry: Arc<Telemetry>,
     cancel: CancellationToken,
     task: tokio::task::JoinHandle<()>,
+    fleet: Arc<crew::Fleet>,
 }
 
 fn start(source: FakeSource, settings: SamplerSettings) -> Harness {
@@ -150,16 +151,20 @@ fn start(source: FakeSource, settings: SamplerSettings) -> Harness {
     }));
     let telemetry = Arc::new(Telemetry::new("fake").unwrap());
     let cancel = CancellationToken::new();
-    let task = tokio::spawn(run(
-        source.clone(),
-        store.clone(),
-        telemetry.clone(),
+    // `run`, keeping the fleet to count its threads.
+    let context = Arc::new(Context {
+        source: source.clone(),
+        store: store.clone(),
+        telemetry: telemetry.clone(),
         settings,
-        None,
-        None,
-        cancel.clone(),
-    ));
-    Harness { source, store, telemetry, cancel, task }
+        cancel: cancel.clone(),
+        reports: None,
+        origin: tokio::time::Instant::now(),
+        attribute: None,
+    });
+    let fleet = crew::Fleet::start(&context);
+    let task = tokio::spawn(sample(context, fleet.clone()));
+    Harness { source, store, telemetry, cancel, task, fleet }
 }
 
 /// Lets spawned tasks and finished blocking calls make progress without
@@ -242,6 +247,7 @@ async fn a_hang_ahead_of_others_on_the_fast_thread_hands_them_off_within_an_inte
     assert_eq!(hung.fast_failure.as_ref().map(|f| f.kind), Some(ErrorKind::StillRunning));
     assert_eq!(harness.source.fast_calls[0].load(Ordering::SeqCst), 1, "never started twice");
     assert_eq!(harness.telemetry.calls_stuck(), 2, "its fast and slow calls are counted stuck");
+    assert_eq!(harness.fleet.threads(), 2, "one hand-off, not one per look");
 
     harness.source.hang.store(false, Ordering::SeqCst);
     settle().await;
@@ -260,6 +266,54 @@ async fn a_hang_ahead_of_others_on_the_fast_thread_hands_them_off_within_an_inte
     harness.cancel.cancel();
     settle().await;
     assert!(harness.task.is_finished());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_handed_off_device_rejoins_the_shared_thread_once_its_call_returns() {
+    // Device 0 is sampled first on the shared fast thread; its call hangs
+    // for 2 s, then returns (a driver stall, or a thread descheduled on a
+    // busy host). Devices 1 and 2 move to a fresh thread meanwhile.
+    let mut source = FakeSource::new(3);
+    source.hung_index = 0;
+    source.hang.store(true, Ordering::SeqCst);
+    let harness = start(source, settings());
+    settle().await;
+    advance(Duration::from_millis(250), 8).await;
+    assert_eq!(harness.fleet.threads(), 2, "the stuck call keeps its thread, the others share one");
+
+    harness.source.hang.store(false, Ordering::SeqCst);
+    settle().await;
+    advance(Duration::from_millis(250), 2).await;
+    assert_eq!(
+        harness.fleet.threads(),
+        1,
+        "the device whose call returned is back on the shared thread"
+    );
+
+    let before = [0, 1, 2].map(|i| harness.source.fast_calls[i].load(Ordering::SeqCst));
+    advance(Duration::from_millis(250), 8).await;
+    for (i, calls) in [0, 1, 2].into_iter().zip(before) {
+        let now = harness.source.fast_calls[i].load(Ordering::SeqCst);
+        assert!(now >= calls + 7, "device {i}: {} calls in 8 ticks after the rejoin", now - calls);
+    }
+    let devices = harness.store.devices();
+    assert!(devices.iter().all(|device| device.live().is_up()), "every device reads again");
+    assert_eq!(harness.fleet.threads(), 1);
+    assert_eq!(harness.telemetry.calls_stuck(), 0);
+
+    // A second hang after the rejoin is handed off again, and rejoins again.
+    harness.source.hang.store(true, Ordering::SeqCst);
+    advance(Duration::from_millis(250), 4).await;
+    assert_eq!(harness.fleet.threads(), 2);
+    harness.source.hang.store(false, Ordering::SeqCst);
+    settle().await;
+    advance(Duration::from_millis(250), 2).await;
+    assert_eq!(harness.fleet.threads(), 1);
+
+    harness.cancel.cancel();
+    settle().await;
+    assert!(harness.task.is_finished());
+    assert_eq!(harness.fleet.threads(), 0, "every fast thread ends at cancel");
 }
 
 #[tokio::test(start_paused = true)]

@@ -10,6 +10,7 @@
 //! the tier's state under one lock, so a late watchdog verdict can never
 //! overwrite a newer reading.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::thread::Thread;
 use std::time::Duration;
@@ -21,24 +22,24 @@ use tracing::{debug, info, warn};
 
 use crate::clock::wall_now;
 use crate::history::DeviceHistory;
-use crate::model::{ErrorKind, ProcessInfo, SlowReading};
+use crate::model::{ErrorKind, ProcessInfo, SlowReading, Timestamp};
 use crate::source::{SourceError, Tier};
 use crate::telemetry::CallTimer;
 
-use super::crew::Crew;
+use super::crew::Fleet;
 use super::worker::{self, Reading};
 use super::{Context, FirstCycle};
 
 /// Samples one device until its context is cancelled: the fast tier in
-/// `crew`, the slow tier on a thread of its own.
+/// `fleet`'s home crew, the slow tier on a thread of its own.
 pub(crate) async fn run_device(
     context: Arc<Context>,
     device: Arc<DeviceHistory>,
     first_cycle: Arc<FirstCycle>,
-    crew: Arc<Crew>,
+    fleet: Arc<Fleet>,
 ) {
     tokio::join!(
-        run_tier(context.clone(), device.clone(), first_cycle.clone(), Tier::Fast, Some(crew)),
+        run_tier(context.clone(), device.clone(), first_cycle.clone(), Tier::Fast, Some(fleet)),
         run_tier(context, device, first_cycle, Tier::Slow, None),
     );
 }
@@ -59,6 +60,8 @@ pub(crate) struct TierShared {
     /// The tier's thread while it sleeps to its ticks itself: unparked at
     /// cancel so shutdown does not wait out a slow tier's period.
     thread: OnceLock<Thread>,
+    /// Set by the watchdog when the tier's context is cancelled.
+    stopped: AtomicBool,
 }
 
 #[derive(Default)]
@@ -81,7 +84,7 @@ async fn run_tier(
     device: Arc<DeviceHistory>,
     first_cycle: Arc<FirstCycle>,
     tier: Tier,
-    crew: Option<Arc<Crew>>,
+    fleet: Option<Arc<Fleet>>,
 ) {
     let interval = match tier {
         Tier::Fast => context.settings.fast_interval,
@@ -102,18 +105,19 @@ async fn run_tier(
         patience,
         state: Mutex::new(TierState::default()),
         thread: OnceLock::new(),
+        stopped: AtomicBool::new(false),
     });
-    shared.promise();
-    let ended = match crew {
-        Some(crew) => crew.join(shared.clone()),
+    shared.promise(wall_now());
+    let ended = match fleet {
+        Some(fleet) => fleet.join(shared.clone()),
         None => worker::start(shared.clone()),
     };
     watch(&shared, ended).await;
 }
 
 impl TierShared {
-    fn promise(&self) {
-        self.device.progress().stepped(self.tier, wall_now().saturating_add(self.patience));
+    fn promise(&self, now: Timestamp) {
+        self.device.progress().stepped(self.tier, now.saturating_add(self.patience));
     }
 
     pub(crate) fn set_thread(&self, thread: Thread) {
@@ -121,22 +125,25 @@ impl TierShared {
         let _ = self.thread.set(thread);
     }
 
-    /// Whether the tier is backing off from a lost device at `now`.
-    pub(crate) fn backing_off(&self, now: Instant) -> bool {
-        let backing_off = self.state.lock().health.retry_at.is_some_and(|at| now < at);
-        if backing_off {
-            // Backing off from a lost device is sampling as planned.
-            self.promise();
-        }
-        backing_off
+    /// Whether the tier's device stopped sampling (it left the layout, or
+    /// the sampler is cancelled): an atomic, so a shared thread can look
+    /// before every call at no cost.
+    pub(crate) fn stopped(&self) -> bool {
+        self.stopped.load(Ordering::Acquire)
     }
 
-    /// Notes that a call starts now (on the tier's thread) and returns
-    /// when, which the call's duration is measured from.
-    pub(crate) fn call_started(&self) -> Instant {
-        let started = Instant::now();
-        self.state.lock().call = Some(InFlight { started, overdue: false });
-        started
+    /// Notes that a call starts at `now` (on the tier's thread); false,
+    /// and no call to make, while the tier backs off from a lost device.
+    pub(crate) fn call_started(&self, now: Instant) -> bool {
+        let mut state = self.state.lock();
+        if state.health.retry_at.is_some_and(|at| now < at) {
+            drop(state);
+            // Backing off from a lost device is sampling as planned.
+            self.promise(wall_now());
+            return false;
+        }
+        state.call = Some(InFlight { started: now, overdue: false });
+        true
     }
 
     /// Takes the answer of the call that `call_started` announced. Returns
@@ -153,9 +160,11 @@ impl TierShared {
             return false;
         }
         let index = self.device.info().index;
+        // One wall-clock read per answer: the success and the next promise.
+        let now = wall_now();
         let finished = match answer {
             Ok(Ok(reading)) => {
-                store(context, &self.device, self.tier, reading, &mut state.health);
+                store(context, &self.device, self.tier, reading, &mut state.health, now);
                 false
             }
             Ok(Err(SourceError::TraceEnded { .. })) => {
@@ -178,7 +187,7 @@ impl TierShared {
         } else {
             // Answered, one way or another (a reading, or an error the
             // source gave); a call stuck past its deadline keeps no promise.
-            self.promise();
+            self.promise(now);
         }
         self.first_attempt_done(state);
         finished
@@ -238,13 +247,17 @@ async fn watch(shared: &TierShared, mut ended: oneshot::Receiver<()>) {
     loop {
         let next = shared.check_deadline(Instant::now());
         tokio::select! {
-            () = shared.context.cancel.cancelled() => break,
+            () = shared.context.cancel.cancelled() => {
+                shared.stopped.store(true, Ordering::Release);
+                break;
+            }
             _ = &mut ended => break,
             () = tokio::time::sleep_until(next) => {}
         }
     }
-    // The thread looks at the token before it sleeps: one that has not set
-    // itself yet sees the cancel there, one asleep is woken here.
+    // The thread looks at the token at each tick, its first (the grid's
+    // origin, already past) at once: one that has not set itself yet sees
+    // the cancel there, one asleep is woken here.
     if let Some(thread) = shared.thread.get() {
         thread.unpark();
     }
@@ -284,6 +297,7 @@ fn store(
     tier: Tier,
     reading: Reading,
     health: &mut TierHealth,
+    now: Timestamp,
 ) {
     let result = match reading {
         Reading::Fast(reading) => device.record_fast(reading),
@@ -300,7 +314,7 @@ fn store(
     };
     match result {
         Ok(()) => {
-            device.progress().succeeded(tier, wall_now());
+            device.progress().succeeded(tier, now);
             health.reset_backoff();
             if let Some(kind) = health.failing.take() {
                 info!(gpu = device.info().index, tier = %tier, after = kind.as_str(), "device readings recovered");

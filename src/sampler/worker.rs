@@ -88,13 +88,18 @@ fn pace(shared: &TierShared, handle: &Handle) {
 /// One tick of one tier on the calling thread: call the source unless the
 /// tier is backing off, and hand the answer over. True when the tier has
 /// nothing more to read (a replayed trace ended).
-pub(crate) fn sample_once(shared: &TierShared) -> bool {
-    if shared.backing_off(Instant::now()) {
+fn sample_once(shared: &TierShared) -> bool {
+    sample_at(shared, Instant::now())
+}
+
+/// `sample_once` with the clock already read: `now` is when the call
+/// starts (a crew reads it once for its own watchdog and the call).
+pub(crate) fn sample_at(shared: &TierShared, now: Instant) -> bool {
+    if !shared.call_started(now) {
         return false;
     }
-    let started = shared.call_started();
     let answer = call(&*shared.context.source, shared.device.info().index, shared.tier);
-    shared.call_answered(answer, started.elapsed())
+    shared.call_answered(answer, now.elapsed())
 }
 
 pub(crate) enum Ticker<'a> {
@@ -125,17 +130,19 @@ impl<'a> Ticker<'a> {
 
     /// Waits for the next tick; false once the sampler is cancelled.
     pub(crate) fn wait(&mut self, cancel: &CancellationToken) -> bool {
-        let ticked = match self {
+        match self {
             Ticker::Thread(grid) => grid.wait(cancel),
-            Ticker::Runtime(interval, handle) => handle.block_on(async {
-                tokio::select! {
-                    biased;
-                    () = cancel.cancelled() => false,
-                    _ = interval.tick() => true,
-                }
-            }),
-        };
-        ticked && !cancel.is_cancelled()
+            Ticker::Runtime(interval, handle) => {
+                let ticked = handle.block_on(async {
+                    tokio::select! {
+                        biased;
+                        () = cancel.cancelled() => false,
+                        _ = interval.tick() => true,
+                    }
+                });
+                ticked && !cancel.is_cancelled()
+            }
+        }
     }
 }
 
@@ -151,19 +158,23 @@ impl Grid {
         Self { next: origin, period }
     }
 
+    /// Sleeps to the next grid point; false once `cancel` fires. Looks at
+    /// the token once per tick (it takes a lock) and after an early wake.
     fn wait(&mut self, cancel: &CancellationToken) -> bool {
+        let mut woken = false;
         loop {
-            if cancel.is_cancelled() {
-                return false;
-            }
             let now = Instant::now();
             if now >= self.next {
                 self.next = self.after(now);
-                return true;
+                return !cancel.is_cancelled();
             }
-            // Wakes at the tick, on the watchdog's unpark at cancel, or
-            // spuriously; each case is looked at again above.
+            // Before the tick: the watchdog's unpark at cancel (given
+            // before or during this park), or a spurious wake.
+            if woken && cancel.is_cancelled() {
+                return false;
+            }
             std::thread::park_timeout(self.next - now);
+            woken = true;
         }
     }
 
