@@ -372,8 +372,13 @@ fn mig_uuids_and_nvidia_n_device_ids_match_through_the_real_nvml_path() {
                 && line.ends_with(" 1")
         })
     };
-    let text = wait_for_metrics(addr, "both allocations", |text| {
-        allocation(text, GPU0, "train-0") && allocation(text, MIG, "small-0")
+    // Each device's allocations join its own slow reading, so the MIG
+    // parent's count can come a slow sample after the two allocations.
+    let parent_count = format!("vramd_device_allocations{{gpu=\"1\",uuid=\"{GPU1}\"}}");
+    let text = wait_for_metrics(addr, "both allocations and the MIG parent's count", |text| {
+        allocation(text, GPU0, "train-0")
+            && allocation(text, MIG, "small-0")
+            && value(text, &parent_count).is_some()
     });
     let mig_line = text
         .lines()
@@ -386,10 +391,7 @@ fn mig_uuids_and_nvidia_n_device_ids_match_through_the_real_nvml_path() {
         "on the MIG device, under its parent GPU: {mig_line}"
     );
     assert!(!allocation(&text, GPU1, "small-0"), "the MIG pod does not hold the whole GPU");
-    assert_eq!(
-        value(&text, &format!("vramd_device_allocations{{gpu=\"1\",uuid=\"{GPU1}\"}}")),
-        Some(0.0)
-    );
+    assert_eq!(value(&text, &parent_count), Some(0.0), "the MIG parent is allocated to no pod");
     let document = get(addr, &format!("/api/v1/devices/{MIG}")).json();
     assert_eq!(document["allocations"][0]["pod"], "small-0", "{document}");
     let document = get(addr, "/api/v1/devices/0").json();

@@ -1,7 +1,10 @@
 //! `--explain RUN`: why the leak of one labelled run is called when it is.
 //! Replays the leaking process's preferred figure (allocated with reports,
 //! NVML usage without) at the slow tier's 1 Hz and prints, at every leak
-//! check after the onset, each window's floor line and the verdict.
+//! check after the onset, each window's floor line and the verdict. The
+//! checks fall where the analyzer's do in the benchmark (the first
+//! evaluation, then every check interval), so the verdicts are the ones
+//! the alert saw; the benchmark's own firing time is printed last.
 
 use std::time::Duration;
 
@@ -13,7 +16,13 @@ use vramd::source::simulator::corpus::{CorpusRun, Label};
 
 const MIB: f64 = 1_048_576.0;
 
-pub fn explain(run: &CorpusRun, params: &LeakParams, check: Duration) {
+pub fn explain(
+    run: &CorpusRun,
+    params: &LeakParams,
+    check: Duration,
+    first_check: Duration,
+    fired_s: Option<f64>,
+) {
     let Label::Leak { pid, onset, .. } = run.label else {
         println!("not a leak run: {:?}", run.label);
         return;
@@ -23,6 +32,7 @@ pub fn explain(run: &CorpusRun, params: &LeakParams, check: Duration) {
     let mut scratch = FloorScratch::new();
     let mut held = false;
     let (check_s, onset_s) = (check.as_secs().max(1), onset.as_secs());
+    let first_s = first_check.as_secs();
     for second in 0..=run.duration.as_secs() {
         let at = GOLDEN_ORIGIN.saturating_add(Duration::from_secs(second));
         let slow = run.slow_at(at);
@@ -31,7 +41,7 @@ pub fn explain(run: &CorpusRun, params: &LeakParams, check: Duration) {
         if let Some(value) = value {
             series.push((at, value));
         }
-        if second < onset_s || second % check_s != 0 {
+        if second < onset_s || second < first_s || !(second - first_s).is_multiple_of(check_s) {
             continue;
         }
         let from = at.saturating_sub(params.window);
@@ -73,5 +83,12 @@ pub fn explain(run: &CorpusRun, params: &LeakParams, check: Duration) {
             Err(reason) => format!("{reason:?}"),
         };
         println!("{:6.1} min {verdict:<18}{lines}", (second - onset_s) as f64 / 60.0);
+    }
+    match fired_s {
+        Some(fired) => println!(
+            "leak_suspected fired in the benchmark {:.1} min after the onset",
+            (fired - onset.as_secs_f64()) / 60.0
+        ),
+        None => println!("leak_suspected did not fire in the benchmark"),
     }
 }

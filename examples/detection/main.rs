@@ -172,7 +172,14 @@ fn main() {
             return;
         }
         let (_, leak) = settings.analysis.leak.expect("leak rule enabled");
-        explain::explain(run, &leak, settings.analysis.leak_check_interval);
+        let outcome = play::play_with(run, &config, &|settings| tweak(settings, &params));
+        explain::explain(
+            run,
+            &leak,
+            settings.analysis.leak_check_interval,
+            config.alerts.evaluation_interval,
+            outcome.leak_fired_s,
+        );
         return;
     }
     let outcomes: Vec<play::Outcome> = runs
