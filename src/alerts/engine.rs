@@ -89,15 +89,7 @@ impl Engine {
         let mut transitions = Vec::new();
         let mut seen = std::collections::BTreeSet::new();
         for observation in observations {
-            // Only a key kept after its observation can be missed below, and
-            // only one kept before it or breached now can be kept after it.
-            // Most subjects are clear with no alert: copying every one's key
-            // (two strings) on every pass was a good part of a pass.
-            let may_be_kept = observation.verdict == Verdict::Breached
-                || self.alerts.contains_key(&observation.key);
-            if may_be_kept {
-                seen.insert(observation.key.clone());
-            }
+            seen.insert(observation.key.clone());
             self.apply(now, observation, &mut transitions);
         }
         let unseen: Vec<AlertKey> =

@@ -215,8 +215,10 @@ impl ProcessWindows {
     }
 
     /// The processes with a figure in the window, in the order first seen,
-    /// each rebuilt as points (one process at a time, so the window is
-    /// never held as points in full).
+    /// each rebuilt as fresh points: the straightforward rebuild, kept as
+    /// the tests' oracle for [`ProcessWindows::visit_processes`], which the
+    /// analyzer uses.
+    #[cfg(test)]
     pub fn processes(&self) -> impl Iterator<Item = PidSeries> + '_ {
         self.pids.iter().map(|entry| PidSeries {
             pid: entry.pid,
@@ -246,6 +248,7 @@ impl ProcessWindows {
         }
     }
 
+    #[cfg(test)]
     fn points(&self, runs: &[Run]) -> Vec<(Timestamp, u64)> {
         let total: u64 = runs.iter().map(|run| u64::from(run.len)).sum();
         let mut points = Vec::with_capacity(usize::try_from(total).unwrap_or(0));
@@ -260,7 +263,7 @@ impl ProcessWindows {
 
 /// `runs` as points into `points` (cleared first), `times` holding the
 /// time of every sample from sequence number `first_seq` on: the same
-/// points as [`ProcessWindows::points`].
+/// points as the tests' `ProcessWindows::points`.
 fn points_from(
     times: &[Timestamp],
     first_seq: u32,
