@@ -414,9 +414,16 @@ fn running_out_of_file_descriptors_is_warned_once_and_recovers() {
         .iter()
         .filter(|line| line["message"] == "accepting a connection failed; retrying every 100 ms");
     assert_eq!(warnings.count(), 1, "{}", daemon.stderr());
-    let recovered = log
+    // A descriptor freed for a moment (the readiness probe's connection
+    // closing late on a loaded host, or the backlog refilling what the
+    // closed connections freed) may split the failures into several runs,
+    // each closed by its own recovery line; together they count the second
+    // of failures.
+    let recoveries: Vec<u64> = log
         .iter()
-        .find(|line| line["message"] == "accepting connections again")
-        .and_then(|line| line["unlogged_failures"].as_u64());
-    assert!(recovered.is_some_and(|failures| failures >= 3), "{}", daemon.stderr());
+        .filter(|line| line["message"] == "accepting connections again")
+        .filter_map(|line| line["unlogged_failures"].as_u64())
+        .collect();
+    assert!(!recoveries.is_empty(), "{}", daemon.stderr());
+    assert!(recoveries.iter().sum::<u64>() >= 3, "{}", daemon.stderr());
 }

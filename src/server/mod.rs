@@ -251,6 +251,11 @@ impl AcceptFailures {
             self.announced = true;
         } else {
             self.unlogged = self.unlogged.saturating_add(1);
+            // A descriptor freed for a moment lets one accept through and
+            // announces recovery; failing again inside the period must
+            // announce recovery again, or the log ends on a false "accepting
+            // again" while every accept fails.
+            self.announced = true;
         }
     }
 
@@ -259,5 +264,33 @@ impl AcceptFailures {
             info!(unlogged_failures = self.unlogged, "accepting connections again");
             self.unlogged = 0;
         }
+    }
+}
+
+#[cfg(test)]
+mod accept_failure_tests {
+    use super::AcceptFailures;
+
+    fn emfile() -> std::io::Error {
+        std::io::Error::from_raw_os_error(24)
+    }
+
+    /// One accept let through by a descriptor freed for a moment must not
+    /// be the last word: failing again re-arms the recovery line, and the
+    /// failures after the warning are counted in it.
+    #[test]
+    fn failing_again_after_a_brief_recovery_announces_recovery_again() {
+        let mut failures = AcceptFailures::default();
+        failures.failed(&emfile());
+        assert!(failures.announced);
+        failures.accepted();
+        assert!(!failures.announced);
+        failures.failed(&emfile());
+        failures.failed(&emfile());
+        assert!(failures.announced, "the second run of failures is never announced as over");
+        assert_eq!(failures.unlogged, 2);
+        failures.accepted();
+        assert!(!failures.announced);
+        assert_eq!(failures.unlogged, 0);
     }
 }

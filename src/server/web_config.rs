@@ -126,7 +126,7 @@ pub fn load(path: &Path) -> Result<WebState, WebConfigError> {
     let raw: RawFile = if text.trim().is_empty() {
         RawFile::default()
     } else {
-        serde_yaml::from_str(&text).map_err(|error| WebConfigError::Syntax {
+        yaml_serde::from_str(&text).map_err(|error| WebConfigError::Syntax {
             path: path.to_owned(),
             message: error.to_string(),
         })?
