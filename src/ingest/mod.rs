@@ -12,6 +12,7 @@ pub mod oom;
 pub mod report;
 pub mod snapshot;
 pub mod store;
+mod validate;
 
 pub use oom::{OomIntake, OomRefused};
 pub use report::{AllocatorReport, ReportError, ReportLimits, ReportedDevice, Reporter};

@@ -16,9 +16,10 @@ use tokio::time::Instant;
 
 use crate::model::{OomEvent, ProcessInfo, SnapshotSummary, Timestamp};
 
-use super::report::{
-    ReportError, Reporter, check_exact, check_snapshot, check_uuid, check_within_device,
-    checked_stats, versioned_document,
+use super::report::Reporter;
+use super::validate::{
+    ReportError, check_exact, check_snapshot, check_uuid, check_within_device, checked_stats,
+    versioned_document,
 };
 
 /// Longest snapshot path accepted (Linux `PATH_MAX`).
