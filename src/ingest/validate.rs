@@ -94,7 +94,7 @@ pub(super) fn check_exact<'f>(
             uuid: uuid.to_owned(),
             key: field.into(),
             value: value.to_string(),
-            reason: "above 2^53, beyond what any allocator counts or a JSON number holds exactly",
+            reason: BEYOND_EXACT,
         }),
         None => Ok(()),
     }
@@ -176,7 +176,7 @@ pub(super) fn checked_stats(
         // integers exactly, so the bound is the one the schema states.
         let beyond = value.as_u64().is_some_and(|number| number > MAX_EXACT_U64);
         let reason = if beyond {
-            Some("above 2^53, beyond what any allocator counts or a JSON number holds exactly")
+            Some(BEYOND_EXACT)
         } else {
             value.as_f64().and_then(|number| out_of_range(number, may_be_negative))
         };
@@ -232,6 +232,10 @@ fn stats_of(
     Ok(Some(parsed))
 }
 
+/// Why a figure past [`MAX_EXACT`] is refused, wherever it stands.
+const BEYOND_EXACT: &str =
+    "above 2^53, beyond what any allocator counts or a JSON number holds exactly";
+
 /// The largest integer a JSON number (an IEEE double) holds exactly: no
 /// counter or size of a real allocator comes near it (8 PiB), and values
 /// past it are rounded, so a report carrying one is refused, not believed.
@@ -241,7 +245,7 @@ pub(super) const MAX_EXACT_U64: u64 = 1 << 53;
 /// Why a finite `memory_stats` value cannot be true, if it cannot.
 fn out_of_range(number: f64, may_be_negative: bool) -> Option<&'static str> {
     if number > MAX_EXACT {
-        Some("above 2^53, beyond what any allocator counts or a JSON number holds exactly")
+        Some(BEYOND_EXACT)
     } else if may_be_negative && number < 0.0 && number != -1.0 {
         Some("the only negative value it may take is -1 (unset)")
     } else {
