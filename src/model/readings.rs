@@ -105,20 +105,10 @@ impl TryFrom<UncheckedMemoryInfo> for MemoryInfo {
     }
 }
 
-/// Serde for an optional fraction read from input: refused outside 0..=1
+/// An optional utilization fraction read from input: refused outside 0..=1
 /// (NVML reports utilization in percent, so anything else is corrupt).
-pub mod ratio {
-    use serde::{Deserialize, Deserializer};
-
-    pub fn option<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<f64>, D::Error> {
-        let value = Option::<f64>::deserialize(deserializer)?;
-        match value {
-            Some(fraction) if !(0.0..=1.0).contains(&fraction) => Err(serde::de::Error::custom(
-                format!("a utilization ratio must be within 0..1, got {fraction}"),
-            )),
-            _ => Ok(value),
-        }
-    }
+fn ratio<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Option<f64>, D::Error> {
+    within(deserializer, 0.0, 1.0, "a utilization ratio")
 }
 
 /// What the fast tier reads: cheap calls, sampled several times a second.
@@ -128,10 +118,10 @@ pub struct FastReading {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory: Option<MemoryInfo>,
     /// Fraction of time a kernel was running, 0.0–1.0.
-    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "ratio::option")]
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "ratio")]
     pub gpu_utilization: Option<f64>,
     /// Fraction of time device memory was being read or written, 0.0–1.0.
-    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "ratio::option")]
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "ratio")]
     pub memory_bandwidth_utilization: Option<f64>,
 }
 
@@ -226,21 +216,27 @@ impl SlowDetails {
 pub(super) fn percent<'de, D: serde::Deserializer<'de>>(
     deserializer: D,
 ) -> Result<Option<u32>, D::Error> {
-    match Option::<u32>::deserialize(deserializer)? {
-        Some(value) if value > 100 => Err(serde::de::Error::custom(format!(
-            "a utilization percentage must be within 0..100, got {value}"
-        ))),
-        other => Ok(other),
-    }
+    within(deserializer, 0, 100, "a utilization percentage")
 }
 
 /// An optional performance state read from input: refused above P15.
 fn pstate<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Option<u8>, D::Error> {
-    match Option::<u8>::deserialize(deserializer)? {
-        Some(value) if value > 15 => Err(serde::de::Error::custom(format!(
-            "a performance state must be within 0..15, got {value}"
+    within(deserializer, 0, 15, "a performance state")
+}
+
+/// An optional figure read from input, refused (NaN too) outside
+/// `low..=high`, naming what it is.
+fn within<'de, D, T>(deserializer: D, low: T, high: T, what: &str) -> Result<Option<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de> + PartialOrd + Copy + std::fmt::Display,
+{
+    let value = Option::<T>::deserialize(deserializer)?;
+    match &value {
+        Some(figure) if !(low..=high).contains(figure) => Err(serde::de::Error::custom(format!(
+            "{what} must be within {low}..{high}, got {figure}"
         ))),
-        other => Ok(other),
+        _ => Ok(value),
     }
 }
 
@@ -336,5 +332,17 @@ mod tests {
             let error = fast(good, bad).unwrap_err().to_string();
             assert!(error.contains("utilization ratio must be within 0..1"), "{bad}: {error}");
         }
+        for (details, message) in [
+            (r#"{"performance_state":16}"#, "a performance state must be within 0..15, got 16"),
+            (
+                r#"{"encoder_utilization_percent":101}"#,
+                "a utilization percentage must be within 0..100, got 101",
+            ),
+        ] {
+            let error = serde_json::from_str::<SlowDetails>(details).unwrap_err().to_string();
+            assert!(error.contains(message), "{details}: {error}");
+        }
+        let ok = r#"{"performance_state":15,"decoder_utilization_percent":100}"#;
+        assert!(serde_json::from_str::<SlowDetails>(ok).is_ok());
     }
 }
