@@ -9,6 +9,7 @@
 //! `model` only; knows nothing of history, analysis or HTTP.
 
 pub mod oom;
+mod rate;
 pub mod report;
 pub mod snapshot;
 pub mod store;
