@@ -6,6 +6,11 @@
 //! calls a device source. Absent values are left out, never written as 0.
 //! Depends on: `history`, `analysis` (accounting, the published
 //! snapshot), `alerts::board`, `telemetry`, `model`.
+//!
+//! Layout: this file takes one copy of each device's state per scrape
+//! (`DeviceView`) and writes the device series; `processes` (per-process
+//! series, kubelet allocations), `health`, `probe` and `alerts` write
+//! theirs from the same views; `text` is the format writer.
 
 mod alerts;
 mod health;

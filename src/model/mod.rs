@@ -4,6 +4,11 @@
 //! Owns: timestamps, device facts, the readings of the two sampling tiers,
 //! the catalogue of simulated scenarios and the built-in rules' table.
 //! Depends on nothing else in the crate. An absent value is `None`, never `0`.
+//!
+//! Layout: `time` (timestamps), `readings` (device facts and what the two
+//! tiers read), `process` (processes and allocator statistics), `probe`,
+//! `oom`, `error_kind`, `rules`, `scenario`; this file keeps the sampling
+//! `Tier` and `RecordMode`, and re-exports the rest.
 
 mod error_kind;
 mod oom;
