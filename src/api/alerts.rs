@@ -77,10 +77,7 @@ pub async fn list(
     filter: Result<Query<AlertFilter>, QueryRejection>,
 ) -> Result<Json<AlertList>, ApiError> {
     let Query(filter) = filter.map_err(|rejection| {
-        ApiError::bad_request(
-            "bad_filter",
-            format!("{}; accepted parameters: state, severity, gpu, rule", rejection.body_text()),
-        )
+        ApiError::rejected_query("bad_filter", &rejection, "state, severity, gpu, rule")
     })?;
     let wanted_state = filter.state.as_deref().map(parse_state).transpose()?;
     let wanted_severity = filter

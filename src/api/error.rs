@@ -1,6 +1,7 @@
 //! JSON errors with a stable `code` and a human `message`.
 
 use axum::Json;
+use axum::extract::rejection::QueryRejection;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
@@ -55,6 +56,15 @@ impl ApiError {
 
     pub fn bad_request(code: &'static str, message: impl Into<String>) -> Self {
         Self::new(StatusCode::BAD_REQUEST, code, message)
+    }
+
+    /// A query string the route's parameters refused: serde's reason, then
+    /// the parameters the route accepts, so a typo shows its fix.
+    pub fn rejected_query(code: &'static str, rejection: &QueryRejection, accepted: &str) -> Self {
+        Self::bad_request(
+            code,
+            format!("{}; accepted parameters: {accepted}", rejection.body_text()),
+        )
     }
 
     pub fn unknown_device(id: &str) -> Self {

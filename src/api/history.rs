@@ -118,12 +118,8 @@ pub async fn device_history(
     PathId(id): PathId,
     params: Result<Query<HistoryParams>, QueryRejection>,
 ) -> Result<Response, ApiError> {
-    let Query(params) = params.map_err(|rejection| {
-        ApiError::bad_request(
-            "bad_query",
-            format!("{}; accepted parameters: window, step", rejection.body_text()),
-        )
-    })?;
+    let Query(params) = params
+        .map_err(|rejection| ApiError::rejected_query("bad_query", &rejection, "window, step"))?;
     let window = match params.window.as_deref() {
         Some(text) => parse_duration("window", text)?,
         None => DEFAULT_WINDOW.min(state.limits.retention),

@@ -211,12 +211,8 @@ pub async fn list(
     State(state): State<AppState>,
     filter: Result<Query<OomFilter>, QueryRejection>,
 ) -> Result<Json<OomList>, ApiError> {
-    let Query(filter) = filter.map_err(|rejection| {
-        ApiError::bad_request(
-            "bad_filter",
-            format!("{}; accepted parameters: gpu, pid", rejection.body_text()),
-        )
-    })?;
+    let Query(filter) = filter
+        .map_err(|rejection| ApiError::rejected_query("bad_filter", &rejection, "gpu, pid"))?;
     let mut events = Vec::new();
     for device in state.store.devices().iter() {
         let info = device.info();

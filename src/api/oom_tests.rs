@@ -69,6 +69,8 @@ async fn an_event_is_joined_kept_listed_and_found_by_id() {
     assert_eq!(other["events"], serde_json::json!([]));
     let (status, bad) = get_json(&state, "/api/v1/oom-events?colour=red").await;
     assert_error(status, &bad, StatusCode::BAD_REQUEST, "bad_filter");
+    let message = bad["message"].as_str().unwrap();
+    assert!(message.ends_with("; accepted parameters: gpu, pid"), "{bad}");
     let (status, missing) = get_json(&state, "/api/v1/oom-events/999").await;
     assert_error(status, &missing, StatusCode::NOT_FOUND, "unknown_oom_event");
 

@@ -241,6 +241,10 @@ async fn history_rejects_bad_parameters_with_a_reason() {
     assert!(body["message"].as_str().unwrap().contains("history.retention"), "{body}");
     let (_, body) = get_json(&state, "/api/v1/devices/0/history?window=1h").await;
     assert!(body["message"].as_str().unwrap().contains("step"), "{body}");
+    let (_, body) = get_json(&state, "/api/v1/devices/0/history?windw=1m").await;
+    let message = body["message"].as_str().unwrap();
+    assert!(message.contains("unknown field `windw`"), "{body}");
+    assert!(message.ends_with("; accepted parameters: window, step"), "{body}");
 }
 
 #[tokio::test]
@@ -371,6 +375,9 @@ async fn bad_alert_filters_get_400_with_a_reason() {
         let (status, body) = get_json(&state, &format!("/api/v1/alerts?{query}")).await;
         assert_error(status, &body, StatusCode::BAD_REQUEST, "bad_filter");
     }
+    let (_, body) = get_json(&state, "/api/v1/alerts?colour=red").await;
+    let message = body["message"].as_str().unwrap();
+    assert!(message.ends_with("; accepted parameters: state, severity, gpu, rule"), "{body}");
 }
 
 #[tokio::test]

@@ -5,13 +5,17 @@
 //! report per reporter (bounded, rate-limited, expiring), and the join of
 //! reports onto NVML's processes, which the sampler applies to every slow
 //! reading; OOM events (`oom`): their document, rate limit and join; the
-//! snapshot files uploaded for them (`snapshot`). A source of readings like the device sources: depends on
-//! `model` only; knows nothing of history, analysis or HTTP.
+//! snapshot files uploaded for them (`snapshot`); the checks (`validate`)
+//! and the per-reporter rate window (`rate`) reports and OOM events share.
+//! A source of readings like the device sources: depends on `model` only;
+//! knows nothing of history, analysis or HTTP.
 
 pub mod oom;
+mod rate;
 pub mod report;
 pub mod snapshot;
 pub mod store;
+mod validate;
 
 pub use oom::{OomIntake, OomRefused};
 pub use report::{AllocatorReport, ReportError, ReportLimits, ReportedDevice, Reporter};

@@ -16,9 +16,11 @@ use tokio::time::Instant;
 
 use crate::model::{OomEvent, ProcessInfo, SnapshotSummary, Timestamp};
 
-use super::report::{
-    ReportError, Reporter, check_exact, check_snapshot, check_uuid, check_within_device,
-    checked_stats, versioned_document,
+use super::rate::{RateWindow, WINDOW};
+use super::report::Reporter;
+use super::validate::{
+    ReportError, check_exact, check_snapshot, check_uuid, check_within_device, checked_stats,
+    versioned_document,
 };
 
 /// Longest snapshot path accepted (Linux `PATH_MAX`).
@@ -201,8 +203,8 @@ pub struct OomIntake {
     next_id: AtomicU64,
     rate_limit_per_second: usize,
     max_reporters: usize,
-    /// (hostname, pid) → start of its one-second window and events in it.
-    windows: Mutex<HashMap<(String, u32), (Instant, usize)>>,
+    /// (hostname, pid) → events in its current one-second window.
+    windows: Mutex<HashMap<(String, u32), RateWindow>>,
 }
 
 impl OomIntake {
@@ -217,32 +219,24 @@ impl OomIntake {
 
     /// Counts one event of `event`'s reporter against its rate, or refuses it.
     pub fn admit(&self, event: &OomEvent, now: Instant) -> Result<(), OomRefused> {
-        let second = Duration::from_secs(1);
         let mut windows = self.windows.lock();
         let key = (event.hostname.clone(), event.reporter_pid);
         if !windows.contains_key(&key) && windows.len() >= self.max_reporters {
             // Only reporters heard from within the last second are tracked.
-            windows.retain(|_, (start, _)| now.duration_since(*start) < second);
+            windows.retain(|_, window| window.is_current(now));
             if windows.len() >= self.max_reporters {
                 return Err(OomRefused::TooManyReporters {
                     max: self.max_reporters,
-                    retry_after: second,
+                    retry_after: WINDOW,
                 });
             }
         }
-        let (start, count) = windows.entry(key).or_insert((now, 0));
-        if now.duration_since(*start) >= second {
-            *start = now;
-            *count = 0;
-        }
-        if *count >= self.rate_limit_per_second {
-            return Err(OomRefused::RateLimited {
-                limit: self.rate_limit_per_second,
-                retry_after: second.saturating_sub(now.duration_since(*start)),
-            });
-        }
-        *count += 1;
-        Ok(())
+        let limit = self.rate_limit_per_second;
+        windows
+            .entry(key)
+            .or_insert_with(|| RateWindow::open(now))
+            .admit(now, limit)
+            .map_err(|retry_after| OomRefused::RateLimited { limit, retry_after })
     }
 
     /// The next event id.

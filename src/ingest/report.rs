@@ -1,8 +1,13 @@
-//! The allocator report document (version 1) and its validation.
+//! The allocator report document (version 1): its shape, which the parser
+//! reads and the OpenAPI document is generated from, and the validated
+//! [`AllocatorReport`].
 //!
 //! Strict: a report that is not exactly right is refused with a reason and
 //! changes nothing. The raw `torch.cuda.memory_stats()` dictionary is read
-//! for the keys the accounting model uses.
+//! for the keys the accounting model uses. Owns the report's own checks
+//! (reporter names, each device once, the pool limit, figures within the
+//! device's total); the checks it shares with OOM events are `validate`'s.
+//! Depends on `model` and `validate` only.
 
 use std::collections::BTreeMap;
 
@@ -11,7 +16,11 @@ use serde_json::{Value, json};
 
 use crate::model::{AllocatorStats, SnapshotSummary, Timestamp};
 
-pub const VERSION: u64 = 1;
+use super::validate::{
+    ACTIVE, ALLOCATED, INACTIVE_SPLIT, MAX_EXACT_U64, OOMS, RESERVED, RETRIES, SIGNED_KEYS,
+    check_snapshot, check_uuid, check_within_device, checked_stats, versioned_document,
+};
+pub use super::validate::{ReportError, VERSION};
 
 /// Who sent a report.
 #[serde_with::skip_serializing_none]
@@ -142,67 +151,11 @@ pub struct ReportLimits {
     pub max_stats: usize,
 }
 
-/// Why a report was refused (400).
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum ReportError {
-    #[error("not a valid report document: {0}")]
-    Malformed(String),
-    #[error("unsupported report version {found}; this vramd reads version {VERSION}")]
-    Version { found: u64 },
-    #[error("`at` is not an RFC 3339 time: {0}")]
-    BadTime(String),
-    #[error("{count} devices in one report; at most {max} (ingest.max_devices)")]
-    TooManyDevices { count: usize, max: usize },
-    #[error("device {uuid}: {count} memory_stats keys; at most {max} (ingest.max_stats)")]
-    TooManyStats { uuid: String, count: usize, max: usize },
-    #[error("device {uuid}: memory_stats[{key}] must be a non-negative finite number, got {value}")]
-    BadNumber { uuid: String, key: String, value: String },
-    #[error("device {uuid}: memory_stats[{key}] is {value}; {reason}")]
-    OutOfRange { uuid: String, key: String, value: String, reason: &'static str },
-    #[error(
-        "device {uuid}: {field} is {value} bytes, more than the device's total memory ({total} bytes)"
-    )]
-    BeyondDevice { uuid: String, field: &'static str, value: u64, total: u64 },
-    #[error("device {uuid}: memory_stats lacks {key}")]
-    MissingStat { uuid: String, key: &'static str },
-    #[error("device {uuid}: {reason}")]
-    Inconsistent { uuid: String, reason: String },
-    #[error("device uuid `{0}` is not a GPU-… or MIG-… UUID")]
-    BadUuid(String),
-    #[error("device {0} appears twice")]
-    DuplicateDevice(String),
-}
-
 /// Longest host, pod, namespace or container name accepted (a DNS name).
 pub const MAX_NAME_BYTES: usize = 253;
 
-/// `memory_stats()` keys whose value may be negative (-1 means unset).
-const SIGNED_KEYS: &[&str] = &["max_split_size"];
-
-const ALLOCATED: &str = "allocated_bytes.all.current";
-const RESERVED: &str = "reserved_bytes.all.current";
-const ACTIVE: &str = "active_bytes.all.current";
-const INACTIVE_SPLIT: &str = "inactive_split_bytes.all.current";
-const RETRIES: &str = "num_alloc_retries";
-const OOMS: &str = "num_ooms";
 /// JAX's allocator ceiling, carried raw by the reporter (docs/api.md, "JAX").
 const POOL_LIMIT: &str = "bytes_limit";
-
-/// Reads a version-1 document of type `T`. The version is checked first,
-/// so a future document gets the clearer error rather than a complaint
-/// about a field this version lacks.
-pub(super) fn versioned_document<T: serde::de::DeserializeOwned>(
-    body: &[u8],
-) -> Result<T, ReportError> {
-    let value: Value =
-        serde_json::from_slice(body).map_err(|e| ReportError::Malformed(e.to_string()))?;
-    match value.get("version").and_then(Value::as_u64) {
-        Some(VERSION) => {}
-        Some(found) => return Err(ReportError::Version { found }),
-        None => return Err(ReportError::Malformed("`version` must be the number 1".into())),
-    }
-    serde_json::from_value(value).map_err(|e| ReportError::Malformed(e.to_string()))
-}
 
 impl Reporter {
     /// Reporter strings are kept for as long as the document lives:
@@ -271,165 +224,6 @@ pub fn parse(body: &[u8], limits: &ReportLimits) -> Result<AllocatorReport, Repo
     Ok(AllocatorReport { reporter: raw.reporter, at, devices })
 }
 
-/// A device UUID as NVML writes it, within a bound.
-pub(super) fn check_uuid(uuid: &str) -> Result<(), ReportError> {
-    if !(uuid.starts_with("GPU-") || uuid.starts_with("MIG-")) || uuid.len() > 96 {
-        return Err(ReportError::BadUuid(uuid.to_owned()));
-    }
-    Ok(())
-}
-
-/// Refuses the first size or count past 2^53 (see [`MAX_EXACT`]).
-pub(super) fn check_exact<'f>(
-    uuid: &str,
-    figures: impl IntoIterator<Item = (&'f str, Option<u64>)>,
-) -> Result<(), ReportError> {
-    let beyond = figures.into_iter().find_map(|(field, value)| {
-        value.filter(|&value| value > MAX_EXACT_U64).map(|value| (field, value))
-    });
-    match beyond {
-        Some((field, value)) => Err(ReportError::OutOfRange {
-            uuid: uuid.to_owned(),
-            key: field.into(),
-            value: value.to_string(),
-            reason: "above 2^53, beyond what any allocator counts or a JSON number holds exactly",
-        }),
-        None => Ok(()),
-    }
-}
-
-/// A snapshot summary's total and count within 2^53, and its parts within
-/// its total (so all four are bounded).
-pub(super) fn check_snapshot(
-    uuid: &str,
-    snapshot: Option<SnapshotSummary>,
-) -> Result<(), ReportError> {
-    let Some(snapshot) = snapshot else { return Ok(()) };
-    check_exact(
-        uuid,
-        [
-            ("snapshot.total_bytes", Some(snapshot.total_bytes)),
-            ("snapshot.segments", Some(snapshot.segments)),
-        ],
-    )?;
-    if snapshot.allocated_bytes > snapshot.total_bytes
-        || snapshot.largest_free_block_bytes > snapshot.total_bytes
-    {
-        return Err(ReportError::Inconsistent {
-            uuid: uuid.to_owned(),
-            reason: "snapshot allocated or largest free block exceeds its total".into(),
-        });
-    }
-    Ok(())
-}
-
-/// Refuses the first figure above the device's total memory.
-pub(super) fn check_within_device(
-    uuid: &str,
-    total: u64,
-    figures: impl IntoIterator<Item = (&'static str, Option<u64>)>,
-) -> Result<(), ReportError> {
-    let beyond = figures.into_iter().find_map(|(field, value)| {
-        value.filter(|&value| value > total).map(|value| (field, value))
-    });
-    match beyond {
-        Some((field, value)) => {
-            Err(ReportError::BeyondDevice { uuid: uuid.to_owned(), field, value, total })
-        }
-        None => Ok(()),
-    }
-}
-
-/// At most `max_stats` keys, every `memory_stats` figure checked (finite,
-/// non-negative unless it may be -1, within 2^53), then the keys the
-/// accounting reads.
-pub(super) fn checked_stats(
-    uuid: &str,
-    stats: &BTreeMap<String, Value>,
-    max_stats: usize,
-) -> Result<Option<AllocatorStats>, ReportError> {
-    if stats.len() > max_stats {
-        return Err(ReportError::TooManyStats {
-            uuid: uuid.to_owned(),
-            count: stats.len(),
-            max: max_stats,
-        });
-    }
-    for (key, value) in stats {
-        // Every figure must be a finite number. Sizes and counts must not
-        // be negative; a few settings legitimately are (PyTorch reports
-        // `max_split_size` as -1 when it is unset).
-        let may_be_negative = SIGNED_KEYS.contains(&key.as_str());
-        let valid = value
-            .as_f64()
-            .is_some_and(|number| number.is_finite() && (number >= 0.0 || may_be_negative));
-        if !valid {
-            return Err(ReportError::BadNumber {
-                uuid: uuid.to_owned(),
-                key: key.clone(),
-                value: value.to_string(),
-            });
-        }
-        // An integer just above 2^53 rounds down to it as a double: read
-        // integers exactly, so the bound is the one the schema states.
-        let beyond = value.as_u64().is_some_and(|number| number > MAX_EXACT_U64);
-        let reason = if beyond {
-            Some("above 2^53, beyond what any allocator counts or a JSON number holds exactly")
-        } else {
-            value.as_f64().and_then(|number| out_of_range(number, may_be_negative))
-        };
-        if let Some(reason) = reason {
-            return Err(ReportError::OutOfRange {
-                uuid: uuid.to_owned(),
-                key: key.clone(),
-                value: value.to_string(),
-                reason,
-            });
-        }
-    }
-    stats_of(uuid, stats)
-}
-
-fn stats_of(
-    uuid: &str,
-    stats: &BTreeMap<String, Value>,
-) -> Result<Option<AllocatorStats>, ReportError> {
-    if stats.is_empty() {
-        return Ok(None);
-    }
-    let get = |key: &'static str| {
-        stats
-            .get(key)
-            .and_then(Value::as_f64)
-            .map(|number| number as u64)
-            .ok_or_else(|| ReportError::MissingStat { uuid: uuid.to_owned(), key })
-    };
-    let parsed = AllocatorStats {
-        allocated_bytes: get(ALLOCATED)?,
-        reserved_bytes: get(RESERVED)?,
-        active_bytes: get(ACTIVE)?,
-        inactive_split_bytes: get(INACTIVE_SPLIT)?,
-        alloc_retries: get(RETRIES)?,
-        ooms: get(OOMS)?,
-    };
-    if parsed.allocated_bytes > parsed.reserved_bytes {
-        return Err(ReportError::Inconsistent {
-            uuid: uuid.to_owned(),
-            reason: format!(
-                "allocated ({}) exceeds reserved ({})",
-                parsed.allocated_bytes, parsed.reserved_bytes
-            ),
-        });
-    }
-    if !parsed.is_consistent() {
-        return Err(ReportError::Inconsistent {
-            uuid: uuid.to_owned(),
-            reason: "active or inactive_split exceed what reserved allows".into(),
-        });
-    }
-    Ok(Some(parsed))
-}
-
 /// `memory_stats` as validation reads it, for the OpenAPI document: empty,
 /// or the six keys vramd reads plus any others, every value a number from
 /// 0 to 2^53 (`max_split_size` may also be -1), at most 1024 keys (the
@@ -466,23 +260,6 @@ vramd reads; allocated, active and inactive_split within reserved.",
 
 /// `ingest.max_stats` by default: the bound the OpenAPI document states.
 const DEFAULT_MAX_STATS: usize = 1024;
-
-/// The largest integer a JSON number (an IEEE double) holds exactly: no
-/// counter or size of a real allocator comes near it (8 PiB), and values
-/// past it are rounded, so a report carrying one is refused, not believed.
-const MAX_EXACT: f64 = 9_007_199_254_740_992.0;
-const MAX_EXACT_U64: u64 = 1 << 53;
-
-/// Why a finite `memory_stats` value cannot be true, if it cannot.
-fn out_of_range(number: f64, may_be_negative: bool) -> Option<&'static str> {
-    if number > MAX_EXACT {
-        Some("above 2^53, beyond what any allocator counts or a JSON number holds exactly")
-    } else if may_be_negative && number < 0.0 && number != -1.0 {
-        Some("the only negative value it may take is -1 (unset)")
-    } else {
-        None
-    }
-}
 
 /// Refuses a report whose allocator holds more than its device has: a
 /// device's `total_bytes` is what its newest reading says (`total_of`),

@@ -10,6 +10,7 @@ use tokio::time::Instant;
 
 use crate::model::SlowReading;
 
+use super::rate::RateWindow;
 use super::report::{AllocatorReport, ReportedDevice, Reporter};
 
 /// Bounds and timing of the store.
@@ -44,9 +45,8 @@ struct Entry {
     report: AllocatorReport,
     /// Device UUID → the NVML PID the device's report was joined to.
     matched: BTreeMap<String, u32>,
-    /// Start of the current one-second rate window and reports in it.
-    window_start: Instant,
-    in_window: usize,
+    /// Reports in the current one-second rate window.
+    rate: RateWindow,
 }
 
 /// What `GET /api/v1/allocator-reports` shows of one device report.
@@ -80,19 +80,10 @@ impl ReportStore {
         let key = (report.reporter.hostname.clone(), report.reporter.pid);
         let mut entries = self.entries.lock();
         if let Some(entry) = entries.get_mut(&key) {
-            if now.duration_since(entry.window_start) >= Duration::from_secs(1) {
-                entry.window_start = now;
-                entry.in_window = 0;
+            let limit = self.limits.rate_limit_per_second;
+            if let Err(retry_after) = entry.rate.admit(now, limit) {
+                return Err(Refused::RateLimited { limit, retry_after });
             }
-            if entry.in_window >= self.limits.rate_limit_per_second {
-                let retry_after =
-                    Duration::from_secs(1).saturating_sub(now.duration_since(entry.window_start));
-                return Err(Refused::RateLimited {
-                    limit: self.limits.rate_limit_per_second,
-                    retry_after,
-                });
-            }
-            entry.in_window += 1;
             // A device still reported keeps its join; a dropped one loses it.
             entry
                 .matched
@@ -106,10 +97,8 @@ impl ReportStore {
                 retry_after: self.limits.ttl,
             });
         }
-        entries.insert(
-            key,
-            Entry { report, matched: BTreeMap::new(), window_start: now, in_window: 1 },
-        );
+        entries
+            .insert(key, Entry { report, matched: BTreeMap::new(), rate: RateWindow::first(now) });
         Ok(())
     }
 

@@ -1,0 +1,348 @@
+//! What a device is and what its two sampling tiers read: device facts
+//! (MIG placement included), memory info, fast and slow readings and the
+//! slow tier's health details, each checked when read from input (parts
+//! against the total, ratios 0..1, percentages 0..100).
+//!
+//! Depends only on `model`'s own time and process types.
+
+use serde::{Deserialize, Serialize};
+use strum::IntoStaticStr;
+
+use super::{ProcessInfo, Timestamp};
+
+/// Static facts about one monitored device.
+#[serde_with::skip_serializing_none]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeviceInfo {
+    /// Index as the driver enumerates it (`nvidia-smi -i`).
+    pub index: u32,
+    pub uuid: String,
+    /// Marketing name, e.g. `NVIDIA H100 80GB HBM3`.
+    pub name: String,
+    pub pci_bus_id: Option<String>,
+    pub driver_version: Option<String>,
+    /// Set when this is a MIG device: its parent GPU and profile.
+    pub mig: Option<MigInfo>,
+}
+
+impl DeviceInfo {
+    /// The `gpu` label and REST `gpu` field: the physical GPU's index, so a
+    /// MIG device sorts under its parent (its own identity is the UUID).
+    pub fn gpu_index(&self) -> u32 {
+        self.mig.as_ref().map_or(self.index, |mig| mig.parent_index)
+    }
+}
+
+/// Where a MIG device sits.
+#[serde_with::skip_serializing_none]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct MigInfo {
+    pub parent_index: u32,
+    pub parent_uuid: String,
+    /// Position among the parent's MIG devices.
+    pub slot: u32,
+    /// GPU-instance profile, e.g. `3g.40gb`, when the name carries it.
+    pub profile: Option<String>,
+    /// The GPU instance this MIG device belongs to (`nvidia-smi`'s GI ID);
+    /// absent when the driver cannot say.
+    pub gpu_instance_id: Option<u32>,
+    /// The compute instance within that GPU instance (CI ID).
+    pub compute_instance_id: Option<u32>,
+}
+
+/// Device memory as NVML's memory info v2 reports it:
+/// `total = reserved + used + free`, with `reserved` the driver's own share.
+///
+/// Read from input (a trace), no part may exceed the total: a reading that
+/// says otherwise is refused rather than exported.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "UncheckedMemoryInfo")]
+pub struct MemoryInfo {
+    pub total_bytes: u64,
+    /// Driver-reserved memory; absent where only memory info v1 is available.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reserved_bytes: Option<u64>,
+    pub used_bytes: u64,
+    pub free_bytes: u64,
+}
+
+/// [`MemoryInfo`] as written, before its parts are checked against its total.
+#[derive(Deserialize)]
+struct UncheckedMemoryInfo {
+    total_bytes: u64,
+    #[serde(default)]
+    reserved_bytes: Option<u64>,
+    used_bytes: u64,
+    free_bytes: u64,
+}
+
+impl TryFrom<UncheckedMemoryInfo> for MemoryInfo {
+    type Error = String;
+
+    fn try_from(raw: UncheckedMemoryInfo) -> Result<Self, String> {
+        let parts = [
+            ("used_bytes", Some(raw.used_bytes)),
+            ("free_bytes", Some(raw.free_bytes)),
+            ("reserved_bytes", raw.reserved_bytes),
+        ];
+        for (field, value) in parts {
+            if let Some(value) = value
+                && value > raw.total_bytes
+            {
+                return Err(format!(
+                    "memory.{field} ({value}) exceeds memory.total_bytes ({})",
+                    raw.total_bytes
+                ));
+            }
+        }
+        Ok(MemoryInfo {
+            total_bytes: raw.total_bytes,
+            reserved_bytes: raw.reserved_bytes,
+            used_bytes: raw.used_bytes,
+            free_bytes: raw.free_bytes,
+        })
+    }
+}
+
+/// An optional utilization fraction read from input: refused outside 0..=1
+/// (NVML reports utilization in percent, so anything else is corrupt).
+fn ratio<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Option<f64>, D::Error> {
+    within(deserializer, 0.0, 1.0, "a utilization ratio")
+}
+
+/// What the fast tier reads: cheap calls, sampled several times a second.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct FastReading {
+    pub at: Timestamp,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory: Option<MemoryInfo>,
+    /// Fraction of time a kernel was running, 0.0–1.0.
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "ratio")]
+    pub gpu_utilization: Option<f64>,
+    /// Fraction of time device memory was being read or written, 0.0–1.0.
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "ratio")]
+    pub memory_bandwidth_utilization: Option<f64>,
+}
+
+/// What the slow tier reads: calls that are expensive or take driver locks.
+#[serde_with::skip_serializing_none]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SlowReading {
+    pub at: Timestamp,
+    /// Processes holding memory on the device; `None` when the list could
+    /// not be read (an empty list means "read, and nobody is there").
+    pub processes: Option<Vec<ProcessInfo>>,
+    pub temperature_celsius: Option<f64>,
+    pub power_usage_watts: Option<f64>,
+    pub power_limit_watts: Option<f64>,
+    /// Everything else the slow tier reads (clocks, ECC, modes, …).
+    #[serde(default, skip_serializing_if = "SlowDetails::is_empty")]
+    pub details: SlowDetails,
+    /// The Kubernetes containers the kubelet allocated this device to;
+    /// `None` when the kubelet was not asked or did not answer (an empty
+    /// list: it answered, and no pod holds the device).
+    pub allocations: Option<Vec<PodAllocation>>,
+}
+
+/// One container the kubelet's pod-resources API lists as holding a device.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PodAllocation {
+    pub pod: String,
+    pub namespace: String,
+    pub container: String,
+    /// The extended resource, e.g. `nvidia.com/gpu` or `nvidia.com/mig-1g.10gb`.
+    pub resource: String,
+    /// The `N` of a time-sliced or shared device ID `<id>::N`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replica: Option<String>,
+}
+
+/// Device health and configuration read on the slow tier. Each field is
+/// absent when the device or driver does not report it.
+#[serde_with::skip_serializing_none]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SlowDetails {
+    pub bar1: Option<Bar1Memory>,
+    pub sm_clock_mhz: Option<u32>,
+    pub memory_clock_mhz: Option<u32>,
+    /// NVML clock throttle (event) reason bits currently active; see
+    /// [`THROTTLE_REASONS`] for their names.
+    pub throttle_reasons: Option<u64>,
+    /// Present only while ECC is enabled on the device.
+    pub ecc: Option<EccCounters>,
+    pub retired_pages: Option<RetiredPages>,
+    pub remapped_rows: Option<RemappedRows>,
+    pub persistence_mode: Option<bool>,
+    pub compute_mode: Option<ComputeMode>,
+    /// Current MIG mode.
+    pub mig_enabled: Option<bool>,
+    /// PCIe throughput; read only when enabled in configuration.
+    pub pcie_tx_bytes_per_second: Option<u64>,
+    pub pcie_rx_bytes_per_second: Option<u64>,
+    /// Energy used since the driver was last loaded, in millijoules
+    /// (monotonic while the driver stays loaded).
+    pub energy_millijoules: Option<u64>,
+    /// Performance state, 0 (P0, most performance) to 15 (P15); absent
+    /// when the driver reports it unknown.
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "pstate")]
+    pub performance_state: Option<u8>,
+    /// Video encoder utilization over the driver's sampling period, 0–100.
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "percent")]
+    pub encoder_utilization_percent: Option<u32>,
+    /// Video decoder utilization over the driver's sampling period, 0–100.
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "percent")]
+    pub decoder_utilization_percent: Option<u32>,
+    /// When the latest Xid error of this device arrived (Unix milliseconds,
+    /// vramd's clock); absent while none was seen since vramd started.
+    #[schema(value_type = Option<i64>)]
+    pub last_xid_unix_ms: Option<Timestamp>,
+    /// Xid errors seen since vramd started, by code (`"79"`; `"other"` past
+    /// the per-device bound). Empty when none were seen or Xid events are
+    /// not watched.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub xid_errors: std::collections::BTreeMap<String, u64>,
+}
+
+impl SlowDetails {
+    pub fn is_empty(&self) -> bool {
+        *self == SlowDetails::default()
+    }
+}
+
+/// An optional percentage read from input: refused above 100.
+pub(super) fn percent<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<u32>, D::Error> {
+    within(deserializer, 0, 100, "a utilization percentage")
+}
+
+/// An optional performance state read from input: refused above P15.
+fn pstate<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Option<u8>, D::Error> {
+    within(deserializer, 0, 15, "a performance state")
+}
+
+/// An optional figure read from input, refused (NaN too) outside
+/// `low..=high`, naming what it is.
+fn within<'de, D, T>(deserializer: D, low: T, high: T, what: &str) -> Result<Option<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de> + PartialOrd + Copy + std::fmt::Display,
+{
+    let value = Option::<T>::deserialize(deserializer)?;
+    match &value {
+        Some(figure) if !(low..=high).contains(figure) => Err(serde::de::Error::custom(format!(
+            "{what} must be within {low}..{high}, got {figure}"
+        ))),
+        _ => Ok(value),
+    }
+}
+
+/// NVML clock throttle reason bits and their stable names.
+pub const THROTTLE_REASONS: &[(u64, &str)] = &[
+    (0x1, "gpu_idle"),
+    (0x2, "applications_clocks_setting"),
+    (0x4, "sw_power_cap"),
+    (0x8, "hw_slowdown"),
+    (0x10, "sync_boost"),
+    (0x20, "sw_thermal_slowdown"),
+    (0x40, "hw_thermal_slowdown"),
+    (0x80, "hw_power_brake_slowdown"),
+    (0x100, "display_clock_setting"),
+];
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct Bar1Memory {
+    pub total_bytes: u64,
+    pub used_bytes: u64,
+    pub free_bytes: u64,
+}
+
+/// ECC error counts (all memory locations together).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct EccCounters {
+    /// Since the last driver reload.
+    pub volatile_corrected: u64,
+    pub volatile_uncorrected: u64,
+    /// Over the life of the device.
+    pub aggregate_corrected: u64,
+    pub aggregate_uncorrected: u64,
+}
+
+/// Pages retired for ECC errors (pre-Ampere GPUs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct RetiredPages {
+    pub single_bit_ecc: u64,
+    pub double_bit_ecc: u64,
+    /// A retirement waits for the next driver reload.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pending: Option<bool>,
+}
+
+/// Rows remapped for memory errors (Ampere and later).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct RemappedRows {
+    pub correctable: u64,
+    pub uncorrectable: u64,
+    /// A remapping waits for the next GPU reset.
+    pub pending: bool,
+    /// A remapping failed: the GPU needs service.
+    pub failure: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+#[derive(IntoStaticStr)]
+#[strum(serialize_all = "snake_case")]
+pub enum ComputeMode {
+    Default,
+    ExclusiveThread,
+    Prohibited,
+    ExclusiveProcess,
+}
+
+impl ComputeMode {
+    pub fn as_str(self) -> &'static str {
+        self.into()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn readings_that_cannot_be_true_are_refused_naming_the_field() {
+        let fast = |memory: &str, utilization: &str| {
+            serde_json::from_str::<FastReading>(&format!(
+                r#"{{"at":1000,"memory":{memory},"gpu_utilization":{utilization}}}"#
+            ))
+        };
+        let good = r#"{"total_bytes":100,"reserved_bytes":5,"used_bytes":60,"free_bytes":35}"#;
+        assert!(fast(good, "0.5").is_ok());
+        let used_above_total = r#"{"total_bytes":100,"used_bytes":160,"free_bytes":0}"#;
+        let error = fast(used_above_total, "0.5").unwrap_err().to_string();
+        assert!(
+            error.contains("memory.used_bytes (160) exceeds memory.total_bytes (100)"),
+            "{error}"
+        );
+        for bad in ["-1", "1.5"] {
+            let error = fast(good, bad).unwrap_err().to_string();
+            assert!(error.contains("utilization ratio must be within 0..1"), "{bad}: {error}");
+        }
+        for (details, message) in [
+            (r#"{"performance_state":16}"#, "a performance state must be within 0..15, got 16"),
+            (
+                r#"{"encoder_utilization_percent":101}"#,
+                "a utilization percentage must be within 0..100, got 101",
+            ),
+        ] {
+            let error = serde_json::from_str::<SlowDetails>(details).unwrap_err().to_string();
+            assert!(error.contains(message), "{details}: {error}");
+        }
+        let ok = r#"{"performance_state":15,"decoder_utilization_percent":100}"#;
+        assert!(serde_json::from_str::<SlowDetails>(ok).is_ok());
+    }
+}
