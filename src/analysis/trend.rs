@@ -313,17 +313,25 @@ impl ForecastParams {
             .map(|j| j.trend.fit)
             .fold(rate.trend.fit, f64::max);
         // Only sustained growth (slope > 0) is forecast, so only its rate is
-        // refined: the verdict itself stays that of the floor line.
+        // refined: the verdict itself stays that of the floor line. The
+        // scratch holds the floor of the window judged last; another
+        // window's floor is reduced again (one pass, only for growth).
         if sustained && self.local_lag_share > 0.0 && rate.trend.slope_per_second > 0.0 {
-            let trend = rate.local.unwrap_or(rate.trend);
-            return Some((Trend { fit, ..trend }, true));
+            let last = recent.iter().take(judged).flatten().last().unwrap_or(&full);
+            let floor_ready = last.trend.origin == rate.trend.origin
+                || scratch.line(series, rate.trend.origin, self.buckets).is_some();
+            let local = floor_ready
+                .then(|| {
+                    exhaustion::local_slope(scratch.points(), &rate.trend, self.local_lag_share)
+                })
+                .flatten();
+            return Some((Trend { fit, ..local.unwrap_or(rate.trend) }, true));
         }
         Some((Trend { fit, ..rate.trend }, sustained))
     }
 
-    /// One window's floor line, its verdict (rising for at least
-    /// `min_span`) and, for growth, the rate by local slopes, taken from
-    /// the floor points while the scratch still holds them.
+    /// One window's floor line and its verdicts: sustained (rising for at
+    /// least `min_span`) and levelling off.
     fn judge(
         &self,
         scratch: &mut super::floor::FloorScratch,
@@ -346,10 +354,7 @@ impl ForecastParams {
         // a tenant's chunk freed inside the window is not that shape.
         let [q1, q2, q3, q4] = line.quarters;
         let levelling = q4 - q3 < self.keep_rising_share * (q2 - q1) - line.spread;
-        let local = (self.local_lag_share > 0.0 && trend.slope_per_second > 0.0)
-            .then(|| exhaustion::local_slope(scratch.points(), &trend, self.local_lag_share))
-            .flatten();
-        Some(Judged { trend, sustained, levelling, local })
+        Some(Judged { trend, sustained, levelling })
     }
 
     /// Whether `longer`'s slope is within `consistent_share` of
@@ -372,9 +377,6 @@ struct Judged {
     /// Its floor's last quarter step falls short of its first: levelling
     /// off towards a plateau.
     levelling: bool,
-    /// The rate by local slopes (`None` for a flat or falling floor, or
-    /// `local_lag_share` 0).
-    local: Option<Trend>,
 }
 
 /// Seconds until `free_bytes` is used up at the trend's rate: only for a
