@@ -2,8 +2,9 @@
 //! runs out.
 //!
 //! Owns: the Theil–Sen estimator (median of pairwise slopes), the
-//! equal-time bucketing that bounds its cost, the goodness of fit, and
-//! time-to-exhaustion. Depends on: `model::Timestamp` only; callers extract
+//! equal-time bucketing that bounds its cost, the goodness of fit,
+//! time-to-exhaustion, and the forecast's choice of which window calls
+//! growth sustained and which sets its rate (`ForecastParams::trend`). Depends on: `model::Timestamp` only; callers extract
 //! series with `analysis::series`. No I/O, no clocks: time is the series'
 //! own timestamps.
 //!
