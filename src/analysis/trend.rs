@@ -2,8 +2,9 @@
 //! runs out.
 //!
 //! Owns: the Theil–Sen estimator (median of pairwise slopes), the
-//! equal-time bucketing that bounds its cost, the goodness of fit, and
-//! time-to-exhaustion. Depends on: `model::Timestamp` only; callers extract
+//! equal-time bucketing that bounds its cost, the goodness of fit,
+//! time-to-exhaustion, and the forecast's choice of which window calls
+//! growth sustained and which sets its rate (`ForecastParams::trend`). Depends on: `model::Timestamp` only; callers extract
 //! series with `analysis::series`. No I/O, no clocks: time is the series'
 //! own timestamps.
 //!
@@ -191,6 +192,15 @@ pub struct ForecastParams {
     /// end) moved that line by a fifth on the corpus (`exhaustion`). 0 keeps
     /// the line of all pairs.
     pub local_lag_share: f64,
+    /// How many newest parts of the window (half, quarter, …; at most 4)
+    /// may call growth sustained, counting the `recent_splits` ones (1: off).
+    /// Those beyond `recent_splits` never set the rate: it comes from the
+    /// longer windows' local slopes, and the fit from the best of the
+    /// windows that called the growth. 2 (the quarter) gave every run with
+    /// ≥ 15 min from onset to full a ≥ 10-minute lead at seeds 1–6 with no
+    /// benign forecast, but TTE error p95 without second-job runs 13.4 % at
+    /// held-out seed 4 (docs/alerts.md, "Lead time"): not the default.
+    pub early_splits: u32,
 }
 
 impl Default for ForecastParams {
@@ -203,6 +213,7 @@ impl Default for ForecastParams {
             recent_splits: 1,
             consistent_share: 1.0,
             local_lag_share: 0.25,
+            early_splits: 1,
         }
     }
 }
@@ -230,52 +241,121 @@ impl ForecastParams {
     /// shortest recent window whose growth is sustained, longer windows are
     /// taken while their slope stays within `consistent_share` of it (they
     /// then saw the same growth, with more points to fit it).
+    ///
+    /// The newer windows up to `early_splits` may call growth sustained
+    /// but never set its rate (see [`ForecastParams::early_splits`]).
     pub fn trend(
         &self,
         scratch: &mut super::floor::FloorScratch,
         series: &[(Timestamp, u64)],
     ) -> Option<(Trend, bool)> {
-        let (full, rising) = scratch.trend(series, self.buckets, self.keep_rising_share)?;
-        let min_span = self.min_span.as_secs_f64();
-        let full_sustained = rising && full.span_seconds >= min_span;
-        // Shortest first; at most a handful (the split count is bounded).
-        let mut recent: [Option<Trend>; MAX_SPLITS] = [None; MAX_SPLITS];
+        let full = self.judge(scratch, series)?;
+        // Shortest last; at most a handful (the split count is bounded).
+        let mut recent: [Option<Judged>; MAX_SPLITS] = [None; MAX_SPLITS];
         let splits = (self.recent_splits as usize).min(MAX_SPLITS);
-        for (index, slot) in recent.iter_mut().take(splits).enumerate() {
+        let judged = (self.early_splits as usize).clamp(splits, MAX_SPLITS);
+        for (index, slot) in recent.iter_mut().take(judged).enumerate() {
             let share = 0.5_f64.powi(index as i32 + 1);
-            let from = full.origin.saturating_add(std::time::Duration::from_secs_f64(
-                (full.span_seconds * (1.0 - share)).max(0.0),
+            let from = full.trend.origin.saturating_add(std::time::Duration::from_secs_f64(
+                (full.trend.span_seconds * (1.0 - share)).max(0.0),
             ));
             let window = series.get(series.partition_point(|&(at, _)| at < from)..).unwrap_or(&[]);
-            *slot = match scratch.trend(window, self.buckets, self.keep_rising_share) {
-                Some((late, true)) if late.span_seconds >= min_span => Some(late),
-                _ => None,
-            };
+            *slot = self.judge(scratch, window);
         }
+        let sustained_rate_windows =
+            || recent.iter().take(splits).flatten().filter(|j| j.sustained);
         // From the shortest sustained window towards the full one.
-        let mut chosen: Option<Trend> = None;
-        for late in recent.iter().take(splits).rev().flatten() {
+        let mut chosen: Option<Judged> = None;
+        for late in sustained_rate_windows().rev() {
             chosen = match chosen {
                 None => Some(*late),
-                Some(shorter) if self.consistent(late, &shorter) => Some(*late),
+                Some(shorter) if self.consistent(&late.trend, &shorter.trend) => Some(*late),
                 Some(shorter) => Some(shorter),
             };
         }
-        let (trend, sustained) = match chosen {
-            Some(late) if full_sustained && self.consistent(&full, &late) => (full, true),
-            Some(late) if late.slope_per_second > full.slope_per_second || !full_sustained => {
+        let early = recent.iter().take(judged).skip(splits).flatten().filter(|j| j.sustained);
+        let called_early = early.clone().next().is_some();
+        // The longest recent window, steeper than the whole: growth that
+        // began inside the whole window, seen with less of its flat start.
+        let steeper_recent = splits
+            .checked_sub(1)
+            .and_then(|index| recent.get(index).copied().flatten())
+            .filter(|late| !late.levelling && !self.consistent(&full.trend, &late.trend));
+        let (rate, sustained) = match chosen {
+            Some(late) if full.sustained && self.consistent(&full.trend, &late.trend) => {
+                (full, true)
+            }
+            Some(late)
+                if late.trend.slope_per_second > full.trend.slope_per_second || !full.sustained =>
+            {
                 (late, true)
             }
-            _ => (full, full_sustained),
+            Some(_) => (full, true),
+            // Growth called by the whole window or early by the newest,
+            // none of the recent windows judged for the rate agreeing: the
+            // rate is still that of the one with the least flat start (a
+            // tenant's chunk freed inside the half flickers its verdict,
+            // and the whole window's local slopes are then mostly flat).
+            None if full.sustained || called_early => (steeper_recent.unwrap_or(full), true),
+            None => (full, false),
         };
+        // The early call: the newest windows see only the growth, so their
+        // verdict and fit come minutes before the longer windows', whose
+        // start is still flat; their rate, from a few minutes of floor
+        // under the sawtooth, is not trusted (±5 %; the steeper of them
+        // was chosen as often as not), so it comes from the windows above.
+        // The fit is the best of the line that gives the rate and of those
+        // that called the growth: a level step (a tenant's chunk) lowers
+        // one window's R² while another sees a clean line.
+        let called = std::iter::once(&full).chain(recent.iter().take(splits).flatten());
+        let fit = called
+            .filter(|j| j.sustained)
+            .chain(early)
+            .map(|j| j.trend.fit)
+            .fold(rate.trend.fit, f64::max);
         // Only sustained growth (slope > 0) is forecast, so only its rate is
-        // refined: the verdict itself stays that of the floor line, and
-        // flat memory costs no second pass.
-        if sustained && self.local_lag_share > 0.0 && trend.slope_per_second > 0.0 {
-            let local = exhaustion::local_slope(series, &trend, self.buckets, self.local_lag_share);
-            return Some((local.unwrap_or(trend), true));
+        // refined: the verdict itself stays that of the floor line. The
+        // scratch holds the floor of the window judged last; another
+        // window's floor is reduced again (one pass, only for growth).
+        if sustained && self.local_lag_share > 0.0 && rate.trend.slope_per_second > 0.0 {
+            let last = recent.iter().take(judged).flatten().last().unwrap_or(&full);
+            let floor_ready = last.trend.origin == rate.trend.origin
+                || scratch.line(series, rate.trend.origin, self.buckets).is_some();
+            let local = floor_ready
+                .then(|| {
+                    exhaustion::local_slope(scratch.points(), &rate.trend, self.local_lag_share)
+                })
+                .flatten();
+            return Some((Trend { fit, ..local.unwrap_or(rate.trend) }, true));
         }
-        Some((trend, sustained))
+        Some((Trend { fit, ..rate.trend }, sustained))
+    }
+
+    /// One window's floor line and its verdicts: sustained (rising for at
+    /// least `min_span`) and levelling off.
+    fn judge(
+        &self,
+        scratch: &mut super::floor::FloorScratch,
+        window: &[(Timestamp, u64)],
+    ) -> Option<Judged> {
+        let &(first, _) = window.first()?;
+        let line = scratch.line(window, first, self.buckets)?;
+        let trend = Trend {
+            slope_per_second: line.slope,
+            intercept: line.intercept,
+            origin: first,
+            fit: line.fit,
+            samples: window.len(),
+            span_seconds: line.span_seconds,
+        };
+        let rising = line.keeps_rising(self.keep_rising_share);
+        let sustained = rising && trend.span_seconds >= self.min_span.as_secs_f64();
+        // The deceleration half of `keeps_rising` alone: a warm-up's last
+        // quarter step is a fraction of its first, give or take the spread;
+        // a tenant's chunk freed inside the window is not that shape.
+        let [q1, q2, q3, q4] = line.quarters;
+        let levelling = q4 - q3 < self.keep_rising_share * (q2 - q1) - line.spread;
+        Some(Judged { trend, sustained, levelling })
     }
 
     /// Whether `longer`'s slope is within `consistent_share` of
@@ -287,6 +367,18 @@ impl ForecastParams {
 
 /// The most recent windows [`ForecastParams::trend`] judges.
 const MAX_SPLITS: usize = 4;
+
+/// One window as [`ForecastParams::trend`] weighs it.
+#[derive(Clone, Copy, Debug)]
+struct Judged {
+    /// The Theil–Sen line of the window's floor.
+    trend: Trend,
+    /// Rising by the share, over at least `min_span`.
+    sustained: bool,
+    /// Its floor's last quarter step falls short of its first: levelling
+    /// off towards a plateau.
+    levelling: bool,
+}
 
 /// Seconds until `free_bytes` is used up at the trend's rate: only for a
 /// growing trend (`slope > 0`) whose fit is at least `min_fit`, since a
@@ -358,3 +450,6 @@ pub mod exhaustion;
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod lead_tests;

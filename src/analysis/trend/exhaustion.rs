@@ -29,60 +29,21 @@ use crate::model::Timestamp;
 
 use super::{Trend, median};
 
-/// Most floor buckets the local slopes are taken over (the forecast's
-/// `buckets`, 30 by default, is clamped to this).
+/// Most floor points the local slopes are taken over (the forecast's
+/// `buckets` is 30 by default; above this the line of all pairs stands).
 pub const MAX_BUCKETS: usize = 64;
 /// Most pairs: every bucket with the next `MAX_BUCKETS / 4`.
 const MAX_PAIRS: usize = MAX_BUCKETS * MAX_BUCKETS / 4;
 
-/// The median slope of `series`' floor (minima of `buckets` equal-time
-/// buckets) between buckets at most `lag_share` of the buckets apart, and
-/// the intercept that goes with it, as a [`Trend`] over the same span as
-/// `trend` (whose fit and sample count are kept). `None` when fewer than 6
-/// buckets hold a sample.
-pub fn local_slope(
-    series: &[(Timestamp, u64)],
-    trend: &Trend,
-    buckets: usize,
-    lag_share: f64,
-) -> Option<Trend> {
-    let origin = trend.origin.unix_millis();
-    let start = series.partition_point(|&(at, _)| at.unix_millis() < origin);
-    let window = series.get(start..)?;
-    let &(newest, _) = window.last()?;
-    let span_ms = newest.unix_millis().checked_sub(origin).filter(|&span| span > 0)?;
-    let count = buckets.clamp(6, MAX_BUCKETS);
-    let mut lows = [u64::MAX; MAX_BUCKETS];
-    // Bucket `b` holds offsets with `b · span ≤ offset · count < (b + 1) ·
-    // span`; the newest sample (offset = span) belongs to the last. The
-    // samples are in time order, so the bucket only moves forward: integer
-    // products and comparisons per sample, no division (this runs at every
-    // trend check of growing memory).
-    let (span, buckets) = (i128::from(span_ms), count as i128);
-    let mut index = 0;
-    for &(at, value) in window {
-        let scaled = i128::from(at.unix_millis().saturating_sub(origin).max(0)) * buckets;
-        while index + 1 < count && scaled >= (index as i128 + 1) * span {
-            index += 1;
-        }
-        if let Some(low) = lows.get_mut(index) {
-            *low = (*low).min(value);
-        }
-    }
-    let width_s = span_ms as f64 / 1000.0 / count as f64;
-    let mut points = [(0.0, 0.0); MAX_BUCKETS];
-    let mut filled = 0;
-    for (index, &low) in lows.iter().take(count).enumerate() {
-        if low == u64::MAX {
-            continue;
-        }
-        if let Some(point) = points.get_mut(filled) {
-            *point = ((index as f64 + 0.5) * width_s, low as f64);
-            filled += 1;
-        }
-    }
-    let points = points.get(..filled)?;
-    if points.len() < 6 {
+/// The median slope between floor points (`points`: seconds since the
+/// window's first sample and bytes, oldest first, as
+/// [`FloorScratch::points`](crate::analysis::floor::FloorScratch::points)
+/// gives them) at most `lag_share` of the points apart, and the intercept
+/// that goes with it, as a [`Trend`] over the same span as `trend` (whose
+/// fit and sample count are kept). `None` for fewer than 6 points or more
+/// than [`MAX_BUCKETS`].
+pub fn local_slope(points: &[(f64, f64)], trend: &Trend, lag_share: f64) -> Option<Trend> {
+    if points.len() < 6 || points.len() > MAX_BUCKETS {
         return None;
     }
     let lag = ((points.len() as f64 * lag_share).round() as usize).clamp(1, MAX_BUCKETS / 4);

@@ -1,0 +1,90 @@
+//! The forecast's verdict and rate when growth began inside the window:
+//! which window calls it, which sets the rate (issue 13, lead time).
+
+use super::*;
+use crate::analysis::floor::FloorScratch;
+
+const MIB: f64 = 1_048_576.0;
+const GIB: f64 = 1024.0 * MIB;
+
+fn at(seconds: f64) -> Timestamp {
+    Timestamp::from_unix_millis(1_767_225_600_000 + (seconds * 1000.0).round() as i64)
+}
+
+/// 10 minutes at 4 Hz of a device's used memory: flat at 20 GB until
+/// `onset`, then `growth(t − onset)` on top, under a sawtooth of
+/// `sawtooth` bytes sampled at random phases (deterministic xorshift),
+/// plus level steps `(from second, bytes)` (a tenant's chunks).
+fn series(
+    onset: f64,
+    growth: impl Fn(f64) -> f64,
+    sawtooth: f64,
+    steps: &[(f64, f64)],
+) -> Vec<(Timestamp, u64)> {
+    let mut state = 0x2545_F491_4F6C_DD1D_u64;
+    (0..=2_400)
+        .map(|i| {
+            let t = f64::from(i) * 0.25;
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            let phase = (state >> 11) as f64 / (1u64 << 53) as f64;
+            let grown = if t > onset { growth(t - onset) } else { 0.0 };
+            let stepped: f64 = steps.iter().filter(|&&(from, _)| t >= from).map(|&(_, b)| b).sum();
+            (at(t), (20.0e9 + grown + sawtooth * phase + stepped).round() as u64)
+        })
+        .collect()
+}
+
+fn forecast(params: ForecastParams, series: &[(Timestamp, u64)]) -> (Trend, bool) {
+    let mut scratch = FloorScratch::new();
+    params.trend(&mut scratch, series).unwrap_or_else(|| panic!("no trend"))
+}
+
+#[test]
+fn growth_whose_half_flickers_on_a_freed_chunk_keeps_the_half_rate() {
+    // 60 MiB/s from 5 minutes in; a tenant frees 4 GiB 50 s before the
+    // newest half's third quarter ends, so the half's quarters do not keep
+    // rising while the whole window's do. The whole window's local slopes
+    // are half flat: its rate alone read a fraction of the growth.
+    let rate = 60.0 * MIB;
+    let series = series(300.0, |d| rate * d, 4.0 * GIB, &[(470.0, -4.0 * GIB)]);
+    let mut scratch = FloorScratch::new();
+    let (_, whole_rising) = scratch.trend(&series, 30, 0.5).unwrap_or_else(|| panic!("whole"));
+    let (_, half_rising) =
+        scratch.trend(&series[1_200..], 30, 0.5).unwrap_or_else(|| panic!("half"));
+    assert!(whole_rising && !half_rising, "the shape this test is about");
+    let (trend, sustained) = forecast(ForecastParams::default(), &series);
+    assert!(sustained);
+    assert!(((trend.slope_per_second - rate) / rate).abs() < 0.1, "{trend:?}");
+    assert!(trend.fit >= 0.8, "{trend:?}");
+}
+
+#[test]
+fn a_warm_up_levelling_off_is_not_forecast_at_its_newest_half_rate() {
+    // 8 GiB of warm-up (τ 60 s) from 350 s in: the whole window still
+    // rises by its quarters, the newest half is steeper but levelling off.
+    let series = series(350.0, |d| 8.0 * GIB * (1.0 - (-d / 60.0).exp()), 4.0 * GIB, &[]);
+    let mut scratch = FloorScratch::new();
+    let (half, _) = scratch.trend(&series[1_200..], 30, 0.5).unwrap_or_else(|| panic!("half"));
+    let (trend, _) = forecast(ForecastParams::default(), &series);
+    assert!(half.slope_per_second > 20.0 * MIB, "{half:?}");
+    assert!(trend.slope_per_second < 0.25 * half.slope_per_second, "{trend:?}");
+}
+
+#[test]
+fn the_newest_quarter_calls_growth_early_without_setting_its_rate() {
+    // 60 MiB/s for the last two minutes only: the half's floor is still
+    // mostly flat, the quarter's is all growth.
+    let rate = 60.0 * MIB;
+    let series = series(480.0, |d| rate * d, 4.0 * GIB, &[]);
+    let (_, off) = forecast(ForecastParams::default(), &series);
+    assert!(!off, "the half alone does not call it yet");
+    let early = ForecastParams { early_splits: 2, ..ForecastParams::default() };
+    let (trend, sustained) = forecast(early, &series);
+    assert!(sustained);
+    assert!(trend.fit >= 0.8, "the quarter's line fits: {trend:?}");
+    // The rate is the longer window's (mostly flat yet, so low: a later
+    // forecast, never a sooner one), not the quarter's own.
+    assert!(trend.slope_per_second < 0.5 * rate, "{trend:?}");
+}
