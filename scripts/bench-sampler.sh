@@ -7,8 +7,10 @@
 # alternating binaries part by part:
 #   cost: 100 Hz fast / 1 Hz slow. Over CPU_WINDOWS windows of CPU_SECONDS,
 #         each binary's window right after one of the floor (below), both
-#         freshly started: the daemon's CPU share (utime + stime from
-#         /proc/PID/stat), the floor's, vramd above the floor (the
+#         freshly started: the daemon's CPU share (task-clock from `perf
+#         stat -p` where perf works, to the microsecond; else utime + stime
+#         from /proc/PID/stat, whose 10 ms ticks are 0.05 % of a core over
+#         a 20 s window), the floor's, vramd above the floor (the
 #         difference, per window pair: what the machine's drift does to
 #         both cancels), per-thread wake-ups (voluntary context switches)
 #         and CPU from /proc/PID/task/*, the mean
@@ -35,7 +37,8 @@
 # Everything binds 127.0.0.1, every wait is bounded, and the daemons and the
 # sleepers are killed on exit. Tunables (environment): PORT (19677),
 # GPUS (8), PROCESSES_PER_GPU (64), CPU_SECONDS (20), CPU_WINDOWS (3),
-# SETTLE_SECONDS (5), FLOOR_SETTLE_SECONDS (2), IDLE_SECONDS (15),
+# SETTLE_SECONDS (5), FLOOR_SETTLE_SECONDS (2), PERF_STAT (1; 0 reads
+# the CPU share from /proc ticks even where perf works), IDLE_SECONDS (15),
 # RSS_SAMPLES (5), PARTS ("cost fill idle"), FLOOR (the reference binary,
 # default target/release/examples/nvml-floor), SKIP_BUILD=1 to use the
 # existing target/release/{vramd, libnvidia_ml_fake.so, examples/nvml-floor}.
@@ -170,19 +173,26 @@ thread_table() {
         END { for (k in v) printf "%s %.1f %.1f %.3f\n", k, v[k] / s[k], i[k] / s[k], 100 * c[k] / hz / s[k] }' \
         "$1" | sort -k4,4gr -k2,2gr
 }
-# measure OUT PREFIX: CPU share over CPU_SECONDS into PREFIX.cpu (and OUT,
-# the window's ticks), per-thread counts into PREFIX.threads.
+# measure_window PREFIX: CPU share over CPU_SECONDS into PREFIX.cpu (and
+# WINDOW_CPU_US, the window's CPU time), per-thread counts into
+# PREFIX.threads.
 measure_window() {
     local prefix=$1 t0 t1
+    WINDOW_CPU_US=""
     threads >"$WORK/threads.0"
     t0=$(cpu_ticks)
-    sleep "$CPU_SECONDS"
+    if [[ -n "$PERF" ]]; then
+        perf stat -x, -e task-clock -p "$PID" -o "$WORK/perf.out" -- sleep "$CPU_SECONDS"
+        WINDOW_CPU_US=$(awk -F, '$3 == "task-clock" { printf "%d", $1 * 1000 }' "$WORK/perf.out")
+    else
+        sleep "$CPU_SECONDS"
+    fi
     t1=$(cpu_ticks)
     threads >"$WORK/threads.1"
     thread_delta "$WORK/threads.0" "$WORK/threads.1" "$CPU_SECONDS" >>"$prefix.threads"
-    awk -v t="$((t1 - t0))" -v hz="$TCK" -v s="$CPU_SECONDS" \
-        'BEGIN { printf "%.3f\n", 100 * t / hz / s }' >>"$prefix.cpu"
-    WINDOW_TICKS=$((t1 - t0))
+    [[ -n "$WINDOW_CPU_US" ]] || WINDOW_CPU_US=$(((t1 - t0) * 1000000 / TCK))
+    awk -v us="$WINDOW_CPU_US" -v s="$CPU_SECONDS" \
+        'BEGIN { printf "%.3f\n", us / 1e4 / s }' >>"$prefix.cpu"
 }
 # start_floor SCENARIO: the reference sampler on the same fake and scenario.
 start_floor() {
@@ -193,6 +203,12 @@ start_floor() {
 status_kib() { awk -v key="$1:" '$1 == key { print $2 }' "/proc/$PID/status"; }
 mib() { awk -v k="$1" 'BEGIN { printf "%.1f", k / 1024 }'; }
 TCK=$(getconf CLK_TCK)
+# perf stat's task-clock where it works here (PERF_STAT=0 turns it off).
+PERF=""
+if [[ "${PERF_STAT:-1}" == 1 ]] && command -v perf >/dev/null &&
+    perf stat -x, -e task-clock -o /dev/null -- true 2>/dev/null; then
+    PERF=perf
+fi
 
 for n in $(seq ${#BINS[@]}); do
     : >"$WORK/$n.cpu" ; : >"$WORK/$n.fast" ; : >"$WORK/$n.slow" ; : >"$WORK/$n.per"
@@ -226,8 +242,8 @@ if part cost; then
                 'BEGIN { printf "%.2f\n", (d > c) ? 1e6 * (b - a) / (d - c) : 0 }' >>"$WORK/$n.fast"
             awk -v a="$ss0" -v b="$ss1" -v c="$sc0" -v d="$sc1" \
                 'BEGIN { printf "%.1f\n", (d > c) ? 1e6 * (b - a) / (d - c) : 0 }' >>"$WORK/$n.slow"
-            awk -v t="$WINDOW_TICKS" -v hz="$TCK" -v n="$((fc1 - fc0 + sc1 - sc0))" \
-                'BEGIN { printf "%.2f\n", (n > 0) ? 1e6 * t / hz / n : 0 }' >>"$WORK/$n.per"
+            awk -v us="$WINDOW_CPU_US" -v n="$((fc1 - fc0 + sc1 - sc0))" \
+                'BEGIN { printf "%.2f\n", (n > 0) ? us / n : 0 }' >>"$WORK/$n.per"
             vramd=$(tail -1 "$WORK/$n.cpu") floor=$(tail -1 "$WORK/$n.floor.cpu")
             awk -v a="$vramd" -v b="$floor" 'BEGIN { printf "%.3f\n", a - b }' >>"$WORK/$n.above"
             log "  binary $n, window $window: vramd $vramd %, floor $floor %," \
@@ -270,7 +286,8 @@ fi
 printf '\nmachine: %s cores, %s; load average at end: %s\n' "$(nproc)" \
     "$(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo)" \
     "$(cut -d' ' -f1-3 /proc/loadavg)"
-printf '%s GPUs x %s processes; medians (min-max)\n' "$GPUS" "$PROCESSES_PER_GPU"
+printf '%s GPUs x %s processes; medians (min-max); CPU from %s\n' "$GPUS" \
+    "$PROCESSES_PER_GPU" "$([[ -n "$PERF" ]] && echo "perf stat task-clock" || echo "/proc ticks")"
 for n in $(seq ${#BINS[@]}); do
     printf '\nbinary %s\n' "$n"
     if part cost; then
