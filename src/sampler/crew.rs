@@ -19,10 +19,11 @@
 //! tier of every fast call in flight and every slow tier
 //! (`TierShared::check_deadline`, which counts, marks stale and logs) and
 //! sleeps to the earliest deadline or hand-off look, so the 16 tiers of 8
-//! GPUs cost one wake-up per deadline period rather than 16. It runs on a thread of its own, which parks
-//! to its next look: at 100 Hz with several GPUs it looks 20 times a
-//! second (one look per hand-off limit is what the bound takes), and on
-//! the runtime every look also woke a tokio worker and its timer. Tests
+//! GPUs cost one wake-up per deadline period rather than 16. It runs on a
+//! thread of its own, which parks to its next look: at 100 Hz with several
+//! GPUs it looks 20 times a second (one look per hand-off limit is what
+//! the bound takes), and on the runtime every look also woke a tokio
+//! worker and its timer. Tests
 //! driving paused time keep it on the runtime (`runtime_ticks`).
 //!
 //! Must not depend on history or telemetry.
@@ -52,7 +53,7 @@ use super::worker::{Ticker, sample_at};
 const HAND_OFF_FLOOR: Duration = Duration::from_millis(50);
 
 /// A fast tier in a crew. Dropping it (when the tier leaves the fleet)
-/// resolves the tier watchdog's `ended`.
+/// resolves the tier task's `ended`.
 struct Member {
     shared: Arc<TierShared>,
     _left: oneshot::Sender<()>,

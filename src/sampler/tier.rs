@@ -46,7 +46,7 @@ pub(crate) async fn run_device(
     );
 }
 
-/// What a tier's thread and its watchdog share.
+/// What a tier's thread, its task and the fleet's watchdog share.
 pub(crate) struct TierShared {
     pub(crate) context: Arc<Context>,
     pub(crate) device: Arc<DeviceHistory>,
@@ -62,7 +62,7 @@ pub(crate) struct TierShared {
     /// The tier's thread while it sleeps to its ticks itself: unparked at
     /// cancel so shutdown does not wait out a slow tier's period.
     thread: OnceLock<Thread>,
-    /// Set by the watchdog when the tier's context is cancelled.
+    /// Set by the tier's task when the tier's context is cancelled.
     stopped: AtomicBool,
 }
 
