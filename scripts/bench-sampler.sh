@@ -5,13 +5,24 @@
 # /proc reads are real reads). For each binary given (default
 # target/release/vramd; pass the binary of main first to get a before/after),
 # alternating binaries part by part:
-#   cost: 100 Hz fast / 1 Hz slow. Over CPU_WINDOWS windows of CPU_SECONDS:
-#         the daemon's CPU share (utime + stime from /proc/PID/stat), the mean
+#   cost: 100 Hz fast / 1 Hz slow. Over CPU_WINDOWS windows of CPU_SECONDS,
+#         each binary's window right after one of the floor (below), both
+#         freshly started: the daemon's CPU share (task-clock from `perf
+#         stat -p` where perf works, to the microsecond; else utime + stime
+#         from /proc/PID/stat, whose 10 ms ticks are 0.05 % of a core over
+#         a 20 s window), the floor's, vramd above the floor (the
+#         difference, per window pair: what the machine's drift does to
+#         both cancels), per-thread wake-ups (voluntary context switches)
+#         and CPU from /proc/PID/task/*, the mean
 #         fast and slow sample duration (vramd_sample_duration_seconds
 #         sum / count: the call as the tier loop sees it, hand-off included),
 #         and CPU time per stored sample. The fake's own calls cost ~0.3 us
 #         (fast) and ~2.7 us (slow, 64 processes) by `cargo bench --bench
 #         nvml`, so the duration is almost all vramd's cost above the library.
+#         The floor is examples/nvml-floor.rs: the same NVML calls against
+#         the same fake for the same devices at the same rates (one fast,
+#         one slow and one Xid thread) and nothing else, i.e. what NVML's
+#         own cost and a sampler's wake-ups take at the least.
 #   fill: VmRSS / VmHWM with every ring full, holding as many points as the
 #         defaults keep for 1 h (fast 4 Hz: 14,401; slow 1 Hz, kept 32 min:
 #         1,921), filled in 192 s: fast 10 ms and slow 100 ms intervals with
@@ -26,9 +37,12 @@
 # Everything binds 127.0.0.1, every wait is bounded, and the daemons and the
 # sleepers are killed on exit. Tunables (environment): PORT (19677),
 # GPUS (8), PROCESSES_PER_GPU (64), CPU_SECONDS (20), CPU_WINDOWS (3),
-# SETTLE_SECONDS (5), IDLE_SECONDS (15), RSS_SAMPLES (5), PARTS ("cost fill
-# idle"), SKIP_BUILD=1 to use the existing target/release/{vramd,
-# libnvidia_ml_fake.so}. Needs curl.
+# SETTLE_SECONDS (5), FLOOR_SETTLE_SECONDS (2), PERF_STAT (1; 0 reads
+# the CPU share from /proc ticks even where perf works), IDLE_SECONDS (15),
+# RSS_SAMPLES (5), PARTS ("cost fill idle"), FLOOR (the reference binary,
+# default target/release/examples/nvml-floor), SKIP_BUILD=1 to use the
+# existing target/release/{vramd, libnvidia_ml_fake.so, examples/nvml-floor}.
+# Needs curl.
 #
 # Usage: scripts/bench-sampler.sh [VRAMD_BINARY ...]
 
@@ -45,6 +59,8 @@ CPU_WINDOWS=${CPU_WINDOWS:-3}
 SETTLE_SECONDS=${SETTLE_SECONDS:-5}
 IDLE_SECONDS=${IDLE_SECONDS:-15}
 RSS_SAMPLES=${RSS_SAMPLES:-5}
+FLOOR_SETTLE_SECONDS=${FLOOR_SETTLE_SECONDS:-2}
+FLOOR=${FLOOR:-target/release/examples/nvml-floor}
 PARTS=${PARTS:-cost fill idle}
 FILL_RETENTION=192
 
@@ -78,6 +94,14 @@ for bin in "${@:-target/release/vramd}"; do
     BINS+=("$WORK/vramd-$n")
     log "binary $n: $bin"
 done
+if part cost; then
+    if [[ "${SKIP_BUILD:-0}" != 1 ]]; then
+        log "cargo build --release --example nvml-floor"
+        cargo build --release --example nvml-floor --quiet >&2
+    fi
+    [[ -x "$FLOOR" ]] || die "$FLOOR not found (cargo build --release --example nvml-floor)"
+    cp "$FLOOR" "$WORK/nvml-floor"
+fi
 
 for _ in $(seq $((GPUS * PROCESSES_PER_GPU))); do
     sleep 3600 &
@@ -121,40 +145,112 @@ duration_sums() {
         END { printf "%s %s %s %s\n", fs + 0, fc + 0, ss + 0, sc + 0 }'
 }
 cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$PID/stat"; }
+# threads: per thread name (tokio's workers share one), "name voluntary
+# involuntary ticks", summed over PID's threads.
+threads() {
+    local task
+    for task in /proc/"$PID"/task/*; do
+        # The name may hold spaces; stat's fields after it do not.
+        { tr ' ' '_' <"$task/comm"
+          awk '$1 == "voluntary_ctxt_switches:" { v = $2 }
+               $1 == "nonvoluntary_ctxt_switches:" { i = $2 }
+               END { print v + 0, i + 0 }' "$task/status"
+          sed 's/.*) //' "$task/stat" | awk '{ print $12 + $13 }'
+        } 2>/dev/null | paste -sd' '
+    done | awk 'NF == 4 { v[$1] += $2; i[$1] += $3; c[$1] += $4 }
+        END { for (k in v) print k, v[k], i[k], c[k] }'
+}
+# thread_delta BEFORE AFTER SECONDS: "name voluntary involuntary ticks
+# seconds" for each thread name in AFTER (counts over the window).
+thread_delta() {
+    awk -v s="$3" 'NR == FNR { v[$1] = $2; i[$1] = $3; c[$1] = $4; next }
+        { print $1, $2 - v[$1], $3 - i[$1], $4 - c[$1], s }' "$1" "$2"
+}
+# thread_table FILE: per thread name over all windows in FILE (lines of
+# thread_delta), by CPU: "name wake-ups/s (involuntary/s) CPU %".
+thread_table() {
+    awk -v hz="$TCK" '{ v[$1] += $2; i[$1] += $3; c[$1] += $4; s[$1] += $5 }
+        END { for (k in v) printf "%s %.1f %.1f %.3f\n", k, v[k] / s[k], i[k] / s[k], 100 * c[k] / hz / s[k] }' \
+        "$1" | sort -k4,4gr -k2,2gr
+}
+# measure_window PREFIX: CPU share over CPU_SECONDS into PREFIX.cpu (and
+# WINDOW_CPU_US, the window's CPU time), per-thread counts into
+# PREFIX.threads.
+measure_window() {
+    local prefix=$1 t0 t1
+    WINDOW_CPU_US=""
+    threads >"$WORK/threads.0"
+    t0=$(cpu_ticks)
+    if [[ -n "$PERF" ]]; then
+        perf stat -x, -e task-clock -p "$PID" -o "$WORK/perf.out" -- sleep "$CPU_SECONDS"
+        WINDOW_CPU_US=$(awk -F, '$3 == "task-clock" { printf "%d", $1 * 1000 }' "$WORK/perf.out")
+    else
+        sleep "$CPU_SECONDS"
+    fi
+    t1=$(cpu_ticks)
+    threads >"$WORK/threads.1"
+    thread_delta "$WORK/threads.0" "$WORK/threads.1" "$CPU_SECONDS" >>"$prefix.threads"
+    [[ -n "$WINDOW_CPU_US" ]] || WINDOW_CPU_US=$(((t1 - t0) * 1000000 / TCK))
+    awk -v us="$WINDOW_CPU_US" -v s="$CPU_SECONDS" \
+        'BEGIN { printf "%.3f\n", us / 1e4 / s }' >>"$prefix.cpu"
+}
+# start_floor SCENARIO: the reference sampler on the same fake and scenario.
+start_floor() {
+    FAKE_NVML_SCENARIO="$1" "$WORK/nvml-floor" --library "$LIB" \
+        --fast-ms 10 --slow-ms 1000 >"$WORK/floor.log" 2>&1 &
+    PID=$!
+}
 status_kib() { awk -v key="$1:" '$1 == key { print $2 }' "/proc/$PID/status"; }
 mib() { awk -v k="$1" 'BEGIN { printf "%.1f", k / 1024 }'; }
 TCK=$(getconf CLK_TCK)
+# perf stat's task-clock where it works here (PERF_STAT=0 turns it off).
+PERF=""
+if [[ "${PERF_STAT:-1}" == 1 ]] && command -v perf >/dev/null &&
+    perf stat -x, -e task-clock -o /dev/null -- true 2>/dev/null; then
+    PERF=perf
+fi
 
 for n in $(seq ${#BINS[@]}); do
     : >"$WORK/$n.cpu" ; : >"$WORK/$n.fast" ; : >"$WORK/$n.slow" ; : >"$WORK/$n.per"
     : >"$WORK/$n.rss" ; : >"$WORK/$n.idle"
+    : >"$WORK/$n.threads" ; : >"$WORK/$n.floor.cpu" ; : >"$WORK/$n.floor.threads"
+    : >"$WORK/$n.above"
 done
 
 if part cost; then
-    for n in $(seq ${#BINS[@]}); do
-        log "cost, binary $n: $GPUS GPUs x $PROCESSES_PER_GPU processes, 100 Hz / 1 Hz"
-        start_daemon "${BINS[$((n - 1))]}" "$WORK/full.json" \
-            VRAMD_SAMPLER__FAST_INTERVAL=10ms VRAMD_SAMPLER__SLOW_INTERVAL=1s
-        sleep "$SETTLE_SECONDS"
-        for window in $(seq "$CPU_WINDOWS"); do
+    # Window by window, each binary after a floor window of its own: the
+    # pair sees the same machine, so their difference is what vramd adds.
+    for window in $(seq "$CPU_WINDOWS"); do
+        for n in $(seq ${#BINS[@]}); do
+            log "cost, window $window, floor then binary $n: $GPUS GPUs x $PROCESSES_PER_GPU processes, 100 Hz / 1 Hz"
+            start_floor "$WORK/full.json"
+            sleep "$FLOOR_SETTLE_SECONDS"
+            kill -0 "$PID" 2>/dev/null || { cat "$WORK/floor.log" >&2; die "nvml-floor exited"; }
+            measure_window "$WORK/$n.floor"
+            stop_daemon
+            if ((window == 1 && n == 1)); then
+                sed 's/^/  /' "$WORK/floor.log" >&2
+            fi
+            start_daemon "${BINS[$((n - 1))]}" "$WORK/full.json" \
+                VRAMD_SAMPLER__FAST_INTERVAL=10ms VRAMD_SAMPLER__SLOW_INTERVAL=1s
+            sleep "$SETTLE_SECONDS"
             read -r fs0 fc0 ss0 sc0 < <(duration_sums)
-            t0=$(cpu_ticks)
-            sleep "$CPU_SECONDS"
-            t1=$(cpu_ticks)
+            measure_window "$WORK/$n"
             read -r fs1 fc1 ss1 sc1 < <(duration_sums)
-            awk -v t="$((t1 - t0))" -v hz="$TCK" -v s="$CPU_SECONDS" \
-                'BEGIN { printf "%.3f\n", 100 * t / hz / s }' >>"$WORK/$n.cpu"
+            stop_daemon
             awk -v a="$fs0" -v b="$fs1" -v c="$fc0" -v d="$fc1" \
                 'BEGIN { printf "%.2f\n", (d > c) ? 1e6 * (b - a) / (d - c) : 0 }' >>"$WORK/$n.fast"
             awk -v a="$ss0" -v b="$ss1" -v c="$sc0" -v d="$sc1" \
                 'BEGIN { printf "%.1f\n", (d > c) ? 1e6 * (b - a) / (d - c) : 0 }' >>"$WORK/$n.slow"
-            awk -v t="$((t1 - t0))" -v hz="$TCK" -v n="$((fc1 - fc0 + sc1 - sc0))" \
-                'BEGIN { printf "%.2f\n", (n > 0) ? 1e6 * t / hz / n : 0 }' >>"$WORK/$n.per"
-            log "  window $window: CPU $(tail -1 "$WORK/$n.cpu") %, fast $(tail -1 "$WORK/$n.fast") us," \
+            awk -v us="$WINDOW_CPU_US" -v n="$((fc1 - fc0 + sc1 - sc0))" \
+                'BEGIN { printf "%.2f\n", (n > 0) ? us / n : 0 }' >>"$WORK/$n.per"
+            vramd=$(tail -1 "$WORK/$n.cpu") floor=$(tail -1 "$WORK/$n.floor.cpu")
+            awk -v a="$vramd" -v b="$floor" 'BEGIN { printf "%.3f\n", a - b }' >>"$WORK/$n.above"
+            log "  binary $n, window $window: vramd $vramd %, floor $floor %," \
+                "vramd above the floor $(tail -1 "$WORK/$n.above") %; fast $(tail -1 "$WORK/$n.fast") us," \
                 "slow $(tail -1 "$WORK/$n.slow") us, $((fc1 - fc0)) fast samples;" \
                 "load $(cut -d' ' -f1 /proc/loadavg)"
         done
-        stop_daemon
     done
 fi
 
@@ -190,12 +286,21 @@ fi
 printf '\nmachine: %s cores, %s; load average at end: %s\n' "$(nproc)" \
     "$(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo)" \
     "$(cut -d' ' -f1-3 /proc/loadavg)"
-printf '%s GPUs x %s processes; medians (min-max)\n' "$GPUS" "$PROCESSES_PER_GPU"
+printf '%s GPUs x %s processes; medians (min-max); CPU from %s\n' "$GPUS" \
+    "$PROCESSES_PER_GPU" "$([[ -n "$PERF" ]] && echo "perf stat task-clock" || echo "/proc ticks")"
 for n in $(seq ${#BINS[@]}); do
     printf '\nbinary %s\n' "$n"
     if part cost; then
         read -r m lo hi < <(stats <"$WORK/$n.cpu")
         printf '  CPU share, 100 Hz / 1 Hz:          %s %% of a core (%s-%s)\n' "$m" "$lo" "$hi"
+        read -r m lo hi < <(stats <"$WORK/$n.floor.cpu")
+        printf '  floor (nvml-floor), same windows:  %s %% of a core (%s-%s)\n' "$m" "$lo" "$hi"
+        read -r m lo hi < <(stats <"$WORK/$n.above")
+        printf '  vramd above the floor, per pair:   %s %% of a core (%s-%s)\n' "$m" "$lo" "$hi"
+        printf '  threads (wake-ups/s, involuntary/s, CPU %%), vramd:\n'
+        thread_table "$WORK/$n.threads" | awk '{ printf "    %-18s %7s %6s %7s\n", $1, $2, $3, $4 }'
+        printf '  threads, floor:\n'
+        thread_table "$WORK/$n.floor.threads" | awk '{ printf "    %-18s %7s %6s %7s\n", $1, $2, $3, $4 }'
         read -r m lo hi < <(stats <"$WORK/$n.fast")
         printf '  fast sample duration (mean):       %s us (%s-%s)\n' "$m" "$lo" "$hi"
         read -r m lo hi < <(stats <"$WORK/$n.slow")

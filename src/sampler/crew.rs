@@ -15,11 +15,21 @@
 //! only slow (a busy host descheduling the thread) costs one thread start,
 //! not a thread for good. Fast threads never outnumber fast devices.
 //!
-//! Deadlines, counting and staleness stay with each device's tier watchdog
-//! (`tier`); the fleet only decides who calls whom. Must not depend on
-//! history or telemetry.
+//! The same watchdog owns every call's deadline: at each look it asks the
+//! tier of every fast call in flight and every slow tier
+//! (`TierShared::check_deadline`, which counts, marks stale and logs) and
+//! sleeps to the earliest deadline or hand-off look, so the 16 tiers of 8
+//! GPUs cost one wake-up per deadline period rather than 16. It runs on a
+//! thread of its own, which parks to its next look: at 100 Hz with several
+//! GPUs it looks 20 times a second (one look per hand-off limit is what
+//! the bound takes), and on the runtime every look also woke a tokio
+//! worker and its timer. Tests
+//! driving paused time keep it on the runtime (`runtime_ticks`).
+//!
+//! Must not depend on history or telemetry.
 
 use std::sync::Arc;
+use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::Thread;
 use std::time::Duration;
@@ -35,11 +45,15 @@ use super::tier::TierShared;
 use super::worker::{Ticker, sample_at};
 
 /// The least time a fast call runs before the other devices leave its
-/// thread (real time).
+/// thread (real time). A constant, not a setting: it is also how often the
+/// watchdog looks while several devices share the thread, and 50 ms keeps
+/// both a hung driver's cost to the others (5 samples at 100 Hz) and the
+/// looks (20 a second, a fifth of the fast thread's wake-ups) small; no
+/// user has a reason to trade one for the other.
 const HAND_OFF_FLOOR: Duration = Duration::from_millis(50);
 
 /// A fast tier in a crew. Dropping it (when the tier leaves the fleet)
-/// resolves the tier watchdog's `ended`.
+/// resolves the tier task's `ended`.
 struct Member {
     shared: Arc<TierShared>,
     _left: oneshot::Sender<()>,
@@ -50,9 +64,14 @@ pub(crate) struct Fleet {
     context: Arc<Context>,
     /// Lock order: the fleet's state before any crew's.
     state: Mutex<FleetState>,
-    /// Wakes the watchdog, asleep while the home crew has nothing to hand
-    /// off, when the home crew gains a member.
+    /// Wakes the watchdog task (paused-time tests), asleep while the home
+    /// crew has nothing to hand off, when the home crew gains a member.
     nudge: Notify,
+    /// The watchdog's thread, woken instead where it runs on one.
+    watcher: OnceLock<Thread>,
+    /// The slow tiers whose deadlines the watchdog owns (one per device
+    /// sampled, so bounded by `sampler.max_devices`).
+    slow: Mutex<Vec<Arc<TierShared>>>,
 }
 
 #[derive(Default)]
@@ -91,9 +110,58 @@ impl Fleet {
             context: context.clone(),
             state: Mutex::new(FleetState::default()),
             nudge: Notify::new(),
+            watcher: OnceLock::new(),
+            slow: Mutex::new(Vec::new()),
         });
-        tokio::spawn(fleet.clone().watch());
+        if context.settings.runtime_ticks || !fleet.watch_on_thread() {
+            tokio::spawn(fleet.clone().watch());
+        }
         fleet
+    }
+
+    /// Starts the watchdog's thread, and a task that only wakes it at
+    /// cancel; false where no thread can be started.
+    fn watch_on_thread(self: &Arc<Self>) -> bool {
+        let handle = Handle::current();
+        let spawned = std::thread::Builder::new().name("vramd-watch".to_owned()).spawn({
+            let fleet = self.clone();
+            move || fleet.watch_parked(&handle)
+        });
+        match spawned {
+            Ok(joined) => {
+                // Set once, here, before anything could wake it.
+                let _ = self.watcher.set(joined.thread().clone());
+                let (cancel, thread) = (self.context.cancel.clone(), joined.thread().clone());
+                tokio::spawn(async move {
+                    cancel.cancelled().await;
+                    thread.unpark();
+                });
+                true
+            }
+            Err(error) => {
+                warn!(error = %error, "cannot start the fast sampler's watchdog thread; it runs on the runtime");
+                false
+            }
+        }
+    }
+
+    /// Puts a slow tier's deadlines in the watchdog's care, until
+    /// `unwatch_deadline`.
+    pub(crate) fn watch_deadline(&self, shared: &Arc<TierShared>) {
+        self.slow.lock().push(shared.clone());
+        self.nudge();
+    }
+
+    pub(crate) fn unwatch_deadline(&self, shared: &Arc<TierShared>) {
+        self.slow.lock().retain(|other| !Arc::ptr_eq(other, shared));
+    }
+
+    /// Wakes the watchdog to look again now.
+    fn nudge(&self) {
+        match self.watcher.get() {
+            Some(thread) => thread.unpark(),
+            None => self.nudge.notify_one(),
+        }
     }
 
     /// Adds a device's fast tier to the home crew (starting one if there is
@@ -113,14 +181,14 @@ impl Fleet {
                 let mut crew = home.state.lock();
                 crew.members.extend(members);
                 if crew.members.len() > 1 {
-                    self.nudge.notify_one();
+                    self.nudge();
                 }
             }
             None => {
                 let crew = self.launch(members);
                 fleet.crews.push(crew.clone());
                 fleet.home = Some(crew);
-                self.nudge.notify_one();
+                self.nudge();
             }
         }
     }
@@ -235,7 +303,7 @@ impl Fleet {
             let mut state = home.state.lock();
             state.members.extend(returning);
             if state.members.len() > 1 {
-                self.nudge.notify_one();
+                self.nudge();
             }
         }
         fleet.crews.retain(|other| !Arc::ptr_eq(other, crew));
@@ -246,18 +314,50 @@ impl Fleet {
         true
     }
 
-    /// Looks at the home crew's call in flight; hands the other members
-    /// off when it has run the hand-off limit. Returns when to look next,
-    /// or `None` while the home crew has a single member or none (nothing
-    /// to hand off, so a one-GPU host pays no watchdog wake-ups).
-    fn check(self: &Arc<Self>, now: Instant) -> Option<Instant> {
+    /// One look: hands the home crew's other members off when its call in
+    /// flight has run the hand-off limit, and checks the deadline of every
+    /// crew's call in flight and of every slow tier. Returns when to look
+    /// next: the earliest deadline, hand-off look, or deadline of a call
+    /// starting now; `None` with no tier at all. `in_flight` is scratch space, kept by the
+    /// caller so that a look allocates nothing.
+    fn check(self: &Arc<Self>, now: Instant, in_flight: &mut Vec<Arc<Member>>) -> Option<Instant> {
+        let mut next = self.hand_off(now, in_flight);
+        // Outside the fleet's lock: a verdict records a failure and logs.
+        for member in in_flight.drain(..) {
+            let due = member.shared.check_deadline(now);
+            next = Some(next.map_or(due, |next| next.min(due)));
+        }
+        for tier in self.slow.lock().iter() {
+            let due = tier.check_deadline(now);
+            next = Some(next.map_or(due, |next| next.min(due)));
+        }
+        next
+    }
+
+    /// The hand-off half of `check`: collects each crew's call in flight
+    /// into `in_flight` and hands off if the home crew's is overdue.
+    fn hand_off(
+        self: &Arc<Self>,
+        now: Instant,
+        in_flight: &mut Vec<Arc<Member>>,
+    ) -> Option<Instant> {
         let limit = self.hand_off_after();
         let mut fleet = self.state.lock();
-        let home = fleet.home.clone()?;
+        let mut members = false;
+        for crew in &fleet.crews {
+            let state = crew.state.lock();
+            members |= !state.members.is_empty();
+            in_flight.extend(state.current.as_ref().map(|(member, _)| member.clone()));
+        }
+        // A call that starts after this look is due no earlier than this.
+        let next = members.then(|| now + self.context.settings.call_timeout);
+        let Some(home) = fleet.home.clone() else {
+            return next;
+        };
         let mut state = home.state.lock();
         if state.members.len() <= 1 {
             // Alone on its thread: a hang here delays no one.
-            return None;
+            return next;
         }
         let Some((calling, started)) = &state.current else {
             return Some(now + limit);
@@ -289,14 +389,39 @@ impl Fleet {
     /// The fleet's watchdog, until the sampler is cancelled; then it wakes
     /// every crew's thread so shutdown does not wait out a sleep to a tick.
     async fn watch(self: Arc<Self>) {
+        let mut in_flight = Vec::new();
         loop {
-            let next = self.check(Instant::now());
+            let next = self.check(Instant::now(), &mut in_flight);
             tokio::select! {
                 () = self.context.cancel.cancelled() => break,
                 () = self.nudge.notified() => {}
                 () = sleep_until(next) => {}
             }
         }
+        self.wake_crews();
+    }
+
+    /// `watch` on the watchdog's own thread: parks to the next look, woken
+    /// early by a nudge or the cancel.
+    fn watch_parked(self: Arc<Self>, handle: &Handle) {
+        // The runtime's clock (tokio `Instant`s in the crews' state).
+        let _runtime = handle.enter();
+        let mut in_flight = Vec::new();
+        while !self.context.cancel.is_cancelled() {
+            let now = Instant::now();
+            let next = self.check(now, &mut in_flight);
+            match next {
+                Some(at) if at > now => std::thread::park_timeout(at - now),
+                Some(_) => {}
+                None => std::thread::park(),
+            }
+        }
+        self.wake_crews();
+    }
+
+    /// Every crew's thread, woken at cancel so shutdown does not wait out
+    /// a sleep to a tick.
+    fn wake_crews(&self) {
         for crew in &self.state.lock().crews {
             if let Some(thread) = crew.thread.lock().as_ref() {
                 thread.unpark();
@@ -306,7 +431,7 @@ impl Fleet {
 }
 
 /// Sleeps until `at`, or for ever.
-async fn sleep_until(at: Option<Instant>) {
+pub(super) async fn sleep_until(at: Option<Instant>) {
     match at {
         Some(at) => tokio::time::sleep_until(at).await,
         None => std::future::pending().await,

@@ -9,9 +9,9 @@
 //! and the other devices move to a fresh one, so a stuck driver delays the
 //! others by at most that long; once the call returns, its device rejoins
 //! the shared thread. Each slow tier has a thread of its own.
-//! Every tier is watched by a task that owns the call's deadline (discovery
-//! runs on `spawn_blocking`), and a call stuck past its deadline is never
-//! duplicated.
+//! Every tier call has a deadline, owned by the fleet's one watchdog, on a
+//! thread of its own (discovery runs on `spawn_blocking` with a deadline),
+//! and a call stuck past its deadline is never duplicated.
 //!
 //! Depends on: `source` (the trait only), `ingest` (reports to join),
 //! `history`, `telemetry`, `model`.

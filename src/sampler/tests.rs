@@ -1,4 +1,5 @@
-//! Sampler behaviour under paused tokio time, against a fake source whose
+//! Sampler behaviour under paused tokio time (and, for the watchdog on its
+//! own thread, real time), against a fake source whose
 //! calls can be made to hang.
 
 use std::sync::Arc;
@@ -417,4 +418,65 @@ fn cap_keeps_unknown_usage_last() {
     assert_eq!(tier::cap_processes(&mut reading, 2), 1);
     let pids: Vec<u32> = reading.processes.iter().flatten().map(|p| p.pid).collect();
     assert_eq!(pids, vec![3, 2]);
+}
+
+/// Polls `done` every 5 ms of real time, at most `limit`; whether it held.
+async fn real_wait(limit: Duration, mut done: impl FnMut() -> bool) -> bool {
+    let started = tokio::time::Instant::now();
+    while started.elapsed() < limit {
+        if done() {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    done()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_its_own_thread_the_watchdog_hands_off_at_the_limit_and_marks_stale_at_the_deadline() {
+    // Real time, threads sleeping to their own ticks: the daemon's set-up.
+    // Device 0 hangs first on the shared thread at 100 Hz; the hand-off
+    // limit (50 ms) comes long before the deadline (3 s).
+    let mut source = FakeSource::new(3);
+    source.hung_index = 0;
+    source.hang.store(true, Ordering::SeqCst);
+    let settings = SamplerSettings {
+        fast_interval: Duration::from_millis(10),
+        call_timeout: Duration::from_secs(3),
+        runtime_ticks: false,
+        ..settings()
+    };
+    let harness = start(source, settings);
+    let limit = Duration::from_secs(10);
+    assert!(real_wait(limit, || harness.store.devices().len() == 3).await);
+    let devices = harness.store.devices();
+    assert!(real_wait(limit, || harness.fleet.threads() == 2).await, "the others are handed off");
+    let hung = devices[0].live();
+    assert!(hung.fast_failure.is_none(), "handed off at the limit, before the call's deadline");
+    let before = [1, 2].map(|i| harness.source.fast_calls[i].load(Ordering::SeqCst));
+    assert!(
+        real_wait(limit, || {
+            [1, 2]
+                .into_iter()
+                .zip(before)
+                .all(|(i, calls)| harness.source.fast_calls[i].load(Ordering::SeqCst) >= calls + 20)
+        })
+        .await,
+        "devices 1 and 2 keep sampling while device 0's call hangs"
+    );
+    assert!(
+        real_wait(limit, || devices[0].live().fast_failure.is_some()).await,
+        "the watchdog marks the hung fast tier stale at its deadline"
+    );
+    assert_eq!(harness.source.fast_calls[0].load(Ordering::SeqCst), 1, "never started twice");
+    assert!(harness.telemetry.error_count(ErrorKind::Timeout) >= 1);
+
+    harness.source.hang.store(false, Ordering::SeqCst);
+    assert!(
+        real_wait(limit, || harness.fleet.threads() == 1 && devices[0].live().is_up()).await,
+        "the call returned: its device is back on the shared thread and reads again"
+    );
+    harness.cancel.cancel();
+    assert!(real_wait(limit, || harness.fleet.threads() == 0).await, "every fast thread ends");
+    assert!(real_wait(limit, || harness.task.is_finished()).await);
 }

@@ -1,7 +1,9 @@
 //! One device's sampling: a fast and a slow tier side by side, the fast one
 //! on its crew's shared thread (`crew`), the slow one on a thread of its own
 //! (`worker`); either paces itself, calls the source and stores what it
-//! read, with a watchdog task per tier that owns the call's deadline.
+//! read. Every call's deadline is owned by the fleet's one watchdog
+//! (`crew`), which calls `check_deadline` for each fast call in flight and
+//! each slow tier; a task per tier only waits for the tier to end.
 //!
 //! A tier is called by one thread at a time, one call at a time, so a call stuck
 //! in the driver is never started twice; the watchdog counts it as a
@@ -39,12 +41,12 @@ pub(crate) async fn run_device(
     fleet: Arc<Fleet>,
 ) {
     tokio::join!(
-        run_tier(context.clone(), device.clone(), first_cycle.clone(), Tier::Fast, Some(fleet)),
-        run_tier(context, device, first_cycle, Tier::Slow, None),
+        run_tier(context.clone(), device.clone(), first_cycle.clone(), Tier::Fast, fleet.clone()),
+        run_tier(context, device, first_cycle, Tier::Slow, fleet),
     );
 }
 
-/// What a tier's thread and its watchdog share.
+/// What a tier's thread, its task and the fleet's watchdog share.
 pub(crate) struct TierShared {
     pub(crate) context: Arc<Context>,
     pub(crate) device: Arc<DeviceHistory>,
@@ -60,7 +62,7 @@ pub(crate) struct TierShared {
     /// The tier's thread while it sleeps to its ticks itself: unparked at
     /// cancel so shutdown does not wait out a slow tier's period.
     thread: OnceLock<Thread>,
-    /// Set by the watchdog when the tier's context is cancelled.
+    /// Set by the tier's task when the tier's context is cancelled.
     stopped: AtomicBool,
 }
 
@@ -84,7 +86,7 @@ async fn run_tier(
     device: Arc<DeviceHistory>,
     first_cycle: Arc<FirstCycle>,
     tier: Tier,
-    fleet: Option<Arc<Fleet>>,
+    fleet: Arc<Fleet>,
 ) {
     let interval = match tier {
         Tier::Fast => context.settings.fast_interval,
@@ -108,11 +110,14 @@ async fn run_tier(
         stopped: AtomicBool::new(false),
     });
     shared.promise(wall_now());
-    let ended = match fleet {
-        Some(fleet) => fleet.join(shared.clone()),
-        None => worker::start(shared.clone()),
-    };
-    watch(&shared, ended).await;
+    match tier {
+        Tier::Fast => watch(&shared, fleet.join(shared.clone())).await,
+        Tier::Slow => {
+            fleet.watch_deadline(&shared);
+            watch(&shared, worker::start(shared.clone())).await;
+            fleet.unwatch_deadline(&shared);
+        }
+    }
 }
 
 impl TierShared {
@@ -201,7 +206,7 @@ impl TierShared {
     }
 
     /// One look at the call in flight; returns when to look next.
-    fn check_deadline(&self, now: Instant) -> Instant {
+    pub(crate) fn check_deadline(&self, now: Instant) -> Instant {
         let timeout = self.context.settings.call_timeout;
         let mut state = self.state.lock();
         let state = &mut *state;
@@ -240,20 +245,12 @@ impl TierShared {
     }
 }
 
-/// The tier's watchdog: wakes at the deadline of the call in flight (about
-/// once per `sampler.call_timeout` while calls answer in time), until the
-/// sampler is cancelled or the tier's thread ends.
-async fn watch(shared: &TierShared, mut ended: oneshot::Receiver<()>) {
-    loop {
-        let next = shared.check_deadline(Instant::now());
-        tokio::select! {
-            () = shared.context.cancel.cancelled() => {
-                shared.stopped.store(true, Ordering::Release);
-                break;
-            }
-            _ = &mut ended => break,
-            () = tokio::time::sleep_until(next) => {}
-        }
+/// Waits until the sampler is cancelled (then tells the tier's thread to
+/// stop) or the tier's thread ends.
+async fn watch(shared: &TierShared, ended: oneshot::Receiver<()>) {
+    tokio::select! {
+        () = shared.context.cancel.cancelled() => shared.stopped.store(true, Ordering::Release),
+        _ = ended => {}
     }
     // The thread looks at the token at each tick, its first (the grid's
     // origin, already past) at once: one that has not set itself yet sees

@@ -11,8 +11,8 @@
 //! time), ticks follow the runtime's clock instead.
 //!
 //! Must not depend on history or telemetry: deadlines, counting and
-//! staleness stay with the tier's watchdog, which a call stuck here never
-//! blocks.
+//! staleness stay with the fleet's watchdog (`crew`), which a call stuck
+//! here never blocks.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
