@@ -47,11 +47,12 @@
 //! A leak already suspected is held, on the longest covered window or
 //! failing that on a shorter one other than the shortest, while its floor
 //! slope stays at least `hold_slope_bytes_per_second`, its second half
-//! still rises by half that, and rule 4 holds (on the longest window, or
-//! its last quarter's median stands above the baseline by all but
-//! `return_share` of the growth and its CUSUM reaches the bound: a leak
-//! that began after that window's middle); so it resolves once the leak stops (the slope falls away) or
-//! memory returns to its baseline, without flapping in between.
+//! still rises by half that, and rule 4 holds (on the longest window, last
+//! of all, its last quarter's median standing above the baseline by all
+//! but `return_share` of the growth with its CUSUM at the bound also
+//! does: a leak that began after that window's middle); so it resolves
+//! once the leak stops (the slope falls away) or memory returns to its
+//! baseline, without flapping in between.
 //!
 //! Which figure: `allocated` (live tensors) for processes that report
 //! allocator statistics, since their NVML usage includes a cache that grows
@@ -138,11 +139,11 @@ pub struct LeakParams {
     /// Spreads each floor point must stand above the window's starting
     /// floor to add to the CUSUM.
     pub sequential_allowance: f64,
-    /// Multiple of `sequential_bound` past which the CUSUM stands in for
-    /// rule 3 on its window, provided the floor's last quarter is still
-    /// above its third (`leak::sequential`): under a sawtooth of gigabytes
-    /// a steep climb's quarter medians pause for a quarter. Infinite turns
-    /// it off.
+    /// Multiple of `sequential_bound` (3) past which the CUSUM stands in
+    /// for rule 3's last-quarter step on its window, provided the third
+    /// quarter rose, the last is still above it and the rise does not
+    /// decelerate: under a sawtooth of gigabytes a steep climb's quarter
+    /// medians pause for a quarter. Infinite turns it off.
     pub sequential_override: f64,
 }
 
