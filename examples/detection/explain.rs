@@ -50,9 +50,23 @@ pub fn explain(
         let verdict = assess_leak(&mut scratch, window, from, held, params);
         held = verdict.is_ok();
         let mut lines = String::new();
+        // The longest window's floor, for the shorter ones' new-ground test.
+        let covered = window.first().map_or(Duration::ZERO, |&(first, _)| {
+            let predates = first <= from.saturating_add(Duration::from_secs(10));
+            let judged = if predates { first } else { first.saturating_add(params.warmup) };
+            at.duration_since(judged).unwrap_or_default()
+        });
+        let mut longest = params.shortest_window;
+        while longest < params.window && longest.saturating_mul(2).min(params.window) <= covered {
+            longest = longest.saturating_mul(2).min(params.window);
+        }
+        if scratch.line(window, at.saturating_sub(longest), params.buckets).is_some() {
+            scratch.keep_as_prior();
+        }
         let mut span = params.shortest_window;
         while span <= params.window {
-            if let Some(line) = scratch.line(window, at.saturating_sub(span), params.buckets) {
+            let start = at.saturating_sub(span);
+            if let Some(line) = scratch.line(window, start, params.buckets) {
                 let [q0, q1, q2, q3] = line.quarters.map(|q| (q - line.quarters[0]) / MIB);
                 let drift = level_cusum(
                     scratch.points(),
@@ -60,9 +74,26 @@ pub fn explain(
                     line.spread.max(params.noise_floor_bytes),
                     params.sequential_allowance,
                 );
+                // Rules 3 and 4 and the new-ground and return-history
+                // tests, upper case where they pass: R keeps rising, B not
+                // back at its baseline, N new ground, H no history of returns.
+                let end = line.intercept + line.slope * line.span_seconds;
+                let slack = params.return_share * line.growth().max(0.0);
+                let new_ground = scratch.prior_high(start).is_none_or(|high| {
+                    end > high + params.noise_floor_bytes && line.baseline >= high - slack
+                });
+                let history = scratch.prior_drawdown(start)
+                    < (params.return_evidence_share * line.growth()).max(params.noise_floor_bytes);
+                let flag = |pass: bool, letter: char| {
+                    if pass { letter } else { letter.to_ascii_lowercase() }
+                };
                 lines.push_str(&format!(
-                    " [{}s slope {:.2} sig {:.1} cu {:.1} q {:.0}/{:.0}/{:.0}/{:.0} lv {}]",
+                    " [{}s {}{}{}{} slope {:.2} sig {:.1} cu {:.1} q {:.0}/{:.0}/{:.0}/{:.0} lv {}]",
                     span.as_secs(),
+                    flag(line.keeps_rising(params.keep_rising_share), 'R'),
+                    flag(!line.returns_to_baseline(params.return_share), 'B'),
+                    flag(new_ground, 'N'),
+                    flag(history, 'H'),
                     line.slope / MIB,
                     line.significance(params.noise_floor_bytes),
                     drift.map_or(f64::NAN, |climb| climb.cusum),

@@ -91,6 +91,7 @@ fn tweak(settings: &mut vramd::analyze::AnalyzeSettings, params: &[(String, f64)
                 "leak.warmup" => leak.warmup = seconds(value),
                 "leak.sequential_bound" => leak.sequential_bound = value,
                 "leak.sequential_allowance" => leak.sequential_allowance = value,
+                "leak.sequential_override" => leak.sequential_override = value,
                 _ => {}
             }
         }

@@ -33,7 +33,11 @@
 //! where the floor began. Where the longest window says "returns to
 //! baseline" only because a leak began after its middle (its second half
 //! starts at the old level) and the CUSUM's climb did not fall back, the
-//! shorter windows are still judged.
+//! shorter windows are still judged. Where the CUSUM reaches
+//! `sequential_override` times its bound, rule 3 on that window asks only
+//! that the third quarter rose, the last stands above it and the rise does
+//! not decelerate: a steep climb's quarter medians under a sawtooth of
+//! gigabytes pause for a quarter.
 //!
 //! The shortest window alone sees only the newest climb, so it is judged
 //! only where the floor before it (on the longest window) never fell back
@@ -43,9 +47,12 @@
 //! A leak already suspected is held, on the longest covered window or
 //! failing that on a shorter one other than the shortest, while its floor
 //! slope stays at least `hold_slope_bytes_per_second`, its second half
-//! still rises by half that, and rule 4 holds; so it resolves once the leak
-//! stops (the slope falls away) or memory returns to its baseline, without
-//! flapping in between.
+//! still rises by half that, and rule 4 holds (on the longest window, last
+//! of all, its last quarter's median standing above the baseline by all
+//! but `return_share` of the growth with its CUSUM at the bound also
+//! does: a leak that began after that window's middle); so it resolves
+//! once the leak stops (the slope falls away) or memory returns to its
+//! baseline, without flapping in between.
 //!
 //! Which figure: `allocated` (live tensors) for processes that report
 //! allocator statistics, since their NVML usage includes a cache that grows
@@ -132,6 +139,12 @@ pub struct LeakParams {
     /// Spreads each floor point must stand above the window's starting
     /// floor to add to the CUSUM.
     pub sequential_allowance: f64,
+    /// Multiple of `sequential_bound` (3) past which the CUSUM stands in
+    /// for rule 3's last-quarter step on its window, provided the third
+    /// quarter rose, the last is still above it and the rise does not
+    /// decelerate: under a sawtooth of gigabytes a steep climb's quarter
+    /// medians pause for a quarter. Infinite turns it off.
+    pub sequential_override: f64,
 }
 
 impl LeakParams {
@@ -152,6 +165,7 @@ impl LeakParams {
             staircase_levels: 6,
             sequential_bound: 12.0,
             sequential_allowance: 0.5,
+            sequential_override: 3.0,
         }
     }
 }
@@ -295,6 +309,8 @@ pub fn assess_leak(
         // whatever a shorter window shows.
         return verdict;
     }
+    // Judged now, while `scratch` still holds the longest window's points.
+    let longest_holds_on_quarters = held && holds_on_quarters(scratch.points(), &longest, params);
     scratch.keep_as_prior();
     // A shorter window on which a suspected leak still holds, for when the
     // longest one does not (yet) show it; see below.
@@ -340,26 +356,32 @@ pub fn assess_leak(
     if let Some(line) = held_on {
         return Ok(LeakEvidence::from_line(&line));
     }
+    // Last, as its slope may be below the threshold a shorter window's is
+    // above, and a pending alert judges the slope against the threshold.
+    if longest_holds_on_quarters {
+        return Ok(LeakEvidence::from_line(&longest));
+    }
     verdict
 }
 
 /// Rule 2's second way (`leak::sequential`), on the window whose floor
-/// `scratch` just reduced to `line`, where rule 2 alone did not pass it:
-/// the CUSUM of the floor above its first quarter reaches
-/// `sequential_bound`, and rules 3 to 5 hold. It only ever
-/// adds a leak: where it fails, the window's own reason stands. The
-/// shortest window's narrow buckets are left to rule 2 (their minima
-/// scatter most).
+/// `scratch` just reduced to `line`, where rules 1-5 alone did not pass
+/// it: the CUSUM of the floor above its first quarter reaches
+/// `sequential_bound`, and rules 3 to 5 hold, rule 3 relaxed to
+/// [`pauses_in_a_climb`] where the CUSUM reaches `sequential_override`
+/// bounds. It only ever adds a leak: where it fails, the window's own
+/// reason stands. The shortest window's narrow buckets are left to rule 2
+/// (their minima scatter most).
 fn sequential(
     scratch: &FloorScratch,
     line: &FloorLine,
     window: Duration,
     params: &LeakParams,
 ) -> Option<LeakEvidence> {
+    let bound = params.sequential_bound;
     let eligible = window > params.shortest_window
-        && params.sequential_bound.is_finite()
-        && at_least(line.slope, params.min_slope_bytes_per_second)
-        && !at_least(line.significance(params.noise_floor_bytes), params.min_significance);
+        && bound.is_finite()
+        && at_least(line.slope, params.min_slope_bytes_per_second);
     if !eligible {
         return None;
     }
@@ -367,15 +389,34 @@ fn sequential(
     let start = line.quarters[0];
     let spread = line.spread.max(params.noise_floor_bytes);
     let Climb { cusum, .. } = level_cusum(points, start, spread, params.sequential_allowance)?;
+    let rising = line.keeps_rising(params.keep_rising_share)
+        || (at_least(cusum, params.sequential_override * bound)
+            && pauses_in_a_climb(line, params.keep_rising_share));
     // Rule 4 on the whole window, not only on the climb: a floor back from
     // a dip (an evaluation phase ending) is a climb from the dip, and with
     // rule 4 on the climb alone such recoveries called benign runs (4, 3
     // and 6 alarms at seeds 1–3 with a bound of 20).
-    let climbed = at_least(cusum, params.sequential_bound)
-        && line.keeps_rising(params.keep_rising_share)
+    let climbed = at_least(cusum, bound)
+        && rising
         && !line.returns_to_baseline(params.return_share)
         && !line.is_staircase(params.staircase_levels);
     climbed.then(|| LeakEvidence::from_line(line))
+}
+
+/// Rule 3 with the last quarter's step relaxed to "still higher": the
+/// third quarter rose by `share` of what the slope predicts, the fourth
+/// stands above the third, and the rise is not decelerating
+/// ([`FloorLine::keeps_rising`]'s own test). Under a sawtooth of gigabytes
+/// a steep climb's quarter medians pause for a quarter when a few buckets
+/// catch the bottom of the step late; only a CUSUM several times its bound
+/// (a climb no scatter makes) lets that pass. A warm-up levelling off
+/// decelerates, and a step that stays has its last quarter level with the
+/// third.
+fn pauses_in_a_climb(line: &FloorLine, share: f64) -> bool {
+    let per_quarter = share * line.slope * line.span_seconds / 4.0;
+    let [first, second, third, fourth] = line.quarters;
+    let decelerating = fourth - third < share * (second - first) - line.spread;
+    third - second >= per_quarter && fourth > third && !decelerating
 }
 
 /// Whether the newest climb of a window's floor (the CUSUM's run,
@@ -432,6 +473,31 @@ fn holds(line: &FloorLine, params: &LeakParams) -> bool {
     line.slope >= params.hold_slope_bytes_per_second
         && still_rising
         && !line.returns_to_baseline(params.return_share)
+}
+
+/// Whether a suspected leak still holds on the longest covered window
+/// whose rule 4 reads a leak that began after the window's middle as a
+/// return (its second half starts at the old level): the floor still
+/// rises as [`holds`] asks, the last quarter's median (not the second
+/// half's lowest bucket) stands above the baseline by all but
+/// `return_share` of the growth, and the CUSUM reaches the bound. Memory
+/// back at its baseline has its last quarter there. Without it a fast leak
+/// first called on a short window lost its hold one check later, the
+/// longest window not yet far enough past its onset, and `for` restarted.
+/// Not on the shorter windows: their quarter medians under a sawtooth of
+/// gigabytes line up so by chance once the leak stopped.
+fn holds_on_quarters(points: &[(f64, f64)], line: &FloorLine, params: &LeakParams) -> bool {
+    let [first, second, _, fourth] = line.quarters;
+    let expected = params.hold_slope_bytes_per_second * line.span_seconds / 2.0;
+    let rising = line.slope >= params.hold_slope_bytes_per_second
+        && fourth - second >= expected + line.spread
+        && fourth - line.baseline >= (1.0 - params.return_share) * line.growth();
+    // Quarter medians of a flat, scattered floor can line up like that;
+    // the CUSUM says the floor truly left where the window began.
+    let spread = line.spread.max(params.noise_floor_bytes);
+    rising
+        && level_cusum(points, first, spread, params.sequential_allowance)
+            .is_some_and(|climb| at_least(climb.cusum, params.sequential_bound))
 }
 
 /// Looks for a leak in one process's window (`from` is where the window

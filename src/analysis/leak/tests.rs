@@ -400,3 +400,86 @@ fn a_floor_back_from_an_evaluation_dip_is_not_a_leak() {
         assert!(verdict.is_err(), "at {end} s: {verdict:?}");
     }
 }
+
+/// A 4-minute, 1 Hz series whose 10-second floor buckets (24) are exactly
+/// `20 GiB + level(bucket centre) + scatter[bucket]` MiB: one sample a
+/// bucket at the floor, the rest 2 GiB above it (a sawtooth's upper part).
+fn bucket_floor(scatter_mib: &[f64; 24], level_mib: impl Fn(f64) -> f64) -> Vec<(Timestamp, u64)> {
+    (0..=240)
+        .map(|t| {
+            let bucket = (t / 10).min(23);
+            let centre = bucket as f64 * 10.0 + 5.0;
+            let floor = 20.0 * GIB + (level_mib(centre) + scatter_mib[bucket]) * MIB;
+            let lift = if t % 10 == 5 { 0.0 } else { 2.0 * GIB };
+            (at(t), (floor + lift) as u64)
+        })
+        .collect()
+}
+
+/// The 4-minute window's floor line of `values` and the sequential test's
+/// verdict on it with `params`.
+fn four_minute_sequential(
+    values: &[(Timestamp, u64)],
+    params: &LeakParams,
+) -> Option<LeakEvidence> {
+    let mut scratch = FloorScratch::new();
+    let line = scratch.line(values, at(0), params.buckets).unwrap();
+    sequential(&scratch, &line, Duration::from_secs(240), params)
+}
+
+#[test]
+fn a_steep_climb_whose_last_quarter_pauses_is_called_on_a_strong_cusum() {
+    // 16 MiB/s under bucket minima scattering by up to 1.1 GiB (a 7 GiB
+    // sawtooth): the quarter medians read 0/889/2620/2878 MiB, the last
+    // step short of rule 3's 40 % of the slope, though the CUSUM is 3.5
+    // times its bound (seed 1 run 156 of the corpus had that shape for a
+    // minute). Rule 3 alone held it back.
+    let scatter = [
+        393.0, 257.0, 576.0, 110.0, 1141.0, 400.0, 49.0, 287.0, 313.0, 231.0, 115.0, 536.0, 159.0,
+        740.0, 1099.0, 987.0, 847.0, 946.0, 154.0, 60.0, 522.0, 707.0, 0.0, 416.0,
+    ];
+    let values = bucket_floor(&scatter, |t| 16.0 * t);
+    let params = LeakParams::default();
+    let line = FloorScratch::new().line(&values, at(0), params.buckets).unwrap();
+    assert_eq!(judge(&line, &params).err(), Some(NotALeak::LevelsOff));
+    let without = LeakParams { sequential_override: f64::INFINITY, ..params };
+    assert_eq!(four_minute_sequential(&values, &without), None);
+    let evidence = four_minute_sequential(&values, &params).unwrap();
+    assert!((evidence.slope_bytes_per_second - 16.0 * MIB).abs() < 2.0 * MIB, "{evidence:?}");
+}
+
+#[test]
+fn a_warm_up_levelling_off_is_not_taken_for_a_pause_in_a_climb() {
+    // 3 GiB filling with τ = 60 s under the same kind of scatter: a CUSUM
+    // of 45 (past three bounds) and a last quarter a little above the
+    // third, but the rise decelerates: the last step is a fraction of the
+    // first.
+    let scatter = [
+        29.0, 829.0, 252.0, 152.0, 339.0, 205.0, 624.0, 119.0, 18.0, 461.0, 723.0, 718.0, 41.0,
+        224.0, 46.0, 718.0, 235.0, 195.0, 121.0, 75.0, 84.0, 63.0, 445.0, 4.0,
+    ];
+    let values = bucket_floor(&scatter, |t| 3_072.0 * (1.0 - (-t / 60.0).exp()));
+    assert_eq!(four_minute_sequential(&values, &LeakParams::default()), None);
+    assert!(assess(&values).is_err(), "{:?}", assess(&values));
+}
+
+#[test]
+fn a_held_leak_that_began_after_the_window_s_middle_is_held_on_its_quarters() {
+    // 8 minutes: flat for 4.5, then 4 MiB/s. Rule 4 reads the window's
+    // second half, which starts at the old level, as a return, so `holds`
+    // lets the leak go; the last quarter stands well above the baseline.
+    let values = series(480, 8.0 * MIB, |t| 20.0 * GIB + 4.0 * MIB * (t - 270.0).max(0.0));
+    let params = LeakParams::default();
+    let mut scratch = FloorScratch::new();
+    let line = scratch.line(&values, at(0), params.buckets).unwrap();
+    assert!(line.returns_to_baseline(params.return_share), "{line:?}");
+    assert!(!holds(&line, &params));
+    assert!(holds_on_quarters(scratch.points(), &line, &params), "{line:?}");
+    // The same climb freed back to where it began from 400 s on.
+    let freed = series(480, 8.0 * MIB, |t| {
+        let climb = if t < 400.0 { (t - 270.0).max(0.0) } else { 0.0 };
+        20.0 * GIB + 4.0 * MIB * climb
+    });
+    let line = scratch.line(&freed, at(0), params.buckets).unwrap();
+    assert!(!holds_on_quarters(scratch.points(), &line, &params), "{line:?}");
+}
