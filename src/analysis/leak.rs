@@ -64,7 +64,7 @@ use serde::Serialize;
 
 use crate::model::Timestamp;
 
-use super::floor::{FloorLine, FloorScratch};
+use super::floor::{Dips, FloorLine, FloorScratch};
 use super::remediation;
 use super::series::{PidSeries, ProcessMetric};
 use sequential::{Climb, climb_returns, level_cusum};
@@ -145,6 +145,12 @@ pub struct LeakParams {
     /// decelerate: under a sawtooth of gigabytes a steep climb's quarter
     /// medians pause for a quarter. Infinite turns it off.
     pub sequential_override: f64,
+    /// Least fall of the floor, stepping back within `dip_longest`, that is
+    /// left out of every window's floor as a dip (`floor::Dips`): an
+    /// evaluation phase. Infinite turns it off.
+    pub dip_depth_bytes: f64,
+    /// Longest dip left out of the floor.
+    pub dip_longest: Duration,
 }
 
 impl LeakParams {
@@ -166,6 +172,8 @@ impl LeakParams {
             sequential_bound: 12.0,
             sequential_allowance: 0.5,
             sequential_override: 3.0,
+            dip_depth_bytes: 512.0 * MIB,
+            dip_longest: Duration::from_secs(8 * 60),
         }
     }
 }
@@ -297,11 +305,26 @@ pub fn assess_leak(
     let Some((&longest_window, shorter)) = windows.split_last() else {
         return Err(NotALeak::TooShort);
     };
-    let longest = scratch
-        .line(series, now.saturating_sub(longest_window), params.buckets)
-        .ok_or(NotALeak::NoTrend)?;
-    let verdict = judge(&longest, params)
+    let longest_from = now.saturating_sub(longest_window);
+    let mut longest =
+        scratch.line(series, longest_from, params.buckets).ok_or(NotALeak::NoTrend)?;
+    let mut verdict = judge(&longest, params)
         .or_else(|reason| sequential(scratch, &longest, longest_window, params).ok_or(reason));
+    let full = longest_window >= params.window;
+    if let (Err(reason), Some(dips), true) = (verdict, dips(params), full) {
+        // A dip's low is no return, and the steps down into it and back
+        // up are no levelling off: judged again on the floor between dips.
+        let masked = scratch.line_without_dips(series, longest_from, params.buckets, Some(dips));
+        let rise = masked.and_then(|line| {
+            judge(&line, params).ok().or_else(|| sequential(scratch, &line, longest_window, params))
+        });
+        if let Some(evidence) = rise {
+            return Ok(evidence);
+        }
+        // The rest reads the whole floor, dips and all.
+        longest = scratch.line(series, longest_from, params.buckets).ok_or(NotALeak::NoTrend)?;
+        verdict = Err(reason);
+    }
     let came_back = verdict == Err(NotALeak::ReturnsToBaseline)
         && !climbing_still(scratch.points(), &longest, params);
     if verdict.is_ok() || came_back {
@@ -434,6 +457,13 @@ fn climbing_still(points: &[(f64, f64)], line: &FloorLine, params: &LeakParams) 
         at_least(climb.cusum, params.sequential_bound)
             && !climb_returns(points, climb.from, start, line.quarters[3], params.return_share)
     })
+}
+
+/// The dips to leave out of the floor, if that is on.
+fn dips(params: &LeakParams) -> Option<Dips> {
+    let dips =
+        Dips { depth: params.dip_depth_bytes, longest_seconds: params.dip_longest.as_secs_f64() };
+    (dips.depth.is_finite() && dips.depth > 0.0).then_some(dips)
 }
 
 /// Rules 1–5 on one window's floor.
