@@ -385,9 +385,10 @@ fn mask_dips(points: &mut Vec<(f64, f64)>, dips: Dips) {
         Some(points.get(index)?.1.min(points.get(index + 1)?.1))
     };
     let mut removed = false;
+    let mut index = 1;
     // A window that opens inside a dip has no level before it: its first
     // points stand `depth` below where the floor then steps up to at once.
-    if let Some(start) = level(points, 0) {
+    if let Some(&(_, start)) = points.first() {
         let mut back = 1;
         while level(points, back).is_some_and(|level| level < start + dips.depth / 2.0) {
             back += 1;
@@ -398,11 +399,11 @@ fn mask_dips(points: &mut Vec<(f64, f64)>, dips: Dips) {
                 point.1 = f64::NAN;
             }
             removed = true;
+            index = back.max(1);
         }
     }
-    let mut index = 2;
     while index < points.len() {
-        let before = points[index - 2].1.min(points[index - 1].1);
+        let before = points[index.saturating_sub(2)].1.min(points[index - 1].1);
         if points[index].1 > before - dips.depth {
             index += 1;
             continue;
@@ -414,7 +415,11 @@ fn mask_dips(points: &mut Vec<(f64, f64)>, dips: Dips) {
             back += 1;
         }
         let Some(after) = level(points, back) else { break };
-        let recovered = after >= before && points[back].0 - fell_at <= dips.longest_seconds;
+        // One bucket low is a moment's release of what was gained, which
+        // says the memory can come back: return evidence, not a phase.
+        let recovered = after >= before
+            && back - index >= 2
+            && points[back].0 - fell_at <= dips.longest_seconds;
         if recovered {
             for point in &mut points[index..back] {
                 point.1 = f64::NAN;
