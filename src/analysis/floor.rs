@@ -4,7 +4,8 @@
 //! Owns: the per-bucket minimum that turns a sawtoothing series into its
 //! floor, the robust line through that floor and its residual spread, and
 //! the "still growing" test shared by leak detection and the exhaustion
-//! forecast. Depends on: `model::Timestamp` and `analysis::trend` (the
+//! forecast, and the dips (an evaluation phase's fall and step back) that
+//! leak detection may leave out of a floor; the forecast never does. Depends on: `model::Timestamp` and `analysis::trend` (the
 //! Theil–Sen fit). Pure; no I/O, no clocks.
 //!
 //! Why the floor: a training loop's memory rises through the forward pass

@@ -44,6 +44,21 @@
 //! by `return_evidence_share` of its rise: a leak never returns to its
 //! baseline, while a climb that returns each epoch has done so before.
 //!
+//! Where the longest window is the full `window` and fails, it is judged
+//! once more on its floor with dips left out (`floor::Dips`: the floor
+//! falling by `dip_depth_bytes` within a bucket or two and stepping back,
+//! after at least two buckets and within `dip_longest`, to where it stood
+//! before or above; also a window that opens inside such a dip). An
+//! evaluation phase frees a training step's buffers and takes them back:
+//! its low is no return (rule 4) and its steps are no levelling off (rule
+//! 3), while the floor between dips is what a leak raises. Memory freed for
+//! good stays down, a climb that returns each epoch climbs back gradually,
+//! and a single low bucket (everything gained freed for a moment) is
+//! still return evidence, so none of them is left out. Only the full
+//! window: on shorter ones the few buckets left between long dips lined up
+//! by chance (three benign alarms at seeds 2 and 4), and every other path
+//! still reads the whole floor.
+//!
 //! A leak already suspected is held, on the longest covered window or
 //! failing that on a shorter one other than the shortest, while its floor
 //! slope stays at least `hold_slope_bytes_per_second`, its second half
@@ -145,11 +160,14 @@ pub struct LeakParams {
     /// decelerate: under a sawtooth of gigabytes a steep climb's quarter
     /// medians pause for a quarter. Infinite turns it off.
     pub sequential_override: f64,
-    /// Least fall of the floor, stepping back within `dip_longest`, that is
-    /// left out of every window's floor as a dip (`floor::Dips`): an
-    /// evaluation phase. Infinite turns it off.
+    /// Least fall of the floor that, stepping back within `dip_longest`
+    /// to where it was, is left out of the full window's second judgement
+    /// as a dip (`floor::Dips`): an evaluation phase (512 MiB; the
+    /// corpus's drop the floor by 0.7–1.7 GiB, a bucket minimum's scatter
+    /// under an 8 GiB sawtooth is ~150 MiB). Infinite turns it off.
     pub dip_depth_bytes: f64,
-    /// Longest dip left out of the floor.
+    /// Longest dip left out of the floor (8 min: evaluation phases of the
+    /// corpus last 1–6 min; a longer "dip" is a phase of its own).
     pub dip_longest: Duration,
 }
 
