@@ -92,6 +92,8 @@ fn tweak(settings: &mut vramd::analyze::AnalyzeSettings, params: &[(String, f64)
                 "leak.sequential_bound" => leak.sequential_bound = value,
                 "leak.sequential_allowance" => leak.sequential_allowance = value,
                 "leak.sequential_override" => leak.sequential_override = value,
+                "leak.dip_depth" => leak.dip_depth_bytes = value,
+                "leak.dip_longest" => leak.dip_longest = seconds(value),
                 _ => {}
             }
         }

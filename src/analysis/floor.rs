@@ -4,7 +4,8 @@
 //! Owns: the per-bucket minimum that turns a sawtoothing series into its
 //! floor, the robust line through that floor and its residual spread, and
 //! the "still growing" test shared by leak detection and the exhaustion
-//! forecast. Depends on: `model::Timestamp` and `analysis::trend` (the
+//! forecast, and the dips (an evaluation phase's fall and step back) that
+//! leak detection may leave out of a floor; the forecast never does. Depends on: `model::Timestamp` and `analysis::trend` (the
 //! Theil–Sen fit). Pure; no I/O, no clocks.
 //!
 //! Why the floor: a training loop's memory rises through the forward pass
@@ -43,6 +44,20 @@ pub struct FloorScratch {
     origin_ms: i64,
     /// A longer window's floor kept for comparison: (epoch ms, bytes).
     prior: Vec<(i64, f64)>,
+}
+
+/// Dips to leave out of a floor (`FloorScratch::line_without_dips`): the
+/// floor falling by at least `depth` bytes within a bucket or two, then
+/// stepping back, within `longest_seconds`, to where it stood before or
+/// above. An evaluation phase frees a training step's
+/// buffers and takes them back; memory that comes back stays down, and a
+/// climb that returns each epoch climbs back gradually, so neither is one.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Dips {
+    /// Least fall, bytes.
+    pub depth: f64,
+    /// Longest time from the fall to the step back, seconds.
+    pub longest_seconds: f64,
 }
 
 /// A line through a window's floor and how it rises.
@@ -123,6 +138,20 @@ impl FloorScratch {
         from: Timestamp,
         buckets: usize,
     ) -> Option<FloorLine> {
+        self.line_without_dips(series, from, buckets, None)
+    }
+
+    /// [`FloorScratch::line`] with the floor points inside recognised
+    /// `dips` left out of the line, quarters, lows and
+    /// [`FloorScratch::points`]: the floor between dips is what a leak
+    /// raises, while a dip's low says nothing about memory kept.
+    pub fn line_without_dips(
+        &mut self,
+        series: &[(Timestamp, u64)],
+        from: Timestamp,
+        buckets: usize,
+        dips: Option<Dips>,
+    ) -> Option<FloorLine> {
         let start = series.partition_point(|&(at, _)| at < from);
         let window = series.get(start..)?;
         let (&(first, _), &(last, _)) = (window.first()?, window.last()?);
@@ -130,6 +159,9 @@ impl FloorScratch {
         self.origin_ms = origin;
         let span_ms = last.unix_millis().checked_sub(origin).filter(|&span| span > 0)?;
         self.reduce(window, origin, span_ms, buckets.max(MIN_POINTS));
+        if let Some(dips) = dips {
+            mask_dips(&mut self.points, dips);
+        }
         if self.points.len() < MIN_POINTS {
             return None;
         }
@@ -339,6 +371,66 @@ impl FloorScratch {
         if let Some((bucket, low)) = open {
             self.points.push((centre(bucket), low));
         }
+    }
+}
+
+/// Removes from `points` (floor points, oldest first) the dips that
+/// [`Dips`] describes, in one pass. Levels are the lower of two neighbouring
+/// points: a bucket minimum that missed the bottom of the sawtooth stands
+/// high alone, so a single point neither starts nor ends a dip.
+fn mask_dips(points: &mut Vec<(f64, f64)>, dips: Dips) {
+    if !(dips.depth > 0.0 && dips.longest_seconds > 0.0) {
+        return;
+    }
+    let level = |points: &[(f64, f64)], index: usize| -> Option<f64> {
+        Some(points.get(index)?.1.min(points.get(index + 1)?.1))
+    };
+    let mut removed = false;
+    let mut index = 1;
+    // A window that opens inside a dip has no level before it: its first
+    // points stand `depth` below where the floor then steps up to at once.
+    if let Some(&(_, start)) = points.first() {
+        let mut back = 1;
+        while level(points, back).is_some_and(|level| level < start + dips.depth / 2.0) {
+            back += 1;
+        }
+        let stepped = level(points, back).is_some_and(|level| level >= start + dips.depth);
+        if stepped && points[back].0 - points[0].0 <= dips.longest_seconds {
+            for point in &mut points[..back] {
+                point.1 = f64::NAN;
+            }
+            removed = true;
+            index = back.max(1);
+        }
+    }
+    while index < points.len() {
+        let before = points[index.saturating_sub(2)].1.min(points[index - 1].1);
+        if points[index].1 > before - dips.depth {
+            index += 1;
+            continue;
+        }
+        let fell_at = points[index].0;
+        // The first point from which the floor stands above the dip again.
+        let mut back = index + 1;
+        while level(points, back).is_some_and(|level| level <= before - dips.depth) {
+            back += 1;
+        }
+        let Some(after) = level(points, back) else { break };
+        // One bucket low is a moment's release of what was gained, which
+        // says the memory can come back: return evidence, not a phase.
+        let recovered = after >= before
+            && back - index >= 2
+            && points[back].0 - fell_at <= dips.longest_seconds;
+        if recovered {
+            for point in &mut points[index..back] {
+                point.1 = f64::NAN;
+            }
+            removed = true;
+        }
+        index = back;
+    }
+    if removed {
+        points.retain(|&(_, y)| !y.is_nan());
     }
 }
 

@@ -44,6 +44,21 @@
 //! by `return_evidence_share` of its rise: a leak never returns to its
 //! baseline, while a climb that returns each epoch has done so before.
 //!
+//! Where the longest window is the full `window` and fails, it is judged
+//! once more on its floor with dips left out (`floor::Dips`: the floor
+//! falling by `dip_depth_bytes` within a bucket or two and stepping back,
+//! after at least two buckets and within `dip_longest`, to where it stood
+//! before or above; also a window that opens inside such a dip). An
+//! evaluation phase frees a training step's buffers and takes them back:
+//! its low is no return (rule 4) and its steps are no levelling off (rule
+//! 3), while the floor between dips is what a leak raises. Memory freed for
+//! good stays down, a climb that returns each epoch climbs back gradually,
+//! and a single low bucket (everything gained freed for a moment) is
+//! still return evidence, so none of them is left out. Only the full
+//! window: on shorter ones the few buckets left between long dips lined up
+//! by chance (three benign alarms at seeds 2 and 4), and every other path
+//! still reads the whole floor.
+//!
 //! A leak already suspected is held, on the longest covered window or
 //! failing that on a shorter one other than the shortest, while its floor
 //! slope stays at least `hold_slope_bytes_per_second`, its second half
@@ -64,7 +79,7 @@ use serde::Serialize;
 
 use crate::model::Timestamp;
 
-use super::floor::{FloorLine, FloorScratch};
+use super::floor::{Dips, FloorLine, FloorScratch};
 use super::remediation;
 use super::series::{PidSeries, ProcessMetric};
 use sequential::{Climb, climb_returns, level_cusum};
@@ -145,6 +160,15 @@ pub struct LeakParams {
     /// decelerate: under a sawtooth of gigabytes a steep climb's quarter
     /// medians pause for a quarter. Infinite turns it off.
     pub sequential_override: f64,
+    /// Least fall of the floor that, stepping back within `dip_longest`
+    /// to where it was, is left out of the full window's second judgement
+    /// as a dip (`floor::Dips`): an evaluation phase (512 MiB; the
+    /// corpus's drop the floor by 0.7–1.7 GiB, a bucket minimum's scatter
+    /// under an 8 GiB sawtooth is ~150 MiB). Infinite turns it off.
+    pub dip_depth_bytes: f64,
+    /// Longest dip left out of the floor (8 min: evaluation phases of the
+    /// corpus last 1–6 min; a longer "dip" is a phase of its own).
+    pub dip_longest: Duration,
 }
 
 impl LeakParams {
@@ -166,6 +190,8 @@ impl LeakParams {
             sequential_bound: 12.0,
             sequential_allowance: 0.5,
             sequential_override: 3.0,
+            dip_depth_bytes: 512.0 * MIB,
+            dip_longest: Duration::from_secs(8 * 60),
         }
     }
 }
@@ -297,11 +323,26 @@ pub fn assess_leak(
     let Some((&longest_window, shorter)) = windows.split_last() else {
         return Err(NotALeak::TooShort);
     };
-    let longest = scratch
-        .line(series, now.saturating_sub(longest_window), params.buckets)
-        .ok_or(NotALeak::NoTrend)?;
-    let verdict = judge(&longest, params)
+    let longest_from = now.saturating_sub(longest_window);
+    let mut longest =
+        scratch.line(series, longest_from, params.buckets).ok_or(NotALeak::NoTrend)?;
+    let mut verdict = judge(&longest, params)
         .or_else(|reason| sequential(scratch, &longest, longest_window, params).ok_or(reason));
+    let full = longest_window >= params.window;
+    if let (Err(reason), Some(dips), true) = (verdict, dips(params), full) {
+        // A dip's low is no return, and the steps down into it and back
+        // up are no levelling off: judged again on the floor between dips.
+        let masked = scratch.line_without_dips(series, longest_from, params.buckets, Some(dips));
+        let rise = masked.and_then(|line| {
+            judge(&line, params).ok().or_else(|| sequential(scratch, &line, longest_window, params))
+        });
+        if let Some(evidence) = rise {
+            return Ok(evidence);
+        }
+        // The rest reads the whole floor, dips and all.
+        longest = scratch.line(series, longest_from, params.buckets).ok_or(NotALeak::NoTrend)?;
+        verdict = Err(reason);
+    }
     let came_back = verdict == Err(NotALeak::ReturnsToBaseline)
         && !climbing_still(scratch.points(), &longest, params);
     if verdict.is_ok() || came_back {
@@ -434,6 +475,13 @@ fn climbing_still(points: &[(f64, f64)], line: &FloorLine, params: &LeakParams) 
         at_least(climb.cusum, params.sequential_bound)
             && !climb_returns(points, climb.from, start, line.quarters[3], params.return_share)
     })
+}
+
+/// The dips to leave out of the floor, if that is on.
+fn dips(params: &LeakParams) -> Option<Dips> {
+    let dips =
+        Dips { depth: params.dip_depth_bytes, longest_seconds: params.dip_longest.as_secs_f64() };
+    (dips.depth.is_finite() && dips.depth > 0.0).then_some(dips)
 }
 
 /// Rules 1–5 on one window's floor.

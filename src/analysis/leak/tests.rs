@@ -483,3 +483,44 @@ fn a_held_leak_that_began_after_the_window_s_middle_is_held_on_its_quarters() {
     let line = scratch.line(&freed, at(0), params.buckets).unwrap();
     assert!(!holds_on_quarters(scratch.points(), &line, &params), "{line:?}");
 }
+
+/// Evaluation phases: 3 minutes in every 11 (from minute 2) with the floor
+/// 1 GiB lower, then back where training left it.
+fn evaluating(t: f64) -> bool {
+    t >= 120.0 && (t - 120.0) % 660.0 < 180.0
+}
+
+#[test]
+fn a_slow_leak_between_evaluation_dips_is_called_on_the_floor_without_them() {
+    // 0.25 MiB/s under a 2 GiB sawtooth, with dips 2.5 times the leak's
+    // 30-minute growth: the dips' lows break rules 3 and 4 on the whole
+    // floor, the floor between them rises steadily.
+    let values = sawtooth(SECONDS, 2.0 * GIB, |t| {
+        20.0 * GIB + 0.25 * MIB * t - if evaluating(t) { GIB } else { 0.0 }
+    });
+    let without = LeakParams { dip_depth_bytes: f64::INFINITY, ..LeakParams::default() };
+    let from = at(0);
+    let plain = assess_leak(&mut FloorScratch::new(), &values, from, false, &without);
+    assert!(plain.is_err(), "the whole floor alone does not call it: {plain:?}");
+    let evidence = assess(&values).unwrap();
+    assert_eq!(evidence.window_seconds, SECONDS as f64);
+    let error = (evidence.slope_bytes_per_second - 0.25 * MIB).abs() / (0.25 * MIB);
+    assert!(error < 0.3, "{evidence:?}");
+}
+
+#[test]
+fn evaluation_dips_over_a_flat_floor_are_not_a_leak() {
+    let values =
+        sawtooth(SECONDS, 2.0 * GIB, |t| 20.0 * GIB - if evaluating(t) { GIB } else { 0.0 });
+    assert!(assess(&values).is_err(), "{:?}", assess(&values));
+}
+
+#[test]
+fn memory_freed_after_a_climb_and_staying_down_is_no_dip() {
+    // A climb of 0.25 MiB/s whose memory is freed 1 GiB below its level 5
+    // minutes before the end, and stays there: a return, not a dip.
+    let values = sawtooth(SECONDS, 2.0 * GIB, |t| {
+        20.0 * GIB + 0.25 * MIB * t - if t >= 1_500.0 { GIB } else { 0.0 }
+    });
+    assert!(assess(&values).is_err(), "{:?}", assess(&values));
+}
