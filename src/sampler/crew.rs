@@ -145,15 +145,14 @@ impl Fleet {
         }
     }
 
-    /// Puts a slow tier's deadlines in the watchdog's care, until
-    /// `unwatch_deadline`.
-    pub(crate) fn watch_deadline(&self, shared: &Arc<TierShared>) {
+    /// Puts a slow tier's deadlines in the watchdog's care while the guard
+    /// lives. A guard, not a call at the end: a device task aborted or
+    /// unwinding (a `JoinSet` dropped at a relisting) must not leave its
+    /// tier watched for good.
+    pub(crate) fn watch_deadline<'a>(&'a self, shared: &'a Arc<TierShared>) -> WatchedDeadline<'a> {
         self.slow.lock().push(shared.clone());
         self.nudge();
-    }
-
-    pub(crate) fn unwatch_deadline(&self, shared: &Arc<TierShared>) {
-        self.slow.lock().retain(|other| !Arc::ptr_eq(other, shared));
+        WatchedDeadline { fleet: self, shared }
     }
 
     /// Wakes the watchdog to look again now.
@@ -435,6 +434,18 @@ pub(super) async fn sleep_until(at: Option<Instant>) {
     match at {
         Some(at) => tokio::time::sleep_until(at).await,
         None => std::future::pending().await,
+    }
+}
+
+/// A slow tier in the fleet watchdog's care; dropping it takes it out.
+pub(crate) struct WatchedDeadline<'a> {
+    fleet: &'a Fleet,
+    shared: &'a Arc<TierShared>,
+}
+
+impl Drop for WatchedDeadline<'_> {
+    fn drop(&mut self) {
+        self.fleet.slow.lock().retain(|other| !Arc::ptr_eq(other, self.shared));
     }
 }
 

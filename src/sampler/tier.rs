@@ -113,9 +113,8 @@ async fn run_tier(
     match tier {
         Tier::Fast => watch(&shared, fleet.join(shared.clone())).await,
         Tier::Slow => {
-            fleet.watch_deadline(&shared);
+            let _watched = fleet.watch_deadline(&shared);
             watch(&shared, worker::start(shared.clone())).await;
-            fleet.unwatch_deadline(&shared);
         }
     }
 }
