@@ -147,10 +147,7 @@ impl DeviceSource for Replay {
             Some(TraceRecord::Fast { reading, .. }) => Ok(reading.clone()),
             Some(TraceRecord::Error { error, .. }) => Err(error.clone()),
             // Lanes hold only their own tier, so this is the end of the lane.
-            Some(
-                TraceRecord::Slow { .. } | TraceRecord::Probe { .. } | TraceRecord::Oom { .. },
-            )
-            | None => Err(SourceError::TraceEnded { index, tier: Tier::Fast }),
+            _ => Err(SourceError::TraceEnded { index, tier: Tier::Fast }),
         }
     }
 
@@ -158,10 +155,7 @@ impl DeviceSource for Replay {
         match self.take(index, Some(Tier::Slow))? {
             Some(TraceRecord::Slow { reading, .. }) => Ok(reading.as_ref().clone()),
             Some(TraceRecord::Error { error, .. }) => Err(error.clone()),
-            Some(
-                TraceRecord::Fast { .. } | TraceRecord::Probe { .. } | TraceRecord::Oom { .. },
-            )
-            | None => Err(SourceError::TraceEnded { index, tier: Tier::Slow }),
+            _ => Err(SourceError::TraceEnded { index, tier: Tier::Slow }),
         }
     }
 }
@@ -238,6 +232,8 @@ impl Loader {
         }
         let record = line::parse_record(text)?;
         let (device, tier) = (record.device(), record.tier());
+        let position = u32::try_from(self.records.len())
+            .map_err(|_| LineError::TooManyRecords { max: u64::from(u32::MAX) })?;
         if let TraceRecord::Oom { .. } = record {
             // No lane: events arrive over HTTP, in the order they were
             // written rather than strictly by time, and are handed out by
@@ -245,8 +241,6 @@ impl Loader {
             if !self.lanes.contains_key(&(device, Some(Tier::Fast))) {
                 return Err(LineError::UnknownDevice { index: device });
             }
-            let position = u32::try_from(self.records.len())
-                .map_err(|_| LineError::TooManyRecords { max: u64::from(u32::MAX) })?;
             self.ooms.push(position);
             self.records.push(record);
             return Ok(());
@@ -266,8 +260,6 @@ impl Loader {
             }
             lane.latest = Some(at);
         }
-        let position = u32::try_from(self.records.len())
-            .map_err(|_| LineError::TooManyRecords { max: u64::from(u32::MAX) })?;
         lane.positions.push(position);
         self.records.push(record);
         Ok(())
