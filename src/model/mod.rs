@@ -58,10 +58,6 @@ impl RecordMode {
     pub const ALL: [RecordMode; 3] =
         [RecordMode::Rotate, RecordMode::Refuse, RecordMode::Overwrite];
 
-    pub fn as_str(self) -> &'static str {
-        self.into()
-    }
-
     pub fn from_name(name: &str) -> Option<Self> {
         Self::ALL.into_iter().find(|mode| mode.as_str() == name)
     }
@@ -80,10 +76,6 @@ pub enum Tier {
 
 impl Tier {
     pub const ALL: [Tier; 2] = [Tier::Fast, Tier::Slow];
-
-    pub fn as_str(self) -> &'static str {
-        self.into()
-    }
 }
 
 #[cfg(test)]
@@ -109,3 +101,31 @@ mod tests {
         assert_eq!(Tier::Slow.to_string(), "slow");
     }
 }
+
+/// `as_str` of the label enums (metric labels, REST and trace kinds), which
+/// derive strum's `IntoStaticStr` with the same names as their serde form:
+/// written once here, and a method at every caller rather than a `From`.
+macro_rules! label_as_str {
+    ($($kind:ty),+ $(,)?) => {$(
+        impl $kind {
+            pub fn as_str(self) -> &'static str {
+                self.into()
+            }
+        }
+    )+};
+}
+pub(crate) use label_as_str;
+
+label_as_str!(
+    RecordMode,
+    Tier,
+    ErrorKind,
+    ProcessRole,
+    ProcessKind,
+    OomCause,
+    Severity,
+    RuleUnit,
+    ComputeMode,
+    ProbeFailureKind,
+    ProbeSkipReason,
+);

@@ -303,12 +303,6 @@ pub enum ComputeMode {
     ExclusiveProcess,
 }
 
-impl ComputeMode {
-    pub fn as_str(self) -> &'static str {
-        self.into()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
