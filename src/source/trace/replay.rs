@@ -191,15 +191,12 @@ impl Prober for Replay {
         device: &DeviceInfo,
         _request: &ProbeRequest,
     ) -> Result<ProbeReading, ProbeFailure> {
-        let ended = || {
-            ProbeFailure::new(
-                ProbeFailureKind::TraceEnded,
-                format!("the replayed trace has no more probe records for device {}", device.index),
-            )
-        };
         match self.take(device.index, None) {
             Ok(Some(TraceRecord::Probe { outcome, .. })) => outcome.clone().map(|reading| *reading),
-            _ => Err(ended()),
+            _ => Err(ProbeFailure::new(
+                ProbeFailureKind::TraceEnded,
+                format!("the replayed trace has no more probe records for device {}", device.index),
+            )),
         }
     }
 }
