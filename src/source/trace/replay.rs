@@ -201,71 +201,63 @@ impl Prober for Replay {
     }
 }
 
-/// State while reading the file: the header once seen and the records so
-/// far.
+/// The trace while its file is read: `None` until the header line.
 #[derive(Default)]
-struct Loader {
-    header: Option<TraceHeader>,
-    records: Vec<TraceRecord>,
-    lanes: HashMap<(u32, Option<Tier>), Lane>,
-    ooms: Vec<u32>,
-}
+struct Loader(Option<Replay>);
 
 impl Loader {
     fn accept(&mut self, text: &str) -> Result<(), LineError> {
         if text.trim_ascii().is_empty() {
             return Err(LineError::Blank);
         }
-        if self.header.is_none() {
+        let Some(replay) = &mut self.0 else {
             let header = format::parse_header(text)?;
             let tiers = [Some(Tier::Fast), Some(Tier::Slow), None];
-            self.lanes = header
+            let lanes = header
                 .devices
                 .iter()
                 .flat_map(|device| tiers.map(|tier| ((device.index, tier), Lane::default())))
                 .collect();
-            self.header = Some(header);
+            self.0 = Some(Replay { header, records: Vec::new(), lanes, ooms: Vec::new() });
             return Ok(());
-        }
+        };
         let record = line::parse_record(text)?;
         let (device, tier) = (record.device(), record.tier());
-        let position = u32::try_from(self.records.len())
+        let position = u32::try_from(replay.records.len())
             .map_err(|_| LineError::TooManyRecords { max: u64::from(u32::MAX) })?;
-        if let TraceRecord::Oom { .. } = record {
+        let unknown = LineError::UnknownDevice { index: device };
+        let positions = if let TraceRecord::Oom { .. } = record {
             // No lane: events arrive over HTTP, in the order they were
             // written rather than strictly by time, and are handed out by
             // `oom_events`, not one per call.
-            if !self.lanes.contains_key(&(device, Some(Tier::Fast))) {
-                return Err(LineError::UnknownDevice { index: device });
+            if !replay.lanes.contains_key(&(device, Some(Tier::Fast))) {
+                return Err(unknown);
             }
-            self.ooms.push(position);
-            self.records.push(record);
-            return Ok(());
-        }
-        let lane = self
-            .lanes
-            .get_mut(&(device, tier))
-            .ok_or(LineError::UnknownDevice { index: device })?;
-        if let Some(at) = record.at() {
-            if let Some(previous) = lane.latest
-                && at < previous
-            {
-                return Err(match tier {
-                    Some(tier) => LineError::OutOfOrder { tier, device, at, previous },
-                    None => LineError::ProbeOutOfOrder { device, at, previous },
-                });
+            &mut replay.ooms
+        } else {
+            let lane = replay.lanes.get_mut(&(device, tier)).ok_or(unknown)?;
+            if let Some(at) = record.at() {
+                if let Some(previous) = lane.latest
+                    && at < previous
+                {
+                    return Err(match tier {
+                        Some(tier) => LineError::OutOfOrder { tier, device, at, previous },
+                        None => LineError::ProbeOutOfOrder { device, at, previous },
+                    });
+                }
+                lane.latest = Some(at);
             }
-            lane.latest = Some(at);
-        }
-        lane.positions.push(position);
-        self.records.push(record);
+            &mut lane.positions
+        };
+        positions.push(position);
+        replay.records.push(record);
         Ok(())
     }
 
     fn finish(self) -> Option<Replay> {
-        let Loader { header, mut records, mut lanes, ooms } = self;
-        records.shrink_to_fit();
-        lanes.values_mut().for_each(|lane| lane.positions.shrink_to_fit());
-        header.map(|header| Replay { header, records, lanes, ooms })
+        let mut replay = self.0?;
+        replay.records.shrink_to_fit();
+        replay.lanes.values_mut().for_each(|lane| lane.positions.shrink_to_fit());
+        Some(replay)
     }
 }
