@@ -240,10 +240,7 @@ impl Loader {
                 if let Some(previous) = lane.latest
                     && at < previous
                 {
-                    return Err(match tier {
-                        Some(tier) => LineError::OutOfOrder { tier, device, at, previous },
-                        None => LineError::ProbeOutOfOrder { device, at, previous },
-                    });
+                    return Err(LineError::OutOfOrder { tier, device, at, previous });
                 }
                 lane.latest = Some(at);
             }
