@@ -271,10 +271,8 @@ fn memory_rules(
         });
     }
     let tte = analysis.time_to_exhaustion_seconds;
-    let (slope, fit) = match (analysis.growth_bytes_per_second, analysis.growth_fit) {
-        (Some(slope), Some(fit)) => (slope, fit),
-        _ => (0.0, 0.0),
-    };
+    let (slope, fit) =
+        analysis.growth_bytes_per_second.zip(analysis.growth_fit).unwrap_or((0.0, 0.0));
     out.judge(Draft {
         device,
         rule: RuleId::ExhaustionForecast,
