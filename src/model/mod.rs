@@ -8,7 +8,8 @@
 //! Layout: `time` (timestamps), `readings` (device facts and what the two
 //! tiers read), `process` (processes and allocator statistics), `probe`,
 //! `oom`, `error_kind`, `rules`, `scenario`; this file keeps the sampling
-//! `Tier` and `RecordMode`, and re-exports the rest.
+//! `Tier`, `RecordMode` and the label enums' `as_str` (`label_as_str!`),
+//! and re-exports the rest.
 
 mod error_kind;
 mod oom;
@@ -78,33 +79,10 @@ impl Tier {
     pub const ALL: [Tier; 2] = [Tier::Fast, Tier::Slow];
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn label_names_are_the_serde_names() {
-        fn same<T: Serialize>(all: &[T], name: impl Fn(&T) -> &'static str) {
-            for value in all {
-                assert_eq!(serde_json::to_value(value).unwrap(), name(value));
-            }
-        }
-        same(&ErrorKind::ALL, |kind| kind.as_str());
-        same(&RecordMode::ALL, |mode| mode.as_str());
-        same(&Tier::ALL, |tier| tier.as_str());
-        same(&[ComputeMode::ExclusiveThread, ComputeMode::ExclusiveProcess], |mode| mode.as_str());
-        same(&[ProcessKind::ComputeAndGraphics, ProcessKind::Mps], |kind| kind.as_str());
-        same(&[ProcessRole::Probe], |role| role.as_str());
-        same(&[Severity::Info, Severity::Warning, Severity::Critical], |severity| {
-            severity.as_str()
-        });
-        assert_eq!(Tier::Slow.to_string(), "slow");
-    }
-}
-
 /// `as_str` of the label enums (metric labels, REST and trace kinds), which
-/// derive strum's `IntoStaticStr` with the same names as their serde form:
-/// written once here, and a method at every caller rather than a `From`.
+/// derive strum's `IntoStaticStr` (the same text as their serde form where
+/// they have one): written once here, and a method at every caller rather
+/// than a `From`.
 macro_rules! label_as_str {
     ($($kind:ty),+ $(,)?) => {$(
         impl $kind {
@@ -129,3 +107,27 @@ label_as_str!(
     ProbeFailureKind,
     ProbeSkipReason,
 );
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn label_names_are_the_serde_names() {
+        fn same<T: Serialize>(all: &[T], name: impl Fn(&T) -> &'static str) {
+            for value in all {
+                assert_eq!(serde_json::to_value(value).unwrap(), name(value));
+            }
+        }
+        same(&ErrorKind::ALL, |kind| kind.as_str());
+        same(&RecordMode::ALL, |mode| mode.as_str());
+        same(&Tier::ALL, |tier| tier.as_str());
+        same(&[ComputeMode::ExclusiveThread, ComputeMode::ExclusiveProcess], |mode| mode.as_str());
+        same(&[ProcessKind::ComputeAndGraphics, ProcessKind::Mps], |kind| kind.as_str());
+        same(&[ProcessRole::Probe], |role| role.as_str());
+        same(&[Severity::Info, Severity::Warning, Severity::Critical], |severity| {
+            severity.as_str()
+        });
+        assert_eq!(Tier::Slow.to_string(), "slow");
+    }
+}
