@@ -34,11 +34,9 @@ pub enum NotificationOutcome {
 impl NotificationOutcome {
     pub const ALL: [NotificationOutcome; 3] =
         [NotificationOutcome::Sent, NotificationOutcome::Failed, NotificationOutcome::Dropped];
-
-    pub fn as_str(self) -> &'static str {
-        self.into()
-    }
 }
+
+crate::model::label_as_str!(NotificationOutcome);
 
 #[derive(Debug, thiserror::Error)]
 pub enum TelemetryError {
