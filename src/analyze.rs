@@ -57,7 +57,7 @@ pub struct TimelineEntry {
 }
 
 /// The result of a `vramd analyze` run: its alert timeline.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct AnalyzeReport {
     pub start: String,
     pub duration_seconds: f64,
@@ -95,13 +95,7 @@ impl Pipeline {
             evaluation_interval: settings.alerts.evaluation_interval,
             next_evaluation: None,
             start: None,
-            report: AnalyzeReport {
-                start: String::new(),
-                duration_seconds: 0.0,
-                samples: 0,
-                evaluations: 0,
-                timeline: Vec::new(),
-            },
+            report: AnalyzeReport::default(),
         }
     }
 

@@ -33,7 +33,7 @@ pub struct Schedule {
 }
 
 /// What a play recorded.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Played {
     /// Readings and recorded errors written into history.
     pub samples: u64,
@@ -51,7 +51,7 @@ pub fn play(
     mut slow: impl FnMut(u32, Timestamp) -> Result<SlowReading, SourceError>,
     mut after_step: impl FnMut(Timestamp),
 ) -> Played {
-    let mut played = Played { samples: 0, end: None };
+    let mut played = Played::default();
     let fast_ns = schedule.fast.as_nanos().max(1);
     let slow_every = (schedule.slow.as_nanos() / fast_ns).max(1);
     for step in 0..=schedule.duration.as_nanos() / fast_ns {
@@ -94,7 +94,7 @@ pub fn play_trace(
     mut after_record: impl FnMut(Timestamp),
 ) -> Played {
     let devices = store.set_devices(trace.header().devices.clone());
-    let mut played = Played { samples: 0, end: None };
+    let mut played = Played::default();
     for record in trace.records() {
         let Some(device) = devices.iter().find(|device| device.info().index == record.device())
         else {
@@ -104,18 +104,18 @@ pub fn play_trace(
             TraceRecord::Fast { reading, .. } => record_fast(device, Ok(reading.clone())),
             TraceRecord::Slow { reading, .. } => record_slow(device, Ok(reading.as_ref().clone())),
             TraceRecord::Error { tier: Tier::Fast, error, .. } => {
-                device.record_fast_failure(error.kind(), error.to_string())
+                record_fast(device, Err(error.clone()));
             }
             TraceRecord::Error { tier: Tier::Slow, error, .. } => {
-                device.record_slow_failure(error.kind(), error.to_string())
+                record_slow(device, Err(error.clone()));
             }
-            // As the daemon's probe scheduler records them, so the probe
-            // rules judge a replay as they judged the recording.
             // As the daemon's intake stores them; the record's time is the
             // one the event was judged by when it was recorded.
             TraceRecord::Oom { event, .. } => {
                 device.record_oom(event.as_ref().clone());
             }
+            // As the daemon's probe scheduler records them, so the probe
+            // rules judge a replay as they judged the recording.
             TraceRecord::Probe { outcome, .. } => {
                 let at = device.newest_at().unwrap_or(GOLDEN_ORIGIN);
                 device.update_probe(|state| {

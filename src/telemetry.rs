@@ -34,11 +34,9 @@ pub enum NotificationOutcome {
 impl NotificationOutcome {
     pub const ALL: [NotificationOutcome; 3] =
         [NotificationOutcome::Sent, NotificationOutcome::Failed, NotificationOutcome::Dropped];
-
-    pub fn as_str(self) -> &'static str {
-        self.into()
-    }
 }
+
+crate::model::label_as_str!(NotificationOutcome);
 
 #[derive(Debug, thiserror::Error)]
 pub enum TelemetryError {
@@ -129,17 +127,12 @@ impl Telemetry {
             "vramd_source_calls_stuck",
             "Source calls still running past their deadline; new calls to those devices and tiers are skipped until they return.",
         )?;
-        let build_info = Opts::new("vramd_build_info", "Build of the running vramd; always 1.");
-        register(
-            &registry,
-            "vramd_build_info",
-            IntGaugeVec::new(build_info, &["version", "revision"]),
-        )?
-        .with_label_values(&[env!("CARGO_PKG_VERSION"), env!("BUILD_GIT_REVISION")])
-        .set(1);
-        let source_info =
-            Opts::new("vramd_source_info", "The device source this daemon reads; always 1.");
-        register(&registry, "vramd_source_info", IntGaugeVec::new(source_info, &["source"]))?
+        let build_info = "Build of the running vramd; always 1.";
+        gauge_vec(&registry, "vramd_build_info", build_info, &["version", "revision"])?
+            .with_label_values(&[env!("CARGO_PKG_VERSION"), env!("BUILD_GIT_REVISION")])
+            .set(1);
+        let source_info = "The device source this daemon reads; always 1.";
+        gauge_vec(&registry, "vramd_source_info", source_info, &["source"])?
             .with_label_values(&[source])
             .set(1);
         let notifications = counter_vec(
@@ -256,16 +249,11 @@ impl Telemetry {
         if self.kubernetes.get().is_some() {
             return Ok(());
         }
-        let up = register(
+        let up = gauge_vec(
             &self.registry,
             "vramd_kubernetes_up",
-            IntGaugeVec::new(
-                Opts::new(
-                    "vramd_kubernetes_up",
-                    "1 when the Kubernetes API (pod_resources: the kubelet's device allocations; runtime: the CRI container list) answered its latest call, else 0.",
-                ),
-                &["api"],
-            ),
+            "1 when the Kubernetes API (pod_resources: the kubelet's device allocations; runtime: the CRI container list) answered its latest call, else 0.",
+            &["api"],
         )?;
         let errors = counter_vec(
             &self.registry,
@@ -477,6 +465,10 @@ fn counter_vec(
     labels: &[&str],
 ) -> Made<IntCounterVec> {
     register(r, name, IntCounterVec::new(Opts::new(name, help), labels))
+}
+
+fn gauge_vec(r: &Registry, name: &'static str, help: &str, labels: &[&str]) -> Made<IntGaugeVec> {
+    register(r, name, IntGaugeVec::new(Opts::new(name, help), labels))
 }
 
 fn histogram_vec(

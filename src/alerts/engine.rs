@@ -143,15 +143,12 @@ impl Engine {
                 // it is forgotten, and nobody was told about it.
                 self.alerts.remove(&observation.key);
             }
-            (Some(AlertState::Firing), Verdict::Breached | Verdict::Hysteresis) => {
+            (Some(AlertState::Firing), verdict) => {
                 if let Some(alert) = self.alerts.get_mut(&observation.key) {
                     refresh(alert, now, observation);
-                }
-            }
-            (Some(AlertState::Firing), Verdict::Clear) => {
-                if let Some(alert) = self.alerts.get_mut(&observation.key) {
-                    refresh(alert, now, observation);
-                    resolve(alert, now, transitions);
+                    if verdict == Verdict::Clear {
+                        resolve(alert, now, transitions);
+                    }
                 }
             }
         }
@@ -195,13 +192,7 @@ impl Engine {
             .filter(|(_, alert)| alert.state == AlertState::Resolved)
             .min_by_key(|(_, alert)| alert.resolved_at)
             .map(|(key, _)| key.clone());
-        match oldest {
-            Some(key) => {
-                self.alerts.remove(&key);
-                true
-            }
-            None => false,
-        }
+        oldest.is_some_and(|key| self.alerts.remove(&key).is_some())
     }
 }
 

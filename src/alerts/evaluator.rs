@@ -21,7 +21,6 @@ pub enum SourceState {
 
 /// What one pass produced.
 pub struct Evaluation {
-    pub at: Timestamp,
     pub transitions: Vec<Transition>,
     pub alerts: Vec<Alert>,
 }
@@ -33,13 +32,7 @@ pub struct Evaluator {
 
 impl Evaluator {
     pub fn new(config: &AlertsConfig) -> Self {
-        Self {
-            engine: Engine::new(EngineLimits {
-                resolved_retention: config.resolved_retention,
-                max_alerts: config.max_alerts.get(),
-            }),
-            config: config.clone(),
-        }
+        Self { engine: Engine::new(limits(config)), config: config.clone() }
     }
 
     /// Judges with `config` from the next pass on (a configuration reload),
@@ -47,10 +40,7 @@ impl Evaluator {
     /// holds stays pending or firing without a new notification, one whose
     /// rule was disabled or whose value is now clear resolves as usual.
     pub fn reconfigure(&mut self, config: &AlertsConfig) {
-        self.engine.set_limits(EngineLimits {
-            resolved_retention: config.resolved_retention,
-            max_alerts: config.max_alerts.get(),
-        });
+        self.engine.set_limits(limits(config));
         self.config = config.clone();
     }
 
@@ -80,7 +70,14 @@ impl Evaluator {
         }
         let observations = observations.into_vec();
         let transitions = self.engine.evaluate(now, observations);
-        Evaluation { at: now, transitions, alerts: self.engine.alerts().cloned().collect() }
+        Evaluation { transitions, alerts: self.engine.alerts().cloned().collect() }
+    }
+}
+
+fn limits(config: &AlertsConfig) -> EngineLimits {
+    EngineLimits {
+        resolved_retention: config.resolved_retention,
+        max_alerts: config.max_alerts.get(),
     }
 }
 

@@ -22,11 +22,7 @@ pub enum AlertState {
     Resolved,
 }
 
-impl AlertState {
-    pub fn as_str(self) -> &'static str {
-        self.into()
-    }
-}
+crate::model::label_as_str!(AlertState);
 
 /// What an alert is about: rule + device + (optionally) process. Stable for
 /// as long as the condition lasts, so notifiers can deduplicate.

@@ -14,7 +14,7 @@ use crate::analysis::snapshot::DeviceFacts;
 use crate::config::RulesConfig;
 use crate::model::{OomCause, OomEvent, RuleId};
 
-use super::rules::{Draft, GIB, Observations, push};
+use super::rules::{Draft, GIB, Observations};
 
 /// The processes (host PIDs; `None`: events no process was joined to) with
 /// OOM events in the window.
@@ -45,32 +45,29 @@ pub(super) fn observe(
             facts.processes.iter().find(|process| process.pid == pid)?.name.clone()
         });
         let cause = event.cause();
-        push(
-            &facts.info,
-            Draft {
-                rule: RuleId::AllocatorOom,
-                config: &rules.allocator_oom,
-                pid,
-                process: process.as_deref(),
-                value: count as f64,
-                text: &|| {
-                    let who = match (&process, pid) {
-                        (Some(comm), Some(pid)) => format!("{comm} (pid {pid})"),
-                        (None, Some(pid)) => format!("pid {pid}"),
-                        _ => format!("pid {} on {}", event.reporter_pid, event.hostname),
-                    };
-                    (
-                        format!("{who} on {name} ran out of memory ({})", cause.as_str()),
-                        describe(event, count),
-                    )
-                },
-                remediation: match cause {
-                    OomCause::Fragmentation => remediation::FRAGMENTATION,
-                    OomCause::Exhaustion | OomCause::Unknown => remediation::ALLOCATION_PRESSURE,
-                },
+        out.judge(Draft {
+            device: &facts.info,
+            rule: RuleId::AllocatorOom,
+            config: &rules.allocator_oom,
+            pid,
+            process: process.as_deref(),
+            value: count as f64,
+            text: &|| {
+                let who = match (&process, pid) {
+                    (Some(comm), Some(pid)) => format!("{comm} (pid {pid})"),
+                    (None, Some(pid)) => format!("pid {pid}"),
+                    _ => format!("pid {} on {}", event.reporter_pid, event.hostname),
+                };
+                (
+                    format!("{who} on {name} ran out of memory ({})", cause.as_str()),
+                    describe(event, count),
+                )
             },
-            out,
-        );
+            remediation: match cause {
+                OomCause::Fragmentation => remediation::FRAGMENTATION,
+                OomCause::Exhaustion | OomCause::Unknown => remediation::ALLOCATION_PRESSURE,
+            },
+        });
     }
 }
 

@@ -5,7 +5,7 @@
 use crate::config::RulesConfig;
 use crate::model::{DeviceInfo, ProbeReading, RuleId};
 
-use super::rules::{Draft, Observations, gib, push};
+use super::rules::{Draft, Observations, gib};
 
 const MIB: f64 = (1u64 << 20) as f64;
 
@@ -24,64 +24,58 @@ pub(super) fn observe(
         (reading.free_difference_bytes(), reading.nvml_free_bytes)
     {
         let magnitude = difference.unsigned_abs() as f64;
-        push(
+        out.judge(Draft {
             device,
-            Draft {
-                rule: RuleId::ProbeFreeMismatch,
-                config: &rules.probe_free_mismatch,
-                pid: None,
-                process: None,
-                value: magnitude,
-                text: &|| {
-                    let (more, less) =
-                        if difference > 0 { ("NVML", "CUDA") } else { ("CUDA", "NVML") };
-                    (
-                        format!(
-                            "{name}: NVML and CUDA disagree about free memory by {}",
-                            mib(magnitude)
-                        ),
-                        format!(
-                            "At the CUDA probe of {}, NVML reported {} free and cuMemGetInfo {} free: {more} sees {} more than {less}. Capacity planning on NVML's number would be off by that much.",
-                            reading.at.to_rfc3339(),
-                            gib(nvml_free),
-                            gib(reading.cuda_free_bytes),
-                            mib(magnitude),
-                        ),
-                    )
-                },
-                remediation: "trust cuMemGetInfo (vramd_probe_cuda_free_bytes) for what a job can allocate; look for memory NVML does not attribute (MIG or vGPU limits, a CUDA MPS server, processes in other containers), compare nvidia-smi with the probe, and report persistent gaps with the driver version",
+            rule: RuleId::ProbeFreeMismatch,
+            config: &rules.probe_free_mismatch,
+            pid: None,
+            process: None,
+            value: magnitude,
+            text: &|| {
+                let (more, less) =
+                    if difference > 0 { ("NVML", "CUDA") } else { ("CUDA", "NVML") };
+                (
+                    format!(
+                        "{name}: NVML and CUDA disagree about free memory by {}",
+                        mib(magnitude)
+                    ),
+                    format!(
+                        "At the CUDA probe of {}, NVML reported {} free and cuMemGetInfo {} free: {more} sees {} more than {less}. Capacity planning on NVML's number would be off by that much.",
+                        reading.at.to_rfc3339(),
+                        gib(nvml_free),
+                        gib(reading.cuda_free_bytes),
+                        mib(magnitude),
+                    ),
+                )
             },
-            out,
-        );
+            remediation: "trust cuMemGetInfo (vramd_probe_cuda_free_bytes) for what a job can allocate; look for memory NVML does not attribute (MIG or vGPU limits, a CUDA MPS server, processes in other containers), compare nvidia-smi with the probe, and report persistent gaps with the driver version",
+        });
     }
     if let Some(headroom) = reading.headroom_bytes() {
-        push(
+        out.judge(Draft {
             device,
-            Draft {
-                rule: RuleId::ProbeHeadroomLow,
-                config: &rules.probe_headroom_low,
-                pid: None,
-                process: None,
-                value: headroom as f64,
-                text: &|| {
-                    (
-                        format!(
-                            "{name}: largest allocatable block {} is below the job size",
-                            gib(headroom)
-                        ),
-                        format!(
-                            "At the CUDA probe of {}, the largest block the driver would allocate was {} (with {} kept free as a safety margin), below the configured job size of {}.",
-                            reading.at.to_rfc3339(),
-                            gib(headroom),
-                            gib(reading.headroom.as_ref().map_or(0, |search| search.margin_bytes)),
-                            gib(rules.probe_headroom_low.threshold as u64),
-                        ),
-                    )
-                },
-                remediation: "schedule the job on another GPU, or free memory here: idle PyTorch processes can return their allocator cache with torch.cuda.empty_cache(); shrink the job (smaller batches, activation checkpointing, mixed precision)",
+            rule: RuleId::ProbeHeadroomLow,
+            config: &rules.probe_headroom_low,
+            pid: None,
+            process: None,
+            value: headroom as f64,
+            text: &|| {
+                (
+                    format!(
+                        "{name}: largest allocatable block {} is below the job size",
+                        gib(headroom)
+                    ),
+                    format!(
+                        "At the CUDA probe of {}, the largest block the driver would allocate was {} (with {} kept free as a safety margin), below the configured job size of {}.",
+                        reading.at.to_rfc3339(),
+                        gib(headroom),
+                        gib(reading.headroom.as_ref().map_or(0, |search| search.margin_bytes)),
+                        gib(rules.probe_headroom_low.threshold as u64),
+                    ),
+                )
             },
-            out,
-        );
+            remediation: "schedule the job on another GPU, or free memory here: idle PyTorch processes can return their allocator cache with torch.cuda.empty_cache(); shrink the job (smaller batches, activation checkpointing, mixed precision)",
+        });
     }
 }
 

@@ -39,7 +39,10 @@ fn minutes(seconds: f64) -> String {
     }
 }
 
+/// One rule's finding for one subject, before [`Observations::judge`]
+/// weighs it against the rule's settings.
 pub(super) struct Draft<'a> {
+    pub(super) device: &'a DeviceInfo,
     /// Its unit and direction come from the rule table.
     pub(super) rule: RuleId,
     pub(super) config: &'a RuleSettings,
@@ -50,33 +53,6 @@ pub(super) struct Draft<'a> {
     /// most observations are clear, and formatting is most of a pass.
     pub(super) text: &'a dyn Fn() -> (String, String),
     pub(super) remediation: &'static str,
-}
-
-pub(super) fn push(device: &DeviceInfo, draft: Draft<'_>, out: &mut Observations<'_>) {
-    if !draft.config.enabled {
-        return;
-    }
-    let spec = draft.rule.spec();
-    let verdict = verdict(draft.config, spec.direction, draft.value);
-    if verdict != Verdict::Breached && !out.may_matter(spec.name, &device.uuid, draft.pid) {
-        return;
-    }
-    let (summary, description) =
-        if verdict == Verdict::Clear { (String::new(), String::new()) } else { (draft.text)() };
-    out.push(Observation {
-        key: AlertKey { rule: spec.name.to_owned(), uuid: device.uuid.clone(), pid: draft.pid },
-        verdict,
-        severity: draft.config.severity,
-        for_duration: draft.config.for_duration,
-        gpu: device.gpu_index(),
-        process: draft.process.map(str::to_owned),
-        value: draft.value,
-        threshold: draft.config.threshold,
-        unit: spec.unit.as_str(),
-        summary,
-        description,
-        remediation: draft.remediation,
-    });
 }
 
 /// One pass's observations, as the rules write them.
@@ -116,6 +92,35 @@ impl<'a> Observations<'a> {
     /// Keeps every observation, clear ones included.
     pub fn all() -> Self {
         Self { list: Vec::new(), active: None, breached: Vec::new() }
+    }
+
+    /// Judges `draft` by its rule's settings and keeps the observation
+    /// unless it cannot change an alert (texts written only if needed).
+    pub(super) fn judge(&mut self, draft: Draft<'_>) {
+        if !draft.config.enabled {
+            return;
+        }
+        let (device, spec) = (draft.device, draft.rule.spec());
+        let verdict = verdict(draft.config, spec.direction, draft.value);
+        if verdict != Verdict::Breached && !self.may_matter(spec.name, &device.uuid, draft.pid) {
+            return;
+        }
+        let (summary, description) =
+            if verdict == Verdict::Clear { (String::new(), String::new()) } else { (draft.text)() };
+        self.push(Observation {
+            key: AlertKey { rule: spec.name.to_owned(), uuid: device.uuid.clone(), pid: draft.pid },
+            verdict,
+            severity: draft.config.severity,
+            for_duration: draft.config.for_duration,
+            gpu: device.gpu_index(),
+            process: draft.process.map(str::to_owned),
+            value: draft.value,
+            threshold: draft.config.threshold,
+            unit: spec.unit.as_str(),
+            summary,
+            description,
+            remediation: draft.remediation,
+        });
     }
 
     pub fn push(&mut self, observation: Observation) {
@@ -163,28 +168,25 @@ pub fn observe(rules: &RulesConfig, snapshot: &DeviceSnapshot, out: &mut Observa
     let facts = &snapshot.facts;
     let device = &facts.info;
     let name = format!("GPU {} ({})", device.gpu_index(), device.name);
-    push(
+    out.judge(Draft {
         device,
-        Draft {
-            rule: RuleId::DeviceLost,
-            config: &rules.device_lost,
-            pid: None,
-            process: None,
-            value: if facts.up { 0.0 } else { 1.0 },
-            text: &|| {
-                (
-                    format!("{name} does not answer"),
-                    format!(
-                        "{name} {} is not answering memory reads: {}. Its metrics are absent until it answers again.",
-                        device.uuid,
-                        facts.failure.as_deref().unwrap_or("no reading")
-                    ),
-                )
-            },
-            remediation: "check the kernel log and Xid errors (nvidia-smi -q, dmesg); a GPU that fell off the bus needs a reset or a node drain",
+        rule: RuleId::DeviceLost,
+        config: &rules.device_lost,
+        pid: None,
+        process: None,
+        value: if facts.up { 0.0 } else { 1.0 },
+        text: &|| {
+            (
+                format!("{name} does not answer"),
+                format!(
+                    "{name} {} is not answering memory reads: {}. Its metrics are absent until it answers again.",
+                    device.uuid,
+                    facts.failure.as_deref().unwrap_or("no reading")
+                ),
+            )
         },
-        out,
-    );
+        remediation: "check the kernel log and Xid errors (nvidia-smi -q, dmesg); a GPU that fell off the bus needs a reset or a node drain",
+    });
     if let Some(memory) = facts.memory {
         memory_rules(rules, snapshot, &name, memory, out);
     }
@@ -197,27 +199,24 @@ pub fn observe(rules: &RulesConfig, snapshot: &DeviceSnapshot, out: &mut Observa
         super::probe_rules::observe(rules, device, &name, reading, out);
     }
     if let Some(new_errors) = facts.xid_in_window {
-        push(
+        out.judge(Draft {
             device,
-            Draft {
-                rule: RuleId::XidError,
-                config: &rules.xid_error,
-                pid: None,
-                process: None,
-                value: new_errors as f64,
-                text: &|| {
-                    (
-                        format!("{name} reported {new_errors} Xid error(s)"),
-                        format!(
-                            "{new_errors} Xid error(s) within {}; see vramd_xid_errors_total and the daemon log for the codes and their meaning.",
-                            minutes(rules.xid_window.as_secs_f64())
-                        ),
-                    )
-                },
-                remediation: "look up the Xid codes (NVIDIA Xid documentation): application faults (13, 31, 43) point at the workload, ECC and bus errors (48, 63, 64, 79, 94, 95) at the hardware",
+            rule: RuleId::XidError,
+            config: &rules.xid_error,
+            pid: None,
+            process: None,
+            value: new_errors as f64,
+            text: &|| {
+                (
+                    format!("{name} reported {new_errors} Xid error(s)"),
+                    format!(
+                        "{new_errors} Xid error(s) within {}; see vramd_xid_errors_total and the daemon log for the codes and their meaning.",
+                        minutes(rules.xid_window.as_secs_f64())
+                    ),
+                )
             },
-            out,
-        );
+            remediation: "look up the Xid codes (NVIDIA Xid documentation): application faults (13, 31, 43) point at the workload, ECC and bus errors (48, 63, 64, 79, 94, 95) at the hardware",
+        });
     }
 }
 
@@ -247,67 +246,59 @@ fn memory_rules(
             ),
             None => String::new(),
         };
-        push(
+        out.judge(Draft {
             device,
-            Draft {
-                rule: RuleId::MemoryHigh,
-                config: &rules.memory_high,
-                pid: None,
-                process: None,
-                value: ratio,
-                text: &|| {
-                    (
-                        format!("{name} memory {:.0}% used", ratio * 100.0),
-                        format!(
-                            "{} of {} used ({:.1}%), threshold {:.0}%; {} free, {} reserved by the driver.{pools}",
-                            gib(memory.used_bytes),
-                            gib(memory.total_bytes),
-                            ratio * 100.0,
-                            rules.memory_high.threshold * 100.0,
-                            gib(memory.free_bytes),
-                            memory.reserved_bytes.map_or_else(|| "unknown".to_owned(), gib)
-                        ),
-                    )
-                },
-                remediation: remediation::ALLOCATION_PRESSURE,
-            },
-            out,
-        );
-    }
-    let tte = analysis.time_to_exhaustion_seconds;
-    let (slope, fit) = match (analysis.growth_bytes_per_second, analysis.growth_fit) {
-        (Some(slope), Some(fit)) => (slope, fit),
-        _ => (0.0, 0.0),
-    };
-    push(
-        device,
-        Draft {
-            rule: RuleId::ExhaustionForecast,
-            config: &rules.exhaustion_forecast,
+            rule: RuleId::MemoryHigh,
+            config: &rules.memory_high,
             pid: None,
             process: None,
-            value: tte.unwrap_or(f64::INFINITY),
+            value: ratio,
             text: &|| {
                 (
-                    match tte {
-                        Some(seconds) => {
-                            format!("{name} runs out of memory in about {}", minutes(seconds))
-                        }
-                        None => format!("{name} has no exhaustion forecast"),
-                    },
+                    format!("{name} memory {:.0}% used", ratio * 100.0),
                     format!(
-                        "used memory grows {:.1} MiB/s (Theil–Sen over {}, fit {:.2}); {} free.",
-                        slope / MIB,
-                        minutes(analysis.trend_window_seconds),
-                        fit,
-                        gib(memory.free_bytes)
+                        "{} of {} used ({:.1}%), threshold {:.0}%; {} free, {} reserved by the driver.{pools}",
+                        gib(memory.used_bytes),
+                        gib(memory.total_bytes),
+                        ratio * 100.0,
+                        rules.memory_high.threshold * 100.0,
+                        gib(memory.free_bytes),
+                        memory.reserved_bytes.map_or_else(|| "unknown".to_owned(), gib)
                     ),
                 )
             },
-            remediation: "find the growing process (vramd_process_memory_used_bytes, /api/v1/devices/{gpu}); if it is a leak see its leak alert, otherwise give the job a larger GPU or reduce its peak memory",
+            remediation: remediation::ALLOCATION_PRESSURE,
+        });
+    }
+    let tte = analysis.time_to_exhaustion_seconds;
+    let (slope, fit) =
+        analysis.growth_bytes_per_second.zip(analysis.growth_fit).unwrap_or((0.0, 0.0));
+    out.judge(Draft {
+        device,
+        rule: RuleId::ExhaustionForecast,
+        config: &rules.exhaustion_forecast,
+        pid: None,
+        process: None,
+        value: tte.unwrap_or(f64::INFINITY),
+        text: &|| {
+            (
+                match tte {
+                    Some(seconds) => {
+                        format!("{name} runs out of memory in about {}", minutes(seconds))
+                    }
+                    None => format!("{name} has no exhaustion forecast"),
+                },
+                format!(
+                    "used memory grows {:.1} MiB/s (Theil–Sen over {}, fit {:.2}); {} free.",
+                    slope / MIB,
+                    minutes(analysis.trend_window_seconds),
+                    fit,
+                    gib(memory.free_bytes)
+                ),
+            )
         },
-        out,
-    );
+        remediation: "find the growing process (vramd_process_memory_used_bytes, /api/v1/devices/{gpu}); if it is a leak see its leak alert, otherwise give the job a larger GPU or reduce its peak memory",
+    });
 }
 
 fn process_rules(
@@ -324,118 +315,106 @@ fn process_rules(
         None => format!("pid {}", process.pid),
     };
     if let Some(leak) = &process.leak {
-        push(
+        out.judge(Draft {
             device,
-            Draft {
-                rule: RuleId::LeakSuspected,
-                config: &rules.leak_suspected,
-                pid: Some(process.pid),
-                process: process.name.as_deref(),
-                value: leak.slope_bytes_per_second,
-                text: &|| {
-                    let who = who();
-                    (
-                        format!("{who} on {name} grows steadily: leak suspected"),
-                        format!(
-                            "{} grew {:.1} MiB/s over {} (fit {:.2}), from {} to {} without returning to its baseline.",
-                            leak.metric.as_str(),
-                            leak.slope_bytes_per_second / MIB,
-                            minutes(leak.window_seconds),
-                            leak.fit,
-                            gib(leak.baseline_bytes),
-                            gib(leak.latest_bytes)
-                        ),
-                    )
-                },
-                remediation: remediation::LEAK,
+            rule: RuleId::LeakSuspected,
+            config: &rules.leak_suspected,
+            pid: Some(process.pid),
+            process: process.name.as_deref(),
+            value: leak.slope_bytes_per_second,
+            text: &|| {
+                let who = who();
+                (
+                    format!("{who} on {name} grows steadily: leak suspected"),
+                    format!(
+                        "{} grew {:.1} MiB/s over {} (fit {:.2}), from {} to {} without returning to its baseline.",
+                        leak.metric.as_str(),
+                        leak.slope_bytes_per_second / MIB,
+                        minutes(leak.window_seconds),
+                        leak.fit,
+                        gib(leak.baseline_bytes),
+                        gib(leak.latest_bytes)
+                    ),
+                )
             },
-            out,
-        );
+            remediation: remediation::LEAK,
+        });
     }
     if let Some(stats) = process.allocator {
         let ratio = fragmentation_ratio(&stats, process.snapshot.as_ref()).unwrap_or(0.0);
         let big_enough = stats.reserved_bytes >= rules.fragmentation_min_reserved_bytes.get();
-        push(
+        out.judge(Draft {
             device,
-            Draft {
-                rule: RuleId::AllocatorFragmentationHigh,
-                config: &rules.allocator_fragmentation_high,
-                pid: Some(process.pid),
-                process: process.name.as_deref(),
-                value: if big_enough { ratio } else { 0.0 },
-                text: &|| {
-                    let who = who();
-                    (
-                        format!(
-                            "{who} on {name}: {:.0}% of reserved memory is fragmented",
-                            ratio * 100.0
-                        ),
-                        format!(
-                            "inactive_split {} of reserved {} ({:.1}%); allocated {}. These free pieces of split segments cannot be returned by empty_cache().",
-                            gib(stats.inactive_split_bytes),
-                            gib(stats.reserved_bytes),
-                            ratio * 100.0,
-                            gib(stats.allocated_bytes)
-                        ),
-                    )
-                },
-                remediation: remediation::FRAGMENTATION,
+            rule: RuleId::AllocatorFragmentationHigh,
+            config: &rules.allocator_fragmentation_high,
+            pid: Some(process.pid),
+            process: process.name.as_deref(),
+            value: if big_enough { ratio } else { 0.0 },
+            text: &|| {
+                let who = who();
+                (
+                    format!(
+                        "{who} on {name}: {:.0}% of reserved memory is fragmented",
+                        ratio * 100.0
+                    ),
+                    format!(
+                        "inactive_split {} of reserved {} ({:.1}%); allocated {}. These free pieces of split segments cannot be returned by empty_cache().",
+                        gib(stats.inactive_split_bytes),
+                        gib(stats.reserved_bytes),
+                        ratio * 100.0,
+                        gib(stats.allocated_bytes)
+                    ),
+                )
             },
-            out,
-        );
+            remediation: remediation::FRAGMENTATION,
+        });
     }
     if let Some(retries) = process.retries_in_window {
-        push(
+        out.judge(Draft {
             device,
-            Draft {
-                rule: RuleId::AllocatorRetries,
-                config: &rules.allocator_retries,
-                pid: Some(process.pid),
-                process: process.name.as_deref(),
-                value: retries as f64,
-                text: &|| {
-                    let who = who();
-                    (
-                        format!(
-                            "{who} on {name}: allocator had to flush its cache {retries} time(s)"
-                        ),
-                        format!(
-                            "num_alloc_retries rose by {retries} within {}: allocations only succeeded after freeing the whole cache, the step before an OOM.",
-                            minutes(rules.retries_window.as_secs_f64())
-                        ),
-                    )
-                },
-                remediation: remediation::ALLOCATION_PRESSURE,
+            rule: RuleId::AllocatorRetries,
+            config: &rules.allocator_retries,
+            pid: Some(process.pid),
+            process: process.name.as_deref(),
+            value: retries as f64,
+            text: &|| {
+                let who = who();
+                (
+                    format!(
+                        "{who} on {name}: allocator had to flush its cache {retries} time(s)"
+                    ),
+                    format!(
+                        "num_alloc_retries rose by {retries} within {}: allocations only succeeded after freeing the whole cache, the step before an OOM.",
+                        minutes(rules.retries_window.as_secs_f64())
+                    ),
+                )
             },
-            out,
-        );
+            remediation: remediation::ALLOCATION_PRESSURE,
+        });
     }
     // An OOM event already describes this process's OOM, with its numbers.
     if let Some(ooms) = process.ooms_in_window
         && !covered.contains(&Some(process.pid))
     {
-        push(
+        out.judge(Draft {
             device,
-            Draft {
-                rule: RuleId::AllocatorOom,
-                config: &rules.allocator_oom,
-                pid: Some(process.pid),
-                process: process.name.as_deref(),
-                value: ooms as f64,
-                text: &|| {
-                    let who = who();
-                    (
-                        format!("{who} on {name} ran out of memory"),
-                        format!(
-                            "num_ooms rose by {ooms} within {}.",
-                            minutes(rules.oom_window.as_secs_f64())
-                        ),
-                    )
-                },
-                remediation: remediation::ALLOCATION_PRESSURE,
+            rule: RuleId::AllocatorOom,
+            config: &rules.allocator_oom,
+            pid: Some(process.pid),
+            process: process.name.as_deref(),
+            value: ooms as f64,
+            text: &|| {
+                let who = who();
+                (
+                    format!("{who} on {name} ran out of memory"),
+                    format!(
+                        "num_ooms rose by {ooms} within {}.",
+                        minutes(rules.oom_window.as_secs_f64())
+                    ),
+                )
             },
-            out,
-        );
+            remediation: remediation::ALLOCATION_PRESSURE,
+        });
     }
 }
 

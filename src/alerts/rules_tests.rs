@@ -106,24 +106,21 @@ fn a_caching_allocator_without_a_pool_limit_counts_its_cache_as_used() {
     assert!(!observation.description.contains("Preallocated"));
 }
 
-/// `memory_high` at `ratio` of an 80 GiB GPU, through `push`.
+/// `memory_high` at `ratio` of an 80 GiB GPU, through `judge`.
 fn observe_ratio(ratio: f64, out: &mut Observations<'_>) {
     let (snapshot, _) = snapshot(process(GIB, GIB, None));
     let mut rules = default_alerts().rules;
     rules.memory_high.for_duration = std::time::Duration::from_secs(10);
-    push(
-        &snapshot.facts.info,
-        Draft {
-            rule: RuleId::MemoryHigh,
-            config: &rules.memory_high,
-            pid: None,
-            process: Some("python3"),
-            value: ratio,
-            text: &|| (format!("at {ratio}"), String::new()),
-            remediation: "",
-        },
-        out,
-    );
+    out.judge(Draft {
+        device: &snapshot.facts.info,
+        rule: RuleId::MemoryHigh,
+        config: &rules.memory_high,
+        pid: None,
+        process: Some("python3"),
+        value: ratio,
+        text: &|| (format!("at {ratio}"), String::new()),
+        remediation: "",
+    });
 }
 
 #[test]

@@ -128,7 +128,7 @@ pub async fn run(
                 warn!(error = %error, "analysis or alert evaluation failed; starting from no alerts");
                 dropped_counted = 0;
                 let (analyzer, evaluator) = fresh(&current);
-                let empty = Evaluation { at: now, transitions: Vec::new(), alerts: Vec::new() };
+                let empty = Evaluation { transitions: Vec::new(), alerts: Vec::new() };
                 (analyzer, evaluator, Arc::new(AnalysisSnapshot::default()), empty)
             }
         };

@@ -144,9 +144,7 @@ impl SlowPoint {
     pub fn processes(&self) -> Option<&[ProcessPoint]> {
         self.processes.as_deref()
     }
-}
 
-impl SlowPoint {
     /// The stored form of `reading`, sharing `previous` (the list stored
     /// last) when the processes and their figures are unchanged: the common
     /// case, which then costs no list of its own sample after sample.

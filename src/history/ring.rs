@@ -179,13 +179,7 @@ impl<T: Stamped> Snapshot<T> {
 
     /// Number of items in `[from, to]`, without visiting them.
     pub fn count_in(&self, from: Timestamp, to: Timestamp) -> usize {
-        self.slices()
-            .map(|slice| {
-                let start = slice.partition_point(|item| item.at() < from);
-                let end = slice.partition_point(|item| item.at() <= to);
-                end.saturating_sub(start)
-            })
-            .sum()
+        self.range_slices(from, to).map(<[T]>::len).sum()
     }
 
     pub fn newest(&self) -> Option<&T> {

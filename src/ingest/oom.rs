@@ -162,20 +162,10 @@ pub fn check_device_total(event: &OomEvent, total: Option<u64>) -> Result<(), Re
     )
 }
 
-/// The host PID of the process that raised `event`: the listed process
-/// with the reporter's PID, else the one process whose namespace PID it is
-/// (as reports join).
+/// The host PID of the process that raised `event`, joined as reports are.
 pub fn join(event: &OomEvent, processes: &[ProcessInfo]) -> Option<u32> {
-    let pid = event.reporter_pid;
-    if processes.iter().any(|process| process.pid == pid) {
-        return Some(pid);
-    }
-    let mut candidates =
-        processes.iter().filter(|process| process.details.namespace_pid == Some(pid));
-    match (candidates.next(), candidates.next()) {
-        (Some(process), None) => Some(process.pid),
-        _ => None,
-    }
+    let slot = super::store::reporter_slot(event.reporter_pid, processes)?;
+    processes.get(slot).map(|process| process.pid)
 }
 
 /// Why an event was not taken.

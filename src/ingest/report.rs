@@ -184,7 +184,7 @@ impl Reporter {
 /// Parses and validates a report body.
 pub fn parse(body: &[u8], limits: &ReportLimits) -> Result<AllocatorReport, ReportError> {
     let raw: ReportDocument = versioned_document(body)?;
-    let at = parse_time(&raw.at)?;
+    let at = Timestamp::parse_rfc3339(&raw.at).map_err(ReportError::BadTime)?;
     raw.reporter.check_names()?;
     if raw.devices.len() > limits.max_devices {
         return Err(ReportError::TooManyDevices {
@@ -282,8 +282,4 @@ pub fn check_device_totals(
         )?;
     }
     Ok(())
-}
-
-fn parse_time(text: &str) -> Result<Timestamp, ReportError> {
-    Timestamp::parse_rfc3339(text).map_err(ReportError::BadTime)
 }

@@ -164,17 +164,11 @@ impl Upload {
         if self.bytes > max {
             return Err(SnapshotError::TooLarge { id, max });
         }
-        let path = &self.temp;
-        let file = self.file.as_mut().ok_or_else(|| SnapshotError::Write {
-            id,
-            path: path.clone(),
-            source: io::Error::other("already finished"),
-        })?;
-        file.write_all(chunk).map_err(|source| SnapshotError::Write {
-            id,
-            path: path.clone(),
-            source,
-        })
+        let written = match self.file.as_mut() {
+            Some(file) => file.write_all(chunk),
+            None => Err(io::Error::other("already finished")),
+        };
+        written.map_err(|source| SnapshotError::Write { id, path: self.temp.clone(), source })
     }
 
     /// Flushes the file to disk, renames it into place (readers see the old

@@ -8,7 +8,7 @@ use parking_lot::Mutex;
 use serde::Serialize;
 use tokio::time::Instant;
 
-use crate::model::SlowReading;
+use crate::model::{ProcessInfo, SlowReading};
 
 use super::rate::RateWindow;
 use super::report::{AllocatorReport, ReportedDevice, Reporter};
@@ -132,18 +132,7 @@ impl ReportStore {
                 entry.report.devices.retain(|device| device.uuid != uuid);
                 continue;
             }
-            let reporter_pid = entry.report.reporter.pid;
-            let by_host_pid = processes.iter().position(|process| process.pid == reporter_pid);
-            let target = by_host_pid.or_else(|| {
-                let mut candidates = processes
-                    .iter()
-                    .enumerate()
-                    .filter(|(_, process)| process.details.namespace_pid == Some(reporter_pid));
-                match (candidates.next(), candidates.next()) {
-                    (Some((slot, _)), None) => Some(slot),
-                    _ => None,
-                }
-            });
+            let target = reporter_slot(entry.report.reporter.pid, processes);
             let Some(process) = target.and_then(|slot| processes.get_mut(slot)) else { continue };
             join(process, device, &entry.report.reporter);
             entry.matched.insert(uuid.to_owned(), process.pid);
@@ -180,7 +169,23 @@ impl ReportStore {
     }
 }
 
-fn join(process: &mut crate::model::ProcessInfo, device: &ReportedDevice, reporter: &Reporter) {
+/// Where the reporter `pid` is among `processes`: the process with that host
+/// PID, else the one process whose namespace PID it is (none when several
+/// containers have it).
+pub(super) fn reporter_slot(pid: u32, processes: &[ProcessInfo]) -> Option<usize> {
+    processes.iter().position(|process| process.pid == pid).or_else(|| {
+        let mut candidates = processes
+            .iter()
+            .enumerate()
+            .filter(|(_, process)| process.details.namespace_pid == Some(pid));
+        match (candidates.next(), candidates.next()) {
+            (Some((slot, _)), None) => Some(slot),
+            _ => None,
+        }
+    })
+}
+
+fn join(process: &mut ProcessInfo, device: &ReportedDevice, reporter: &Reporter) {
     // The workload's own word on its pod; the container runtime's, joined
     // later by Kubernetes attribution, wins where it answers.
     let details = &mut process.details;
@@ -191,13 +196,7 @@ fn join(process: &mut crate::model::ProcessInfo, device: &ReportedDevice, report
     }
     // A source that already knows the allocator figures (the simulator)
     // keeps them; a report fills them in for NVML's processes.
-    if process.allocator.is_none() {
-        process.allocator = device.stats;
-    }
-    if process.details.snapshot.is_none() {
-        process.details.snapshot = device.snapshot;
-    }
-    if process.details.pool_limit_bytes.is_none() {
-        process.details.pool_limit_bytes = device.pool_limit_bytes;
-    }
+    process.allocator = process.allocator.or(device.stats);
+    details.snapshot = details.snapshot.or(device.snapshot);
+    details.pool_limit_bytes = details.pool_limit_bytes.or(device.pool_limit_bytes);
 }

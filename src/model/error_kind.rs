@@ -42,11 +42,6 @@ impl ErrorKind {
         Self::Panicked,
         Self::OutOfOrder,
     ];
-
-    /// The label value; the same text as the serde form.
-    pub fn as_str(self) -> &'static str {
-        self.into()
-    }
 }
 
 #[cfg(test)]

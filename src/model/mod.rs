@@ -8,7 +8,8 @@
 //! Layout: `time` (timestamps), `readings` (device facts and what the two
 //! tiers read), `process` (processes and allocator statistics), `probe`,
 //! `oom`, `error_kind`, `rules`, `scenario`; this file keeps the sampling
-//! `Tier` and `RecordMode`, and re-exports the rest.
+//! `Tier`, `RecordMode` and the label enums' `as_str` (`label_as_str!`),
+//! and re-exports the rest.
 
 mod error_kind;
 mod oom;
@@ -58,10 +59,6 @@ impl RecordMode {
     pub const ALL: [RecordMode; 3] =
         [RecordMode::Rotate, RecordMode::Refuse, RecordMode::Overwrite];
 
-    pub fn as_str(self) -> &'static str {
-        self.into()
-    }
-
     pub fn from_name(name: &str) -> Option<Self> {
         Self::ALL.into_iter().find(|mode| mode.as_str() == name)
     }
@@ -80,11 +77,36 @@ pub enum Tier {
 
 impl Tier {
     pub const ALL: [Tier; 2] = [Tier::Fast, Tier::Slow];
-
-    pub fn as_str(self) -> &'static str {
-        self.into()
-    }
 }
+
+/// `as_str` of the label enums (metric labels, REST and trace kinds), which
+/// derive strum's `IntoStaticStr` (the same text as their serde form where
+/// they have one): written once here, and a method at every caller rather
+/// than a `From`.
+macro_rules! label_as_str {
+    ($($kind:ty),+ $(,)?) => {$(
+        impl $kind {
+            pub fn as_str(self) -> &'static str {
+                self.into()
+            }
+        }
+    )+};
+}
+pub(crate) use label_as_str;
+
+label_as_str!(
+    RecordMode,
+    Tier,
+    ErrorKind,
+    ProcessRole,
+    ProcessKind,
+    OomCause,
+    Severity,
+    RuleUnit,
+    ComputeMode,
+    ProbeFailureKind,
+    ProbeSkipReason,
+);
 
 #[cfg(test)]
 mod tests {

@@ -68,12 +68,6 @@ pub enum OomCause {
     Unknown,
 }
 
-impl OomCause {
-    pub fn as_str(self) -> &'static str {
-        self.into()
-    }
-}
-
 impl OomEvent {
     /// Memory free to this allocator at the OOM: the device's free memory
     /// plus the allocator's own cache (reserved but not allocated); `None`

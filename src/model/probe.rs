@@ -142,11 +142,6 @@ impl ProbeFailureKind {
         Self::TraceEnded,
     ];
 
-    /// The `kind` label.
-    pub fn as_str(self) -> &'static str {
-        self.into()
-    }
-
     /// Index into [`Self::ALL`] (declaration order).
     pub fn position(self) -> usize {
         self as usize
@@ -190,11 +185,6 @@ pub enum ProbeSkipReason {
 impl ProbeSkipReason {
     pub const ALL: [ProbeSkipReason; 4] =
         [Self::LowFree, Self::ExclusiveProcess, Self::AlertFiring, Self::NoReading];
-
-    /// The `reason` label.
-    pub fn as_str(self) -> &'static str {
-        self.into()
-    }
 
     /// Index into [`Self::ALL`] (declaration order).
     pub fn position(self) -> usize {

@@ -113,12 +113,6 @@ pub enum ProcessRole {
     Probe,
 }
 
-impl ProcessRole {
-    pub fn as_str(self) -> &'static str {
-        self.into()
-    }
-}
-
 /// How a process uses the GPU, as NVML lists it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
@@ -131,12 +125,6 @@ pub enum ProcessKind {
     ComputeAndGraphics,
     /// A client of the Multi-Process Service.
     Mps,
-}
-
-impl ProcessKind {
-    pub fn as_str(self) -> &'static str {
-        self.into()
-    }
 }
 
 /// The subset of `torch.cuda.memory_stats()` the accounting model uses.

@@ -81,27 +81,22 @@ impl TryFrom<UncheckedMemoryInfo> for MemoryInfo {
     type Error = String;
 
     fn try_from(raw: UncheckedMemoryInfo) -> Result<Self, String> {
+        let UncheckedMemoryInfo { total_bytes, reserved_bytes, used_bytes, free_bytes } = raw;
         let parts = [
-            ("used_bytes", Some(raw.used_bytes)),
-            ("free_bytes", Some(raw.free_bytes)),
-            ("reserved_bytes", raw.reserved_bytes),
+            ("used_bytes", Some(used_bytes)),
+            ("free_bytes", Some(free_bytes)),
+            ("reserved_bytes", reserved_bytes),
         ];
         for (field, value) in parts {
             if let Some(value) = value
-                && value > raw.total_bytes
+                && value > total_bytes
             {
                 return Err(format!(
-                    "memory.{field} ({value}) exceeds memory.total_bytes ({})",
-                    raw.total_bytes
+                    "memory.{field} ({value}) exceeds memory.total_bytes ({total_bytes})"
                 ));
             }
         }
-        Ok(MemoryInfo {
-            total_bytes: raw.total_bytes,
-            reserved_bytes: raw.reserved_bytes,
-            used_bytes: raw.used_bytes,
-            free_bytes: raw.free_bytes,
-        })
+        Ok(MemoryInfo { total_bytes, reserved_bytes, used_bytes, free_bytes })
     }
 }
 
@@ -301,12 +296,6 @@ pub enum ComputeMode {
     ExclusiveThread,
     Prohibited,
     ExclusiveProcess,
-}
-
-impl ComputeMode {
-    pub fn as_str(self) -> &'static str {
-        self.into()
-    }
 }
 
 #[cfg(test)]

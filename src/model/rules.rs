@@ -35,12 +35,6 @@ pub enum Severity {
     Critical,
 }
 
-impl Severity {
-    pub fn as_str(self) -> &'static str {
-        self.into()
-    }
-}
-
 fn unknown_severity(other: &str) -> String {
     format!("unknown severity `{other}`; expected info, warning or critical")
 }
@@ -74,13 +68,6 @@ pub enum RuleUnit {
     Count,
     /// Bytes, at least 0.
     Bytes,
-}
-
-impl RuleUnit {
-    /// The unit as alerts report it (`Alert::unit`).
-    pub fn as_str(self) -> &'static str {
-        self.into()
-    }
 }
 
 /// Which side of `threshold` a rule fires on; `clear` is on the other side.

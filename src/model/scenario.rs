@@ -3,10 +3,12 @@
 //! scenario without depending on a source; the behaviour of each lives in
 //! `source::simulator`.
 
-use std::str::FromStr;
+use strum::{Display, EnumString, IntoStaticStr};
 
-/// A scripted situation the simulator can play.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+/// A scripted situation the simulator can play; its name (kebab-case) is
+/// the one used on the command line and in configuration.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, IntoStaticStr, Display, EnumString)]
+#[strum(serialize_all = "kebab-case", parse_err_ty = UnknownScenario, parse_err_fn = unknown)]
 pub enum ScenarioKind {
     SteadyInference,
     TrainingFragmentation,
@@ -28,17 +30,8 @@ impl ScenarioKind {
         ScenarioKind::Idle,
     ];
 
-    /// The name used on the command line and in configuration.
     pub fn name(self) -> &'static str {
-        match self {
-            ScenarioKind::SteadyInference => "steady-inference",
-            ScenarioKind::TrainingFragmentation => "training-fragmentation",
-            ScenarioKind::Leak => "leak",
-            ScenarioKind::OomSpike => "oom-spike",
-            ScenarioKind::MultiTenant => "multi-tenant",
-            ScenarioKind::DeviceLost => "device-lost",
-            ScenarioKind::Idle => "idle",
-        }
+        self.into()
     }
 
     /// One line for `vramd scenarios`.
@@ -65,12 +58,6 @@ impl ScenarioKind {
     }
 }
 
-impl std::fmt::Display for ScenarioKind {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
 /// The name given is not a known scenario.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("unknown scenario `{given}`; known scenarios: {}", known_names())]
@@ -82,15 +69,8 @@ fn known_names() -> String {
     ScenarioKind::ALL.iter().map(|kind| kind.name()).collect::<Vec<_>>().join(", ")
 }
 
-impl FromStr for ScenarioKind {
-    type Err = UnknownScenario;
-
-    fn from_str(text: &str) -> Result<Self, Self::Err> {
-        ScenarioKind::ALL
-            .into_iter()
-            .find(|kind| kind.name() == text)
-            .ok_or_else(|| UnknownScenario { given: text.to_owned() })
-    }
+fn unknown(given: &str) -> UnknownScenario {
+    UnknownScenario { given: given.to_owned() }
 }
 
 #[cfg(test)]

@@ -75,10 +75,7 @@ impl Notifier for AlertmanagerNotifier {
     }
 
     fn deliver<'a>(&'a self, batch: &'a [Alert]) -> BoxFuture<'a, Result<(), NotifyError>> {
-        Box::pin(async move {
-            let body = self.payload(batch)?;
-            self.client.post_json(body).await
-        })
+        Box::pin(async move { self.client.post_json(self.payload(batch)?).await })
     }
 }
 

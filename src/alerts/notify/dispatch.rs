@@ -20,7 +20,8 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use crate::alerts::{Alert, AlertState, Transition};
-use crate::telemetry::{NotificationOutcome, Telemetry};
+use crate::telemetry::NotificationOutcome::{Dropped, Failed, Sent};
+use crate::telemetry::Telemetry;
 
 use super::{Notifier, NotifySettings};
 
@@ -53,7 +54,7 @@ impl Lane {
             }
         }
         if dropped > 0 {
-            self.telemetry.count_notifications(self.name, NotificationOutcome::Dropped, dropped);
+            self.telemetry.count_notifications(self.name, Dropped, dropped);
             debug!(notifier = self.name, dropped, "notification queue full; dropped the oldest");
         }
         self.wake.notify_one();
@@ -178,7 +179,7 @@ async fn deliver_with_retries(
         lane.telemetry.observe_notification(lane.name, started.elapsed());
         match result {
             Ok(()) => {
-                lane.telemetry.count_notifications(lane.name, NotificationOutcome::Sent, count);
+                lane.telemetry.count_notifications(lane.name, Sent, count);
                 if std::mem::take(failing) {
                     info!(notifier = lane.name, alerts = count, "notification delivery recovered");
                 }
@@ -196,11 +197,7 @@ async fn deliver_with_retries(
                     debug!(notifier = lane.name, attempt, error = %error, "notification delivery failed again");
                 }
                 if attempt >= lane.max_retries {
-                    lane.telemetry.count_notifications(
-                        lane.name,
-                        NotificationOutcome::Failed,
-                        count,
-                    );
+                    lane.telemetry.count_notifications(lane.name, Failed, count);
                     debug!(
                         notifier = lane.name,
                         alerts = count,

@@ -47,9 +47,6 @@ impl Notifier for WebhookNotifier {
     }
 
     fn deliver<'a>(&'a self, batch: &'a [Alert]) -> BoxFuture<'a, Result<(), NotifyError>> {
-        Box::pin(async move {
-            let body = self.payload(batch)?;
-            self.client.post_json(body).await
-        })
+        Box::pin(async move { self.client.post_json(self.payload(batch)?).await })
     }
 }

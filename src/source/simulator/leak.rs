@@ -51,8 +51,7 @@ fn leaking(gpu: &Gpu) -> SimProcess {
         fragmented_share: 0.2,
         pending_free: 32 * MIB,
         outside,
-        alloc_retries: 0,
-        ooms: 0,
+        ..Torch::default()
     }
     .build(gpu.pid(0), "python3")
 }

@@ -35,23 +35,18 @@ impl Prober for Simulator {
         device: &DeviceInfo,
         request: &ProbeRequest,
     ) -> Result<ProbeReading, ProbeFailure> {
+        let failed = |message: String| ProbeFailure::new(ProbeFailureKind::ContextFailed, message);
         let at = self.clock.now();
         let index = device.index;
-        let fast = self.fast_at(index, at).map_err(|error| {
-            ProbeFailure::new(ProbeFailureKind::ContextFailed, format!("cuCtxCreate_v2: {error}"))
-        })?;
-        let gpu = self.live_gpu(index, at).map_err(|error| {
-            ProbeFailure::new(ProbeFailureKind::ContextFailed, error.to_string())
-        })?;
+        let fast =
+            self.fast_at(index, at).map_err(|error| failed(format!("cuCtxCreate_v2: {error}")))?;
+        let gpu = self.live_gpu(index, at).map_err(|error| failed(error.to_string()))?;
         let Some(memory) = fast.memory else {
-            return Err(ProbeFailure::new(ProbeFailureKind::ContextFailed, "no memory reading"));
+            return Err(failed("no memory reading".to_owned()));
         };
         let context_bytes = gpu.context_bytes(PROBE_SLOT);
         if memory.free_bytes < context_bytes {
-            return Err(ProbeFailure::new(
-                ProbeFailureKind::ContextFailed,
-                "cuCtxCreate_v2 failed: CUDA_ERROR_OUT_OF_MEMORY (2)",
-            ));
+            return Err(failed("cuCtxCreate_v2 failed: CUDA_ERROR_OUT_OF_MEMORY (2)".to_owned()));
         }
         let step = gpu.second();
         let unit = |slot: u32| gpu.unit(Stream::Probe, slot, step);

@@ -102,7 +102,7 @@ impl SimProcess {
 
 /// The memory of a PyTorch process, as a scenario thinks of it. [`Torch::build`]
 /// turns it into NVML + allocator numbers that satisfy every invariant.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, Default)]
 pub(super) struct Torch {
     pub allocated: u64,
     pub reserved: u64,
@@ -161,8 +161,7 @@ pub(super) fn inference_server(gpu: &Gpu, slot: u32) -> SimProcess {
         fragmented_share: 0.3,
         pending_free: 64 * MIB,
         outside: gpu.context_bytes(slot).saturating_add(180 * MIB),
-        alloc_retries: 0,
-        ooms: 0,
+        ..Torch::default()
     }
     .build(gpu.pid(slot), "python3")
 }
@@ -192,8 +191,7 @@ pub(super) fn training_rank_memory(gpu: &Gpu, slot: u32) -> Torch {
         pending_free: 256 * MIB,
         // NCCL buffers and cuBLAS workspaces on top of the context.
         outside: gpu.context_bytes(slot).saturating_add(900 * MIB),
-        alloc_retries: 0,
-        ooms: 0,
+        ..Torch::default()
     }
 }
 

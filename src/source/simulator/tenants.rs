@@ -89,8 +89,7 @@ fn torch(
         fragmented_share,
         pending_free: 16 * MIB,
         outside,
-        alloc_retries: 0,
-        ooms: 0,
+        ..Torch::default()
     }
     .build(gpu.pid(slot), name)
 }

@@ -126,18 +126,14 @@ pub enum LineError {
     BadRecord { record: &'static str, reason: String },
     #[error("record for device {index}, which the header does not list")]
     UnknownDevice { index: u32 },
+    /// `tier` is `None` for a probe record.
     #[error(
-        "{tier} record for device {device} at {at} is earlier than the previous one at {previous}",
+        "{} record for device {device} at {at} is earlier than the previous one at {previous}",
+        tier.map_or("probe", Tier::as_str),
         at = at.unix_millis(),
         previous = previous.unix_millis()
     )]
-    OutOfOrder { tier: Tier, device: u32, at: Timestamp, previous: Timestamp },
-    #[error(
-        "probe record for device {device} at {at} is earlier than the previous one at {previous}",
-        at = at.unix_millis(),
-        previous = previous.unix_millis()
-    )]
-    ProbeOutOfOrder { device: u32, at: Timestamp, previous: Timestamp },
+    OutOfOrder { tier: Option<Tier>, device: u32, at: Timestamp, previous: Timestamp },
     /// Replay keeps record positions as `u32` to stay compact.
     #[error("the trace has more than {max} records")]
     TooManyRecords { max: u64 },

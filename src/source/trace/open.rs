@@ -79,17 +79,14 @@ fn rotate(path: &Path, keep: usize) -> io::Result<()> {
     if std::fs::metadata(path)?.len() == 0 {
         return Ok(());
     }
-    match std::fs::remove_file(numbered(path, keep)) {
-        Ok(()) => {}
-        Err(error) if error.kind() == io::ErrorKind::NotFound => {}
-        Err(error) => return Err(error),
-    }
+    // Gaps in the numbering (a slot never filled, or removed by hand) are fine.
+    let unless_missing = |result: io::Result<()>| match result {
+        Err(error) if error.kind() == io::ErrorKind::NotFound => Ok(()),
+        other => other,
+    };
+    unless_missing(std::fs::remove_file(numbered(path, keep)))?;
     for n in (1..keep).rev() {
-        match std::fs::rename(numbered(path, n), numbered(path, n + 1)) {
-            Ok(()) => {}
-            Err(error) if error.kind() == io::ErrorKind::NotFound => {}
-            Err(error) => return Err(error),
-        }
+        unless_missing(std::fs::rename(numbered(path, n), numbered(path, n + 1)))?;
     }
     std::fs::rename(path, numbered(path, 1))
 }

@@ -87,29 +87,21 @@ struct State {
     /// cut back to this, so the trace never keeps a partial line in the middle.
     good_len: u64,
     damaged: bool,
-    header: Header,
+    /// The device indices of the header once written; frozen from then on.
+    header: Option<BTreeSet<u32>>,
     /// Newest timestamp per device and tier (`None`: probe readings).
     latest: HashMap<(u32, Option<Tier>), Timestamp>,
     /// When a failure was last logged, and failures since then.
     last_logged: Option<Stopwatch>,
     unlogged_failures: u64,
-    /// The devices of the latest successful `devices()`.
-    devices: Vec<Arc<DeviceInfo>>,
-}
-
-/// Where the header stands.
-enum Header {
-    /// Not written yet: the devices of the latest successful `devices()`,
-    /// if there was one.
-    Pending(Option<Vec<DeviceInfo>>),
-    /// Written, listing these device indices; frozen from then on.
-    Written(BTreeSet<u32>),
+    /// The devices of the latest successful `devices()`, if there was one.
+    devices: Option<Vec<Arc<DeviceInfo>>>,
 }
 
 impl State {
     /// Whether the written header lists `device` (never before it is written).
     fn lists(&self, device: u32) -> bool {
-        matches!(&self.header, Header::Written(indices) if indices.contains(&device))
+        self.header.as_ref().is_some_and(|indices| indices.contains(&device))
     }
 }
 
@@ -123,11 +115,11 @@ impl<S: DeviceSource> Recorder<S> {
             file,
             good_len: 0,
             damaged: false,
-            header: Header::Pending(None),
+            header: None,
             latest: HashMap::new(),
             last_logged: None,
             unlogged_failures: 0,
-            devices: Vec::new(),
+            devices: None,
         };
         Ok(Self {
             inner,
@@ -192,15 +184,15 @@ impl<S: DeviceSource> Recorder<S> {
     /// Writes the header if it has not gone out yet. Retried on every call
     /// until it succeeds, so a transient failure costs no more than it must.
     fn ensure_header(&self, state: &mut State) -> Result<(), SourceError> {
-        let devices = match &state.header {
-            Header::Written(_) => return Ok(()),
-            Header::Pending(Some(devices)) => devices.clone(),
-            Header::Pending(None) => {
-                return Err(self.record_error(
-                    "no header yet: the source has not listed its devices, so nothing is recorded",
-                ));
-            }
+        if state.header.is_some() {
+            return Ok(());
+        }
+        let Some(devices) = &state.devices else {
+            return Err(self.record_error(
+                "no header yet: the source has not listed its devices, so nothing is recorded",
+            ));
         };
+        let devices: Vec<DeviceInfo> = devices.iter().map(|device| (**device).clone()).collect();
         let mut indices = BTreeSet::new();
         if let Some(duplicate) = devices.iter().find(|device| !indices.insert(device.index)) {
             return Err(self.record_error(format!(
@@ -211,7 +203,7 @@ impl<S: DeviceSource> Recorder<S> {
         let line = encode(&TraceHeader::new(self.inner.name(), devices))
             .map_err(|err| self.record_error(format!("cannot encode the header: {err}")))?;
         write_line(state, &line).map_err(|err| self.record_error(err.to_string()))?;
-        state.header = Header::Written(indices);
+        state.header = Some(indices);
         Ok(())
     }
 
@@ -391,14 +383,11 @@ impl<S: DeviceSource> DeviceSource for Recorder<S> {
         let devices = self.inner.devices()?;
         let written = {
             let mut state = self.state.lock();
-            state.devices = devices.iter().cloned().map(Arc::new).collect();
-            match &mut state.header {
-                Header::Pending(pending) => {
-                    *pending = Some(devices.clone());
-                    self.ensure_header(&mut state)
-                }
-                Header::Written(_) => return Ok(devices),
+            state.devices = Some(devices.iter().cloned().map(Arc::new).collect());
+            if state.header.is_some() {
+                return Ok(devices);
             }
+            self.ensure_header(&mut state)
         };
         self.account(written);
         Ok(devices)
@@ -414,7 +403,8 @@ impl<S: DeviceSource> DeviceSource for Recorder<S> {
     fn read_slow(&self, index: u32) -> Result<SlowReading, SourceError> {
         let mut result = self.inner.read_slow(index);
         if let (Some(join), Ok(reading)) = (&self.join, result.as_mut()) {
-            let info = self.state.lock().devices.iter().find(|d| d.index == index).cloned();
+            let info =
+                self.state.lock().devices.iter().flatten().find(|d| d.index == index).cloned();
             if let Some(info) = info {
                 join(&info, reading);
             }

@@ -147,10 +147,7 @@ impl DeviceSource for Replay {
             Some(TraceRecord::Fast { reading, .. }) => Ok(reading.clone()),
             Some(TraceRecord::Error { error, .. }) => Err(error.clone()),
             // Lanes hold only their own tier, so this is the end of the lane.
-            Some(
-                TraceRecord::Slow { .. } | TraceRecord::Probe { .. } | TraceRecord::Oom { .. },
-            )
-            | None => Err(SourceError::TraceEnded { index, tier: Tier::Fast }),
+            _ => Err(SourceError::TraceEnded { index, tier: Tier::Fast }),
         }
     }
 
@@ -158,10 +155,7 @@ impl DeviceSource for Replay {
         match self.take(index, Some(Tier::Slow))? {
             Some(TraceRecord::Slow { reading, .. }) => Ok(reading.as_ref().clone()),
             Some(TraceRecord::Error { error, .. }) => Err(error.clone()),
-            Some(
-                TraceRecord::Fast { .. } | TraceRecord::Probe { .. } | TraceRecord::Oom { .. },
-            )
-            | None => Err(SourceError::TraceEnded { index, tier: Tier::Slow }),
+            _ => Err(SourceError::TraceEnded { index, tier: Tier::Slow }),
         }
     }
 }
@@ -197,86 +191,70 @@ impl Prober for Replay {
         device: &DeviceInfo,
         _request: &ProbeRequest,
     ) -> Result<ProbeReading, ProbeFailure> {
-        let ended = || {
-            ProbeFailure::new(
-                ProbeFailureKind::TraceEnded,
-                format!("the replayed trace has no more probe records for device {}", device.index),
-            )
-        };
         match self.take(device.index, None) {
             Ok(Some(TraceRecord::Probe { outcome, .. })) => outcome.clone().map(|reading| *reading),
-            _ => Err(ended()),
+            _ => Err(ProbeFailure::new(
+                ProbeFailureKind::TraceEnded,
+                format!("the replayed trace has no more probe records for device {}", device.index),
+            )),
         }
     }
 }
 
-/// State while reading the file: the header once seen and the records so
-/// far.
+/// The trace while its file is read: `None` until the header line.
 #[derive(Default)]
-struct Loader {
-    header: Option<TraceHeader>,
-    records: Vec<TraceRecord>,
-    lanes: HashMap<(u32, Option<Tier>), Lane>,
-    ooms: Vec<u32>,
-}
+struct Loader(Option<Replay>);
 
 impl Loader {
     fn accept(&mut self, text: &str) -> Result<(), LineError> {
         if text.trim_ascii().is_empty() {
             return Err(LineError::Blank);
         }
-        if self.header.is_none() {
+        let Some(replay) = &mut self.0 else {
             let header = format::parse_header(text)?;
             let tiers = [Some(Tier::Fast), Some(Tier::Slow), None];
-            self.lanes = header
+            let lanes = header
                 .devices
                 .iter()
                 .flat_map(|device| tiers.map(|tier| ((device.index, tier), Lane::default())))
                 .collect();
-            self.header = Some(header);
+            self.0 = Some(Replay { header, records: Vec::new(), lanes, ooms: Vec::new() });
             return Ok(());
-        }
+        };
         let record = line::parse_record(text)?;
         let (device, tier) = (record.device(), record.tier());
-        if let TraceRecord::Oom { .. } = record {
+        let position = u32::try_from(replay.records.len())
+            .map_err(|_| LineError::TooManyRecords { max: u64::from(u32::MAX) })?;
+        let unknown = LineError::UnknownDevice { index: device };
+        let positions = if let TraceRecord::Oom { .. } = record {
             // No lane: events arrive over HTTP, in the order they were
             // written rather than strictly by time, and are handed out by
             // `oom_events`, not one per call.
-            if !self.lanes.contains_key(&(device, Some(Tier::Fast))) {
-                return Err(LineError::UnknownDevice { index: device });
+            if !replay.lanes.contains_key(&(device, Some(Tier::Fast))) {
+                return Err(unknown);
             }
-            let position = u32::try_from(self.records.len())
-                .map_err(|_| LineError::TooManyRecords { max: u64::from(u32::MAX) })?;
-            self.ooms.push(position);
-            self.records.push(record);
-            return Ok(());
-        }
-        let lane = self
-            .lanes
-            .get_mut(&(device, tier))
-            .ok_or(LineError::UnknownDevice { index: device })?;
-        if let Some(at) = record.at() {
-            if let Some(previous) = lane.latest
-                && at < previous
-            {
-                return Err(match tier {
-                    Some(tier) => LineError::OutOfOrder { tier, device, at, previous },
-                    None => LineError::ProbeOutOfOrder { device, at, previous },
-                });
+            &mut replay.ooms
+        } else {
+            let lane = replay.lanes.get_mut(&(device, tier)).ok_or(unknown)?;
+            if let Some(at) = record.at() {
+                if let Some(previous) = lane.latest
+                    && at < previous
+                {
+                    return Err(LineError::OutOfOrder { tier, device, at, previous });
+                }
+                lane.latest = Some(at);
             }
-            lane.latest = Some(at);
-        }
-        let position = u32::try_from(self.records.len())
-            .map_err(|_| LineError::TooManyRecords { max: u64::from(u32::MAX) })?;
-        lane.positions.push(position);
-        self.records.push(record);
+            &mut lane.positions
+        };
+        positions.push(position);
+        replay.records.push(record);
         Ok(())
     }
 
     fn finish(self) -> Option<Replay> {
-        let Loader { header, mut records, mut lanes, ooms } = self;
-        records.shrink_to_fit();
-        lanes.values_mut().for_each(|lane| lane.positions.shrink_to_fit());
-        header.map(|header| Replay { header, records, lanes, ooms })
+        let mut replay = self.0?;
+        replay.records.shrink_to_fit();
+        replay.lanes.values_mut().for_each(|lane| lane.positions.shrink_to_fit());
+        Some(replay)
     }
 }

@@ -150,7 +150,7 @@ fn an_earlier_timestamp_in_the_same_device_and_tier_is_refused() {
     assert_eq!(
         reason,
         LineError::OutOfOrder {
-            tier: Tier::Fast,
+            tier: Some(Tier::Fast),
             device: 0,
             at: Timestamp::from_unix_millis(start + 250),
             previous: Timestamp::from_unix_millis(start + 500),
