@@ -120,7 +120,9 @@ pub enum LineError {
     DuplicateDevice { index: u32 },
     #[error("not a trace record: {reason}")]
     NotARecord { reason: String },
-    #[error("unknown record type {record:?} (expected \"fast\", \"slow\", \"error\" or \"probe\")")]
+    #[error(
+        "unknown record type {record:?} (expected \"fast\", \"slow\", \"error\", \"probe\" or \"oom\")"
+    )]
     UnknownRecord { record: String },
     #[error("bad {record} record: {reason}")]
     BadRecord { record: &'static str, reason: String },

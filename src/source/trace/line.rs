@@ -69,6 +69,10 @@ pub(super) enum Line<'a> {
 /// names, and a replay holds every recorded one in memory.
 pub(super) const MAX_CALL_NAME_BYTES: usize = 128;
 
+/// Every `record` tag a trace may hold (`LineError::UnknownRecord` lists
+/// them; a test keeps the two equal).
+pub(super) const RECORD_KINDS: [&str; 5] = ["fast", "slow", "error", "probe", "oom"];
+
 impl<'a> Line<'a> {
     pub fn fast(device: u32, reading: &'a FastReading) -> Self {
         Line::Fast { device, reading: Cow::Borrowed(reading) }
@@ -232,8 +236,7 @@ pub(super) fn parse_record(line: &str) -> Result<TraceRecord, LineError> {
     })?;
     let record = match tag.record {
         Some(serde_json::Value::String(kind)) => {
-            match ["fast", "slow", "error", "probe", "oom"].into_iter().find(|known| *known == kind)
-            {
+            match RECORD_KINDS.into_iter().find(|known| *known == kind) {
                 Some(known) => known,
                 None => return Err(LineError::UnknownRecord { record: kind }),
             }

@@ -107,6 +107,12 @@ fn a_cut_off_last_line_is_named_as_such() {
 fn unknown_and_malformed_records_are_refused() {
     let reason = refused(&[HEADER, r#"{"record":"medium","device":0}"#], 2);
     assert_eq!(reason, LineError::UnknownRecord { record: "medium".into() });
+    // The refusal names every record a trace may hold, so a user knows
+    // what to write instead.
+    let message = reason.to_string();
+    for kind in super::line::RECORD_KINDS {
+        assert!(message.contains(&format!("\"{kind}\"")), "{kind} missing: {message}");
+    }
     let reason = refused(&[HEADER, r#"{"device":0,"at":5}"#], 2);
     assert!(matches!(reason, LineError::NotARecord { .. }), "{reason}");
     // A misspelt field is refused, not silently dropped.
