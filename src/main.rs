@@ -79,7 +79,7 @@ fn load_options(cli: &Cli) -> LoadOptions {
     LoadOptions {
         config_path: cli.config_path().map(Into::into),
         env: config::process_environment(),
-        overrides: cli.overrides(),
+        overrides: cli.overrides.clone(),
         ..LoadOptions::default()
     }
 }
