@@ -275,9 +275,7 @@ pub(crate) async fn landing() -> Response {
 pub(crate) async fn metrics(State(state): State<AppState>) -> Result<Response, ApiError> {
     let body =
         exposition::render(&state.store, &state.telemetry, &state.analyses.latest(), &state.board)
-            .map_err(|error| {
-                ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", error.to_string())
-            })?;
+            .map_err(ApiError::internal)?;
     let mut response = body.into_response();
     response
         .headers_mut()
