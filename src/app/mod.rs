@@ -20,7 +20,7 @@ use tracing::{info, warn};
 
 use self::reload::reload_steps;
 pub use self::reload::{Reload, load_web_config};
-use self::settings::{AlertGate, open_snapshots, read_token, start_kubernetes};
+use self::settings::{AlertGate, open_snapshots, start_kubernetes};
 pub use self::settings::{
     analysis_settings, analyze_settings, history_sizing, kubernetes_settings, notify_settings,
     probe_settings, read_token_file, report_intake, sampler_settings,
@@ -103,13 +103,15 @@ pub async fn run(
     shutdown: impl Future<Output = ()>,
     reload: Reload,
 ) -> Result<(), AppError> {
-    let mut intake = report_intake(&config, read_token(&config).await?);
+    let token = {
+        let config = config.clone();
+        off_runtime(move || read_token_file(&config)).await??
+    };
+    let mut intake = report_intake(&config, token);
     intake.snapshots = open_snapshots(&config).await?;
     let web = {
         let config = config.clone();
-        tokio::task::spawn_blocking(move || load_web_config(&config))
-            .await
-            .map_err(|error| AppError::Startup(error.to_string()))??
+        off_runtime(move || load_web_config(&config)).await??
     };
     let board = config.kubernetes.enabled.then(|| Arc::new(AttributionBoard::default()));
     let attribute = board.clone().map(|board| -> sampler::Attribute {
@@ -119,9 +121,7 @@ pub async fn run(
         let config = config.clone();
         let reports = intake.store.clone();
         let attribute = attribute.clone();
-        tokio::task::spawn_blocking(move || build_source(&config, Some(reports), attribute))
-            .await
-            .map_err(|error| AppError::Startup(error.to_string()))??
+        off_runtime(move || build_source(&config, Some(reports), attribute)).await??
     };
     let BuiltSource {
         source,
@@ -303,6 +303,14 @@ pub async fn run(
         warn!("alert evaluation did not stop within the shutdown grace time");
     }
     Ok(())
+}
+
+/// Start-up work that blocks (file reads, opening the source), off the
+/// async workers.
+async fn off_runtime<T: Send + 'static>(
+    work: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, AppError> {
+    tokio::task::spawn_blocking(work).await.map_err(|error| AppError::Startup(error.to_string()))
 }
 
 /// How long after the server is built start-up is taken to be over: the
