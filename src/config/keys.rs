@@ -81,12 +81,6 @@ impl KeySpec {
     pub fn name(&self) -> &'static str {
         self.key.rsplit_once('.').map_or(self.key, |(_, name)| name)
     }
-
-    /// The environment variable that sets it: `VRAMD_SECTION__NAME`, or
-    /// `VRAMD_ALERTS__RULE__NAME` for a rule key.
-    pub fn env_var(&self) -> String {
-        env_var_for(self.key)
-    }
 }
 
 /// `server.listen` → `VRAMD_SERVER__LISTEN`;
