@@ -305,18 +305,15 @@ async fn read_chunk(
     }
     let want = usize::try_from(length - offset).map_or(CHUNK, |left| left.min(CHUNK));
     let reader = Arc::clone(&file);
-    let read = tokio::time::timeout(
-        deadline,
-        tokio::task::spawn_blocking(move || {
-            let mut buffer = vec![0; want];
-            let got = reader.read_at(&mut buffer, offset)?;
-            buffer.truncate(got);
-            Ok::<_, std::io::Error>(buffer)
-        }),
-    )
+    let read = blocking(deadline, move || {
+        let mut buffer = vec![0; want];
+        let got = reader.read_at(&mut buffer, offset)?;
+        buffer.truncate(got);
+        Ok::<_, std::io::Error>(buffer)
+    })
     .await;
     match read {
-        Ok(Ok(Ok(buffer))) if !buffer.is_empty() => {
+        Ok(Ok(buffer)) if !buffer.is_empty() => {
             let next = offset + buffer.len() as u64;
             Some((Ok(Bytes::from(buffer)), (file, next)))
         }

@@ -85,12 +85,10 @@ impl AppError {
             AppError::Replay(_) => 2,
             // A recording that would destroy a trace is refused like bad input.
             AppError::Record(TraceError::Exists { .. } | TraceError::SameFile { .. }) => 2,
-            // An unusable `ingest.token_file` is a configuration error; `run`
-            // reads it before building the source or binding.
-            AppError::Token { .. } => 2,
-            // Like the token file: read before anything binds.
-            AppError::WebConfig(_) => 2,
-            AppError::Snapshots(_) => 2,
+            // An unusable `ingest.token_file`, web configuration or snapshot
+            // directory is a configuration error; `run` reads them before
+            // building the source or binding.
+            AppError::Token { .. } | AppError::WebConfig(_) | AppError::Snapshots(_) => 2,
             _ => 1,
         }
     }
