@@ -40,7 +40,7 @@ use crate::history::HistoryStore;
 use crate::kubernetes::AttributionBoard;
 use crate::model::{DeviceInfo, SlowReading};
 use crate::reload::Reloader;
-use crate::reload::steps::PipelineStep;
+use crate::reload::steps::{Pipeline, PipelineStep};
 use crate::sampler;
 use crate::server::{self, ServeSettings};
 use crate::source::simulator::SimulatorError;
@@ -214,15 +214,15 @@ pub async fn run(
         speed,
         cancel.clone(),
     ));
-    let pipeline = PipelineStep::new(
-        runner_settings,
-        analysis_settings,
-        notify_settings,
-        notifiers_stop,
-        cancel.clone(),
-        telemetry.clone(),
-        external_url,
-    );
+    let pipeline = PipelineStep(Arc::new(Pipeline {
+        settings: runner_settings,
+        analysis: analysis_settings,
+        notify: notify_settings,
+        notifiers: notifiers_stop.into(),
+        shutdown: cancel.clone(),
+        telemetry: telemetry.clone(),
+        default_external_url: external_url,
+    }));
     let reloader = Reloader::new(
         reload.options,
         config.clone(),
