@@ -8,7 +8,7 @@
 //! read here (they are a configuration layer). Depends only on `config` and
 //! `model` (`ScenarioKind`).
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
 
@@ -160,11 +160,6 @@ impl Cli {
     pub fn subcommand(&self) -> Command {
         self.command.clone().unwrap_or(Command::Run)
     }
-
-    /// `--config PATH`, when given.
-    pub fn config_path(&self) -> Option<&Path> {
-        self.config.as_deref()
-    }
 }
 
 /// One line per scenario for `vramd scenarios`: name, padding, description.
@@ -181,6 +176,7 @@ mod tests {
     use super::*;
     use clap::CommandFactory;
     use clap::error::ErrorKind;
+    use std::path::Path;
 
     fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
         Cli::try_parse_from(std::iter::once("vramd").chain(args.iter().copied()))
@@ -197,7 +193,7 @@ mod tests {
         assert_eq!(cli.command, None);
         assert_eq!(cli.subcommand(), Command::Run);
         assert_eq!(cli.overrides, Overrides::default());
-        assert_eq!(cli.config_path(), None);
+        assert_eq!(cli.config, None);
     }
 
     #[test]
@@ -236,7 +232,7 @@ mod tests {
             "web.yml",
         ])
         .unwrap();
-        assert_eq!(cli.config_path(), Some(Path::new("/tmp/v.toml")));
+        assert_eq!(cli.config.as_deref(), Some(Path::new("/tmp/v.toml")));
         assert_eq!(
             cli.overrides,
             Overrides {

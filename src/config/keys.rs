@@ -136,11 +136,6 @@ pub fn is_table(key: &str) -> bool {
     tables().contains(&key)
 }
 
-/// Is `key` (a dotted key) one of [`KEYS`]?
-pub fn is_known(key: &str) -> bool {
-    spec(key).is_some()
-}
-
 /// The known key or table closest to an unknown one, when close enough
 /// to be a likely typo.
 pub fn suggest(unknown: &str) -> Option<String> {
