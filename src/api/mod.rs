@@ -210,6 +210,12 @@ impl<S: Send + Sync> FromRequestParts<S> for PathId {
     }
 }
 
+/// Whether a `gpu` filter (absent: any device) names the device with this
+/// index or UUID (in any case).
+fn gpu_matches(filter: Option<&str>, index: u32, uuid: &str) -> bool {
+    filter.is_none_or(|gpu| index.to_string() == gpu || uuid.eq_ignore_ascii_case(gpu))
+}
+
 async fn not_found(request: Request) -> ApiError {
     ApiError::new(
         StatusCode::NOT_FOUND,

@@ -208,10 +208,7 @@ pub async fn list(
     let mut events = Vec::new();
     for device in state.store.devices().iter() {
         let info = device.info();
-        let wanted = filter.gpu.as_deref().is_none_or(|gpu| {
-            info.gpu_index().to_string() == gpu || info.uuid.eq_ignore_ascii_case(gpu)
-        });
-        if !wanted {
+        if !super::gpu_matches(filter.gpu.as_deref(), info.gpu_index(), &info.uuid) {
             continue;
         }
         events.extend(
