@@ -144,12 +144,9 @@ pub async fn run(
         telemetry.watch_recording(Box::new(move || (health.errors(), health.failing())))?;
     }
     let store = Arc::new(HistoryStore::new(history_sizing(&config)));
-    let listener = TcpListener::bind(config.server.listen)
-        .await
-        .map_err(|source| AppError::Bind { addr: config.server.listen, source })?;
-    let local = listener
-        .local_addr()
-        .map_err(|source| AppError::Bind { addr: config.server.listen, source })?;
+    let bind_failed = |source| AppError::Bind { addr: config.server.listen, source };
+    let listener = TcpListener::bind(config.server.listen).await.map_err(bind_failed)?;
+    let local = listener.local_addr().map_err(bind_failed)?;
     info!(addr = %local, source = source.name(), "listening");
 
     let (reports, report_limits) = (intake.store.clone(), intake.limits);

@@ -174,14 +174,9 @@ impl Default for LoadOptions {
 /// name), any other is irrelevant and skipped.
 pub fn process_environment() -> Vec<(String, String)> {
     std::env::vars_os()
-        .filter_map(|(name, value)| {
-            let name = name.to_string_lossy().into_owned();
-            if name.starts_with(ENV_PREFIX) {
-                Some((name, value.to_string_lossy().into_owned()))
-            } else {
-                None
-            }
-        })
+        .map(|(name, value)| (name.to_string_lossy().into_owned(), value))
+        .filter(|(name, _)| name.starts_with(ENV_PREFIX))
+        .map(|(name, value)| (name, value.to_string_lossy().into_owned()))
         .collect()
 }
 
