@@ -1,16 +1,15 @@
 //! The command line: subcommands and the options that override
 //! configuration keys.
 //!
-//! Owns: [`Cli`], [`Command`] and the mapping of options onto
-//! [`crate::config::Overrides`]. Values are passed on as given; `config::load`
-//! validates them with the rest of the configuration, so an option and the
-//! key it sets are checked by the same code. Environment variables are not
+//! Owns: [`Cli`] and [`Command`]; the options that set keys are
+//! [`crate::config::Overrides`], flattened in. Values are passed on as
+//! given; `config::load` validates them with the rest of the configuration,
+//! so an option and the key it sets are checked by the same code. Environment variables are not
 //! read here (they are a configuration layer). Depends only on `config` and
 //! `model` (`ScenarioKind`).
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
-use clap::builder::PossibleValuesParser;
 use clap::{Parser, Subcommand};
 
 use crate::config::Overrides;
@@ -45,57 +44,9 @@ pub struct Cli {
     #[arg(long, global = true, value_name = "PATH")]
     pub config: Option<PathBuf>,
 
-    /// Serve /metrics, the REST API and health checks on this address
-    /// [server.listen].
-    #[arg(long, global = true, value_name = "ADDR")]
-    pub listen: Option<String>,
-
-    /// Read a simulated scenario instead of the GPU driver
-    /// [source.simulate]; `vramd scenarios` lists them.
-    #[arg(long, global = true, value_name = "SCENARIO", value_parser = scenario_names())]
-    pub simulate: Option<String>,
-
-    /// Number of simulated GPUs, 1 to 8 [simulator.gpus].
-    #[arg(long, global = true, value_name = "N")]
-    pub gpus: Option<u32>,
-
-    /// Seed of the simulator; the same seed gives the same readings
-    /// [simulator.seed].
-    #[arg(long, global = true, value_name = "N")]
-    pub seed: Option<u64>,
-
-    /// Simulated or replayed seconds per real second, above 0 and at most
-    /// 10000 [source.speed].
-    #[arg(long, global = true, value_name = "X")]
-    pub speed: Option<f64>,
-
-    /// Replay this recorded NDJSON trace instead of reading the GPU driver
-    /// [source.replay].
-    #[arg(long, global = true, value_name = "FILE")]
-    pub replay: Option<PathBuf>,
-
-    /// Also record every reading to this NDJSON trace [source.record].
-    #[arg(long, global = true, value_name = "FILE")]
-    pub record: Option<PathBuf>,
-
-    /// Serve TLS, client certificates, basic auth and extra headers from
-    /// this exporter-toolkit web configuration [server.web_config].
-    #[arg(long = "web.config.file", global = true, value_name = "FILE")]
-    pub web_config: Option<PathBuf>,
-
-    /// Log line format [log.format].
-    #[arg(long, global = true, value_name = "FORMAT", value_parser = ["text", "json"])]
-    pub log_format: Option<String>,
-
-    /// Log filter, such as `info` or `info,vramd=debug` [log.level].
-    #[arg(long, global = true, value_name = "FILTER")]
-    pub log_level: Option<String>,
-
-    /// Exit with status 1 at start-up, naming the library, when NVML cannot
-    /// be initialised, instead of serving `vramd_nvml_up 0` and retrying
-    /// [nvml.require_gpu].
-    #[arg(long, global = true)]
-    pub require_gpu: bool,
+    /// The options that set configuration keys.
+    #[command(flatten)]
+    pub overrides: Overrides,
 }
 
 /// The subcommands.
@@ -204,36 +155,10 @@ fn parse_analyze_duration(text: &str) -> Result<std::time::Duration, String> {
     Ok(duration)
 }
 
-fn scenario_names() -> PossibleValuesParser {
-    PossibleValuesParser::new(ScenarioKind::ALL.map(ScenarioKind::name))
-}
-
 impl Cli {
     /// The subcommand, `run` when none was given.
     pub fn subcommand(&self) -> Command {
         self.command.clone().unwrap_or(Command::Run)
-    }
-
-    /// The options that override configuration keys.
-    pub fn overrides(&self) -> Overrides {
-        Overrides {
-            listen: self.listen.clone(),
-            simulate: self.simulate.clone(),
-            gpus: self.gpus,
-            seed: self.seed,
-            speed: self.speed,
-            replay: self.replay.clone(),
-            record: self.record.clone(),
-            log_format: self.log_format.clone(),
-            log_level: self.log_level.clone(),
-            require_gpu: self.require_gpu,
-            web_config: self.web_config.clone(),
-        }
-    }
-
-    /// `--config PATH`, when given.
-    pub fn config_path(&self) -> Option<&Path> {
-        self.config.as_deref()
     }
 }
 
@@ -251,6 +176,7 @@ mod tests {
     use super::*;
     use clap::CommandFactory;
     use clap::error::ErrorKind;
+    use std::path::Path;
 
     fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
         Cli::try_parse_from(std::iter::once("vramd").chain(args.iter().copied()))
@@ -266,8 +192,8 @@ mod tests {
         let cli = parse(&[]).unwrap();
         assert_eq!(cli.command, None);
         assert_eq!(cli.subcommand(), Command::Run);
-        assert_eq!(cli.overrides(), Overrides::default());
-        assert_eq!(cli.config_path(), None);
+        assert_eq!(cli.overrides, Overrides::default());
+        assert_eq!(cli.config, None);
     }
 
     #[test]
@@ -306,9 +232,9 @@ mod tests {
             "web.yml",
         ])
         .unwrap();
-        assert_eq!(cli.config_path(), Some(Path::new("/tmp/v.toml")));
+        assert_eq!(cli.config.as_deref(), Some(Path::new("/tmp/v.toml")));
         assert_eq!(
-            cli.overrides(),
+            cli.overrides,
             Overrides {
                 listen: Some("0.0.0.0:9000".into()),
                 simulate: Some("leak".into()),
@@ -327,10 +253,10 @@ mod tests {
 
     #[test]
     fn cli_require_gpu_is_a_global_switch() {
-        assert!(!parse(&[]).unwrap().overrides().require_gpu);
-        assert!(parse(&["--require-gpu"]).unwrap().overrides().require_gpu);
-        assert!(parse(&["run", "--require-gpu"]).unwrap().overrides().require_gpu);
-        assert!(parse(&["--require-gpu", "check-config"]).unwrap().overrides().require_gpu);
+        assert!(!parse(&[]).unwrap().overrides.require_gpu);
+        assert!(parse(&["--require-gpu"]).unwrap().overrides.require_gpu);
+        assert!(parse(&["run", "--require-gpu"]).unwrap().overrides.require_gpu);
+        assert!(parse(&["--require-gpu", "check-config"]).unwrap().overrides.require_gpu);
         // A switch, not an option: it takes no value.
         for args in [&["--require-gpu=true"][..], &["--require-gpu", "false"]] {
             let error = parse(args).unwrap_err();
@@ -345,10 +271,10 @@ mod tests {
         let after = parse(&["check-config", "--listen", "127.0.0.1:1", "--config=a.toml"]).unwrap();
         assert_eq!(before, after);
         assert_eq!(after.subcommand(), Command::CheckConfig);
-        assert_eq!(after.overrides().listen.as_deref(), Some("127.0.0.1:1"));
+        assert_eq!(after.overrides.listen.as_deref(), Some("127.0.0.1:1"));
         let run = parse(&["run", "--simulate", "idle", "--speed=10"]).unwrap();
-        assert_eq!(run.overrides().simulate.as_deref(), Some("idle"));
-        assert_eq!(run.overrides().speed, Some(10.0));
+        assert_eq!(run.overrides.simulate.as_deref(), Some("idle"));
+        assert_eq!(run.overrides.speed, Some(10.0));
     }
 
     #[test]
@@ -372,7 +298,7 @@ mod tests {
     fn cli_simulate_accepts_every_scenario() {
         for kind in ScenarioKind::ALL {
             let cli = parse(&["--simulate", kind.name()]).unwrap();
-            assert_eq!(cli.overrides().simulate.as_deref(), Some(kind.name()));
+            assert_eq!(cli.overrides.simulate.as_deref(), Some(kind.name()));
         }
     }
 

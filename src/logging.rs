@@ -99,10 +99,10 @@ impl LogSink {
         Ok((sink.clone(), LogGuard { sink, flushed }))
     }
 
+    /// A full queue or a writer thread gone drops the line.
     fn send(&self, line: Vec<u8>) {
-        match self.queue.try_send(Message::Line(line)) {
-            Ok(()) => {}
-            Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => count_dropped(),
+        if self.queue.try_send(Message::Line(line)).is_err() {
+            count_dropped();
         }
     }
 }

@@ -77,9 +77,9 @@ fn main() -> ExitCode {
 /// the environment as it was at start, the same command-line options).
 fn load_options(cli: &Cli) -> LoadOptions {
     LoadOptions {
-        config_path: cli.config_path().map(Into::into),
+        config_path: cli.config.clone(),
         env: config::process_environment(),
-        overrides: cli.overrides(),
+        overrides: cli.overrides.clone(),
         ..LoadOptions::default()
     }
 }

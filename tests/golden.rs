@@ -181,7 +181,6 @@ fn runtime_container(id: &str, pod: &str, namespace: &str, name: &str) -> Contai
     ];
     Container {
         id: id.into(),
-        pod_sandbox_id: String::new(),
         metadata: None,
         labels: labels.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect(),
     }

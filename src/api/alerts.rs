@@ -93,11 +93,7 @@ pub async fn list(
         .iter()
         .filter(|alert| wanted_state.is_none_or(|wanted| alert.state == wanted))
         .filter(|alert| wanted_severity.is_none_or(|wanted| alert.severity == wanted))
-        .filter(|alert| {
-            filter.gpu.as_deref().is_none_or(|gpu| {
-                alert.gpu.to_string() == gpu || alert.key.uuid.eq_ignore_ascii_case(gpu)
-            })
-        })
+        .filter(|alert| super::gpu_matches(filter.gpu.as_deref(), alert.gpu, &alert.key.uuid))
         .filter(|alert| filter.rule.as_deref().is_none_or(|rule| alert.key.rule == rule))
         .cloned()
         .collect();

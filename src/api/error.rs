@@ -58,6 +58,11 @@ impl ApiError {
         Self::new(StatusCode::BAD_REQUEST, code, message)
     }
 
+    /// 500 `internal`: a bug or a failed task, never the client's doing.
+    pub fn internal(error: impl std::fmt::Display) -> Self {
+        Self::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", error.to_string())
+    }
+
     /// A query string the route's parameters refused: serde's reason, then
     /// the parameters the route accepts, so a typo shows its fix.
     pub fn rejected_query(code: &'static str, rejection: &QueryRejection, accepted: &str) -> Self {

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
-use axum::http::{HeaderValue, StatusCode, header};
+use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
 
@@ -154,10 +154,11 @@ pub async fn device_history(
     // async workers, so scrapes and the sampler are never queued behind them.
     let body = tokio::task::spawn_blocking(move || {
         let answer = device.query(&query).map_err(query_error)?;
-        serde_json::to_vec(&response(device.info(), window, step, answer)).map_err(internal)
+        serde_json::to_vec(&response(device.info(), window, step, answer))
+            .map_err(ApiError::internal)
     })
     .await
-    .map_err(internal)??;
+    .map_err(ApiError::internal)??;
     Ok(([(header::CONTENT_TYPE, HeaderValue::from_static("application/json"))], body)
         .into_response())
 }
@@ -171,43 +172,33 @@ fn query_error(error: QueryError) -> ApiError {
     }
 }
 
-fn internal(error: impl std::fmt::Display) -> ApiError {
-    ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", error.to_string())
-}
-
 fn response(
     info: &DeviceInfo,
     window: Duration,
     step: Option<Duration>,
     answer: WindowAnswer,
 ) -> HistoryResponse {
-    let mut response = HistoryResponse {
+    // An empty window still lists what was asked for: points, or buckets
+    // with a step.
+    let (span, points, buckets) = match answer {
+        WindowAnswer::Empty => (None, Vec::new(), Vec::new()),
+        WindowAnswer::Raw { from, to, points } => {
+            (Some((from, to)), points.iter().map(point_dto).collect(), Vec::new())
+        }
+        WindowAnswer::Downsampled { from, to, buckets, .. } => {
+            (Some((from, to)), Vec::new(), buckets.iter().map(bucket_dto).collect())
+        }
+    };
+    HistoryResponse {
         gpu: info.index,
         uuid: info.uuid.clone(),
         window_seconds: window.as_secs_f64(),
         step_seconds: step.map(|step| step.as_secs_f64()),
-        from: None,
-        to: None,
-        points: None,
-        buckets: None,
-    };
-    match answer {
-        WindowAnswer::Empty => response.points = step.is_none().then(Vec::new),
-        WindowAnswer::Raw { from, to, points } => {
-            response.from = Some(from);
-            response.to = Some(to);
-            response.points = Some(points.iter().map(point_dto).collect());
-        }
-        WindowAnswer::Downsampled { from, to, buckets, .. } => {
-            response.from = Some(from);
-            response.to = Some(to);
-            response.buckets = Some(buckets.iter().map(bucket_dto).collect());
-        }
+        from: span.map(|(from, _)| from),
+        to: span.map(|(_, to)| to),
+        points: step.is_none().then_some(points),
+        buckets: step.is_some().then_some(buckets),
     }
-    if step.is_some() && response.buckets.is_none() {
-        response.buckets = Some(Vec::new());
-    }
-    response
 }
 
 fn parse_duration(name: &'static str, text: &str) -> Result<Duration, ApiError> {

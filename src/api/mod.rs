@@ -210,6 +210,12 @@ impl<S: Send + Sync> FromRequestParts<S> for PathId {
     }
 }
 
+/// Whether a `gpu` filter (absent: any device) names the device with this
+/// index or UUID (in any case).
+fn gpu_matches(filter: Option<&str>, index: u32, uuid: &str) -> bool {
+    filter.is_none_or(|gpu| index.to_string() == gpu || uuid.eq_ignore_ascii_case(gpu))
+}
+
 async fn not_found(request: Request) -> ApiError {
     ApiError::new(
         StatusCode::NOT_FOUND,
@@ -275,9 +281,7 @@ pub(crate) async fn landing() -> Response {
 pub(crate) async fn metrics(State(state): State<AppState>) -> Result<Response, ApiError> {
     let body =
         exposition::render(&state.store, &state.telemetry, &state.analyses.latest(), &state.board)
-            .map_err(|error| {
-                ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", error.to_string())
-            })?;
+            .map_err(ApiError::internal)?;
     let mut response = body.into_response();
     response
         .headers_mut()

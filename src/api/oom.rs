@@ -6,13 +6,11 @@
 //! stamped with the device's newest sample time and kept in the device's
 //! bounded ring in history, where the next analysis pass finds it.
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::Json;
-use axum::body::Bytes;
 use axum::extract::rejection::QueryRejection;
-use axum::extract::{ConnectInfo, Query, Request, State};
+use axum::extract::{Query, Request, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
@@ -21,7 +19,7 @@ use crate::ingest::{OomRefused, oom};
 use crate::model::OomEvent;
 
 use super::error::{ApiError, ErrorBody};
-use super::reports::{authorise, body_too_large, check_announced_length, require_json};
+use super::reports::{authorise, json_body};
 use super::{AppState, PathId};
 
 /// The answer to an accepted event.
@@ -84,14 +82,8 @@ reporter, or `ingest.max_reporters` reporters this second (`rate_limited`)", bod
     )
 )]
 pub async fn post(State(state): State<AppState>, request: Request) -> Result<Response, ApiError> {
-    let peer = request.extensions().get::<ConnectInfo<SocketAddr>>().map(|ConnectInfo(addr)| *addr);
-    authorise(peer, request.headers(), state.ingest.token.as_deref())?;
-    require_json(request.headers())?;
-    let limit = state.limits.max_request_body_bytes;
-    check_announced_length(request.headers(), limit)?;
-    let body: Bytes = axum::body::to_bytes(request.into_body(), limit)
-        .await
-        .map_err(|_| body_too_large(limit))?;
+    authorise(&request, state.ingest.token.as_deref())?;
+    let body = json_body(request, state.limits.max_request_body_bytes).await?;
     let bad = |error: crate::ingest::ReportError| {
         ApiError::bad_request("bad_oom_event", error.to_string())
     };
@@ -216,10 +208,7 @@ pub async fn list(
     let mut events = Vec::new();
     for device in state.store.devices().iter() {
         let info = device.info();
-        let wanted = filter.gpu.as_deref().is_none_or(|gpu| {
-            info.gpu_index().to_string() == gpu || info.uuid.eq_ignore_ascii_case(gpu)
-        });
-        if !wanted {
+        if !super::gpu_matches(filter.gpu.as_deref(), info.gpu_index(), &info.uuid) {
             continue;
         }
         events.extend(

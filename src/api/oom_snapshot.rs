@@ -7,14 +7,13 @@
 //! a slow disk holds no async worker. Reading back is chunked the same way.
 //! What the directory holds and evicts is `ingest::snapshot`'s business.
 
-use std::net::SocketAddr;
 use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Json;
 use axum::body::{Body, Bytes};
-use axum::extract::{ConnectInfo, Request, State};
+use axum::extract::{Request, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use futures_util::StreamExt;
@@ -24,7 +23,7 @@ use serde::Serialize;
 use crate::ingest::{SnapshotError, SnapshotStore, Upload};
 
 use super::error::{ApiError, ErrorBody};
-use super::reports::authorise;
+use super::reports::{announced_length, authorise};
 use super::{AppState, PathId, oom};
 
 /// Written and read in pieces of this size: large enough that the blocking
@@ -85,7 +84,7 @@ fn refused(error: SnapshotError) -> ApiError {
         SnapshotError::Empty { .. } => ApiError::bad_request("bad_snapshot", error.to_string()),
         SnapshotError::Directory { .. } | SnapshotError::Write { .. } => {
             tracing::warn!(error = %error, "cannot store an OOM snapshot");
-            ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", error.to_string())
+            ApiError::internal(error)
         }
     }
 }
@@ -99,9 +98,7 @@ async fn blocking<T: Send + 'static>(
 ) -> Result<T, ApiError> {
     match tokio::time::timeout(deadline, tokio::task::spawn_blocking(work)).await {
         Ok(Ok(value)) => Ok(value),
-        Ok(Err(error)) => {
-            Err(ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", error.to_string()))
-        }
+        Ok(Err(error)) => Err(ApiError::internal(error)),
         Err(_) => Err(ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
             "storage_timeout",
@@ -136,9 +133,7 @@ impl Pending {
     }
 
     async fn finish(mut self, deadline: Duration) -> Result<(u64, Vec<u64>), ApiError> {
-        let upload = self.0.take().ok_or_else(|| {
-            ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", "upload already ended")
-        })?;
+        let upload = self.0.take().ok_or_else(|| ApiError::internal("upload already ended"))?;
         blocking(deadline, move || upload.finish()).await?.map_err(refused)
     }
 }
@@ -197,8 +192,7 @@ pub async fn put(
     PathId(id): PathId,
     request: Request,
 ) -> Result<Response, ApiError> {
-    let peer = request.extensions().get::<ConnectInfo<SocketAddr>>().map(|ConnectInfo(addr)| *addr);
-    authorise(peer, request.headers(), state.ingest.token.as_deref())?;
+    authorise(&request, state.ingest.token.as_deref())?;
     let snapshots = state.ingest.snapshots.clone().ok_or_else(disabled)?;
     let (_, event) = oom::find(&state, &id)?;
     if let Err(refusal) = state.ingest.oom.admit(&event, tokio::time::Instant::now()) {
@@ -206,12 +200,7 @@ pub async fn put(
     }
     let max = snapshots.max_upload_bytes();
     let too_large = || refused(SnapshotError::TooLarge { id: event.id, max });
-    let announced = request
-        .headers()
-        .get(header::CONTENT_LENGTH)
-        .and_then(|value| value.to_str().ok())
-        .and_then(|value| value.trim().parse::<u64>().ok());
-    if announced.is_some_and(|length| length > max) {
+    if announced_length(request.headers()).is_some_and(|length| length > max) {
         return Err(too_large());
     }
     let deadline = state.limits.request_timeout;
@@ -316,18 +305,15 @@ async fn read_chunk(
     }
     let want = usize::try_from(length - offset).map_or(CHUNK, |left| left.min(CHUNK));
     let reader = Arc::clone(&file);
-    let read = tokio::time::timeout(
-        deadline,
-        tokio::task::spawn_blocking(move || {
-            let mut buffer = vec![0; want];
-            let got = reader.read_at(&mut buffer, offset)?;
-            buffer.truncate(got);
-            Ok::<_, std::io::Error>(buffer)
-        }),
-    )
+    let read = blocking(deadline, move || {
+        let mut buffer = vec![0; want];
+        let got = reader.read_at(&mut buffer, offset)?;
+        buffer.truncate(got);
+        Ok::<_, std::io::Error>(buffer)
+    })
     .await;
     match read {
-        Ok(Ok(Ok(buffer))) if !buffer.is_empty() => {
+        Ok(Ok(buffer)) if !buffer.is_empty() => {
             let next = offset + buffer.len() as u64;
             Some((Ok(Bytes::from(buffer)), (file, next)))
         }

@@ -36,12 +36,10 @@ pub struct Ingest {
 pub type OomHook = Arc<dyn Fn(u32, &crate::model::OomEvent) + Send + Sync>;
 
 /// Loopback may write; others only with the configured bearer token.
-pub(super) fn authorise(
-    peer: Option<SocketAddr>,
-    headers: &HeaderMap,
-    token: Option<&str>,
-) -> Result<(), ApiError> {
-    let presented = headers
+pub(super) fn authorise(request: &Request, token: Option<&str>) -> Result<(), ApiError> {
+    let peer = request.extensions().get::<ConnectInfo<SocketAddr>>().map(|ConnectInfo(addr)| *addr);
+    let presented = request
+        .headers()
         .get(header::AUTHORIZATION)
         .and_then(|value| value.to_str().ok())
         .and_then(|value| value.strip_prefix("Bearer "));
@@ -86,9 +84,20 @@ fn is_loopback(ip: std::net::IpAddr) -> bool {
     }
 }
 
+/// The body of a JSON write, at most `limit` bytes. A body whose announced
+/// length is over the limit is refused before any of it is read (a 10 GB
+/// `Content-Length` gets 413 at once, not a timeout).
+pub(super) async fn json_body(request: Request, limit: usize) -> Result<Bytes, ApiError> {
+    require_json(request.headers())?;
+    if announced_length(request.headers()).is_some_and(|length| length > limit as u64) {
+        return Err(body_too_large(limit));
+    }
+    axum::body::to_bytes(request.into_body(), limit).await.map_err(|_| body_too_large(limit))
+}
+
 /// Writes must say they are JSON: a form or `text/plain` POST needs no CORS
 /// preflight, so without this a web page on the host could post reports.
-pub(super) fn require_json(headers: &HeaderMap) -> Result<(), ApiError> {
+fn require_json(headers: &HeaderMap) -> Result<(), ApiError> {
     let json = headers
         .get(header::CONTENT_TYPE)
         .and_then(|value| value.to_str().ok())
@@ -105,20 +114,15 @@ pub(super) fn require_json(headers: &HeaderMap) -> Result<(), ApiError> {
     }
 }
 
-/// Refuses a body whose announced length is over the limit before reading
-/// any of it (a 10 GB `Content-Length` gets 413 at once, not a timeout).
-pub(super) fn check_announced_length(headers: &HeaderMap, limit: usize) -> Result<(), ApiError> {
-    let announced = headers
+/// The `Content-Length` a request announces, when it is a number.
+pub(super) fn announced_length(headers: &HeaderMap) -> Option<u64> {
+    headers
         .get(header::CONTENT_LENGTH)
         .and_then(|value| value.to_str().ok())
-        .and_then(|value| value.trim().parse::<u64>().ok());
-    match announced {
-        Some(length) if length > limit as u64 => Err(body_too_large(limit)),
-        _ => Ok(()),
-    }
+        .and_then(|value| value.trim().parse::<u64>().ok())
 }
 
-pub(super) fn body_too_large(limit: usize) -> ApiError {
+fn body_too_large(limit: usize) -> ApiError {
     ApiError::new(
         StatusCode::PAYLOAD_TOO_LARGE,
         "body_too_large",
@@ -186,17 +190,11 @@ this reporter, or `ingest.max_reporters` reporters already tracked (`rate_limite
     )
 )]
 pub async fn post(State(state): State<AppState>, request: Request) -> Result<Response, ApiError> {
-    let peer = request.extensions().get::<ConnectInfo<SocketAddr>>().map(|ConnectInfo(addr)| *addr);
     // Credentials of the web configuration stand in for the bearer token.
     if request.extensions().get::<super::Authenticated>().is_none() {
-        authorise(peer, request.headers(), state.ingest.token.as_deref())?;
+        authorise(&request, state.ingest.token.as_deref())?;
     }
-    require_json(request.headers())?;
-    let limit = state.limits.max_request_body_bytes;
-    check_announced_length(request.headers(), limit)?;
-    let body: Bytes = axum::body::to_bytes(request.into_body(), limit)
-        .await
-        .map_err(|_| body_too_large(limit))?;
+    let body = json_body(request, state.limits.max_request_body_bytes).await?;
     let report = ingest::report::parse(&body, &state.ingest.limits)
         .map_err(|error| ApiError::bad_request("bad_report", error.to_string()))?;
     let total_of = |uuid: &str| {

@@ -20,7 +20,7 @@ use tracing::{info, warn};
 
 use self::reload::reload_steps;
 pub use self::reload::{Reload, load_web_config};
-use self::settings::{AlertGate, open_snapshots, read_token, start_kubernetes};
+use self::settings::{AlertGate, open_snapshots, start_kubernetes};
 pub use self::settings::{
     analysis_settings, analyze_settings, history_sizing, kubernetes_settings, notify_settings,
     probe_settings, read_token_file, report_intake, sampler_settings,
@@ -40,7 +40,7 @@ use crate::history::HistoryStore;
 use crate::kubernetes::AttributionBoard;
 use crate::model::{DeviceInfo, SlowReading};
 use crate::reload::Reloader;
-use crate::reload::steps::PipelineStep;
+use crate::reload::steps::{Pipeline, PipelineStep};
 use crate::sampler;
 use crate::server::{self, ServeSettings};
 use crate::source::simulator::SimulatorError;
@@ -85,12 +85,10 @@ impl AppError {
             AppError::Replay(_) => 2,
             // A recording that would destroy a trace is refused like bad input.
             AppError::Record(TraceError::Exists { .. } | TraceError::SameFile { .. }) => 2,
-            // An unusable `ingest.token_file` is a configuration error; `run`
-            // reads it before building the source or binding.
-            AppError::Token { .. } => 2,
-            // Like the token file: read before anything binds.
-            AppError::WebConfig(_) => 2,
-            AppError::Snapshots(_) => 2,
+            // An unusable `ingest.token_file`, web configuration or snapshot
+            // directory is a configuration error; `run` reads them before
+            // building the source or binding.
+            AppError::Token { .. } | AppError::WebConfig(_) | AppError::Snapshots(_) => 2,
             _ => 1,
         }
     }
@@ -103,13 +101,15 @@ pub async fn run(
     shutdown: impl Future<Output = ()>,
     reload: Reload,
 ) -> Result<(), AppError> {
-    let mut intake = report_intake(&config, read_token(&config).await?);
+    let token = {
+        let config = config.clone();
+        off_runtime(move || read_token_file(&config)).await??
+    };
+    let mut intake = report_intake(&config, token);
     intake.snapshots = open_snapshots(&config).await?;
     let web = {
         let config = config.clone();
-        tokio::task::spawn_blocking(move || load_web_config(&config))
-            .await
-            .map_err(|error| AppError::Startup(error.to_string()))??
+        off_runtime(move || load_web_config(&config)).await??
     };
     let board = config.kubernetes.enabled.then(|| Arc::new(AttributionBoard::default()));
     let attribute = board.clone().map(|board| -> sampler::Attribute {
@@ -119,9 +119,7 @@ pub async fn run(
         let config = config.clone();
         let reports = intake.store.clone();
         let attribute = attribute.clone();
-        tokio::task::spawn_blocking(move || build_source(&config, Some(reports), attribute))
-            .await
-            .map_err(|error| AppError::Startup(error.to_string()))??
+        off_runtime(move || build_source(&config, Some(reports), attribute)).await??
     };
     let BuiltSource {
         source,
@@ -146,12 +144,9 @@ pub async fn run(
         telemetry.watch_recording(Box::new(move || (health.errors(), health.failing())))?;
     }
     let store = Arc::new(HistoryStore::new(history_sizing(&config)));
-    let listener = TcpListener::bind(config.server.listen)
-        .await
-        .map_err(|source| AppError::Bind { addr: config.server.listen, source })?;
-    let local = listener
-        .local_addr()
-        .map_err(|source| AppError::Bind { addr: config.server.listen, source })?;
+    let bind_failed = |source| AppError::Bind { addr: config.server.listen, source };
+    let listener = TcpListener::bind(config.server.listen).await.map_err(bind_failed)?;
+    let local = listener.local_addr().map_err(bind_failed)?;
     info!(addr = %local, source = source.name(), "listening");
 
     let (reports, report_limits) = (intake.store.clone(), intake.limits);
@@ -216,15 +211,15 @@ pub async fn run(
         speed,
         cancel.clone(),
     ));
-    let pipeline = PipelineStep::new(
-        runner_settings,
-        analysis_settings,
-        notify_settings,
-        notifiers_stop,
-        cancel.clone(),
-        telemetry.clone(),
-        external_url,
-    );
+    let pipeline = PipelineStep(Arc::new(Pipeline {
+        settings: runner_settings,
+        analysis: analysis_settings,
+        notify: notify_settings,
+        notifiers: notifiers_stop.into(),
+        shutdown: cancel.clone(),
+        telemetry: telemetry.clone(),
+        default_external_url: external_url,
+    }));
     let reloader = Reloader::new(
         reload.options,
         config.clone(),
@@ -303,6 +298,14 @@ pub async fn run(
         warn!("alert evaluation did not stop within the shutdown grace time");
     }
     Ok(())
+}
+
+/// Start-up work that blocks (file reads, opening the source), off the
+/// async workers.
+async fn off_runtime<T: Send + 'static>(
+    work: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, AppError> {
+    tokio::task::spawn_blocking(work).await.map_err(|error| AppError::Startup(error.to_string()))
 }
 
 /// How long after the server is built start-up is taken to be over: the

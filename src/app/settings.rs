@@ -54,13 +54,6 @@ pub fn read_token_file(config: &Config) -> Result<Option<String>, AppError> {
     }
 }
 
-pub(super) async fn read_token(config: &Config) -> Result<Option<String>, AppError> {
-    let config = config.clone();
-    tokio::task::spawn_blocking(move || read_token_file(&config))
-        .await
-        .map_err(|error| AppError::Startup(error.to_string()))?
-}
-
 /// The sampler settings the configuration implies.
 pub fn sampler_settings(config: &Config) -> SamplerSettings {
     SamplerSettings {
@@ -258,10 +251,8 @@ pub(super) async fn open_snapshots(
             .get()
             .saturating_mul(config.sampler.max_devices.get()),
     };
-    let store =
-        tokio::task::spawn_blocking(move || crate::ingest::SnapshotStore::open(&dir, limits))
-            .await
-            .map_err(|error| AppError::Startup(error.to_string()))?
-            .map_err(AppError::Snapshots)?;
+    let store = super::off_runtime(move || crate::ingest::SnapshotStore::open(&dir, limits))
+        .await?
+        .map_err(AppError::Snapshots)?;
     Ok(Some(Arc::new(store)))
 }

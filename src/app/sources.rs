@@ -49,78 +49,63 @@ pub fn build_source(
     reports: Option<Arc<ReportStore>>,
     attribute: Option<sampler::Attribute>,
 ) -> Result<BuiltSource, AppError> {
-    let BuiltSource { source, reporting_simulator, prober, replayed_ooms, .. } =
-        match &config.source.selection {
-            SourceSelection::Driver => BuiltSource {
-                source: Arc::new(NvmlSource::new(NvmlSettings {
-                    library_path: config.nvml.library_path.clone(),
-                    pcie_throughput: config.nvml.pcie_throughput,
-                    max_cmdline_bytes: config.nvml.max_cmdline_bytes.as_usize(),
-                    xid_events: config.nvml.xid_events,
-                    max_processes: config.sampler.max_processes_per_device.get(),
-                    ..NvmlSettings::default()
-                })),
-                reporting_simulator: None,
-                prober: Some(Arc::new(ChildProber::current_binary())),
-                record_health: None,
-                oom_recorder: None,
-                replayed_ooms: Vec::new(),
-            },
-            SourceSelection::Simulate(simulator) => {
-                let clock = ScaledClock::starting_at(wall_now(), config.source.speed);
-                let origin = clock.origin();
-                let spec = SimulatorSpec {
-                    scenario: simulator.scenario,
-                    gpus: simulator.gpus,
-                    seed: simulator.seed,
-                };
-                let container_ids = simulator.container_ids;
-                let mut simulator =
-                    Simulator::with_origin(spec, clock, origin)?.reporting_allocator();
-                if container_ids {
-                    simulator = simulator.with_container_ids();
-                }
-                BuiltSource {
-                    source: Arc::new(simulator.clone()),
-                    prober: Some(Arc::new(simulator.clone())),
-                    reporting_simulator: Some(simulator),
-                    record_health: None,
-                    oom_recorder: None,
-                    replayed_ooms: Vec::new(),
-                }
+    let (source, reporting_simulator, prober, replayed_ooms): (
+        Arc<dyn DeviceSource>,
+        _,
+        Option<Arc<dyn Prober>>,
+        _,
+    ) = match &config.source.selection {
+        SourceSelection::Driver => {
+            let nvml = NvmlSource::new(NvmlSettings {
+                library_path: config.nvml.library_path.clone(),
+                pcie_throughput: config.nvml.pcie_throughput,
+                max_cmdline_bytes: config.nvml.max_cmdline_bytes.as_usize(),
+                xid_events: config.nvml.xid_events,
+                max_processes: config.sampler.max_processes_per_device.get(),
+                ..NvmlSettings::default()
+            });
+            (Arc::new(nvml), None, Some(Arc::new(ChildProber::current_binary())), Vec::new())
+        }
+        SourceSelection::Simulate(simulator) => {
+            let clock = ScaledClock::starting_at(wall_now(), config.source.speed);
+            let origin = clock.origin();
+            let spec = SimulatorSpec {
+                scenario: simulator.scenario,
+                gpus: simulator.gpus,
+                seed: simulator.seed,
+            };
+            let container_ids = simulator.container_ids;
+            let mut simulator = Simulator::with_origin(spec, clock, origin)?.reporting_allocator();
+            if container_ids {
+                simulator = simulator.with_container_ids();
             }
-            SourceSelection::Replay { path } => {
-                let replay = Arc::new(
-                    Replay::open_bounded(
-                        path,
-                        config.source.max_trace_line_bytes.as_usize(),
-                        config.source.max_trace_bytes.get(),
-                    )
-                    .map_err(AppError::Replay)?,
-                );
-                // A trace recorded with the probe on answers it again.
-                let prober = replay.has_probe_records().then(|| replay.clone() as Arc<dyn Prober>);
-                BuiltSource {
-                    replayed_ooms: replay.oom_events(),
-                    source: replay,
-                    reporting_simulator: None,
-                    prober,
-                    record_health: None,
-                    oom_recorder: None,
-                }
-            }
-        };
-    let prober = prober.filter(|_| config.probe.enabled);
-    let Some(path) = &config.source.record else {
-        return Ok(BuiltSource {
-            source,
-            reporting_simulator,
-            prober,
-            record_health: None,
-            oom_recorder: None,
-            replayed_ooms,
-        });
+            let prober = Arc::new(simulator.clone());
+            (Arc::new(simulator.clone()), Some(simulator), Some(prober), Vec::new())
+        }
+        SourceSelection::Replay { path } => {
+            let replay = Arc::new(
+                Replay::open_bounded(
+                    path,
+                    config.source.max_trace_line_bytes.as_usize(),
+                    config.source.max_trace_bytes.get(),
+                )
+                .map_err(AppError::Replay)?,
+            );
+            // A trace recorded with the probe on answers it again.
+            let prober = replay.has_probe_records().then(|| replay.clone() as Arc<dyn Prober>);
+            let ooms = replay.oom_events();
+            (replay, None, prober, ooms)
+        }
     };
+    let mut built = BuiltSource {
+        source,
+        reporting_simulator,
+        prober: prober.filter(|_| config.probe.enabled),
+        record_health: None,
+        oom_recorder: None,
+        replayed_ooms,
+    };
+    let Some(path) = &config.source.record else { return Ok(built) };
     let options = RecordOptions {
         mode: config.source.record_mode,
         keep: config.source.record_keep.get(),
@@ -129,7 +114,7 @@ pub fn build_source(
             _ => None,
         },
     };
-    let mut recorder = Recorder::create(source, path, &options).map_err(AppError::Record)?;
+    let mut recorder = Recorder::create(built.source, path, &options).map_err(AppError::Record)?;
     if reports.is_some() || attribute.is_some() {
         // Joined before recording, so the trace keeps the allocator evidence
         // and the pods the analysis saw; `run` then leaves the sampler's
@@ -143,32 +128,19 @@ pub fn build_source(
             }
         }));
     }
-    let record_health = Some(recorder.health());
+    built.record_health = Some(recorder.health());
     // The recorder also answers the probe, through the prober, so that each
     // outcome is written to the trace.
-    let (source, prober, oom_recorder): (Arc<dyn DeviceSource>, Option<Arc<dyn Prober>>, OomHook) =
-        match prober {
-            Some(prober) => {
-                let recorder = Arc::new(recorder.with_prober(prober));
-                let writer = recorder.clone();
-                let oom: OomHook = Arc::new(move |device, event| writer.record_oom(device, event));
-                (recorder.clone(), Some(recorder), oom)
-            }
-            None => {
-                let recorder = Arc::new(recorder);
-                let writer = recorder.clone();
-                let oom: OomHook = Arc::new(move |device, event| writer.record_oom(device, event));
-                (recorder, None, oom)
-            }
-        };
-    Ok(BuiltSource {
-        source,
-        reporting_simulator,
-        prober,
-        record_health,
-        oom_recorder: Some(oom_recorder),
-        replayed_ooms,
-    })
+    let probing = built.prober.is_some();
+    let recorder = Arc::new(match built.prober.take() {
+        Some(prober) => recorder.with_prober(prober),
+        None => recorder,
+    });
+    let writer = recorder.clone();
+    built.oom_recorder = Some(Arc::new(move |device, event| writer.record_oom(device, event)));
+    built.prober = probing.then(|| recorder.clone() as Arc<dyn Prober>);
+    built.source = recorder;
+    Ok(built)
 }
 
 /// Stores a replayed trace's OOM events as the replay reaches them: each

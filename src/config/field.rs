@@ -279,11 +279,8 @@ named! {
     ScenarioKind: |t| ScenarioKind::from_str(t).map_err(|error| error.to_string()), |v| v.name();
     RecordMode: |t| RecordMode::from_name(t)
         .ok_or_else(|| "expected \"rotate\", \"refuse\" or \"overwrite\"".to_owned()), |v| v.as_str();
-    LogFormat: |t| match t {
-        "text" => Ok(LogFormat::Text),
-        "json" => Ok(LogFormat::Json),
-        _ => Err("expected \"text\" or \"json\"".to_owned()),
-    }, |v| v.as_str();
+    LogFormat: |t| t.parse().map_err(|_| "expected \"text\" or \"json\"".to_owned()),
+        |v| <&str>::from(v);
     Severity: |t| Severity::from_str(t), |v| v.as_str();
 }
 

@@ -81,12 +81,6 @@ impl KeySpec {
     pub fn name(&self) -> &'static str {
         self.key.rsplit_once('.').map_or(self.key, |(_, name)| name)
     }
-
-    /// The environment variable that sets it: `VRAMD_SECTION__NAME`, or
-    /// `VRAMD_ALERTS__RULE__NAME` for a rule key.
-    pub fn env_var(&self) -> String {
-        env_var_for(self.key)
-    }
 }
 
 /// `server.listen` → `VRAMD_SERVER__LISTEN`;
@@ -140,11 +134,6 @@ pub fn tables() -> Vec<&'static str> {
 /// Is `key` (a dotted key) a table that holds keys: a section or a rule?
 pub fn is_table(key: &str) -> bool {
     tables().contains(&key)
-}
-
-/// Is `key` (a dotted key) one of [`KEYS`]?
-pub fn is_known(key: &str) -> bool {
-    spec(key).is_some()
 }
 
 /// The known key or table closest to an unknown one, when close enough

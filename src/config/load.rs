@@ -1,6 +1,7 @@
 //! Loading: finding the configuration file and merging the four layers.
 //!
-//! Owns: [`LoadOptions`], [`Overrides`], [`load`] and the file search.
+//! Owns: [`LoadOptions`], [`Overrides`] (the command-line options that set
+//! keys, which `cli` flattens into its own), [`load`] and the file search.
 //! Layers, lowest first: built-in defaults (serde's, from each section's
 //! `Default`), the configuration file, `VRAMD_<SECTION>__<KEY>`
 //! environment variables, command-line options. Every value is kept as
@@ -34,37 +35,73 @@ use super::keys::{ENV_PREFIX, ENV_SEPARATOR};
 use super::sections::Config;
 use super::validate::validate;
 use super::walk::{self, OriginContext};
+use crate::model::ScenarioKind;
 
 /// Where the configuration file is looked for when `--config` is not
 /// given, first match wins.
 pub const DEFAULT_SEARCH_PATHS: [&str; 2] = ["config/vramd.toml", "/etc/vramd/vramd.toml"];
 
 /// Values from the command line; each set one wins over every other layer.
-#[derive(Clone, Debug, Default, PartialEq)]
+/// The doc comments are the options' help; each names the key it sets.
+#[derive(Clone, Debug, Default, PartialEq, clap::Args)]
 pub struct Overrides {
-    /// `--listen` → `server.listen`.
+    /// Serve /metrics, the REST API and health checks on this address
+    /// [server.listen].
+    #[arg(long, global = true, value_name = "ADDR")]
     pub listen: Option<String>,
-    /// `--simulate` → `source.simulate`.
+
+    /// Read a simulated scenario instead of the GPU driver
+    /// [source.simulate]; `vramd scenarios` lists them.
+    #[arg(long, global = true, value_name = "SCENARIO", value_parser = scenario_names())]
     pub simulate: Option<String>,
-    /// `--gpus` → `simulator.gpus`.
+
+    /// Number of simulated GPUs, 1 to 8 [simulator.gpus].
+    #[arg(long, global = true, value_name = "N")]
     pub gpus: Option<u32>,
-    /// `--seed` → `simulator.seed`.
+
+    /// Seed of the simulator; the same seed gives the same readings
+    /// [simulator.seed].
+    #[arg(long, global = true, value_name = "N")]
     pub seed: Option<u64>,
-    /// `--speed` → `source.speed`.
+
+    /// Simulated or replayed seconds per real second, above 0 and at most
+    /// 10000 [source.speed].
+    #[arg(long, global = true, value_name = "X")]
     pub speed: Option<f64>,
-    /// `--replay` → `source.replay`.
+
+    /// Replay this recorded NDJSON trace instead of reading the GPU driver
+    /// [source.replay].
+    #[arg(long, global = true, value_name = "FILE")]
     pub replay: Option<PathBuf>,
-    /// `--record` → `source.record`.
+
+    /// Also record every reading to this NDJSON trace [source.record].
+    #[arg(long, global = true, value_name = "FILE")]
     pub record: Option<PathBuf>,
-    /// `--log-format` → `log.format`.
-    pub log_format: Option<String>,
-    /// `--log-level` → `log.level`.
-    pub log_level: Option<String>,
-    /// `--require-gpu` → `nvml.require_gpu` (`true`); `false` leaves the
-    /// key to the other layers.
-    pub require_gpu: bool,
-    /// `--web.config.file` → `server.web_config`.
+
+    /// Serve TLS, client certificates, basic auth and extra headers from
+    /// this exporter-toolkit web configuration [server.web_config].
+    #[arg(long = "web.config.file", global = true, value_name = "FILE")]
     pub web_config: Option<PathBuf>,
+
+    /// Log line format [log.format].
+    #[arg(long, global = true, value_name = "FORMAT", value_parser = ["text", "json"])]
+    pub log_format: Option<String>,
+
+    /// Log filter, such as `info` or `info,vramd=debug` [log.level].
+    #[arg(long, global = true, value_name = "FILTER")]
+    pub log_level: Option<String>,
+
+    // Sets the key to `true`; absent (`false`) leaves it to the other layers.
+    /// Exit with status 1 at start-up, naming the library, when NVML cannot
+    /// be initialised, instead of serving `vramd_nvml_up 0` and retrying
+    /// [nvml.require_gpu].
+    #[arg(long, global = true)]
+    pub require_gpu: bool,
+}
+
+/// Only scenario names are accepted, and `--help` lists them.
+fn scenario_names() -> clap::builder::PossibleValuesParser {
+    clap::builder::PossibleValuesParser::new(ScenarioKind::ALL.map(ScenarioKind::name))
 }
 
 impl Overrides {
@@ -137,14 +174,9 @@ impl Default for LoadOptions {
 /// name), any other is irrelevant and skipped.
 pub fn process_environment() -> Vec<(String, String)> {
     std::env::vars_os()
-        .filter_map(|(name, value)| {
-            let name = name.to_string_lossy().into_owned();
-            if name.starts_with(ENV_PREFIX) {
-                Some((name, value.to_string_lossy().into_owned()))
-            } else {
-                None
-            }
-        })
+        .map(|(name, value)| (name.to_string_lossy().into_owned(), value))
+        .filter(|(name, _)| name.starts_with(ENV_PREFIX))
+        .map(|(name, value)| (name, value.to_string_lossy().into_owned()))
         .collect()
 }
 

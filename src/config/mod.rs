@@ -43,7 +43,7 @@ pub use keys::{Accepts, ENV_PREFIX, KEYS, KeySpec, env_var_for};
 pub use load::{
     DEFAULT_SEARCH_PATHS, LoadOptions, Overrides, config_file, load, process_environment,
 };
-pub use render::render_effective;
+pub use render::{key_values, render_effective};
 pub use rules::{AlertsConfig, RulesConfig};
 pub use sections::{
     ApiConfig, Config, DEFAULT_LISTEN, HistoryConfig, IngestConfig, LogConfig, LogFormat,

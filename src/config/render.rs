@@ -2,14 +2,15 @@
 //!
 //! Owns: [`render_effective`] (what `vramd check-config` prints): the
 //! configuration written through serde in file syntax, every key in
-//! catalogue order with its summary and range. The text loads back to the
+//! catalogue order with its summary and range; [`key_values`], the values
+//! it prints. The text loads back to the
 //! same `Config`. Depends only on the config schema and keys.
 
 use std::fmt::Write as _;
 
 use serde_json::Value;
 
-use super::keys::KEYS;
+use super::keys::{KEYS, KeySpec};
 use super::sections::{Config, Document};
 
 /// The effective configuration as TOML, every key present: optional keys
@@ -21,19 +22,15 @@ pub fn render_effective(config: &Config) -> String {
          # file, then VRAMD_<SECTION>__<KEY> environment variables, then command-line\n\
          # options. See docs/configuration.md.\n",
     );
-    // Serializing plain structs of strings, numbers and booleans cannot
-    // fail; were it to, every key would show as not set.
-    let tree = serde_json::to_value(Document::from(config)).unwrap_or(Value::Null);
     let mut table = "";
-    for spec in KEYS.iter() {
+    for (spec, value) in key_values(config) {
         // A rule's keys go in its own table, `[alerts.memory_high]`.
         if spec.table() != table {
             table = spec.table();
             let _ = write!(out, "\n[{table}]\n");
         }
         let _ = writeln!(out, "# {} ({})", spec.summary.trim(), spec.range());
-        let value = spec.key.split('.').fold(&tree, |node, name| &node[name]);
-        match to_toml(value) {
+        match to_toml(&value) {
             Some(value) => {
                 let _ = writeln!(out, "{} = {value}", spec.name());
             }
@@ -43,6 +40,16 @@ pub fn render_effective(config: &Config) -> String {
         }
     }
     out
+}
+
+/// Every key with its value as the file writes it (`Null`: not set), in
+/// catalogue order: what `check-config` prints and a reload compares.
+pub fn key_values(config: &Config) -> Vec<(&'static KeySpec, Value)> {
+    // Serializing plain structs of strings, numbers and booleans cannot
+    // fail; were it to, every key would show as not set.
+    let tree = serde_json::to_value(Document::from(config)).unwrap_or(Value::Null);
+    let value = |key: &str| key.split('.').fold(&tree, |node, name| &node[name]).clone();
+    KEYS.iter().map(|spec| (spec, value(spec.key))).collect()
 }
 
 /// One value in TOML syntax; `None` when it is not set.

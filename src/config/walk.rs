@@ -17,7 +17,7 @@ use config::{Value, ValueKind};
 use serde::{Deserialize, Serialize};
 
 use super::error::{ConfigError, Origin};
-use super::keys::{is_known, is_table, suggest};
+use super::keys::{is_table, spec, suggest};
 
 /// Which layer set each key. Built-in defaults are serde's and never in
 /// the merged tree, so a value there that no flag or variable set came
@@ -166,7 +166,7 @@ fn check_table(
             check_table(Some(&key), value, context, values)?;
             continue;
         }
-        if !is_known(&key) {
+        if spec(&key).is_none() {
             return Err(unknown(key, path.is_some(), value, context));
         }
         let Some(scalar) = Scalar::of(&value.kind) else {

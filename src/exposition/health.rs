@@ -61,17 +61,14 @@ pub(super) fn render(views: &[DeviceView<'_>], out: &mut Vec<u8>) {
         }
     });
     labelled(out, views, &ECC_ERRORS, |live, emit| {
-        if let Some(ecc) = details(live).and_then(|d| d.ecc) {
-            emit(&[("type", "corrected"), ("scope", "volatile")], ecc.volatile_corrected as f64);
-            emit(
-                &[("type", "uncorrected"), ("scope", "volatile")],
-                ecc.volatile_uncorrected as f64,
-            );
-            emit(&[("type", "corrected"), ("scope", "aggregate")], ecc.aggregate_corrected as f64);
-            emit(
-                &[("type", "uncorrected"), ("scope", "aggregate")],
-                ecc.aggregate_uncorrected as f64,
-            );
+        let Some(ecc) = details(live).and_then(|d| d.ecc) else { return };
+        for (kind, scope, count) in [
+            ("corrected", "volatile", ecc.volatile_corrected),
+            ("uncorrected", "volatile", ecc.volatile_uncorrected),
+            ("corrected", "aggregate", ecc.aggregate_corrected),
+            ("uncorrected", "aggregate", ecc.aggregate_uncorrected),
+        ] {
+            emit(&[("type", kind), ("scope", scope)], count as f64);
         }
     });
     labelled(out, views, &RETIRED_PAGES, |live, emit| {

@@ -40,12 +40,6 @@ pub enum Kind {
     Counter,
 }
 
-impl Kind {
-    fn as_str(self) -> &'static str {
-        self.into()
-    }
-}
-
 /// Writes the samples of one family, emitting its HELP and TYPE lines
 /// before the first sample (a family with no samples writes nothing).
 pub struct FamilyWriter<'a> {
@@ -129,7 +123,7 @@ impl<'a> FamilyWriter<'a> {
                 "# HELP {name} {help}\n# TYPE {name} {kind}",
                 name = self.family.name,
                 help = self.family.help,
-                kind = self.family.kind.as_str()
+                kind = <&str>::from(self.family.kind)
             );
         }
     }

@@ -60,18 +60,8 @@ impl Attribution {
                 .collect();
             // One series per allocation: a device listed twice for the same
             // container (by UUID and by name) is one allocation.
-            mine.sort_by(|a, b| {
-                (&a.namespace, &a.pod, &a.container, &a.replica).cmp(&(
-                    &b.namespace,
-                    &b.pod,
-                    &b.container,
-                    &b.replica,
-                ))
-            });
-            mine.dedup_by(|a, b| {
-                (&a.namespace, &a.pod, &a.container, &a.replica)
-                    == (&b.namespace, &b.pod, &b.container, &b.replica)
-            });
+            mine.sort_by(|a, b| holder(a).cmp(&holder(b)));
+            mine.dedup_by(|a, b| holder(a) == holder(b));
             reading.allocations = Some(mine);
         }
         let (Some(containers), Some(processes)) = (&self.containers, reading.processes.as_mut())
@@ -92,6 +82,11 @@ impl Attribution {
             }
         }
     }
+}
+
+/// Who holds an allocation, the order and identity of a device's list.
+fn holder(a: &PodAllocation) -> (&String, &String, &String, &Option<String>) {
+    (&a.namespace, &a.pod, &a.container, &a.replica)
 }
 
 /// Whether a kubelet resource name is a GPU vramd can match: whole GPUs

@@ -91,17 +91,12 @@ where
         // a connect error (the caller logs it once).
         // A stat is file I/O: on a blocking thread, inside the deadline.
         let probe = socket.to_owned();
+        let connect = |reason| CallError::Connect { path: socket.to_owned(), reason };
         match tokio::task::spawn_blocking(move || probe.try_exists()).await {
             Ok(Ok(true)) => {}
             Ok(Ok(false)) => return Err(CallError::Absent { path: socket.to_owned() }),
-            Ok(Err(error)) => {
-                let reason = error.to_string();
-                return Err(CallError::Connect { path: socket.to_owned(), reason });
-            }
-            Err(error) => {
-                let reason = error.to_string();
-                return Err(CallError::Connect { path: socket.to_owned(), reason });
-            }
+            Ok(Err(error)) => return Err(connect(error.to_string())),
+            Err(error) => return Err(connect(error.to_string())),
         }
         let path = socket.to_owned();
         // The URI is never dialled: the connector below ignores it.
@@ -111,10 +106,7 @@ where
                 async move { tokio::net::UnixStream::connect(path).await.map(TokioIo::new) }
             }))
             .await
-            .map_err(|error| CallError::Connect {
-                path: socket.to_owned(),
-                reason: error_chain(&error),
-            })?;
+            .map_err(|error| connect(error_chain(&error)))?;
         let mut grpc = tonic::client::Grpc::new(channel)
             .max_decoding_message_size(max_message_bytes)
             .max_encoding_message_size(max_message_bytes);
@@ -123,10 +115,7 @@ where
             method,
             status: Box::new(status),
         };
-        grpc.ready().await.map_err(|error| CallError::Connect {
-            path: socket.to_owned(),
-            reason: error_chain(&error),
-        })?;
+        grpc.ready().await.map_err(|error| connect(error_chain(&error)))?;
         let codec = tonic_prost::ProstCodec::<Req, Resp>::default();
         grpc.unary(tonic::Request::new(request), PathAndQuery::from_static(method), codec)
             .await

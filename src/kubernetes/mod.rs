@@ -90,7 +90,8 @@ pub async fn run(
 ) {
     let mut ticker = tokio::time::interval(settings.refresh_interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut poller = Poller::new(settings, board, telemetry);
+    let (kubelet, runtime) = (ApiState::Unknown, ApiState::Unknown);
+    let mut poller = Poller { settings, board, telemetry, kubelet, runtime };
     loop {
         tokio::select! {
             () = cancel.cancelled() => return,
@@ -120,19 +121,11 @@ struct Poller {
 }
 
 impl Poller {
-    fn new(
-        settings: KubernetesSettings,
-        board: Arc<AttributionBoard>,
-        telemetry: Arc<Telemetry>,
-    ) -> Self {
-        Self { settings, board, telemetry, kubelet: ApiState::Unknown, runtime: ApiState::Unknown }
-    }
-
     /// One refresh of both APIs (concurrently, each under its deadline),
     /// then one publication.
     async fn refresh(&mut self) {
         let settings = &self.settings;
-        let max_message = settings.max_message_bytes();
+        let (max, max_message) = (settings.max_containers, settings.max_message_bytes());
         let (kubelet, runtime) = tokio::join!(
             list_pod_resources(&settings.pod_resources_socket, settings.call_timeout, max_message),
             list_containers(&settings.runtime_socket, settings.call_timeout, max_message),
@@ -141,14 +134,8 @@ impl Poller {
         let mut next = Attribution::default();
         match kubelet {
             Ok(answer) => {
-                let (kept, dropped) = allocations(answer, settings.max_containers);
-                if dropped > 0 {
-                    warn!(
-                        dropped,
-                        max = settings.max_containers,
-                        "kubelet listed more GPU allocations than kubernetes.max_containers; the rest are left out"
-                    );
-                }
+                let (kept, dropped) = allocations(answer, max);
+                warn_dropped(dropped, max, "kubelet listed more GPU allocations");
                 next.allocations = Some(kept);
                 self.kubelet = note_up(&self.telemetry, API_POD_RESOURCES, self.kubelet);
             }
@@ -159,14 +146,8 @@ impl Poller {
         }
         match runtime {
             Ok(answer) => {
-                let (table, dropped) = containers(answer, settings.max_containers);
-                if dropped > 0 {
-                    warn!(
-                        dropped,
-                        max = settings.max_containers,
-                        "the container runtime listed more pod containers than kubernetes.max_containers; the rest are left out"
-                    );
-                }
+                let (table, dropped) = containers(answer, max);
+                warn_dropped(dropped, max, "the container runtime listed more pod containers");
                 next.containers = Some(table);
                 self.runtime = note_up(&self.telemetry, API_RUNTIME, self.runtime);
             }
@@ -176,6 +157,13 @@ impl Poller {
             }
         }
         self.board.publish(next);
+    }
+}
+
+/// Entries of an answer beyond `kubernetes.max_containers`, left out.
+fn warn_dropped(dropped: usize, max: usize, listed: &str) {
+    if dropped > 0 {
+        warn!(dropped, max, "{listed} than kubernetes.max_containers; the rest are left out");
     }
 }
 

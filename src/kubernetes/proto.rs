@@ -77,25 +77,21 @@ pub struct ListContainersResponse {
 }
 
 /// `runtime.v1.Container`: the ID, the metadata and the labels the kubelet
-/// sets (`io.kubernetes.pod.name`, …); image, state, timestamps and
-/// annotations (tags 4–7, 9, 10) not read.
+/// sets (`io.kubernetes.pod.name`, …); sandbox ID, image, state, timestamps
+/// and annotations (tags 2, 4–7, 9, 10) not read.
 #[derive(Clone, PartialEq, ::prost::Message)]
 pub struct Container {
     #[prost(string, tag = "1")]
     pub id: String,
-    #[prost(string, tag = "2")]
-    pub pod_sandbox_id: String,
     #[prost(message, optional, tag = "3")]
     pub metadata: Option<ContainerMetadata>,
     #[prost(map = "string, string", tag = "8")]
     pub labels: HashMap<String, String>,
 }
 
-/// `runtime.v1.ContainerMetadata`.
+/// `runtime.v1.ContainerMetadata` (attempt = 2 not read).
 #[derive(Clone, PartialEq, ::prost::Message)]
 pub struct ContainerMetadata {
     #[prost(string, tag = "1")]
     pub name: String,
-    #[prost(uint32, tag = "2")]
-    pub attempt: u32,
 }

@@ -54,7 +54,6 @@ fn pod(name: &str, resource: &str, ids: &[&str]) -> PodResources {
 fn labelled(id: &str, labels: &[(&str, &str)]) -> Container {
     Container {
         id: id.to_owned(),
-        pod_sandbox_id: String::new(),
         metadata: None,
         labels: labels.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect(),
     }

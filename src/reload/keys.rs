@@ -1,14 +1,17 @@
 //! Which configuration keys a reload applies and which need a restart,
 //! written once: [`LIVE`] names the live keys (whole sections or single
-//! keys); every other key is in [`RESTART`], with how to read its value so
-//! a change can be named. Tests keep both lists equal to the key catalogue
-//! and to the table in `docs/configuration.md` ("Reloading").
+//! keys); every other key needs a restart, since what it sizes or binds is
+//! built once (the listener, the source, the sampler, history, the report
+//! store, the runtime, the log format). A test keeps this equal to the
+//! table in `docs/configuration.md` ("Reloading").
 //!
-//! Depends only on `config`'s public `Config`.
+//! Depends only on `config`'s public `Config` and its key values.
 
 use std::fmt;
 
-use crate::config::{Config, RulesConfig, SourceSelection};
+use serde_json::Value;
+
+use crate::config::{Config, RulesConfig, key_values};
 
 /// Live keys: a section (every key in it) or one key, and what applying it
 /// means.
@@ -17,108 +20,6 @@ pub const LIVE: [(&str, &str); 3] = [
     ("notify", "notifiers are rebuilt when their settings change"),
     ("log.level", "the log filter"),
 ];
-
-/// A restart-only key and how to read its value (as text, to compare and
-/// name it).
-pub struct RestartKey {
-    pub key: &'static str,
-    pub value: fn(&Config) -> String,
-}
-
-macro_rules! restart_keys {
-    ($($key:literal => |$config:ident| $value:expr;)*) => {
-        /// Every key that only changes with a restart: what it sizes or
-        /// binds is built once (the listener, the source, the sampler,
-        /// history, the report store, the runtime, the log format).
-        pub const RESTART: &[RestartKey] = &[$(RestartKey {
-            key: $key,
-            value: |$config: &Config| format!("{:?}", $value),
-        },)*];
-    };
-}
-
-fn simulator(config: &Config) -> Option<&crate::config::SimulatorConfig> {
-    match &config.source.selection {
-        SourceSelection::Simulate(simulator) => Some(simulator),
-        _ => None,
-    }
-}
-
-restart_keys! {
-    "server.listen" => |c| c.server.listen;
-    "server.request_timeout" => |c| c.server.request_timeout;
-    "server.max_request_body" => |c| c.server.max_request_body_bytes;
-    "server.max_concurrent_requests" => |c| c.server.max_concurrent_requests;
-    "server.shutdown_timeout" => |c| c.server.shutdown_timeout;
-    "server.max_concurrent_scrapes" => |c| c.server.max_concurrent_scrapes;
-    "server.max_connections" => |c| c.server.max_connections;
-    "server.header_read_timeout" => |c| c.server.header_read_timeout;
-    "server.idle_timeout" => |c| c.server.idle_timeout;
-    "server.web_config" => |c| c.server.web_config;
-    "server.web_config_poll_interval" => |c| c.server.web_config_poll_interval;
-    "server.auth_cache_size" => |c| c.server.auth_cache_size;
-    "ingest.max_oom_events" => |c| c.ingest.max_oom_events;
-    "ingest.snapshot_dir" => |c| c.ingest.snapshot_dir;
-    "ingest.max_snapshot_bytes" => |c| c.ingest.max_snapshot_bytes;
-    "ingest.max_snapshot_upload" => |c| c.ingest.max_snapshot_upload;
-    "kubernetes.enabled" => |c| c.kubernetes.enabled;
-    "kubernetes.pod_resources_socket" => |c| c.kubernetes.pod_resources_socket;
-    "kubernetes.runtime_socket" => |c| c.kubernetes.runtime_socket;
-    "kubernetes.refresh_interval" => |c| c.kubernetes.refresh_interval;
-    "kubernetes.call_timeout" => |c| c.kubernetes.call_timeout;
-    "kubernetes.max_containers" => |c| c.kubernetes.max_containers;
-    "sampler.fast_interval" => |c| c.sampler.fast_interval;
-    "sampler.slow_interval" => |c| c.sampler.slow_interval;
-    "sampler.call_timeout" => |c| c.sampler.call_timeout;
-    "sampler.max_processes_per_device" => |c| c.sampler.max_processes_per_device;
-    "sampler.discovery_retry_max" => |c| c.sampler.discovery_retry_max;
-    "sampler.max_devices" => |c| c.sampler.max_devices;
-    "sampler.max_blocking_threads" => |c| c.sampler.max_blocking_threads;
-    "history.retention" => |c| c.history.retention;
-    "metrics.peak_window" => |c| c.metrics.peak_window;
-    "api.max_history_points" => |c| c.api.max_history_points;
-    "api.max_event_streams" => |c| c.api.max_event_streams;
-    "api.max_stream_backlog" => |c| c.api.max_stream_backlog;
-    "source.simulate" => |c| simulator(c).map(|s| s.scenario);
-    "source.replay" => |c| match &c.source.selection {
-        SourceSelection::Replay { path } => Some(path),
-        _ => None,
-    };
-    "source.record" => |c| c.source.record;
-    "source.record_mode" => |c| c.source.record_mode;
-    "source.record_keep" => |c| c.source.record_keep;
-    "source.speed" => |c| c.source.speed;
-    "source.max_trace_line" => |c| c.source.max_trace_line_bytes;
-    "source.max_trace_size" => |c| c.source.max_trace_bytes;
-    "simulator.gpus" => |c| simulator(c).map(|s| s.gpus);
-    "simulator.seed" => |c| simulator(c).map(|s| s.seed);
-    "simulator.container_ids" => |c| simulator(c).map(|s| s.container_ids);
-    "nvml.library_path" => |c| c.nvml.library_path;
-    "nvml.require_gpu" => |c| c.nvml.require_gpu;
-    "nvml.init_timeout" => |c| c.nvml.init_timeout;
-    "nvml.pcie_throughput" => |c| c.nvml.pcie_throughput;
-    "nvml.max_cmdline_bytes" => |c| c.nvml.max_cmdline_bytes;
-    "nvml.xid_events" => |c| c.nvml.xid_events;
-    "probe.enabled" => |c| c.probe.enabled;
-    "probe.interval" => |c| c.probe.interval;
-    "probe.timeout" => |c| c.probe.timeout;
-    "probe.min_free" => |c| c.probe.min_free_bytes;
-    "probe.margin" => |c| c.probe.margin_bytes;
-    "probe.block_size" => |c| c.probe.block_bytes;
-    "probe.samples" => |c| c.probe.samples;
-    "probe.headroom" => |c| c.probe.headroom;
-    "probe.headroom_time_budget" => |c| c.probe.headroom_time_budget;
-    "probe.max_backoff" => |c| c.probe.max_backoff;
-    "probe.cuda_library" => |c| c.probe.cuda_library;
-    "log.format" => |c| c.log.format;
-    "log.queue_lines" => |c| c.log.queue_lines;
-    "ingest.token_file" => |c| c.ingest.token_file;
-    "ingest.ttl" => |c| c.ingest.ttl;
-    "ingest.rate_limit" => |c| c.ingest.rate_limit_per_second;
-    "ingest.max_reporters" => |c| c.ingest.max_reporters;
-    "ingest.max_devices" => |c| c.ingest.max_devices;
-    "ingest.max_stats" => |c| c.ingest.max_stats;
-}
 
 /// A restart-only key whose value differs: `key: old -> new`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -135,13 +36,21 @@ impl fmt::Display for Changed {
 }
 
 /// The restart-only keys whose value differs between `running` and
-/// `loaded`, in catalogue order.
+/// `loaded`, in catalogue order, each value as the file writes it.
 pub fn restart_changes(running: &Config, loaded: &Config) -> Vec<Changed> {
-    RESTART
-        .iter()
-        .filter_map(|spec| {
-            let (old, new) = ((spec.value)(running), (spec.value)(loaded));
-            (old != new).then_some(Changed { key: spec.key, running: old, loaded: new })
+    let shown = |value: Value| match value {
+        Value::String(text) => text,
+        Value::Null => "(not set)".to_owned(),
+        other => other.to_string(),
+    };
+    key_values(running)
+        .into_iter()
+        .zip(key_values(loaded))
+        .filter(|((spec, old), (_, new))| !is_live(spec.key) && old != new)
+        .map(|((spec, old), (_, new))| Changed {
+            key: spec.key,
+            running: shown(old),
+            loaded: shown(new),
         })
         .collect()
 }
@@ -183,22 +92,16 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::config::{KEYS, SimulatorConfig, defaults};
+    use crate::config::{KEYS, SimulatorConfig, SourceSelection, defaults};
     use crate::model::ScenarioKind;
 
     #[test]
-    fn every_key_is_either_live_or_restart_only_never_both() {
-        for spec in KEYS.iter() {
-            let restart = RESTART.iter().filter(|restart| restart.key == spec.key).count();
-            assert_eq!(
-                usize::from(is_live(spec.key)) + restart,
-                1,
-                "{} must be live or in RESTART, exactly once",
-                spec.key
+    fn every_live_entry_names_keys() {
+        for (live, _) in LIVE {
+            assert!(
+                KEYS.iter().any(|spec| is_live(spec.key) && spec.key.starts_with(live)),
+                "{live}"
             );
-        }
-        for restart in RESTART {
-            assert!(KEYS.iter().any(|spec| spec.key == restart.key), "{} is no key", restart.key);
         }
     }
 
@@ -218,16 +121,11 @@ mod tests {
         loaded.log.level = "debug".into();
         let named: Vec<&str> =
             restart_changes(&running, &loaded).iter().map(|changed| changed.key).collect();
+        // The simulator's seed and container IDs keep their (default)
+        // values: only the keys whose value changes are named.
         assert_eq!(
             named,
-            [
-                "server.listen",
-                "sampler.fast_interval",
-                "source.simulate",
-                "simulator.gpus",
-                "simulator.seed",
-                "simulator.container_ids"
-            ]
+            ["server.listen", "sampler.fast_interval", "source.simulate", "simulator.gpus"]
         );
         assert_eq!(
             restart_changes(&running, &loaded)[0].to_string(),
@@ -301,7 +199,7 @@ mod tests {
         let code_live: BTreeSet<String> =
             KEYS.iter().filter(|spec| is_live(spec.key)).map(|spec| spec.key.to_owned()).collect();
         let code_restart: BTreeSet<String> =
-            RESTART.iter().map(|spec| spec.key.to_owned()).collect();
+            KEYS.iter().filter(|spec| !is_live(spec.key)).map(|spec| spec.key.to_owned()).collect();
         assert_eq!(live, code_live, "keys docs/configuration.md says a reload applies");
         assert_eq!(restart, code_restart, "keys docs/configuration.md says need a restart");
     }

@@ -47,45 +47,24 @@ impl ReloadStep for LogLevelStep {
 /// `[alerts]` and `[notify]`: new settings for the analysis → alerts loop
 /// (which keeps its alert states), and new notifiers when their settings
 /// changed (the old ones stop; firing alerts go to the new ones at once).
-pub struct PipelineStep(Arc<Pipeline>);
+pub struct PipelineStep(pub Arc<Pipeline>);
 
-struct Pipeline {
-    settings: watch::Sender<Arc<RunnerSettings>>,
-    analysis: fn(&AlertsConfig) -> AnalysisSettings,
-    notify: fn(&NotifyConfig) -> NotifySettings,
-    /// Stops the running notifiers' workers.
-    notifiers: Mutex<CancellationToken>,
+/// What the pipeline step works with, from the wiring.
+pub struct Pipeline {
+    /// Feeds the runner.
+    pub settings: watch::Sender<Arc<RunnerSettings>>,
+    /// Derives the analysis settings from `[alerts]`.
+    pub analysis: fn(&AlertsConfig) -> AnalysisSettings,
+    /// Derives the notifiers' settings from `[notify]`.
+    pub notify: fn(&NotifyConfig) -> NotifySettings,
+    /// Stops the running notifiers' workers (a child of `shutdown`).
+    pub notifiers: Mutex<CancellationToken>,
     /// The daemon's: new notifiers stop with it.
-    shutdown: CancellationToken,
-    telemetry: Arc<Telemetry>,
+    pub shutdown: CancellationToken,
+    pub telemetry: Arc<Telemetry>,
     /// `http://<bound address>`, the base of links when
     /// `notify.external_url` is not set.
-    default_external_url: String,
-}
-
-impl PipelineStep {
-    /// `settings` feeds the runner; `notifiers` stops the notifiers running
-    /// now (a child of `shutdown`); `analysis` derives the analysis settings
-    /// from `[alerts]`, `notify` the notifiers' from `[notify]`.
-    pub fn new(
-        settings: watch::Sender<Arc<RunnerSettings>>,
-        analysis: fn(&AlertsConfig) -> AnalysisSettings,
-        notify: fn(&NotifyConfig) -> NotifySettings,
-        notifiers: CancellationToken,
-        shutdown: CancellationToken,
-        telemetry: Arc<Telemetry>,
-        default_external_url: String,
-    ) -> Self {
-        Self(Arc::new(Pipeline {
-            settings,
-            analysis,
-            notify,
-            notifiers: Mutex::new(notifiers),
-            shutdown,
-            telemetry,
-            default_external_url,
-        }))
-    }
+    pub default_external_url: String,
 }
 
 /// Whether the notifiers themselves change (not only how often firing
@@ -187,15 +166,15 @@ mod tests {
         let (sender, receiver) = watch::channel(Arc::new(runner_settings(&running)));
         let shutdown = CancellationToken::new();
         let first_notifiers = shutdown.child_token();
-        let step = PipelineStep::new(
-            sender,
-            crate::app::analysis_settings,
-            crate::app::notify_settings,
-            first_notifiers.clone(),
-            shutdown.clone(),
-            Arc::new(Telemetry::new("simulator").unwrap()),
-            "http://127.0.0.1:9477".into(),
-        );
+        let step = PipelineStep(Arc::new(Pipeline {
+            settings: sender,
+            analysis: crate::app::analysis_settings,
+            notify: crate::app::notify_settings,
+            notifiers: first_notifiers.clone().into(),
+            shutdown: shutdown.clone(),
+            telemetry: Arc::new(Telemetry::new("simulator").unwrap()),
+            default_external_url: "http://127.0.0.1:9477".into(),
+        }));
         assert!(!apply(&step, &running, &running.clone()), "nothing changed, nothing to do");
 
         let mut rules = running.clone();

@@ -239,24 +239,22 @@ struct AcceptFailures {
 
 impl AcceptFailures {
     fn failed(&mut self, error: &std::io::Error) {
-        let due = self.warned_at.is_none_or(|at| at.elapsed() >= ACCEPT_WARNING_PERIOD);
-        if due {
-            warn!(
-                error = %error,
-                failures_since_last_warning = self.unlogged,
-                "accepting a connection failed; retrying every 100 ms"
-            );
-            self.warned_at = Some(tokio::time::Instant::now());
-            self.unlogged = 0;
-            self.announced = true;
-        } else {
+        // Also inside the period: a descriptor freed for a moment lets one
+        // accept through and announces recovery; failing again must announce
+        // recovery again, or the log ends on a false "accepting again" while
+        // every accept fails.
+        self.announced = true;
+        if self.warned_at.is_some_and(|at| at.elapsed() < ACCEPT_WARNING_PERIOD) {
             self.unlogged = self.unlogged.saturating_add(1);
-            // A descriptor freed for a moment lets one accept through and
-            // announces recovery; failing again inside the period must
-            // announce recovery again, or the log ends on a false "accepting
-            // again" while every accept fails.
-            self.announced = true;
+            return;
         }
+        warn!(
+            error = %error,
+            failures_since_last_warning = self.unlogged,
+            "accepting a connection failed; retrying every 100 ms"
+        );
+        self.warned_at = Some(tokio::time::Instant::now());
+        self.unlogged = 0;
     }
 
     fn accepted(&mut self) {

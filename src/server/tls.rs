@@ -121,8 +121,7 @@ fn client_verifier(
     provider: &Arc<CryptoProvider>,
     read: &dyn Fn(&Pem) -> Result<Vec<u8>, std::io::Error>,
 ) -> Result<Arc<dyn ClientCertVerifier>, TlsError> {
-    let algorithms = provider.signature_verification_algorithms;
-    let verifying = |allow_missing: bool| -> Result<Arc<dyn ClientCertVerifier>, TlsError> {
+    let ca_verifier = |allow_missing: bool| -> Result<Arc<dyn ClientCertVerifier>, TlsError> {
         let field = "tls_server_config.client_ca_file";
         let ca = spec.client_ca.as_ref().ok_or_else(|| TlsError::Pem {
             field,
@@ -136,47 +135,72 @@ fn client_verifier(
         let builder =
             WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone());
         let builder = if allow_missing { builder.allow_unauthenticated() } else { builder };
-        let inner = builder.build().map_err(|error| TlsError::Verifier(error.to_string()))?;
-        Ok(if spec.allowed_sans.is_empty() {
-            inner
-        } else {
-            Arc::new(AllowedSans { inner, sans: spec.allowed_sans.clone() })
-        })
+        builder.build().map_err(|error| TlsError::Verifier(error.to_string()))
     };
-    Ok(match spec.client_auth {
-        ClientAuth::None => WebPkiClientVerifier::no_client_auth(),
-        ClientAuth::Request => Arc::new(AnyCert { mandatory: false, algorithms }),
-        ClientAuth::RequireAny => Arc::new(AnyCert { mandatory: true, algorithms }),
-        ClientAuth::VerifyIfGiven => verifying(true)?,
-        ClientAuth::RequireAndVerify => verifying(false)?,
-    })
+    let (ca, mandatory) = match spec.client_auth {
+        ClientAuth::None => return Ok(WebPkiClientVerifier::no_client_auth()),
+        ClientAuth::Request => (None, false),
+        ClientAuth::RequireAny => (None, true),
+        ClientAuth::VerifyIfGiven => (Some(ca_verifier(true)?), false),
+        ClientAuth::RequireAndVerify => (Some(ca_verifier(false)?), true),
+    };
+    Ok(Arc::new(ClientCheck {
+        ca,
+        mandatory,
+        algorithms: provider.signature_verification_algorithms,
+        sans: spec.allowed_sans.clone(),
+    }))
 }
 
-/// `RequestClientCert` / `RequireAnyClientCert`: the client proves it holds
-/// the certificate's key, but the certificate itself is not checked, as in
-/// exporter-toolkit; such a certificate authenticates nobody.
+/// Every policy that asks for a certificate. With a client CA, webpki's
+/// verifier checks it, then `client_allowed_sans` holds: the certificate
+/// must be valid for at least one listed name (DNS names and IP addresses;
+/// an entry that is neither never matches). Without one
+/// (`RequestClientCert`, `RequireAnyClientCert`), the client proves it
+/// holds the certificate's key, but the certificate itself is not checked,
+/// as in exporter-toolkit; such a certificate authenticates nobody.
+/// Signatures are checked with the provider's algorithms either way, as
+/// webpki's verifier checks them.
 #[derive(Debug)]
-struct AnyCert {
+struct ClientCheck {
+    ca: Option<Arc<dyn ClientCertVerifier>>,
     mandatory: bool,
     algorithms: WebPkiSupportedAlgorithms,
+    sans: Vec<String>,
 }
 
-impl ClientCertVerifier for AnyCert {
+impl ClientCertVerifier for ClientCheck {
     fn client_auth_mandatory(&self) -> bool {
         self.mandatory
     }
 
     fn root_hint_subjects(&self) -> &[DistinguishedName] {
-        &[]
+        self.ca.as_ref().map_or(&[], |ca| ca.root_hint_subjects())
     }
 
     fn verify_client_cert(
         &self,
-        _end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _now: UnixTime,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        now: UnixTime,
     ) -> Result<ClientCertVerified, rustls::Error> {
-        Ok(ClientCertVerified::assertion())
+        let Some(ca) = &self.ca else { return Ok(ClientCertVerified::assertion()) };
+        let verified = ca.verify_client_cert(end_entity, intermediates, now)?;
+        if self.sans.is_empty() {
+            return Ok(verified);
+        }
+        let cert = webpki::EndEntityCert::try_from(end_entity).map_err(|_| {
+            rustls::Error::InvalidCertificate(rustls::CertificateError::BadEncoding)
+        })?;
+        let allowed = self.sans.iter().any(|san| {
+            ServerName::try_from(san.as_str())
+                .is_ok_and(|name| cert.verify_is_valid_for_subject_name(&name).is_ok())
+        });
+        if allowed {
+            Ok(verified)
+        } else {
+            Err(rustls::Error::InvalidCertificate(rustls::CertificateError::NotValidForName))
+        }
     }
 
     fn verify_tls12_signature(
@@ -199,71 +223,5 @@ impl ClientCertVerifier for AnyCert {
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
         self.algorithms.supported_schemes()
-    }
-}
-
-/// `client_allowed_sans`: after the CA check, the certificate must be valid
-/// for at least one listed name (DNS names and IP addresses; an entry that
-/// is neither never matches).
-#[derive(Debug)]
-struct AllowedSans {
-    inner: Arc<dyn ClientCertVerifier>,
-    sans: Vec<String>,
-}
-
-impl ClientCertVerifier for AllowedSans {
-    fn offer_client_auth(&self) -> bool {
-        self.inner.offer_client_auth()
-    }
-
-    fn client_auth_mandatory(&self) -> bool {
-        self.inner.client_auth_mandatory()
-    }
-
-    fn root_hint_subjects(&self) -> &[DistinguishedName] {
-        self.inner.root_hint_subjects()
-    }
-
-    fn verify_client_cert(
-        &self,
-        end_entity: &CertificateDer<'_>,
-        intermediates: &[CertificateDer<'_>],
-        now: UnixTime,
-    ) -> Result<ClientCertVerified, rustls::Error> {
-        let verified = self.inner.verify_client_cert(end_entity, intermediates, now)?;
-        let cert = webpki::EndEntityCert::try_from(end_entity).map_err(|_| {
-            rustls::Error::InvalidCertificate(rustls::CertificateError::BadEncoding)
-        })?;
-        let allowed = self.sans.iter().any(|san| {
-            ServerName::try_from(san.as_str())
-                .is_ok_and(|name| cert.verify_is_valid_for_subject_name(&name).is_ok())
-        });
-        if allowed {
-            Ok(verified)
-        } else {
-            Err(rustls::Error::InvalidCertificate(rustls::CertificateError::NotValidForName))
-        }
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.inner.verify_tls12_signature(message, cert, dss)
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.inner.verify_tls13_signature(message, cert, dss)
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.inner.supported_verify_schemes()
     }
 }

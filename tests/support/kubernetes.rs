@@ -209,8 +209,7 @@ pub fn container(id: &str, pod: &str, namespace: &str, name: &str) -> Container 
     ]);
     Container {
         id: id.to_owned(),
-        pod_sandbox_id: format!("sandbox-{pod}"),
-        metadata: Some(ContainerMetadata { name: name.to_owned(), attempt: 0 }),
+        metadata: Some(ContainerMetadata { name: name.to_owned() }),
         labels,
     }
 }

@@ -31,19 +31,12 @@ section! {
     }
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// `log.format`, named as written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, strum::EnumString, strum::IntoStaticStr)]
+#[strum(serialize_all = "lowercase")]
 pub enum LogFormat {
     Text,
     Json,
-}
-
-impl LogFormat {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            LogFormat::Text => "text",
-            LogFormat::Json => "json",
-        }
-    }
 }
 
 section! {

@@ -111,42 +111,30 @@ impl SourceConfig {
             (None, Some(path)) => SourceSelection::Replay { path },
             (None, None) => SourceSelection::Driver,
         };
-        let SourceKeys {
-            record,
-            speed,
-            max_trace_line_bytes,
-            max_trace_bytes,
-            record_mode,
-            record_keep,
-            ..
-        } = keys;
         Self {
             selection,
-            record,
-            speed,
-            max_trace_line_bytes,
-            max_trace_bytes,
-            record_mode,
-            record_keep,
+            record: keys.record,
+            speed: keys.speed,
+            max_trace_line_bytes: keys.max_trace_line_bytes,
+            max_trace_bytes: keys.max_trace_bytes,
+            record_mode: keys.record_mode,
+            record_keep: keys.record_keep,
         }
     }
 
     /// The keys as written; the simulator keys keep their defaults unless
     /// the simulator is selected, since they are unused otherwise.
     pub(super) fn keys(&self) -> (SourceKeys, SimulatorKeys) {
-        let (mut simulate, mut replay, mut simulator) = (None, None, SimulatorKeys::default());
-        match &self.selection {
-            SourceSelection::Driver => {}
+        let (simulate, replay, simulator) = match &self.selection {
+            SourceSelection::Driver => (None, None, SimulatorKeys::default()),
             SourceSelection::Simulate(chosen) => {
-                simulate = Some(chosen.scenario);
-                simulator = SimulatorKeys {
-                    gpus: chosen.gpus,
-                    seed: chosen.seed,
-                    container_ids: chosen.container_ids,
-                };
+                let SimulatorConfig { scenario, gpus, seed, container_ids } = chosen.clone();
+                (Some(scenario), None, SimulatorKeys { gpus, seed, container_ids })
             }
-            SourceSelection::Replay { path } => replay = Some(path.clone()),
-        }
+            SourceSelection::Replay { path } => {
+                (None, Some(path.clone()), SimulatorKeys::default())
+            }
+        };
         let keys = SourceKeys {
             simulate,
             replay,
