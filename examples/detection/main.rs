@@ -120,6 +120,7 @@ fn tweak(settings: &mut vramd::analyze::AnalyzeSettings, params: &[(String, f64)
             "forecast.consistent_share" => forecast.consistent_share = value,
             "forecast.local_lag_share" => forecast.local_lag_share = value,
             "forecast.early_splits" => forecast.early_splits = value as u32,
+            "forecast.early_min_fit" => forecast.early_min_fit = value,
             "trend_window" => settings.analysis.trend_window = seconds(value),
             "forecast.for" => {
                 settings.alerts.rules.exhaustion_forecast.for_duration = seconds(value);
