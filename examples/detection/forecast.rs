@@ -20,11 +20,21 @@ const MIB: f64 = 1_048_576.0;
 const GIB: f64 = 1_073_741_824.0;
 
 pub fn explain(run: &CorpusRun, settings: &AnalysisSettings, fast: Duration, fired: Option<f64>) {
-    let Label::Growth { onset, bytes_per_second, full } = run.label else {
-        println!("not a growth run: {:?}", run.label);
-        return;
-    };
     println!("{run:?}");
+    // A benign run the forecast fired on: the six minutes before it fired
+    // (its onset and "full" are that span's ends, its rate 0).
+    let (onset, bytes_per_second, full) = match (run.label, fired) {
+        (Label::Growth { onset, bytes_per_second, full }, _) => (onset, bytes_per_second, full),
+        (_, Some(fired)) => (
+            Duration::from_secs_f64((fired - 300.0).max(60.0)),
+            0.0,
+            Duration::from_secs_f64(fired + 30.0),
+        ),
+        (label, None) => {
+            println!("not a growth run and no forecast fired: {label:?}");
+            return;
+        }
+    };
     let (onset_s, full_s) = (onset.as_secs_f64(), full.as_secs_f64());
     println!(
         "rate {:.1} MiB/s, onset {:.1} min, full {:.1} min ({:.1} min after onset), fired {}",
@@ -41,7 +51,7 @@ pub fn explain(run: &CorpusRun, settings: &AnalysisSettings, fast: Duration, fir
     );
     println!(
         "   t-onset  span  slope  fit  sust | full-window slope/rising | half slope/rising | \
-         used  peak  demand  free→peak  cap-demand | TTE  left  err"
+         quarter slope/rising fit | used  peak  demand  free→peak  cap-demand | TTE  left  err"
     );
     let params = settings.forecast;
     let mut scratch = FloorScratch::new();
@@ -49,9 +59,8 @@ pub fn explain(run: &CorpusRun, settings: &AnalysisSettings, fast: Duration, fir
     let step = fast.as_millis().max(1) as u64;
     let check = settings.trend_check_interval.as_millis().max(1) as u64;
     let end_ms = full.as_millis() as u64;
-    let mut at_ms = 0;
     let mut marked = false;
-    while at_ms <= end_ms {
+    for at_ms in (0..=end_ms).step_by(step as usize) {
         let at = GOLDEN_ORIGIN.saturating_add(Duration::from_millis(at_ms));
         let reading = run.fast_at(at);
         let Some(memory) = reading.memory else { continue };
@@ -68,6 +77,17 @@ pub fn explain(run: &CorpusRun, settings: &AnalysisSettings, fast: Duration, fir
                 ))
             });
             let half = half_from.and_then(|from| {
+                let start = series.partition_point(|&(t, _)| t < from);
+                scratch.trend(
+                    series.get(start..).unwrap_or(&[]),
+                    params.buckets,
+                    params.keep_rising_share,
+                )
+            });
+            let quarter = series.first().and_then(|&(first, _)| {
+                let from = first.saturating_add(Duration::from_secs_f64(
+                    at.duration_since(first).unwrap_or_default().as_secs_f64() * 0.75,
+                ));
                 let start = series.partition_point(|&(t, _)| t < from);
                 scratch.trend(
                     series.get(start..).unwrap_or(&[]),
@@ -100,7 +120,7 @@ pub fn explain(run: &CorpusRun, settings: &AnalysisSettings, fast: Duration, fir
                 (trend.span_seconds, trend.slope_per_second / MIB, trend.fit, on)
             });
             println!(
-                "{:7.2} {:5.0}s {:6.1} {:4.2} {} | {:>10} | {:>10} | {:5.1} {:5.1} {:6.1} {:6.2} {:6.2} | {} {:5.1} {}{}",
+                "{:7.2} {:5.0}s {:6.1} {:4.2} {} | {:>10} | {:>10} | {:>10} {:4.2} | {:5.1} {:5.1} {:6.1} {:6.2} {:6.2} | {} {:5.1} {}{}",
                 (t_s - onset_s) / 60.0,
                 span,
                 slope,
@@ -108,6 +128,8 @@ pub fn explain(run: &CorpusRun, settings: &AnalysisSettings, fast: Duration, fir
                 if on { "y" } else { "n" },
                 fmt(whole),
                 fmt(half),
+                fmt(quarter),
+                quarter.map_or(0.0, |(trend, _)| trend.fit),
                 memory.used_bytes as f64 / GIB,
                 peak as f64 / GIB,
                 demand as f64 / GIB,
@@ -127,6 +149,5 @@ pub fn explain(run: &CorpusRun, settings: &AnalysisSettings, fast: Duration, fir
                 },
             );
         }
-        at_ms += step;
     }
 }

@@ -8,6 +8,9 @@
 //! (figures and their reading in docs/alerts.md, "Detection benchmark").
 //! `--leak-for SECONDS` and `--leak-threshold BYTES_PER_SECOND` override the
 //! `leak_suspected` rule's `for` and threshold; without them the defaults run.
+//! `--seeds 1-6` (or `1,2,3`) plays several seeds' corpora and prints figures
+//! pooled over all of them (`pooled.rs`); `--jobs N` plays N seeds side by
+//! side (default 1: the figures are CPU-bound and the machine is shared).
 
 // An example, not the daemon: a bad argument ends it with a message.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -15,11 +18,13 @@
 mod explain;
 mod forecast;
 mod play;
+mod pooled;
 
 use std::time::Duration;
 
+use vramd::config::Config;
 use vramd::config::defaults;
-use vramd::source::simulator::corpus::{self, LEAK_RATES, Label};
+use vramd::source::simulator::corpus::{self, CorpusRun, LEAK_RATES, Label};
 
 const MIB: f64 = 1_048_576.0;
 
@@ -27,6 +32,10 @@ struct Args {
     runs: usize,
     growth_runs: usize,
     seed: u64,
+    /// `--seeds`: pooled figures over these seeds instead of one `--seed`.
+    seeds: Option<Vec<u64>>,
+    /// `--jobs`: seeds played side by side.
+    jobs: usize,
     leak_for: Option<u64>,
     leak_threshold: Option<f64>,
     /// `--param NAME=VALUE`: analysis constants, for tuning.
@@ -41,6 +50,8 @@ fn parse() -> Args {
         runs: 200,
         growth_runs: 24,
         seed: 1,
+        seeds: None,
+        jobs: 1,
         leak_for: None,
         leak_threshold: None,
         params: Vec::new(),
@@ -58,6 +69,8 @@ fn parse() -> Args {
             "--runs" => args.runs = number(&flag, &value),
             "--growth-runs" => args.growth_runs = number(&flag, &value),
             "--seed" => args.seed = number(&flag, &value),
+            "--seeds" => args.seeds = Some(seed_list(&value)),
+            "--jobs" => args.jobs = number::<usize>(&flag, &value).max(1),
             "--leak-for" => args.leak_for = Some(number(&flag, &value)),
             "--leak-threshold" => args.leak_threshold = Some(number(&flag, &value)),
             "--explain" => args.explain = Some(number(&flag, &value)),
@@ -107,6 +120,7 @@ fn tweak(settings: &mut vramd::analyze::AnalyzeSettings, params: &[(String, f64)
             "forecast.consistent_share" => forecast.consistent_share = value,
             "forecast.local_lag_share" => forecast.local_lag_share = value,
             "forecast.early_splits" => forecast.early_splits = value as u32,
+            "forecast.early_min_fit" => forecast.early_min_fit = value,
             "trend_window" => settings.analysis.trend_window = seconds(value),
             "forecast.for" => {
                 settings.alerts.rules.exhaustion_forecast.for_duration = seconds(value);
@@ -115,6 +129,65 @@ fn tweak(settings: &mut vramd::analyze::AnalyzeSettings, params: &[(String, f64)
             other => panic!("unknown --param {other}"),
         }
     }
+}
+
+/// `1-6`, `7,8,9` or a mix (`1-3,9`), in the order given.
+fn seed_list(text: &str) -> Vec<u64> {
+    let mut seeds = Vec::new();
+    for part in text.split(',') {
+        match part.split_once('-') {
+            Some((first, last)) => {
+                seeds.extend(number::<u64>("--seeds", first)..=number("--seeds", last));
+            }
+            None => seeds.push(number("--seeds", part)),
+        }
+    }
+    assert!(!seeds.is_empty(), "--seeds names no seed: {text}");
+    seeds
+}
+
+/// One seed's corpus and what the rules said on each run.
+pub struct Played {
+    pub seed: u64,
+    pub runs: Vec<CorpusRun>,
+    pub outcomes: Vec<play::Outcome>,
+    /// On-CPU seconds of the playing thread (corpus generation included).
+    pub cpu_s: Option<f64>,
+}
+
+fn corpus_of(seed: u64, args: &Args) -> Vec<CorpusRun> {
+    corpus::corpus(seed, args.runs)
+        .into_iter()
+        .chain(corpus::growth_runs(seed, args.growth_runs))
+        .collect()
+}
+
+fn play_seed(seed: u64, args: &Args, config: &Config) -> Played {
+    let started = cpu_ns();
+    let runs = corpus_of(seed, args);
+    let outcomes = runs
+        .iter()
+        .map(|run| play::play_with(run, config, &|settings| tweak(settings, &args.params)))
+        .collect();
+    let cpu_s = started.zip(cpu_ns()).map(|(a, b)| b.saturating_sub(a) as f64 / 1e9);
+    Played { seed, runs, outcomes, cpu_s }
+}
+
+/// Plays `seeds`, `jobs` at a time, in the order given.
+fn play_seeds(seeds: &[u64], args: &Args, config: &Config) -> Vec<Played> {
+    let mut played = Vec::with_capacity(seeds.len());
+    for chunk in seeds.chunks(args.jobs) {
+        std::thread::scope(|scope| {
+            let handles: Vec<_> = chunk
+                .iter()
+                .map(|&seed| scope.spawn(move || play_seed(seed, args, config)))
+                .collect();
+            for handle in handles {
+                played.push(handle.join().expect("a seed's thread panicked"));
+            }
+        });
+    }
+    played
 }
 
 fn number<T: std::str::FromStr>(flag: &str, value: &str) -> T {
@@ -128,7 +201,7 @@ fn cpu_ns() -> Option<u64> {
     text.split_whitespace().next()?.parse().ok()
 }
 
-fn quantile(values: &mut [f64], q: f64) -> Option<f64> {
+pub fn quantile(values: &mut [f64], q: f64) -> Option<f64> {
     if values.is_empty() {
         return None;
     }
@@ -137,7 +210,7 @@ fn quantile(values: &mut [f64], q: f64) -> Option<f64> {
     values.get(index).copied()
 }
 
-fn minutes(value: Option<f64>) -> String {
+pub fn minutes(value: Option<f64>) -> String {
     value.map_or_else(|| "—".to_owned(), |seconds| format!("{:.1} min", seconds / 60.0))
 }
 
@@ -151,6 +224,18 @@ fn main() {
         config.alerts.rules.leak_suspected.threshold = threshold;
     }
     let leak_rule = &config.alerts.rules.leak_suspected;
+    if let Some(seeds) = &args.seeds {
+        println!(
+            "corpus seeds {seeds:?}, {} runs + {} growth runs each; leak_suspected threshold {:.0} B/s, for {} s",
+            args.runs,
+            args.growth_runs,
+            leak_rule.threshold,
+            leak_rule.for_duration.as_secs()
+        );
+        let played = play_seeds(seeds, &args, &config);
+        pooled::report(&played, args.verbose);
+        return;
+    }
     println!(
         "corpus seed {}, {} runs + {} growth runs; leak_suspected threshold {:.0} B/s, for {} s",
         args.seed,
@@ -159,24 +244,26 @@ fn main() {
         leak_rule.threshold,
         leak_rule.for_duration.as_secs()
     );
-    let runs: Vec<_> = corpus::corpus(args.seed, args.runs)
-        .into_iter()
-        .chain(corpus::growth_runs(args.seed, args.growth_runs))
-        .collect();
+    let runs = corpus_of(args.seed, &args);
     let started = cpu_ns();
     let params = args.params.clone();
     if let Some(index) = args.explain {
         let mut settings = vramd::app::analyze_settings(&config);
         tweak(&mut settings, &params);
         let run = runs.get(index).unwrap_or_else(|| panic!("no run {index}"));
-        if let corpus::Label::Growth { .. } = run.label {
-            let outcome = play::play_with(run, &config, &|settings| tweak(settings, &params));
-            let fired = outcome.forecast.map(|(fired, _)| fired);
+        let outcome = play::play_with(run, &config, &|settings| tweak(settings, &params));
+        // A growth run, or any run the forecast fired on falsely: the
+        // forecast's checks; otherwise the leak's.
+        let forecast_fired = match run.label {
+            corpus::Label::Growth { .. } => Some(outcome.forecast.map(|(fired, _)| fired)),
+            corpus::Label::Benign => outcome.first_false_forecast_s.map(Some),
+            corpus::Label::Leak { .. } => None,
+        };
+        if let Some(fired) = forecast_fired {
             forecast::explain(run, &settings.analysis, config.sampler.fast_interval, fired);
             return;
         }
         let (_, leak) = settings.analysis.leak.expect("leak rule enabled");
-        let outcome = play::play_with(run, &config, &|settings| tweak(settings, &params));
         explain::explain(
             run,
             &leak,

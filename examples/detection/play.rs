@@ -31,6 +31,8 @@ pub struct Outcome {
     /// `exhaustion_forecast` firings on runs that do not grow (benign and
     /// leak runs before their onset).
     pub forecast_false: usize,
+    /// When the first of those fired, seconds since the run's start.
+    pub first_false_forecast_s: Option<f64>,
     /// What each false alarm was, for `--verbose`.
     pub false_alarms: Vec<String>,
 }
@@ -69,6 +71,7 @@ pub fn play_with(
         leak_false: 0,
         forecast: None,
         forecast_false: 0,
+        first_false_forecast_s: None,
         false_alarms: Vec::new(),
     };
     for step in 0..=steps {
@@ -127,6 +130,7 @@ fn score(outcome: &mut Outcome, alert: &vramd::alerts::Alert, seconds: f64) {
                 outcome.forecast.get_or_insert((seconds, alert.value));
             } else {
                 outcome.forecast_false += 1;
+                outcome.first_false_forecast_s.get_or_insert(seconds);
                 outcome.false_alarms.push(format!(
                     "{:.1} min exhaustion_forecast: {}",
                     seconds / 60.0,

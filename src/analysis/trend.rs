@@ -196,11 +196,17 @@ pub struct ForecastParams {
     /// may call growth sustained, counting the `recent_splits` ones (1: off).
     /// Those beyond `recent_splits` never set the rate: it comes from the
     /// longer windows' local slopes, and the fit from the best of the
-    /// windows that called the growth. 2 (the quarter) gave every run with
-    /// ≥ 15 min from onset to full a ≥ 10-minute lead at seeds 1–6 with no
-    /// benign forecast, but TTE error p95 without second-job runs 13.4 % at
-    /// held-out seed 4 (docs/alerts.md, "Lead time"): not the default.
+    /// windows that called the growth. 2 (the quarter): growth that began
+    /// a few minutes ago is called while the half's floor is still partly
+    /// flat, so the forecast fires sooner (docs/alerts.md, "Detection
+    /// benchmark").
     pub early_splits: u32,
+    /// Least fit of an early window's floor line for its call to count
+    /// (0.9). Without it the newest quarter called a second job's warm-up
+    /// (a staircase under a tenant's chunks, R² 0.77–0.87) sustained growth
+    /// and the forecast fired on a benign run; a line that clean is growth,
+    /// not a step or a filling cache.
+    pub early_min_fit: f64,
 }
 
 impl Default for ForecastParams {
@@ -213,7 +219,8 @@ impl Default for ForecastParams {
             recent_splits: 1,
             consistent_share: 1.0,
             local_lag_share: 0.25,
-            early_splits: 1,
+            early_splits: 2,
+            early_min_fit: 0.9,
         }
     }
 }
@@ -273,7 +280,12 @@ impl ForecastParams {
                 Some(shorter) => Some(shorter),
             };
         }
-        let early = recent.iter().take(judged).skip(splits).flatten().filter(|j| j.sustained);
+        let early = recent
+            .iter()
+            .take(judged)
+            .skip(splits)
+            .flatten()
+            .filter(|j| j.sustained && j.trend.fit >= self.early_min_fit);
         let called_early = early.clone().next().is_some();
         // The longest recent window, steeper than the whole: growth that
         // began inside the whole window, seen with less of its flat start.

@@ -78,13 +78,39 @@ fn the_newest_quarter_calls_growth_early_without_setting_its_rate() {
     // mostly flat, the quarter's is all growth.
     let rate = 60.0 * MIB;
     let series = series(480.0, |d| rate * d, 4.0 * GIB, &[]);
-    let (_, off) = forecast(ForecastParams::default(), &series);
+    let half_only = ForecastParams { early_splits: 1, ..ForecastParams::default() };
+    let (_, off) = forecast(half_only, &series);
     assert!(!off, "the half alone does not call it yet");
-    let early = ForecastParams { early_splits: 2, ..ForecastParams::default() };
-    let (trend, sustained) = forecast(early, &series);
+    let (trend, sustained) = forecast(ForecastParams::default(), &series);
     assert!(sustained);
     assert!(trend.fit >= 0.8, "the quarter's line fits: {trend:?}");
     // The rate is the longer window's (mostly flat yet, so low: a later
     // forecast, never a sooner one), not the quarter's own.
     assert!(trend.slope_per_second < 0.5 * rate, "{trend:?}");
+}
+
+#[test]
+fn the_newest_quarter_does_not_call_growth_early_on_a_line_that_fits_poorly() {
+    // 30 MiB/s for the last two minutes under sawtooths of growing size:
+    // the quarter's bucket minima scatter more and more around its line. The
+    // first size at which the quarter still keeps rising, but its line
+    // fits below `early_min_fit`, and nothing longer calls the growth, is
+    // the case: a call that rests on so loose a line is not made early.
+    let rate = 30.0 * MIB;
+    let defaults = ForecastParams::default();
+    let half_only = ForecastParams { early_splits: 1, ..defaults };
+    let ungated = ForecastParams { early_min_fit: 0.0, ..defaults };
+    let mut scratch = FloorScratch::new();
+    let poor = (1..=48).map(|gib| f64::from(gib) * 0.5 * GIB).find_map(|sawtooth| {
+        let series = series(480.0, |d| rate * d, sawtooth, &[]);
+        let (quarter, rising) = scratch.trend(&series[1_800..], defaults.buckets, 0.5)?;
+        let loose = rising && quarter.fit < defaults.early_min_fit;
+        (loose && !forecast(half_only, &series).1 && forecast(ungated, &series).1)
+            .then_some((sawtooth, series))
+    });
+    let Some((sawtooth, series)) = poor else {
+        panic!("no sawtooth up to 24 GiB gave a rising quarter that fits poorly")
+    };
+    let (trend, sustained) = forecast(defaults, &series);
+    assert!(!sustained, "{:.1} GiB sawtooth: {trend:?}", sawtooth / GIB);
 }

@@ -1,0 +1,206 @@
+//! Figures pooled over several seeds' corpora (`--seeds`): one seed holds
+//! about six runs per leak group, so its "p95" is that group's slowest run
+//! and swings on one draw; pooling gives quantiles that mean something.
+//! Reads what `main.rs` played; plays nothing itself.
+
+use std::time::Duration;
+
+use vramd::source::simulator::corpus::{LEAK_RATES, Label};
+
+use crate::{MIB, Played, minutes, quantile};
+
+/// A run named across seeds: `seed:index`.
+fn name(seed: u64, index: usize) -> String {
+    format!("{seed}:{index}")
+}
+
+fn percent(value: Option<f64>) -> String {
+    value.map_or_else(|| "—".to_owned(), |share| format!("{:.1} %", share * 100.0))
+}
+
+fn max(values: &[f64]) -> Option<f64> {
+    values.iter().copied().reduce(f64::max)
+}
+
+fn min(values: &[f64]) -> Option<f64> {
+    values.iter().copied().reduce(f64::min)
+}
+
+pub fn report(played: &[Played], verbose: bool) {
+    leaks(played, verbose);
+    false_alarms(played, verbose);
+    forecasts(played, verbose);
+    let samples: u64 = played.iter().flat_map(|p| &p.outcomes).map(|o| o.samples).sum();
+    let cpu: Option<f64> = played.iter().map(|p| p.cpu_s).sum();
+    match cpu {
+        Some(cpu) => println!(
+            "\nthroughput: {samples} samples in {cpu:.2} s of CPU = {:.2} M samples/s (corpus generation included)",
+            samples as f64 / cpu / 1e6
+        ),
+        None => println!("\nthroughput: {samples} samples (no /proc/thread-self/schedstat)"),
+    }
+}
+
+fn leaks(played: &[Played], verbose: bool) {
+    println!(
+        "\nleak detection, pooled (latency after onset; missed = not fired within 45 min or before the device filled)"
+    );
+    println!("| rate | empty_cache | runs | p50 | p95 | max | missed | slowest | per-seed p95 |");
+    println!("|---|---|---|---|---|---|---|---|---|");
+    for rate in LEAK_RATES {
+        for empty in [false, true] {
+            let (mut pooled, mut count, mut per_seed, mut slowest) =
+                (Vec::new(), 0, Vec::new(), None::<(f64, String)>);
+            let mut missed_runs = Vec::new();
+            for seed in played {
+                let mut latencies = Vec::new();
+                for (index, outcome) in seed.outcomes.iter().enumerate() {
+                    let Label::Leak { onset, bytes_per_second, empty_cache, .. } = outcome.label
+                    else {
+                        continue;
+                    };
+                    if bytes_per_second != rate || empty_cache != empty {
+                        continue;
+                    }
+                    count += 1;
+                    let Some(fired) = outcome.leak_fired_s else {
+                        missed_runs.push(name(seed.seed, index));
+                        continue;
+                    };
+                    let latency = fired - onset.as_secs_f64();
+                    latencies.push(latency);
+                    if slowest.as_ref().is_none_or(|(worst, _)| latency > *worst) {
+                        slowest = Some((latency, name(seed.seed, index)));
+                    }
+                    if verbose {
+                        println!(
+                            "leak run {}: latency {}",
+                            name(seed.seed, index),
+                            minutes(Some(latency))
+                        );
+                    }
+                }
+                per_seed.push(minutes(quantile(&mut latencies.clone(), 0.95)));
+                pooled.append(&mut latencies);
+            }
+            let slowest_name = slowest.map_or_else(|| "—".to_owned(), |(_, run)| run);
+            println!(
+                "| {:.2} MiB/s | {} | {} | {} | {} | {} | {}{} | {} | {} |",
+                rate / MIB,
+                if empty { "every step" } else { "no" },
+                count,
+                minutes(quantile(&mut pooled.clone(), 0.5)),
+                minutes(quantile(&mut pooled.clone(), 0.95)),
+                minutes(max(&pooled)),
+                missed_runs.len(),
+                if missed_runs.is_empty() { String::new() } else { format!(" {missed_runs:?}") },
+                slowest_name,
+                per_seed.join(", ")
+            );
+        }
+    }
+}
+
+fn false_alarms(played: &[Played], verbose: bool) {
+    let benign: Vec<_> = played
+        .iter()
+        .flat_map(|seed| seed.outcomes.iter().enumerate().map(move |(i, o)| (seed.seed, i, o)))
+        .filter(|(_, _, o)| o.label == Label::Benign)
+        .collect();
+    let hours: f64 = benign.iter().map(|(_, _, o)| o.played_s).sum::<f64>() / 3600.0;
+    let leak_false: usize = benign.iter().map(|(_, _, o)| o.leak_false).sum();
+    let forecast_false: usize = benign.iter().map(|(_, _, o)| o.forecast_false).sum();
+    let leak_runs_false: usize = played
+        .iter()
+        .flat_map(|seed| &seed.outcomes)
+        .filter(|o| matches!(o.label, Label::Leak { .. }))
+        .map(|o| o.leak_false + o.forecast_false)
+        .sum();
+    println!("\nfalse alarms on {} benign runs ({hours:.0} device-hours), pooled", benign.len());
+    println!("| rule | alarms | per device-day |");
+    println!("|---|---|---|");
+    for (rule, count) in [("leak_suspected", leak_false), ("exhaustion_forecast", forecast_false)] {
+        println!("| {rule} | {count} | {:.2} |", count as f64 / hours.max(1e-9) * 24.0);
+    }
+    println!("(leak runs: {leak_runs_false} alarms on other processes or before the onset)");
+    if verbose {
+        for seed in played {
+            for (index, outcome) in seed.outcomes.iter().enumerate() {
+                for alarm in &outcome.false_alarms {
+                    println!("run {} ({:?}): {alarm}", name(seed.seed, index), outcome.label);
+                }
+            }
+        }
+    }
+}
+
+fn forecasts(played: &[Played], verbose: bool) {
+    let (mut leads, mut errors, mut clean_errors, mut long_leads) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let (mut runs, mut missed, mut short) = (0, Vec::new(), Vec::new());
+    let mut per_seed = Vec::new();
+    for seed in played {
+        let mut seed_errors = Vec::new();
+        for (index, (outcome, run)) in seed.outcomes.iter().zip(&seed.runs).enumerate() {
+            let Label::Growth { onset, full, .. } = outcome.label else { continue };
+            runs += 1;
+            let Some((fired, forecast)) = outcome.forecast else {
+                missed.push(name(seed.seed, index));
+                continue;
+            };
+            let lead = full.as_secs_f64() - fired;
+            let error = (forecast - lead).abs() / lead.max(1.0);
+            leads.push(lead);
+            errors.push(error);
+            seed_errors.push(error);
+            // A second job that starts after the forecast fired makes the
+            // device fill sooner than any forecast could know.
+            if !run.second_job_start().is_some_and(|start| start.as_secs_f64() >= fired) {
+                clean_errors.push(error);
+            }
+            if full.saturating_sub(onset) >= Duration::from_secs(15 * 60) {
+                long_leads.push(lead);
+                if lead < 600.0 {
+                    short.push(format!("{} {}", name(seed.seed, index), minutes(Some(lead))));
+                }
+            }
+            if verbose {
+                println!(
+                    "growth run {}: lead {} forecast {} error {}",
+                    name(seed.seed, index),
+                    minutes(Some(lead)),
+                    minutes(Some(forecast)),
+                    percent(Some(error))
+                );
+            }
+        }
+        per_seed.push(percent(quantile(&mut seed_errors, 0.95)));
+    }
+    println!("\nexhaustion forecast on linear growth ≥ 20 MiB/s, pooled ({runs} runs)");
+    println!(
+        "lead p5 {}, p50 {}, min {}; TTE error p50 {}, p95 {}, max {}; missed {}{}",
+        minutes(quantile(&mut leads.clone(), 0.05)),
+        minutes(quantile(&mut leads.clone(), 0.5)),
+        minutes(min(&leads)),
+        percent(quantile(&mut errors.clone(), 0.5)),
+        percent(quantile(&mut errors.clone(), 0.95)),
+        percent(max(&errors)),
+        missed.len(),
+        if missed.is_empty() { String::new() } else { format!(" {missed:?}") }
+    );
+    println!(
+        "without runs whose second job started after firing: TTE error p50 {}, p95 {}, max {}",
+        percent(quantile(&mut clean_errors.clone(), 0.5)),
+        percent(quantile(&mut clean_errors.clone(), 0.95)),
+        percent(max(&clean_errors))
+    );
+    println!(
+        "runs with >= 15 min from onset to full ({}): lead p5 {}, p50 {}, min {}; under 10 min: {} {short:?}",
+        long_leads.len(),
+        minutes(quantile(&mut long_leads.clone(), 0.05)),
+        minutes(quantile(&mut long_leads.clone(), 0.5)),
+        minutes(min(&long_leads)),
+        short.len()
+    );
+    println!("per-seed TTE error p95: {}", per_seed.join(", "));
+}
