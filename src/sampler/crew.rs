@@ -23,8 +23,8 @@
 //! a look between calls takes a few uncontended locks. It runs on a
 //! thread of its own, which parks to its next look: at 100 Hz with several
 //! GPUs it looks 20 times a second (one look per hand-off limit is what
-//! the bound takes), and on the runtime every look also woke a tokio
-//! worker and its timer. Tests
+//! the bound takes: a call can start just after any look), and on the
+//! runtime every look also woke a tokio worker and its timer. Tests
 //! driving paused time keep it on the runtime (`runtime_ticks`).
 //!
 //! Must not depend on history or telemetry.
@@ -463,7 +463,7 @@ struct Looks {
 }
 
 /// Sleeps until `at`, or for ever.
-pub(super) async fn sleep_until(at: Option<Instant>) {
+async fn sleep_until(at: Option<Instant>) {
     match at {
         Some(at) => tokio::time::sleep_until(at).await,
         None => std::future::pending().await,
