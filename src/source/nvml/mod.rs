@@ -13,7 +13,6 @@
 
 mod absent;
 mod activity;
-mod handles;
 mod identities;
 mod mig;
 mod slow;
@@ -35,7 +34,6 @@ use super::procfs::ProcReader;
 use super::{DeviceSource, SourceError};
 
 use absent::AbsentLog;
-use handles::Handles;
 use identities::Identities;
 
 /// What the NVML source reads and where from.
@@ -79,7 +77,7 @@ pub struct NvmlSource {
     /// One entry per index the last listing returned (so bounded by it):
     /// its handle, or `None` until the next read looks it up again (after
     /// the device answered lost or unknown, its old handle is not trusted).
-    handles: RwLock<Handles<Handle>>,
+    handles: RwLock<HashMap<u32, Option<Handle>>>,
     clock: ScaledClock,
     absent: AbsentLog,
     activity: activity::ProcessActivity,
@@ -103,7 +101,7 @@ impl NvmlSource {
         Self {
             settings,
             nvml: Mutex::new(None),
-            handles: RwLock::new(Handles::default()),
+            handles: RwLock::new(HashMap::new()),
             clock: ScaledClock::wall(),
             absent: AbsentLog::default(),
             activity: activity::ProcessActivity::default(),
@@ -149,11 +147,11 @@ impl NvmlSource {
     /// index the last listing did not return is looked up on every read and
     /// not kept, so the map never outgrows the listing.
     fn device(&self, index: u32) -> Result<Handle, SourceError> {
-        if let Some(device) = self.handles.read().get(index) {
+        if let Some(Some(device)) = self.handles.read().get(&index) {
             return Ok(device.clone());
         }
         let device = Arc::new(mig::device(self.handle()?, index)?);
-        if let Some(slot) = self.handles.write().slot(index) {
+        if let Some(slot) = self.handles.write().get_mut(&index) {
             *slot = Some(device.clone());
         }
         Ok(device)
@@ -164,7 +162,7 @@ impl NvmlSource {
     /// one).
     fn distrust(&self, index: u32, error: &SourceError) {
         if matches!(error, SourceError::DeviceLost { .. } | SourceError::UnknownDevice { .. })
-            && let Some(slot) = self.handles.write().slot(index)
+            && let Some(slot) = self.handles.write().get_mut(&index)
         {
             *slot = None;
         }
@@ -275,7 +273,7 @@ impl DeviceSource for NvmlSource {
         })?;
         let driver_version = nvml.sys_driver_version().ok();
         let mut devices = Vec::new();
-        let mut handles = Vec::new();
+        let mut handles = HashMap::new();
         let mut layouts = HashMap::new();
         for index in 0..count {
             let device = nvml
@@ -296,13 +294,12 @@ impl DeviceSource for NvmlSource {
             let layout = mig_enabled.then(|| mig::uuids(&device));
             layouts.insert(index, layout);
             devices.push(info);
-            handles.push((index, Some(Arc::new(device))));
+            handles.insert(index, Some(Arc::new(device)));
             // MIG handles are looked up on their first read, then kept.
             handles.extend(migs.iter().map(|mig| (mig.index, None)));
             devices.extend(migs);
         }
-        let handles = Handles::listed(handles);
-        self.identities.retain_devices(|index| handles.contains(index));
+        self.identities.retain_devices(|index| handles.contains_key(&index));
         *self.handles.write() = handles;
         *self.mig_layouts.lock() = layouts;
         if self.settings.xid_events && !self.xid_started.swap(true, Ordering::AcqRel) {
