@@ -428,7 +428,9 @@ impl Fleet {
         // The runtime's clock (tokio `Instant`s in the crews' state).
         let _runtime = handle.enter();
         let mut looks = Looks::default();
-        while !self.stopping.load(Ordering::Acquire) {
+        // The token too: should the runtime drop the task that sets the
+        // flag, the watchdog still ends (and then sets it for the crews).
+        while !self.stopping.load(Ordering::Acquire) && !self.context.cancel.is_cancelled() {
             let now = Instant::now();
             let next = self.check(now, &mut looks);
             match next {
