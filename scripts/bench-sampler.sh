@@ -13,7 +13,8 @@
 #         a 20 s window), the floor's, vramd above the floor (the
 #         difference, per window pair: what the machine's drift does to
 #         both cancels), per-thread wake-ups (voluntary context switches)
-#         and CPU from /proc/PID/task/*, the mean
+#         and CPU from /proc/PID/task/* (ticks), and per-thread CPU from
+#         `perf stat --per-thread` where perf works, the mean
 #         fast and slow sample duration (vramd_sample_duration_seconds
 #         sum / count: the call as the tier loop sees it, hand-off included),
 #         and CPU time per stored sample. The fake's own calls cost ~0.3 us
@@ -182,8 +183,16 @@ measure_window() {
     threads >"$WORK/threads.0"
     t0=$(cpu_ticks)
     if [[ -n "$PERF" ]]; then
-        perf stat -x, -e task-clock -p "$PID" -o "$WORK/perf.out" -- sleep "$CPU_SECONDS"
-        WINDOW_CPU_US=$(awk -F, '$3 == "task-clock" { printf "%d", $1 * 1000 }' "$WORK/perf.out")
+        # Per thread ("name-tid,msec,unit,event"): the process is the sum.
+        perf stat --per-thread -x, -e task-clock -p "$PID" -o "$WORK/perf.out" \
+            -- sleep "$CPU_SECONDS"
+        WINDOW_CPU_US=$(awk -F, '$4 == "task-clock" && $2 ~ /^[0-9.]+$/ { us += $2 * 1000 }
+            END { printf "%d", us }' "$WORK/perf.out")
+        awk -F, -v s="$CPU_SECONDS" '$4 == "task-clock" && $2 ~ /^[0-9.]+$/ {
+                name = $1; sub(/-[0-9]+$/, "", name); gsub(/[^A-Za-z0-9_.-]/, "_", name)
+                ms[name] += $2 }
+            END { for (k in ms) printf "%s %.4f\n", k, ms[k] / 10 / s }' \
+            "$WORK/perf.out" >>"$prefix.perf-threads"
     else
         sleep "$CPU_SECONDS"
     fi
@@ -214,7 +223,7 @@ for n in $(seq ${#BINS[@]}); do
     : >"$WORK/$n.cpu" ; : >"$WORK/$n.fast" ; : >"$WORK/$n.slow" ; : >"$WORK/$n.per"
     : >"$WORK/$n.rss" ; : >"$WORK/$n.idle"
     : >"$WORK/$n.threads" ; : >"$WORK/$n.floor.cpu" ; : >"$WORK/$n.floor.threads"
-    : >"$WORK/$n.above"
+    : >"$WORK/$n.above" ; : >"$WORK/$n.perf-threads" ; : >"$WORK/$n.floor.perf-threads"
 done
 
 if part cost; then
@@ -301,6 +310,17 @@ for n in $(seq ${#BINS[@]}); do
         thread_table "$WORK/$n.threads" | awk '{ printf "    %-18s %7s %6s %7s\n", $1, $2, $3, $4 }'
         printf '  threads, floor:\n'
         thread_table "$WORK/$n.floor.threads" | awk '{ printf "    %-18s %7s %6s %7s\n", $1, $2, $3, $4 }'
+        if [[ -n "$PERF" ]]; then
+            # Mean over windows of each thread name's task-clock (threads
+            # of one name, such as tokio's workers, summed).
+            for side in "$n" "$n.floor"; do
+                printf '  threads, CPU %% of a core by perf task-clock, %s:\n' \
+                    "$([[ $side == "$n" ]] && echo vramd || echo floor)"
+                awk '{ c[$1] += $2; w[$1]++ }
+                    END { for (k in c) printf "    %-18s %7.3f\n", k, c[k] / w[k] }' \
+                    "$WORK/$side.perf-threads" | sort -k2,2gr
+            done
+        fi
         read -r m lo hi < <(stats <"$WORK/$n.fast")
         printf '  fast sample duration (mean):       %s us (%s-%s)\n' "$m" "$lo" "$hi"
         read -r m lo hi < <(stats <"$WORK/$n.slow")

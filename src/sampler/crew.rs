@@ -16,14 +16,15 @@
 //! not a thread for good. Fast threads never outnumber fast devices.
 //!
 //! The same watchdog owns every call's deadline: at each look it asks the
-//! tier of every fast call in flight and every slow tier
-//! (`TierShared::check_deadline`, which counts, marks stale and logs) and
-//! sleeps to the earliest deadline or hand-off look, so the 16 tiers of 8
-//! GPUs cost one wake-up per deadline period rather than 16. It runs on a
+//! tier of every fast call in flight, and the slow tiers once one of them
+//! can be due (`TierShared::check_deadline`, which counts, marks stale and
+//! logs), and sleeps to the earliest deadline or hand-off look, so the 16
+//! tiers of 8 GPUs cost one wake-up per deadline period rather than 16, and
+//! a look between calls takes a few uncontended locks. It runs on a
 //! thread of its own, which parks to its next look: at 100 Hz with several
 //! GPUs it looks 20 times a second (one look per hand-off limit is what
-//! the bound takes), and on the runtime every look also woke a tokio
-//! worker and its timer. Tests
+//! the bound takes: a call can start just after any look), and on the
+//! runtime every look also woke a tokio worker and its timer. Tests
 //! driving paused time keep it on the runtime (`runtime_ticks`).
 //!
 //! Must not depend on history or telemetry.
@@ -72,6 +73,9 @@ pub(crate) struct Fleet {
     /// The slow tiers whose deadlines the watchdog owns (one per device
     /// sampled, so bounded by `sampler.max_devices`).
     slow: Mutex<Vec<Arc<TierShared>>>,
+    /// Set at cancel before the crews' threads are woken for it: what they
+    /// look at once a tick instead of the token, which takes a lock.
+    stopping: AtomicBool,
 }
 
 #[derive(Default)]
@@ -94,7 +98,10 @@ struct Crew {
 
 #[derive(Default)]
 struct CrewState {
-    members: Vec<Arc<Member>>,
+    /// Shared with the crew's thread for the length of a tick, so a tick
+    /// takes one reference rather than one per member; changed (rarely:
+    /// a join, a leave, a hand-off) by copy on write.
+    members: Arc<Vec<Arc<Member>>>,
     /// The member being called, and since when. Found in `members` only
     /// at a hand-off, so a sample pays no search.
     current: Option<(Arc<Member>, Instant)>,
@@ -112,6 +119,7 @@ impl Fleet {
             nudge: Notify::new(),
             watcher: OnceLock::new(),
             slow: Mutex::new(Vec::new()),
+            stopping: AtomicBool::new(false),
         });
         if context.settings.runtime_ticks || !fleet.watch_on_thread() {
             tokio::spawn(fleet.clone().watch());
@@ -131,9 +139,11 @@ impl Fleet {
             Ok(joined) => {
                 // Set once, here, before anything could wake it.
                 let _ = self.watcher.set(joined.thread().clone());
-                let (cancel, thread) = (self.context.cancel.clone(), joined.thread().clone());
+                let (fleet, thread) = (self.clone(), joined.thread().clone());
                 tokio::spawn(async move {
-                    cancel.cancelled().await;
+                    fleet.context.cancel.cancelled().await;
+                    // Also here, should the watchdog's thread be gone.
+                    fleet.stopping.store(true, Ordering::Release);
                     thread.unpark();
                 });
                 true
@@ -178,7 +188,7 @@ impl Fleet {
         match &fleet.home {
             Some(home) => {
                 let mut crew = home.state.lock();
-                crew.members.extend(members);
+                Arc::make_mut(&mut crew.members).extend(members);
                 if crew.members.len() > 1 {
                     self.nudge();
                 }
@@ -215,7 +225,11 @@ impl Fleet {
     fn launch(self: &Arc<Self>, members: Vec<Arc<Member>>) -> Arc<Crew> {
         let crew = Arc::new(Crew {
             home: AtomicBool::new(true),
-            state: Mutex::new(CrewState { members, current: None, split: false }),
+            state: Mutex::new(CrewState {
+                members: Arc::new(members),
+                current: None,
+                split: false,
+            }),
             thread: Mutex::new(None),
         });
         let handle = Handle::current();
@@ -240,18 +254,16 @@ impl Fleet {
         let _runtime = handle.enter();
         let context = &self.context;
         let mut ticker = Ticker::new(context, context.origin, self.period(), handle);
-        // Reused every tick: no allocation per sample once it has grown.
-        let mut batch: Vec<Arc<Member>> = Vec::new();
-        while ticker.wait(&context.cancel) {
-            {
+        while ticker.wait(&context.cancel, &|| self.stopping.load(Ordering::Acquire)) {
+            let batch = {
                 let mut state = crew.state.lock();
                 state.split = false;
-                batch.extend(state.members.iter().cloned());
-            }
+                state.members.clone()
+            };
             if batch.is_empty() && self.retire(crew) {
                 return;
             }
-            for member in &batch {
+            for member in batch.iter() {
                 // One clock read for the crew's watchdog and the tier's
                 // call both.
                 let now = Instant::now();
@@ -263,7 +275,8 @@ impl Fleet {
                     break;
                 }
             }
-            batch.clear();
+            // Before a hand-back, which would otherwise copy the list.
+            drop(batch);
             if !crew.home.load(Ordering::Acquire) && self.hand_back(crew) {
                 return;
             }
@@ -300,7 +313,7 @@ impl Fleet {
         let moved = returning.len();
         {
             let mut state = home.state.lock();
-            state.members.extend(returning);
+            Arc::make_mut(&mut state.members).extend(returning.iter().cloned());
             if state.members.len() > 1 {
                 self.nudge();
             }
@@ -315,22 +328,31 @@ impl Fleet {
 
     /// One look: hands the home crew's other members off when its call in
     /// flight has run the hand-off limit, and checks the deadline of every
-    /// crew's call in flight and of every slow tier. Returns when to look
-    /// next: the earliest deadline, hand-off look, or deadline of a call
-    /// starting now; `None` with no tier at all. `in_flight` is scratch space, kept by the
-    /// caller so that a look allocates nothing.
-    fn check(self: &Arc<Self>, now: Instant, in_flight: &mut Vec<Arc<Member>>) -> Option<Instant> {
-        let mut next = self.hand_off(now, in_flight);
+    /// crew's call in flight and, when one may be due, of every slow tier.
+    /// Returns when to look next: the earliest deadline, hand-off look, or
+    /// deadline of a call starting now; `None` with no tier at all.
+    fn check(self: &Arc<Self>, now: Instant, looks: &mut Looks) -> Option<Instant> {
+        let mut next = self.hand_off(now, &mut looks.in_flight);
         // Outside the fleet's lock: a verdict records a failure and logs.
-        for member in in_flight.drain(..) {
+        for member in looks.in_flight.drain(..) {
             let due = member.shared.check_deadline(now);
             next = Some(next.map_or(due, |next| next.min(due)));
         }
-        for tier in self.slow.lock().iter() {
-            let due = tier.check_deadline(now);
-            next = Some(next.map_or(due, |next| next.min(due)));
+        // The slow tiers only when one can be due: a call that starts
+        // after this look (in a tier watched now or later) is due no
+        // earlier than now plus the call timeout, so at 100 Hz the 20
+        // looks a second leave them alone but about once per
+        // `sampler.call_timeout`. With none to watch, every look asks.
+        if looks.slow_due.is_none_or(|due| now >= due) {
+            let soonest = now + self.context.settings.call_timeout;
+            let tiers = self.slow.lock();
+            looks.slow_due =
+                tiers.iter().map(|tier| tier.check_deadline(now)).min().map(|due| due.min(soonest));
         }
-        next
+        match (next, looks.slow_due) {
+            (Some(next), Some(slow)) => Some(next.min(slow)),
+            (next, slow) => next.or(slow),
+        }
     }
 
     /// The hand-off half of `check`: collects each crew's call in flight
@@ -367,8 +389,8 @@ impl Fleet {
         // A member that left the fleet (its device stopped) while its call
         // hangs holds up the others all the same: all of them move.
         let stuck = state.members.iter().position(|m| Arc::ptr_eq(m, calling));
-        let mut others = std::mem::take(&mut state.members);
-        state.members.extend(stuck.map(|stuck| others.remove(stuck)));
+        let mut others = Arc::unwrap_or_clone(std::mem::take(&mut state.members));
+        state.members = Arc::new(stuck.map(|stuck| others.remove(stuck)).into_iter().collect());
         state.split = true;
         // Before the lock goes: the thread, seeing `split` as its call
         // returns, must also see that it is no longer home, and hand back.
@@ -388,9 +410,9 @@ impl Fleet {
     /// The fleet's watchdog, until the sampler is cancelled; then it wakes
     /// every crew's thread so shutdown does not wait out a sleep to a tick.
     async fn watch(self: Arc<Self>) {
-        let mut in_flight = Vec::new();
+        let mut looks = Looks::default();
         loop {
-            let next = self.check(Instant::now(), &mut in_flight);
+            let next = self.check(Instant::now(), &mut looks);
             tokio::select! {
                 () = self.context.cancel.cancelled() => break,
                 () = self.nudge.notified() => {}
@@ -405,10 +427,12 @@ impl Fleet {
     fn watch_parked(self: Arc<Self>, handle: &Handle) {
         // The runtime's clock (tokio `Instant`s in the crews' state).
         let _runtime = handle.enter();
-        let mut in_flight = Vec::new();
-        while !self.context.cancel.is_cancelled() {
+        let mut looks = Looks::default();
+        // The token too: should the runtime drop the task that sets the
+        // flag, the watchdog still ends (and then sets it for the crews).
+        while !self.stopping.load(Ordering::Acquire) && !self.context.cancel.is_cancelled() {
             let now = Instant::now();
-            let next = self.check(now, &mut in_flight);
+            let next = self.check(now, &mut looks);
             match next {
                 Some(at) if at > now => std::thread::park_timeout(at - now),
                 Some(_) => {}
@@ -421,6 +445,7 @@ impl Fleet {
     /// Every crew's thread, woken at cancel so shutdown does not wait out
     /// a sleep to a tick.
     fn wake_crews(&self) {
+        self.stopping.store(true, Ordering::Release);
         for crew in &self.state.lock().crews {
             if let Some(thread) = crew.thread.lock().as_ref() {
                 thread.unpark();
@@ -429,8 +454,18 @@ impl Fleet {
     }
 }
 
+/// What the watchdog keeps from one look to the next.
+#[derive(Default)]
+struct Looks {
+    /// Scratch space for the calls in flight, so a look allocates nothing.
+    in_flight: Vec<Arc<Member>>,
+    /// The earliest a slow tier's call can be due, as of the last look at
+    /// them; `None` before the first.
+    slow_due: Option<Instant>,
+}
+
 /// Sleeps until `at`, or for ever.
-pub(super) async fn sleep_until(at: Option<Instant>) {
+async fn sleep_until(at: Option<Instant>) {
     match at {
         Some(at) => tokio::time::sleep_until(at).await,
         None => std::future::pending().await,
@@ -467,7 +502,7 @@ impl Crew {
         let mut state = self.state.lock();
         state.current = None;
         if leaves {
-            state.members.retain(|m| !Arc::ptr_eq(m, member));
+            Arc::make_mut(&mut state.members).retain(|m| !Arc::ptr_eq(m, member));
         }
         !state.split
     }

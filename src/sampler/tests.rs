@@ -270,6 +270,36 @@ async fn a_hang_ahead_of_others_on_the_fast_thread_hands_them_off_within_an_inte
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_stuck_call_is_counted_once_per_period_however_often_the_watchdog_looks() {
+    // The watchdog looks every fast interval (250 ms) for the shared
+    // thread; the stuck slow call (1 s period) must not be counted at each.
+    let source = FakeSource::new(3);
+    source.hang.store(true, Ordering::SeqCst);
+    let harness = start(source, settings());
+    settle().await;
+    advance(Duration::from_millis(250), 20).await;
+
+    let hung = harness.store.devices()[1].live();
+    let count = |failure: Option<&crate::history::ReadFailure>| {
+        failure.map(|failure| (failure.kind, failure.consecutive))
+    };
+    // Timed out at 0.1 s, then once a period: 1.1, 2.1, 3.1, 4.1 s.
+    let slow = count(hung.slow_failure.as_ref());
+    assert!(
+        matches!(slow, Some((ErrorKind::StillRunning, 4..=6))),
+        "slow tier counted {slow:?} in 5 s"
+    );
+    // 0.1 s, then every 250 ms: at most one a tick.
+    let fast = count(hung.fast_failure.as_ref());
+    assert!(matches!(fast, Some((ErrorKind::StillRunning, 17..=21))), "fast tier counted {fast:?}");
+
+    harness.source.hang.store(false, Ordering::SeqCst);
+    harness.cancel.cancel();
+    settle().await;
+    assert!(harness.task.is_finished());
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_handed_off_device_rejoins_the_shared_thread_once_its_call_returns() {
     // Device 0 is sampled first on the shared fast thread; its call hangs
     // for 2 s, then returns (a driver stall, or a thread descheduled on a

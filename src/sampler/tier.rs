@@ -79,6 +79,9 @@ struct InFlight {
     started: Instant,
     /// Past its deadline: counted, the tier marked stale, its answer unwanted.
     overdue: bool,
+    /// When an overdue call is next counted as still running: once a
+    /// period, however often the watchdog looks.
+    recount_at: Option<Instant>,
 }
 
 async fn run_tier(
@@ -146,7 +149,7 @@ impl TierShared {
             self.promise(wall_now());
             return false;
         }
-        state.call = Some(InFlight { started: now, overdue: false });
+        state.call = Some(InFlight { started: now, overdue: false, recount_at: None });
         true
     }
 
@@ -218,14 +221,19 @@ impl TierShared {
                     return deadline;
                 }
                 call.overdue = true;
+                let recount_at = now + self.period;
+                call.recount_at = Some(recount_at);
                 self.context.telemetry.call_stuck();
                 let message = format!("no answer within {timeout:?}");
                 let health = &mut state.health;
                 fail(&self.context, &self.device, self.tier, health, ErrorKind::Timeout, message);
                 self.first_attempt_done(state);
-                now + self.period
+                recount_at
             }
-            Some(_) => {
+            Some(InFlight { recount_at: Some(at), .. }) if now < *at => *at,
+            Some(call) => {
+                let recount_at = now + self.period;
+                call.recount_at = Some(recount_at);
                 // Still inside the driver: each tick it misses is counted,
                 // and no second call is started behind it.
                 let message = "the previous call has not returned".to_owned();
@@ -238,7 +246,7 @@ impl TierShared {
                     ErrorKind::StillRunning,
                     message,
                 );
-                now + self.period
+                recount_at
             }
         }
     }

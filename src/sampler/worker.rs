@@ -78,7 +78,7 @@ fn pace(shared: &TierShared, handle: &Handle) {
         shared.set_thread(std::thread::current());
     }
     let mut ticker = Ticker::new(context, context.origin, shared.period, handle);
-    while ticker.wait(&context.cancel) {
+    while ticker.wait(&context.cancel, &|| context.cancel.is_cancelled()) {
         if sample_once(shared) {
             break;
         }
@@ -129,9 +129,12 @@ impl<'a> Ticker<'a> {
     }
 
     /// Waits for the next tick; false once the sampler is cancelled.
-    pub(crate) fn wait(&mut self, cancel: &CancellationToken) -> bool {
+    /// `stopping` is how a thread sleeping to its ticks learns of the
+    /// cancel: the token itself, or a cheaper flag set before the thread
+    /// is woken for it (the token takes a lock, once a tick).
+    pub(crate) fn wait(&mut self, cancel: &CancellationToken, stopping: &dyn Fn() -> bool) -> bool {
         match self {
-            Ticker::Thread(grid) => grid.wait(cancel),
+            Ticker::Thread(grid) => grid.wait(stopping),
             Ticker::Runtime(interval, handle) => {
                 let ticked = handle.block_on(async {
                     tokio::select! {
@@ -158,19 +161,19 @@ impl Grid {
         Self { next: origin, period }
     }
 
-    /// Sleeps to the next grid point; false once `cancel` fires. Looks at
-    /// the token once per tick (it takes a lock) and after an early wake.
-    fn wait(&mut self, cancel: &CancellationToken) -> bool {
+    /// Sleeps to the next grid point; false once `stopping` says so. Asks
+    /// it once per tick and after an early wake.
+    fn wait(&mut self, stopping: &dyn Fn() -> bool) -> bool {
         let mut woken = false;
         loop {
             let now = Instant::now();
             if now >= self.next {
                 self.next = self.after(now);
-                return !cancel.is_cancelled();
+                return !stopping();
             }
-            // Before the tick: the watchdog's unpark at cancel (given
-            // before or during this park), or a spurious wake.
-            if woken && cancel.is_cancelled() {
+            // Before the tick: the unpark at cancel (given before or during
+            // this park), or a spurious wake.
+            if woken && stopping() {
                 return false;
             }
             std::thread::park_timeout(self.next - now);
@@ -180,7 +183,12 @@ impl Grid {
 
     /// The first grid point after `now` (at or past `self.next`).
     fn after(&self, now: Instant) -> Instant {
-        let behind = now.saturating_duration_since(self.next).as_nanos();
+        let behind = now.saturating_duration_since(self.next);
+        // On time, the usual case: no 128-bit division (a library call).
+        if behind < self.period {
+            return self.next.checked_add(self.period).unwrap_or(now + self.period);
+        }
+        let behind = behind.as_nanos();
         let steps = behind / self.period.as_nanos().max(1) + 1;
         u32::try_from(steps)
             .ok()
