@@ -54,7 +54,7 @@ pub fn explain(run: &CorpusRun, settings: &AnalysisSettings, fast: Duration, fir
          quarter slope/rising fit | used  peak  demand  free→peak  cap-demand | TTE  left  err"
     );
     let params = settings.forecast;
-    let mut scratch = FloorScratch::new();
+    let mut scratch = FloorScratch::default();
     let mut series: Vec<(vramd::model::Timestamp, u64)> = Vec::new();
     let step = fast.as_millis().max(1) as u64;
     let check = settings.trend_check_interval.as_millis().max(1) as u64;

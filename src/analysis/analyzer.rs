@@ -93,7 +93,7 @@ impl Analyzer {
     pub fn new(settings: AnalysisSettings) -> Self {
         Self {
             settings,
-            scratch: FloorScratch::new(),
+            scratch: FloorScratch::default(),
             used_buffer: Vec::new(),
             process_buffer: series::PidSeries::default(),
             memos: HashMap::new(),
