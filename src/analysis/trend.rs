@@ -113,18 +113,6 @@ impl Default for ForecastParams {
 }
 
 impl ForecastParams {
-    /// The highest value of `series` (oldest first) within `peak_window`
-    /// of its newest sample, each carried forward to that sample's time at
-    /// `slope_per_second` (memory runs out at the top of a step, and a top
-    /// seen seconds ago sat lower by the growth since), with that time.
-    pub fn recent_peak(
-        &self,
-        series: &[(Timestamp, u64)],
-        slope_per_second: f64,
-    ) -> Option<(Timestamp, f64)> {
-        exhaustion::projected_peak(series, self.peak_window, slope_per_second)
-    }
-
     /// The trend of the floor of `series` (bucket minima, so memory
     /// released every step, `empty_cache()` included, does not hide the
     /// growth underneath) and whether it is sustained growth.

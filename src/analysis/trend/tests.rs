@@ -190,12 +190,13 @@ fn the_recent_peak_is_carried_forward_at_the_growth_rate() {
         })
         .collect();
     let params = ForecastParams::default();
-    let (peak_at, peak) = params.recent_peak(&series, rate).unwrap();
+    let (peak_at, peak) = exhaustion::projected_peak(&series, params.peak_window, rate).unwrap();
     assert_eq!(peak_at, at(30.0));
     let top_then = 30.0e9 + rate * 10.0 + 4.0e9;
     assert!((peak - (top_then + rate * 20.0)).abs() < 2.0, "{peak}");
     // Flat memory: the highest sample as it was.
-    assert_eq!(params.recent_peak(&series, 0.0).map(|(_, p)| p.round()), Some(top_then.round()));
+    let flat = exhaustion::projected_peak(&series, params.peak_window, 0.0);
+    assert_eq!(flat.map(|(_, p)| p.round()), Some(top_then.round()));
 }
 
 #[test]
