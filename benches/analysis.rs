@@ -1,6 +1,7 @@
 //! Analysis benchmarks: the analyzer's per-evaluation costs on realistic
-//! series (a 30-point trend, a long window reduced to 30 buckets, the
-//! pressure rules, and leak detection over 30 minutes at 1 Hz).
+//! series (the forecast's trend of 30 points and of a long window reduced
+//! to 30 floor buckets, the pressure rules, and leak detection over 30
+//! minutes at 1 Hz).
 //!
 //! `cargo bench --bench analysis`. The offline pipeline needs ≥ 1 M
 //! samples/s, so the 10 000-sample trend must stay well under 10 ms.
@@ -10,9 +11,9 @@ use std::hint::black_box;
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 
 use vramd::analysis::floor::FloorScratch;
-use vramd::analysis::leak::{LeakParams, assess_leak, detect_leak};
+use vramd::analysis::leak::{LeakParams, assess_leak};
 use vramd::analysis::pressure::{PressureInput, PressureThresholds, pressure};
-use vramd::analysis::trend::{TrendScratch, theil_sen};
+use vramd::analysis::trend::ForecastParams;
 use vramd::model::Timestamp;
 
 const MIB: f64 = 1_048_576.0;
@@ -41,19 +42,16 @@ fn growing(count: usize, step_ms: i64) -> Vec<(Timestamp, u64)> {
 }
 
 fn trend(c: &mut Criterion) {
-    let mut group = c.benchmark_group("theil_sen");
+    let mut group = c.benchmark_group("forecast_trend");
+    let (params, mut scratch) = (ForecastParams::default(), FloorScratch::default());
     let short = growing(30, 1_000);
     group.throughput(Throughput::Elements(short.len() as u64));
-    group.bench_function("30_points", |b| b.iter(|| theil_sen(black_box(&short), 30)));
-    let mut scratch = TrendScratch::new();
-    group.bench_function("30_points_reused_scratch", |b| {
-        b.iter(|| scratch.theil_sen_with(black_box(&short), 30))
-    });
+    group.bench_function("30_points", |b| b.iter(|| params.trend(&mut scratch, black_box(&short))));
     // 10 000 fast-tier samples (about 40 minutes at 4 Hz) reduced to 30.
     let long = growing(10_000, 250);
     group.throughput(Throughput::Elements(long.len() as u64));
     group.bench_function("10000_points_to_30", |b| {
-        b.iter(|| scratch.theil_sen_with(black_box(&long), 30))
+        b.iter(|| params.trend(&mut scratch, black_box(&long)))
     });
     group.finish();
 }
@@ -76,11 +74,14 @@ fn leak(c: &mut Criterion) {
     // 30 minutes at 1 Hz: the default leak window on the slow tier.
     let series = growing(30 * 60 + 1, 1_000);
     let params = LeakParams::default();
-    assert!(detect_leak(&series, &params).is_some(), "the bench series must be a leak");
-    group.throughput(Throughput::Elements(series.len() as u64));
-    group.bench_function("30min_1hz", |b| b.iter(|| detect_leak(black_box(&series), &params)));
-    let mut scratch = FloorScratch::new();
     let from = series[0].0;
+    let fresh = |series: &[(Timestamp, u64)]| {
+        assess_leak(&mut FloorScratch::default(), series, from, false, &params)
+    };
+    assert!(fresh(&series).is_ok(), "the bench series must be a leak");
+    group.throughput(Throughput::Elements(series.len() as u64));
+    group.bench_function("30min_1hz", |b| b.iter(|| fresh(black_box(&series))));
+    let mut scratch = FloorScratch::default();
     group.bench_function("30min_1hz_reused_scratch", |b| {
         b.iter(|| assess_leak(&mut scratch, black_box(&series), from, false, &params))
     });

@@ -29,7 +29,7 @@ pub fn explain(
     };
     println!("{run:?}");
     let mut series = Vec::new();
-    let mut scratch = FloorScratch::new();
+    let mut scratch = FloorScratch::default();
     let mut held = false;
     let (check_s, onset_s) = (check.as_secs().max(1), onset.as_secs());
     let first_s = first_check.as_secs();

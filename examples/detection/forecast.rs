@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use vramd::analysis::analyzer::AnalysisSettings;
 use vramd::analysis::floor::FloorScratch;
-use vramd::analysis::trend::exhaustion::seconds_to_full;
+use vramd::analysis::trend::exhaustion::{projected_peak, seconds_to_full};
 use vramd::source::simulator::GOLDEN_ORIGIN;
 use vramd::source::simulator::corpus::{CorpusRun, Label};
 
@@ -54,7 +54,7 @@ pub fn explain(run: &CorpusRun, settings: &AnalysisSettings, fast: Duration, fir
          quarter slope/rising fit | used  peak  demand  free→peak  cap-demand | TTE  left  err"
     );
     let params = settings.forecast;
-    let mut scratch = FloorScratch::new();
+    let mut scratch = FloorScratch::default();
     let mut series: Vec<(vramd::model::Timestamp, u64)> = Vec::new();
     let step = fast.as_millis().max(1) as u64;
     let check = settings.trend_check_interval.as_millis().max(1) as u64;
@@ -96,8 +96,8 @@ pub fn explain(run: &CorpusRun, settings: &AnalysisSettings, fast: Duration, fir
                 )
             });
             let slope = chosen.map_or(0.0, |(trend, _)| trend.slope_per_second);
-            let projected =
-                params.recent_peak(&series, slope).unwrap_or((at, memory.used_bytes as f64));
+            let projected = projected_peak(&series, params.peak_window, slope)
+                .unwrap_or((at, memory.used_bytes as f64));
             let peak = projected.1 as u64;
             let capacity = memory.used_bytes + memory.free_bytes;
             let free = capacity.saturating_sub(peak);

@@ -20,7 +20,7 @@ use super::pressure::{PressureInput, PressureThresholds, pressure};
 use super::series;
 use super::snapshot::{AnalysisSnapshot, DeviceFacts, DeviceSnapshot, ProcessFacts};
 use super::summary::{DeviceAnalysis, ProcessLeak};
-use super::trend::exhaustion::seconds_to_full;
+use super::trend::exhaustion::{projected_peak, seconds_to_full};
 use super::trend::{ForecastParams, Trend};
 
 /// The windows and thresholds the analysis uses, built by the wiring from
@@ -93,7 +93,7 @@ impl Analyzer {
     pub fn new(settings: AnalysisSettings) -> Self {
         Self {
             settings,
-            scratch: FloorScratch::new(),
+            scratch: FloorScratch::default(),
             used_buffer: Vec::new(),
             process_buffer: series::PidSeries::default(),
             memos: HashMap::new(),
@@ -162,7 +162,7 @@ impl Analyzer {
             series::device_used_into(&fast, window_start, now, &mut self.used_buffer);
             let estimate = settings.forecast.trend(&mut self.scratch, &self.used_buffer);
             let slope = estimate.map_or(0.0, |(trend, _)| trend.slope_per_second);
-            let peak = settings.forecast.recent_peak(&self.used_buffer, slope);
+            let peak = projected_peak(&self.used_buffer, settings.forecast.peak_window, slope);
             memo.trend = Some((now, estimate, peak));
         }
         let trend = memo.trend.and_then(|(_, trend, _)| trend.map(|(trend, _)| trend));

@@ -103,9 +103,27 @@ impl FloorLine {
     /// last step is a fraction of its first; a leak's are alike).
     pub fn keeps_rising(&self, share: f64) -> bool {
         let per_quarter = share * self.slope * self.span_seconds / 4.0;
+        let [_, second, third, fourth] = self.quarters;
+        third - second >= per_quarter && fourth - third >= per_quarter && !self.decelerates(share)
+    }
+
+    /// Whether the last quarter step falls short of `share` of the first,
+    /// give or take the spread: a warm-up levelling off towards its plateau.
+    pub fn decelerates(&self, share: f64) -> bool {
         let [first, second, third, fourth] = self.quarters;
-        let decelerating = fourth - third < share * (second - first) - self.spread;
-        third - second >= per_quarter && fourth - third >= per_quarter && !decelerating
+        fourth - third < share * (second - first) - self.spread
+    }
+
+    /// The line as a [`Trend`] (the forecast's currency), `origin` being
+    /// the window's first sample.
+    pub fn trend(&self, origin: Timestamp) -> Trend {
+        Trend {
+            slope_per_second: self.slope,
+            intercept: self.intercept,
+            origin,
+            fit: self.fit,
+            span_seconds: self.span_seconds,
+        }
     }
 
     /// Whether the floor moves between at most `levels` exact values
@@ -125,10 +143,6 @@ impl FloorLine {
 }
 
 impl FloorScratch {
-    pub fn new() -> Self {
-        Self::default()
-    }
-
     /// The floor of the part of `series` (oldest first) at or after `from`,
     /// reduced to at most `buckets` equal-time bucket minima, and its line.
     /// `None` when fewer than 6 buckets hold a sample.
@@ -267,15 +281,7 @@ impl FloorScratch {
     ) -> Option<(Trend, bool)> {
         let &(first, _) = series.first()?;
         let line = self.line(series, first, buckets)?;
-        let trend = Trend {
-            slope_per_second: line.slope,
-            intercept: line.intercept,
-            origin: first,
-            fit: line.fit,
-            samples: series.len(),
-            span_seconds: line.span_seconds,
-        };
-        Some((trend, line.keeps_rising(share)))
+        Some((line.trend(first), line.keeps_rising(share)))
     }
 
     /// Bucket minima, each placed at its bucket's centre: the minimum's own

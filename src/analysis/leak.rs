@@ -170,13 +170,6 @@ pub struct LeakFinding {
     pub remediation: &'static str,
 }
 
-/// The leak in `series` (oldest first, the process already running at its
-/// first sample), if the module's rules hold on some window.
-pub fn detect_leak(series: &[(Timestamp, u64)], params: &LeakParams) -> Option<LeakEvidence> {
-    let from = series.first()?.0;
-    assess_leak(&mut FloorScratch::new(), series, from, false, params).ok()
-}
-
 /// The rules applied window by window, saying why the longest covered one
 /// failed. `window_start` is where the caller's window began (a first sample
 /// later than that is the process's start); `held` says the leak is already
@@ -340,9 +333,8 @@ fn sequential(
 /// third.
 fn pauses_in_a_climb(line: &FloorLine, share: f64) -> bool {
     let per_quarter = share * line.slope * line.span_seconds / 4.0;
-    let [first, second, third, fourth] = line.quarters;
-    let decelerating = fourth - third < share * (second - first) - line.spread;
-    third - second >= per_quarter && fourth > third && !decelerating
+    let [_, second, third, fourth] = line.quarters;
+    third - second >= per_quarter && fourth > third && !line.decelerates(share)
 }
 
 /// Whether the newest climb of a window's floor (the CUSUM's run,
@@ -400,12 +392,14 @@ fn at_least(value: f64, min: f64) -> bool {
 /// predicts plus the floor's spread (a leak that stopped does not), and has
 /// not come back down.
 fn holds(line: &FloorLine, params: &LeakParams) -> bool {
+    still_rising(line, params) && !line.returns_to_baseline(params.return_share)
+}
+
+/// The rise [`holds`] asks of a suspected leak's floor.
+fn still_rising(line: &FloorLine, params: &LeakParams) -> bool {
     let [_, second, _, fourth] = line.quarters;
     let expected = params.hold_slope_bytes_per_second * line.span_seconds / 2.0;
-    let still_rising = fourth - second >= expected + line.spread;
-    line.slope >= params.hold_slope_bytes_per_second
-        && still_rising
-        && !line.returns_to_baseline(params.return_share)
+    line.slope >= params.hold_slope_bytes_per_second && fourth - second >= expected + line.spread
 }
 
 /// Whether a suspected leak still holds on the longest covered window
@@ -420,10 +414,8 @@ fn holds(line: &FloorLine, params: &LeakParams) -> bool {
 /// Not on the shorter windows: their quarter medians under a sawtooth of
 /// gigabytes line up so by chance once the leak stopped.
 fn holds_on_quarters(points: &[(f64, f64)], line: &FloorLine, params: &LeakParams) -> bool {
-    let [first, second, _, fourth] = line.quarters;
-    let expected = params.hold_slope_bytes_per_second * line.span_seconds / 2.0;
-    let rising = line.slope >= params.hold_slope_bytes_per_second
-        && fourth - second >= expected + line.spread
+    let [first, _, _, fourth] = line.quarters;
+    let rising = still_rising(line, params)
         && fourth - line.baseline >= (1.0 - params.return_share) * line.growth();
     // Quarter medians of a flat, scattered floor can line up like that;
     // the CUSUM says the floor truly left where the window began.

@@ -3,8 +3,9 @@
 //!
 //! Owns: the pressure levels, their thresholds and the rules below.
 //! Depends on nothing else in the crate: callers gather the evidence
-//! (memory reading, `trend::time_to_exhaustion`, the analyzer's counts of
-//! allocator retries and OOMs) into a [`PressureInput`]. Pure; no I/O.
+//! (memory reading, `trend::exhaustion::seconds_to_full`, the analyzer's
+//! counts of allocator retries and OOMs) into a [`PressureInput`]. Pure; no
+//! I/O.
 //!
 //! The level is the most severe rule that fires (defaults shown):
 //!
@@ -25,8 +26,11 @@ use std::time::Duration;
 use serde::Serialize;
 
 /// Pressure levels; the numeric value is `vramd_memory_pressure_level`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, strum::IntoStaticStr,
+)]
 #[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
 pub enum PressureLevel {
     Ok = 0,
     Elevated = 1,
@@ -40,12 +44,7 @@ impl PressureLevel {
     }
 
     pub fn as_str(self) -> &'static str {
-        match self {
-            PressureLevel::Ok => "ok",
-            PressureLevel::Elevated => "elevated",
-            PressureLevel::High => "high",
-            PressureLevel::Critical => "critical",
-        }
+        self.into()
     }
 }
 
@@ -117,11 +116,6 @@ pub struct Pressure {
     pub level: PressureLevel,
     /// Every rule that fired, most severe first; empty when `Ok`.
     pub reasons: Vec<&'static str>,
-    /// `used / total`; absent when total is 0.
-    pub used_ratio: Option<f64>,
-    /// Bytes that can still be allocated before free falls below the
-    /// critical share of total.
-    pub headroom_bytes: u64,
 }
 
 /// Applies the rules in the module table.
@@ -184,10 +178,7 @@ pub fn pressure(input: &PressureInput, thresholds: &PressureThresholds) -> Press
             reasons.push(why);
         }
     }
-    let floor = (thresholds.critical_free_ratio.max(0.0) * total).ceil();
-    // Float to int `as` saturates, so an odd ratio cannot wrap around.
-    let headroom_bytes = input.free_bytes.saturating_sub(floor as u64);
-    Pressure { level, reasons, used_ratio, headroom_bytes }
+    Pressure { level, reasons }
 }
 
 #[cfg(test)]

@@ -15,8 +15,9 @@ use crate::history::{FastPoint, SlowPoint, Snapshot, Stamped};
 use crate::model::Timestamp;
 
 /// Which per-process figure a series follows.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, strum::IntoStaticStr)]
 #[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
 pub enum ProcessMetric {
     /// `allocated_bytes.all.current`: live tensors.
     AllocatorAllocated,
@@ -26,10 +27,7 @@ pub enum ProcessMetric {
 
 impl ProcessMetric {
     pub fn as_str(self) -> &'static str {
-        match self {
-            ProcessMetric::AllocatorAllocated => "allocator_allocated",
-            ProcessMetric::NvmlUsed => "nvml_used",
-        }
+        self.into()
     }
 }
 

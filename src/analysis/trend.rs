@@ -2,23 +2,21 @@
 //! runs out.
 //!
 //! Owns: the Theil–Sen estimator (median of pairwise slopes), the
-//! equal-time bucketing that bounds its cost, the goodness of fit,
-//! time-to-exhaustion, and the forecast's choice of which window calls
-//! growth sustained and which sets its rate (`ForecastParams::trend`). Depends on: `model::Timestamp` only; callers extract
-//! series with `analysis::series`. No I/O, no clocks: time is the series'
+//! goodness of fit, time to exhaustion (`exhaustion`), and the forecast's
+//! choice of which window calls growth sustained and which sets its rate
+//! (`ForecastParams::trend`). Depends on: `model::Timestamp` and the floor
+//! lines of `analysis::floor`; callers extract series with
+//! `analysis::series`. No I/O, no clocks: time is the series'
 //! own timestamps.
 //!
 //! Why Theil–Sen and not least squares: one allocation spike (a checkpoint
 //! save, an eval batch) drags a least-squares line far off, while the
 //! median of pairwise slopes ignores up to ~29 % outliers. Its cost is
-//! O(n²) in the points it sees, so longer series are first reduced to at
-//! most `max_points` equal-time buckets (mean time, mean value): with 30
-//! buckets a call costs a few microseconds whatever the window length.
+//! O(n²) in the points it sees, so it only ever sees a window's floor
+//! (`analysis::floor`, a few dozen bucket minima): with 30 buckets a call
+//! costs a few microseconds whatever the window length.
 
 use crate::model::Timestamp;
-
-/// Fewer points than this say nothing about a trend.
-const MIN_POINTS: usize = 3;
 
 /// A fitted line `value(t) = intercept + slope_per_second · (t − origin)`.
 #[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
@@ -32,119 +30,8 @@ pub struct Trend {
     /// Coefficient of determination of the line on the (bucketed) points,
     /// clamped to 0..=1: 1 is a perfect line, ~0 is noise around a level.
     pub fit: f64,
-    /// Input samples (before bucketing).
-    pub samples: usize,
     /// Time from the earliest to the latest sample.
     pub span_seconds: f64,
-}
-
-impl Trend {
-    /// The line's value at `at`.
-    pub fn value_at(&self, at: Timestamp) -> f64 {
-        self.intercept + self.slope_per_second * seconds_between(self.origin, at)
-    }
-}
-
-/// Reusable buffers for [`theil_sen`], so a periodic analysis pass over
-/// many series allocates once rather than per call.
-#[derive(Clone, Debug, Default)]
-pub struct TrendScratch {
-    /// Per bucket: sum of time offsets (ms), sum of values, count.
-    buckets: Vec<(f64, f64, u64)>,
-    /// The points the estimator sees: (seconds since origin, value).
-    points: Vec<(f64, f64)>,
-    /// Pairwise slopes, then residual intercepts.
-    values: Vec<f64>,
-}
-
-impl TrendScratch {
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    /// [`theil_sen`] using this scratch space.
-    pub fn theil_sen_with(
-        &mut self,
-        series: &[(Timestamp, u64)],
-        max_points: usize,
-    ) -> Option<Trend> {
-        if series.len() < MIN_POINTS {
-            return None;
-        }
-        // Min and max rather than first and last: callers pass history in
-        // time order, but an unordered slice must not produce nonsense.
-        let (origin, newest) = series.iter().fold((i64::MAX, i64::MIN), |(lo, hi), (at, _)| {
-            (lo.min(at.unix_millis()), hi.max(at.unix_millis()))
-        });
-        let span_ms = newest.checked_sub(origin)?;
-        if span_ms <= 0 {
-            return None;
-        }
-        self.reduce(series, origin, span_ms, max_points.max(MIN_POINTS));
-        if self.points.len() < MIN_POINTS {
-            return None;
-        }
-        let (slope, intercept, fit) = fit_line(&self.points, &mut self.values)?;
-        Some(Trend {
-            slope_per_second: slope,
-            intercept,
-            origin: Timestamp::from_unix_millis(origin),
-            fit,
-            samples: series.len(),
-            span_seconds: span_ms as f64 / 1000.0,
-        })
-    }
-
-    /// Fills `points` with the series itself when it is short enough, or
-    /// with the means of `max_points` equal-time buckets.
-    fn reduce(
-        &mut self,
-        series: &[(Timestamp, u64)],
-        origin: i64,
-        span_ms: i64,
-        max_points: usize,
-    ) {
-        self.points.clear();
-        // Offsets from the origin are taken in integers first: epoch
-        // milliseconds (~1.7e12) would lose sub-second precision as f64
-        // seconds once squared sums get involved.
-        let offset_ms = |at: Timestamp| at.unix_millis().saturating_sub(origin) as f64;
-        if series.len() <= max_points {
-            self.points.extend(series.iter().map(|&(at, v)| (offset_ms(at) / 1000.0, v as f64)));
-            return;
-        }
-        self.buckets.clear();
-        self.buckets.resize(max_points, (0.0, 0.0, 0));
-        let per_ms = max_points as f64 / span_ms as f64;
-        let last = max_points - 1;
-        for &(at, value) in series {
-            let offset = offset_ms(at);
-            // `as usize` saturates (negative → 0); the newest sample lands
-            // exactly on `max_points` and belongs to the last bucket.
-            let index = ((offset * per_ms) as usize).min(last);
-            if let Some(bucket) = self.buckets.get_mut(index) {
-                bucket.0 += offset;
-                bucket.1 += value as f64;
-                bucket.2 += 1;
-            }
-        }
-        self.points.extend(self.buckets.iter().filter(|bucket| bucket.2 > 0).map(
-            |&(sum_ms, sum_value, count)| {
-                let count = count as f64;
-                (sum_ms / count / 1000.0, sum_value / count)
-            },
-        ));
-    }
-}
-
-/// Theil–Sen trend of a series of `(timestamp, value)` pairs, on at most
-/// `max_points` points (longer series are bucketed by time; values below 3
-/// are taken as 3).
-///
-/// `None` for fewer than 3 points (before or after bucketing) or when all
-/// samples share one timestamp. A flat series has slope 0 and fit 1.
-pub fn theil_sen(series: &[(Timestamp, u64)], max_points: usize) -> Option<Trend> {
-    TrendScratch::new().theil_sen_with(series, max_points)
 }
 
 /// How the device's growth is estimated for the exhaustion forecast.
@@ -226,18 +113,6 @@ impl Default for ForecastParams {
 }
 
 impl ForecastParams {
-    /// The highest value of `series` (oldest first) within `peak_window`
-    /// of its newest sample, each carried forward to that sample's time at
-    /// `slope_per_second` (memory runs out at the top of a step, and a top
-    /// seen seconds ago sat lower by the growth since), with that time.
-    pub fn recent_peak(
-        &self,
-        series: &[(Timestamp, u64)],
-        slope_per_second: f64,
-    ) -> Option<(Timestamp, f64)> {
-        exhaustion::projected_peak(series, self.peak_window, slope_per_second)
-    }
-
     /// The trend of the floor of `series` (bucket minima, so memory
     /// released every step, `empty_cache()` included, does not hide the
     /// growth underneath) and whether it is sustained growth.
@@ -352,21 +227,12 @@ impl ForecastParams {
     ) -> Option<Judged> {
         let &(first, _) = window.first()?;
         let line = scratch.line(window, first, self.buckets)?;
-        let trend = Trend {
-            slope_per_second: line.slope,
-            intercept: line.intercept,
-            origin: first,
-            fit: line.fit,
-            samples: window.len(),
-            span_seconds: line.span_seconds,
-        };
+        let trend = line.trend(first);
         let rising = line.keeps_rising(self.keep_rising_share);
         let sustained = rising && trend.span_seconds >= self.min_span.as_secs_f64();
-        // The deceleration half of `keeps_rising` alone: a warm-up's last
-        // quarter step is a fraction of its first, give or take the spread;
-        // a tenant's chunk freed inside the window is not that shape.
-        let [q1, q2, q3, q4] = line.quarters;
-        let levelling = q4 - q3 < self.keep_rising_share * (q2 - q1) - line.spread;
+        // The deceleration half of `keeps_rising` alone: a tenant's chunk
+        // freed inside the window is not that shape.
+        let levelling = line.decelerates(self.keep_rising_share);
         Some(Judged { trend, sustained, levelling })
     }
 
@@ -390,17 +256,6 @@ struct Judged {
     /// Its floor's last quarter step falls short of its first: levelling
     /// off towards a plateau.
     levelling: bool,
-}
-
-/// Seconds until `free_bytes` is used up at the trend's rate: only for a
-/// growing trend (`slope > 0`) whose fit is at least `min_fit`, since a
-/// poor fit would turn noise into a confident-looking deadline.
-pub fn time_to_exhaustion(free_bytes: u64, trend: &Trend, min_fit: f64) -> Option<f64> {
-    let slope = trend.slope_per_second;
-    if !(slope.is_finite() && slope > 0.0 && trend.fit >= min_fit) {
-        return None;
-    }
-    Some(free_bytes as f64 / slope)
 }
 
 /// Slope, intercept and fit of the Theil–Sen line through `points`.
@@ -452,10 +307,6 @@ pub(super) fn median(values: &mut [f64]) -> Option<f64> {
     // Even count: the other middle value is the largest of the lower part.
     let lower = lower.iter().copied().max_by(f64::total_cmp)?;
     Some((lower + upper) / 2.0)
-}
-
-fn seconds_between(from: Timestamp, to: Timestamp) -> f64 {
-    to.unix_millis().saturating_sub(from.unix_millis()) as f64 / 1000.0
 }
 
 pub mod exhaustion;

@@ -28,7 +28,7 @@ fn both(
     if span_ms <= 0 {
         return None;
     }
-    let mut scratch = FloorScratch::new();
+    let mut scratch = FloorScratch::default();
     scratch.reduce(window, origin, span_ms, buckets);
     let fast = scratch.points.clone();
     scratch.reduce_by_sample(window, origin, span_ms, buckets);
@@ -45,7 +45,7 @@ fn a_sawtooth_on_a_rising_floor_reduces_to_the_floor() {
     let [fast, oracle] = both(&series, series[0].0, 24).unwrap();
     assert_eq!(fast, oracle);
     assert_eq!(fast.len(), 24);
-    let line = FloorScratch::new().line(&series, series[0].0, 24).unwrap();
+    let line = FloorScratch::default().line(&series, series[0].0, 24).unwrap();
     assert!((line.slope - 1_048_576.0).abs() < 1.0e4, "slope {}", line.slope);
 }
 
@@ -65,7 +65,7 @@ proptest! {
             let mut values: Vec<f64> = oracle.iter().map(|&(_, y)| y).collect();
             values.sort_unstable_by(f64::total_cmp);
             values.dedup();
-            let mut scratch = FloorScratch { points: fast, ..FloorScratch::new() };
+            let mut scratch = FloorScratch { points: fast, ..FloorScratch::default() };
             prop_assert_eq!(scratch.distinct_levels(), values.len());
         }
     }

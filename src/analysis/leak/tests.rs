@@ -33,7 +33,7 @@ fn series(seconds: usize, amplitude: f64, shape: impl Fn(f64) -> f64) -> Vec<(Ti
 
 fn assess(values: &[(Timestamp, u64)]) -> Result<LeakEvidence, NotALeak> {
     let from = values.first().map_or(at(0), |&(at, _)| at);
-    assess_leak(&mut FloorScratch::new(), values, from, false, &LeakParams::default())
+    assess_leak(&mut FloorScratch::default(), values, from, false, &LeakParams::default())
 }
 
 /// A training loop's memory: `floor(t)` plus a sawtooth of `activation`
@@ -53,7 +53,7 @@ fn sawtooth(seconds: usize, activation: f64, floor: impl Fn(f64) -> f64) -> Vec<
 fn linear_growth_is_a_leak_with_its_slope() {
     let slope = MIB;
     let values = series(SECONDS, 16.0 * MIB, |t| 4.0 * GIB + slope * t);
-    let evidence = detect_leak(&values, &LeakParams::default()).unwrap();
+    let evidence = assess(&values).ok().unwrap();
     let error = (evidence.slope_bytes_per_second - slope).abs() / slope;
     assert!(error < 0.05, "{evidence:?}");
     assert!(evidence.fit > 0.95);
@@ -72,7 +72,7 @@ fn epoch_sawtooth_is_not_a_leak() {
         let climb = if phase < 240.0 { phase / 240.0 } else { 1.0 - (phase - 240.0) / 60.0 };
         8.0 * GIB + 4.0 * GIB * climb
     });
-    assert!(detect_leak(&values, &LeakParams::default()).is_none(), "{:?}", assess(&values));
+    assert!(assess(&values).ok().is_none(), "{:?}", assess(&values));
 }
 
 #[test]
@@ -99,10 +99,10 @@ fn step_then_flat_is_not_a_leak() {
 fn warm_up_that_levels_off_is_not_a_leak() {
     // Grows steadily through the first 55 % of the window, then holds.
     let values = series(SECONDS, 4.0 * MIB, |t| 4.0 * GIB + 2.0 * MIB * t.min(990.0));
-    assert!(detect_leak(&values, &LeakParams::default()).is_none(), "{:?}", assess(&values));
+    assert!(assess(&values).ok().is_none(), "{:?}", assess(&values));
     // The allocator's cache filling: fast at first, then a plateau.
     let values = series(SECONDS, 4.0 * MIB, |t| 4.0 * GIB + 6.0 * GIB * (1.0 - (-t / 120.0).exp()));
-    assert!(detect_leak(&values, &LeakParams::default()).is_none(), "{:?}", assess(&values));
+    assert!(assess(&values).ok().is_none(), "{:?}", assess(&values));
 }
 
 #[test]
@@ -119,11 +119,13 @@ fn a_process_is_judged_only_once_it_covers_the_shortest_window_past_its_warm_up(
     let values: Vec<_> = series(4 * 60, 0.0, |t| 4.0 * GIB + 4.0 * MIB * t);
     let params = LeakParams::default();
     let window_start = Timestamp::from_unix_millis(START_MS - 25 * 60_000);
-    let verdict = assess_leak(&mut FloorScratch::new(), &values, window_start, false, &params);
+    let verdict = assess_leak(&mut FloorScratch::default(), &values, window_start, false, &params);
     assert_eq!(verdict, Err(NotALeak::TooShort));
     // Eight minutes after its start it is.
     let values: Vec<_> = series(8 * 60, 0.0, |t| 4.0 * GIB + 4.0 * MIB * t);
-    assert!(assess_leak(&mut FloorScratch::new(), &values, window_start, false, &params).is_ok());
+    assert!(
+        assess_leak(&mut FloorScratch::default(), &values, window_start, false, &params).is_ok()
+    );
     assert_eq!(assess(&[]), Err(NotALeak::NoTrend));
 }
 
@@ -132,21 +134,21 @@ fn a_leak_under_an_8_gib_sawtooth_is_called() {
     // 1 MiB/s under the sawtooth of a training loop: the raw samples
     // scatter by 8 GiB, the floor rises by 1.8 GiB.
     let values = sawtooth(SECONDS, 8.0 * GIB, |t| 20.0 * GIB + MIB * t);
-    let evidence = detect_leak(&values, &LeakParams::default()).unwrap();
+    let evidence = assess(&values).ok().unwrap();
     assert!((evidence.slope_bytes_per_second - MIB).abs() < 0.2 * MIB, "{evidence:?}");
 }
 
 #[test]
 fn the_sawtooth_alone_is_not_a_leak() {
     let values = sawtooth(SECONDS, 8.0 * GIB, |_| 20.0 * GIB);
-    assert!(detect_leak(&values, &LeakParams::default()).is_none(), "{:?}", assess(&values));
+    assert!(assess(&values).ok().is_none(), "{:?}", assess(&values));
 }
 
 #[test]
 fn a_fast_leak_is_called_on_the_shortest_window() {
     // Flat for 26 minutes, then 16 MiB/s under a 4 GiB sawtooth.
     let values = sawtooth(SECONDS, 4.0 * GIB, |t| 20.0 * GIB + 16.0 * MIB * (t - 1_560.0).max(0.0));
-    let evidence = detect_leak(&values, &LeakParams::default()).unwrap();
+    let evidence = assess(&values).ok().unwrap();
     assert_eq!(evidence.window_seconds, 240.0);
     assert!(evidence.slope_bytes_per_second > 8.0 * MIB, "{evidence:?}");
 }
@@ -159,7 +161,7 @@ fn a_leak_that_stops_resolves() {
     let params = LeakParams::default();
     let at_minute = |minutes: usize| &grows[..=minutes * 60];
     let from = at(0);
-    let mut scratch = FloorScratch::new();
+    let mut scratch = FloorScratch::default();
     assert!(assess_leak(&mut scratch, at_minute(9), from, false, &params).is_ok());
     assert!(assess_leak(&mut scratch, at_minute(12), from, true, &params).is_ok(), "held");
     let verdict = assess_leak(&mut scratch, &grows, from, true, &params);
@@ -177,14 +179,14 @@ fn memory_back_at_its_baseline_resolves_a_held_leak() {
             },
         );
     let verdict =
-        assess_leak(&mut FloorScratch::new(), &values, at(0), true, &LeakParams::default());
+        assess_leak(&mut FloorScratch::default(), &values, at(0), true, &LeakParams::default());
     assert!(verdict.is_err(), "{verdict:?}");
 }
 
 #[test]
 fn noisy_flat_series_is_not_a_leak() {
     let values = series(SECONDS, 512.0 * MIB, |_| 20.0 * GIB);
-    assert!(detect_leak(&values, &LeakParams::default()).is_none());
+    assert!(assess(&values).ok().is_none());
 }
 
 fn process(pid: u32, used: Option<u64>, allocated: Option<u64>) -> ProcessInfo {
@@ -247,7 +249,7 @@ fn a_leaking_process_is_found_in_history() {
         windows.add(&SlowPoint::from(&sample));
     }
     let params = LeakParams::default();
-    let mut scratch = FloorScratch::new();
+    let mut scratch = FloorScratch::default();
     let find = |scratch: &mut FloorScratch, pid: u32| {
         let process = windows.processes().find(|process| process.pid == pid)?;
         detect_process_leak(scratch, &process, at(0), false, &params)
@@ -275,7 +277,7 @@ proptest! {
         let values: Vec<(Timestamp, u64)> = (0..=SECONDS)
             .map(|t| (at(t), (base + slope * t as f64 + amplitude * next()).max(0.0) as u64))
             .collect();
-        let evidence = detect_leak(&values, &LeakParams::default());
+        let evidence = assess(&values).ok();
         prop_assert!(evidence.is_some(), "{:?}", assess(&values));
         let error = (evidence.map_or(0.0, |e| e.slope_bytes_per_second) - slope).abs() / slope;
         prop_assert!(error < 0.05);
@@ -294,7 +296,7 @@ proptest! {
                 (at(t), (4.0 * GIB + peak * GIB * climb + 8.0 * MIB * next()) as u64)
             })
             .collect();
-        prop_assert!(detect_leak(&values, &LeakParams::default()).is_none());
+        prop_assert!(assess(&values).ok().is_none());
     }
 }
 
@@ -322,7 +324,7 @@ fn a_minutes_long_climb_that_returns_each_epoch_is_not_a_leak_at_its_top() {
             (at(t), (4.0 * GIB + peak * GIB * climb + 8.0 * MIB * next()) as u64)
         })
         .collect();
-    assert!(detect_leak(&values, &LeakParams::default()).is_none());
+    assert!(assess(&values).ok().is_none());
 }
 
 #[test]
@@ -334,7 +336,7 @@ fn a_suspected_leak_is_held_on_a_shorter_window_before_the_longest_shows_it() {
     let rate = 100.0 * 1024.0;
     let values = series(SECONDS, 64.0 * 1024.0, |t| 20.0 * GIB + rate * (t - 1_100.0).max(0.0));
     let params = LeakParams::default();
-    let mut scratch = FloorScratch::new();
+    let mut scratch = FloorScratch::default();
     let longest = scratch.line(&values, at(0), params.buckets).unwrap();
     assert!(!holds(&longest, &params), "the longest window alone would let it go: {longest:?}");
     let fresh = assess_leak(&mut scratch, &values, at(0), false, &params);
@@ -364,7 +366,7 @@ fn a_slow_leak_under_a_sawtooth_is_called_by_the_sequential_test_first() {
     // stands above where the floor began, and the CUSUM adds that up.
     let values = wandering_floor(0.5);
     let rule_2_alone =
-        assess_leak(&mut FloorScratch::new(), &values, at(0), false, &without_sequential());
+        assess_leak(&mut FloorScratch::default(), &values, at(0), false, &without_sequential());
     assert_eq!(rule_2_alone, Err(NotALeak::PoorFit));
     let evidence = assess(&values).unwrap();
     assert_eq!(evidence.window_seconds, SECONDS as f64);
@@ -381,7 +383,7 @@ fn a_leak_that_began_mid_window_is_not_taken_for_a_return() {
     // judging it.
     let values = sawtooth(SECONDS, 8.0 * GIB, |t| 20.0 * GIB + MIB * (t - 900.0).max(0.0));
     let rule_2_alone =
-        assess_leak(&mut FloorScratch::new(), &values, at(0), false, &without_sequential());
+        assess_leak(&mut FloorScratch::default(), &values, at(0), false, &without_sequential());
     assert_eq!(rule_2_alone, Err(NotALeak::ReturnsToBaseline));
     let evidence = assess(&values).unwrap();
     assert!(evidence.window_seconds < SECONDS as f64, "{evidence:?}");
@@ -422,7 +424,7 @@ fn four_minute_sequential(
     values: &[(Timestamp, u64)],
     params: &LeakParams,
 ) -> Option<LeakEvidence> {
-    let mut scratch = FloorScratch::new();
+    let mut scratch = FloorScratch::default();
     let line = scratch.line(values, at(0), params.buckets).unwrap();
     sequential(&scratch, &line, Duration::from_secs(240), params)
 }
@@ -440,7 +442,7 @@ fn a_steep_climb_whose_last_quarter_pauses_is_called_on_a_strong_cusum() {
     ];
     let values = bucket_floor(&scatter, |t| 16.0 * t);
     let params = LeakParams::default();
-    let line = FloorScratch::new().line(&values, at(0), params.buckets).unwrap();
+    let line = FloorScratch::default().line(&values, at(0), params.buckets).unwrap();
     assert_eq!(judge(&line, &params).err(), Some(NotALeak::LevelsOff));
     let without = LeakParams { sequential_override: f64::INFINITY, ..params };
     assert_eq!(four_minute_sequential(&values, &without), None);
@@ -470,7 +472,7 @@ fn a_held_leak_that_began_after_the_window_s_middle_is_held_on_its_quarters() {
     // lets the leak go; the last quarter stands well above the baseline.
     let values = series(480, 8.0 * MIB, |t| 20.0 * GIB + 4.0 * MIB * (t - 270.0).max(0.0));
     let params = LeakParams::default();
-    let mut scratch = FloorScratch::new();
+    let mut scratch = FloorScratch::default();
     let line = scratch.line(&values, at(0), params.buckets).unwrap();
     assert!(line.returns_to_baseline(params.return_share), "{line:?}");
     assert!(!holds(&line, &params));
@@ -500,7 +502,7 @@ fn a_slow_leak_between_evaluation_dips_is_called_on_the_floor_without_them() {
     });
     let without = LeakParams { dip_depth_bytes: f64::INFINITY, ..LeakParams::default() };
     let from = at(0);
-    let plain = assess_leak(&mut FloorScratch::new(), &values, from, false, &without);
+    let plain = assess_leak(&mut FloorScratch::default(), &values, from, false, &without);
     assert!(plain.is_err(), "the whole floor alone does not call it: {plain:?}");
     let evidence = assess(&values).unwrap();
     assert_eq!(evidence.window_seconds, SECONDS as f64);

@@ -21,8 +21,6 @@ fn a_calm_device_is_ok_without_reasons() {
     let verdict = judge(calm());
     assert_eq!(verdict.level, PressureLevel::Ok);
     assert!(verdict.reasons.is_empty());
-    assert_eq!(verdict.used_ratio, Some(0.5));
-    assert_eq!(verdict.headroom_bytes, 4_800, "free above the 2 % floor");
 }
 
 #[test]
@@ -38,7 +36,6 @@ fn free_just_below_two_percent_is_critical_and_at_it_is_high() {
     let below = judge(PressureInput { free_bytes: 199, ..calm() });
     assert_eq!(below.level, PressureLevel::Critical);
     assert_eq!(below.reasons, vec![reason::FREE_BELOW_CRITICAL, reason::FREE_BELOW_HIGH]);
-    assert_eq!(below.headroom_bytes, 0);
     let at = judge(PressureInput { free_bytes: 200, ..calm() });
     assert_eq!(at.level, PressureLevel::High);
     assert_eq!(at.reasons, vec![reason::FREE_BELOW_HIGH]);
@@ -112,7 +109,6 @@ fn unknown_total_answers_only_the_other_rules() {
     let input = PressureInput { total_bytes: 0, used_bytes: 0, free_bytes: 0, ..calm() };
     let verdict = judge(input);
     assert_eq!(verdict.level, PressureLevel::Ok);
-    assert_eq!(verdict.used_ratio, None);
     let verdict = judge(PressureInput { retries_in_window: Some(1), ..input });
     assert_eq!(verdict.level, PressureLevel::High);
 }

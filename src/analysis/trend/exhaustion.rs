@@ -40,7 +40,7 @@ const MAX_PAIRS: usize = MAX_BUCKETS * MAX_BUCKETS / 4;
 /// [`FloorScratch::points`](crate::analysis::floor::FloorScratch::points)
 /// gives them) at most `lag_share` of the points apart, and the intercept
 /// that goes with it, as a [`Trend`] over the same span as `trend` (whose
-/// fit and sample count are kept). `None` for fewer than 6 points or more
+/// fit is kept). `None` for fewer than 6 points or more
 /// than [`MAX_BUCKETS`].
 pub fn local_slope(points: &[(f64, f64)], trend: &Trend, lag_share: f64) -> Option<Trend> {
     if points.len() < 6 || points.len() > MAX_BUCKETS {

@@ -37,7 +37,7 @@ fn series(
 }
 
 fn forecast(params: ForecastParams, series: &[(Timestamp, u64)]) -> (Trend, bool) {
-    let mut scratch = FloorScratch::new();
+    let mut scratch = FloorScratch::default();
     params.trend(&mut scratch, series).unwrap_or_else(|| panic!("no trend"))
 }
 
@@ -49,7 +49,7 @@ fn growth_whose_half_flickers_on_a_freed_chunk_keeps_the_half_rate() {
     // are half flat: its rate alone read a fraction of the growth.
     let rate = 60.0 * MIB;
     let series = series(300.0, |d| rate * d, 4.0 * GIB, &[(470.0, -4.0 * GIB)]);
-    let mut scratch = FloorScratch::new();
+    let mut scratch = FloorScratch::default();
     let (_, whole_rising) = scratch.trend(&series, 30, 0.5).unwrap_or_else(|| panic!("whole"));
     let (_, half_rising) =
         scratch.trend(&series[1_200..], 30, 0.5).unwrap_or_else(|| panic!("half"));
@@ -65,7 +65,7 @@ fn a_warm_up_levelling_off_is_not_forecast_at_its_newest_half_rate() {
     // 8 GiB of warm-up (τ 60 s) from 350 s in: the whole window still
     // rises by its quarters, the newest half is steeper but levelling off.
     let series = series(350.0, |d| 8.0 * GIB * (1.0 - (-d / 60.0).exp()), 4.0 * GIB, &[]);
-    let mut scratch = FloorScratch::new();
+    let mut scratch = FloorScratch::default();
     let (half, _) = scratch.trend(&series[1_200..], 30, 0.5).unwrap_or_else(|| panic!("half"));
     let (trend, _) = forecast(ForecastParams::default(), &series);
     assert!(half.slope_per_second > 20.0 * MIB, "{half:?}");
@@ -100,7 +100,7 @@ fn the_newest_quarter_does_not_call_growth_early_on_a_line_that_fits_poorly() {
     let defaults = ForecastParams::default();
     let half_only = ForecastParams { early_splits: 1, ..defaults };
     let ungated = ForecastParams { early_min_fit: 0.0, ..defaults };
-    let mut scratch = FloorScratch::new();
+    let mut scratch = FloorScratch::default();
     let poor = (1..=48).map(|gib| f64::from(gib) * 0.5 * GIB).find_map(|sawtooth| {
         let series = series(480.0, |d| rate * d, sawtooth, &[]);
         let (quarter, rising) = scratch.trend(&series[1_800..], defaults.buckets, 0.5)?;
