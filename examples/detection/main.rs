@@ -190,6 +190,30 @@ fn play_seeds(seeds: &[u64], args: &Args, config: &Config) -> Vec<Played> {
     played
 }
 
+/// The benign runs' alarms per rule and device-day, and the leak runs'
+/// alarms outside their leak, over `outcomes` (one seed's runs, or every
+/// seed's with `pooled` naming it in the heading).
+pub fn print_false_alarms<'a>(
+    outcomes: impl Iterator<Item = &'a play::Outcome> + Clone,
+    pooled: &str,
+) {
+    let benign: Vec<_> = outcomes.clone().filter(|o| o.label == Label::Benign).collect();
+    let hours: f64 = benign.iter().map(|o| o.played_s).sum::<f64>() / 3600.0;
+    let leak_false: usize = benign.iter().map(|o| o.leak_false).sum();
+    let forecast_false: usize = benign.iter().map(|o| o.forecast_false).sum();
+    let leak_runs_false: usize = outcomes
+        .filter(|o| matches!(o.label, Label::Leak { .. }))
+        .map(|o| o.leak_false + o.forecast_false)
+        .sum();
+    println!("\nfalse alarms on {} benign runs ({hours:.0} device-hours){pooled}", benign.len());
+    println!("| rule | alarms | per device-day |");
+    println!("|---|---|---|");
+    for (rule, count) in [("leak_suspected", leak_false), ("exhaustion_forecast", forecast_false)] {
+        println!("| {rule} | {count} | {:.2} |", count as f64 / hours.max(1e-9) * 24.0);
+    }
+    println!("(leak runs: {leak_runs_false} alarms on other processes or before the onset)");
+}
+
 fn number<T: std::str::FromStr>(flag: &str, value: &str) -> T {
     value.parse().unwrap_or_else(|_| panic!("bad value for {flag}: {value}"))
 }
@@ -318,22 +342,7 @@ fn main() {
         }
     }
 
-    let benign: Vec<_> = outcomes.iter().filter(|o| o.label == Label::Benign).collect();
-    let hours: f64 = benign.iter().map(|o| o.played_s).sum::<f64>() / 3600.0;
-    let leak_false: usize = benign.iter().map(|o| o.leak_false).sum();
-    let forecast_false: usize = benign.iter().map(|o| o.forecast_false).sum();
-    let leak_runs_false: usize = outcomes
-        .iter()
-        .filter(|o| matches!(o.label, Label::Leak { .. }))
-        .map(|o| o.leak_false + o.forecast_false)
-        .sum();
-    println!("\nfalse alarms on {} benign runs ({hours:.0} device-hours)", benign.len());
-    println!("| rule | alarms | per device-day |");
-    println!("|---|---|---|");
-    for (rule, count) in [("leak_suspected", leak_false), ("exhaustion_forecast", forecast_false)] {
-        println!("| {rule} | {count} | {:.2} |", count as f64 / hours.max(1e-9) * 24.0);
-    }
-    println!("(leak runs: {leak_runs_false} alarms on other processes or before the onset)");
+    print_false_alarms(outcomes.iter(), "");
 
     println!("\nexhaustion forecast on linear growth ≥ 20 MiB/s");
     println!("| run | rate | onset | full | fired | lead | forecast | error |");

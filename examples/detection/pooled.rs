@@ -102,27 +102,7 @@ fn leaks(played: &[Played], verbose: bool) {
 }
 
 fn false_alarms(played: &[Played], verbose: bool) {
-    let benign: Vec<_> = played
-        .iter()
-        .flat_map(|seed| seed.outcomes.iter().enumerate().map(move |(i, o)| (seed.seed, i, o)))
-        .filter(|(_, _, o)| o.label == Label::Benign)
-        .collect();
-    let hours: f64 = benign.iter().map(|(_, _, o)| o.played_s).sum::<f64>() / 3600.0;
-    let leak_false: usize = benign.iter().map(|(_, _, o)| o.leak_false).sum();
-    let forecast_false: usize = benign.iter().map(|(_, _, o)| o.forecast_false).sum();
-    let leak_runs_false: usize = played
-        .iter()
-        .flat_map(|seed| &seed.outcomes)
-        .filter(|o| matches!(o.label, Label::Leak { .. }))
-        .map(|o| o.leak_false + o.forecast_false)
-        .sum();
-    println!("\nfalse alarms on {} benign runs ({hours:.0} device-hours), pooled", benign.len());
-    println!("| rule | alarms | per device-day |");
-    println!("|---|---|---|");
-    for (rule, count) in [("leak_suspected", leak_false), ("exhaustion_forecast", forecast_false)] {
-        println!("| {rule} | {count} | {:.2} |", count as f64 / hours.max(1e-9) * 24.0);
-    }
-    println!("(leak runs: {leak_runs_false} alarms on other processes or before the onset)");
+    crate::print_false_alarms(played.iter().flat_map(|seed| &seed.outcomes), ", pooled");
     if verbose {
         for seed in played {
             for (index, outcome) in seed.outcomes.iter().enumerate() {
