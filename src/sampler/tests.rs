@@ -184,13 +184,28 @@ async fn advance(by: Duration, times: usize) {
     }
 }
 
-#[tokio::test(start_paused = true)]
-async fn a_hung_device_does_not_delay_another_and_its_call_is_not_repeated() {
-    let source = FakeSource::new(2);
+/// Starts the sampler on `source` with its hang switched on, and lets 5 s
+/// of paused time pass (20 fast ticks at 4 Hz).
+async fn start_hung_for_five_seconds(source: FakeSource) -> Harness {
     source.hang.store(true, Ordering::SeqCst);
     let harness = start(source, settings());
     settle().await;
     advance(Duration::from_millis(250), 20).await;
+    harness
+}
+
+impl Harness {
+    /// Cancels the sampler and checks that its task ends.
+    async fn stop(&self) {
+        self.cancel.cancel();
+        settle().await;
+        assert!(self.task.is_finished());
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_hung_device_does_not_delay_another_and_its_call_is_not_repeated() {
+    let harness = start_hung_for_five_seconds(FakeSource::new(2)).await;
 
     let devices = harness.store.devices();
     assert_eq!(devices.len(), 2);
@@ -219,9 +234,7 @@ async fn a_hung_device_does_not_delay_another_and_its_call_is_not_repeated() {
     assert!(recovered.fast_failure.is_none());
     assert_eq!(harness.telemetry.calls_stuck(), 0);
 
-    harness.cancel.cancel();
-    settle().await;
-    assert!(harness.task.is_finished());
+    harness.stop().await;
 }
 
 #[tokio::test(start_paused = true)]
@@ -230,12 +243,9 @@ async fn a_hang_ahead_of_others_on_the_fast_thread_hands_them_off_within_an_inte
     // hold up devices 1 and 2 if they were not moved to a fresh thread.
     let mut source = FakeSource::new(3);
     source.hung_index = 0;
-    source.hang.store(true, Ordering::SeqCst);
-    let harness = start(source, settings());
-    settle().await;
     // 5 s at 4 Hz: 21 ticks, of which a hand-off after one interval costs
     // at most one.
-    advance(Duration::from_millis(250), 20).await;
+    let harness = start_hung_for_five_seconds(source).await;
 
     let devices = harness.store.devices();
     for other in &devices[1..] {
@@ -264,20 +274,14 @@ async fn a_hang_ahead_of_others_on_the_fast_thread_hands_them_off_within_an_inte
     }
     assert_eq!(harness.telemetry.calls_stuck(), 0);
 
-    harness.cancel.cancel();
-    settle().await;
-    assert!(harness.task.is_finished());
+    harness.stop().await;
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_stuck_call_is_counted_once_per_period_however_often_the_watchdog_looks() {
     // The watchdog looks every fast interval (250 ms) for the shared
     // thread; the stuck slow call (1 s period) must not be counted at each.
-    let source = FakeSource::new(3);
-    source.hang.store(true, Ordering::SeqCst);
-    let harness = start(source, settings());
-    settle().await;
-    advance(Duration::from_millis(250), 20).await;
+    let harness = start_hung_for_five_seconds(FakeSource::new(3)).await;
 
     let hung = harness.store.devices()[1].live();
     let count = |failure: Option<&crate::history::ReadFailure>| {
@@ -294,9 +298,7 @@ async fn a_stuck_call_is_counted_once_per_period_however_often_the_watchdog_look
     assert!(matches!(fast, Some((ErrorKind::StillRunning, 17..=21))), "fast tier counted {fast:?}");
 
     harness.source.hang.store(false, Ordering::SeqCst);
-    harness.cancel.cancel();
-    settle().await;
-    assert!(harness.task.is_finished());
+    harness.stop().await;
 }
 
 #[tokio::test(start_paused = true)]
@@ -341,9 +343,7 @@ async fn a_handed_off_device_rejoins_the_shared_thread_once_its_call_returns() {
     advance(Duration::from_millis(250), 2).await;
     assert_eq!(harness.fleet.threads(), 1);
 
-    harness.cancel.cancel();
-    settle().await;
-    assert!(harness.task.is_finished());
+    harness.stop().await;
     assert_eq!(harness.fleet.threads(), 0, "every fast thread ends at cancel");
 }
 
