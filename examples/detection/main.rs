@@ -190,6 +190,23 @@ fn play_seeds(seeds: &[u64], args: &Args, config: &Config) -> Vec<Played> {
     played
 }
 
+/// The runs of one leak group (rate, `empty_cache()` or not) among
+/// `outcomes`: each run's index and its latency after the onset (`None`:
+/// missed).
+pub fn leak_group(
+    outcomes: &[play::Outcome],
+    rate: f64,
+    empty: bool,
+) -> impl Iterator<Item = (usize, Option<f64>)> + '_ {
+    outcomes.iter().enumerate().filter_map(move |(index, outcome)| {
+        let Label::Leak { onset, bytes_per_second, empty_cache, .. } = outcome.label else {
+            return None;
+        };
+        let latency = outcome.leak_fired_s.map(|fired| fired - onset.as_secs_f64());
+        (bytes_per_second == rate && empty_cache == empty).then_some((index, latency))
+    })
+}
+
 /// The benign runs' alarms per rule and device-day, and the leak runs'
 /// alarms outside their leak, over `outcomes` (one seed's runs, or every
 /// seed's with `pooled` naming it in the heading).
@@ -310,25 +327,11 @@ fn main() {
     println!("|---|---|---|---|---|---|---|");
     for rate in LEAK_RATES {
         for empty in [false, true] {
-            let mut latencies = Vec::new();
-            let mut count = 0;
-            for outcome in &outcomes {
-                let Label::Leak { onset, bytes_per_second, empty_cache, .. } = outcome.label else {
-                    continue;
-                };
-                if bytes_per_second != rate || empty_cache != empty {
-                    continue;
-                }
-                count += 1;
-                if let Some(fired) = outcome.leak_fired_s {
-                    latencies.push(fired - onset.as_secs_f64());
-                }
-            }
+            let group: Vec<_> = leak_group(&outcomes, rate, empty).map(|(_, l)| l).collect();
+            let count = group.len();
+            let mut latencies: Vec<f64> = group.into_iter().flatten().collect();
             let missed = count - latencies.len();
-            let max = latencies
-                .iter()
-                .copied()
-                .fold(None, |m: Option<f64>, v| Some(m.map_or(v, |m| m.max(v))));
+            let max = latencies.iter().copied().reduce(f64::max);
             println!(
                 "| {:.2} MiB/s | {} | {} | {} | {} | {} | {} |",
                 rate / MIB,

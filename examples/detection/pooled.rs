@@ -54,20 +54,12 @@ fn leaks(played: &[Played], verbose: bool) {
             let mut missed_runs = Vec::new();
             for seed in played {
                 let mut latencies = Vec::new();
-                for (index, outcome) in seed.outcomes.iter().enumerate() {
-                    let Label::Leak { onset, bytes_per_second, empty_cache, .. } = outcome.label
-                    else {
-                        continue;
-                    };
-                    if bytes_per_second != rate || empty_cache != empty {
-                        continue;
-                    }
+                for (index, latency) in crate::leak_group(&seed.outcomes, rate, empty) {
                     count += 1;
-                    let Some(fired) = outcome.leak_fired_s else {
+                    let Some(latency) = latency else {
                         missed_runs.push(name(seed.seed, index));
                         continue;
                     };
-                    let latency = fired - onset.as_secs_f64();
                     latencies.push(latency);
                     if slowest.as_ref().is_none_or(|(worst, _)| latency > *worst) {
                         slowest = Some((latency, name(seed.seed, index)));
