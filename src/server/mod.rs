@@ -235,6 +235,10 @@ struct AcceptFailures {
     unlogged: u64,
     /// A warning was logged and recovery has not been announced yet.
     announced: bool,
+    /// When recovery was last announced: at most once per period too, so
+    /// accepts and failures that alternate (descriptors freed and taken
+    /// again) log two lines a period, not two a retry.
+    recovered_at: Option<tokio::time::Instant>,
 }
 
 impl AcceptFailures {
@@ -242,7 +246,8 @@ impl AcceptFailures {
         // Also inside the period: a descriptor freed for a moment lets one
         // accept through and announces recovery; failing again must announce
         // recovery again, or the log ends on a false "accepting again" while
-        // every accept fails.
+        // every accept fails (for at most a period: the next warning is due
+        // by then).
         self.announced = true;
         if self.warned_at.is_some_and(|at| at.elapsed() < ACCEPT_WARNING_PERIOD) {
             self.unlogged = self.unlogged.saturating_add(1);
@@ -258,16 +263,21 @@ impl AcceptFailures {
     }
 
     fn accepted(&mut self) {
-        if std::mem::take(&mut self.announced) {
+        let due = self.recovered_at.is_none_or(|at| at.elapsed() >= ACCEPT_WARNING_PERIOD);
+        if self.announced && due {
             info!(unlogged_failures = self.unlogged, "accepting connections again");
+            self.announced = false;
             self.unlogged = 0;
+            self.recovered_at = Some(tokio::time::Instant::now());
         }
     }
 }
 
 #[cfg(test)]
 mod accept_failure_tests {
-    use super::AcceptFailures;
+    use std::time::Duration;
+
+    use super::{ACCEPT_WARNING_PERIOD, AcceptFailures};
 
     fn emfile() -> std::io::Error {
         std::io::Error::from_raw_os_error(24)
@@ -276,8 +286,8 @@ mod accept_failure_tests {
     /// One accept let through by a descriptor freed for a moment must not
     /// be the last word: failing again re-arms the recovery line, and the
     /// failures after the warning are counted in it.
-    #[test]
-    fn failing_again_after_a_brief_recovery_announces_recovery_again() {
+    #[tokio::test(start_paused = true)]
+    async fn failing_again_after_a_brief_recovery_announces_recovery_again() {
         let mut failures = AcceptFailures::default();
         failures.failed(&emfile());
         assert!(failures.announced);
@@ -287,8 +297,29 @@ mod accept_failure_tests {
         failures.failed(&emfile());
         assert!(failures.announced, "the second run of failures is never announced as over");
         assert_eq!(failures.unlogged, 2);
+        tokio::time::advance(ACCEPT_WARNING_PERIOD).await;
         failures.accepted();
         assert!(!failures.announced);
         assert_eq!(failures.unlogged, 0);
+    }
+
+    /// Accepts and failures alternating (the loop retries every 100 ms)
+    /// announce recovery once a period, not at every accept.
+    #[tokio::test(start_paused = true)]
+    async fn alternating_accepts_and_failures_announce_recovery_once_a_period() {
+        let mut failures = AcceptFailures::default();
+        failures.failed(&emfile());
+        failures.accepted();
+        assert!(!failures.announced, "the first recovery is announced at once");
+        for _ in 0..50 {
+            tokio::time::advance(Duration::from_millis(100)).await;
+            failures.failed(&emfile());
+            failures.accepted();
+            assert!(failures.announced, "no second recovery line inside the period");
+        }
+        assert_eq!(failures.unlogged, 50, "each failure counted for the next line");
+        tokio::time::advance(ACCEPT_WARNING_PERIOD).await;
+        failures.accepted();
+        assert!(!failures.announced);
     }
 }
