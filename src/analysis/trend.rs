@@ -202,11 +202,15 @@ impl ForecastParams {
             .fold(rate.trend.fit, f64::max);
         // Only sustained growth (slope > 0) is forecast, so only its rate is
         // refined: the verdict itself stays that of the floor line. The
-        // scratch holds the floor of the window judged last; another
-        // window's floor is reduced again (one pass, only for growth).
+        // scratch holds the floor of the window judged last, whether or not
+        // it gave a line; another window's floor is reduced again (one
+        // pass, only for growth).
         if sustained && self.local_lag_share > 0.0 && rate.trend.slope_per_second > 0.0 {
-            let last = recent.iter().take(judged).flatten().last().unwrap_or(&full);
-            let floor_ready = last.trend.origin == rate.trend.origin
+            let last = match judged.checked_sub(1) {
+                Some(newest) => recent.get(newest).copied().flatten(),
+                None => Some(full),
+            };
+            let floor_ready = last.is_some_and(|last| last.trend.origin == rate.trend.origin)
                 || scratch.line(series, rate.trend.origin, self.buckets).is_some();
             let local = floor_ready
                 .then(|| {

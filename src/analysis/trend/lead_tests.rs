@@ -114,3 +114,26 @@ fn the_newest_quarter_does_not_call_growth_early_on_a_line_that_fits_poorly() {
     let (trend, sustained) = forecast(defaults, &series);
     assert!(!sustained, "{:.1} GiB sawtooth: {trend:?}", sawtooth / GIB);
 }
+
+#[test]
+fn a_newest_quarter_without_a_line_leaves_the_rate_on_its_own_window_floor() {
+    // 60 MiB/s from 250 s in: the newest half (300–600 s) is all growth
+    // and sets the rate. A 45 s sampling gap leaves the newest quarter's
+    // third quarter empty, so the quarter has no line, though its floor
+    // was reduced: the rate's line must still be read on the half's floor,
+    // its intercept the half's floor at the half's start.
+    let rate = 60.0 * MIB;
+    let series: Vec<_> = series(250.0, |d| rate * d, GIB, &[])
+        .into_iter()
+        .filter(|&(time, _)| !(at(520.0)..at(565.0)).contains(&time))
+        .collect();
+    let mut scratch = FloorScratch::default();
+    let newest_quarter = series.partition_point(|&(time, _)| time < at(450.0));
+    let quarter = ForecastParams::default().judge(&mut scratch, &series[newest_quarter..]);
+    assert!(quarter.is_none(), "the shape this test is about");
+    let (trend, sustained) = forecast(ForecastParams::default(), &series);
+    assert!(sustained);
+    let origin_s = (trend.origin.unix_millis() - 1_767_225_600_000) as f64 / 1000.0;
+    let floor_at_origin = 20.0e9 + rate * (origin_s - 250.0).max(0.0);
+    assert!((trend.intercept - floor_at_origin).abs() < GIB, "{trend:?} at {origin_s} s");
+}
