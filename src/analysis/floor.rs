@@ -44,6 +44,8 @@ pub struct FloorScratch {
     origin_ms: i64,
     /// A longer window's floor kept for comparison: (epoch ms, bytes).
     prior: Vec<(i64, f64)>,
+    /// A copy of `points` to try leaving dips out of.
+    trial: Vec<(f64, f64)>,
 }
 
 /// Dips to leave out of a floor (`FloorScratch::line_without_dips`): the
@@ -174,7 +176,7 @@ impl FloorScratch {
         let span_ms = last.unix_millis().checked_sub(origin).filter(|&span| span > 0)?;
         self.reduce(window, origin, span_ms, buckets.max(MIN_POINTS));
         if let Some(dips) = dips {
-            mask_dips(&mut self.points, dips);
+            let _ = mask_dips(&mut self.points, dips);
         }
         if self.points.len() < MIN_POINTS {
             return None;
@@ -220,6 +222,15 @@ impl FloorScratch {
     /// The floor points of the last [`FloorScratch::line`]: (seconds since
     /// the window's first sample, bytes), oldest first. For tests on the
     /// floor other than the line's (the leak detector's sequential test).
+    /// Whether `dips` would leave any point out of the floor held now (the
+    /// last line's), found without reading its samples again: where none
+    /// would, [`FloorScratch::line_without_dips`] gives that same line.
+    pub fn holds_dips(&mut self, dips: Dips) -> bool {
+        self.trial.clear();
+        self.trial.extend_from_slice(&self.points);
+        mask_dips(&mut self.trial, dips)
+    }
+
     pub fn points(&self) -> &[(f64, f64)] {
         &self.points
     }
@@ -383,10 +394,11 @@ impl FloorScratch {
 /// Removes from `points` (floor points, oldest first) the dips that
 /// [`Dips`] describes, in one pass. Levels are the lower of two neighbouring
 /// points: a bucket minimum that missed the bottom of the sawtooth stands
-/// high alone, so a single point neither starts nor ends a dip.
-fn mask_dips(points: &mut Vec<(f64, f64)>, dips: Dips) {
+/// high alone, so a single point neither starts nor ends a dip. Whether it
+/// removed any.
+fn mask_dips(points: &mut Vec<(f64, f64)>, dips: Dips) -> bool {
     if !(dips.depth > 0.0 && dips.longest_seconds > 0.0) {
-        return;
+        return false;
     }
     let level = |points: &[(f64, f64)], index: usize| -> Option<f64> {
         Some(points.get(index)?.1.min(points.get(index + 1)?.1))
@@ -438,6 +450,7 @@ fn mask_dips(points: &mut Vec<(f64, f64)>, dips: Dips) {
     if removed {
         points.retain(|&(_, y)| !y.is_nan());
     }
+    removed
 }
 
 #[cfg(test)]

@@ -202,12 +202,15 @@ pub fn assess_leak(
         return Err(NotALeak::TooShort);
     };
     let longest_from = now.saturating_sub(longest_window);
-    let mut longest =
-        scratch.line(series, longest_from, params.buckets).ok_or(NotALeak::NoTrend)?;
-    let mut verdict = judge(&longest, params)
+    let longest = scratch.line(series, longest_from, params.buckets).ok_or(NotALeak::NoTrend)?;
+    let verdict = judge(&longest, params)
         .or_else(|reason| sequential(scratch, &longest, longest_window, params).ok_or(reason));
     let full = longest_window >= params.window;
-    if let (Err(reason), Some(dips), true) = (verdict, dips(params), full) {
+    // Where no dip would be left out, the floor between dips is the floor
+    // just judged: nothing to judge again (most processes, most checks).
+    if let (Err(_), Some(dips), true) = (verdict, dips(params), full)
+        && scratch.holds_dips(dips)
+    {
         // A dip's low is no return, and the steps down into it and back
         // up are no levelling off: judged again on the floor between dips.
         let masked = scratch.line_without_dips(series, longest_from, params.buckets, Some(dips));
@@ -217,9 +220,9 @@ pub fn assess_leak(
         if let Some(evidence) = rise {
             return Ok(evidence);
         }
-        // The rest reads the whole floor, dips and all.
-        longest = scratch.line(series, longest_from, params.buckets).ok_or(NotALeak::NoTrend)?;
-        verdict = Err(reason);
+        // The rest reads the whole floor, dips and all: the same line as
+        // `longest`, read again into the scratch.
+        scratch.line(series, longest_from, params.buckets).ok_or(NotALeak::NoTrend)?;
     }
     let came_back = verdict == Err(NotALeak::ReturnsToBaseline)
         && !climbing_still(scratch.points(), &longest, params);
