@@ -345,9 +345,15 @@ impl Fleet {
         // `sampler.call_timeout`. With none to watch, every look asks.
         if looks.slow_due.is_none_or(|due| now >= due) {
             let soonest = now + self.context.settings.call_timeout;
-            let tiers = self.slow.lock();
-            looks.slow_due =
-                tiers.iter().map(|tier| tier.check_deadline(now)).min().map(|due| due.min(soonest));
+            // Copied out, as the fast calls are: a verdict logs, and a
+            // tier task joining or leaving takes this lock on the runtime.
+            looks.slow.extend(self.slow.lock().iter().cloned());
+            looks.slow_due = looks
+                .slow
+                .drain(..)
+                .map(|tier| tier.check_deadline(now))
+                .min()
+                .map(|due| due.min(soonest));
         }
         match (next, looks.slow_due) {
             (Some(next), Some(slow)) => Some(next.min(slow)),
@@ -459,6 +465,8 @@ impl Fleet {
 struct Looks {
     /// Scratch space for the calls in flight, so a look allocates nothing.
     in_flight: Vec<Arc<Member>>,
+    /// The same for the slow tiers.
+    slow: Vec<Arc<TierShared>>,
     /// The earliest a slow tier's call can be due, as of the last look at
     /// them; `None` before the first.
     slow_due: Option<Instant>,
