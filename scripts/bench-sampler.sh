@@ -187,7 +187,7 @@ measure_window() {
         perf stat --per-thread -x, -e task-clock -p "$PID" -o "$WORK/perf.out" \
             -- sleep "$CPU_SECONDS"
         WINDOW_CPU_US=$(awk -F, '$4 == "task-clock" && $2 ~ /^[0-9.]+$/ { us += $2 * 1000 }
-            END { printf "%d", us }' "$WORK/perf.out")
+            END { if (us > 0) printf "%d", us }' "$WORK/perf.out")
         awk -F, -v s="$CPU_SECONDS" '$4 == "task-clock" && $2 ~ /^[0-9.]+$/ {
                 name = $1; sub(/-[0-9]+$/, "", name); gsub(/[^A-Za-z0-9_.-]/, "_", name)
                 ms[name] += $2 }
