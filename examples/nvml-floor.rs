@@ -44,7 +44,8 @@ use nvml_wrapper::{Device, Nvml};
 // outside one it reads the system's monotonic clock).
 use tokio::time::Instant;
 
-/// NVML_FI_DEV_REMAPPED_COR, _UNC, _PENDING, _FAILURE, as vramd reads them.
+/// NVML_FI_DEV_REMAPPED_COR, _UNC, _PENDING, _FAILURE, as vramd reads them
+/// (`REMAPPED_ROW_FIELDS` in `src/source/nvml/slow.rs`, private there).
 const REMAPPED_ROW_FIELDS: [FieldId; 4] = [FieldId(142), FieldId(143), FieldId(144), FieldId(145)];
 /// vramd's Xid watcher waits this long per call.
 const XID_WAIT_MS: u32 = 500;
@@ -167,7 +168,8 @@ fn spawn(
 }
 
 /// Runs `sample` at every point of the grid `origin + k * period` until
-/// `stop`, skipping points missed rather than catching up.
+/// `stop`, skipping points missed rather than catching up: vramd's grid
+/// (`Grid::after` in `src/sampler/worker.rs`, private there).
 fn tick(origin: Instant, period: Duration, stop: &AtomicBool, mut sample: impl FnMut()) {
     let mut next = origin;
     while !stop.load(Ordering::Relaxed) {

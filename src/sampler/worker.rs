@@ -182,6 +182,8 @@ impl Grid {
     }
 
     /// The first grid point after `now` (at or past `self.next`).
+    /// `examples/nvml-floor.rs` paces itself the same way (`tick`): keep
+    /// the two in step, or the floor stops measuring what vramd pays.
     fn after(&self, now: Instant) -> Instant {
         let behind = now.saturating_duration_since(self.next);
         // On time, the usual case: no 128-bit division (a library call).

@@ -23,6 +23,7 @@ use crate::source::cuda::role as probe_role;
 // NVML field ids for row remapping (nvml.h: NVML_FI_DEV_REMAPPED_COR, _UNC,
 // _PENDING, _FAILURE); nvml-wrapper has no safe call for
 // nvmlDeviceGetRemappedRows, field values give the same numbers.
+// `examples/nvml-floor.rs` makes the same call: keep the two in step.
 const REMAPPED_ROW_FIELDS: [FieldId; 4] = [FieldId(142), FieldId(143), FieldId(144), FieldId(145)];
 
 /// Lists the processes on a device: compute, graphics and MPS clients,
