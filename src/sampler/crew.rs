@@ -15,17 +15,8 @@
 //! only slow (a busy host descheduling the thread) costs one thread start,
 //! not a thread for good. Fast threads never outnumber fast devices.
 //!
-//! The same watchdog owns every call's deadline: at each look it asks the
-//! tier of every fast call in flight, and the slow tiers once one of them
-//! can be due (`TierShared::check_deadline`, which counts, marks stale and
-//! logs), and sleeps to the earliest deadline or hand-off look, so the 16
-//! tiers of 8 GPUs cost one wake-up per deadline period rather than 16, and
-//! a look between calls takes a few uncontended locks. It runs on a
-//! thread of its own, which parks to its next look: at 100 Hz with several
-//! GPUs it looks 20 times a second (one look per hand-off limit is what
-//! the bound takes: a call can start just after any look), and on the
-//! runtime every look also woke a tokio worker and its timer. Tests
-//! driving paused time keep it on the runtime (`runtime_ticks`).
+//! Every deadline, and the hand-off itself, is the watchdog's
+//! (`watchdog`).
 //!
 //! Must not depend on history or telemetry.
 
@@ -44,6 +35,8 @@ use tracing::{info, warn};
 use super::Context;
 use super::tier::TierShared;
 use super::worker::{Ticker, sample_at};
+
+mod watchdog;
 
 /// The least time a fast call runs before the other devices leave its
 /// thread (real time). A constant, not a setting: it is also how often the
@@ -125,52 +118,6 @@ impl Fleet {
             tokio::spawn(fleet.clone().watch());
         }
         fleet
-    }
-
-    /// Starts the watchdog's thread, and a task that only wakes it at
-    /// cancel; false where no thread can be started.
-    fn watch_on_thread(self: &Arc<Self>) -> bool {
-        let handle = Handle::current();
-        let spawned = std::thread::Builder::new().name("vramd-watch".to_owned()).spawn({
-            let fleet = self.clone();
-            move || fleet.watch_parked(&handle)
-        });
-        match spawned {
-            Ok(joined) => {
-                // Set once, here, before anything could wake it.
-                let _ = self.watcher.set(joined.thread().clone());
-                let (fleet, thread) = (self.clone(), joined.thread().clone());
-                tokio::spawn(async move {
-                    fleet.context.cancel.cancelled().await;
-                    // Also here, should the watchdog's thread be gone.
-                    fleet.stopping.store(true, Ordering::Release);
-                    thread.unpark();
-                });
-                true
-            }
-            Err(error) => {
-                warn!(error = %error, "cannot start the fast sampler's watchdog thread; it runs on the runtime");
-                false
-            }
-        }
-    }
-
-    /// Puts a slow tier's deadlines in the watchdog's care while the guard
-    /// lives. A guard, not a call at the end: a device task aborted or
-    /// unwinding (a `JoinSet` dropped at a relisting) must not leave its
-    /// tier watched for good.
-    pub(crate) fn watch_deadline<'a>(&'a self, shared: &'a Arc<TierShared>) -> WatchedDeadline<'a> {
-        self.slow.lock().push(shared.clone());
-        self.nudge();
-        WatchedDeadline { fleet: self, shared }
-    }
-
-    /// Wakes the watchdog to look again now.
-    fn nudge(&self) {
-        match self.watcher.get() {
-            Some(thread) => thread.unpark(),
-            None => self.nudge.notify_one(),
-        }
     }
 
     /// Adds a device's fast tier to the home crew (starting one if there is
@@ -324,171 +271,6 @@ impl Fleet {
             info!(moved, "a fast call returned; its device rejoins the shared sampler thread");
         }
         true
-    }
-
-    /// One look: hands the home crew's other members off when its call in
-    /// flight has run the hand-off limit, and checks the deadline of every
-    /// crew's call in flight and, when one may be due, of every slow tier.
-    /// Returns when to look next: the earliest deadline, hand-off look, or
-    /// deadline of a call starting now; `None` with no tier at all.
-    fn check(self: &Arc<Self>, now: Instant, looks: &mut Looks) -> Option<Instant> {
-        let mut next = self.hand_off(now, &mut looks.in_flight);
-        // Outside the fleet's lock: a verdict records a failure and logs.
-        for member in looks.in_flight.drain(..) {
-            let due = member.shared.check_deadline(now);
-            next = Some(next.map_or(due, |next| next.min(due)));
-        }
-        // The slow tiers only when one can be due: a call that starts
-        // after this look (in a tier watched now or later) is due no
-        // earlier than now plus the call timeout, so at 100 Hz the 20
-        // looks a second leave them alone but about once per
-        // `sampler.call_timeout`. With none to watch, every look asks.
-        if looks.slow_due.is_none_or(|due| now >= due) {
-            let soonest = now + self.context.settings.call_timeout;
-            // Copied out, as the fast calls are: a verdict logs, and a
-            // tier task joining or leaving takes this lock on the runtime.
-            looks.slow.extend(self.slow.lock().iter().cloned());
-            looks.slow_due = looks
-                .slow
-                .drain(..)
-                .map(|tier| tier.check_deadline(now))
-                .min()
-                .map(|due| due.min(soonest));
-        }
-        match (next, looks.slow_due) {
-            (Some(next), Some(slow)) => Some(next.min(slow)),
-            (next, slow) => next.or(slow),
-        }
-    }
-
-    /// The hand-off half of `check`: collects each crew's call in flight
-    /// into `in_flight` and hands off if the home crew's is overdue.
-    fn hand_off(
-        self: &Arc<Self>,
-        now: Instant,
-        in_flight: &mut Vec<Arc<Member>>,
-    ) -> Option<Instant> {
-        let limit = self.hand_off_after();
-        let mut fleet = self.state.lock();
-        let mut members = false;
-        for crew in &fleet.crews {
-            let state = crew.state.lock();
-            members |= !state.members.is_empty();
-            in_flight.extend(state.current.as_ref().map(|(member, _)| member.clone()));
-        }
-        // A call that starts after this look is due no earlier than this.
-        let next = members.then(|| now + self.context.settings.call_timeout);
-        let Some(home) = fleet.home.clone() else {
-            return next;
-        };
-        let mut state = home.state.lock();
-        if state.members.len() <= 1 {
-            // Alone on its thread: a hang here delays no one.
-            return next;
-        }
-        let Some((calling, started)) = &state.current else {
-            return Some(now + limit);
-        };
-        if now < *started + limit {
-            return Some(*started + limit);
-        }
-        // A member that left the fleet (its device stopped) while its call
-        // hangs holds up the others all the same: all of them move.
-        let stuck = state.members.iter().position(|m| Arc::ptr_eq(m, calling));
-        let mut others = Arc::unwrap_or_clone(std::mem::take(&mut state.members));
-        state.members = Arc::new(stuck.map(|stuck| others.remove(stuck)).into_iter().collect());
-        state.split = true;
-        // Before the lock goes: the thread, seeing `split` as its call
-        // returns, must also see that it is no longer home, and hand back.
-        home.home.store(false, Ordering::Release);
-        drop(state);
-        info!(
-            moved = others.len(),
-            after = ?limit,
-            "a fast call has not returned; the other devices move to a fresh sampler thread"
-        );
-        let crew = self.launch(others);
-        fleet.crews.push(crew.clone());
-        fleet.home = Some(crew);
-        Some(now + limit)
-    }
-
-    /// The fleet's watchdog, until the sampler is cancelled; then it wakes
-    /// every crew's thread so shutdown does not wait out a sleep to a tick.
-    async fn watch(self: Arc<Self>) {
-        let mut looks = Looks::default();
-        loop {
-            let next = self.check(Instant::now(), &mut looks);
-            tokio::select! {
-                () = self.context.cancel.cancelled() => break,
-                () = self.nudge.notified() => {}
-                () = sleep_until(next) => {}
-            }
-        }
-        self.wake_crews();
-    }
-
-    /// `watch` on the watchdog's own thread: parks to the next look, woken
-    /// early by a nudge or the cancel.
-    fn watch_parked(self: Arc<Self>, handle: &Handle) {
-        // The runtime's clock (tokio `Instant`s in the crews' state).
-        let _runtime = handle.enter();
-        let mut looks = Looks::default();
-        // The token too: should the runtime drop the task that sets the
-        // flag, the watchdog still ends (and then sets it for the crews).
-        while !self.stopping.load(Ordering::Acquire) && !self.context.cancel.is_cancelled() {
-            let now = Instant::now();
-            let next = self.check(now, &mut looks);
-            match next {
-                Some(at) if at > now => std::thread::park_timeout(at - now),
-                Some(_) => {}
-                None => std::thread::park(),
-            }
-        }
-        self.wake_crews();
-    }
-
-    /// Every crew's thread, woken at cancel so shutdown does not wait out
-    /// a sleep to a tick.
-    fn wake_crews(&self) {
-        self.stopping.store(true, Ordering::Release);
-        for crew in &self.state.lock().crews {
-            if let Some(thread) = crew.thread.lock().as_ref() {
-                thread.unpark();
-            }
-        }
-    }
-}
-
-/// What the watchdog keeps from one look to the next.
-#[derive(Default)]
-struct Looks {
-    /// Scratch space for the calls in flight, so a look allocates nothing.
-    in_flight: Vec<Arc<Member>>,
-    /// The same for the slow tiers.
-    slow: Vec<Arc<TierShared>>,
-    /// The earliest a slow tier's call can be due, as of the last look at
-    /// them; `None` before the first.
-    slow_due: Option<Instant>,
-}
-
-/// Sleeps until `at`, or for ever.
-async fn sleep_until(at: Option<Instant>) {
-    match at {
-        Some(at) => tokio::time::sleep_until(at).await,
-        None => std::future::pending().await,
-    }
-}
-
-/// A slow tier in the fleet watchdog's care; dropping it takes it out.
-pub(crate) struct WatchedDeadline<'a> {
-    fleet: &'a Fleet,
-    shared: &'a Arc<TierShared>,
-}
-
-impl Drop for WatchedDeadline<'_> {
-    fn drop(&mut self) {
-        self.fleet.slow.lock().retain(|other| !Arc::ptr_eq(other, self.shared));
     }
 }
 

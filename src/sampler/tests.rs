@@ -27,6 +27,9 @@ struct FakeSource {
     fast_calls: [AtomicU64; 3],
     processes: usize,
     hung_index: u32,
+    /// The slow tier's readings end at once, as a trace with no slow
+    /// records does: no slow tier is left in the watchdog's care.
+    slow_ended: bool,
 }
 
 impl FakeSource {
@@ -39,6 +42,7 @@ impl FakeSource {
             fast_calls: [AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)],
             processes: 3,
             hung_index: 1,
+            slow_ended: false,
         }
     }
 
@@ -97,6 +101,9 @@ impl DeviceSource for FakeSource {
     }
 
     fn read_slow(&self, index: u32) -> Result<SlowReading, SourceError> {
+        if self.slow_ended {
+            return Err(SourceError::TraceEnded { index, tier: crate::source::Tier::Slow });
+        }
         self.wait_while_hung(index);
         let processes = (0..self.processes)
             .map(|i| ProcessInfo {
@@ -296,6 +303,40 @@ async fn a_stuck_call_is_counted_once_per_period_however_often_the_watchdog_look
     // 0.1 s, then every 250 ms: at most one a tick.
     let fast = count(hung.fast_failure.as_ref());
     assert!(matches!(fast, Some((ErrorKind::StillRunning, 17..=21))), "fast tier counted {fast:?}");
+
+    harness.source.hang.store(false, Ordering::SeqCst);
+    harness.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_fast_call_is_stale_at_its_deadline_though_the_hand_off_limit_is_longer() {
+    // The hand-off limit is one fast interval (1 s), ten call timeouts; no
+    // slow tier is in the watchdog's care (their readings ended), so only
+    // the fast side can bring its next look forward. A call that starts
+    // just after a look with nothing in flight must still be judged at its
+    // own deadline, not at the next hand-off look a second later.
+    let mut source = FakeSource::new(2);
+    source.hung_index = 0;
+    source.slow_ended = true;
+    let settings = SamplerSettings {
+        fast_interval: Duration::from_secs(1),
+        slow_interval: Duration::from_secs(1),
+        ..settings()
+    };
+    let harness = start(source, settings);
+    settle().await;
+    // 0.5 s: the first tick answered and the slow tiers have ended.
+    advance(Duration::from_millis(500), 1).await;
+    let devices = harness.store.devices();
+    assert!(devices[0].live().is_up());
+    harness.source.hang.store(true, Ordering::SeqCst);
+    // 1.0 s: device 0's second call hangs; its deadline is 1.1 s.
+    advance(Duration::from_millis(500), 1).await;
+    advance(Duration::from_millis(50), 3).await;
+    let hung = devices[0].live();
+    assert!(!hung.is_up(), "stale 150 ms into a call with a 100 ms deadline");
+    assert!(hung.fast_failure.is_some());
+    assert_eq!(harness.source.fast_calls[0].load(Ordering::SeqCst), 2, "never started twice");
 
     harness.source.hang.store(false, Ordering::SeqCst);
     harness.stop().await;
