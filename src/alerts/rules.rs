@@ -1,6 +1,9 @@
 //! The built-in rules: what each measures, on which side of its threshold
 //! it fires, and how it explains itself (evidence and remediation).
 
+use std::collections::HashMap;
+use std::hash::{BuildHasher, RandomState};
+
 use crate::analysis::accounting::{self, fragmentation_ratio};
 use crate::analysis::remediation;
 use crate::analysis::snapshot::{DeviceSnapshot, ProcessFacts};
@@ -71,8 +74,11 @@ pub struct Observations<'a> {
     /// (rule, uuid, pid) of every pending or firing alert before the pass,
     /// sorted as the engine's keys are; `None` keeps every observation.
     active: Option<Vec<(&'a str, &'a str, Option<u32>)>>,
-    /// Where in `list` the breached observations are.
-    breached: Vec<usize>,
+    /// Where in `list` the breached observations are, by a hash of their
+    /// key: a clear observation is looked up in constant time, not against
+    /// every breached one (8 GPUs × 64 processes can breach at once).
+    breached: HashMap<u64, Vec<usize>>,
+    keys: RandomState,
 }
 
 impl<'a> Observations<'a> {
@@ -86,12 +92,12 @@ impl<'a> Observations<'a> {
         // Already in this order (the engine's map); sorting a sorted list
         // is one pass, and the search below must not depend on that.
         active.sort_unstable();
-        Self { list: Vec::new(), active: Some(active), breached: Vec::new() }
+        Self { active: Some(active), ..Self::all() }
     }
 
     /// Keeps every observation, clear ones included.
     pub fn all() -> Self {
-        Self { list: Vec::new(), active: None, breached: Vec::new() }
+        Self { list: Vec::new(), active: None, breached: HashMap::new(), keys: RandomState::new() }
     }
 
     /// Judges `draft` by its rule's settings and keeps the observation
@@ -125,7 +131,9 @@ impl<'a> Observations<'a> {
 
     pub fn push(&mut self, observation: Observation) {
         if observation.verdict == Verdict::Breached {
-            self.breached.push(self.list.len());
+            let key = &observation.key;
+            let hash = self.keys.hash_one((key.rule.as_str(), key.uuid.as_str(), key.pid));
+            self.breached.entry(hash).or_default().push(self.list.len());
         }
         self.list.push(observation);
     }
@@ -138,10 +146,15 @@ impl<'a> Observations<'a> {
     /// alert: one held before the pass, or one breached earlier in it.
     fn may_matter(&self, rule: &str, uuid: &str, pid: Option<u32>) -> bool {
         let Some(active) = &self.active else { return true };
-        active.binary_search(&(rule, uuid, pid)).is_ok()
-            || self.breached.iter().filter_map(|&index| self.list.get(index)).any(|breached| {
-                breached.key.rule == rule && breached.key.uuid == uuid && breached.key.pid == pid
-            })
+        if active.binary_search(&(rule, uuid, pid)).is_ok() {
+            return true;
+        }
+        let Some(candidates) = self.breached.get(&self.keys.hash_one((rule, uuid, pid))) else {
+            return false;
+        };
+        candidates.iter().filter_map(|&index| self.list.get(index)).any(|breached| {
+            breached.key.rule == rule && breached.key.uuid == uuid && breached.key.pid == pid
+        })
     }
 }
 

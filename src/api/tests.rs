@@ -221,6 +221,38 @@ async fn history_raw_and_downsampled() {
 }
 
 #[tokio::test]
+async fn history_of_a_device_not_read_yet_is_an_empty_window_not_an_error() {
+    // Listed, but its first sample has not landed (a slow driver at start).
+    let store = Arc::new(HistoryStore::new(Sizing {
+        fast_capacity: 100,
+        slow_capacity: 10,
+        peak_window: Duration::from_secs(60),
+        oom_events: 4,
+    }));
+    store.set_devices(vec![crate::model::DeviceInfo {
+        index: 0,
+        uuid: "GPU-empty".into(),
+        name: "Fake".into(),
+        pci_bus_id: None,
+        driver_version: None,
+        mig: None,
+    }]);
+    let state = state_with(store);
+    let (status, raw) = get_json(&state, "/api/v1/devices/0/history?window=1m").await;
+    assert_eq!(status, StatusCode::OK, "{raw}");
+    assert_eq!(raw["uuid"], "GPU-empty");
+    assert_eq!(raw["points"], serde_json::json!([]), "{raw}");
+    for absent in ["from", "to", "buckets", "step_seconds"] {
+        assert!(raw.get(absent).is_none(), "{absent} must be absent, not zero: {raw}");
+    }
+    let (status, coarse) =
+        get_json(&state, "/api/v1/devices/GPU-empty/history?window=1m&step=10s").await;
+    assert_eq!(status, StatusCode::OK, "{coarse}");
+    assert_eq!(coarse["buckets"], serde_json::json!([]), "{coarse}");
+    assert!(coarse.get("points").is_none() && coarse.get("from").is_none(), "{coarse}");
+}
+
+#[tokio::test]
 async fn history_rejects_bad_parameters_with_a_reason() {
     let state = filled_state();
     let cases = [
