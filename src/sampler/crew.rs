@@ -5,8 +5,8 @@
 //! Owns: the fleet of fast crews of one sampler: the home crew, which
 //! every fast tier joins, and any crew left holding a call that ran past
 //! the hand-off limit (one fast interval, at least 50 ms); their threads;
-//! the hand-off; the rejoin; and the one watchdog that looks at the home
-//! crew's call in flight. A call still running at that limit is left alone
+//! the rejoin. The one watchdog (`watchdog`) owns every deadline and
+//! decides the hand-off: a call still running at that limit is left alone
 //! on its thread, and every other member moves to a fresh home crew. So a
 //! hung call delays the other devices by at most that limit (plus starting
 //! a thread), and is never started twice (a member is called only by the
@@ -14,9 +14,6 @@
 //! hands its device back to the home crew and ends, so a call that was
 //! only slow (a busy host descheduling the thread) costs one thread start,
 //! not a thread for good. Fast threads never outnumber fast devices.
-//!
-//! Every deadline, and the hand-off itself, is the watchdog's
-//! (`watchdog`).
 //!
 //! Must not depend on history or telemetry.
 
