@@ -289,9 +289,9 @@ pub fn assess_leak(
 /// Rule 2's second way (`leak::sequential`), on the window whose floor
 /// `scratch` just reduced to `line`, where rules 1-5 alone did not pass
 /// it: the CUSUM of the floor above its first quarter reaches
-/// `sequential_bound`, and rules 3 to 5 hold, rule 3 relaxed to
-/// [`pauses_in_a_climb`] where the CUSUM reaches `sequential_override`
-/// bounds. It only ever adds a leak: where it fails, the window's own
+/// `sequential_bound`, and rules 3 to 5 hold, rule 3's last quarter
+/// allowed to pause ([`FloorLine::rises`]) where the CUSUM reaches
+/// `sequential_override` bounds. It only ever adds a leak: where it fails, the window's own
 /// reason stands. The shortest window's narrow buckets are left to rule 2
 /// (their minima scatter most).
 fn sequential(
@@ -311,9 +311,8 @@ fn sequential(
     let start = line.quarters[0];
     let spread = line.spread.max(params.noise_floor_bytes);
     let Climb { cusum, .. } = level_cusum(points, start, spread, params.sequential_allowance)?;
-    let rising = line.keeps_rising(params.keep_rising_share)
-        || (at_least(cusum, params.sequential_override * bound)
-            && pauses_in_a_climb(line, params.keep_rising_share));
+    let may_pause = at_least(cusum, params.sequential_override * bound);
+    let rising = line.rises(params.keep_rising_share, may_pause);
     // Rule 4 on the whole window, not only on the climb: a floor back from
     // a dip (an evaluation phase ending) is a climb from the dip, and with
     // rule 4 on the climb alone such recoveries called benign runs (4, 3
@@ -323,21 +322,6 @@ fn sequential(
         && !line.returns_to_baseline(params.return_share)
         && !line.is_staircase(params.staircase_levels);
     climbed.then(|| LeakEvidence::from_line(line))
-}
-
-/// Rule 3 with the last quarter's step relaxed to "still higher": the
-/// third quarter rose by `share` of what the slope predicts, the fourth
-/// stands above the third, and the rise is not decelerating
-/// ([`FloorLine::keeps_rising`]'s own test). Under a sawtooth of gigabytes
-/// a steep climb's quarter medians pause for a quarter when a few buckets
-/// catch the bottom of the step late; only a CUSUM several times its bound
-/// (a climb no scatter makes) lets that pass. A warm-up levelling off
-/// decelerates, and a step that stays has its last quarter level with the
-/// third.
-fn pauses_in_a_climb(line: &FloorLine, share: f64) -> bool {
-    let per_quarter = share * line.slope * line.span_seconds / 4.0;
-    let [_, second, third, fourth] = line.quarters;
-    third - second >= per_quarter && fourth > third && !line.decelerates(share)
 }
 
 /// Whether the newest climb of a window's floor (the CUSUM's run,
