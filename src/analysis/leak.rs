@@ -181,6 +181,31 @@ pub fn assess_leak(
     held: bool,
     params: &LeakParams,
 ) -> Result<LeakEvidence, NotALeak> {
+    assess(scratch, series, window_start, held, params, Trace(None))
+}
+
+/// [`assess_leak`], recording into `trace` every window it judged, in the
+/// order it judged them ([`WindowJudgement`]): why a leak is or is not
+/// called, from the detector itself (the benchmark's `--explain`).
+pub fn assess_leak_traced(
+    scratch: &mut FloorScratch,
+    series: &[(Timestamp, u64)],
+    window_start: Timestamp,
+    held: bool,
+    params: &LeakParams,
+    trace: &mut Vec<WindowJudgement>,
+) -> Result<LeakEvidence, NotALeak> {
+    assess(scratch, series, window_start, held, params, Trace(Some(trace)))
+}
+
+fn assess(
+    scratch: &mut FloorScratch,
+    series: &[(Timestamp, u64)],
+    window_start: Timestamp,
+    held: bool,
+    params: &LeakParams,
+    mut trace: Trace<'_>,
+) -> Result<LeakEvidence, NotALeak> {
     let (Some(&(first, _)), Some(&(now, _))) = (series.first(), series.last()) else {
         return Err(NotALeak::NoTrend);
     };
@@ -205,6 +230,9 @@ pub fn assess_leak(
     let longest = scratch.line(series, longest_from, params.buckets).ok_or(NotALeak::NoTrend)?;
     let verdict = judge(&longest, params)
         .or_else(|reason| sequential(scratch, &longest, longest_window, params).ok_or(reason));
+    trace.window(scratch, &longest, longest_window, params, |record| {
+        record.verdict = Some(verdict.map(drop));
+    });
     let full = longest_window >= params.window;
     // Where no dip would be left out, the floor between dips is the floor
     // just judged: nothing to judge again (most processes, most checks).
@@ -215,7 +243,13 @@ pub fn assess_leak(
         // up are no levelling off: judged again on the floor between dips.
         let masked = scratch.line_without_dips(series, longest_from, params.buckets, Some(dips));
         let rise = masked.and_then(|line| {
-            judge(&line, params).ok().or_else(|| sequential(scratch, &line, longest_window, params))
+            let rise = judge(&line, params)
+                .or_else(|reason| sequential(scratch, &line, longest_window, params).ok_or(reason));
+            trace.window(scratch, &line, longest_window, params, |record| {
+                record.dips_left_out = true;
+                record.verdict = Some(rise.map(drop));
+            });
+            rise.ok()
         });
         if let Some(evidence) = rise {
             return Ok(evidence);
@@ -257,12 +291,16 @@ pub fn assess_leak(
         let returned_before = window == params.shortest_window
             && scratch.prior_drawdown(from)
                 >= (params.return_evidence_share * line.growth()).max(params.noise_floor_bytes);
-        if !new_ground || returned_before {
-            continue;
-        }
-        let verdict = judge(&line, params)
-            .or_else(|reason| sequential(scratch, &line, window, params).ok_or(reason));
-        if let Ok(evidence) = verdict {
+        let judged = (new_ground && !returned_before).then(|| {
+            judge(&line, params)
+                .or_else(|reason| sequential(scratch, &line, window, params).ok_or(reason))
+        });
+        trace.window(scratch, &line, window, params, |record| {
+            record.new_ground = Some(new_ground);
+            record.returned_before = (window == params.shortest_window).then_some(returned_before);
+            record.verdict = judged.map(|verdict| verdict.map(drop));
+        });
+        if let Some(Ok(evidence)) = judged {
             return Ok(evidence);
         }
     }
@@ -430,8 +468,11 @@ pub fn detect_process_leak(
 
 mod params;
 pub mod sequential;
+mod trace;
 
 pub use params::LeakParams;
+use trace::Trace;
+pub use trace::WindowJudgement;
 
 #[cfg(test)]
 mod tests;
