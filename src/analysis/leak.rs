@@ -2,7 +2,8 @@
 //!
 //! Owns: the leak rules below, their parameters and findings, and the
 //! choice of which figure to follow. Depends on: `model`,
-//! `analysis::{series, floor, remediation}` and its own `sequential`. Pure; no
+//! `analysis::{series, floor, remediation}` and its own `sequential` and
+//! `trace`. Pure; no
 //! I/O, no clocks: windows are the series' own timestamps.
 //!
 //! The detector judges the floor of the series (`analysis::floor`: bucket
@@ -476,3 +477,6 @@ pub use trace::WindowJudgement;
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod trace_tests;
