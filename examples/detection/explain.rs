@@ -1,16 +1,17 @@
 //! `--explain RUN`: why the leak of one labelled run is called when it is.
 //! Replays the leaking process's preferred figure (allocated with reports,
 //! NVML usage without) at the slow tier's 1 Hz and prints, at every leak
-//! check after the onset, each window's floor line and the verdict. The
-//! checks fall where the analyzer's do in the benchmark (the first
-//! evaluation, then every check interval), so the verdicts are the ones
-//! the alert saw; the benchmark's own firing time is printed last.
+//! check after the onset, the verdict and every window the detector judged,
+//! in its order, as it recorded them (`leak::assess_leak_traced`: the real
+//! code's judgements, not a copy of its rules). The checks fall where the
+//! analyzer's do in the benchmark (the first evaluation, then every check
+//! interval), so the verdicts are the ones the alert saw; the benchmark's
+//! own firing time is printed last.
 
 use std::time::Duration;
 
 use vramd::analysis::floor::FloorScratch;
-use vramd::analysis::leak::sequential::level_cusum;
-use vramd::analysis::leak::{LeakParams, assess_leak};
+use vramd::analysis::leak::{LeakParams, NotALeak, WindowJudgement, assess_leak_traced};
 use vramd::source::simulator::GOLDEN_ORIGIN;
 use vramd::source::simulator::corpus::{CorpusRun, Label};
 
@@ -31,6 +32,7 @@ pub fn explain(
     let mut series = Vec::new();
     let mut scratch = FloorScratch::default();
     let mut held = false;
+    let mut judged = Vec::new();
     let (check_s, onset_s) = (check.as_secs().max(1), onset.as_secs());
     let first_s = first_check.as_secs();
     for second in 0..=run.duration.as_secs() {
@@ -47,67 +49,12 @@ pub fn explain(
         let from = at.saturating_sub(params.window);
         let start = series.partition_point(|&(t, _)| t < from);
         let window = series.get(start..).unwrap_or(&[]);
-        let verdict = assess_leak(&mut scratch, window, from, held, params);
+        judged.clear();
+        let verdict = assess_leak_traced(&mut scratch, window, from, held, params, &mut judged);
         held = verdict.is_ok();
         let mut lines = String::new();
-        // The longest window's floor, for the shorter ones' new-ground test.
-        let covered = window.first().map_or(Duration::ZERO, |&(first, _)| {
-            let predates = first <= from.saturating_add(Duration::from_secs(10));
-            let judged = if predates { first } else { first.saturating_add(params.warmup) };
-            at.duration_since(judged).unwrap_or_default()
-        });
-        let mut longest = params.shortest_window;
-        while longest < params.window && longest.saturating_mul(2).min(params.window) <= covered {
-            longest = longest.saturating_mul(2).min(params.window);
-        }
-        if scratch.line(window, at.saturating_sub(longest), params.buckets).is_some() {
-            scratch.keep_as_prior();
-        }
-        let mut span = params.shortest_window;
-        while span <= params.window {
-            let start = at.saturating_sub(span);
-            if let Some(line) = scratch.line(window, start, params.buckets) {
-                let [q0, q1, q2, q3] = line.quarters.map(|q| (q - line.quarters[0]) / MIB);
-                let drift = level_cusum(
-                    scratch.points(),
-                    line.quarters[0],
-                    line.spread.max(params.noise_floor_bytes),
-                    params.sequential_allowance,
-                );
-                // Rules 3 and 4 and the new-ground and return-history
-                // tests, upper case where they pass: R keeps rising, B not
-                // back at its baseline, N new ground, H no history of returns.
-                let end = line.intercept + line.slope * line.span_seconds;
-                let slack = params.return_share * line.growth().max(0.0);
-                let new_ground = scratch.prior_high(start).is_none_or(|high| {
-                    end > high + params.noise_floor_bytes && line.baseline >= high - slack
-                });
-                let history = scratch.prior_drawdown(start)
-                    < (params.return_evidence_share * line.growth()).max(params.noise_floor_bytes);
-                let flag = |pass: bool, letter: char| {
-                    if pass { letter } else { letter.to_ascii_lowercase() }
-                };
-                lines.push_str(&format!(
-                    " [{}s {}{}{}{} slope {:.2} sig {:.1} cu {:.1} q {:.0}/{:.0}/{:.0}/{:.0} lv {}]",
-                    span.as_secs(),
-                    flag(line.keeps_rising(params.keep_rising_share), 'R'),
-                    flag(!line.returns_to_baseline(params.return_share), 'B'),
-                    flag(new_ground, 'N'),
-                    flag(history, 'H'),
-                    line.slope / MIB,
-                    line.significance(params.noise_floor_bytes),
-                    drift.map_or(f64::NAN, |climb| climb.cusum),
-                    q0,
-                    q1,
-                    q2,
-                    q3,
-                    line.levels
-                ));
-            }
-            if span >= params.window {
-                break;
-            }
-            span = span.saturating_mul(2).min(params.window);
+        for record in &judged {
+            lines.push_str(&describe(record));
         }
         let verdict = match verdict {
             Ok(evidence) => format!("LEAK {:.0}s", evidence.window_seconds),
@@ -121,5 +68,51 @@ pub fn explain(
             (fired - onset.as_secs_f64()) / 60.0
         ),
         None => println!("leak_suspected did not fire in the benchmark"),
+    }
+}
+
+/// One window's record: its span (`*` where judged with evaluation dips
+/// left out), rules 3 and 4 and the new-ground and history-of-returns
+/// tests, upper case where they pass (R keeps rising, B not back at its
+/// baseline, N new ground, H no history of returns; `-` where the test
+/// does not apply to the window), the verdict (`LEAK`, why not, or `skip`
+/// where the window was not judged), then slope (MiB/s), significance,
+/// CUSUM, quarter medians above the first (MiB) and distinct levels.
+fn describe(record: &WindowJudgement) -> String {
+    let flag = |pass: Option<bool>, letter: char| match pass {
+        Some(true) => letter,
+        Some(false) => letter.to_ascii_lowercase(),
+        None => '-',
+    };
+    let verdict = match record.verdict {
+        Some(Ok(())) => "LEAK",
+        Some(Err(reason)) => short(reason),
+        None => "skip",
+    };
+    let [q0, q1, q2, q3] = record.quarters_above_first.map(|q| q / MIB);
+    format!(
+        " [{}s{} {}{}{}{} {verdict} slope {:.2} sig {:.1} cu {:.1} q {q0:.0}/{q1:.0}/{q2:.0}/{q3:.0} lv {}]",
+        record.window.as_secs(),
+        if record.dips_left_out { "*" } else { "" },
+        flag(Some(record.keeps_rising), 'R'),
+        flag(Some(!record.returns_to_baseline), 'B'),
+        flag(record.new_ground, 'N'),
+        flag(record.returned_before.map(|returned| !returned), 'H'),
+        record.slope_bytes_per_second / MIB,
+        record.significance,
+        record.cusum.unwrap_or(f64::NAN),
+        record.levels
+    )
+}
+
+fn short(reason: NotALeak) -> &'static str {
+    match reason {
+        NotALeak::TooShort => "short",
+        NotALeak::NoTrend => "notrend",
+        NotALeak::SlowGrowth => "slow",
+        NotALeak::PoorFit => "fit",
+        NotALeak::LevelsOff => "levels",
+        NotALeak::ReturnsToBaseline => "returns",
+        NotALeak::Staircase => "stairs",
     }
 }

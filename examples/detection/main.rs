@@ -122,6 +122,7 @@ fn tweak(settings: &mut vramd::analyze::AnalyzeSettings, params: &[(String, f64)
             "forecast.early_splits" => forecast.early_splits = value as u32,
             "forecast.early_min_fit" => forecast.early_min_fit = value,
             "trend_window" => settings.analysis.trend_window = seconds(value),
+            "forecast.min_fit" => settings.analysis.exhaustion_min_fit = value,
             "forecast.for" => {
                 settings.alerts.rules.exhaustion_forecast.for_duration = seconds(value);
             }

@@ -104,9 +104,22 @@ impl FloorLine {
     /// floor's spread (a warm-up decelerates towards its plateau, so its
     /// last step is a fraction of its first; a leak's are alike).
     pub fn keeps_rising(&self, share: f64) -> bool {
+        self.rises(share, false)
+    }
+
+    /// [`FloorLine::keeps_rising`], or with `last_may_pause` its last
+    /// quarter step relaxed to "still higher than the third": a steep
+    /// climb's quarter medians under a sawtooth of gigabytes pause for a
+    /// quarter when a few buckets catch the bottom of the step late (the
+    /// leak detector allows that only on a CUSUM several times its bound).
+    /// A warm-up still decelerates, and a step that stays has its last
+    /// quarter level with the third.
+    pub fn rises(&self, share: f64, last_may_pause: bool) -> bool {
         let per_quarter = share * self.slope * self.span_seconds / 4.0;
         let [_, second, third, fourth] = self.quarters;
-        third - second >= per_quarter && fourth - third >= per_quarter && !self.decelerates(share)
+        let last_step = fourth - third;
+        let last_rises = last_step >= per_quarter || (last_may_pause && last_step > 0.0);
+        third - second >= per_quarter && last_rises && !self.decelerates(share)
     }
 
     /// Whether the last quarter step falls short of `share` of the first,

@@ -2,7 +2,8 @@
 //!
 //! Owns: the leak rules below, their parameters and findings, and the
 //! choice of which figure to follow. Depends on: `model`,
-//! `analysis::{series, floor, remediation}` and its own `sequential`. Pure; no
+//! `analysis::{series, floor, remediation}` and its own `sequential` and
+//! `trace`. Pure; no
 //! I/O, no clocks: windows are the series' own timestamps.
 //!
 //! The detector judges the floor of the series (`analysis::floor`: bucket
@@ -181,6 +182,31 @@ pub fn assess_leak(
     held: bool,
     params: &LeakParams,
 ) -> Result<LeakEvidence, NotALeak> {
+    assess(scratch, series, window_start, held, params, Trace(None))
+}
+
+/// [`assess_leak`], recording into `trace` every window it judged, in the
+/// order it judged them ([`WindowJudgement`]): why a leak is or is not
+/// called, from the detector itself (the benchmark's `--explain`).
+pub fn assess_leak_traced(
+    scratch: &mut FloorScratch,
+    series: &[(Timestamp, u64)],
+    window_start: Timestamp,
+    held: bool,
+    params: &LeakParams,
+    trace: &mut Vec<WindowJudgement>,
+) -> Result<LeakEvidence, NotALeak> {
+    assess(scratch, series, window_start, held, params, Trace(Some(trace)))
+}
+
+fn assess(
+    scratch: &mut FloorScratch,
+    series: &[(Timestamp, u64)],
+    window_start: Timestamp,
+    held: bool,
+    params: &LeakParams,
+    mut trace: Trace<'_>,
+) -> Result<LeakEvidence, NotALeak> {
     let (Some(&(first, _)), Some(&(now, _))) = (series.first(), series.last()) else {
         return Err(NotALeak::NoTrend);
     };
@@ -205,6 +231,9 @@ pub fn assess_leak(
     let longest = scratch.line(series, longest_from, params.buckets).ok_or(NotALeak::NoTrend)?;
     let verdict = judge(&longest, params)
         .or_else(|reason| sequential(scratch, &longest, longest_window, params).ok_or(reason));
+    trace.window(scratch, &longest, longest_window, params, |record| {
+        record.verdict = Some(verdict.map(drop));
+    });
     let full = longest_window >= params.window;
     // Where no dip would be left out, the floor between dips is the floor
     // just judged: nothing to judge again (most processes, most checks).
@@ -215,7 +244,13 @@ pub fn assess_leak(
         // up are no levelling off: judged again on the floor between dips.
         let masked = scratch.line_without_dips(series, longest_from, params.buckets, Some(dips));
         let rise = masked.and_then(|line| {
-            judge(&line, params).ok().or_else(|| sequential(scratch, &line, longest_window, params))
+            let rise = judge(&line, params)
+                .or_else(|reason| sequential(scratch, &line, longest_window, params).ok_or(reason));
+            trace.window(scratch, &line, longest_window, params, |record| {
+                record.dips_left_out = true;
+                record.verdict = Some(rise.map(drop));
+            });
+            rise.ok()
         });
         if let Some(evidence) = rise {
             return Ok(evidence);
@@ -257,12 +292,16 @@ pub fn assess_leak(
         let returned_before = window == params.shortest_window
             && scratch.prior_drawdown(from)
                 >= (params.return_evidence_share * line.growth()).max(params.noise_floor_bytes);
-        if !new_ground || returned_before {
-            continue;
-        }
-        let verdict = judge(&line, params)
-            .or_else(|reason| sequential(scratch, &line, window, params).ok_or(reason));
-        if let Ok(evidence) = verdict {
+        let judged = (new_ground && !returned_before).then(|| {
+            judge(&line, params)
+                .or_else(|reason| sequential(scratch, &line, window, params).ok_or(reason))
+        });
+        trace.window(scratch, &line, window, params, |record| {
+            record.new_ground = Some(new_ground);
+            record.returned_before = (window == params.shortest_window).then_some(returned_before);
+            record.verdict = judged.map(|verdict| verdict.map(drop));
+        });
+        if let Some(Ok(evidence)) = judged {
             return Ok(evidence);
         }
     }
@@ -289,9 +328,9 @@ pub fn assess_leak(
 /// Rule 2's second way (`leak::sequential`), on the window whose floor
 /// `scratch` just reduced to `line`, where rules 1-5 alone did not pass
 /// it: the CUSUM of the floor above its first quarter reaches
-/// `sequential_bound`, and rules 3 to 5 hold, rule 3 relaxed to
-/// [`pauses_in_a_climb`] where the CUSUM reaches `sequential_override`
-/// bounds. It only ever adds a leak: where it fails, the window's own
+/// `sequential_bound`, and rules 3 to 5 hold, rule 3's last quarter
+/// allowed to pause ([`FloorLine::rises`]) where the CUSUM reaches
+/// `sequential_override` bounds. It only ever adds a leak: where it fails, the window's own
 /// reason stands. The shortest window's narrow buckets are left to rule 2
 /// (their minima scatter most).
 fn sequential(
@@ -311,9 +350,8 @@ fn sequential(
     let start = line.quarters[0];
     let spread = line.spread.max(params.noise_floor_bytes);
     let Climb { cusum, .. } = level_cusum(points, start, spread, params.sequential_allowance)?;
-    let rising = line.keeps_rising(params.keep_rising_share)
-        || (at_least(cusum, params.sequential_override * bound)
-            && pauses_in_a_climb(line, params.keep_rising_share));
+    let may_pause = at_least(cusum, params.sequential_override * bound);
+    let rising = line.rises(params.keep_rising_share, may_pause);
     // Rule 4 on the whole window, not only on the climb: a floor back from
     // a dip (an evaluation phase ending) is a climb from the dip, and with
     // rule 4 on the climb alone such recoveries called benign runs (4, 3
@@ -323,21 +361,6 @@ fn sequential(
         && !line.returns_to_baseline(params.return_share)
         && !line.is_staircase(params.staircase_levels);
     climbed.then(|| LeakEvidence::from_line(line))
-}
-
-/// Rule 3 with the last quarter's step relaxed to "still higher": the
-/// third quarter rose by `share` of what the slope predicts, the fourth
-/// stands above the third, and the rise is not decelerating
-/// ([`FloorLine::keeps_rising`]'s own test). Under a sawtooth of gigabytes
-/// a steep climb's quarter medians pause for a quarter when a few buckets
-/// catch the bottom of the step late; only a CUSUM several times its bound
-/// (a climb no scatter makes) lets that pass. A warm-up levelling off
-/// decelerates, and a step that stays has its last quarter level with the
-/// third.
-fn pauses_in_a_climb(line: &FloorLine, share: f64) -> bool {
-    let per_quarter = share * line.slope * line.span_seconds / 4.0;
-    let [_, second, third, fourth] = line.quarters;
-    third - second >= per_quarter && fourth > third && !line.decelerates(share)
 }
 
 /// Whether the newest climb of a window's floor (the CUSUM's run,
@@ -446,8 +469,14 @@ pub fn detect_process_leak(
 
 mod params;
 pub mod sequential;
+mod trace;
 
 pub use params::LeakParams;
+use trace::Trace;
+pub use trace::WindowJudgement;
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod trace_tests;

@@ -4,13 +4,13 @@ use crate::history::SlowPoint;
 use crate::model::{AllocatorStats, ProcessInfo, SlowReading};
 use proptest::prelude::*;
 
-const MIB: f64 = 1_048_576.0;
-const GIB: f64 = 1_073_741_824.0;
+pub(super) const MIB: f64 = 1_048_576.0;
+pub(super) const GIB: f64 = 1_073_741_824.0;
 const START_MS: i64 = 1_767_225_600_000;
 /// Thirty minutes at 1 Hz.
-const SECONDS: usize = 30 * 60;
+pub(super) const SECONDS: usize = 30 * 60;
 
-fn at(seconds: usize) -> Timestamp {
+pub(super) fn at(seconds: usize) -> Timestamp {
     Timestamp::from_unix_millis(START_MS + seconds as i64 * 1000)
 }
 
@@ -26,19 +26,27 @@ fn noise(seed: u64) -> impl FnMut() -> f64 {
 }
 
 /// A 1 Hz series over `seconds + 1` samples of `shape(t)` plus noise.
-fn series(seconds: usize, amplitude: f64, shape: impl Fn(f64) -> f64) -> Vec<(Timestamp, u64)> {
+pub(super) fn series(
+    seconds: usize,
+    amplitude: f64,
+    shape: impl Fn(f64) -> f64,
+) -> Vec<(Timestamp, u64)> {
     let mut next = noise(0x2545_F491_4F6C_DD1D);
     (0..=seconds).map(|t| (at(t), (shape(t as f64) + amplitude * next()) as u64)).collect()
 }
 
-fn assess(values: &[(Timestamp, u64)]) -> Result<LeakEvidence, NotALeak> {
+pub(super) fn assess(values: &[(Timestamp, u64)]) -> Result<LeakEvidence, NotALeak> {
     let from = values.first().map_or(at(0), |&(at, _)| at);
     assess_leak(&mut FloorScratch::default(), values, from, false, &LeakParams::default())
 }
 
 /// A training loop's memory: `floor(t)` plus a sawtooth of `activation`
 /// bytes, each 1 Hz sample caught at a random phase of its step.
-fn sawtooth(seconds: usize, activation: f64, floor: impl Fn(f64) -> f64) -> Vec<(Timestamp, u64)> {
+pub(super) fn sawtooth(
+    seconds: usize,
+    activation: f64,
+    floor: impl Fn(f64) -> f64,
+) -> Vec<(Timestamp, u64)> {
     let mut next = noise(0x9E37_79B9_7F4A_7C15);
     (0..=seconds)
         .map(|t| {
@@ -488,7 +496,7 @@ fn a_held_leak_that_began_after_the_window_s_middle_is_held_on_its_quarters() {
 
 /// Evaluation phases: 3 minutes in every 11 (from minute 2) with the floor
 /// 1 GiB lower, then back where training left it.
-fn evaluating(t: f64) -> bool {
+pub(super) fn evaluating(t: f64) -> bool {
     t >= 120.0 && (t - 120.0) % 660.0 < 180.0
 }
 
