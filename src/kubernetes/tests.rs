@@ -62,11 +62,11 @@ fn labelled(id: &str, labels: &[(&str, &str)]) -> Container {
 fn process(pid: u32, container_id: Option<&str>) -> ProcessInfo {
     ProcessInfo {
         pid,
-        name: Some("python3".to_owned()),
+        name: Some("python3".into()),
         used_bytes: Some(1 << 30),
         allocator: None,
         details: ProcessDetails {
-            container_id: container_id.map(str::to_owned),
+            container_id: container_id.map(Into::into),
             ..ProcessDetails::default()
         },
     }
@@ -230,7 +230,7 @@ fn the_join_labels_processes_and_lists_each_devices_allocations() {
 fn a_reports_pod_stays_where_the_runtime_does_not_know_the_container() {
     let attribution = Attribution { allocations: None, containers: Some(HashMap::new()) };
     let mut from_report = process(9, Some(&"ef".repeat(32)));
-    from_report.details.pod = Some("from-report".to_owned());
+    from_report.details.pod = Some("from-report".into());
     let mut reading = reading(vec![from_report]);
     attribution.join(&gpu(0, GPU0), &mut reading);
     let details = &reading.processes.as_ref().unwrap()[0].details;
