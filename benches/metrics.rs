@@ -46,11 +46,12 @@ fn process(gpu: u32, slot: u32) -> ProcessInfo {
     // `vramd_process_info` has its full label set.
     process.details = ProcessDetails {
         kind: Some(ProcessKind::Compute),
-        cmdline: Some(format!(
-            "python3 -m torch.distributed.run --nproc-per-node 8 train.py --rank {slot}"
-        )),
-        container_id: Some(format!("{:064x}", u64::from(gpu * 1_000 + slot) * 0x9E37_79B9)),
-        pod_uid: Some(format!("7c1e4b2a-{gpu:04x}-4d5e-8f90-{slot:012x}")),
+        cmdline: Some(
+            format!("python3 -m torch.distributed.run --nproc-per-node 8 train.py --rank {slot}")
+                .into(),
+        ),
+        container_id: Some(format!("{:064x}", u64::from(gpu * 1_000 + slot) * 0x9E37_79B9).into()),
+        pod_uid: Some(format!("7c1e4b2a-{gpu:04x}-4d5e-8f90-{slot:012x}").into()),
         namespace_pid: Some(1 + slot),
         ..ProcessDetails::default()
     };
@@ -95,7 +96,7 @@ fn pod_name(gpu: u32, slot: u32) -> String {
 }
 
 fn attribute(gpu: u32, slot: u32, process: &mut ProcessInfo) {
-    process.details.pod = Some(pod_name(gpu, slot));
+    process.details.pod = Some(pod_name(gpu, slot).into());
     process.details.namespace = Some("ml-training".into());
     process.details.container = Some("trainer".into());
 }

@@ -31,6 +31,16 @@
 #         more than the 1 h default over 8 GPUs: a conservative figure).
 #   idle: VmRSS of a daemon with one GPU and no processes, default intervals,
 #         after IDLE_SECONDS.
+#   allocs (not in the default PARTS): heap allocations (malloc, calloc,
+#         realloc) at 100 Hz / 1 Hz, counted by `perf stat --per-thread` on
+#         libc uprobes over ALLOC_SECONDS, ALLOC_WINDOWS times: per slow
+#         sample on the slow threads (`vramd-slow-N`, the sample's whole path:
+#         NVML lists, identities, report join, history), and per second for
+#         the whole process. Needs the uprobes, added once as root:
+#         perf probe -x /lib/x86_64-linux-gnu/libc.so.6 --add malloc
+#         (likewise calloc, realloc; `perf probe -d 'probe_libc:*'` removes
+#         them). A trapped call costs microseconds, so these windows are not
+#         CPU figures.
 # Figures are medians over windows/readings (min-max alongside); the machine
 # is shared, so the load average is printed with them. docs/performance.md
 # ("Sampler at the driver's cost") records them.
@@ -40,7 +50,8 @@
 # GPUS (8), PROCESSES_PER_GPU (64), CPU_SECONDS (20), CPU_WINDOWS (3),
 # SETTLE_SECONDS (5), FLOOR_SETTLE_SECONDS (2), PERF_STAT (1; 0 reads
 # the CPU share from /proc ticks even where perf works), IDLE_SECONDS (15),
-# RSS_SAMPLES (5), PARTS ("cost fill idle"), FLOOR (the reference binary,
+# RSS_SAMPLES (5), ALLOC_SECONDS (20), ALLOC_WINDOWS (2),
+# PARTS ("cost fill idle"; "allocs" on request), FLOOR (the reference binary,
 # default target/release/examples/nvml-floor), SKIP_BUILD=1 to use the
 # existing target/release/{vramd, libnvidia_ml_fake.so, examples/nvml-floor}.
 # Needs curl.
@@ -221,7 +232,7 @@ fi
 
 for n in $(seq ${#BINS[@]}); do
     : >"$WORK/$n.cpu" ; : >"$WORK/$n.fast" ; : >"$WORK/$n.slow" ; : >"$WORK/$n.per"
-    : >"$WORK/$n.rss" ; : >"$WORK/$n.idle"
+    : >"$WORK/$n.rss" ; : >"$WORK/$n.idle" ; : >"$WORK/$n.allocs"
     : >"$WORK/$n.threads" ; : >"$WORK/$n.floor.cpu" ; : >"$WORK/$n.floor.threads"
     : >"$WORK/$n.above" ; : >"$WORK/$n.perf-threads" ; : >"$WORK/$n.floor.perf-threads"
 done
@@ -279,6 +290,33 @@ if part fill; then
     done
 fi
 
+if part allocs; then
+    ALLOC_SECONDS=${ALLOC_SECONDS:-20}
+    perf probe -l 2>/dev/null | grep -q 'probe_libc:malloc' ||
+        die "no probe_libc:malloc uprobe (perf probe -x /lib/x86_64-linux-gnu/libc.so.6 --add malloc)"
+    events=$(perf probe -l 2>/dev/null | awk '$1 ~ /^probe_libc:(malloc|calloc|realloc)$/ { print $1 }' | paste -sd,)
+    for window in $(seq "${ALLOC_WINDOWS:-2}"); do
+        for n in $(seq ${#BINS[@]}); do
+            log "allocs, window $window, binary $n: $events over ${ALLOC_SECONDS} s"
+            start_daemon "${BINS[$((n - 1))]}" "$WORK/full.json" \
+                VRAMD_SAMPLER__FAST_INTERVAL=10ms VRAMD_SAMPLER__SLOW_INTERVAL=1s
+            sleep "$SETTLE_SECONDS"
+            read -r _ _ _ sc0 < <(duration_sums)
+            perf stat --per-thread -x, -e "$events" -p "$PID" -o "$WORK/allocs.out" \
+                -- sleep "$ALLOC_SECONDS"
+            read -r _ _ _ sc1 < <(duration_sums)
+            stop_daemon
+            awk -F, -v samples="$((sc1 - sc0))" -v s="$ALLOC_SECONDS" '
+                $4 ~ /^probe_libc:/ && $2 ~ /^[0-9]+$/ {
+                    all += $2; if ($1 ~ /^vramd-slow-/) slow += $2 }
+                END { printf "%.1f %.0f\n", (samples > 0) ? slow / samples : 0, all / s }' \
+                "$WORK/allocs.out" >>"$WORK/$n.allocs"
+            log "  binary $n, window $window: allocations per slow sample (slow threads)," \
+                "per second (process): $(tail -1 "$WORK/$n.allocs"); $((sc1 - sc0)) slow samples"
+        done
+    done
+fi
+
 if part idle; then
     for n in $(seq ${#BINS[@]}); do
         log "idle, binary $n: one GPU, no processes, default intervals"
@@ -332,6 +370,12 @@ for n in $(seq ${#BINS[@]}); do
         read -r m lo hi < <(stats <"$WORK/$n.rss")
         printf '  VmRSS, rings full:                 %s MiB (%s-%s); VmHWM %s MiB\n' \
             "$(mib "$m")" "$(mib "$lo")" "$(mib "$hi")" "$(mib "${hwm[n]}")"
+    fi
+    if part allocs; then
+        read -r m lo hi < <(cut -d' ' -f1 "$WORK/$n.allocs" | stats)
+        printf '  allocations per slow sample:       %s (%s-%s), slow threads\n' "$m" "$lo" "$hi"
+        read -r m lo hi < <(cut -d' ' -f2 "$WORK/$n.allocs" | stats)
+        printf '  allocations per second, process:   %s (%s-%s)\n' "$m" "$lo" "$hi"
     fi
     if part idle; then
         read -r m lo hi < <(stats <"$WORK/$n.idle")

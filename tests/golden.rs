@@ -144,7 +144,7 @@ fn store_with_pods(until: Duration) -> Arc<HistoryStore> {
                 _ => ("infer-b", "serving", "server"),
             };
             runtime.containers.push(runtime_container(&id, pod, namespace, name));
-            process.details.container_id = Some(id);
+            process.details.container_id = Some(id.into());
         }
         let attribution = Attribution {
             allocations: Some(kubernetes::allocations(kubelet.clone(), 64).0),

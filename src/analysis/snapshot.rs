@@ -60,7 +60,7 @@ pub struct DeviceFacts {
 #[derive(Clone, Debug)]
 pub struct ProcessFacts {
     pub pid: u32,
-    pub name: Option<String>,
+    pub name: Option<crate::model::SharedStr>,
     /// Latest allocator statistics, when the process reports them.
     pub allocator: Option<AllocatorStats>,
     /// The snapshot summary the process reported with it, if any.

@@ -8,7 +8,7 @@ use crate::analysis::summary::DeviceAnalysis;
 use crate::history::{LiveState, ProbeAttempt, ProbeState, ReadFailure};
 use crate::model::{
     AllocatorStats, DeviceInfo, MemoryInfo, MigInfo, PodAllocation, ProbeFailureKind, ProbeReading,
-    ProbeSkipReason, ProcessDetails, ProcessInfo, SlowDetails, Timestamp,
+    ProbeSkipReason, ProcessDetails, ProcessInfo, SharedStr, SlowDetails, Timestamp,
 };
 
 #[derive(Debug, Serialize, utoipa::ToSchema)]
@@ -155,7 +155,8 @@ pub struct HistoryCounts {
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct ProcessDto {
     pub pid: u32,
-    pub name: Option<String>,
+    #[schema(value_type = Option<String>)]
+    pub name: Option<SharedStr>,
     pub used_bytes: Option<u64>,
     pub allocator: Option<AllocatorStats>,
     pub breakdown: Option<ProcessBreakdown>,

@@ -343,6 +343,45 @@ mod tests {
         }
     }
 
+    /// What the daemon keeps of two consecutive samples of the same
+    /// processes, one of which grew: a new stored list (the figures
+    /// changed), but the names and identities are the previous sample's
+    /// strings, not copies.
+    #[test]
+    fn consecutive_lists_differing_in_one_size_share_their_strings() {
+        use crate::clock::ScaledClock;
+        use crate::model::{ScenarioKind, SharedStr};
+        use crate::source::simulator::{Simulator, SimulatorSpec};
+
+        let origin = Timestamp::from_unix_millis(1_700_000_000_000);
+        let spec = SimulatorSpec { scenario: ScenarioKind::SteadyInference, gpus: 2, seed: 3 };
+        let simulator =
+            Simulator::with_origin(spec, ScaledClock::starting_at(origin, 1.0), origin).unwrap();
+        let history = DeviceHistory::new(info(), sizing());
+        let first = simulator.slow_at(1, origin).unwrap();
+        let mut second =
+            simulator.slow_at(1, origin.saturating_add(Duration::from_secs(1))).unwrap();
+        let grown = &mut second.processes.as_mut().unwrap()[0];
+        grown.used_bytes = grown.used_bytes.map(|used| used + (1 << 20));
+
+        history.record_slow(first, 0).unwrap();
+        let stored_first = history.last_processes.lock().clone().unwrap();
+        let live_first = history.live().slow.unwrap();
+        history.record_slow(second, 0).unwrap();
+        let stored_second = history.last_processes.lock().clone().unwrap();
+        let live_second = history.live().slow.unwrap();
+
+        assert!(!Arc::ptr_eq(&stored_first, &stored_second), "a size changed: a new list");
+        let (before, after) =
+            (live_first.processes.as_deref().unwrap(), live_second.processes.as_deref().unwrap());
+        assert_eq!(before.len(), 2, "python3 and tritonserver");
+        for (a, b) in before.iter().zip(after) {
+            let (Some(x), Some(y)) = (&a.name, &b.name) else { panic!("{a:?} has a name") };
+            assert_eq!(x, y);
+            assert!(SharedStr::ptr_eq(x, y), "{x} stored twice");
+        }
+    }
+
     #[test]
     fn slow_retention_only_ever_shortens_the_slow_ring() {
         let hour = Sizing::for_retention(

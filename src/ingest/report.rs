@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use crate::model::{AllocatorStats, SnapshotSummary, Timestamp};
+use crate::model::{AllocatorStats, SharedStr, SnapshotSummary, Timestamp};
 
 use super::validate::{
     ACTIVE, ALLOCATED, INACTIVE_SPLIT, MAX_EXACT_U64, OOMS, RESERVED, RETRIES, SIGNED_KEYS,
@@ -43,12 +43,12 @@ pub struct Reporter {
     pub pid: u32,
     #[schema(max_length = 253)]
     pub hostname: String,
-    #[schema(max_length = 253)]
-    pub pod: Option<String>,
-    #[schema(max_length = 253)]
-    pub namespace: Option<String>,
-    #[schema(max_length = 253)]
-    pub container: Option<String>,
+    #[schema(value_type = Option<String>, max_length = 253)]
+    pub pod: Option<SharedStr>,
+    #[schema(value_type = Option<String>, max_length = 253)]
+    pub namespace: Option<SharedStr>,
+    #[schema(value_type = Option<String>, max_length = 253)]
+    pub container: Option<SharedStr>,
 }
 
 /// The allocator report document (version 1) that workloads POST. It is
@@ -162,10 +162,10 @@ impl Reporter {
     /// bounded, so a client cannot make the daemon hold arbitrary text.
     pub(super) fn check_names(&self) -> Result<(), ReportError> {
         let names = [
-            ("reporter.hostname", Some(&self.hostname)),
-            ("reporter.pod", self.pod.as_ref()),
-            ("reporter.namespace", self.namespace.as_ref()),
-            ("reporter.container", self.container.as_ref()),
+            ("reporter.hostname", Some(self.hostname.as_str())),
+            ("reporter.pod", self.pod.as_deref()),
+            ("reporter.namespace", self.namespace.as_deref()),
+            ("reporter.container", self.container.as_deref()),
         ];
         for (field, value) in names {
             if let Some(value) = value
@@ -178,6 +178,22 @@ impl Reporter {
             }
         }
         Ok(())
+    }
+
+    /// Takes `previous`'s strings where they are equal to this report's: a
+    /// reporter sends the same pod names report after report, and the join
+    /// puts them on its process at every slow sample, so they stay one
+    /// allocation for as long as the reporter does.
+    pub(super) fn share_from(&mut self, previous: &Reporter) {
+        for (mine, known) in [
+            (&mut self.pod, &previous.pod),
+            (&mut self.namespace, &previous.namespace),
+            (&mut self.container, &previous.container),
+        ] {
+            if mine == known {
+                mine.clone_from(known);
+            }
+        }
     }
 }
 

@@ -76,7 +76,7 @@ impl ReportStore {
 
     /// Takes a report (replacing the reporter's previous one), unless the
     /// reporter is over its rate or the store is full.
-    pub fn accept(&self, report: AllocatorReport, now: Instant) -> Result<(), Refused> {
+    pub fn accept(&self, mut report: AllocatorReport, now: Instant) -> Result<(), Refused> {
         let key = (report.reporter.hostname.clone(), report.reporter.pid);
         let mut entries = self.entries.lock();
         if let Some(entry) = entries.get_mut(&key) {
@@ -88,6 +88,7 @@ impl ReportStore {
             entry
                 .matched
                 .retain(|uuid, _| report.devices.iter().any(|device| &device.uuid == uuid));
+            report.reporter.share_from(&entry.report.reporter);
             entry.report = report;
             return Ok(());
         }

@@ -190,6 +190,26 @@ async fn a_report_joins_by_host_pid_or_by_namespace_pid() {
     assert_eq!(views.iter().find(|v| v.reporter.pid == 7).and_then(|v| v.matched_pid), Some(9007));
 }
 
+/// A reporter sends its pod name report after report; the process it
+/// labels carries one string for all of them, not one per report.
+#[tokio::test(start_paused = true)]
+async fn a_reporters_pod_name_is_one_string_from_report_to_report() {
+    let store = store();
+    let pod_of = |at: i64| {
+        let mut slow = reading(at, vec![nvml_process(42, None)]);
+        store.attach(UUID, &mut slow);
+        slow.processes.unwrap().remove(0).details.pod
+    };
+    store.accept(parsed(&report(42, "2026-01-01T00:00:10Z")).unwrap(), Instant::now()).unwrap();
+    let first = pod_of(15);
+    let later = Instant::now() + Duration::from_secs(1);
+    store.accept(parsed(&report(42, "2026-01-01T00:00:20Z")).unwrap(), later).unwrap();
+    let second = pod_of(25);
+    let (Some(a), Some(b)) = (&first, &second) else { panic!("joined: {second:?}") };
+    assert_eq!(a, "train-0");
+    assert!(crate::model::SharedStr::ptr_eq(a, b), "the second report's copy was dropped");
+}
+
 #[tokio::test(start_paused = true)]
 async fn an_unmatched_report_is_kept_and_shown_unmatched() {
     let store = store();

@@ -9,7 +9,7 @@
 
 use std::collections::HashMap;
 
-use crate::model::{DeviceInfo, PodAllocation, SlowReading};
+use crate::model::{DeviceInfo, PodAllocation, SharedStr, SlowReading};
 
 use super::proto;
 
@@ -19,13 +19,14 @@ const LABEL_NAMESPACE: &str = "io.kubernetes.pod.namespace";
 const LABEL_POD_UID: &str = "io.kubernetes.pod.uid";
 const LABEL_CONTAINER: &str = "io.kubernetes.container.name";
 
-/// Who a container belongs to, from its runtime labels.
+/// Who a container belongs to, from its runtime labels. Shared strings:
+/// every slow sample puts them on each of the container's processes.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PodRef {
-    pub pod: String,
-    pub namespace: String,
-    pub pod_uid: Option<String>,
-    pub container: String,
+    pub pod: SharedStr,
+    pub namespace: SharedStr,
+    pub pod_uid: Option<SharedStr>,
+    pub container: SharedStr,
 }
 
 /// One device ID the kubelet handed to a container, with the ID as vramd
@@ -70,10 +71,12 @@ impl Attribution {
         };
         for process in processes {
             let details = &mut process.details;
-            let Some(owner) = details.container_id.as_ref().and_then(|id| containers.get(id))
+            let Some(owner) = details.container_id.as_deref().and_then(|id| containers.get(id))
             else {
                 continue;
             };
+            // Reference counts, not copies: the join runs on every slow
+            // sample of every device.
             details.pod = Some(owner.pod.clone());
             details.namespace = Some(owner.namespace.clone());
             details.container = Some(owner.container.clone());
@@ -182,12 +185,32 @@ pub fn containers(
             .or_else(|| container.metadata.map(|metadata| metadata.name))
             .unwrap_or_default();
         let owner = PodRef {
-            pod,
-            namespace,
-            pod_uid: container.labels.remove(LABEL_POD_UID).filter(|uid| !uid.is_empty()),
-            container: name,
+            pod: pod.into(),
+            namespace: namespace.into(),
+            pod_uid: container
+                .labels
+                .remove(LABEL_POD_UID)
+                .filter(|uid| !uid.is_empty())
+                .map(SharedStr::from),
+            container: name.into(),
         };
         table.insert(container.id.to_ascii_lowercase(), owner);
     }
     (table, dropped)
+}
+
+/// Puts back the `previous` answer's entry for every container whose owner
+/// did not change, so that the strings the processes carry stay the same
+/// allocations from one refresh to the next (and the new copies are freed
+/// at once) instead of one set per refresh for as long as readings keep it.
+pub fn share_unchanged(
+    table: &mut HashMap<String, PodRef>,
+    previous: Option<&HashMap<String, PodRef>>,
+) {
+    let Some(previous) = previous else { return };
+    for (id, owner) in table.iter_mut() {
+        if let Some(known) = previous.get(id).filter(|known| *known == owner) {
+            owner.clone_from(known);
+        }
+    }
 }

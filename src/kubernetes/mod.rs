@@ -27,7 +27,7 @@ use crate::telemetry::Telemetry;
 
 pub use attribution::{
     Attribution, DeviceAllocation, PodRef, allocations, containers, device_matches,
-    is_gpu_resource, split_replica,
+    is_gpu_resource, share_unchanged, split_replica,
 };
 pub use client::{CallError, list_containers, list_pod_resources};
 
@@ -146,7 +146,8 @@ impl Poller {
         }
         match runtime {
             Ok(answer) => {
-                let (table, dropped) = containers(answer, max);
+                let (mut table, dropped) = containers(answer, max);
+                share_unchanged(&mut table, previous.containers.as_ref());
                 warn_dropped(dropped, max, "the container runtime listed more pod containers");
                 next.containers = Some(table);
                 self.runtime = note_up(&self.telemetry, API_RUNTIME, self.runtime);

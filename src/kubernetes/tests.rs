@@ -62,11 +62,11 @@ fn labelled(id: &str, labels: &[(&str, &str)]) -> Container {
 fn process(pid: u32, container_id: Option<&str>) -> ProcessInfo {
     ProcessInfo {
         pid,
-        name: Some("python3".to_owned()),
+        name: Some("python3".into()),
         used_bytes: Some(1 << 30),
         allocator: None,
         details: ProcessDetails {
-            container_id: container_id.map(str::to_owned),
+            container_id: container_id.map(Into::into),
             ..ProcessDetails::default()
         },
     }
@@ -230,9 +230,40 @@ fn the_join_labels_processes_and_lists_each_devices_allocations() {
 fn a_reports_pod_stays_where_the_runtime_does_not_know_the_container() {
     let attribution = Attribution { allocations: None, containers: Some(HashMap::new()) };
     let mut from_report = process(9, Some(&"ef".repeat(32)));
-    from_report.details.pod = Some("from-report".to_owned());
+    from_report.details.pod = Some("from-report".into());
     let mut reading = reading(vec![from_report]);
     attribution.join(&gpu(0, GPU0), &mut reading);
     let details = &reading.processes.as_ref().unwrap()[0].details;
     assert_eq!(details.pod.as_deref(), Some("from-report"));
+}
+
+#[test]
+fn a_refresh_keeps_the_strings_of_unchanged_owners_for_the_processes_it_labels() {
+    let answer = |pod: &str| ListContainersResponse {
+        containers: vec![labelled(
+            &"ab".repeat(32),
+            &[
+                ("io.kubernetes.pod.name", pod),
+                ("io.kubernetes.pod.namespace", "ml"),
+                ("io.kubernetes.container.name", "trainer"),
+            ],
+        )],
+    };
+    let label = |table: HashMap<String, PodRef>| {
+        let attribution = Attribution { allocations: None, containers: Some(table) };
+        let mut labelled = reading(vec![process(7, Some(&"ab".repeat(32)))]);
+        attribution.join(&gpu(0, GPU0), &mut labelled);
+        labelled.processes.unwrap().remove(0).details
+    };
+    let (first, _) = containers(answer("train-0"), 10);
+    let (mut same, _) = containers(answer("train-0"), 10);
+    share_unchanged(&mut same, Some(&first));
+    let (before, after) = (label(first.clone()), label(same));
+    let (Some(a), Some(b)) = (&before.pod, &after.pod) else { panic!("labelled: {after:?}") };
+    assert!(crate::model::SharedStr::ptr_eq(a, b), "an unchanged owner keeps its strings");
+
+    // A container whose labels changed takes the new answer's.
+    let (mut moved, _) = containers(answer("train-1"), 10);
+    share_unchanged(&mut moved, Some(&first));
+    assert_eq!(label(moved).pod.as_deref(), Some("train-1"));
 }

@@ -7,7 +7,8 @@
 //!
 //! Layout: `time` (timestamps), `readings` (device facts and what the two
 //! tiers read), `process` (processes and allocator statistics), `probe`,
-//! `oom`, `error_kind`, `rules`, `scenario`; this file keeps the sampling
+//! `oom`, `error_kind`, `rules`, `scenario`, `shared_str` (`SharedStr`, the
+//! reference-counted identity strings); this file keeps the sampling
 //! `Tier`, `RecordMode` and the label enums' `as_str` (`label_as_str!`),
 //! and re-exports the rest.
 
@@ -18,6 +19,7 @@ mod process;
 mod readings;
 mod rules;
 mod scenario;
+mod shared_str;
 mod time;
 
 pub use error_kind::ErrorKind;
@@ -34,6 +36,7 @@ pub use readings::{
 };
 pub use rules::{Direction, RuleId, RuleSettings, RuleSpec, RuleUnit, Severity};
 pub use scenario::{ScenarioKind, UnknownScenario};
+pub use shared_str::SharedStr;
 pub use time::{Timestamp, TimestampOutOfRange, rfc3339};
 
 use serde::{Deserialize, Serialize};

@@ -2,12 +2,16 @@
 //! pod, vramd's own role), per-process utilization and the PyTorch
 //! caching-allocator statistics and snapshot summary a workload reports.
 //!
-//! Depends only on `model`'s bounded-input serde helpers.
+//! The identity strings are [`SharedStr`]: a sample repeats its process's
+//! identity, and a copy of one is a reference count, not an allocation.
+//!
+//! Depends only on `model`'s bounded-input serde helpers and `SharedStr`.
 
 use serde::{Deserialize, Serialize};
 use strum::IntoStaticStr;
 
 use super::readings::percent;
+use super::shared_str::SharedStr;
 
 /// One process holding memory on one device.
 #[serde_with::skip_serializing_none]
@@ -16,7 +20,7 @@ pub struct ProcessInfo {
     /// Host PID, as the driver reports it.
     pub pid: u32,
     /// Short process name (`comm`), when known.
-    pub name: Option<String>,
+    pub name: Option<SharedStr>,
     /// Device memory the driver attributes to the process; absent when the
     /// driver cannot say (e.g. without privileges, or under MIG).
     pub used_bytes: Option<u64>,
@@ -44,10 +48,13 @@ impl ProcessInfo {
 pub struct ProcessDetails {
     pub kind: Option<ProcessKind>,
     /// Command line, truncated to `nvml.max_cmdline_bytes`.
-    pub cmdline: Option<String>,
-    pub container_id: Option<String>,
+    #[schema(value_type = Option<String>)]
+    pub cmdline: Option<SharedStr>,
+    #[schema(value_type = Option<String>)]
+    pub container_id: Option<SharedStr>,
     /// Kubernetes pod UID, from the process's cgroup.
-    pub pod_uid: Option<String>,
+    #[schema(value_type = Option<String>)]
+    pub pod_uid: Option<SharedStr>,
     /// The PID inside the process's own PID namespace (`NSpid`).
     pub namespace_pid: Option<u32>,
     /// SM (compute) utilization of this process over the latest slow-tier
@@ -65,11 +72,14 @@ pub struct ProcessDetails {
     pub role: Option<ProcessRole>,
     /// Kubernetes pod name: from the container runtime (CRI) by container
     /// ID, else from the process's allocator report.
-    pub pod: Option<String>,
+    #[schema(value_type = Option<String>)]
+    pub pod: Option<SharedStr>,
     /// Kubernetes namespace of [`Self::pod`].
-    pub namespace: Option<String>,
+    #[schema(value_type = Option<String>)]
+    pub namespace: Option<SharedStr>,
     /// Container name within [`Self::pod`].
-    pub container: Option<String>,
+    #[schema(value_type = Option<String>)]
+    pub container: Option<SharedStr>,
     /// Summary of the process's last allocator snapshot, when it reports one.
     pub snapshot: Option<SnapshotSummary>,
     /// The allocator's own ceiling, when it preallocated a pool (JAX's

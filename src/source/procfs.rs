@@ -5,7 +5,9 @@
 //! [`ProcessIdentity`]: short name, command line, container ID, Kubernetes
 //! pod UID and the PID inside the process's own PID namespace.
 //!
-//! Depends on nothing but `std`. [`ProcReader::identify`] does file I/O, so
+//! Depends on `model::SharedStr` only: an identity is read once per process
+//! and then repeated in every slow sample, so its strings are shared, never
+//! copied per sample. [`ProcReader::identify`] does file I/O, so
 //! callers run it on blocking threads (the slow tier's `spawn_blocking`).
 //! It never fails and never panics: a field the kernel will not give (the
 //! process exited, no permission, an old kernel) is `None`. Every read is
@@ -14,6 +16,8 @@
 use std::fs::File;
 use std::io::Read;
 use std::path::{Path, PathBuf};
+
+use crate::model::SharedStr;
 
 /// The most bytes read from any one `/proc` file.
 const READ_LIMIT: u64 = 64 * 1024;
@@ -33,15 +37,15 @@ const CONTAINER_PREFIXES: [&str; 4] = ["docker-", "cri-containerd-", "crio-", "l
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ProcessIdentity {
     /// `/proc/<pid>/comm`, trimmed.
-    pub comm: Option<String>,
+    pub comm: Option<SharedStr>,
     /// `/proc/<pid>/cmdline` with NUL separators as spaces, cut as
     /// [`format_cmdline`] does; `None` when disabled, empty (kernel
     /// threads) or unreadable.
-    pub cmdline: Option<String>,
+    pub cmdline: Option<SharedStr>,
     /// 64-hex container ID from `/proc/<pid>/cgroup`.
-    pub container_id: Option<String>,
+    pub container_id: Option<SharedStr>,
     /// Kubernetes pod UID from `/proc/<pid>/cgroup`, with dashes.
-    pub pod_uid: Option<String>,
+    pub pod_uid: Option<SharedStr>,
     /// Innermost PID from the `NSpid` line of `/proc/<pid>/status`; equal to
     /// the host PID when the process is in the reader's PID namespace.
     pub namespace_pid: Option<u32>,
@@ -82,7 +86,15 @@ impl ProcReader {
         let status = read_text(&dir.join("status"));
         let namespace_pid = status.as_deref().and_then(parse_namespace_pid);
         let parent_pid = status.as_deref().and_then(parse_parent_pid);
-        ProcessIdentity { comm, cmdline, container_id, pod_uid, namespace_pid, parent_pid }
+        let shared = |text: Option<String>| text.map(SharedStr::from);
+        ProcessIdentity {
+            comm: shared(comm),
+            cmdline: shared(cmdline),
+            container_id: shared(container_id),
+            pod_uid: shared(pod_uid),
+            namespace_pid,
+            parent_pid,
+        }
     }
 
     /// When `pid` started (clock ticks after boot, `/proc/<pid>/stat` field

@@ -48,7 +48,7 @@ mod tests {
     fn the_probe_is_recognised_by_parent_or_name_and_workloads_are_not() {
         let own = 4_000;
         let identity = |comm: &str, parent: Option<u32>| ProcessIdentity {
-            comm: Some(comm.to_owned()),
+            comm: Some(comm.into()),
             parent_pid: parent,
             ..ProcessIdentity::default()
         };

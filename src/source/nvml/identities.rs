@@ -9,6 +9,10 @@
 //! is then shared); a PID that leaves the list is forgotten with it. So each device holds at most the processes its list
 //! kept (`sampler.max_processes_per_device`), for at most the listed devices.
 //!
+//! What the cache hands out is shared, never copied: the identity is an
+//! `Arc`, its strings `SharedStr`s, so each sample's process list carries
+//! reference counts to the strings read when the PID appeared.
+//!
 //! A PID that stays in consecutive lists is taken to be the same process:
 //! to be otherwise, it would have to exit, be reused by a new process and
 //! that process open a GPU context, all within one slow interval.

@@ -1,6 +1,7 @@
 //! The slow tier of the NVML source: processes and device health.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use nvml_wrapper::Device;
 use nvml_wrapper::enum_wrappers::device::{
@@ -19,6 +20,7 @@ use crate::model::{
     RemappedRows, RetiredPages, SlowDetails, SlowReading,
 };
 use crate::source::cuda::role as probe_role;
+use crate::source::procfs::ProcessIdentity;
 
 // NVML field ids for row remapping (nvml.h: NVML_FI_DEV_REMAPPED_COR, _UNC,
 // _PENDING, _FAILURE); nvml-wrapper has no safe call for
@@ -82,10 +84,18 @@ pub(super) fn processes(
     let kept = processes.len().min(identified);
     let pids: Vec<u32> = processes.iter().take(kept).map(|process| process.pid).collect();
     let own_pid = std::process::id();
-    for (process, identity) in processes.iter_mut().zip(identities.of(index, &pids)) {
+    identify(&mut processes, &identities.of(index, &pids), own_pid);
+    Ok(Some(processes))
+}
+
+/// Puts each identity on its process (the first `identities.len()` ones).
+/// The identity's strings are shared, not copied: a process listed sample
+/// after sample costs reference counts here, never an allocation.
+fn identify(processes: &mut [ProcessInfo], identities: &[Arc<ProcessIdentity>], own_pid: u32) {
+    for (process, identity) in processes.iter_mut().zip(identities) {
         process.name.clone_from(&identity.comm);
         process.details.cmdline.clone_from(&identity.cmdline);
-        if probe_role::is_probe(&identity, own_pid) {
+        if probe_role::is_probe(identity, own_pid) {
             // vramd's own probe runs in vramd's container: attributing it
             // would charge a pod (and its leak check) for vramd's work.
             process.details.role = Some(ProcessRole::Probe);
@@ -95,7 +105,6 @@ pub(super) fn processes(
         }
         process.details.namespace_pid = identity.namespace_pid;
     }
-    Ok(Some(processes))
 }
 
 fn merge_kind(known: Option<ProcessKind>, seen: ProcessKind) -> ProcessKind {
@@ -282,4 +291,66 @@ fn remapped_rows(
         })
     };
     absent.value(index, "remapped rows", read())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::fs;
+
+    use tempfile::TempDir;
+
+    use super::*;
+    use crate::model::SharedStr;
+    use crate::source::procfs::ProcReader;
+
+    fn listed(pid: u32, used_bytes: u64) -> ProcessInfo {
+        ProcessInfo {
+            pid,
+            name: None,
+            used_bytes: Some(used_bytes),
+            allocator: None,
+            details: ProcessDetails { kind: Some(ProcessKind::Compute), ..Default::default() },
+        }
+    }
+
+    /// One slow sample's process list, identified as `processes` does.
+    fn sample(identities: &Identities, used_bytes: u64) -> Vec<ProcessInfo> {
+        let mut processes = vec![listed(10, used_bytes)];
+        identify(&mut processes, &identities.of(0, &[10]), 1);
+        processes
+    }
+
+    #[test]
+    fn an_unchanged_process_shares_its_identity_strings_from_sample_to_sample() {
+        let root = TempDir::new().unwrap();
+        let dir = root.path().join("10");
+        fs::create_dir_all(&dir).unwrap();
+        fs::write(dir.join("comm"), "python3\n").unwrap();
+        fs::write(dir.join("cmdline"), "python3\0train.py\0").unwrap();
+        let id = "ab".repeat(32);
+        let cgroup = format!(
+            "0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-\
+             pod1a2b3c4d_5e6f_7a8b_9c0d_1e2f3a4b5c6d.slice/cri-containerd-{id}.scope\n"
+        );
+        fs::write(dir.join("cgroup"), cgroup).unwrap();
+        let stat = "10 (python3) S 1 1 1 0 -1 4194560 0 0 0 0 0 0 0 0 20 0 1 0 500 0";
+        fs::write(dir.join("stat"), stat).unwrap();
+        let identities = Identities::new(ProcReader::new(root.path(), 64));
+
+        let first = sample(&identities, 1 << 30);
+        let second = sample(&identities, 2 << 30);
+        let (a, b) = (&first[0], &second[0]);
+        assert_eq!(b.name.as_deref(), Some("python3"));
+        assert_eq!(b.details.cmdline.as_deref(), Some("python3 train.py"));
+        assert_eq!(b.details.container_id.as_deref(), Some(id.as_str()));
+        assert!(b.details.pod_uid.is_some());
+        let shared = |x: &Option<SharedStr>, y: &Option<SharedStr>| match (x, y) {
+            (Some(x), Some(y)) => SharedStr::ptr_eq(x, y),
+            _ => false,
+        };
+        assert!(shared(&a.name, &b.name), "the name is one string, not a copy per sample");
+        assert!(shared(&a.details.cmdline, &b.details.cmdline));
+        assert!(shared(&a.details.container_id, &b.details.container_id));
+        assert!(shared(&a.details.pod_uid, &b.details.pod_uid));
+    }
 }

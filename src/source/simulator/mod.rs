@@ -71,6 +71,7 @@ pub mod corpus;
 mod devices;
 pub mod expectations;
 mod leak;
+mod names;
 mod noise;
 mod probe;
 mod process;
@@ -85,6 +86,8 @@ mod tests;
 mod tests_scenarios;
 
 pub use crate::model::{ScenarioKind, UnknownScenario};
+
+use std::sync::Arc;
 
 use crate::clock::ScaledClock;
 use crate::model::{DeviceInfo, FastReading, MemoryInfo, SlowDetails, SlowReading, Timestamp};
@@ -130,6 +133,8 @@ pub struct Simulator {
     /// When set, each process carries a container ID derived from its
     /// device and PID, as NVML's processes do from `/proc/PID/cgroup`.
     container_ids: bool,
+    /// Shared by clones: the strings every slow sample repeats, made once.
+    names: Arc<names::Names>,
 }
 
 const UTILIZATION_STEP_MS: u64 = 250;
@@ -159,6 +164,7 @@ impl Simulator {
             origin,
             reports_allocator: false,
             container_ids: false,
+            names: Arc::default(),
         })
     }
 
@@ -213,7 +219,7 @@ impl Simulator {
             .processes
             .iter()
             .map(|p| {
-                let mut info = p.to_info();
+                let mut info = p.to_info(self.names.name(p.name));
                 info.details.sm_utilization_percent = Some(percent(share));
                 info.details.memory_utilization_percent = Some(percent(share * 0.6));
                 info
@@ -302,12 +308,17 @@ impl DeviceSource for Simulator {
 
     fn read_slow(&self, index: u32) -> Result<SlowReading, SourceError> {
         let mut reading = self.slow_at(index, self.clock.now())?;
-        for process in reading.processes.iter_mut().flatten() {
-            if self.reports_allocator {
+        let processes = reading.processes.as_deref_mut().unwrap_or_default();
+        if self.reports_allocator {
+            for process in processes.iter_mut() {
                 process.allocator = None;
             }
-            if self.container_ids {
-                process.details.container_id = Some(container_id(index, process.pid));
+        }
+        if self.container_ids {
+            let pids = processes.iter().map(|process| process.pid);
+            let ids = self.names.container_ids(index, pids, |pid| container_id(index, pid));
+            for (process, id) in processes.iter_mut().zip(ids) {
+                process.details.container_id = Some(id);
             }
         }
         Ok(reading)

@@ -9,7 +9,7 @@
 
 use super::devices::{GpuModel, MIB};
 use super::noise::{self, Stream};
-use crate::model::{AllocatorStats, ProcessInfo};
+use crate::model::{AllocatorStats, ProcessInfo, SharedStr};
 
 const SECOND_MS: u64 = 1_000;
 
@@ -89,10 +89,12 @@ impl SimProcess {
         Self { pid, name, used_bytes, allocator: None }
     }
 
-    pub fn to_info(&self) -> ProcessInfo {
+    /// The process as a reading lists it, named `name` (its [`Self::name`],
+    /// made once by the simulator and shared sample after sample).
+    pub fn to_info(&self, name: SharedStr) -> ProcessInfo {
         ProcessInfo {
             pid: self.pid,
-            name: Some(self.name.to_owned()),
+            name: Some(name),
             used_bytes: Some(self.used_bytes),
             allocator: self.allocator,
             details: Default::default(),

@@ -126,7 +126,7 @@ fn slow_script(device: u32) -> Vec<Result<SlowReading, SourceError>> {
                                 details: ProcessDetails {
                                     kind: Some(ProcessKind::Compute),
                                     cmdline: Some("python3 train.py --lr 3e-4".into()),
-                                    container_id: Some("ab".repeat(32)),
+                                    container_id: Some("ab".repeat(32).into()),
                                     pod_uid: None,
                                     namespace_pid: Some(7),
                                     sm_utilization_percent: Some(83),

@@ -327,7 +327,7 @@ impl CorpusRun {
             });
             out.push(ProcessInfo {
                 pid: job.pid,
-                name: Some(job.name.to_owned()),
+                name: Some(job.name.into()),
                 used_bytes: Some(memory.nvml_used),
                 allocator,
                 details: Default::default(),
@@ -383,7 +383,7 @@ impl Tenant {
     fn at(&self, seed: u64, t_ms: u64) -> ProcessInfo {
         let process = |pid: u32, name: &str, used: u64| ProcessInfo {
             pid,
-            name: Some(name.to_owned()),
+            name: Some(name.into()),
             used_bytes: Some(used),
             allocator: None,
             details: Default::default(),
