@@ -202,7 +202,10 @@ pub fn assess_leak(
         return Err(NotALeak::TooShort);
     };
     let longest_from = now.saturating_sub(longest_window);
-    let longest = scratch.line(series, longest_from, params.buckets).ok_or(NotALeak::NoTrend)?;
+    // Fewer, wider buckets where the window holds few observations.
+    let longest_buckets =
+        density::buckets(series, longest_from, longest_window, params).ok_or(NotALeak::NoTrend)?;
+    let longest = scratch.line(series, longest_from, longest_buckets).ok_or(NotALeak::NoTrend)?;
     let verdict = judge(&longest, params)
         .or_else(|reason| sequential(scratch, &longest, longest_window, params).ok_or(reason));
     let full = longest_window >= params.window;
@@ -213,7 +216,7 @@ pub fn assess_leak(
     {
         // A dip's low is no return, and the steps down into it and back
         // up are no levelling off: judged again on the floor between dips.
-        let masked = scratch.line_without_dips(series, longest_from, params.buckets, Some(dips));
+        let masked = scratch.line_without_dips(series, longest_from, longest_buckets, Some(dips));
         let rise = masked.and_then(|line| {
             judge(&line, params).ok().or_else(|| sequential(scratch, &line, longest_window, params))
         });
@@ -222,7 +225,7 @@ pub fn assess_leak(
         }
         // The rest reads the whole floor, dips and all: the same line as
         // `longest`, read again into the scratch.
-        scratch.line(series, longest_from, params.buckets).ok_or(NotALeak::NoTrend)?;
+        scratch.line(series, longest_from, longest_buckets).ok_or(NotALeak::NoTrend)?;
     }
     let came_back = verdict == Err(NotALeak::ReturnsToBaseline)
         && !climbing_still(scratch.points(), &longest, params);
@@ -239,7 +242,10 @@ pub fn assess_leak(
     let mut held_on: Option<FloorLine> = None;
     for &window in shorter.iter().rev() {
         let from = now.saturating_sub(window);
-        let Some(line) = scratch.line(series, from, params.buckets) else { continue };
+        let buckets = density::buckets(series, from, window, params);
+        let Some(line) = buckets.and_then(|buckets| scratch.line(series, from, buckets)) else {
+            continue;
+        };
         if held && held_on.is_none() && window > params.shortest_window && holds(&line, params) {
             held_on = Some(line);
         }
@@ -444,6 +450,7 @@ pub fn detect_process_leak(
         .map(|evidence| evidence.into_finding(process.pid, metric))
 }
 
+mod density;
 mod params;
 pub mod sequential;
 
