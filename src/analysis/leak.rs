@@ -12,7 +12,10 @@
 //! clean rise is called on the short window within minutes; a slow one only
 //! stands out of the scatter on a long one. A window is judged only once the
 //! process covers it, counted from the process's own first sample plus a
-//! `warmup` grace (from the window's start for a process already there).
+//! `warmup` grace (from the window's start for a process already there),
+//! and only where its floor buckets hold enough observations
+//! (`leak::density`: a sparse slow tier or report cadence leaves the short
+//! windows unjudged).
 //! A window shows a leak when all of these hold:
 //!
 //! 1. the floor's Theil–Sen slope is at least `min_slope_bytes_per_second`;
@@ -185,8 +188,15 @@ pub fn assess_leak(
         return Err(NotALeak::NoTrend);
     };
     let predates = first <= window_start.saturating_add(PREDATES_TOLERANCE);
-    let judged_from = if predates { first } else { first.saturating_add(params.warmup) };
-    let covered = now.duration_since(judged_from).unwrap_or_default();
+    // A process there when the window began covers every window, whatever
+    // the slow tier's cadence puts its first and newest samples a few
+    // seconds inside the window (at a 10 s slow tier, counting from those
+    // left the longest window uncovered for ever).
+    let covered = if predates {
+        params.window
+    } else {
+        now.duration_since(first.saturating_add(params.warmup)).unwrap_or_default()
+    };
     let mut windows = Vec::with_capacity(8);
     let mut window = params.shortest_window.min(params.window);
     while !window.is_zero() && window <= covered && windows.len() < 8 {
