@@ -269,8 +269,9 @@ fn a_clock_stepping_back_is_no_leak() {
     let raw = trace_with(&[job], 1_300, None, &stepped, false);
     let mut file = tempfile::NamedTempFile::new().unwrap();
     std::io::Write::write_all(&mut file, raw.as_bytes()).unwrap();
-    let error = vramd::source::trace::Replay::open_bounded(file.path(), 1 << 20, 1 << 28)
-        .err()
-        .expect("a backwards trace is refused");
+    let Err(error) = vramd::source::trace::Replay::open_bounded(file.path(), 1 << 20, 1 << 28)
+    else {
+        panic!("a backwards trace is refused")
+    };
     assert!(error.to_string().contains("line 2402"), "{error}");
 }
