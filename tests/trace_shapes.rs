@@ -90,7 +90,7 @@ fn unit(pid: u32, t: f64) -> f64 {
 /// than the newest one written is left out, as the recorder leaves it out
 /// (docs/trace-format.md, "Ordering").
 fn trace(jobs: &[Job], seconds: u32, gap: Option<(f64, f64)>, time: &dyn Fn(f64) -> i64) -> String {
-    trace_with(jobs, seconds, gap, time, true)
+    trace_with(jobs, seconds, gap, time, true, 1)
 }
 
 fn trace_with(
@@ -99,6 +99,7 @@ fn trace_with(
     gap: Option<(f64, f64)>,
     time: &dyn Fn(f64) -> i64,
     as_recorded: bool,
+    slow_every: u32,
 ) -> String {
     let origin = GOLDEN_ORIGIN.unix_millis();
     let mut text = format!("{HEADER}\n");
@@ -128,6 +129,9 @@ fn trace_with(
             r#"{{"record":"fast","device":0,"at":{at},"memory":{{"total_bytes":{TOTAL},"reserved_bytes":{DRIVER_RESERVED},"used_bytes":{used},"free_bytes":{free}}}}}"#
         ));
         text.push('\n');
+        if second % slow_every.max(1) != 0 {
+            continue;
+        }
         text.push_str(&format!(
             r#"{{"record":"slow","device":0,"at":{at},"processes":[{}]}}"#,
             processes.join(",")
@@ -266,7 +270,7 @@ fn a_clock_stepping_back_is_no_leak() {
     assert_silent("clock stepped back", &trace(&[job], 3_600, None, &stepped));
     // The same steps written as they came (no recorder writes that): the
     // trace is refused with the line named, not replayed out of order.
-    let raw = trace_with(&[job], 1_300, None, &stepped, false);
+    let raw = trace_with(&[job], 1_300, None, &stepped, false, 1);
     let mut file = tempfile::NamedTempFile::new().unwrap();
     std::io::Write::write_all(&mut file, raw.as_bytes()).unwrap();
     let Err(error) = vramd::source::trace::Replay::open_bounded(file.path(), 1 << 20, 1 << 28)
@@ -274,4 +278,20 @@ fn a_clock_stepping_back_is_no_leak() {
         panic!("a backwards trace is refused")
     };
     assert!(error.to_string().contains("line 2402"), "{error}");
+}
+
+#[test]
+fn a_slow_tier_of_ten_seconds_stays_silent_and_still_calls_a_leak() {
+    // Process lists every 10 s (the fast tier each second): the short leak
+    // windows hold too few lists to be judged; the 30-minute one still is.
+    let steady = Job::steady(4242, 0.0, 4_000.0, 20.0);
+    assert_silent("slow tier 10 s", &trace_with(&[steady], 3_600, None, &plain, true, 10));
+    let leaking = Job { leak: Some((600.0, 4.0 * MIB)), ..steady };
+    let report = replay(&trace_with(&[leaking], 3_600, None, &plain, true, 10));
+    let fired = firings(&report);
+    let leak = fired.iter().find(|(rule, pid, _)| rule == "leak_suspected" && *pid == Some(4242));
+    let Some(&(_, _, at)) = leak else {
+        panic!("the leak was not called: {fired:?}\n{}", analyze::render_table(&report))
+    };
+    assert!(at > 600.0 && at <= 600.0 + 35.0 * 60.0, "called at {at} s");
 }
