@@ -295,3 +295,17 @@ fn a_slow_tier_of_ten_seconds_stays_silent_and_still_calls_a_leak() {
     };
     assert!(at > 600.0 && at <= 600.0 + 35.0 * 60.0, "called at {at} s");
 }
+
+#[test]
+fn process_lists_every_twelve_seconds_still_call_a_leak() {
+    // 12 s does not divide the window: the first list inside it falls up
+    // to 12 s after its start, and a process there all along must still
+    // count as covering it.
+    let steady = Job::steady(4242, 0.0, 4_000.0, 20.0);
+    assert_silent("slow tier 12 s", &trace_with(&[steady], 3_600, None, &plain, true, 12));
+    let leaking = Job { leak: Some((600.0, 4.0 * MIB)), ..steady };
+    let report = replay(&trace_with(&[leaking], 3_600, None, &plain, true, 12));
+    let fired = firings(&report);
+    let called = fired.iter().any(|(rule, pid, _)| rule == "leak_suspected" && *pid == Some(4242));
+    assert!(called, "the leak was not called: {fired:?}\n{}", analyze::render_table(&report));
+}

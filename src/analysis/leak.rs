@@ -187,7 +187,15 @@ pub fn assess_leak(
     let (Some(&(first, _)), Some(&(now, _))) = (series.first(), series.last()) else {
         return Err(NotALeak::NoTrend);
     };
-    let predates = first <= window_start.saturating_add(PREDATES_TOLERANCE);
+    // The first point of a process there all along lies within one
+    // observation interval of the window's start: with process lists or
+    // allocator reports every 12 s it may be 12 s in. The interval is the
+    // window's mean spacing (a gap in a trace barely moves it); at one
+    // observation a second the fixed tolerance stands.
+    let span = now.duration_since(first).unwrap_or_default();
+    let spacing = span.as_secs_f64() / series.len().saturating_sub(1).max(1) as f64;
+    let tolerance = PREDATES_TOLERANCE.max(Duration::from_secs_f64(1.5 * spacing));
+    let predates = first <= window_start.saturating_add(tolerance);
     // A process there when the window began covers every window, whatever
     // the slow tier's cadence puts its first and newest samples a few
     // seconds inside the window (at a 10 s slow tier, counting from those

@@ -67,4 +67,20 @@ mod tests {
         let late = Timestamp::from_unix_millis(2_000);
         assert_eq!(buckets(&series(1_000, 121), late, two, &params), None);
     }
+
+    #[test]
+    fn a_process_there_all_along_covers_the_window_at_a_sparse_cadence() {
+        // Lists every 12 s, the first 12 s after the window's start: the
+        // process was there before it, so the 30-minute window is judged
+        // (the 16-minute one holds too few lists to be).
+        let params = LeakParams::default();
+        let start = Timestamp::from_unix_millis(0);
+        let series: Vec<(Timestamp, u64)> = (1..=150)
+            .map(|i| (Timestamp::from_unix_millis(i * 12_000), 20 << 30 | (i as u64) << 22))
+            .collect();
+        let mut scratch = crate::analysis::floor::FloorScratch::default();
+        let found = super::super::assess_leak(&mut scratch, &series, start, false, &params);
+        let evidence = found.unwrap_or_else(|reason| panic!("not judged a leak: {reason:?}"));
+        assert!(evidence.window_seconds > 1_700.0, "{evidence:?}");
+    }
 }
