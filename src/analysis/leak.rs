@@ -222,7 +222,7 @@ pub fn assess_leak(
     let longest_from = now.saturating_sub(longest_window);
     // Fewer, wider buckets where the window holds few observations.
     let longest_buckets =
-        density::buckets(series, longest_from, longest_window, params).ok_or(NotALeak::NoTrend)?;
+        density::buckets(series, longest_from, params).ok_or(NotALeak::NoTrend)?;
     let longest = scratch.line(series, longest_from, longest_buckets).ok_or(NotALeak::NoTrend)?;
     let verdict = judge(&longest, params)
         .or_else(|reason| sequential(scratch, &longest, longest_window, params).ok_or(reason));
@@ -260,7 +260,7 @@ pub fn assess_leak(
     let mut held_on: Option<FloorLine> = None;
     for &window in shorter.iter().rev() {
         let from = now.saturating_sub(window);
-        let buckets = density::buckets(series, from, window, params);
+        let buckets = density::buckets(series, from, params);
         let Some(line) = buckets.and_then(|buckets| scratch.line(series, from, buckets)) else {
             continue;
         };

@@ -20,8 +20,6 @@
 //! speaks instead. At one observation a second every window is judged, so
 //! the default figures do not move.
 
-use std::time::Duration;
-
 use crate::model::Timestamp;
 
 use super::LeakParams;
@@ -29,13 +27,12 @@ use super::LeakParams;
 /// Least observations per floor bucket, on average over the window.
 const PER_BUCKET: usize = 5;
 
-/// Whether the window of `series` (oldest first) from `from` holds enough
-/// observations to judge its floor on `params.buckets` buckets. `_window`
-/// is the window's length, for symmetry with the callers' loop.
+/// The buckets to judge the window of `series` (oldest first) from `from`
+/// on: `params.buckets`, or `None` when the window holds too few
+/// observations to fill them.
 pub(super) fn buckets(
     series: &[(Timestamp, u64)],
     from: Timestamp,
-    _window: Duration,
     params: &LeakParams,
 ) -> Option<usize> {
     let observations = series.len() - series.partition_point(|&(at, _)| at < from);
@@ -54,18 +51,15 @@ mod tests {
     fn a_window_sampled_each_second_is_judged_and_a_sparse_one_is_not() {
         let params = LeakParams::default();
         let start = Timestamp::from_unix_millis(0);
-        let two = params.shortest_window;
         // One a second: 121 samples in 2 minutes.
-        assert_eq!(buckets(&series(1_000, 121), start, two, &params), Some(params.buckets));
+        assert_eq!(buckets(&series(1_000, 121), start, &params), Some(params.buckets));
         // One every 10 s: 97 in 16 minutes, 4 a bucket; 181 in 30 do.
-        let sixteen = Duration::from_secs(960);
-        assert_eq!(buckets(&series(10_000, 97), start, sixteen, &params), None);
-        let thirty = Duration::from_secs(1_800);
-        let dense = buckets(&series(10_000, 181), start, thirty, &params);
+        assert_eq!(buckets(&series(10_000, 97), start, &params), None);
+        let dense = buckets(&series(10_000, 181), start, &params);
         assert_eq!(dense, Some(params.buckets));
         // Only what lies from `from` on counts.
         let late = Timestamp::from_unix_millis(2_000);
-        assert_eq!(buckets(&series(1_000, 121), late, two, &params), None);
+        assert_eq!(buckets(&series(1_000, 121), late, &params), None);
     }
 
     #[test]
