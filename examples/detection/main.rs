@@ -26,6 +26,7 @@ mod explain;
 mod forecast;
 mod play;
 mod pooled;
+mod sampling;
 
 use std::time::Duration;
 
@@ -92,10 +93,12 @@ fn parse() -> Args {
             "--leak-for" => args.leak_for = Some(number(&flag, &value)),
             "--leak-threshold" => args.leak_threshold = Some(number(&flag, &value)),
             "--explain" => args.explain = Some(number(&flag, &value)),
-            "--fast-interval" => args.fast_interval = Some(duration(&flag, &value)),
-            "--slow-interval" => args.slow_interval = Some(duration(&flag, &value)),
-            "--evaluation-interval" => args.evaluation_interval = Some(duration(&flag, &value)),
-            "--report-interval" => args.report_interval = Some(duration(&flag, &value)),
+            "--fast-interval" => args.fast_interval = Some(sampling::duration(&flag, &value)),
+            "--slow-interval" => args.slow_interval = Some(sampling::duration(&flag, &value)),
+            "--evaluation-interval" => {
+                args.evaluation_interval = Some(sampling::duration(&flag, &value))
+            }
+            "--report-interval" => args.report_interval = Some(sampling::duration(&flag, &value)),
             "--param" => {
                 let (name, number_text) =
                     value.split_once('=').unwrap_or_else(|| panic!("--param NAME=VALUE: {value}"));
@@ -257,39 +260,6 @@ pub fn print_false_alarms<'a>(
     println!("(leak runs: {leak_runs_false} alarms on other processes or before the onset)");
 }
 
-fn duration(flag: &str, value: &str) -> Duration {
-    vramd::config::parse_duration(value).unwrap_or_else(|error| panic!("{flag} {value}: {error}"))
-}
-
-/// The sampler and evaluation flags into `config`, refused where the
-/// configuration would refuse them (bounds of each key, a slow tier
-/// faster than the fast one).
-fn sampling(config: &mut Config, args: &Args) {
-    let within = |flag: &str, value: Duration, low: Duration, high: Duration| {
-        assert!(
-            (low..=high).contains(&value),
-            "{flag} must be between {low:?} and {high:?} (the configuration's bounds)"
-        );
-        value
-    };
-    let (ms, hour) = (Duration::from_millis, Duration::from_secs(3600));
-    if let Some(value) = args.fast_interval {
-        config.sampler.fast_interval = within("--fast-interval", value, ms(10), hour);
-    }
-    if let Some(value) = args.slow_interval {
-        config.sampler.slow_interval = within("--slow-interval", value, ms(100), hour);
-    }
-    if let Some(value) = args.evaluation_interval {
-        let ten_min = Duration::from_secs(600);
-        config.alerts.evaluation_interval =
-            within("--evaluation-interval", value, ms(100), ten_min);
-    }
-    assert!(
-        config.sampler.slow_interval >= config.sampler.fast_interval,
-        "the slow interval must be at least the fast interval (sampler.slow_interval)"
-    );
-}
-
 fn number<T: std::str::FromStr>(flag: &str, value: &str) -> T {
     value.parse().unwrap_or_else(|_| panic!("bad value for {flag}: {value}"))
 }
@@ -323,7 +293,7 @@ fn main() {
     if let Some(threshold) = args.leak_threshold {
         config.alerts.rules.leak_suspected.threshold = threshold;
     }
-    sampling(&mut config, &args);
+    sampling::apply(&mut config, &args);
     let leak_rule = &config.alerts.rules.leak_suspected;
     let custom = args.fast_interval.is_some()
         || args.slow_interval.is_some()
