@@ -39,4 +39,12 @@ pub fn apply(config: &mut Config, args: &Args) {
         config.sampler.slow_interval >= config.sampler.fast_interval,
         "the slow interval must be at least the fast interval (sampler.slow_interval)"
     );
+    // As the configuration refuses it (`config::validate`): the leak
+    // window must hold 120 process lists, or no window is ever judged.
+    let rules = &config.alerts.rules;
+    let lists = rules.leak_window.as_nanos() / config.sampler.slow_interval.as_nanos().max(1);
+    assert!(
+        !rules.leak_suspected.enabled || lists >= 120,
+        "--slow-interval leaves alerts.leak_suspected.window {lists} process lists; at least 120"
+    );
 }
