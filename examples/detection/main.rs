@@ -11,6 +11,13 @@
 //! `--seeds 1-6` (or `1,2,3`) plays several seeds' corpora and prints figures
 //! pooled over all of them (`pooled.rs`); `--jobs N` plays N seeds side by
 //! side (default 1: the figures are CPU-bound and the machine is shared).
+//! `--fast-interval`, `--slow-interval` and `--evaluation-interval` (`250ms`,
+//! `1s`, …) play the corpus at other sampler settings, with the meaning of
+//! `sampler.fast_interval`, `sampler.slow_interval` and
+//! `alerts.evaluation_interval` and refused as the configuration refuses
+//! them; `--report-interval` has each process's allocator statistics
+//! refreshed only that often (a workload's reporter posting every few
+//! seconds) instead of at every slow sample.
 
 // An example, not the daemon: a bad argument ends it with a message.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -19,6 +26,7 @@ mod explain;
 mod forecast;
 mod play;
 mod pooled;
+mod sampling;
 
 use std::time::Duration;
 
@@ -42,6 +50,13 @@ struct Args {
     params: Vec<(String, f64)>,
     /// `--explain RUN`: the leak checks of one run, then stop.
     explain: Option<usize>,
+    /// `--fast-interval`, `--slow-interval`, `--evaluation-interval`:
+    /// sampler and evaluation settings other than the defaults.
+    fast_interval: Option<Duration>,
+    slow_interval: Option<Duration>,
+    evaluation_interval: Option<Duration>,
+    /// `--report-interval`: allocator reports this often, not per slow sample.
+    report_interval: Option<Duration>,
     verbose: bool,
 }
 
@@ -56,6 +71,10 @@ fn parse() -> Args {
         leak_threshold: None,
         params: Vec::new(),
         explain: None,
+        fast_interval: None,
+        slow_interval: None,
+        evaluation_interval: None,
+        report_interval: None,
         verbose: false,
     };
     let mut words = std::env::args().skip(1);
@@ -74,6 +93,12 @@ fn parse() -> Args {
             "--leak-for" => args.leak_for = Some(number(&flag, &value)),
             "--leak-threshold" => args.leak_threshold = Some(number(&flag, &value)),
             "--explain" => args.explain = Some(number(&flag, &value)),
+            "--fast-interval" => args.fast_interval = Some(sampling::duration(&flag, &value)),
+            "--slow-interval" => args.slow_interval = Some(sampling::duration(&flag, &value)),
+            "--evaluation-interval" => {
+                args.evaluation_interval = Some(sampling::duration(&flag, &value))
+            }
+            "--report-interval" => args.report_interval = Some(sampling::duration(&flag, &value)),
             "--param" => {
                 let (name, number_text) =
                     value.split_once('=').unwrap_or_else(|| panic!("--param NAME=VALUE: {value}"));
@@ -168,7 +193,11 @@ fn play_seed(seed: u64, args: &Args, config: &Config) -> Played {
     let runs = corpus_of(seed, args);
     let outcomes = runs
         .iter()
-        .map(|run| play::play_with(run, config, &|settings| tweak(settings, &args.params)))
+        .map(|run| {
+            play::play_with(run, config, args.report_interval, &|settings| {
+                tweak(settings, &args.params)
+            })
+        })
         .collect();
     let cpu_s = started.zip(cpu_ns()).map(|(a, b)| b.saturating_sub(a) as f64 / 1e9);
     Played { seed, runs, outcomes, cpu_s }
@@ -265,7 +294,23 @@ fn main() {
     if let Some(threshold) = args.leak_threshold {
         config.alerts.rules.leak_suspected.threshold = threshold;
     }
+    sampling::apply(&mut config, &args);
     let leak_rule = &config.alerts.rules.leak_suspected;
+    let custom = args.fast_interval.is_some()
+        || args.slow_interval.is_some()
+        || args.evaluation_interval.is_some()
+        || args.report_interval.is_some();
+    // Only when changed: the default run's output stays as it was.
+    if custom {
+        println!(
+            "sampling: fast {:?}, slow {:?}, evaluation {:?}, allocator reports {}",
+            config.sampler.fast_interval,
+            config.sampler.slow_interval,
+            config.alerts.evaluation_interval,
+            args.report_interval
+                .map_or_else(|| "every slow sample".to_owned(), |d| format!("every {d:?}"))
+        );
+    }
     if let Some(seeds) = &args.seeds {
         println!(
             "corpus seeds {seeds:?}, {} runs + {} growth runs each; leak_suspected threshold {:.0} B/s, for {} s",
@@ -293,7 +338,9 @@ fn main() {
         let mut settings = vramd::app::analyze_settings(&config);
         tweak(&mut settings, &params);
         let run = runs.get(index).unwrap_or_else(|| panic!("no run {index}"));
-        let outcome = play::play_with(run, &config, &|settings| tweak(settings, &params));
+        let outcome = play::play_with(run, &config, args.report_interval, &|settings| {
+            tweak(settings, &params)
+        });
         // A growth run, or any run the forecast fired on falsely: the
         // forecast's checks; otherwise the leak's.
         let forecast_fired = match run.label {
@@ -317,7 +364,11 @@ fn main() {
     }
     let outcomes: Vec<play::Outcome> = runs
         .iter()
-        .map(|run| play::play_with(run, &config, &|settings| tweak(settings, &params)))
+        .map(|run| {
+            play::play_with(run, &config, args.report_interval, &|settings| {
+                tweak(settings, &params)
+            })
+        })
         .collect();
     let cpu_s = started.zip(cpu_ns()).map(|(a, b)| b.saturating_sub(a) as f64 / 1e9);
 

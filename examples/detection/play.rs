@@ -41,14 +41,17 @@ pub struct Outcome {
 // The benchmark calls `play_with`; `tests/detection.rs` calls this.
 #[allow(dead_code)]
 pub fn play(run: &CorpusRun, config: &Config) -> Outcome {
-    play_with(run, config, &|_| {})
+    play_with(run, config, None, &|_| {})
 }
 
 /// [`play`] with the analysis settings changed by `tweak` first (the
-/// benchmark's `--param`: the code constants of the tests, for tuning).
+/// benchmark's `--param`: the code constants of the tests, for tuning), and
+/// allocator statistics refreshed only every `reports` (`--report-interval`;
+/// `None`: at every slow sample, as the corpus draws them).
 pub fn play_with(
     run: &CorpusRun,
     config: &Config,
+    reports: Option<Duration>,
     tweak: &dyn Fn(&mut vramd::analyze::AnalyzeSettings),
 ) -> Outcome {
     // Sized, analysed and judged exactly as `vramd analyze` does.
@@ -74,6 +77,7 @@ pub fn play_with(
         first_false_forecast_s: None,
         false_alarms: Vec::new(),
     };
+    let mut reporter = reports.map(Reporter::new);
     for step in 0..=steps {
         let at =
             GOLDEN_ORIGIN.saturating_add(Duration::from_nanos((fast.as_nanos() * step) as u64));
@@ -81,7 +85,11 @@ pub fn play_with(
             let _ = device.record_fast(run.fast_at(at));
             outcome.samples += 1;
             if step % slow_every == 0 {
-                let _ = device.record_slow(run.slow_at(at), 0);
+                let mut slow = run.slow_at(at);
+                if let Some(reporter) = reporter.as_mut() {
+                    reporter.join(&mut slow);
+                }
+                let _ = device.record_slow(slow, 0);
                 outcome.samples += 1;
             }
         }
@@ -98,6 +106,40 @@ pub fn play_with(
         }
     }
     outcome
+}
+
+/// Allocator reports at a cadence of their own, as a workload's reporter
+/// posts them (the Python reporter's default is every 5 s) and the daemon
+/// joins the latest one onto each slow sample: between two reports a
+/// process carries the statistics of the last, taken at whatever phase of
+/// the training step the report caught. Each process reports on its own
+/// phase (from its PID), so reports of several processes do not line up.
+struct Reporter {
+    every_ms: i64,
+    /// Per PID: the report slot last taken and its statistics.
+    last: Vec<(u32, i64, vramd::model::AllocatorStats)>,
+}
+
+impl Reporter {
+    fn new(every: Duration) -> Self {
+        let every_ms = i64::try_from(every.as_millis()).unwrap_or(i64::MAX).max(1);
+        Self { every_ms, last: Vec::new() }
+    }
+
+    fn join(&mut self, slow: &mut vramd::model::SlowReading) {
+        let at_ms = slow.at.unix_millis();
+        for process in slow.processes.iter_mut().flatten() {
+            let Some(fresh) = process.allocator else { continue };
+            let phase =
+                i64::from(process.pid.wrapping_mul(2_654_435_761) % 1_000) * self.every_ms / 1_000;
+            let slot = (at_ms + phase).div_euclid(self.every_ms);
+            match self.last.iter_mut().find(|(pid, _, _)| *pid == process.pid) {
+                Some((_, taken, stats)) if *taken == slot => process.allocator = Some(*stats),
+                Some(entry) => *entry = (process.pid, slot, fresh),
+                None => self.last.push((process.pid, slot, fresh)),
+            }
+        }
+    }
 }
 
 fn score(outcome: &mut Outcome, alert: &vramd::alerts::Alert, seconds: f64) {

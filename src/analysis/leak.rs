@@ -13,7 +13,10 @@
 //! clean rise is called on the short window within minutes; a slow one only
 //! stands out of the scatter on a long one. A window is judged only once the
 //! process covers it, counted from the process's own first sample plus a
-//! `warmup` grace (from the window's start for a process already there).
+//! `warmup` grace (from the window's start for a process already there),
+//! and only where its floor buckets hold enough observations
+//! (`leak::density`: a sparse slow tier or report cadence leaves the short
+//! windows unjudged).
 //! A window shows a leak when all of these hold:
 //!
 //! 1. the floor's Theil–Sen slope is at least `min_slope_bytes_per_second`;
@@ -210,9 +213,24 @@ fn assess(
     let (Some(&(first, _)), Some(&(now, _))) = (series.first(), series.last()) else {
         return Err(NotALeak::NoTrend);
     };
-    let predates = first <= window_start.saturating_add(PREDATES_TOLERANCE);
-    let judged_from = if predates { first } else { first.saturating_add(params.warmup) };
-    let covered = now.duration_since(judged_from).unwrap_or_default();
+    // The first point of a process there all along lies within one
+    // observation interval of the window's start: with process lists or
+    // allocator reports every 12 s it may be 12 s in. The interval is the
+    // window's mean spacing (a gap in a trace barely moves it); at one
+    // observation a second the fixed tolerance stands.
+    let span = now.duration_since(first).unwrap_or_default();
+    let spacing = span.as_secs_f64() / series.len().saturating_sub(1).max(1) as f64;
+    let tolerance = PREDATES_TOLERANCE.max(Duration::from_secs_f64(1.5 * spacing));
+    let predates = first <= window_start.saturating_add(tolerance);
+    // A process there when the window began covers every window, whatever
+    // the slow tier's cadence puts its first and newest samples a few
+    // seconds inside the window (at a 10 s slow tier, counting from those
+    // left the longest window uncovered for ever).
+    let covered = if predates {
+        params.window
+    } else {
+        now.duration_since(first.saturating_add(params.warmup)).unwrap_or_default()
+    };
     let mut windows = Vec::with_capacity(8);
     let mut window = params.shortest_window.min(params.window);
     while !window.is_zero() && window <= covered && windows.len() < 8 {
@@ -228,7 +246,10 @@ fn assess(
         return Err(NotALeak::TooShort);
     };
     let longest_from = now.saturating_sub(longest_window);
-    let longest = scratch.line(series, longest_from, params.buckets).ok_or(NotALeak::NoTrend)?;
+    // Fewer, wider buckets where the window holds few observations.
+    let longest_buckets =
+        density::buckets(series, longest_from, params).ok_or(NotALeak::NoTrend)?;
+    let longest = scratch.line(series, longest_from, longest_buckets).ok_or(NotALeak::NoTrend)?;
     let verdict = judge(&longest, params)
         .or_else(|reason| sequential(scratch, &longest, longest_window, params).ok_or(reason));
     trace.window(scratch, &longest, longest_window, params, |record| {
@@ -242,7 +263,7 @@ fn assess(
     {
         // A dip's low is no return, and the steps down into it and back
         // up are no levelling off: judged again on the floor between dips.
-        let masked = scratch.line_without_dips(series, longest_from, params.buckets, Some(dips));
+        let masked = scratch.line_without_dips(series, longest_from, longest_buckets, Some(dips));
         let rise = masked.and_then(|line| {
             let rise = judge(&line, params)
                 .or_else(|reason| sequential(scratch, &line, longest_window, params).ok_or(reason));
@@ -257,7 +278,7 @@ fn assess(
         }
         // The rest reads the whole floor, dips and all: the same line as
         // `longest`, read again into the scratch.
-        scratch.line(series, longest_from, params.buckets).ok_or(NotALeak::NoTrend)?;
+        scratch.line(series, longest_from, longest_buckets).ok_or(NotALeak::NoTrend)?;
     }
     let came_back = verdict == Err(NotALeak::ReturnsToBaseline)
         && !climbing_still(scratch.points(), &longest, params);
@@ -274,7 +295,10 @@ fn assess(
     let mut held_on: Option<FloorLine> = None;
     for &window in shorter.iter().rev() {
         let from = now.saturating_sub(window);
-        let Some(line) = scratch.line(series, from, params.buckets) else { continue };
+        let buckets = density::buckets(series, from, params);
+        let Some(line) = buckets.and_then(|buckets| scratch.line(series, from, buckets)) else {
+            continue;
+        };
         if held && held_on.is_none() && window > params.shortest_window && holds(&line, params) {
             held_on = Some(line);
         }
@@ -467,6 +491,7 @@ pub fn detect_process_leak(
         .map(|evidence| evidence.into_finding(process.pid, metric))
 }
 
+mod density;
 mod params;
 pub mod sequential;
 mod trace;

@@ -118,6 +118,8 @@ struct Run {
 #[derive(Debug, Default)]
 struct PidRuns {
     pid: u32,
+    /// The sequence number of the newest sample that listed the process.
+    listed: u32,
     allocated: Vec<Run>,
     used: Vec<Run>,
 }
@@ -176,11 +178,23 @@ impl ProcessWindows {
             let slot = match self.pids.iter().position(|entry| entry.pid == process.pid) {
                 Some(slot) => slot,
                 None => {
-                    self.pids.push(PidRuns { pid: process.pid, ..PidRuns::default() });
+                    self.pids.push(PidRuns { pid: process.pid, listed: seq, ..PidRuns::default() });
                     self.pids.len() - 1
                 }
             };
             let Some(entry) = self.pids.get_mut(slot) else { continue };
+            // Left out of a process list read in between: the process
+            // exited and its PID was given to a new one (or it is the same
+            // job back after a restart). Its figures start afresh, so no
+            // slope spans the two lives' baselines and the new life gets
+            // its own warm-up grace. A gap in sampling (no list read at
+            // all) numbers no sample, so a process seen across a daemon
+            // restart keeps its series.
+            if entry.listed.checked_add(1).is_some_and(|next| next < seq) {
+                entry.allocated.clear();
+                entry.used.clear();
+            }
+            entry.listed = seq;
             // While a process has allocator points the leak follows them
             // (`preferred`), so its NVML series would never be read: not
             // keeping it halves what a reporting process costs (two series
@@ -220,8 +234,8 @@ impl ProcessWindows {
     pub fn processes(&self) -> impl Iterator<Item = PidSeries> + '_ {
         self.pids.iter().map(|entry| PidSeries {
             pid: entry.pid,
-            allocated: self.points(&entry.allocated),
-            used: self.points(&entry.used),
+            allocated: self.points(&entry.allocated, Observed::PerReport),
+            used: self.points(&entry.used, Observed::PerSample),
         })
     }
 
@@ -240,23 +254,46 @@ impl ProcessWindows {
         let times: &[Timestamp] = self.times.make_contiguous();
         for entry in &self.pids {
             buffer.pid = entry.pid;
-            points_from(times, self.first_seq, &entry.allocated, &mut buffer.allocated);
-            points_from(times, self.first_seq, &entry.used, &mut buffer.used);
+            let first = self.first_seq;
+            points_from(times, first, &entry.allocated, Observed::PerReport, &mut buffer.allocated);
+            points_from(times, first, &entry.used, Observed::PerSample, &mut buffer.used);
             visit(buffer);
         }
     }
 
     #[cfg(test)]
-    fn points(&self, runs: &[Run]) -> Vec<(Timestamp, u64)> {
+    fn points(&self, runs: &[Run], observed: Observed) -> Vec<(Timestamp, u64)> {
         let total: u64 = runs.iter().map(|run| u64::from(run.len)).sum();
         let mut points = Vec::with_capacity(usize::try_from(total).unwrap_or(0));
         for run in runs {
             let offset = run.start.saturating_sub(self.first_seq) as usize;
-            let times = self.times.range(offset.min(self.times.len())..).take(run.len as usize);
+            let len = match observed {
+                Observed::PerSample => run.len as usize,
+                Observed::PerReport => 1,
+            };
+            let times = self.times.range(offset.min(self.times.len())..).take(len);
             points.extend(times.map(|&at| (at, run.value)));
         }
         points
     }
+}
+
+/// How often a figure is observed afresh, which sets how many points a
+/// run of one value stands for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Observed {
+    /// NVML usage: read by vramd at every slow sample, so every sample is
+    /// an observation, however often the value repeats.
+    PerSample,
+    /// Allocator statistics: a workload's report (every 5 s by default
+    /// from the Python reporter), joined onto every slow sample until the
+    /// next one arrives. A value repeated sample after sample is the same
+    /// report, one observation: counted once, at its first sample, so a
+    /// bucket minimum over samples that all repeat one report does not
+    /// pass for the bottom of several steps (`leak`'s buckets are sized by
+    /// the observations a window holds). A training process's `allocated`
+    /// differs in every report, so at one report per sample nothing changes.
+    PerReport,
 }
 
 /// `runs` as points into `points` (cleared first), `times` holding the
@@ -266,12 +303,17 @@ fn points_from(
     times: &[Timestamp],
     first_seq: u32,
     runs: &[Run],
+    observed: Observed,
     points: &mut Vec<(Timestamp, u64)>,
 ) {
     points.clear();
     for run in runs {
         let start = (run.start.saturating_sub(first_seq) as usize).min(times.len());
-        let end = start.saturating_add(run.len as usize).min(times.len());
+        let len = match observed {
+            Observed::PerSample => run.len as usize,
+            Observed::PerReport => 1,
+        };
+        let end = start.saturating_add(len).min(times.len());
         let Some(run_times) = times.get(start..end) else { continue };
         points.extend(run_times.iter().map(|&at| (at, run.value)));
     }

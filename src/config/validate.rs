@@ -17,6 +17,9 @@ use super::walk::{Scalar, Values};
 
 /// Most samples `history.retention / sampler.fast_interval` may ask for.
 pub const MAX_SAMPLES_PER_DEVICE: u128 = 10_000_000;
+/// Fewest slow samples `alerts.leak_suspected.window` must hold: its 24
+/// floor buckets with 5 observations each (`analysis::leak::density`).
+pub const MIN_LEAK_WINDOW_SAMPLES: u128 = 120;
 /// Largest `source.speed`.
 pub const MAX_SPEED: f64 = 10_000.0;
 
@@ -93,6 +96,25 @@ pub(super) fn validate(tree: config::Value, values: &Values) -> Result<Config, C
                 "sampler.slow_interval ({}) must be at least sampler.fast_interval ({})",
                 duration(sampler.slow_interval),
                 duration(sampler.fast_interval)
+            ),
+        );
+    }
+    // The leak rule judges a window only when its 24 floor buckets hold 5
+    // process lists each on average (analysis::leak::density); a slower
+    // slow tier could never fill the longest, so the rule would silently
+    // judge nothing.
+    let rules = &config.alerts.rules;
+    let lists = rules.leak_window.as_nanos() / sampler.slow_interval.as_nanos().max(1);
+    if rules.leak_suspected.enabled && lists < MIN_LEAK_WINDOW_SAMPLES {
+        return conflict(
+            "sampler.slow_interval",
+            "alerts.leak_suspected.window",
+            format!(
+                "alerts.leak_suspected.window ({}) holds {lists} process lists at one every {}; \
+                 leak detection needs at least {MIN_LEAK_WINDOW_SAMPLES}: shorten \
+                 sampler.slow_interval, lengthen the window, or disable the rule",
+                duration(rules.leak_window),
+                duration(sampler.slow_interval)
             ),
         );
     }

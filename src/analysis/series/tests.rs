@@ -102,7 +102,8 @@ fn a_reporting_process_keeps_one_series_and_falls_back_to_nvml_once_its_reports_
     let mut windows = ProcessWindows::default();
     windows.add(&slow(0, Some(vec![process(1, Some(100), None, 0)])));
     for second in 1..=3 {
-        windows.add(&slow(second * 1_000, Some(vec![process(1, Some(100), Some(40), 0)])));
+        let allocated = Some(40 + second as u64);
+        windows.add(&slow(second * 1_000, Some(vec![process(1, Some(100), allocated, 0)])));
     }
     let entry = windows.processes().next().unwrap();
     assert!(entry.used.is_empty(), "the NVML series is dropped once allocator points arrive");
@@ -137,22 +138,23 @@ fn unchanged_figures_are_stored_once_and_read_back_point_by_point() {
     for second in 0..100 {
         let allocated = if second < 60 { 40 } else { 50 };
         let mut listed = vec![process(1, Some(100), Some(allocated), 0)];
-        if second % 2 == 1 {
-            listed.push(process(2, Some(7), None, 0));
-        }
+        let used = (second % 2 == 1).then_some(7);
+        listed.push(process(2, used, None, 0));
         windows.add(&slow(second * 1_000, Some(listed)));
         windows.add(&slow(second * 1_000 + 500, None));
     }
-    // Two values for process 1, one for process 2; process 2 missing from
-    // every other sample breaks its runs, which is the gap that must stay,
-    // while a sample without a process list is no gap.
+    // Two values for process 1, one for process 2; process 2 without a
+    // figure in every other sample breaks its runs, which is the gap that
+    // must stay, while a sample without a process list is no gap. (A
+    // process left out of a read list altogether starts a new life: see
+    // `a_pid_left_out_of_a_read_list_starts_a_new_life`.)
     assert_eq!(windows.pids[0].allocated.len(), 2);
     assert_eq!(windows.pids[1].used.len(), 50);
+    // An allocator figure is read back once per report (a repeated value
+    // is the same report); NVML usage once per sample.
     let read: Vec<PidSeries> = windows.processes().collect();
     let (_, first) = read[0].preferred().unwrap();
-    assert_eq!(first.len(), 100);
-    assert_eq!(first[59], (ts(59_000), 40));
-    assert_eq!(first[60], (ts(60_000), 50));
+    assert_eq!(first, [(ts(0), 40), (ts(60_000), 50)]);
     let (_, second) = read[1].preferred().unwrap();
     assert_eq!(second.len(), 50);
     assert_eq!(second[1], (ts(3_000), 7));
@@ -161,8 +163,9 @@ fn unchanged_figures_are_stored_once_and_read_back_point_by_point() {
     windows.trim(ts(30_000));
     let read: Vec<PidSeries> = windows.processes().collect();
     let (_, first) = read[0].preferred().unwrap();
-    assert_eq!(first.len(), 70);
-    assert_eq!(first[0], (ts(30_000), 40));
+    assert_eq!(first, [(ts(30_000), 40), (ts(60_000), 50)]);
+    let (_, second) = read[1].preferred().unwrap();
+    assert_eq!(second.len(), 35);
     assert_eq!(windows.pids[0].allocated.len(), 2);
     windows.trim(ts(80_100));
     let read: Vec<PidSeries> = windows.processes().collect();
@@ -213,4 +216,26 @@ fn a_reused_buffer_reads_each_process_exactly_as_a_fresh_one() {
     });
     assert_eq!(visited, fresh);
     assert_eq!(fresh.len(), 3);
+}
+
+#[test]
+fn a_pid_left_out_of_a_read_list_starts_a_new_life() {
+    let mut windows = ProcessWindows::default();
+    let samples = [
+        slow(0, Some(vec![process(7, Some(900), None, 0)])),
+        slow(1_000, Some(vec![process(7, Some(900), None, 0)])),
+        // The process exited: listed nowhere in a list that was read.
+        slow(2_000, Some(vec![process(8, Some(5), None, 0)])),
+        // A new process with the same PID and another baseline.
+        slow(3_000, Some(vec![process(7, Some(100), None, 0)])),
+        // No list read (a failed call, or a gap in sampling): no evidence.
+        slow(4_000, None),
+        slow(5_000, Some(vec![process(7, Some(110), None, 0)])),
+    ];
+    for sample in &samples {
+        windows.add(sample);
+    }
+    let process = windows.processes().find(|process| process.pid == 7).unwrap();
+    let (_, values) = process.preferred().unwrap();
+    assert_eq!(values, [(ts(3_000), 100), (ts(5_000), 110)], "only the second life");
 }

@@ -31,7 +31,7 @@ fn config_render_effective_changed_values_round_trip() {
     config.server.request_timeout = Duration::from_millis(1500);
     config.server.max_request_body_bytes = ByteSize(2000);
     config.sampler.fast_interval = Duration::from_millis(10);
-    config.sampler.slow_interval = Duration::from_secs(90);
+    config.sampler.slow_interval = Duration::from_secs(15);
     config.history.retention = Duration::from_secs(7 * 86_400);
     config.sampler.fast_interval = Duration::from_secs(1);
     config.source.selection = SourceSelection::Simulate(SimulatorConfig {

@@ -548,6 +548,23 @@ fn config_record_into_the_replayed_trace_conflicts() {
 }
 
 #[test]
+fn config_slow_tier_too_slow_for_the_leak_window_conflicts() {
+    let error = assert_error(
+        load_env(&[("VRAMD_SAMPLER__SLOW_INTERVAL", "16s")]),
+        &["sampler.slow_interval", "alerts.leak_suspected.window (30m) holds 112 process lists"],
+    );
+    let ConfigError::Conflict { first_origin, .. } = error else { panic!() };
+    assert_eq!(first_origin, Origin::Environment("VRAMD_SAMPLER__SLOW_INTERVAL".into()));
+    // Allowed at 15 s, or with the rule off.
+    load_env(&[("VRAMD_SAMPLER__SLOW_INTERVAL", "15s")]).unwrap();
+    let off = [
+        ("VRAMD_SAMPLER__SLOW_INTERVAL", "90s"),
+        ("VRAMD_ALERTS__LEAK_SUSPECTED__ENABLED", "false"),
+    ];
+    load_env(&off).unwrap();
+}
+
+#[test]
 fn config_slow_interval_below_fast_interval_conflicts() {
     let error = assert_error(
         load_env(&[("VRAMD_SAMPLER__FAST_INTERVAL", "2s")]),
