@@ -3,7 +3,7 @@
 Two lines in a training script::
 
     import vramd_reporter
-    vramd_reporter.start()  # http://127.0.0.1:9477, every 5 s
+    vramd_reporter.start()  # http://127.0.0.1:9477, every second
 
 Standard library only; ``torch`` is imported lazily (and by the reporter
 thread not at all: it uses the torch the workload imported), so importing

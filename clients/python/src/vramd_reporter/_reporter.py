@@ -98,7 +98,7 @@ class Reporter:
     def __init__(
         self,
         url: str = DEFAULT_URL,
-        interval: float = 5.0,
+        interval: float = 1.0,
         snapshot_interval: Optional[float] = 60.0,
         token: Optional[str] = None,
         timeout: float = 2.0,
@@ -278,7 +278,7 @@ _atexit_registered = False
 
 def start(
     url: str = DEFAULT_URL,
-    interval: float = 5.0,
+    interval: float = 1.0,
     snapshot_interval: Optional[float] = 60.0,
     token: Optional[str] = None,
     timeout: float = 2.0,
