@@ -109,7 +109,7 @@ pub fn play_with(
 }
 
 /// Allocator reports at a cadence of their own, as a workload's reporter
-/// posts them (the Python reporter's default is every 5 s) and the daemon
+/// posts them (the Python reporter's default is every second) and the daemon
 /// joins the latest one onto each slow sample: between two reports a
 /// process carries the statistics of the last, taken at whatever phase of
 /// the training step the report caught. Each process reports on its own

@@ -130,7 +130,8 @@ impl<'a> Observations<'a> {
     }
 
     pub fn push(&mut self, observation: Observation) {
-        if observation.verdict == Verdict::Breached {
+        // With every observation kept (`all`), nothing looks breached keys up.
+        if observation.verdict == Verdict::Breached && self.active.is_some() {
             let key = &observation.key;
             let hash = self.keys.hash_one((key.rule.as_str(), key.uuid.as_str(), key.pid));
             self.breached.entry(hash).or_default().push(self.list.len());

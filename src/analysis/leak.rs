@@ -246,7 +246,7 @@ fn assess(
         return Err(NotALeak::TooShort);
     };
     let longest_from = now.saturating_sub(longest_window);
-    // Fewer, wider buckets where the window holds few observations.
+    // Not judged where the window holds too few observations (`density`).
     let longest_buckets =
         density::buckets(series, longest_from, params).ok_or(NotALeak::NoTrend)?;
     let longest = scratch.line(series, longest_from, longest_buckets).ok_or(NotALeak::NoTrend)?;

@@ -234,8 +234,8 @@ impl ProcessWindows {
     pub fn processes(&self) -> impl Iterator<Item = PidSeries> + '_ {
         self.pids.iter().map(|entry| PidSeries {
             pid: entry.pid,
-            allocated: self.points(&entry.allocated, Observed::PerReport),
-            used: self.points(&entry.used, Observed::PerSample),
+            allocated: self.points(&entry.allocated),
+            used: self.points(&entry.used),
         })
     }
 
@@ -254,46 +254,23 @@ impl ProcessWindows {
         let times: &[Timestamp] = self.times.make_contiguous();
         for entry in &self.pids {
             buffer.pid = entry.pid;
-            let first = self.first_seq;
-            points_from(times, first, &entry.allocated, Observed::PerReport, &mut buffer.allocated);
-            points_from(times, first, &entry.used, Observed::PerSample, &mut buffer.used);
+            points_from(times, self.first_seq, &entry.allocated, &mut buffer.allocated);
+            points_from(times, self.first_seq, &entry.used, &mut buffer.used);
             visit(buffer);
         }
     }
 
     #[cfg(test)]
-    fn points(&self, runs: &[Run], observed: Observed) -> Vec<(Timestamp, u64)> {
+    fn points(&self, runs: &[Run]) -> Vec<(Timestamp, u64)> {
         let total: u64 = runs.iter().map(|run| u64::from(run.len)).sum();
         let mut points = Vec::with_capacity(usize::try_from(total).unwrap_or(0));
         for run in runs {
             let offset = run.start.saturating_sub(self.first_seq) as usize;
-            let len = match observed {
-                Observed::PerSample => run.len as usize,
-                Observed::PerReport => 1,
-            };
-            let times = self.times.range(offset.min(self.times.len())..).take(len);
+            let times = self.times.range(offset.min(self.times.len())..).take(run.len as usize);
             points.extend(times.map(|&at| (at, run.value)));
         }
         points
     }
-}
-
-/// How often a figure is observed afresh, which sets how many points a
-/// run of one value stands for.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Observed {
-    /// NVML usage: read by vramd at every slow sample, so every sample is
-    /// an observation, however often the value repeats.
-    PerSample,
-    /// Allocator statistics: a workload's report (every 5 s by default
-    /// from the Python reporter), joined onto every slow sample until the
-    /// next one arrives. A value repeated sample after sample is the same
-    /// report, one observation: counted once, at its first sample, so a
-    /// bucket minimum over samples that all repeat one report does not
-    /// pass for the bottom of several steps (`leak`'s buckets are sized by
-    /// the observations a window holds). A training process's `allocated`
-    /// differs in every report, so at one report per sample nothing changes.
-    PerReport,
 }
 
 /// `runs` as points into `points` (cleared first), `times` holding the
@@ -303,17 +280,12 @@ fn points_from(
     times: &[Timestamp],
     first_seq: u32,
     runs: &[Run],
-    observed: Observed,
     points: &mut Vec<(Timestamp, u64)>,
 ) {
     points.clear();
     for run in runs {
         let start = (run.start.saturating_sub(first_seq) as usize).min(times.len());
-        let len = match observed {
-            Observed::PerSample => run.len as usize,
-            Observed::PerReport => 1,
-        };
-        let end = start.saturating_add(len).min(times.len());
+        let end = start.saturating_add(run.len as usize).min(times.len());
         let Some(run_times) = times.get(start..end) else { continue };
         points.extend(run_times.iter().map(|&at| (at, run.value)));
     }
