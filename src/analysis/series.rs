@@ -79,6 +79,10 @@ pub struct ProcessWindows {
     first_seq: u32,
     /// A handful of PIDs per device: a linear search beats hashing.
     pids: Vec<PidRuns>,
+    /// The sequence number of the newest sample whose process list was
+    /// read whole (not cut by the process cap): a process it left out had
+    /// exited.
+    last_whole_list: Option<u32>,
 }
 
 /// One process's figures in the window, oldest first; a sample that did
@@ -173,6 +177,10 @@ impl ProcessWindows {
         };
         self.scanned_to = Some(self.scanned_to.map_or(at, |scanned| scanned.max(at)));
         let Some(processes) = sample.processes() else { return };
+        let whole_before = self.last_whole_list;
+        if !sample.capped() {
+            self.last_whole_list = Some(seq);
+        }
         self.times.push_back(at);
         for process in processes {
             let slot = match self.pids.iter().position(|entry| entry.pid == process.pid) {
@@ -183,14 +191,16 @@ impl ProcessWindows {
                 }
             };
             let Some(entry) = self.pids.get_mut(slot) else { continue };
-            // Left out of a process list read in between: the process
-            // exited and its PID was given to a new one (or it is the same
-            // job back after a restart). Its figures start afresh, so no
-            // slope spans the two lives' baselines and the new life gets
-            // its own warm-up grace. A gap in sampling (no list read at
-            // all) numbers no sample, so a process seen across a daemon
-            // restart keeps its series.
-            if entry.listed.checked_add(1).is_some_and(|next| next < seq) {
+            // Left out of a whole process list read in between: the
+            // process exited and its PID was given to a new one (or it is
+            // the same job back after a restart). Its figures start
+            // afresh, so no slope spans the two lives' baselines and the
+            // new life gets its own warm-up grace. A gap in sampling (no
+            // list read at all) numbers no sample, so a process seen
+            // across a daemon restart keeps its series; and a list the
+            // process cap cut is no evidence (a process near the cap
+            // drops in and out of it while it runs).
+            if whole_before.is_some_and(|whole| entry.listed < whole) {
                 entry.allocated.clear();
                 entry.used.clear();
             }

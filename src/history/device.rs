@@ -212,7 +212,7 @@ impl DeviceHistory {
     ) -> Result<(), OutOfOrder> {
         let point = {
             let mut last = self.last_processes.lock();
-            let point = SlowPoint::sharing(&reading, last.as_ref());
+            let point = SlowPoint::sharing(&reading, last.as_ref(), processes_dropped > 0);
             last.clone_from(&point.shared_processes().cloned());
             point
         };

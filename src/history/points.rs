@@ -138,6 +138,9 @@ impl From<&ProcessInfo> for ProcessPoint {
 pub struct SlowPoint {
     at: Timestamp,
     processes: Option<Arc<[ProcessPoint]>>,
+    /// Whether `sampler.max_processes_per_device` left processes out of
+    /// the list: a process missing from a capped list may still run.
+    capped: bool,
 }
 
 impl SlowPoint {
@@ -145,10 +148,19 @@ impl SlowPoint {
         self.processes.as_deref()
     }
 
+    /// Whether the process cap left some of the device's processes out.
+    pub fn capped(&self) -> bool {
+        self.capped
+    }
+
     /// The stored form of `reading`, sharing `previous` (the list stored
     /// last) when the processes and their figures are unchanged: the common
     /// case, which then costs no list of its own sample after sample.
-    pub fn sharing(reading: &SlowReading, previous: Option<&Arc<[ProcessPoint]>>) -> Self {
+    pub fn sharing(
+        reading: &SlowReading,
+        previous: Option<&Arc<[ProcessPoint]>>,
+        capped: bool,
+    ) -> Self {
         let processes = reading.processes.as_ref().map(|list| {
             // vramd's own probe child lives for a second and is not a
             // workload: kept out of the windows that leak and counter
@@ -167,7 +179,7 @@ impl SlowPoint {
                 _ => workloads().map(ProcessPoint::from).collect(),
             }
         });
-        Self { at: reading.at, processes }
+        Self { at: reading.at, processes, capped }
     }
 
     /// The stored list itself, for the next point to share.
@@ -178,7 +190,7 @@ impl SlowPoint {
 
 impl From<&SlowReading> for SlowPoint {
     fn from(reading: &SlowReading) -> Self {
-        Self::sharing(reading, None)
+        Self::sharing(reading, None, false)
     }
 }
 
@@ -246,16 +258,16 @@ mod tests {
     fn an_unchanged_process_list_is_stored_once() {
         let first = SlowPoint::from(&slow(0, &[Some(5), None]));
         let list = first.shared_processes().unwrap();
-        let same = SlowPoint::sharing(&slow(1_000, &[Some(5), None]), Some(list));
+        let same = SlowPoint::sharing(&slow(1_000, &[Some(5), None]), Some(list), false);
         assert!(Arc::ptr_eq(list, same.shared_processes().unwrap()));
         assert_eq!(same.at(), Timestamp::from_unix_millis(1_000));
 
         // Absent usage is not zero usage: a list that changes only there is new.
-        let zero = SlowPoint::sharing(&slow(2_000, &[Some(5), Some(0)]), Some(list));
+        let zero = SlowPoint::sharing(&slow(2_000, &[Some(5), Some(0)]), Some(list), false);
         assert!(!Arc::ptr_eq(list, zero.shared_processes().unwrap()));
         assert_eq!(zero.processes().unwrap()[1].used_bytes(), Some(0));
         assert_eq!(same.processes().unwrap()[1].used_bytes(), None);
-        let grown = SlowPoint::sharing(&slow(3_000, &[Some(6), None]), Some(list));
+        let grown = SlowPoint::sharing(&slow(3_000, &[Some(6), None]), Some(list), false);
         assert!(!Arc::ptr_eq(list, grown.shared_processes().unwrap()));
     }
 
@@ -289,6 +301,7 @@ mod tests {
     fn stored_points_stay_compact() {
         assert_eq!(std::mem::size_of::<FastPoint>(), 48);
         assert!(std::mem::size_of::<ProcessPoint>() <= 72);
-        assert!(std::mem::size_of::<SlowPoint>() <= 24);
+        // Timestamp, shared list, and whether the process cap cut it.
+        assert!(std::mem::size_of::<SlowPoint>() <= 32);
     }
 }

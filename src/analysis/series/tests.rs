@@ -243,3 +243,34 @@ fn a_pid_left_out_of_a_read_list_starts_a_new_life() {
     let (_, values) = process.preferred().unwrap();
     assert_eq!(values, [(ts(3_000), 100), (ts(5_000), 110)], "only the second life");
 }
+
+#[test]
+fn a_pid_left_out_only_of_lists_the_process_cap_cut_keeps_its_life() {
+    let capped = |millis, listed| {
+        let reading = SlowReading {
+            allocations: None,
+            at: ts(millis),
+            processes: Some(listed),
+            temperature_celsius: None,
+            power_usage_watts: None,
+            power_limit_watts: None,
+            details: Default::default(),
+        };
+        SlowPoint::sharing(&reading, None, true)
+    };
+    let mut windows = ProcessWindows::default();
+    windows.add(&slow(0, Some(vec![process(7, Some(900), None, 0)])));
+    // Process 7 sits at the cap: two lists cut by it leave it out.
+    windows.add(&capped(1_000, vec![process(8, Some(950), None, 0)]));
+    windows.add(&capped(2_000, vec![process(8, Some(950), None, 0)]));
+    windows.add(&slow(3_000, Some(vec![process(7, Some(910), None, 0)])));
+    let seven = windows.processes().find(|process| process.pid == 7).unwrap();
+    let (_, values) = seven.preferred().unwrap();
+    assert_eq!(values, [(ts(0), 900), (ts(3_000), 910)], "one life across the capped lists");
+    // A whole list without it is evidence that it exited.
+    windows.add(&slow(4_000, Some(vec![process(8, Some(950), None, 0)])));
+    windows.add(&slow(5_000, Some(vec![process(7, Some(100), None, 0)])));
+    let seven = windows.processes().find(|process| process.pid == 7).unwrap();
+    let (_, values) = seven.preferred().unwrap();
+    assert_eq!(values, [(ts(5_000), 100)], "a new life after a whole list left it out");
+}
