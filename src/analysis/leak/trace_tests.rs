@@ -4,6 +4,18 @@
 use super::tests::{GIB, MIB, SECONDS, assess, at, evaluating, sawtooth, series};
 use super::*;
 
+/// The verdict on `values` (sampled from time 0, no warm-up owed) and the
+/// record of every window judged on the way to it.
+fn traced(
+    values: &[(Timestamp, u64)],
+    params: &LeakParams,
+) -> (Result<LeakEvidence, NotALeak>, Vec<WindowJudgement>) {
+    let mut trace = Vec::new();
+    let mut scratch = FloorScratch::default();
+    let verdict = assess_leak_traced(&mut scratch, values, at(0), false, params, &mut trace);
+    (verdict, trace)
+}
+
 #[test]
 fn the_trace_shows_the_dip_masked_judgement_that_called_the_leak() {
     // The same slow leak between evaluation dips: what `--explain` shows
@@ -12,16 +24,8 @@ fn the_trace_shows_the_dip_masked_judgement_that_called_the_leak() {
     let values = sawtooth(SECONDS, 2.0 * GIB, |t| {
         20.0 * GIB + 0.25 * MIB * t - if evaluating(t) { GIB } else { 0.0 }
     });
-    let mut trace = Vec::new();
     let params = LeakParams::default();
-    let traced = assess_leak_traced(
-        &mut FloorScratch::default(),
-        &values,
-        at(0),
-        false,
-        &params,
-        &mut trace,
-    );
+    let (traced, trace) = traced(&values, &params);
     assert_eq!(traced, assess(&values), "tracing changes no verdict");
     let [whole, masked] = trace.as_slice() else {
         panic!("two looks at the full window: {trace:?}")
@@ -39,16 +43,8 @@ fn the_trace_lists_every_window_judged_longest_first() {
     let values = series(SECONDS, 32.0 * MIB, |t| {
         8.0 * GIB + 16.0 * MIB * (t - (SECONDS - 180) as f64).max(0.0)
     });
-    let mut trace = Vec::new();
     let params = LeakParams::default();
-    let verdict = assess_leak_traced(
-        &mut FloorScratch::default(),
-        &values,
-        at(0),
-        false,
-        &params,
-        &mut trace,
-    );
+    let (verdict, trace) = traced(&values, &params);
     let evidence = verdict.unwrap();
     let windows: Vec<u64> = trace.iter().map(|record| record.window.as_secs()).collect();
     let last = trace.last().unwrap();
