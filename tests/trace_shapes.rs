@@ -280,19 +280,28 @@ fn a_clock_stepping_back_is_no_leak() {
     assert!(error.to_string().contains("line 2402"), "{error}");
 }
 
-#[test]
-fn a_slow_tier_of_ten_seconds_stays_silent_and_still_calls_a_leak() {
-    // Process lists every 10 s (the fast tier each second): the short leak
-    // windows hold too few lists to be judged; the 30-minute one still is.
+/// Process lists every `every` seconds (the fast tier each second): a
+/// steady job stays silent, and a 4 MiB/s leak from 600 s on is called;
+/// returns when, in seconds from the trace's start.
+fn sparse_slow_tier_calls_a_leak(every: u32) -> f64 {
+    let label = format!("slow tier {every} s");
     let steady = Job::steady(4242, 0.0, 4_000.0, 20.0);
-    assert_silent("slow tier 10 s", &trace_with(&[steady], 3_600, None, &plain, true, 10));
+    assert_silent(&label, &trace_with(&[steady], 3_600, None, &plain, true, every));
     let leaking = Job { leak: Some((600.0, 4.0 * MIB)), ..steady };
-    let report = replay(&trace_with(&[leaking], 3_600, None, &plain, true, 10));
+    let report = replay(&trace_with(&[leaking], 3_600, None, &plain, true, every));
     let fired = firings(&report);
     let leak = fired.iter().find(|(rule, pid, _)| rule == "leak_suspected" && *pid == Some(4242));
     let Some(&(_, _, at)) = leak else {
-        panic!("the leak was not called: {fired:?}\n{}", analyze::render_table(&report))
+        panic!("{label}: the leak was not called: {fired:?}\n{}", analyze::render_table(&report))
     };
+    at
+}
+
+#[test]
+fn a_slow_tier_of_ten_seconds_stays_silent_and_still_calls_a_leak() {
+    // The short leak windows hold too few lists to be judged; the
+    // 30-minute one still is.
+    let at = sparse_slow_tier_calls_a_leak(10);
     assert!(at > 600.0 && at <= 600.0 + 35.0 * 60.0, "called at {at} s");
 }
 
@@ -301,11 +310,5 @@ fn process_lists_every_twelve_seconds_still_call_a_leak() {
     // 12 s does not divide the window: the first list inside it falls up
     // to 12 s after its start, and a process there all along must still
     // count as covering it.
-    let steady = Job::steady(4242, 0.0, 4_000.0, 20.0);
-    assert_silent("slow tier 12 s", &trace_with(&[steady], 3_600, None, &plain, true, 12));
-    let leaking = Job { leak: Some((600.0, 4.0 * MIB)), ..steady };
-    let report = replay(&trace_with(&[leaking], 3_600, None, &plain, true, 12));
-    let fired = firings(&report);
-    let called = fired.iter().any(|(rule, pid, _)| rule == "leak_suspected" && *pid == Some(4242));
-    assert!(called, "the leak was not called: {fired:?}\n{}", analyze::render_table(&report));
+    sparse_slow_tier_calls_a_leak(12);
 }
