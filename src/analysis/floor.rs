@@ -232,9 +232,6 @@ impl FloorScratch {
         })
     }
 
-    /// The floor points of the last [`FloorScratch::line`]: (seconds since
-    /// the window's first sample, bytes), oldest first. For tests on the
-    /// floor other than the line's (the leak detector's sequential test).
     /// Whether `dips` would leave any point out of the floor held now (the
     /// last line's), found without reading its samples again: where none
     /// would, [`FloorScratch::line_without_dips`] gives that same line.
@@ -244,6 +241,9 @@ impl FloorScratch {
         mask_dips(&mut self.trial, dips)
     }
 
+    /// The floor points of the last [`FloorScratch::line`]: (seconds since
+    /// the window's first sample, bytes), oldest first. For tests on the
+    /// floor other than the line's (the leak detector's sequential test).
     pub fn points(&self) -> &[(f64, f64)] {
         &self.points
     }

@@ -18,7 +18,11 @@ use super::walk::{Scalar, Values};
 /// Most samples `history.retention / sampler.fast_interval` may ask for.
 pub const MAX_SAMPLES_PER_DEVICE: u128 = 10_000_000;
 /// Fewest slow samples `alerts.leak_suspected.window` must hold: its 24
-/// floor buckets with 5 observations each (`analysis::leak::density`).
+/// floor buckets with 5 observations each (`analysis::leak::density`). The
+/// detector itself judges a window 10 % short of this, so that clock
+/// jitter or a late tick does not leave it unjudged; the configuration
+/// asks for the nominal count, so that a window it accepts keeps that
+/// margin.
 pub const MIN_LEAK_WINDOW_SAMPLES: u128 = 120;
 /// Largest `source.speed`.
 pub const MAX_SPEED: f64 = 10_000.0;

@@ -42,7 +42,7 @@ pub(super) fn buckets(
 ) -> Option<usize> {
     let observations = series.len() - series.partition_point(|&(at, _)| at < from);
     let needed = params.buckets.saturating_mul(PER_BUCKET);
-    let needed = needed - needed * SLACK_PERCENT / 100;
+    let needed = needed.saturating_mul(100 - SLACK_PERCENT).div_ceil(100);
     (observations >= needed).then_some(params.buckets)
 }
 
