@@ -331,15 +331,14 @@ fn main() {
         leak_rule.threshold,
         leak_rule.for_duration.as_secs()
     );
-    let runs = corpus_of(args.seed, &args);
-    let started = cpu_ns();
-    let params = args.params.clone();
     if let Some(index) = args.explain {
+        let params = &args.params;
+        let runs = corpus_of(args.seed, &args);
         let mut settings = vramd::app::analyze_settings(&config);
-        tweak(&mut settings, &params);
+        tweak(&mut settings, params);
         let run = runs.get(index).unwrap_or_else(|| panic!("no run {index}"));
         let outcome = play::play_with(run, &config, args.report_interval, &|settings| {
-            tweak(settings, &params)
+            tweak(settings, params)
         });
         // A growth run, or any run the forecast fired on falsely: the
         // forecast's checks; otherwise the leak's.
@@ -362,15 +361,7 @@ fn main() {
         );
         return;
     }
-    let outcomes: Vec<play::Outcome> = runs
-        .iter()
-        .map(|run| {
-            play::play_with(run, &config, args.report_interval, &|settings| {
-                tweak(settings, &params)
-            })
-        })
-        .collect();
-    let cpu_s = started.zip(cpu_ns()).map(|(a, b)| b.saturating_sub(a) as f64 / 1e9);
+    let Played { runs, outcomes, cpu_s, .. } = play_seed(args.seed, &args, &config);
 
     println!(
         "\nleak detection (latency after onset; missed = not fired within 45 min or before the device filled)"
