@@ -263,8 +263,17 @@ impl AcceptFailures {
     }
 
     fn accepted(&mut self) {
-        let due = self.recovered_at.is_none_or(|at| at.elapsed() >= ACCEPT_WARNING_PERIOD);
-        if self.announced && due {
+        if !self.announced {
+            return;
+        }
+        // Due once a period, and always after a warning newer than the last
+        // recovery line: the log must not end on that warning while accepts
+        // work (still at most two lines a period, as warnings are).
+        let due = self.recovered_at.is_none_or(|recovered| {
+            recovered.elapsed() >= ACCEPT_WARNING_PERIOD
+                || self.warned_at.is_some_and(|warned| warned > recovered)
+        });
+        if due {
             info!(unlogged_failures = self.unlogged, "accepting connections again");
             self.announced = false;
             self.unlogged = 0;
@@ -321,5 +330,23 @@ mod accept_failure_tests {
         tokio::time::advance(ACCEPT_WARNING_PERIOD).await;
         failures.accepted();
         assert!(!failures.announced);
+    }
+
+    /// A warning logged after the last recovery line is always followed by
+    /// one once accepts work, even inside the recovery line's period.
+    #[tokio::test(start_paused = true)]
+    async fn a_warning_after_a_recovery_is_answered_by_the_next_accept() {
+        let mut failures = AcceptFailures::default();
+        failures.failed(&emfile());
+        tokio::time::advance(Duration::from_millis(50)).await;
+        failures.accepted();
+        // The next warning is due a period after the first, 50 ms short of
+        // a period after the recovery line.
+        tokio::time::advance(ACCEPT_WARNING_PERIOD - Duration::from_millis(50)).await;
+        failures.failed(&emfile());
+        assert_eq!(failures.unlogged, 0, "a new warning was logged");
+        tokio::time::advance(Duration::from_millis(10)).await;
+        failures.accepted();
+        assert!(!failures.announced, "the log does not end on the warning");
     }
 }
