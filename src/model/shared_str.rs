@@ -12,7 +12,6 @@
 //!
 //! Depends on nothing else in the crate.
 
-use std::borrow::Borrow;
 use std::fmt;
 use std::ops::Deref;
 use std::sync::Arc;
@@ -45,18 +44,6 @@ impl Deref for SharedStr {
     }
 }
 
-impl AsRef<str> for SharedStr {
-    fn as_ref(&self) -> &str {
-        &self.0
-    }
-}
-
-impl Borrow<str> for SharedStr {
-    fn borrow(&self) -> &str {
-        &self.0
-    }
-}
-
 impl fmt::Debug for SharedStr {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         fmt::Debug::fmt(&*self.0, f)
@@ -81,18 +68,6 @@ impl From<String> for SharedStr {
     }
 }
 
-impl From<&String> for SharedStr {
-    fn from(text: &String) -> Self {
-        Self(Arc::from(text.as_str()))
-    }
-}
-
-impl From<SharedStr> for String {
-    fn from(text: SharedStr) -> Self {
-        text.0.as_ref().to_owned()
-    }
-}
-
 impl PartialEq<str> for SharedStr {
     fn eq(&self, other: &str) -> bool {
         &*self.0 == other
@@ -102,30 +77,6 @@ impl PartialEq<str> for SharedStr {
 impl PartialEq<&str> for SharedStr {
     fn eq(&self, other: &&str) -> bool {
         &*self.0 == *other
-    }
-}
-
-impl PartialEq<String> for SharedStr {
-    fn eq(&self, other: &String) -> bool {
-        *self.0 == **other
-    }
-}
-
-impl PartialEq<SharedStr> for str {
-    fn eq(&self, other: &SharedStr) -> bool {
-        self == &*other.0
-    }
-}
-
-impl PartialEq<SharedStr> for &str {
-    fn eq(&self, other: &SharedStr) -> bool {
-        *self == &*other.0
-    }
-}
-
-impl PartialEq<SharedStr> for String {
-    fn eq(&self, other: &SharedStr) -> bool {
-        **self == *other.0
     }
 }
 
