@@ -90,6 +90,34 @@ mod tests {
     use super::*;
     use crate::config::defaults;
 
+    /// Only the keys whose default is "not set" read as absent: a key the
+    /// rendered document forgot would read absent on both sides of a
+    /// reload, and a change to it would never be named.
+    #[test]
+    fn only_optional_keys_read_not_set_at_the_defaults() {
+        let not_set: Vec<&str> = key_values(&defaults())
+            .into_iter()
+            .filter(|(_, value)| value.is_null())
+            .map(|(spec, _)| spec.key)
+            .collect();
+        assert_eq!(
+            not_set,
+            [
+                "server.web_config",
+                "source.simulate",
+                "source.replay",
+                "source.record",
+                "nvml.library_path",
+                "probe.cuda_library",
+                "notify.alertmanager_url",
+                "notify.webhook_url",
+                "notify.external_url",
+                "ingest.token_file",
+                "ingest.snapshot_dir",
+            ]
+        );
+    }
+
     #[test]
     fn rendered_defaults_show_every_key() {
         let text = render_effective(&defaults());
