@@ -128,11 +128,11 @@ fn store(pods: bool) -> HistoryStore {
             reading.allocations = pods.then(|| {
                 (0..PODS_PER_GPU)
                     .map(|pod| PodAllocation {
-                        pod: pod_name(gpu, pod * (PROCESSES / PODS_PER_GPU)),
+                        pod: pod_name(gpu, pod * (PROCESSES / PODS_PER_GPU)).into(),
                         namespace: "ml-training".into(),
                         container: "trainer".into(),
                         resource: "nvidia.com/gpu".into(),
-                        replica: Some(pod.to_string()),
+                        replica: Some(pod.to_string().into()),
                     })
                     .collect()
             });

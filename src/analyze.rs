@@ -20,7 +20,7 @@ use crate::clock::ScaledClock;
 use crate::config::{AlertsConfig, SimulatorConfig};
 use crate::history::{HistoryStore, Sizing};
 use crate::model::Timestamp;
-use crate::play::{self, Schedule};
+use crate::play::{self, ProcessCap, Schedule};
 use crate::source::simulator::{GOLDEN_ORIGIN, Simulator, SimulatorError, SimulatorSpec};
 use crate::source::trace::{Replay, TraceError};
 
@@ -43,6 +43,8 @@ pub struct AnalyzeSettings {
     pub sizing: Sizing,
     pub fast_interval: Duration,
     pub slow_interval: Duration,
+    /// `sampler.max_processes_per_device`, applied as the sampler does.
+    pub max_processes_per_device: usize,
     pub analysis: AnalysisSettings,
     pub alerts: AlertsConfig,
 }
@@ -155,7 +157,8 @@ pub fn simulate(
         slow: settings.slow_interval,
     };
     let store = pipeline.store.clone();
-    let played = play::play_simulator(&source, &store, schedule, |at| pipeline.advance(at))
+    let cap = ProcessCap(settings.max_processes_per_device);
+    let played = play::play_simulator(&source, &store, schedule, cap, |at| pipeline.advance(at))
         .map_err(|error| AnalyzeError::Devices(error.to_string()))?;
     pipeline.report.samples = played.samples;
     Ok(pipeline.finish(played.end.unwrap_or(GOLDEN_ORIGIN)))
@@ -165,7 +168,8 @@ pub fn simulate(
 pub fn replay(settings: &AnalyzeSettings, trace: &Replay) -> Result<AnalyzeReport, AnalyzeError> {
     let mut pipeline = Pipeline::new(settings);
     let store = pipeline.store.clone();
-    let played = play::play_trace(trace, &store, |at| pipeline.advance(at));
+    let cap = ProcessCap(settings.max_processes_per_device);
+    let played = play::play_trace(trace, &store, cap, |at| pipeline.advance(at));
     pipeline.report.samples = played.samples;
     Ok(pipeline.finish(played.end.unwrap_or(GOLDEN_ORIGIN)))
 }

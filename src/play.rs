@@ -32,6 +32,12 @@ pub struct Schedule {
     pub slow: Duration,
 }
 
+/// The sampler's per-device process cap (`sampler.max_processes_per_device`),
+/// applied to every slow reading played as the sampler applies it, so that
+/// a play keeps, and marks as capped, the lists the daemon did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ProcessCap(pub usize);
+
 /// What a play recorded.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Played {
@@ -47,6 +53,7 @@ pub struct Played {
 pub fn play(
     devices: &[Arc<DeviceHistory>],
     schedule: Schedule,
+    cap: ProcessCap,
     mut fast: impl FnMut(u32, Timestamp) -> Result<FastReading, SourceError>,
     mut slow: impl FnMut(u32, Timestamp) -> Result<SlowReading, SourceError>,
     mut after_step: impl FnMut(Timestamp),
@@ -62,7 +69,7 @@ pub fn play(
             record_fast(device, fast(index, at));
             played.samples += 1;
             if step % slow_every == 0 {
-                record_slow(device, slow(index, at));
+                record_slow(device, slow(index, at), cap);
                 played.samples += 1;
             }
         }
@@ -77,12 +84,13 @@ pub fn play_simulator(
     simulator: &Simulator,
     store: &HistoryStore,
     schedule: Schedule,
+    cap: ProcessCap,
     after_step: impl FnMut(Timestamp),
 ) -> Result<Played, SourceError> {
     let devices = store.set_devices(simulator.devices()?);
     let fast = |index, at| simulator.fast_at(index, at);
     let slow = |index, at| simulator.slow_at(index, at);
-    Ok(play(&devices, schedule, fast, slow, after_step))
+    Ok(play(&devices, schedule, cap, fast, slow, after_step))
 }
 
 /// Lists the trace's devices into `store` and records every record in file
@@ -91,6 +99,7 @@ pub fn play_simulator(
 pub fn play_trace(
     trace: &Replay,
     store: &HistoryStore,
+    cap: ProcessCap,
     mut after_record: impl FnMut(Timestamp),
 ) -> Played {
     let devices = store.set_devices(trace.header().devices.clone());
@@ -102,12 +111,14 @@ pub fn play_trace(
         };
         match record {
             TraceRecord::Fast { reading, .. } => record_fast(device, Ok(reading.clone())),
-            TraceRecord::Slow { reading, .. } => record_slow(device, Ok(reading.as_ref().clone())),
+            TraceRecord::Slow { reading, .. } => {
+                record_slow(device, Ok(reading.as_ref().clone()), cap);
+            }
             TraceRecord::Error { tier: Tier::Fast, error, .. } => {
                 record_fast(device, Err(error.clone()));
             }
             TraceRecord::Error { tier: Tier::Slow, error, .. } => {
-                record_slow(device, Err(error.clone()));
+                record_slow(device, Err(error.clone()), cap);
             }
             // As the daemon's intake stores them; the record's time is the
             // one the event was judged by when it was recorded.
@@ -146,10 +157,15 @@ fn record_fast(device: &DeviceHistory, result: Result<FastReading, SourceError>)
     }
 }
 
-fn record_slow(device: &DeviceHistory, result: Result<SlowReading, SourceError>) {
+fn record_slow(
+    device: &DeviceHistory,
+    result: Result<SlowReading, SourceError>,
+    ProcessCap(max): ProcessCap,
+) {
     match result {
-        Ok(reading) => {
-            let _ = device.record_slow(reading, 0);
+        Ok(mut reading) => {
+            let dropped = reading.cap_processes(max);
+            let _ = device.record_slow(reading, dropped);
         }
         Err(error) => device.record_slow_failure(error.kind(), error.to_string()),
     }

@@ -70,6 +70,7 @@ fn a_schedule_reads_fast_every_step_and_slow_on_its_interval() {
     let played = play(
         &devices,
         schedule,
+        ProcessCap(usize::MAX),
         |_, at| Ok(fast(at)),
         |index, at| {
             slow_reads.push((index, at.unix_millis() - START));
@@ -133,7 +134,9 @@ fn a_trace_plays_back_in_file_order_with_its_errors() {
     let trace = Replay::open_bounded(&path, 1 << 20, u64::MAX).unwrap();
     let store = HistoryStore::new(sizing());
     let mut times = Vec::new();
-    let played = play_trace(&trace, &store, |at| times.push(at.unix_millis() - START));
+    let played = play_trace(&trace, &store, ProcessCap(usize::MAX), |at| {
+        times.push(at.unix_millis() - START)
+    });
     assert_eq!(played.samples, 4);
     // The error carries no time: the callback sees the readings only.
     assert_eq!(times, [0, 0, 250]);
@@ -146,4 +149,47 @@ fn a_trace_plays_back_in_file_order_with_its_errors() {
         live.fast_failure.map(|failure| failure.kind),
         Some(crate::model::ErrorKind::DeviceLost)
     );
+}
+
+/// `vramd analyze --replay` of a host with more processes than the cap
+/// keeps the processes the daemon kept and marks the list capped, as the
+/// sampler did: a list the cap cut must not start a process's new life in
+/// the leak detector (`analysis::series`), live or replayed.
+#[test]
+fn a_replay_applies_the_process_cap_the_sampler_applied() {
+    let at = Timestamp::from_unix_millis(START);
+    let process = |pid: u32, mib: u64| crate::model::ProcessInfo {
+        pid,
+        name: None,
+        used_bytes: Some(mib << 20),
+        allocator: None,
+        details: Default::default(),
+    };
+    let crowded = SlowReading {
+        processes: Some(vec![process(10, 1), process(11, 300), process(12, 20)]),
+        ..slow(at)
+    };
+    let source = Scripted {
+        fast: Mutex::new(VecDeque::from([Ok(fast(at))])),
+        slow: Mutex::new(VecDeque::from([Ok(crowded)])),
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("trace.ndjson");
+    let recorder =
+        Recorder::create(source, &path, &crate::source::trace::RecordOptions::default()).unwrap();
+    recorder.devices().unwrap();
+    recorder.read_fast(0).unwrap();
+    recorder.read_slow(0).unwrap();
+    drop(recorder);
+
+    let trace = Replay::open_bounded(&path, 1 << 20, u64::MAX).unwrap();
+    let store = HistoryStore::new(sizing());
+    play_trace(&trace, &store, ProcessCap(2), |_| {});
+    let live = store.devices()[0].live();
+    assert_eq!(live.processes_dropped, 1);
+    let kept: Vec<u32> =
+        live.slow.iter().flat_map(|slow| slow.processes.iter().flatten()).map(|p| p.pid).collect();
+    assert_eq!(kept, [11, 12], "the two largest, as the sampler keeps them");
+    let points = store.devices()[0].slow_snapshot();
+    assert!(points.iter().all(|point| point.capped()), "the stored list is marked capped");
 }

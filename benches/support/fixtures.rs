@@ -111,6 +111,8 @@ pub fn fill(
     play::play(
         devices,
         schedule,
+        // The default `sampler.max_processes_per_device`.
+        play::ProcessCap(64),
         |gpu, at| Ok(fast_at(gpu, at)),
         |gpu, at| Ok(slow_at(gpu, at)),
         |_| {},

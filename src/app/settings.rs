@@ -178,6 +178,7 @@ pub fn analyze_settings(config: &Config) -> AnalyzeSettings {
         sizing: history_sizing(config),
         fast_interval: config.sampler.fast_interval,
         slow_interval: config.sampler.slow_interval,
+        max_processes_per_device: config.sampler.max_processes_per_device.get(),
         analysis: analysis_settings(&config.alerts),
         alerts: config.alerts.clone(),
     }

@@ -60,7 +60,8 @@ impl Attribution {
                 .map(|entry| entry.allocation.clone())
                 .collect();
             // One series per allocation: a device listed twice for the same
-            // container (by UUID and by name) is one allocation.
+            // container (by UUID and by name) is one allocation. The clones
+            // are reference counts, not copies.
             mine.sort_by(|a, b| holder(a).cmp(&holder(b)));
             mine.dedup_by(|a, b| holder(a) == holder(b));
             reading.allocations = Some(mine);
@@ -88,7 +89,7 @@ impl Attribution {
 }
 
 /// Who holds an allocation, the order and identity of a device's list.
-fn holder(a: &PodAllocation) -> (&String, &String, &String, &Option<String>) {
+fn holder(a: &PodAllocation) -> (&SharedStr, &SharedStr, &SharedStr, &Option<SharedStr>) {
     (&a.namespace, &a.pod, &a.container, &a.replica)
 }
 
@@ -146,11 +147,11 @@ pub fn allocations(
                     kept.push(DeviceAllocation {
                         device_id: base.to_owned(),
                         allocation: PodAllocation {
-                            pod: pod.name.clone(),
-                            namespace: pod.namespace.clone(),
-                            container: container.name.clone(),
-                            resource: devices.resource_name.clone(),
-                            replica: replica.map(str::to_owned),
+                            pod: pod.name.as_str().into(),
+                            namespace: pod.namespace.as_str().into(),
+                            container: container.name.as_str().into(),
+                            resource: devices.resource_name.as_str().into(),
+                            replica: replica.map(SharedStr::from),
                         },
                     });
                 }

@@ -197,10 +197,10 @@ fn the_join_labels_processes_and_lists_each_devices_allocations() {
     let mut on_mig = reading(vec![process(7, Some(&"ab".repeat(32))), process(8, None)]);
     attribution.join(&mig(1, MIG), &mut on_mig);
     let expected = PodAllocation {
-        pod: "train-0".to_owned(),
-        namespace: "ml".to_owned(),
-        container: "main".to_owned(),
-        resource: "nvidia.com/mig-1g.10gb".to_owned(),
+        pod: "train-0".into(),
+        namespace: "ml".into(),
+        container: "main".into(),
+        resource: "nvidia.com/mig-1g.10gb".into(),
         replica: None,
     };
     assert_eq!(on_mig.allocations, Some(vec![expected]));

@@ -8,7 +8,7 @@
 use serde::{Deserialize, Serialize};
 use strum::IntoStaticStr;
 
-use super::{ProcessInfo, Timestamp};
+use super::{ProcessInfo, SharedStr, Timestamp};
 
 /// Static facts about one monitored device.
 #[serde_with::skip_serializing_none]
@@ -141,17 +141,24 @@ pub struct SlowReading {
 }
 
 /// One container the kubelet's pod-resources API lists as holding a device.
+// Shared strings: every slow sample of the device carries the list, made
+// once per kubelet answer.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PodAllocation {
-    pub pod: String,
-    pub namespace: String,
-    pub container: String,
+    #[schema(value_type = String)]
+    pub pod: SharedStr,
+    #[schema(value_type = String)]
+    pub namespace: SharedStr,
+    #[schema(value_type = String)]
+    pub container: SharedStr,
     /// The extended resource, e.g. `nvidia.com/gpu` or `nvidia.com/mig-1g.10gb`.
-    pub resource: String,
+    #[schema(value_type = String)]
+    pub resource: SharedStr,
     /// The `N` of a time-sliced or shared device ID `<id>::N`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub replica: Option<String>,
+    #[schema(value_type = Option<String>)]
+    pub replica: Option<SharedStr>,
 }
 
 /// Device health and configuration read on the slow tier. Each field is
@@ -199,6 +206,25 @@ pub struct SlowDetails {
     /// not watched.
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub xid_errors: std::collections::BTreeMap<String, u64>,
+}
+
+impl SlowReading {
+    /// Keeps the `max` processes using the most memory (unknown usage last,
+    /// [`ProcessInfo::cap_order`]) and returns how many were left out: the
+    /// one cap the sampler and every replay apply, so a replay keeps the
+    /// processes the live daemon kept.
+    pub fn cap_processes(&mut self, max: usize) -> usize {
+        let Some(processes) = self.processes.as_mut() else {
+            return 0;
+        };
+        if processes.len() <= max {
+            return 0;
+        }
+        processes.sort_by(ProcessInfo::cap_order);
+        let dropped = processes.len() - max;
+        processes.truncate(max);
+        dropped
+    }
 }
 
 impl SlowDetails {

@@ -486,7 +486,7 @@ fn cap_keeps_unknown_usage_last() {
         power_limit_watts: None,
         details: Default::default(),
     };
-    assert_eq!(tier::cap_processes(&mut reading, 2), 1);
+    assert_eq!(reading.cap_processes(2), 1);
     let pids: Vec<u32> = reading.processes.iter().flatten().map(|p| p.pid).collect();
     assert_eq!(pids, vec![3, 2]);
 }

@@ -24,7 +24,7 @@ use tracing::{debug, info, warn};
 
 use crate::clock::wall_now;
 use crate::history::DeviceHistory;
-use crate::model::{ErrorKind, ProcessInfo, SlowReading, Timestamp};
+use crate::model::{ErrorKind, Timestamp};
 use crate::source::{SourceError, Tier};
 use crate::telemetry::CallTimer;
 
@@ -309,7 +309,7 @@ fn store(
             if let Some(reports) = &context.reports {
                 reports.attach(&device.info().uuid, &mut reading);
             }
-            let dropped = cap_processes(&mut reading, context.settings.max_processes_per_device);
+            let dropped = reading.cap_processes(context.settings.max_processes_per_device);
             if let Some(attribute) = &context.attribute {
                 attribute(device.info(), &mut reading);
             }
@@ -353,19 +353,4 @@ fn fail(
         Tier::Fast => device.record_fast_failure(kind, message),
         Tier::Slow => device.record_slow_failure(kind, message),
     }
-}
-
-/// Keeps the `max` processes using the most memory (unknown usage last) and
-/// returns how many were left out.
-pub(crate) fn cap_processes(reading: &mut SlowReading, max: usize) -> usize {
-    let Some(processes) = reading.processes.as_mut() else {
-        return 0;
-    };
-    if processes.len() <= max {
-        return 0;
-    }
-    processes.sort_by(ProcessInfo::cap_order);
-    let dropped = processes.len() - max;
-    processes.truncate(max);
-    dropped
 }
