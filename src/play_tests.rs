@@ -112,6 +112,19 @@ impl DeviceSource for Scripted {
     }
 }
 
+/// The trace `source` records while `reads` reads from it (after listing
+/// its devices), opened for replay.
+fn recorded(source: Scripted, reads: impl FnOnce(&Recorder<Scripted>)) -> Replay {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("trace.ndjson");
+    let recorder =
+        Recorder::create(source, &path, &crate::source::trace::RecordOptions::default()).unwrap();
+    recorder.devices().unwrap();
+    reads(&recorder);
+    drop(recorder);
+    Replay::open_bounded(&path, 1 << 20, u64::MAX).unwrap()
+}
+
 #[test]
 fn a_trace_plays_back_in_file_order_with_its_errors() {
     let at = |offset: i64| Timestamp::from_unix_millis(START + offset);
@@ -120,18 +133,12 @@ fn a_trace_plays_back_in_file_order_with_its_errors() {
         fast: Mutex::new(VecDeque::from([Ok(fast(at(0))), Ok(fast(at(250))), Err(lost)])),
         slow: Mutex::new(VecDeque::from([Ok(slow(at(0)))])),
     };
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("trace.ndjson");
-    let recorder =
-        Recorder::create(source, &path, &crate::source::trace::RecordOptions::default()).unwrap();
-    recorder.devices().unwrap();
-    recorder.read_fast(0).unwrap();
-    recorder.read_slow(0).unwrap();
-    recorder.read_fast(0).unwrap();
-    recorder.read_fast(0).unwrap_err();
-    drop(recorder);
-
-    let trace = Replay::open_bounded(&path, 1 << 20, u64::MAX).unwrap();
+    let trace = recorded(source, |recorder| {
+        recorder.read_fast(0).unwrap();
+        recorder.read_slow(0).unwrap();
+        recorder.read_fast(0).unwrap();
+        recorder.read_fast(0).unwrap_err();
+    });
     let store = HistoryStore::new(sizing());
     let mut times = Vec::new();
     let played = play_trace(&trace, &store, ProcessCap(usize::MAX), |at| {
@@ -173,16 +180,10 @@ fn a_replay_applies_the_process_cap_the_sampler_applied() {
         fast: Mutex::new(VecDeque::from([Ok(fast(at))])),
         slow: Mutex::new(VecDeque::from([Ok(crowded)])),
     };
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("trace.ndjson");
-    let recorder =
-        Recorder::create(source, &path, &crate::source::trace::RecordOptions::default()).unwrap();
-    recorder.devices().unwrap();
-    recorder.read_fast(0).unwrap();
-    recorder.read_slow(0).unwrap();
-    drop(recorder);
-
-    let trace = Replay::open_bounded(&path, 1 << 20, u64::MAX).unwrap();
+    let trace = recorded(source, |recorder| {
+        recorder.read_fast(0).unwrap();
+        recorder.read_slow(0).unwrap();
+    });
     let store = HistoryStore::new(sizing());
     play_trace(&trace, &store, ProcessCap(2), |_| {});
     let live = store.devices()[0].live();
