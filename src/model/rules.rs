@@ -3,7 +3,7 @@
 //! and [`Severity`], how urgent an alert is.
 //!
 //! One table ([`RuleId::spec`]) that configuration (defaults and
-//! validation), the alert rules and the simulator's scenario expectations
+//! validation), the alert rules and the scenario suite's expectations
 //! all read, so a rule's name, unit and direction are written once.
 //! Depends on nothing else in the crate.
 

@@ -10,6 +10,23 @@ use proptest::prelude::*;
 use super::*;
 use crate::model::ProcessInfo;
 
+impl Simulator {
+    /// A simulator whose scenario starts at the clock's origin.
+    pub fn new(spec: SimulatorSpec, clock: ScaledClock) -> Result<Self, SimulatorError> {
+        let origin = clock.origin();
+        Self::with_origin(spec, clock, origin)
+    }
+
+    pub fn spec(&self) -> SimulatorSpec {
+        self.spec
+    }
+
+    /// The timestamp at which the scenario starts; scenario time = at − origin.
+    pub fn origin(&self) -> Timestamp {
+        self.origin
+    }
+}
+
 pub(super) const MINUTE_MS: u64 = 60_000;
 const GPU_COUNTS: [u32; 3] = [1, 3, 8];
 
