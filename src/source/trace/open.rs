@@ -135,7 +135,7 @@ mod tests {
         std::fs::write(&replayed, "the replay's source").unwrap();
         let link = dir.path().join("link.ndjson");
         std::os::unix::fs::symlink(&replayed, &link).unwrap();
-        for mode in RecordMode::ALL {
+        for &mode in RecordMode::ALL {
             let options = RecordOptions { mode, keep: 2, protect: Some(replayed.clone()) };
             let error = open_for_recording(&link, &options).unwrap_err();
             assert!(matches!(error, TraceError::SameFile { .. }), "{mode:?}: {error}");
