@@ -25,6 +25,7 @@ pub struct RecordOptions {
     pub protect: Option<PathBuf>,
 }
 
+#[cfg(test)]
 impl Default for RecordOptions {
     fn default() -> Self {
         Self { mode: RecordMode::Rotate, keep: 5, protect: None }
