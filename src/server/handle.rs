@@ -1,6 +1,7 @@
 //! [`WebConfigHandle`]: the web configuration in force, swapped whole when
 //! the file or a file it names changes (polled by size and modification
-//! time), and the cache of verified credentials.
+//! time) or on SIGHUP (`prepare_reload`, then `install`), and the cache of
+//! verified credentials.
 //!
 //! Owns: the current [`WebState`], the reload health series, the
 //! credential cache and its bcrypt bound. File reads and bcrypt run on
