@@ -20,7 +20,7 @@ use prometheus::{
 
 /// What became of an alert notification (one alert in one delivery), the
 /// `outcome` label of `vramd_notifications_total`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, IntoStaticStr)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, IntoStaticStr, strum::VariantArray)]
 #[strum(serialize_all = "lowercase")]
 pub enum NotificationOutcome {
     /// Accepted by the receiver.
@@ -32,8 +32,7 @@ pub enum NotificationOutcome {
 }
 
 impl NotificationOutcome {
-    pub const ALL: [NotificationOutcome; 3] =
-        [NotificationOutcome::Sent, NotificationOutcome::Failed, NotificationOutcome::Dropped];
+    pub const ALL: &[Self] = <Self as strum::VariantArray>::VARIANTS;
 }
 
 crate::model::label_as_str!(NotificationOutcome);
@@ -495,7 +494,7 @@ mod tests {
         let mut text = Vec::new();
         telemetry.encode_into(&mut text).unwrap();
         let text = String::from_utf8(text).unwrap();
-        for kind in ErrorKind::ALL.map(ErrorKind::as_str) {
+        for kind in ErrorKind::ALL.iter().map(|kind| kind.as_str()) {
             assert!(
                 text.contains(&format!("vramd_source_errors_total{{kind=\"{kind}\"}} 0")),
                 "{kind}"

@@ -1,7 +1,7 @@
 //! The labelled scenario suite: every simulated scenario runs through the
 //! `vramd analyze` pipeline (the same analysis and alert engine as the daemon) with
 //! the default configuration, and must raise exactly the alerts it declares
-//! (`source::simulator::expectations`), each by its deadline.
+//! (`tests/support/expectations.rs`), each by its deadline.
 
 // A test crate: a panic here is a failed test, not a failed daemon.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -12,8 +12,12 @@ use vramd::alerts::AlertState;
 use vramd::analyze::{self, AnalyzeReport};
 use vramd::clock::ScaledClock;
 use vramd::config::{SimulatorConfig, defaults};
-use vramd::source::simulator::expectations::expected_alerts;
 use vramd::source::simulator::{GOLDEN_ORIGIN, ScenarioKind, Simulator, SimulatorSpec};
+
+#[path = "support/expectations.rs"]
+mod expectations;
+
+use expectations::expected_alerts;
 
 const PLAYED: Duration = Duration::from_secs(45 * 60);
 

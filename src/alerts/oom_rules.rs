@@ -14,7 +14,7 @@ use crate::analysis::snapshot::DeviceFacts;
 use crate::config::RulesConfig;
 use crate::model::{OomCause, OomEvent, RuleId};
 
-use super::rules::{Draft, GIB, Observations};
+use super::rules::{Draft, GIB, MIB, Observations};
 
 /// The processes (host PIDs; `None`: events no process was joined to) with
 /// OOM events in the window.
@@ -76,7 +76,7 @@ fn size(bytes: u64) -> String {
     if bytes as f64 >= GIB {
         format!("{:.1} GiB", bytes as f64 / GIB)
     } else {
-        format!("{:.0} MiB", bytes as f64 / (GIB / 1024.0))
+        format!("{:.0} MiB", bytes as f64 / MIB)
     }
 }
 

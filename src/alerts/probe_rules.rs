@@ -5,9 +5,7 @@
 use crate::config::RulesConfig;
 use crate::model::{DeviceInfo, ProbeReading, RuleId};
 
-use super::rules::{Draft, Observations, gib};
-
-const MIB: f64 = (1u64 << 20) as f64;
+use super::rules::{Draft, MIB, Observations, gib};
 
 fn mib(bytes: f64) -> String {
     format!("{:.0} MiB", bytes / MIB)

@@ -28,7 +28,7 @@ fn verdict(rule: &RuleSettings, direction: Direction, value: f64) -> Verdict {
 }
 
 pub(super) const GIB: f64 = (1u64 << 30) as f64;
-const MIB: f64 = (1u64 << 20) as f64;
+pub(super) const MIB: f64 = (1u64 << 20) as f64;
 
 pub(super) fn gib(bytes: u64) -> String {
     format!("{:.1} GiB", bytes as f64 / GIB)

@@ -15,11 +15,11 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
 
-use crate::ingest::{OomRefused, oom};
+use crate::ingest::oom;
 use crate::model::OomEvent;
 
 use super::error::{ApiError, ErrorBody};
-use super::reports::{authorise, json_body};
+use super::reports::{authorise, json_body, too_many_requests};
 use super::{AppState, PathId};
 
 /// The answer to an accepted event.
@@ -94,7 +94,7 @@ pub async fn post(State(state): State<AppState>, request: Request) -> Result<Res
     let total = live.fast.as_ref().and_then(|fast| fast.memory).map(|memory| memory.total_bytes);
     oom::check_device_total(&event, total).map_err(bad)?;
     if let Err(refused) = state.ingest.oom.admit(&event, tokio::time::Instant::now()) {
-        return Ok(rate_limited(&refused));
+        return Ok(too_many_requests(&refused));
     }
     let processes = live.slow.as_deref().and_then(|slow| slow.processes.as_deref()).unwrap_or(&[]);
     event.pid = oom::join(&event, processes);
@@ -115,11 +115,6 @@ pub async fn post(State(state): State<AppState>, request: Request) -> Result<Res
         Json(OomAccepted { status: "accepted", id: stored.id, pid: stored.pid }),
     )
         .into_response())
-}
-
-/// 429 with `Retry-After` for an event or upload beyond the reporter's rate.
-pub(super) fn rate_limited(refused: &OomRefused) -> Response {
-    super::reports::too_many_requests(refused.to_string(), refused.retry_after())
 }
 
 /// Filters of `GET /api/v1/oom-events`; each one given must match.

@@ -23,7 +23,7 @@ use serde::Serialize;
 use crate::ingest::{SnapshotError, SnapshotStore, Upload};
 
 use super::error::{ApiError, ErrorBody};
-use super::reports::{announced_length, authorise};
+use super::reports::{announced_length, authorise, too_many_requests};
 use super::{AppState, PathId, oom};
 
 /// Written and read in pieces of this size: large enough that the blocking
@@ -196,7 +196,7 @@ pub async fn put(
     let snapshots = state.ingest.snapshots.clone().ok_or_else(disabled)?;
     let (_, event) = oom::find(&state, &id)?;
     if let Err(refusal) = state.ingest.oom.admit(&event, tokio::time::Instant::now()) {
-        return Ok(oom::rate_limited(&refusal));
+        return Ok(too_many_requests(&refusal));
     }
     let max = snapshots.max_upload_bytes();
     let too_large = || refused(SnapshotError::TooLarge { id: event.id, max });

@@ -26,9 +26,6 @@ use utoipa_axum::routes;
 use super::error::ErrorBody;
 use super::{AppState, alerts, history, oom, oom_snapshot, reports};
 
-/// Where the document is served.
-pub const DOCUMENT_PATH: &str = "/api/v1/openapi.json";
-
 #[derive(utoipa::OpenApi)]
 #[openapi(
     info(

@@ -11,7 +11,7 @@ use axum::extract::{ConnectInfo, Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
-use crate::ingest::{self, ReportLimits, ReportStore, ReportView};
+use crate::ingest::{self, Refused, ReportLimits, ReportStore, ReportView};
 
 use super::AppState;
 use super::error::{ApiError, ErrorBody};
@@ -209,7 +209,7 @@ pub async fn post(State(state): State<AppState>, request: Request) -> Result<Res
             Ok((StatusCode::ACCEPTED, Json(Accepted { status: "accepted", devices }))
                 .into_response())
         }
-        Err(refused) => Ok(too_many_requests(refused.to_string(), refused.retry_after())),
+        Err(refused) => Ok(too_many_requests(&refused)),
     }
 }
 
@@ -238,10 +238,11 @@ pub async fn list(State(state): State<AppState>) -> Json<ReportList> {
 
 /// 429 `rate_limited` with `Retry-After` in whole seconds (at least 1): a
 /// write beyond the reporter's rate, for reports, OOM events and uploads.
-pub(super) fn too_many_requests(message: String, retry_after: std::time::Duration) -> Response {
+pub(super) fn too_many_requests(refused: &Refused) -> Response {
+    let message = refused.to_string();
     let mut response =
         ApiError::new(StatusCode::TOO_MANY_REQUESTS, "rate_limited", message).into_response();
-    let seconds = retry_after.as_secs_f64().ceil().max(1.0) as u64;
+    let seconds = refused.retry_after().as_secs_f64().ceil().max(1.0) as u64;
     if let Ok(value) = HeaderValue::from_str(&seconds.to_string()) {
         response.headers_mut().insert(header::RETRY_AFTER, value);
     }

@@ -52,8 +52,6 @@ use crate::telemetry::{Telemetry, TelemetryError};
 pub enum AppError {
     #[error("cannot listen on {addr}: {source}")]
     Bind { addr: SocketAddr, source: std::io::Error },
-    #[error("serving HTTP failed: {0}")]
-    Serve(std::io::Error),
     #[error("replay: {0}")]
     Replay(TraceError),
     #[error("record: {0}")]

@@ -89,20 +89,3 @@ fn suggestion_text(suggestion: Option<&str>) -> String {
         None => String::new(),
     }
 }
-
-impl ConfigError {
-    /// The key the error is about, when it is about one key.
-    pub fn key(&self) -> Option<&str> {
-        match self {
-            ConfigError::UnknownKey { key, .. }
-            | ConfigError::NotASection { key, .. }
-            | ConfigError::InvalidValue { key, .. }
-            | ConfigError::AmbiguousEnvironment { key, .. } => Some(key),
-            ConfigError::Conflict { first, .. } => Some(first),
-            ConfigError::FileNotFound { .. }
-            | ConfigError::FileRead { .. }
-            | ConfigError::FileParse { .. }
-            | ConfigError::Other { .. } => None,
-        }
-    }
-}

@@ -66,6 +66,7 @@ impl KeySpec {
     }
 
     /// The `[section]` the key lives in.
+    #[cfg(test)]
     pub fn section(&self) -> &'static str {
         self.key.split_once('.').map_or(self.key, |(section, _)| section)
     }
@@ -85,6 +86,7 @@ impl KeySpec {
 
 /// `server.listen` → `VRAMD_SERVER__LISTEN`;
 /// `alerts.memory_high.threshold` → `VRAMD_ALERTS__MEMORY_HIGH__THRESHOLD`.
+#[cfg(test)]
 pub fn env_var_for(key: &str) -> String {
     format!("{ENV_PREFIX}{}", key.to_uppercase().replace('.', ENV_SEPARATOR))
 }

@@ -101,7 +101,7 @@ pub struct Overrides {
 
 /// Only scenario names are accepted, and `--help` lists them.
 fn scenario_names() -> clap::builder::PossibleValuesParser {
-    clap::builder::PossibleValuesParser::new(ScenarioKind::ALL.map(ScenarioKind::name))
+    clap::builder::PossibleValuesParser::new(ScenarioKind::ALL.iter().map(|kind| kind.name()))
 }
 
 impl Overrides {

@@ -126,7 +126,7 @@ fn counters(scheduled: &[&DeviceView<'_>], out: &mut Vec<u8>) {
     {
         let mut writer = FamilyWriter::new(out, &FAILURES);
         for view in scheduled {
-            for kind in ProbeFailureKind::ALL {
+            for &kind in ProbeFailureKind::ALL {
                 let labels = view.labels.clone().with("kind", kind.as_str());
                 writer.int(labels.as_str(), view.probe.failures_of(kind));
             }
@@ -134,7 +134,7 @@ fn counters(scheduled: &[&DeviceView<'_>], out: &mut Vec<u8>) {
     }
     let mut writer = FamilyWriter::new(out, &SKIPPED);
     for view in scheduled {
-        for reason in ProbeSkipReason::ALL {
+        for &reason in ProbeSkipReason::ALL {
             let labels = view.labels.clone().with("reason", reason.as_str());
             writer.int(labels.as_str(), view.probe.skipped_for(reason));
         }

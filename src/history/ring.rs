@@ -144,18 +144,6 @@ impl<T: Stamped> Snapshot<T> {
         self.chunks.iter().map(|chunk| &chunk[..]).chain(std::iter::once(&self.open[..]))
     }
 
-    pub fn len(&self) -> usize {
-        self.slices().map(<[T]>::len).sum()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    pub fn iter(&self) -> impl Iterator<Item = &T> {
-        self.slices().flatten()
-    }
-
     /// Items with `from <= at <= to`, oldest first, found by binary search
     /// within each chunk and skipping whole chunks outside the range.
     pub fn range(&self, from: Timestamp, to: Timestamp) -> impl Iterator<Item = &T> {
@@ -190,6 +178,20 @@ impl<T: Stamped> Snapshot<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    impl<T: Stamped> Snapshot<T> {
+        pub fn len(&self) -> usize {
+            self.slices().map(<[T]>::len).sum()
+        }
+
+        pub fn is_empty(&self) -> bool {
+            self.len() == 0
+        }
+
+        pub fn iter(&self) -> impl Iterator<Item = &T> {
+            self.slices().flatten()
+        }
+    }
     use proptest::prelude::*;
 
     #[derive(Clone, Debug, PartialEq)]

@@ -17,9 +17,10 @@ pub mod snapshot;
 pub mod store;
 mod validate;
 
-pub use oom::{OomIntake, OomRefused};
+pub use oom::OomIntake;
+pub use rate::Refused;
 pub use report::{AllocatorReport, ReportError, ReportLimits, ReportedDevice, Reporter};
 pub use snapshot::{SnapshotError, SnapshotLimits, SnapshotStore, Upload};
-pub use store::{Refused, ReportStore, ReportView, StoreLimits};
+pub use store::{ReportStore, ReportView, StoreLimits};
 #[cfg(test)]
 mod tests;

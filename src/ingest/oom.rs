@@ -7,7 +7,6 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
 
 use parking_lot::Mutex;
 use serde::Deserialize;
@@ -16,7 +15,7 @@ use tokio::time::Instant;
 
 use crate::model::{OomEvent, ProcessInfo, SnapshotSummary, Timestamp};
 
-use super::rate::{RateWindow, WINDOW};
+use super::rate::{RateWindow, Refused, WINDOW};
 use super::report::Reporter;
 use super::validate::{
     ReportError, check_exact, check_snapshot, check_uuid, check_within_device, checked_stats,
@@ -168,26 +167,6 @@ pub fn join(event: &OomEvent, processes: &[ProcessInfo]) -> Option<u32> {
     processes.get(slot).map(|process| process.pid)
 }
 
-/// Why an event was not taken.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum OomRefused {
-    #[error("more than {limit} OOM events per second from this reporter (ingest.rate_limit)")]
-    RateLimited { limit: usize, retry_after: Duration },
-    #[error("{max} reporters already sent OOM events this second (ingest.max_reporters)")]
-    TooManyReporters { max: usize, retry_after: Duration },
-}
-
-impl OomRefused {
-    /// When the reporter may try again.
-    pub fn retry_after(&self) -> Duration {
-        match self {
-            Self::RateLimited { retry_after, .. } | Self::TooManyReporters { retry_after, .. } => {
-                *retry_after
-            }
-        }
-    }
-}
-
 /// Event ids and the per-reporter rate limit of events.
 pub struct OomIntake {
     next_id: AtomicU64,
@@ -208,14 +187,15 @@ impl OomIntake {
     }
 
     /// Counts one event of `event`'s reporter against its rate, or refuses it.
-    pub fn admit(&self, event: &OomEvent, now: Instant) -> Result<(), OomRefused> {
+    pub fn admit(&self, event: &OomEvent, now: Instant) -> Result<(), Refused> {
         let mut windows = self.windows.lock();
         let key = (event.hostname.clone(), event.reporter_pid);
         if !windows.contains_key(&key) && windows.len() >= self.max_reporters {
             // Only reporters heard from within the last second are tracked.
             windows.retain(|_, window| window.is_current(now));
             if windows.len() >= self.max_reporters {
-                return Err(OomRefused::TooManyReporters {
+                return Err(Refused::TooManyReporters {
+                    full: "already sent OOM events this second",
                     max: self.max_reporters,
                     retry_after: WINDOW,
                 });
@@ -226,7 +206,7 @@ impl OomIntake {
             .entry(key)
             .or_insert_with(|| RateWindow::open(now))
             .admit(now, limit)
-            .map_err(|retry_after| OomRefused::RateLimited { limit, retry_after })
+            .map_err(|retry_after| Refused::RateLimited { what: "OOM events", limit, retry_after })
     }
 
     /// The next event id.

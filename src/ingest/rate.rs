@@ -1,12 +1,34 @@
 //! The per-reporter rate limit that allocator reports and OOM events
 //! share: a one-second window per reporter and the documents counted in it.
 //!
-//! Owns only the counting; who is a reporter, the limits and what a refusal
-//! says are `store`'s and `oom`'s. Depends on nothing in the crate.
+//! Owns the counting and [`Refused`]; who is a reporter and the limits are
+//! `store`'s and `oom`'s. Depends on nothing in the crate.
 
 use std::time::Duration;
 
 use tokio::time::Instant;
+
+/// Why a document (`what`: reports, OOM events) was not taken.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Refused {
+    #[error("more than {limit} {what} per second from this reporter (ingest.rate_limit)")]
+    RateLimited { what: &'static str, limit: usize, retry_after: Duration },
+    /// `full` says how the reporters fill the table: tracked until they
+    /// expire (reports), or heard from this second (OOM events).
+    #[error("{max} reporters {full} (ingest.max_reporters)")]
+    TooManyReporters { full: &'static str, max: usize, retry_after: Duration },
+}
+
+impl Refused {
+    /// When the reporter may try again.
+    pub fn retry_after(&self) -> Duration {
+        match self {
+            Self::RateLimited { retry_after, .. } | Self::TooManyReporters { retry_after, .. } => {
+                *retry_after
+            }
+        }
+    }
+}
 
 /// How long one window lasts.
 pub(super) const WINDOW: Duration = Duration::from_secs(1);

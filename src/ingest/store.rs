@@ -10,7 +10,7 @@ use tokio::time::Instant;
 
 use crate::model::{ProcessInfo, SlowReading};
 
-use super::rate::RateWindow;
+use super::rate::{RateWindow, Refused};
 use super::report::{AllocatorReport, ReportedDevice, Reporter};
 
 /// Bounds and timing of the store.
@@ -19,26 +19,6 @@ pub struct StoreLimits {
     pub ttl: Duration,
     pub rate_limit_per_second: usize,
     pub max_reporters: usize,
-}
-
-/// Why a report was not taken.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum Refused {
-    #[error("more than {limit} reports per second from this reporter (ingest.rate_limit)")]
-    RateLimited { limit: usize, retry_after: Duration },
-    #[error("{max} reporters are already tracked (ingest.max_reporters)")]
-    TooManyReporters { max: usize, retry_after: Duration },
-}
-
-impl Refused {
-    /// When the reporter may try again.
-    pub fn retry_after(&self) -> Duration {
-        match self {
-            Self::RateLimited { retry_after, .. } | Self::TooManyReporters { retry_after, .. } => {
-                *retry_after
-            }
-        }
-    }
 }
 
 struct Entry {
@@ -82,7 +62,7 @@ impl ReportStore {
         if let Some(entry) = entries.get_mut(&key) {
             let limit = self.limits.rate_limit_per_second;
             if let Err(retry_after) = entry.rate.admit(now, limit) {
-                return Err(Refused::RateLimited { limit, retry_after });
+                return Err(Refused::RateLimited { what: "reports", limit, retry_after });
             }
             // A device still reported keeps its join; a dropped one loses it.
             entry
@@ -94,6 +74,7 @@ impl ReportStore {
         }
         if entries.len() >= self.limits.max_reporters {
             return Err(Refused::TooManyReporters {
+                full: "are already tracked",
                 max: self.limits.max_reporters,
                 retry_after: self.limits.ttl,
             });

@@ -5,8 +5,9 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
+use super::Refused;
 use super::report::{ReportError, ReportLimits, parse};
-use super::store::{Refused, ReportStore, StoreLimits};
+use super::store::{ReportStore, StoreLimits};
 use crate::model::{ProcessDetails, ProcessInfo, SlowReading, Timestamp};
 
 const GIB: u64 = 1 << 30;

@@ -5,13 +5,13 @@
 //! Depends on nothing else in the crate.
 
 use serde::{Deserialize, Serialize};
-use strum::IntoStaticStr;
+use strum::{IntoStaticStr, VariantArray};
 
 /// One enum rather than strings, so a new kind is pre-created as a metric
 /// series, recorded and shown the same way everywhere or not compile.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-#[derive(IntoStaticStr)]
+#[derive(IntoStaticStr, VariantArray)]
 #[strum(serialize_all = "snake_case")]
 pub enum ErrorKind {
     DeviceLost,
@@ -30,18 +30,7 @@ pub enum ErrorKind {
 }
 
 impl ErrorKind {
-    pub const ALL: [ErrorKind; 10] = [
-        Self::DeviceLost,
-        Self::UnknownDevice,
-        Self::Unavailable,
-        Self::Driver,
-        Self::TraceEnded,
-        Self::Record,
-        Self::Timeout,
-        Self::StillRunning,
-        Self::Panicked,
-        Self::OutOfOrder,
-    ];
+    pub const ALL: &[Self] = <Self as strum::VariantArray>::VARIANTS;
 }
 
 #[cfg(test)]

@@ -45,7 +45,7 @@ use strum::{Display, IntoStaticStr};
 /// What `--record` does when its file already exists (`source.record_mode`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-#[derive(IntoStaticStr)]
+#[derive(IntoStaticStr, strum::VariantArray)]
 #[strum(serialize_all = "snake_case")]
 pub enum RecordMode {
     /// Keep it: renamed to `<file>.1` (earlier ones shift up, at most
@@ -59,11 +59,10 @@ pub enum RecordMode {
 }
 
 impl RecordMode {
-    pub const ALL: [RecordMode; 3] =
-        [RecordMode::Rotate, RecordMode::Refuse, RecordMode::Overwrite];
+    pub const ALL: &[Self] = <Self as strum::VariantArray>::VARIANTS;
 
     pub fn from_name(name: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|mode| mode.as_str() == name)
+        Self::ALL.iter().copied().find(|mode| mode.as_str() == name)
     }
 }
 
@@ -122,8 +121,8 @@ mod tests {
                 assert_eq!(serde_json::to_value(value).unwrap(), name(value));
             }
         }
-        same(&ErrorKind::ALL, |kind| kind.as_str());
-        same(&RecordMode::ALL, |mode| mode.as_str());
+        same(ErrorKind::ALL, |kind| kind.as_str());
+        same(RecordMode::ALL, |mode| mode.as_str());
         same(&Tier::ALL, |tier| tier.as_str());
         same(&[ComputeMode::ExclusiveThread, ComputeMode::ExclusiveProcess], |mode| mode.as_str());
         same(&[ProcessKind::ComputeAndGraphics, ProcessKind::Mps], |kind| kind.as_str());

@@ -99,7 +99,7 @@ pub enum HeadroomStop {
 /// `vramd_probe_failures_total{kind}`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
-#[derive(IntoStaticStr)]
+#[derive(IntoStaticStr, strum::VariantArray)]
 #[strum(serialize_all = "snake_case")]
 pub enum ProbeFailureKind {
     /// `libcuda.so.1` (or `probe.cuda_library`) cannot be loaded.
@@ -128,19 +128,7 @@ pub enum ProbeFailureKind {
 }
 
 impl ProbeFailureKind {
-    pub const ALL: [ProbeFailureKind; 11] = [
-        Self::LibraryMissing,
-        Self::SymbolMissing,
-        Self::InitFailed,
-        Self::DeviceNotFound,
-        Self::ContextFailed,
-        Self::AllocFailed,
-        Self::Timeout,
-        Self::Crashed,
-        Self::BadOutput,
-        Self::SpawnFailed,
-        Self::TraceEnded,
-    ];
+    pub const ALL: &[Self] = <Self as strum::VariantArray>::VARIANTS;
 
     /// Index into [`Self::ALL`] (declaration order).
     pub fn position(self) -> usize {
@@ -167,7 +155,7 @@ impl ProbeFailure {
 /// in `vramd_probe_skipped_total{reason}`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
-#[derive(IntoStaticStr)]
+#[derive(IntoStaticStr, strum::VariantArray)]
 #[strum(serialize_all = "snake_case")]
 pub enum ProbeSkipReason {
     /// NVML free memory is below `probe.min_free`: a context could push a
@@ -183,8 +171,7 @@ pub enum ProbeSkipReason {
 }
 
 impl ProbeSkipReason {
-    pub const ALL: [ProbeSkipReason; 4] =
-        [Self::LowFree, Self::ExclusiveProcess, Self::AlertFiring, Self::NoReading];
+    pub const ALL: &[Self] = <Self as strum::VariantArray>::VARIANTS;
 
     /// Index into [`Self::ALL`] (declaration order).
     pub fn position(self) -> usize {

@@ -3,7 +3,7 @@
 //! and [`Severity`], how urgent an alert is.
 //!
 //! One table ([`RuleId::spec`]) that configuration (defaults and
-//! validation), the alert rules and the simulator's scenario expectations
+//! validation), the alert rules and the scenario suite's expectations
 //! all read, so a rule's name, unit and direction are written once.
 //! Depends on nothing else in the crate.
 
@@ -40,7 +40,7 @@ fn unknown_severity(other: &str) -> String {
 }
 
 /// A built-in alert rule.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, strum::VariantArray)]
 pub enum RuleId {
     MemoryHigh,
     ExhaustionForecast,
@@ -145,19 +145,8 @@ const fn spec(
 }
 
 impl RuleId {
-    /// Every rule, in configuration order.
-    pub const ALL: [RuleId; 10] = [
-        RuleId::MemoryHigh,
-        RuleId::ExhaustionForecast,
-        RuleId::LeakSuspected,
-        RuleId::AllocatorFragmentationHigh,
-        RuleId::AllocatorRetries,
-        RuleId::AllocatorOom,
-        RuleId::DeviceLost,
-        RuleId::XidError,
-        RuleId::ProbeFreeMismatch,
-        RuleId::ProbeHeadroomLow,
-    ];
+    /// Every rule, in configuration order (the declaration's).
+    pub const ALL: &[Self] = <Self as strum::VariantArray>::VARIANTS;
 
     /// The rule table.
     pub const fn spec(self) -> RuleSpec {
@@ -205,7 +194,7 @@ impl RuleId {
 
     /// The rule called `name`, if any.
     pub fn from_name(name: &str) -> Option<RuleId> {
-        RuleId::ALL.into_iter().find(|rule| rule.as_str() == name)
+        RuleId::ALL.iter().copied().find(|rule| rule.as_str() == name)
     }
 }
 
@@ -221,7 +210,7 @@ mod tests {
 
     #[test]
     fn names_are_unique_and_round_trip() {
-        for (index, rule) in RuleId::ALL.into_iter().enumerate() {
+        for (index, &rule) in RuleId::ALL.iter().enumerate() {
             assert_eq!(RuleId::from_name(rule.as_str()), Some(rule));
             assert!(!RuleId::ALL[..index].iter().any(|other| other.as_str() == rule.as_str()));
         }

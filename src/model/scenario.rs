@@ -3,11 +3,13 @@
 //! scenario without depending on a source; the behaviour of each lives in
 //! `source::simulator`.
 
-use strum::{Display, EnumString, IntoStaticStr};
+use strum::{Display, EnumString, IntoStaticStr, VariantArray};
 
 /// A scripted situation the simulator can play; its name (kebab-case) is
 /// the one used on the command line and in configuration.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, IntoStaticStr, Display, EnumString)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, Hash, IntoStaticStr, Display, EnumString, VariantArray,
+)]
 #[strum(serialize_all = "kebab-case", parse_err_ty = UnknownScenario, parse_err_fn = unknown)]
 pub enum ScenarioKind {
     SteadyInference,
@@ -20,15 +22,7 @@ pub enum ScenarioKind {
 }
 
 impl ScenarioKind {
-    pub const ALL: [ScenarioKind; 7] = [
-        ScenarioKind::SteadyInference,
-        ScenarioKind::TrainingFragmentation,
-        ScenarioKind::Leak,
-        ScenarioKind::OomSpike,
-        ScenarioKind::MultiTenant,
-        ScenarioKind::DeviceLost,
-        ScenarioKind::Idle,
-    ];
+    pub const ALL: &[Self] = <Self as strum::VariantArray>::VARIANTS;
 
     pub fn name(self) -> &'static str {
         self.into()
@@ -79,7 +73,7 @@ mod tests {
 
     #[test]
     fn every_scenario_round_trips_through_its_name() {
-        for kind in ScenarioKind::ALL {
+        for &kind in ScenarioKind::ALL {
             assert_eq!(kind.name().parse::<ScenarioKind>(), Ok(kind));
         }
     }

@@ -24,6 +24,7 @@ use serde::{Deserialize, Serialize, Serializer};
 #[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct SharedStr(Arc<str>);
 
+#[cfg(test)]
 impl SharedStr {
     pub fn as_str(&self) -> &str {
         &self.0

@@ -171,7 +171,7 @@ impl TierShared {
         let now = wall_now();
         let finished = match answer {
             Ok(Ok(reading)) => {
-                store(context, &self.device, self.tier, reading, &mut state.health, now);
+                self.store(reading, &mut state.health, now);
                 false
             }
             Ok(Err(SourceError::TraceEnded { .. })) => {
@@ -180,12 +180,11 @@ impl TierShared {
             }
             Ok(Err(error)) => {
                 let (kind, message) = (error.kind(), error.to_string());
-                fail(context, &self.device, self.tier, &mut state.health, kind, message);
+                self.fail(&mut state.health, kind, message);
                 false
             }
             Err(panic) => {
-                let health = &mut state.health;
-                fail(context, &self.device, self.tier, health, ErrorKind::Panicked, panic);
+                self.fail(&mut state.health, ErrorKind::Panicked, panic);
                 false
             }
         };
@@ -225,8 +224,7 @@ impl TierShared {
                 call.recount_at = Some(recount_at);
                 self.context.telemetry.call_stuck();
                 let message = format!("no answer within {timeout:?}");
-                let health = &mut state.health;
-                fail(&self.context, &self.device, self.tier, health, ErrorKind::Timeout, message);
+                self.fail(&mut state.health, ErrorKind::Timeout, message);
                 self.first_attempt_done(state);
                 recount_at
             }
@@ -237,15 +235,7 @@ impl TierShared {
                 // Still inside the driver: each tick it misses is counted,
                 // and no second call is started behind it.
                 let message = "the previous call has not returned".to_owned();
-                let health = &mut state.health;
-                fail(
-                    &self.context,
-                    &self.device,
-                    self.tier,
-                    health,
-                    ErrorKind::StillRunning,
-                    message,
-                );
+                self.fail(&mut state.health, ErrorKind::StillRunning, message);
                 recount_at
             }
         }
@@ -295,62 +285,52 @@ impl TierHealth {
     }
 }
 
-fn store(
-    context: &Context,
-    device: &DeviceHistory,
-    tier: Tier,
-    reading: Reading,
-    health: &mut TierHealth,
-    now: Timestamp,
-) {
-    let result = match reading {
-        Reading::Fast(reading) => device.record_fast(reading),
-        Reading::Slow(mut reading) => {
-            if let Some(reports) = &context.reports {
-                reports.attach(&device.info().uuid, &mut reading);
+impl TierShared {
+    fn store(&self, reading: Reading, health: &mut TierHealth, now: Timestamp) {
+        let (context, device, tier) = (&*self.context, &*self.device, self.tier);
+        let result = match reading {
+            Reading::Fast(reading) => device.record_fast(reading),
+            Reading::Slow(mut reading) => {
+                if let Some(reports) = &context.reports {
+                    reports.attach(&device.info().uuid, &mut reading);
+                }
+                let dropped = reading.cap_processes(context.settings.max_processes_per_device);
+                if let Some(attribute) = &context.attribute {
+                    attribute(device.info(), &mut reading);
+                }
+                device.record_slow(reading, dropped)
             }
-            let dropped = reading.cap_processes(context.settings.max_processes_per_device);
-            if let Some(attribute) = &context.attribute {
-                attribute(device.info(), &mut reading);
+        };
+        match result {
+            Ok(()) => {
+                device.progress().succeeded(tier, now);
+                health.reset_backoff();
+                if let Some(kind) = health.failing.take() {
+                    info!(gpu = device.info().index, tier = %tier, after = kind.as_str(), "device readings recovered");
+                }
             }
-            device.record_slow(reading, dropped)
-        }
-    };
-    match result {
-        Ok(()) => {
-            device.progress().succeeded(tier, now);
-            health.reset_backoff();
-            if let Some(kind) = health.failing.take() {
-                info!(gpu = device.info().index, tier = %tier, after = kind.as_str(), "device readings recovered");
+            Err(out_of_order) => {
+                self.fail(health, ErrorKind::OutOfOrder, out_of_order.to_string());
             }
-        }
-        Err(out_of_order) => {
-            fail(context, device, tier, health, ErrorKind::OutOfOrder, out_of_order.to_string());
         }
     }
-}
 
-fn fail(
-    context: &Context,
-    device: &DeviceHistory,
-    tier: Tier,
-    health: &mut TierHealth,
-    kind: ErrorKind,
-    message: String,
-) {
-    context.telemetry.count_error(kind);
-    let index = device.info().index;
-    if health.failing != Some(kind) {
-        warn!(gpu = index, uuid = %device.info().uuid, tier = %tier, kind = kind.as_str(), error = %message, "device read failed");
-        health.failing = Some(kind);
-    } else {
-        debug!(gpu = index, tier = %tier, kind = kind.as_str(), error = %message, "device read failed again");
-    }
-    if kind == ErrorKind::DeviceLost {
-        health.back_off(context);
-    }
-    match tier {
-        Tier::Fast => device.record_fast_failure(kind, message),
-        Tier::Slow => device.record_slow_failure(kind, message),
+    fn fail(&self, health: &mut TierHealth, kind: ErrorKind, message: String) {
+        let (context, device, tier) = (&*self.context, &*self.device, self.tier);
+        context.telemetry.count_error(kind);
+        let index = device.info().index;
+        if health.failing != Some(kind) {
+            warn!(gpu = index, uuid = %device.info().uuid, tier = %tier, kind = kind.as_str(), error = %message, "device read failed");
+            health.failing = Some(kind);
+        } else {
+            debug!(gpu = index, tier = %tier, kind = kind.as_str(), error = %message, "device read failed again");
+        }
+        if kind == ErrorKind::DeviceLost {
+            health.back_off(context);
+        }
+        match tier {
+            Tier::Fast => device.record_fast_failure(kind, message),
+            Tier::Slow => device.record_slow_failure(kind, message),
+        }
     }
 }

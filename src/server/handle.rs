@@ -1,6 +1,6 @@
 //! [`WebConfigHandle`]: the web configuration in force, swapped whole when
 //! the file or a file it names changes (polled by size and modification
-//! time) or when `reload_now` is called (the SIGHUP path), and the cache of
+//! time) or on SIGHUP (`prepare_reload`, then `install`), and the cache of
 //! verified credentials.
 //!
 //! Owns: the current [`WebState`], the reload health series, the
@@ -93,14 +93,6 @@ impl WebConfigHandle {
     pub fn watch_with(&self, series: WebConfigSeries) {
         series.last_success.set(unix_now());
         *self.inner.series.lock() = Some(series);
-    }
-
-    /// Re-reads the file and every file it names now, whether or not they
-    /// changed (for SIGHUP). A bad file keeps the last good state; the
-    /// reason is logged and counted, and returned.
-    pub async fn reload_now(&self) -> Result<(), WebConfigError> {
-        let handle = self.clone();
-        self.blocking(move || handle.reload_blocking()).await
     }
 
     /// Reloads if a watched file's size or modification time changed.

@@ -11,6 +11,23 @@ use std::path::PathBuf;
 
 use super::{Config, ConfigError, LoadOptions, load};
 
+impl ConfigError {
+    /// The key the error is about, when it is about one key.
+    pub fn key(&self) -> Option<&str> {
+        match self {
+            ConfigError::UnknownKey { key, .. }
+            | ConfigError::NotASection { key, .. }
+            | ConfigError::InvalidValue { key, .. }
+            | ConfigError::AmbiguousEnvironment { key, .. } => Some(key),
+            ConfigError::Conflict { first, .. } => Some(first),
+            ConfigError::FileNotFound { .. }
+            | ConfigError::FileRead { .. }
+            | ConfigError::FileParse { .. }
+            | ConfigError::Other { .. } => None,
+        }
+    }
+}
+
 /// Options that read no file and no environment unless a test adds them.
 fn isolated() -> LoadOptions {
     LoadOptions { search_paths: Vec::new(), ..LoadOptions::default() }

@@ -134,7 +134,11 @@ pub(super) fn reading(
     let ecc_enabled = absent
         .value(index, "ECC mode", device.is_ecc_enabled())?
         .is_some_and(|mode| mode.currently_enabled);
-    let ecc = if ecc_enabled { ecc_counters(index, device, absent)? } else { None };
+    let ecc = if ecc_enabled {
+        absent.value(index, "ECC error counters", ecc_counters(device))?
+    } else {
+        None
+    };
     let (pcie_tx, pcie_rx) = if pcie_throughput {
         // NVML reports KB/s over a 20 ms sample per direction.
         let kilobytes = |counter| device.pcie_throughput(counter).map(|kb| u64::from(kb) * 1024);
@@ -155,8 +159,8 @@ pub(super) fn reading(
             .value(index, "throttle reasons", device.current_throttle_reasons())?
             .map(|reasons| reasons.bits()),
         ecc,
-        retired_pages: retired_pages(index, device, absent)?,
-        remapped_rows: remapped_rows(index, device, absent)?,
+        retired_pages: absent.value(index, "retired pages", retired_pages(device))?,
+        remapped_rows: absent.value(index, "remapped rows", remapped_rows(device))?,
         persistence_mode: absent.value(
             index,
             "persistence mode",
@@ -228,69 +232,43 @@ fn pstate_number(state: PerformanceState) -> Option<u8> {
     Some(number)
 }
 
-fn ecc_counters(
-    index: u32,
-    device: &Device<'_>,
-    absent: &AbsentLog,
-) -> Result<Option<EccCounters>, NvmlError> {
+fn ecc_counters(device: &Device<'_>) -> Result<EccCounters, NvmlError> {
     let count = |error, counter| device.total_ecc_errors(error, counter);
-    let read = || -> Result<EccCounters, NvmlError> {
-        Ok(EccCounters {
-            volatile_corrected: count(MemoryError::Corrected, EccCounter::Volatile)?,
-            volatile_uncorrected: count(MemoryError::Uncorrected, EccCounter::Volatile)?,
-            aggregate_corrected: count(MemoryError::Corrected, EccCounter::Aggregate)?,
-            aggregate_uncorrected: count(MemoryError::Uncorrected, EccCounter::Aggregate)?,
-        })
-    };
-    absent.value(index, "ECC error counters", read())
+    Ok(EccCounters {
+        volatile_corrected: count(MemoryError::Corrected, EccCounter::Volatile)?,
+        volatile_uncorrected: count(MemoryError::Uncorrected, EccCounter::Volatile)?,
+        aggregate_corrected: count(MemoryError::Corrected, EccCounter::Aggregate)?,
+        aggregate_uncorrected: count(MemoryError::Uncorrected, EccCounter::Aggregate)?,
+    })
 }
 
-fn retired_pages(
-    index: u32,
-    device: &Device<'_>,
-    absent: &AbsentLog,
-) -> Result<Option<RetiredPages>, NvmlError> {
-    let read = || -> Result<RetiredPages, NvmlError> {
-        let single = device.retired_pages(RetirementCause::MultipleSingleBitEccErrors)?.len();
-        let double = device.retired_pages(RetirementCause::DoubleBitEccError)?.len();
-        Ok(RetiredPages {
-            single_bit_ecc: single as u64,
-            double_bit_ecc: double as u64,
-            pending: device.are_pages_pending_retired().ok(),
-        })
-    };
-    absent.value(index, "retired pages", read())
+fn retired_pages(device: &Device<'_>) -> Result<RetiredPages, NvmlError> {
+    let single = device.retired_pages(RetirementCause::MultipleSingleBitEccErrors)?.len();
+    let double = device.retired_pages(RetirementCause::DoubleBitEccError)?.len();
+    Ok(RetiredPages {
+        single_bit_ecc: single as u64,
+        double_bit_ecc: double as u64,
+        pending: device.are_pages_pending_retired().ok(),
+    })
 }
 
-fn remapped_rows(
-    index: u32,
-    device: &Device<'_>,
-    absent: &AbsentLog,
-) -> Result<Option<RemappedRows>, NvmlError> {
-    let read = || -> Result<RemappedRows, NvmlError> {
-        let samples = device.field_values_for(&REMAPPED_ROW_FIELDS)?;
-        if samples.len() != REMAPPED_ROW_FIELDS.len() {
-            // A partial answer must not read as zeros.
-            return Err(NvmlError::NotSupported);
-        }
-        let mut values = [0u64; 4];
-        for (slot, sample) in values.iter_mut().zip(samples) {
-            *slot = match sample?.value? {
-                SampleValue::U32(value) => u64::from(value),
-                SampleValue::U64(value) => value,
-                SampleValue::I64(value) => u64::try_from(value).unwrap_or(0),
-                SampleValue::F64(value) => value.max(0.0) as u64,
-            };
-        }
-        let [correctable, uncorrectable, pending, failure] = values;
-        Ok(RemappedRows {
-            correctable,
-            uncorrectable,
-            pending: pending != 0,
-            failure: failure != 0,
-        })
-    };
-    absent.value(index, "remapped rows", read())
+fn remapped_rows(device: &Device<'_>) -> Result<RemappedRows, NvmlError> {
+    let samples = device.field_values_for(&REMAPPED_ROW_FIELDS)?;
+    if samples.len() != REMAPPED_ROW_FIELDS.len() {
+        // A partial answer must not read as zeros.
+        return Err(NvmlError::NotSupported);
+    }
+    let mut values = [0u64; 4];
+    for (slot, sample) in values.iter_mut().zip(samples) {
+        *slot = match sample?.value? {
+            SampleValue::U32(value) => u64::from(value),
+            SampleValue::U64(value) => value,
+            SampleValue::I64(value) => u64::try_from(value).unwrap_or(0),
+            SampleValue::F64(value) => value.max(0.0) as u64,
+        };
+    }
+    let [correctable, uncorrectable, pending, failure] = values;
+    Ok(RemappedRows { correctable, uncorrectable, pending: pending != 0, failure: failure != 0 })
 }
 
 #[cfg(test)]

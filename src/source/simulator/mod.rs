@@ -69,7 +69,6 @@
 
 pub mod corpus;
 mod devices;
-pub mod expectations;
 mod leak;
 mod names;
 mod noise;
@@ -142,12 +141,6 @@ const THERMAL_STEP_MS: u64 = 5_000;
 const LOST_REASON: &str = "GPU has fallen off the bus (simulated Xid 79)";
 
 impl Simulator {
-    /// A simulator whose scenario starts at the clock's origin.
-    pub fn new(spec: SimulatorSpec, clock: ScaledClock) -> Result<Self, SimulatorError> {
-        let origin = clock.origin();
-        Self::with_origin(spec, clock, origin)
-    }
-
     /// A simulator whose scenario starts at `origin`.
     pub fn with_origin(
         spec: SimulatorSpec,
@@ -166,15 +159,6 @@ impl Simulator {
             container_ids: false,
             names: Arc::default(),
         })
-    }
-
-    pub fn spec(&self) -> SimulatorSpec {
-        self.spec
-    }
-
-    /// The timestamp at which the scenario starts; scenario time = at − origin.
-    pub fn origin(&self) -> Timestamp {
-        self.origin
     }
 
     /// The fast tier of device `index` at `at`. Pure and deterministic.

@@ -10,6 +10,23 @@ use proptest::prelude::*;
 use super::*;
 use crate::model::ProcessInfo;
 
+impl Simulator {
+    /// A simulator whose scenario starts at the clock's origin.
+    pub fn new(spec: SimulatorSpec, clock: ScaledClock) -> Result<Self, SimulatorError> {
+        let origin = clock.origin();
+        Self::with_origin(spec, clock, origin)
+    }
+
+    pub fn spec(&self) -> SimulatorSpec {
+        self.spec
+    }
+
+    /// The timestamp at which the scenario starts; scenario time = at − origin.
+    pub fn origin(&self) -> Timestamp {
+        self.origin
+    }
+}
+
 pub(super) const MINUTE_MS: u64 = 60_000;
 const GPU_COUNTS: [u32; 3] = [1, 3, 8];
 
@@ -79,7 +96,7 @@ fn invariants_hold_for_every_scenario_and_gpu_count_over_45_minutes() {
         .into_iter()
         .chain([604_000, 719_999, 720_000, 1_199_999, 1_200_000, 2_400_000, 2_700_000]);
     let times: Vec<u64> = (0..=45 * MINUTE_MS).step_by(7_001).chain(boundaries).collect();
-    for scenario in ScenarioKind::ALL {
+    for &scenario in ScenarioKind::ALL {
         for gpus in GPU_COUNTS {
             let sim = simulator(scenario, gpus, 0x5EED);
             for &t_ms in &times {
@@ -111,7 +128,7 @@ proptest! {
 #[test]
 fn same_spec_gives_identical_readings_in_any_call_order() {
     let times: Vec<u64> = (0..=45 * MINUTE_MS).step_by(61_003).collect();
-    for scenario in ScenarioKind::ALL {
+    for &scenario in ScenarioKind::ALL {
         let forward = simulator(scenario, 3, 11);
         let backward = simulator(scenario, 3, 11);
         let mut seen = Vec::new();
@@ -138,7 +155,7 @@ fn same_spec_gives_identical_readings_in_any_call_order() {
 
 #[test]
 fn a_different_seed_gives_different_noise_and_identities() {
-    for scenario in ScenarioKind::ALL {
+    for &scenario in ScenarioKind::ALL {
         let one = simulator(scenario, 2, 1);
         let two = simulator(scenario, 2, 2);
         let differs = (0..40u64).any(|step| {
@@ -153,7 +170,7 @@ fn a_different_seed_gives_different_noise_and_identities() {
 
 #[test]
 fn allocator_counters_never_decrease_for_a_process() {
-    for scenario in ScenarioKind::ALL {
+    for &scenario in ScenarioKind::ALL {
         for seed in [0, 77] {
             let sim = simulator(scenario, 3, seed);
             let mut last: HashMap<(u32, u32), (u64, u64)> = HashMap::new();
@@ -179,7 +196,7 @@ fn allocator_counters_never_decrease_for_a_process() {
 
 #[test]
 fn an_index_beyond_the_devices_is_unknown() {
-    for scenario in ScenarioKind::ALL {
+    for &scenario in ScenarioKind::ALL {
         let sim = simulator(scenario, 3, 0);
         for index in [3, 8, u32::MAX] {
             // Long after the device-lost onset too: unknown wins over lost.

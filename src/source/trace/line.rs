@@ -177,7 +177,7 @@ fn source_error(
     call: Option<Cow<'_, str>>,
     path: Option<Cow<'_, str>>,
 ) -> Result<SourceError, String> {
-    let known = ErrorKind::ALL.into_iter().find(|known| known.as_str() == kind);
+    let known = ErrorKind::ALL.iter().copied().find(|known| known.as_str() == kind);
     let Some(known) = known else {
         return Err(format!(
             "unknown error kind {kind:?} (expected device_lost, unknown_device, unavailable, \

@@ -25,6 +25,7 @@ pub struct RecordOptions {
     pub protect: Option<PathBuf>,
 }
 
+#[cfg(test)]
 impl Default for RecordOptions {
     fn default() -> Self {
         Self { mode: RecordMode::Rotate, keep: 5, protect: None }
@@ -135,7 +136,7 @@ mod tests {
         std::fs::write(&replayed, "the replay's source").unwrap();
         let link = dir.path().join("link.ndjson");
         std::os::unix::fs::symlink(&replayed, &link).unwrap();
-        for mode in RecordMode::ALL {
+        for &mode in RecordMode::ALL {
             let options = RecordOptions { mode, keep: 2, protect: Some(replayed.clone()) };
             let error = open_for_recording(&link, &options).unwrap_err();
             assert!(matches!(error, TraceError::SameFile { .. }), "{mode:?}: {error}");

@@ -2,12 +2,12 @@
 //! the labels of the scenario suite (`tests/scenarios.rs`). Any alert that
 //! fires and is not listed here is a false alarm.
 //!
-//! Data only: rules are named by `model::RuleId`; the simulator knows
-//! nothing of the alert engine.
+//! Data only: rules are named by `model::RuleId`. Kept with the suite, not
+//! in the simulator: the daemon never reads them.
 
 use std::time::Duration;
 
-use crate::model::{RuleId, ScenarioKind};
+use vramd::model::{RuleId, ScenarioKind};
 
 /// An alert a scenario must raise (reach `firing`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
