@@ -17,6 +17,7 @@ use crate::model::Timestamp;
 use super::floor::FloorScratch;
 use super::leak::{LeakFinding, LeakParams, detect_process_leak};
 use super::pressure::{PressureInput, PressureThresholds, pressure};
+use super::process_growth::ProcessGrowth;
 use super::series;
 use super::snapshot::{AnalysisSnapshot, DeviceFacts, DeviceSnapshot, ProcessFacts};
 use super::summary::{DeviceAnalysis, ProcessLeak};
@@ -64,6 +65,9 @@ pub struct Analyzer {
     used_buffer: Vec<(Timestamp, u64)>,
     /// Reused between leak checks: one process's leak window as points.
     process_buffer: series::PidSeries,
+    /// Reused between trend checks: the processes' usage over the trend
+    /// window, for the growth read process by process.
+    process_growth: ProcessGrowth,
     /// What each listed device carries from pass to pass, by UUID.
     memos: HashMap<String, DeviceMemo>,
 }
@@ -96,6 +100,7 @@ impl Analyzer {
             scratch: FloorScratch::default(),
             used_buffer: Vec::new(),
             process_buffer: series::PidSeries::default(),
+            process_growth: ProcessGrowth::default(),
             memos: HashMap::new(),
         }
     }
@@ -160,9 +165,26 @@ impl Analyzer {
             let fast = device.fast_snapshot();
             let window_start = now.saturating_sub(settings.trend_window);
             series::device_used_into(&fast, window_start, now, &mut self.used_buffer);
-            let estimate = settings.forecast.trend(&mut self.scratch, &self.used_buffer);
+            let floor = settings.forecast.trend(&mut self.scratch, &self.used_buffer);
+            // Read process by process where the processes account for the
+            // device (`analysis::process_growth`); a MIG instance's
+            // process figures are not its own. Only where the device floor's
+            // line rises at all: processes that grow lift it, and a device
+            // that holds level (most checks) costs no reading of its
+            // processes.
+            let rises = floor.is_some_and(|(line, _)| line.slope_per_second > 0.0);
+            let by_process =
+                (rises && device.info().mig.is_none() && settings.forecast.process_share <= 1.0)
+                    .then(|| {
+                        self.process_growth.gather(device, window_start, now);
+                        let (scratch, used) = (&mut self.scratch, &self.used_buffer);
+                        self.process_growth.rate(&settings.forecast, scratch, used, floor)
+                    })
+                    .flatten();
+            let estimate = by_process.unwrap_or(floor);
             let slope = estimate.map_or(0.0, |(trend, _)| trend.slope_per_second);
-            let peak = projected_peak(&self.used_buffer, settings.forecast.peak_window, slope);
+            let window = settings.forecast.peak_window;
+            let peak = projected_peak(&self.used_buffer, window, slope);
             memo.trend = Some((now, estimate, peak));
         }
         let trend = memo.trend.and_then(|(_, trend, _)| trend.map(|(trend, _)| trend));
