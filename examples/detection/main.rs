@@ -349,7 +349,7 @@ fn main() {
             corpus::Label::Leak { .. } => None,
         };
         if let Some(fired) = forecast_fired {
-            forecast::explain(run, &settings.analysis, config.sampler.fast_interval, fired);
+            forecast::explain(run, &settings, fired);
             return;
         }
         let (_, leak) = settings.analysis.leak.expect("leak rule enabled");
