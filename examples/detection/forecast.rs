@@ -71,6 +71,7 @@ pub fn explain(run: &CorpusRun, analyze: &AnalyzeSettings, fired: Option<f64>) {
     // history holds them.
     let history = DeviceHistory::new(run.device_info(), analyze.sizing);
     let mut processes = ProcessGrowth::default();
+    let mut cleaned = Vec::new();
     let slow = analyze.slow_interval.as_millis().max(1) as u64;
     for at_ms in (0..=end_ms).step_by(step as usize) {
         let at = GOLDEN_ORIGIN.saturating_add(Duration::from_millis(at_ms));
@@ -91,7 +92,7 @@ pub fn explain(run: &CorpusRun, analyze: &AnalyzeSettings, fired: Option<f64>) {
                 && params.process_share <= 1.0)
                 .then(|| {
                     processes.gather(&history, from, at);
-                    processes.rate(&params, &mut scratch, &series, floor)
+                    processes.rate(&params, &mut scratch, &mut cleaned, &series, floor)
                 })
                 .flatten();
             let chosen = by_process.unwrap_or(floor);

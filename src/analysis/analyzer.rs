@@ -65,9 +65,9 @@ pub struct Analyzer {
     used_buffer: Vec<(Timestamp, u64)>,
     /// Reused between leak checks: one process's leak window as points.
     process_buffer: series::PidSeries,
-    /// Reused between trend checks: the processes' usage over the trend
-    /// window, for the growth read process by process.
-    process_growth: ProcessGrowth,
+    /// Reused between trend checks: a device's used memory without the
+    /// processes that do not grow (`analysis::process_growth`).
+    cleaned_buffer: Vec<(Timestamp, u64)>,
     /// What each listed device carries from pass to pass, by UUID.
     memos: HashMap<String, DeviceMemo>,
 }
@@ -84,6 +84,9 @@ struct DeviceMemo {
     trend: Option<TrendMemo>,
     /// When leaks were last assessed, and the findings by PID.
     leaks: Option<(Timestamp, HashMap<u32, LeakFinding>)>,
+    /// Every process's usage over the trend window, slid check by check,
+    /// for the growth read process by process.
+    process_growth: ProcessGrowth,
     /// Every process's series over the leak window, slid check by check.
     process_windows: series::ProcessWindows,
     /// Allocator counter steps, kept up to date from the samples that
@@ -100,7 +103,7 @@ impl Analyzer {
             scratch: FloorScratch::default(),
             used_buffer: Vec::new(),
             process_buffer: series::PidSeries::default(),
-            process_growth: ProcessGrowth::default(),
+            cleaned_buffer: Vec::new(),
             memos: HashMap::new(),
         }
     }
@@ -114,6 +117,7 @@ impl Analyzer {
         let leaks_changed = settings.leak != self.settings.leak;
         for memo in self.memos.values_mut() {
             memo.trend = None;
+            memo.process_growth = ProcessGrowth::default();
             if leaks_changed {
                 memo.leaks = None;
                 memo.process_windows = series::ProcessWindows::default();
@@ -173,14 +177,16 @@ impl Analyzer {
             // that holds level (most checks) costs no reading of its
             // processes.
             let rises = floor.is_some_and(|(line, _)| line.slope_per_second > 0.0);
-            let by_process =
-                (rises && device.info().mig.is_none() && settings.forecast.process_share <= 1.0)
-                    .then(|| {
-                        self.process_growth.gather(device, window_start, now);
-                        let (scratch, used) = (&mut self.scratch, &self.used_buffer);
-                        self.process_growth.rate(&settings.forecast, scratch, used, floor)
-                    })
-                    .flatten();
+            let by_process = (rises
+                && device.info().mig.is_none()
+                && settings.forecast.process_share <= 1.0)
+                .then(|| {
+                    let processes = &mut memo.process_growth;
+                    processes.gather(device, window_start, now);
+                    let (scratch, cleaned) = (&mut self.scratch, &mut self.cleaned_buffer);
+                    processes.rate(&settings.forecast, scratch, cleaned, &self.used_buffer, floor)
+                })
+                .flatten();
             let estimate = by_process.unwrap_or(floor);
             let slope = estimate.map_or(0.0, |(trend, _)| trend.slope_per_second);
             let window = settings.forecast.peak_window;

@@ -43,37 +43,40 @@
 //! own, is taken to be flat), and more than one of them moved (one alone
 //! is the device floor already, read at the fast tier's rate).
 
-use crate::history::DeviceHistory;
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use crate::history::{DeviceHistory, SlowPoint, Stamped};
 use crate::model::Timestamp;
 
 use super::floor::FloorScratch;
 use super::trend::{ForecastParams, Trend};
 
-/// Every listed process's NVML usage over one device's trend window, in
-/// buffers reused from device to device and check to check.
+/// Every listed process's NVML usage over one device's trend window, kept
+/// between checks: each check reads only the slow-tier samples that
+/// arrived since the last one and drops those that left the window
+/// (reading the whole window's lists at every check was a tenth of an
+/// offline run of 8 shared GPUs). Bounded by the window: one point per
+/// process and list.
 #[derive(Debug, Default)]
 pub struct ProcessGrowth {
-    /// The first `active` entries are this window's; the rest keep their
-    /// allocations for the next one.
+    /// The newest sample read.
+    scanned_to: Option<Timestamp>,
+    /// Every process list in the window, oldest first: its time and
+    /// whether the process cap cut it.
+    lists: VecDeque<(Timestamp, bool)>,
+    /// The number of `lists[0]`; lists are numbered as read.
+    first_list: u64,
     series: Vec<ProcessSeries>,
-    active: usize,
-    /// Process lists read in the window.
-    lists: usize,
-    /// Time of the newest list.
-    newest: Option<Timestamp>,
-    /// Whether some list in the window was cut by the process cap.
-    capped: bool,
-    /// The device's used memory without the processes that do not grow.
-    cleaned: Vec<(Timestamp, u64)>,
 }
 
 #[derive(Debug, Default)]
 struct ProcessSeries {
     pid: u32,
-    /// Index (among the window's lists) of the first list of the process's
-    /// unbroken run of listings, and of the newest list that listed it.
-    since: usize,
-    listed: usize,
+    /// Number of the first list of the process's unbroken run of
+    /// listings, and of the newest list that listed it.
+    since: u64,
+    listed: u64,
     /// Whether the newest list that listed it gave no usage.
     usage_unknown: bool,
     /// Whether its usage changed in the window: one that did not (an
@@ -85,74 +88,69 @@ struct ProcessSeries {
 }
 
 impl ProcessGrowth {
-    /// Reads the processes' usage from `device`'s slow tier over
-    /// `from..=to`, replacing what the buffers held.
+    /// Brings the processes' usage up to date with `device`'s slow tier
+    /// over `from..=to`: the samples newer than the last one read, or the
+    /// whole window when the last one read has left it.
     pub fn gather(&mut self, device: &DeviceHistory, from: Timestamp, to: Timestamp) {
-        self.active = 0;
-        self.lists = 0;
-        self.newest = None;
-        self.capped = false;
-        // Under the ring's lock: only copies out.
-        device.visit_recent_slow(from, to, |sample| {
-            let Some(processes) = sample.processes() else { return };
-            let list = self.lists;
-            self.lists += 1;
-            self.newest = Some(crate::history::Stamped::at(sample));
-            self.capped |= sample.capped();
-            for (position, process) in processes.iter().enumerate() {
-                // Lists keep their order from sample to sample: try the
-                // same position first.
-                let same = self.series.get(position).filter(|_| position < self.active);
-                let slot = match same {
-                    Some(entry) if entry.pid == process.pid => position,
-                    _ => self.slot(process.pid, list),
-                };
-                let Some(entry) = self.series.get_mut(slot) else { continue };
-                // Missing from a list in between: perhaps another process
-                // under a reused PID, so its series starts afresh.
-                if entry.listed + 1 < list {
-                    entry.points.clear();
-                    entry.varies = false;
-                    entry.since = list;
-                }
-                entry.listed = list;
-                entry.usage_unknown = process.used_bytes().is_none();
-                if let Some(used) = process.used_bytes() {
-                    let first = entry.points.first().map_or(used, |&(_, first)| first);
-                    entry.varies |= used != first;
-                    entry.points.push((crate::history::Stamped::at(sample), used));
-                }
+        let resume = match self.scanned_to {
+            Some(scanned) if scanned >= from => scanned.saturating_add(Duration::from_millis(1)),
+            _ => {
+                *self = Self::default();
+                from
             }
-        });
+        };
+        // Under the ring's lock: only copies out.
+        device.visit_recent_slow(resume, to, |sample| self.add(sample));
+        while self.lists.front().is_some_and(|&(at, _)| at < from) {
+            self.lists.pop_front();
+            self.first_list += 1;
+        }
+        let first_list = self.first_list;
+        self.series.retain(|entry| entry.listed >= first_list);
+        for entry in &mut self.series {
+            let gone = entry.points.partition_point(|&(at, _)| at < from);
+            entry.points.drain(..gone);
+        }
     }
 
-    /// The entry of `pid` among the active ones, made (reusing a spare's
-    /// allocation) when new.
-    fn slot(&mut self, pid: u32, list: usize) -> usize {
-        let active = self.series.get(..self.active).unwrap_or(&[]);
-        if let Some(slot) = active.iter().position(|entry| entry.pid == pid) {
-            return slot;
-        }
-        let slot = self.active;
-        self.active += 1;
-        let fresh = |points| ProcessSeries {
-            pid,
-            since: list,
-            listed: list,
-            usage_unknown: false,
-            varies: false,
-            growing: false,
-            points,
-        };
-        match self.series.get_mut(slot) {
-            Some(spare) => {
-                let mut points = std::mem::take(&mut spare.points);
-                points.clear();
-                *spare = fresh(points);
+    fn add(&mut self, sample: &SlowPoint) {
+        let at = sample.at();
+        self.scanned_to = Some(at);
+        let Some(processes) = sample.processes() else { return };
+        let list = self.first_list + self.lists.len() as u64;
+        self.lists.push_back((at, sample.capped()));
+        for (position, process) in processes.iter().enumerate() {
+            // Lists keep their order from sample to sample: try the same
+            // position first.
+            let slot = match self.series.get(position) {
+                Some(entry) if entry.pid == process.pid => position,
+                _ => match self.series.iter().position(|entry| entry.pid == process.pid) {
+                    Some(slot) => slot,
+                    None => {
+                        let fresh = ProcessSeries {
+                            pid: process.pid,
+                            since: list,
+                            listed: list,
+                            ..ProcessSeries::default()
+                        };
+                        self.series.push(fresh);
+                        self.series.len() - 1
+                    }
+                },
+            };
+            let Some(entry) = self.series.get_mut(slot) else { continue };
+            // Missing from a list in between: perhaps another process
+            // under a reused PID, so its series starts afresh.
+            if entry.listed + 1 < list {
+                entry.points.clear();
+                entry.since = list;
             }
-            None => self.series.push(fresh(Vec::new())),
+            entry.listed = list;
+            entry.usage_unknown = process.used_bytes().is_none();
+            if let Some(used) = process.used_bytes() {
+                entry.points.push((at, used));
+            }
         }
-        slot
     }
 
     /// The device's growth from its processes' floors, as
@@ -165,27 +163,32 @@ impl ProcessGrowth {
         &mut self,
         params: &ForecastParams,
         scratch: &mut FloorScratch,
+        cleaned: &mut Vec<(Timestamp, u64)>,
         used: &[(Timestamp, u64)],
         device: Option<(Trend, bool)>,
     ) -> Option<Option<(Trend, bool)>> {
-        let newest = self.newest?;
-        if self.capped {
+        let &(newest, _) = self.lists.back()?;
+        if self.lists.iter().any(|&(_, capped)| capped) {
             return None;
         }
-        let last_list = self.lists.checked_sub(1)?;
+        let last_list = self.first_list + self.lists.len() as u64 - 1;
+        let first_list = self.first_list;
         let &(window_start, _) = used.first()?;
         let &(device_end, _) = used.last()?;
         // One floor bucket of slack: the process series start with the
         // first list, up to a slow interval after the first fast sample.
         let span = device_end.duration_since(window_start)?;
         let slack = span.div_f64(params.buckets.max(1) as f64);
-        let latest = || {
-            self.series.get(..self.active).unwrap_or(&[]).iter().filter(|s| s.listed == last_list)
-        };
+        for process in &mut self.series {
+            let first = process.points.first().map(|&(_, used)| used);
+            process.varies = process.points.iter().any(|&(_, used)| Some(used) != first);
+            process.growing = false;
+        }
+        let latest = || self.series.iter().filter(|s| s.listed == last_list);
         let mut held: u64 = 0;
         for process in latest() {
             let first = process.points.first().map(|&(at, _)| at);
-            let whole = process.since == 0
+            let whole = process.since <= first_list
                 && !process.usage_unknown
                 && first.is_some_and(|first| first <= window_start.saturating_add(slack));
             if !whole {
@@ -204,7 +207,7 @@ impl ProcessGrowth {
         // tier's rate, so there is nothing to take apart.
         latest().filter(|process| process.varies).nth(1)?;
         let mut growing = false;
-        for process in self.series.iter_mut().take(self.active) {
+        for process in &mut self.series {
             process.growing = process.listed == last_list
                 && process.varies
                 && params
@@ -215,7 +218,7 @@ impl ProcessGrowth {
         if !growing {
             return Some(device.map(|(line, _)| (line, false)));
         }
-        let still = self.series.iter().take(self.active).filter(|s| s.listed == last_list);
+        let still = self.series.iter().filter(|s| s.listed == last_list);
         if !still.clone().any(|process| !process.growing && process.varies) {
             // Only processes that hold still are left out: the device floor
             // is the growing processes' own, shifted by a constant.
@@ -225,12 +228,12 @@ impl ProcessGrowth {
         // tier's rate: each is taken away at the lower of the two lists
         // around a sample, so a chunk taken or freed between them leaves a
         // short rise above the floor, never a dip into it.
-        self.cleaned.clear();
-        self.cleaned.extend_from_slice(used);
+        cleaned.clear();
+        cleaned.extend_from_slice(used);
         for process in still.filter(|process| !process.growing && process.varies) {
-            subtract_held(&mut self.cleaned, &process.points);
+            subtract_held(cleaned, &process.points);
         }
-        Some(params.trend(scratch, &self.cleaned))
+        Some(params.trend(scratch, cleaned))
     }
 }
 

@@ -107,7 +107,8 @@ fn estimates(history: &DeviceHistory) -> (Estimate, Option<Estimate>) {
     let floor = params.trend(&mut scratch, &used);
     let mut growth = ProcessGrowth::default();
     growth.gather(history, from, to);
-    (floor, growth.rate(&params, &mut scratch, &used, floor))
+    let mut cleaned = Vec::new();
+    (floor, growth.rate(&params, &mut scratch, &mut cleaned, &used, floor))
 }
 
 /// A notebook holding 0–3 chunks of `chunk` bytes, drawn afresh every
@@ -218,4 +219,34 @@ fn a_pid_missing_from_a_list_inside_the_window_starts_afresh() {
         |_| false,
     );
     assert_eq!(estimates(&history).1, None);
+}
+
+#[test]
+fn reading_check_by_check_sees_what_reading_the_window_whole_sees() {
+    let rate = 27.0 * MIB;
+    let history = device(
+        |t| {
+            let chunk = notebook(t, 1.2 * GIB, 70.0);
+            vec![(10, 30.0 * GIB + rate * t), (20, chunk), (21, notebook(t + 9.0, GIB, 45.0))]
+        },
+        |_| false,
+    );
+    let params = ForecastParams::default();
+    let mut scratch = FloorScratch::default();
+    let mut cleaned = Vec::new();
+    let mut used = Vec::new();
+    let mut slid = ProcessGrowth::default();
+    // Checks every 15 s; the window is the last 300 s.
+    for end in (300..=600).step_by(15) {
+        let (from, to) = (at(end as f64 - 300.0), at(end as f64));
+        crate::analysis::series::device_used_into(&history.fast_snapshot(), from, to, &mut used);
+        let floor = params.trend(&mut scratch, &used);
+        slid.gather(&history, from, to);
+        let by_check = slid.rate(&params, &mut scratch, &mut cleaned, &used, floor);
+        let mut whole = ProcessGrowth::default();
+        whole.gather(&history, from, to);
+        let at_once = whole.rate(&params, &mut scratch, &mut cleaned, &used, floor);
+        assert_eq!(by_check, at_once, "window ending at {end} s");
+        assert!(by_check.is_some(), "the processes account for the device");
+    }
 }
