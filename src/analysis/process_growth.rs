@@ -1,10 +1,10 @@
 //! The exhaustion forecast's growth read process by process, on a device
 //! whose listed processes account for its memory.
 //!
-//! Owns: gathering every listed process's NVML usage over the trend window
-//! from the slow tier, the rule that says when those processes account for
-//! the device (`ProcessGrowth::rate`), which of them grow, and the device's
-//! use without those that do not. Depends on: `history` (read-only slow
+//! Owns: every listed process's NVML usage over the trend window, slid
+//! check by check from the slow tier; the rule that says when those
+//! processes account for the device (`ProcessGrowth::rate`); which of them
+//! grow; and the device's use without those that do not. Depends on: `history` (read-only slow
 //! samples), `model::Timestamp`, `analysis::trend` and `analysis::floor`.
 //! Knows nothing of alert rules or configuration; no I/O, no clocks: time
 //! is the samples' own.
