@@ -87,9 +87,8 @@ pub fn explain(run: &CorpusRun, analyze: &AnalyzeSettings, fired: Option<f64>) {
             let from = at.saturating_sub(settings.trend_window);
             series.drain(..series.partition_point(|&(t, _)| t < from));
             let floor = params.trend(&mut scratch, &series);
-            // As `Analyzer` does: only where the floor's line rises.
-            let by_process = (floor.is_some_and(|(line, _)| line.slope_per_second > 0.0)
-                && params.process_share <= 1.0)
+            // As `Analyzer` does.
+            let by_process = ProcessGrowth::worth_reading(&history, &params, floor)
                 .then(|| {
                     processes.gather(&history, from, at);
                     processes.rate(&params, &mut scratch, &mut cleaned, &series, floor)

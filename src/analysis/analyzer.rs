@@ -170,18 +170,10 @@ impl Analyzer {
             let window_start = now.saturating_sub(settings.trend_window);
             series::device_used_into(&fast, window_start, now, &mut self.used_buffer);
             let floor = settings.forecast.trend(&mut self.scratch, &self.used_buffer);
-            // Read process by process where the processes account for the
-            // device (`analysis::process_growth`); a MIG instance's
-            // process figures are not its own. Only where the device floor's
-            // line rises at all: processes that grow lift it, and a device
-            // that holds level (most checks) costs no reading of its
-            // processes.
-            let rises = floor.is_some_and(|(line, _)| line.slope_per_second > 0.0);
-            let by_process = (rises
-                && device.info().mig.is_none()
-                && settings.forecast.process_share <= 1.0)
+            // Read process by process where that may apply.
+            let processes = &mut memo.process_growth;
+            let by_process = ProcessGrowth::worth_reading(device, &settings.forecast, floor)
                 .then(|| {
-                    let processes = &mut memo.process_growth;
                     processes.gather(device, window_start, now);
                     let (scratch, cleaned) = (&mut self.scratch, &mut self.cleaned_buffer);
                     processes.rate(&settings.forecast, scratch, cleaned, &self.used_buffer, floor)

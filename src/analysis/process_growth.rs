@@ -153,6 +153,22 @@ impl ProcessGrowth {
         }
     }
 
+    /// Whether the growth of `device` is worth reading process by process
+    /// at a check whose device-floor estimate is `floor`: not on a MIG
+    /// instance (its process figures are not its own), not with the
+    /// reading turned off (a `process_share` above 1), and only where the
+    /// floor's line rises at all. Processes that grow lift it, and a device
+    /// that holds level (most checks) then costs no reading of its lists.
+    pub fn worth_reading(
+        device: &DeviceHistory,
+        params: &ForecastParams,
+        floor: Option<(Trend, bool)>,
+    ) -> bool {
+        device.info().mig.is_none()
+            && params.process_share <= 1.0
+            && floor.is_some_and(|(line, _)| line.slope_per_second > 0.0)
+    }
+
     /// The device's growth from its processes' floors, as
     /// [`ForecastParams::trend`] gives it for the device floor (`device`,
     /// the device's trend, supplies the line when no process grows):
