@@ -10,16 +10,19 @@
 
 use std::time::Duration;
 
-use vramd::analysis::analyzer::AnalysisSettings;
 use vramd::analysis::floor::FloorScratch;
+use vramd::analysis::process_growth::ProcessGrowth;
 use vramd::analysis::trend::exhaustion::{projected_peak, seconds_to_full};
+use vramd::analyze::AnalyzeSettings;
+use vramd::history::DeviceHistory;
 use vramd::source::simulator::GOLDEN_ORIGIN;
 use vramd::source::simulator::corpus::{CorpusRun, Label};
 
 const MIB: f64 = 1_048_576.0;
 const GIB: f64 = 1_073_741_824.0;
 
-pub fn explain(run: &CorpusRun, settings: &AnalysisSettings, fast: Duration, fired: Option<f64>) {
+pub fn explain(run: &CorpusRun, analyze: &AnalyzeSettings, fired: Option<f64>) {
+    let (settings, fast) = (&analyze.analysis, analyze.fast_interval);
     println!("{run:?}");
     // A benign run the forecast fired on: the six minutes before it fired
     // (its onset and "full" are that span's ends, its rate 0).
@@ -50,8 +53,12 @@ pub fn explain(run: &CorpusRun, settings: &AnalysisSettings, fast: Duration, fir
         ))
     );
     println!(
-        "   t-onset  span  slope  fit  sust | full-window slope/rising | half slope/rising | \
+        "   t-onset  span  slope  fit  sust by | full-window slope/rising | half slope/rising | \
          quarter slope/rising fit | used  peak  demand  free→peak  cap-demand | TTE  left  err"
+    );
+    println!(
+        "   (by: `proc` where the analyzer read the growth process by process, \
+         analysis::process_growth; the window columns are the device floor's)"
     );
     let params = settings.forecast;
     let mut scratch = FloorScratch::default();
@@ -60,16 +67,34 @@ pub fn explain(run: &CorpusRun, settings: &AnalysisSettings, fast: Duration, fir
     let check = settings.trend_check_interval.as_millis().max(1) as u64;
     let end_ms = full.as_millis() as u64;
     let mut marked = false;
+    // The analyzer's process-by-process reading needs the process lists as
+    // history holds them.
+    let history = DeviceHistory::new(run.device_info(), analyze.sizing);
+    let mut processes = ProcessGrowth::default();
+    let mut cleaned = Vec::new();
+    let slow = analyze.slow_interval.as_millis().max(1) as u64;
     for at_ms in (0..=end_ms).step_by(step as usize) {
         let at = GOLDEN_ORIGIN.saturating_add(Duration::from_millis(at_ms));
         let reading = run.fast_at(at);
         let Some(memory) = reading.memory else { continue };
         series.push((at, memory.used_bytes));
+        let _ = history.record_fast(reading.clone());
+        if at_ms % slow == 0 {
+            let _ = history.record_slow(run.slow_at(at), 0);
+        }
         let t_s = at_ms as f64 / 1000.0;
         if at_ms % check == 0 && t_s >= onset_s - 60.0 {
             let from = at.saturating_sub(settings.trend_window);
             series.drain(..series.partition_point(|&(t, _)| t < from));
-            let chosen = params.trend(&mut scratch, &series);
+            let floor = params.trend(&mut scratch, &series);
+            // As `Analyzer` does.
+            let by_process = ProcessGrowth::worth_reading(&history, &params, floor)
+                .then(|| {
+                    processes.gather(&history, from, at);
+                    processes.rate(&params, &mut scratch, &mut cleaned, &series, floor)
+                })
+                .flatten();
+            let chosen = by_process.unwrap_or(floor);
             let whole = scratch.trend(&series, params.buckets, params.keep_rising_share);
             let half_from = series.first().map(|&(first, _)| {
                 first.saturating_add(Duration::from_secs_f64(
@@ -120,12 +145,13 @@ pub fn explain(run: &CorpusRun, settings: &AnalysisSettings, fast: Duration, fir
                 (trend.span_seconds, trend.slope_per_second / MIB, trend.fit, on)
             });
             println!(
-                "{:7.2} {:5.0}s {:6.1} {:4.2} {} | {:>10} | {:>10} | {:>10} {:4.2} | {:5.1} {:5.1} {:6.1} {:6.2} {:6.2} | {} {:5.1} {}{}",
+                "{:7.2} {:5.0}s {:6.1} {:4.2} {} {} | {:>10} | {:>10} | {:>10} {:4.2} | {:5.1} {:5.1} {:6.1} {:6.2} {:6.2} | {} {:5.1} {}{}",
                 (t_s - onset_s) / 60.0,
                 span,
                 slope,
                 fit,
                 if on { "y" } else { "n" },
+                if by_process.is_some() { "proc" } else { " dev" },
                 fmt(whole),
                 fmt(half),
                 fmt(quarter),

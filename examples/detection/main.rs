@@ -146,6 +146,7 @@ fn tweak(settings: &mut vramd::analyze::AnalyzeSettings, params: &[(String, f64)
             "forecast.local_lag_share" => forecast.local_lag_share = value,
             "forecast.early_splits" => forecast.early_splits = value as u32,
             "forecast.early_min_fit" => forecast.early_min_fit = value,
+            "forecast.process_share" => forecast.process_share = value,
             "trend_window" => settings.analysis.trend_window = seconds(value),
             "forecast.min_fit" => settings.analysis.exhaustion_min_fit = value,
             "forecast.for" => {
@@ -348,7 +349,7 @@ fn main() {
             corpus::Label::Leak { .. } => None,
         };
         if let Some(fired) = forecast_fired {
-            forecast::explain(run, &settings.analysis, config.sampler.fast_interval, fired);
+            forecast::explain(run, &settings, fired);
             return;
         }
         let (_, leak) = settings.analysis.leak.expect("leak rule enabled");

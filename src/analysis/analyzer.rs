@@ -17,6 +17,7 @@ use crate::model::Timestamp;
 use super::floor::FloorScratch;
 use super::leak::{LeakFinding, LeakParams, detect_process_leak};
 use super::pressure::{PressureInput, PressureThresholds, pressure};
+use super::process_growth::ProcessGrowth;
 use super::series;
 use super::snapshot::{AnalysisSnapshot, DeviceFacts, DeviceSnapshot, ProcessFacts};
 use super::summary::{DeviceAnalysis, ProcessLeak};
@@ -64,6 +65,9 @@ pub struct Analyzer {
     used_buffer: Vec<(Timestamp, u64)>,
     /// Reused between leak checks: one process's leak window as points.
     process_buffer: series::PidSeries,
+    /// Reused between trend checks: a device's used memory without the
+    /// processes that do not grow (`analysis::process_growth`).
+    cleaned_buffer: Vec<(Timestamp, u64)>,
     /// What each listed device carries from pass to pass, by UUID.
     memos: HashMap<String, DeviceMemo>,
 }
@@ -80,6 +84,9 @@ struct DeviceMemo {
     trend: Option<TrendMemo>,
     /// When leaks were last assessed, and the findings by PID.
     leaks: Option<(Timestamp, HashMap<u32, LeakFinding>)>,
+    /// Every process's usage over the trend window, slid check by check,
+    /// for the growth read process by process.
+    process_growth: ProcessGrowth,
     /// Every process's series over the leak window, slid check by check.
     process_windows: series::ProcessWindows,
     /// Allocator counter steps, kept up to date from the samples that
@@ -96,6 +103,7 @@ impl Analyzer {
             scratch: FloorScratch::default(),
             used_buffer: Vec::new(),
             process_buffer: series::PidSeries::default(),
+            cleaned_buffer: Vec::new(),
             memos: HashMap::new(),
         }
     }
@@ -109,6 +117,7 @@ impl Analyzer {
         let leaks_changed = settings.leak != self.settings.leak;
         for memo in self.memos.values_mut() {
             memo.trend = None;
+            memo.process_growth = ProcessGrowth::default();
             if leaks_changed {
                 memo.leaks = None;
                 memo.process_windows = series::ProcessWindows::default();
@@ -160,9 +169,20 @@ impl Analyzer {
             let fast = device.fast_snapshot();
             let window_start = now.saturating_sub(settings.trend_window);
             series::device_used_into(&fast, window_start, now, &mut self.used_buffer);
-            let estimate = settings.forecast.trend(&mut self.scratch, &self.used_buffer);
+            let floor = settings.forecast.trend(&mut self.scratch, &self.used_buffer);
+            // Read process by process where that may apply.
+            let processes = &mut memo.process_growth;
+            let by_process = ProcessGrowth::worth_reading(device, &settings.forecast, floor)
+                .then(|| {
+                    processes.gather(device, window_start, now);
+                    let (scratch, cleaned) = (&mut self.scratch, &mut self.cleaned_buffer);
+                    processes.rate(&settings.forecast, scratch, cleaned, &self.used_buffer, floor)
+                })
+                .flatten();
+            let estimate = by_process.unwrap_or(floor);
             let slope = estimate.map_or(0.0, |(trend, _)| trend.slope_per_second);
-            let peak = projected_peak(&self.used_buffer, settings.forecast.peak_window, slope);
+            let window = settings.forecast.peak_window;
+            let peak = projected_peak(&self.used_buffer, window, slope);
             memo.trend = Some((now, estimate, peak));
         }
         let trend = memo.trend.and_then(|(_, trend, _)| trend.map(|(trend, _)| trend));

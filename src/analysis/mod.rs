@@ -13,6 +13,7 @@ pub mod analyzer;
 pub mod floor;
 pub mod leak;
 pub mod pressure;
+pub mod process_growth;
 pub mod remediation;
 pub mod series;
 pub mod snapshot;

@@ -94,6 +94,12 @@ pub struct ForecastParams {
     /// and the forecast fired on a benign run; a line that clean is growth,
     /// not a step or a filling cache.
     pub early_min_fit: f64,
+    /// Least share of the device's used memory its listed processes must
+    /// hold for its growth to be read process by process (0.9;
+    /// `analysis::process_growth`): what they leave out (unlisted
+    /// contexts, the driver's own) is taken to be flat, and a CUDA context
+    /// is 100–550 MiB, so a tenth of a busy device is room for several.
+    pub process_share: f64,
 }
 
 impl Default for ForecastParams {
@@ -108,6 +114,7 @@ impl Default for ForecastParams {
             local_lag_share: 0.25,
             early_splits: 2,
             early_min_fit: 0.9,
+            process_share: 0.9,
         }
     }
 }

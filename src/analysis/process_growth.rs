@@ -1,0 +1,277 @@
+//! The exhaustion forecast's growth read process by process, on a device
+//! whose listed processes account for its memory.
+//!
+//! Owns: every listed process's NVML usage over the trend window, slid
+//! check by check from the slow tier; the rule that says when those
+//! processes account for the device (`ProcessGrowth::rate`); which of them
+//! grow; and the device's use without those that do not. Depends on: `history` (read-only slow
+//! samples), `model::Timestamp`, `analysis::trend` and `analysis::floor`.
+//! Knows nothing of alert rules or configuration; no I/O, no clocks: time
+//! is the samples' own.
+//!
+//! Why: on a shared device a notebook tenant takes and frees gigabyte
+//! chunks every minute or two. Each chunk lifts a few buckets of the
+//! *device* floor, which holds the line's fit below the forecast's
+//! `min_fit` and flickers the "sustained" verdicts of its windows, and a
+//! chunk freed inside the newest half hands the rate to the whole window,
+//! half of which may predate the growth. A tenant whose chunk comes and
+//! goes has no sustained growth of its own, and the job that grows has a
+//! clean floor of its own.
+//!
+//! How: each process whose usage moved in the window is judged on its own
+//! floor by the same `ForecastParams::trend` as the device (a warm-up
+//! levelling off or a step is not sustained). Where none grows, no growth
+//! is forecast. Where some do, the processes that do not grow are taken
+//! out of the device's used memory at the fast tier's rate, and that
+//! series is judged and its rate read exactly as the device's is: the
+//! growing jobs' floor at the fast tier's rate, without the tenants'
+//! steps. (Adding up the processes' own rates, read from the slow tier's
+//! lists, was tried first: the same leads on the corpus, but a lone job's
+//! rate from 1 Hz lists was noisier than its device floor's at 4 Hz;
+//! docs/detection-history.md, ninth pass.)
+//!
+//! When the processes account for the device (otherwise the caller keeps
+//! the device-floor forecast): the device is not a MIG instance (NVML's
+//! per-process usage there is not the instance's; the caller checks), no
+//! process list in the window was cut by the process cap, every process
+//! listed now reports its usage and has been listed in every list of the
+//! window since its first floor bucket (a process that started inside it,
+//! a second job, has no history to call its growth sustained from, and a
+//! PID missing from a list in between may be another process), together
+//! they hold at least [`ForecastParams::process_share`] of the device's
+//! used memory (what they leave out, unlisted contexts and the driver's
+//! own, is taken to be flat), and more than one of them moved (one alone
+//! is the device floor already, read at the fast tier's rate).
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use crate::history::{DeviceHistory, SlowPoint, Stamped};
+use crate::model::Timestamp;
+
+use super::floor::FloorScratch;
+use super::trend::{ForecastParams, Trend};
+
+/// Every listed process's NVML usage over one device's trend window, kept
+/// between checks: each check reads only the slow-tier samples that
+/// arrived since the last one and drops those that left the window
+/// (reading the whole window's lists at every check was a tenth of an
+/// offline run of 8 shared GPUs). Bounded by the window: one point per
+/// process and list.
+#[derive(Debug, Default)]
+pub struct ProcessGrowth {
+    /// The newest sample read.
+    scanned_to: Option<Timestamp>,
+    /// Every process list in the window, oldest first: its time and
+    /// whether the process cap cut it.
+    lists: VecDeque<(Timestamp, bool)>,
+    /// The number of `lists[0]`; lists are numbered as read.
+    first_list: u64,
+    series: Vec<ProcessSeries>,
+}
+
+#[derive(Debug, Default)]
+struct ProcessSeries {
+    pid: u32,
+    /// Number of the first list of the process's unbroken run of
+    /// listings, and of the newest list that listed it.
+    since: u64,
+    listed: u64,
+    /// Whether the newest list that listed it gave no usage.
+    usage_unknown: bool,
+    /// Whether its usage changed in the window: one that did not (an
+    /// inference server's pool, a monitor) is not judged.
+    varies: bool,
+    /// Whether its own floor shows sustained growth.
+    growing: bool,
+    points: Vec<(Timestamp, u64)>,
+}
+
+impl ProcessGrowth {
+    /// Brings the processes' usage up to date with `device`'s slow tier
+    /// over `from..=to`: the samples newer than the last one read, or the
+    /// whole window when the last one read has left it.
+    pub fn gather(&mut self, device: &DeviceHistory, from: Timestamp, to: Timestamp) {
+        let resume = match self.scanned_to {
+            Some(scanned) if scanned >= from => scanned.saturating_add(Duration::from_millis(1)),
+            _ => {
+                *self = Self::default();
+                from
+            }
+        };
+        // Under the ring's lock: only copies out.
+        device.visit_recent_slow(resume, to, |sample| self.add(sample));
+        while self.lists.front().is_some_and(|&(at, _)| at < from) {
+            self.lists.pop_front();
+            self.first_list += 1;
+        }
+        let first_list = self.first_list;
+        self.series.retain(|entry| entry.listed >= first_list);
+        for entry in &mut self.series {
+            let gone = entry.points.partition_point(|&(at, _)| at < from);
+            entry.points.drain(..gone);
+        }
+    }
+
+    fn add(&mut self, sample: &SlowPoint) {
+        let at = sample.at();
+        self.scanned_to = Some(at);
+        let Some(processes) = sample.processes() else { return };
+        let list = self.first_list + self.lists.len() as u64;
+        self.lists.push_back((at, sample.capped()));
+        for (position, process) in processes.iter().enumerate() {
+            // Lists keep their order from sample to sample: try the same
+            // position first.
+            let slot = match self.series.get(position) {
+                Some(entry) if entry.pid == process.pid => position,
+                _ => match self.series.iter().position(|entry| entry.pid == process.pid) {
+                    Some(slot) => slot,
+                    None => {
+                        let fresh = ProcessSeries {
+                            pid: process.pid,
+                            since: list,
+                            listed: list,
+                            ..ProcessSeries::default()
+                        };
+                        self.series.push(fresh);
+                        self.series.len() - 1
+                    }
+                },
+            };
+            let Some(entry) = self.series.get_mut(slot) else { continue };
+            // Missing from a list in between: perhaps another process
+            // under a reused PID, so its series starts afresh.
+            if entry.listed + 1 < list {
+                entry.points.clear();
+                entry.since = list;
+            }
+            entry.listed = list;
+            entry.usage_unknown = process.used_bytes().is_none();
+            if let Some(used) = process.used_bytes() {
+                entry.points.push((at, used));
+            }
+        }
+    }
+
+    /// Whether the growth of `device` is worth reading process by process
+    /// at a check whose device-floor estimate is `floor`: not on a MIG
+    /// instance (its process figures are not its own), not with the
+    /// reading turned off (a `process_share` above 1), and only where the
+    /// floor's line rises at all. Processes that grow lift it, and a device
+    /// that holds level (most checks) then costs no reading of its lists.
+    pub fn worth_reading(
+        device: &DeviceHistory,
+        params: &ForecastParams,
+        floor: Option<(Trend, bool)>,
+    ) -> bool {
+        device.info().mig.is_none()
+            && params.process_share <= 1.0
+            && floor.is_some_and(|(line, _)| line.slope_per_second > 0.0)
+    }
+
+    /// The device's growth from its processes' floors, as
+    /// [`ForecastParams::trend`] gives it for the device floor (`device`,
+    /// the device's trend, supplies the line when no process grows):
+    /// `None` where the processes do not account for the device (the
+    /// module's rule), so the caller keeps the device-floor forecast.
+    /// `used` is the device's used memory over the window, oldest first.
+    pub fn rate(
+        &mut self,
+        params: &ForecastParams,
+        scratch: &mut FloorScratch,
+        cleaned: &mut Vec<(Timestamp, u64)>,
+        used: &[(Timestamp, u64)],
+        device: Option<(Trend, bool)>,
+    ) -> Option<Option<(Trend, bool)>> {
+        let &(newest, _) = self.lists.back()?;
+        if self.lists.iter().any(|&(_, capped)| capped) {
+            return None;
+        }
+        let last_list = self.first_list + self.lists.len() as u64 - 1;
+        let first_list = self.first_list;
+        let &(window_start, _) = used.first()?;
+        let &(device_end, _) = used.last()?;
+        // One floor bucket of slack: the process series start with the
+        // first list, up to a slow interval after the first fast sample.
+        let span = device_end.duration_since(window_start)?;
+        let slack = span.div_f64(params.buckets.max(1) as f64);
+        for process in &mut self.series {
+            let first = process.points.first().map(|&(_, used)| used);
+            process.varies = process.points.iter().any(|&(_, used)| Some(used) != first);
+            process.growing = false;
+        }
+        let latest = || self.series.iter().filter(|s| s.listed == last_list);
+        let mut held: u64 = 0;
+        for process in latest() {
+            let first = process.points.first().map(|&(at, _)| at);
+            let whole = process.since <= first_list
+                && !process.usage_unknown
+                && first.is_some_and(|first| first <= window_start.saturating_add(slack));
+            if !whole {
+                return None;
+            }
+            held = held.saturating_add(process.points.last().map_or(0, |&(_, used)| used));
+        }
+        // The device's use when the newest list was read.
+        let at_list = used.partition_point(|&(at, _)| at <= newest);
+        let &(_, device_used) = used.get(at_list.checked_sub(1)?)?;
+        if (held as f64) < params.process_share * device_used as f64 {
+            return None;
+        }
+        // One process whose usage moves beside others that hold still:
+        // the device floor is that process's floor, read at the fast
+        // tier's rate, so there is nothing to take apart.
+        latest().filter(|process| process.varies).nth(1)?;
+        let mut growing = false;
+        for process in &mut self.series {
+            process.growing = process.listed == last_list
+                && process.varies
+                && params
+                    .trend(scratch, &process.points)
+                    .is_some_and(|(trend, sustained)| sustained && trend.slope_per_second > 0.0);
+            growing |= process.growing;
+        }
+        if !growing {
+            return Some(device.map(|(line, _)| (line, false)));
+        }
+        let still = self.series.iter().filter(|s| s.listed == last_list);
+        if !still.clone().any(|process| !process.growing && process.varies) {
+            // Only processes that hold still are left out: the device floor
+            // is the growing processes' own, shifted by a constant.
+            return Some(device);
+        }
+        // The device without the processes that do not grow, at the fast
+        // tier's rate: each is taken away at the lower of the two lists
+        // around a sample, so a chunk taken or freed between them leaves a
+        // short rise above the floor, never a dip into it.
+        cleaned.clear();
+        cleaned.extend_from_slice(used);
+        for process in still.filter(|process| !process.growing && process.varies) {
+            subtract_held(cleaned, &process.points);
+        }
+        Some(params.trend(scratch, cleaned))
+    }
+}
+
+/// Takes from each point of `series` what `lists` (a process's usage,
+/// oldest first) held around it: the lower of the newest list at or before
+/// the point and the next one.
+fn subtract_held(series: &mut [(Timestamp, u64)], lists: &[(Timestamp, u64)]) {
+    let mut next = 0;
+    for (at, value) in series.iter_mut() {
+        while lists.get(next).is_some_and(|&(listed, _)| listed <= *at) {
+            next += 1;
+        }
+        let before = next.checked_sub(1).and_then(|index| lists.get(index));
+        let after = lists.get(next);
+        let held = match (before, after) {
+            (Some(&(_, before)), Some(&(_, after))) => before.min(after),
+            (Some(&(_, only)), None) | (None, Some(&(_, only))) => only,
+            (None, None) => 0,
+        };
+        *value = value.saturating_sub(held);
+    }
+}
+
+#[cfg(test)]
+mod tests;
