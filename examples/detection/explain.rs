@@ -19,14 +19,21 @@ const MIB: f64 = 1_048_576.0;
 
 pub fn explain(
     run: &CorpusRun,
+    pid: Option<u32>,
     params: &LeakParams,
     check: Duration,
     first_check: Duration,
     fired_s: Option<f64>,
 ) {
-    let Label::Leak { pid, onset, .. } = run.label else {
-        println!("not a leak run: {:?}", run.label);
-        return;
+    // A benign run's false alarm is explained from the run's start, for
+    // the process `--pid` names.
+    let (pid, onset) = match (run.label, pid) {
+        (Label::Leak { pid, onset, .. }, _) => (pid, onset),
+        (_, Some(pid)) => (pid, Duration::ZERO),
+        (label, None) => {
+            println!("not a leak run ({label:?}): name the process with --pid");
+            return;
+        }
     };
     println!("{run:?}");
     let mut series = Vec::new();

@@ -50,6 +50,9 @@ struct Args {
     params: Vec<(String, f64)>,
     /// `--explain RUN`: the leak checks of one run, then stop.
     explain: Option<usize>,
+    /// `--pid P`: with `--explain` on a run that is not a leak run, the
+    /// process whose leak checks to show (from the run's start).
+    explain_pid: Option<u32>,
     /// `--fast-interval`, `--slow-interval`, `--evaluation-interval`:
     /// sampler and evaluation settings other than the defaults.
     fast_interval: Option<Duration>,
@@ -71,6 +74,7 @@ fn parse() -> Args {
         leak_threshold: None,
         params: Vec::new(),
         explain: None,
+        explain_pid: None,
         fast_interval: None,
         slow_interval: None,
         evaluation_interval: None,
@@ -93,6 +97,7 @@ fn parse() -> Args {
             "--leak-for" => args.leak_for = Some(number(&flag, &value)),
             "--leak-threshold" => args.leak_threshold = Some(number(&flag, &value)),
             "--explain" => args.explain = Some(number(&flag, &value)),
+            "--pid" => args.explain_pid = Some(number(&flag, &value)),
             "--fast-interval" => args.fast_interval = Some(sampling::duration(&flag, &value)),
             "--slow-interval" => args.slow_interval = Some(sampling::duration(&flag, &value)),
             "--evaluation-interval" => {
@@ -355,6 +360,7 @@ fn main() {
         let (_, leak) = settings.analysis.leak.expect("leak rule enabled");
         explain::explain(
             run,
+            args.explain_pid,
             &leak,
             settings.analysis.leak_check_interval,
             config.alerts.evaluation_interval,
