@@ -52,6 +52,16 @@ use crate::model::Timestamp;
 use super::floor::FloorScratch;
 use super::trend::{ForecastParams, Trend};
 
+/// The most process lists the reading holds for one device: one point per
+/// process and list (16 bytes; 1.8 MiB at 64 processes). A trend window of
+/// more lists (`alerts.trend_window` of over 30 min at a 1 s slow tier)
+/// leaves the forecast on the device floor.
+pub const MAX_LISTS: usize = 1_800;
+
+/// How far back new lists are read under the ring's lock (which holds the
+/// sampler's writes back); a longer read takes a snapshot.
+const LOCKED_READ: Duration = Duration::from_secs(60);
+
 /// Every listed process's NVML usage over one device's trend window, kept
 /// between checks: each check reads only the slow-tier samples that
 /// arrived since the last one and drops those that left the window
@@ -93,14 +103,33 @@ impl ProcessGrowth {
     /// whole window when the last one read has left it.
     pub fn gather(&mut self, device: &DeviceHistory, from: Timestamp, to: Timestamp) {
         let resume = match self.scanned_to {
-            Some(scanned) if scanned >= from => scanned.saturating_add(Duration::from_millis(1)),
-            _ => {
-                *self = Self::default();
-                from
+            Some(scanned) if scanned >= from => {
+                Some(scanned.saturating_add(Duration::from_millis(1)))
             }
+            _ => None,
         };
-        // Under the ring's lock: only copies out.
-        device.visit_recent_slow(resume, to, |sample| self.add(sample));
+        match resume {
+            // What arrived since the last check: a few lists, read under
+            // the ring's lock (only copies out).
+            Some(resume) if to.duration_since(resume).is_none_or(|span| span <= LOCKED_READ) => {
+                device.visit_recent_slow(resume, to, |sample| self.add(sample));
+            }
+            // The whole window, or the lists since a flat spell: from a
+            // snapshot, so the sampler's writes are not held up meanwhile.
+            _ => {
+                let snapshot = device.slow_snapshot();
+                let too_many = snapshot.count_in(from, to) > MAX_LISTS;
+                if resume.is_none() || too_many {
+                    *self = Self::default();
+                }
+                if too_many {
+                    return;
+                }
+                for sample in snapshot.range(resume.unwrap_or(from), to) {
+                    self.add(sample);
+                }
+            }
+        }
         while self.lists.front().is_some_and(|&(at, _)| at < from) {
             self.lists.pop_front();
             self.first_list += 1;
@@ -110,6 +139,11 @@ impl ProcessGrowth {
         for entry in &mut self.series {
             let gone = entry.points.partition_point(|&(at, _)| at < from);
             entry.points.drain(..gone);
+        }
+        // Lists grew denser since the window was counted (a reload of the
+        // slow interval): let go, and the next check counts again.
+        if self.lists.len() > MAX_LISTS {
+            *self = Self::default();
         }
     }
 

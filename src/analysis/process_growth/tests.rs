@@ -44,6 +44,17 @@ fn with_unlisted(
     capped: impl Fn(f64) -> bool,
     unlisted: f64,
 ) -> DeviceHistory {
+    listed_every(processes, capped, unlisted, 4)
+}
+
+/// [`with_unlisted`] with a process list every `quarters` fast samples
+/// (4 Hz): 4 is a list a second.
+fn listed_every(
+    processes: impl Fn(f64) -> Vec<(u32, f64)>,
+    capped: impl Fn(f64) -> bool,
+    unlisted: f64,
+    quarters: u64,
+) -> DeviceHistory {
     let info = DeviceInfo {
         index: 0,
         uuid: "GPU-process-growth".into(),
@@ -54,7 +65,7 @@ fn with_unlisted(
     };
     let sizing = Sizing {
         fast_capacity: 4 * WINDOW_S as usize + 8,
-        slow_capacity: WINDOW_S as usize + 8,
+        slow_capacity: 4 * WINDOW_S as usize + 8,
         peak_window: Duration::from_secs(30),
         oom_events: 4,
     };
@@ -77,7 +88,7 @@ fn with_unlisted(
             memory_bandwidth_utilization: None,
         };
         history.record_fast(fast).unwrap_or_else(|_| panic!("in order"));
-        if quarter % 4 == 0 {
+        if quarter % quarters == 0 {
             let slow = SlowReading {
                 at: at(t),
                 processes: Some(listed.iter().map(|&(pid, bytes)| process(pid, bytes)).collect()),
@@ -236,8 +247,10 @@ fn reading_check_by_check_sees_what_reading_the_window_whole_sees() {
     let mut cleaned = Vec::new();
     let mut used = Vec::new();
     let mut slid = ProcessGrowth::default();
-    // Checks every 15 s; the window is the last 300 s.
-    for end in (300..=600).step_by(15) {
+    // Checks every 15 s (new lists read under the ring's lock), then every
+    // 75 s (read from a snapshot); the window is the last 300 s.
+    let ends = (300..=450).step_by(15).chain((525..=600).step_by(75));
+    for end in ends {
         let (from, to) = (at(end as f64 - 300.0), at(end as f64));
         crate::analysis::series::device_used_into(&history.fast_snapshot(), from, to, &mut used);
         let floor = params.trend(&mut scratch, &used);
@@ -249,4 +262,22 @@ fn reading_check_by_check_sees_what_reading_the_window_whole_sees() {
         assert_eq!(by_check, at_once, "window ending at {end} s");
         assert!(by_check.is_some(), "the processes account for the device");
     }
+}
+
+/// A window of more process lists than the reading holds (lists at 4 Hz
+/// over 10 min: 2,401 > `MAX_LISTS`) leaves the forecast on the device
+/// floor rather than holding a point per process and list; the same
+/// device listed once a second is read process by process.
+#[test]
+fn a_window_of_more_lists_than_the_bound_leaves_the_device_floor_in_charge() {
+    let rate = 27.0 * MIB;
+    let processes = |t: f64| {
+        vec![(10, 30.0 * GIB + rate * t), (20, notebook(t, 1.2 * GIB, 70.0)), (21, 2.0 * GIB)]
+    };
+    let dense = listed_every(processes, |_| false, 4.0 * MIB, 1);
+    assert!(dense.slow_snapshot().count_in(at(0.0), at(WINDOW_S as f64)) > MAX_LISTS);
+    let (_, by_process) = estimates(&dense);
+    assert_eq!(by_process, None);
+    let (_, by_process) = estimates(&device(processes, |_| false));
+    assert!(by_process.is_some());
 }
