@@ -36,8 +36,10 @@ use vramd::source::simulator::{
 };
 use vramd::telemetry::Telemetry;
 
-/// The default `sampler.max_processes_per_device`.
-const CAP: play::ProcessCap = play::ProcessCap(64);
+/// The default `sampler.max_processes_per_device`, as the daemon applies it.
+fn cap() -> play::ProcessCap {
+    play::ProcessCap(vramd::config::defaults().sampler.max_processes_per_device.get())
+}
 
 /// Plays `scenario` from its start to `until` at 4 Hz fast / 1 Hz slow.
 fn store_after(scenario: ScenarioKind, gpus: u32, until: Duration) -> Arc<HistoryStore> {
@@ -56,7 +58,7 @@ fn store_after(scenario: ScenarioKind, gpus: u32, until: Duration) -> Arc<Histor
         fast: Duration::from_millis(250),
         slow: Duration::from_secs(1),
     };
-    play::play_simulator(&simulator, &store, schedule, CAP, |_| {}).unwrap();
+    play::play_simulator(&simulator, &store, schedule, cap(), |_| {}).unwrap();
     store.mark_cycle_completed();
     store
 }
@@ -156,7 +158,7 @@ fn store_with_pods(until: Duration) -> Arc<HistoryStore> {
         attribution.join(&infos[index as usize], &mut reading);
         Ok(reading)
     };
-    play::play(&devices, schedule, CAP, |index, at| simulator.fast_at(index, at), slow, |_| {});
+    play::play(&devices, schedule, cap(), |index, at| simulator.fast_at(index, at), slow, |_| {});
     store.mark_cycle_completed();
     store
 }

@@ -364,12 +364,18 @@ fn the_probe_child_shows_as_vramd_probe_in_process_lists() {
     // `exe`, so a loaded machine can show that for a moment; the name must
     // come while the child waits on the driver (5 s here, and again at each
     // retry), never stay `exe`.
-    let mut seen = None;
-    eventually(Duration::from_secs(30), "the probe child running as vramd-probe", || {
-        seen = probe_child(daemon.pid());
-        seen.as_ref().is_some_and(|(comm, _)| comm == "vramd-probe")
-    });
-    let (_, cmdline) = seen.unwrap();
+    let deadline = Deadline::after(Duration::from_secs(30));
+    let cmdline = loop {
+        let seen = probe_child(daemon.pid());
+        match seen {
+            Some((comm, cmdline)) if comm == "vramd-probe" => break cmdline,
+            _ => assert!(
+                !deadline.passed(),
+                "no child named vramd-probe in 30 s; last seen {seen:?}"
+            ),
+        }
+        pause();
+    };
     assert!(cmdline.starts_with("vramd-probe\0probe\0"), "{cmdline:?}");
     eventually(Duration::from_secs(15), "the probe child reaped", || {
         !probe_child_running(daemon.pid())

@@ -80,7 +80,10 @@ pub fn explain(run: &CorpusRun, analyze: &AnalyzeSettings, fired: Option<f64>) {
         series.push((at, memory.used_bytes));
         let _ = history.record_fast(reading.clone());
         if at_ms % slow == 0 {
-            let _ = history.record_slow(run.slow_at(at), 0);
+            // Capped as the sampler and `vramd analyze` cap it.
+            let mut listed = run.slow_at(at);
+            let dropped = listed.cap_processes(analyze.max_processes_per_device);
+            let _ = history.record_slow(listed, dropped);
         }
         let t_s = at_ms as f64 / 1000.0;
         if at_ms % check == 0 && t_s >= onset_s - 60.0 {

@@ -89,7 +89,9 @@ pub fn play_with(
                 if let Some(reporter) = reporter.as_mut() {
                     reporter.join(&mut slow);
                 }
-                let _ = device.record_slow(slow, 0);
+                // Capped as the sampler caps it.
+                let dropped = slow.cap_processes(settings.max_processes_per_device);
+                let _ = device.record_slow(slow, dropped);
                 outcome.samples += 1;
             }
         }

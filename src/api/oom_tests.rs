@@ -124,6 +124,10 @@ async fn bad_unknown_large_and_too_frequent_events_are_refused() {
     let (status, body, retry_after) = post(&state, "127.0.0.1:1", None, oom_body(&uuid, pid)).await;
     assert_error(status, &body, StatusCode::TOO_MANY_REQUESTS, "rate_limited");
     assert_eq!(retry_after.as_deref(), Some("1"));
+    assert_eq!(
+        body["message"],
+        "more than 2 OOM events per second from this reporter (ingest.rate_limit)"
+    );
 }
 
 #[test]

@@ -243,8 +243,6 @@ pub(super) fn too_many_requests(refused: &Refused) -> Response {
     let mut response =
         ApiError::new(StatusCode::TOO_MANY_REQUESTS, "rate_limited", message).into_response();
     let seconds = refused.retry_after().as_secs_f64().ceil().max(1.0) as u64;
-    if let Ok(value) = HeaderValue::from_str(&seconds.to_string()) {
-        response.headers_mut().insert(header::RETRY_AFTER, value);
-    }
+    response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(seconds));
     response
 }

@@ -52,8 +52,14 @@ pub(super) fn filled_store() -> Arc<HistoryStore> {
         fast: Duration::from_millis(250),
         slow: Duration::from_secs(1),
     };
-    let played =
-        play::play_simulator(&simulator, &store, schedule, play::ProcessCap(64), |_| {}).unwrap();
+    let played = play::play_simulator(
+        &simulator,
+        &store,
+        schedule,
+        play::ProcessCap(crate::config::defaults().sampler.max_processes_per_device.get()),
+        |_| {},
+    )
+    .unwrap();
     assert_eq!(played.samples, 2 * (480 + 120));
     store.mark_cycle_completed();
     store

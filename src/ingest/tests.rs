@@ -148,14 +148,19 @@ async fn reporters_are_rate_limited_and_bounded() {
     let report = || parsed(&report(42, "2026-01-01T00:00:10Z")).unwrap();
     store.accept(report(), now).unwrap();
     store.accept(report(), now).unwrap();
-    assert!(matches!(store.accept(report(), now), Err(Refused::RateLimited { .. })));
+    let limited = store.accept(report(), now).unwrap_err();
+    assert!(matches!(limited, Refused::RateLimited { .. }));
+    // The reporter reads these words in the 429 body: pinned.
+    assert_eq!(
+        limited.to_string(),
+        "more than 2 reports per second from this reporter (ingest.rate_limit)"
+    );
     store.accept(report(), now + Duration::from_secs(1)).unwrap();
 
     store.accept(parsed(&report_for(43)).unwrap(), now).unwrap();
-    assert!(matches!(
-        store.accept(parsed(&report_for(44)).unwrap(), now),
-        Err(Refused::TooManyReporters { .. })
-    ));
+    let full = store.accept(parsed(&report_for(44)).unwrap(), now).unwrap_err();
+    assert!(matches!(full, Refused::TooManyReporters { .. }));
+    assert_eq!(full.to_string(), "2 reporters are already tracked (ingest.max_reporters)");
 }
 
 fn report_for(pid: u32) -> Value {

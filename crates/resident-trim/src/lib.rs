@@ -184,15 +184,25 @@ mod tests {
     #[cfg(target_os = "linux")]
     fn mapped_pages(range: &[u8]) -> (usize, usize) {
         use std::io::{Read, Seek, SeekFrom};
-        const PAGE: usize = 4096;
-        let first = range.as_ptr() as usize / PAGE;
-        let last = (range.as_ptr() as usize + range.len() - 1) / PAGE;
+        let page = page_size();
+        let first = range.as_ptr() as usize / page;
+        let last = (range.as_ptr() as usize + range.len() - 1) / page;
         let mut pagemap = std::fs::File::open("/proc/self/pagemap").unwrap();
         pagemap.seek(SeekFrom::Start(first as u64 * 8)).unwrap();
         let mut entries = vec![0u8; (last - first + 1) * 8];
         pagemap.read_exact(&mut entries).unwrap();
         let mapped = entries.chunks_exact(8).filter(|entry| entry[7] & 0x80 != 0).count();
         (mapped, last - first + 1)
+    }
+
+    /// The kernel's page size: `pagemap` has one entry per page, and
+    /// pages are 16 or 64 KiB on some arm64 kernels.
+    #[cfg(target_os = "linux")]
+    fn page_size() -> usize {
+        // SAFETY: `sysconf` only reads a system constant; it takes no
+        // pointer and touches no memory of ours.
+        let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+        usize::try_from(size).unwrap()
     }
 
     /// The executable's read-only pages leave the process's page tables
@@ -207,7 +217,7 @@ mod tests {
     fn idle_code_is_unmapped_and_still_runs() {
         let blob = std::hint::black_box(&READ_ONLY_BLOB[..]);
         // Read one byte of every page, so that every page is mapped.
-        for page in blob.chunks(4096) {
+        for page in blob.chunks(page_size()) {
             assert_eq!(std::hint::black_box(page[0]), 0xa5);
         }
         let (before, pages) = mapped_pages(blob);
