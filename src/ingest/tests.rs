@@ -5,9 +5,9 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
-use super::Refused;
 use super::report::{ReportError, ReportLimits, parse};
 use super::store::{ReportStore, StoreLimits};
+use super::{OomIntake, Refused};
 use crate::model::{ProcessDetails, ProcessInfo, SlowReading, Timestamp};
 
 const GIB: u64 = 1 << 30;
@@ -351,4 +351,27 @@ async fn a_jax_pool_limit_reaches_the_process_and_a_torch_report_has_none() {
     let mut odd = report_for(44);
     odd["devices"][0]["memory_stats"]["bytes_limit"] = json!(GIB);
     assert_eq!(parsed(&odd).unwrap().devices[0].pool_limit_bytes, None);
+}
+
+/// OOM events are counted per reporter (host and PID): a reporter beyond
+/// `ingest.max_reporters` heard from this second is refused with the words
+/// the 429 body carries, and is taken again once that second is over.
+#[tokio::test(start_paused = true)]
+async fn oom_reporters_beyond_the_bound_are_refused_for_the_second() {
+    let intake = OomIntake::new(2, 2);
+    let now = Instant::now();
+    let event_from = |pid: u32| {
+        let mut body = crate::ingest::oom::example_event();
+        body["reporter"]["pid"] = json!(pid);
+        crate::ingest::oom::parse(body.to_string().as_bytes(), 64).unwrap()
+    };
+    intake.admit(&event_from(1), now).unwrap();
+    intake.admit(&event_from(2), now).unwrap();
+    let full = intake.admit(&event_from(3), now).unwrap_err();
+    assert!(matches!(full, Refused::TooManyReporters { .. }));
+    assert_eq!(
+        full.to_string(),
+        "2 reporters already sent OOM events this second (ingest.max_reporters)"
+    );
+    intake.admit(&event_from(3), now + Duration::from_secs(1)).unwrap();
 }
