@@ -87,14 +87,18 @@ struct ProcessSeries {
     /// listings, and of the newest list that listed it.
     since: u64,
     listed: u64,
-    /// Whether the newest list that listed it gave no usage.
-    usage_unknown: bool,
-    /// Whether its usage changed in the window: one that did not (an
-    /// inference server's pool, a monitor) is not judged.
-    varies: bool,
-    /// Whether its own floor shows sustained growth.
+    /// Whether its own floor shows sustained growth (set by `rate`).
     growing: bool,
     points: Vec<(Timestamp, u64)>,
+}
+
+impl ProcessSeries {
+    /// Whether its usage changed in the window: one that did not (an
+    /// inference server's pool, a monitor) is not judged.
+    fn varies(&self) -> bool {
+        let first = self.points.first().map(|&(_, used)| used);
+        self.points.iter().any(|&(_, used)| Some(used) != first)
+    }
 }
 
 impl ProcessGrowth {
@@ -180,7 +184,6 @@ impl ProcessGrowth {
                 entry.since = list;
             }
             entry.listed = list;
-            entry.usage_unknown = process.used_bytes().is_none();
             if let Some(used) = process.used_bytes() {
                 entry.points.push((at, used));
             }
@@ -229,17 +232,14 @@ impl ProcessGrowth {
         // first list, up to a slow interval after the first fast sample.
         let span = device_end.duration_since(window_start)?;
         let slack = span.div_f64(params.buckets.max(1) as f64);
-        for process in &mut self.series {
-            let first = process.points.first().map(|&(_, used)| used);
-            process.varies = process.points.iter().any(|&(_, used)| Some(used) != first);
-            process.growing = false;
-        }
         let latest = || self.series.iter().filter(|s| s.listed == last_list);
         let mut held: u64 = 0;
         for process in latest() {
             let first = process.points.first().map(|&(at, _)| at);
+            // A process the newest list gave no usage for has no point there.
+            let usage_known = process.points.last().is_some_and(|&(at, _)| at == newest);
             let whole = process.since <= first_list
-                && !process.usage_unknown
+                && usage_known
                 && first.is_some_and(|first| first <= window_start.saturating_add(slack));
             if !whole {
                 return None;
@@ -255,11 +255,11 @@ impl ProcessGrowth {
         // One process whose usage moves beside others that hold still:
         // the device floor is that process's floor, read at the fast
         // tier's rate, so there is nothing to take apart.
-        latest().filter(|process| process.varies).nth(1)?;
+        latest().filter(|process| process.varies()).nth(1)?;
         let mut growing = false;
         for process in &mut self.series {
             process.growing = process.listed == last_list
-                && process.varies
+                && process.varies()
                 && params
                     .trend(scratch, &process.points)
                     .is_some_and(|(trend, sustained)| sustained && trend.slope_per_second > 0.0);
@@ -269,7 +269,7 @@ impl ProcessGrowth {
             return Some(device.map(|(line, _)| (line, false)));
         }
         let still = self.series.iter().filter(|s| s.listed == last_list);
-        if !still.clone().any(|process| !process.growing && process.varies) {
+        if !still.clone().any(|process| !process.growing && process.varies()) {
             // Only processes that hold still are left out: the device floor
             // is the growing processes' own, shifted by a constant.
             return Some(device);
@@ -280,7 +280,7 @@ impl ProcessGrowth {
         // short rise above the floor, never a dip into it.
         cleaned.clear();
         cleaned.extend_from_slice(used);
-        for process in still.filter(|process| !process.growing && process.varies) {
+        for process in still.filter(|process| !process.growing && process.varies()) {
             subtract_held(cleaned, &process.points);
         }
         Some(params.trend(scratch, cleaned))
