@@ -57,3 +57,23 @@ fn the_exhaustion_forecast_leads_linear_growth() {
     assert!(lead >= 10.0 * 60.0, "lead {lead} s");
     assert!((forecast - lead).abs() <= 0.1 * lead, "forecast {forecast} s, lead {lead} s");
 }
+
+#[test]
+fn the_false_alarms_found_on_unseen_seeds_stay_silent() {
+    // Each fired once on seeds first played after tuning (tenth pass,
+    // docs/detection-history.md): a flat floor under a 5–6 GiB sawtooth
+    // whose short window's CUSUM wandered to its bound (seeds 22, 30, and
+    // 27 before its leak's onset), and a second job's warm-up beside a
+    // notebook read as sustained device growth (seed 28).
+    let config = defaults();
+    for (seed, index) in [(22, 181), (27, 180), (28, 121), (30, 103)] {
+        let run = &corpus::corpus(seed, index + 1)[index];
+        let outcome = play::play(run, &config);
+        assert_eq!(
+            (outcome.leak_false, outcome.forecast_false),
+            (0, 0),
+            "run {seed}:{index}: {:?}",
+            outcome.false_alarms
+        );
+    }
+}

@@ -25,11 +25,11 @@ pub fn explain(
     first_check: Duration,
     fired_s: Option<f64>,
 ) {
-    // A benign run's false alarm is explained from the run's start, for
-    // the process `--pid` names.
+    // A false alarm is explained from the run's start, for the process
+    // `--pid` names (on a leak run, the leaking one before its onset too).
     let (pid, onset) = match (run.label, pid) {
-        (Label::Leak { pid, onset, .. }, _) => (pid, onset),
         (_, Some(pid)) => (pid, Duration::ZERO),
+        (Label::Leak { pid, onset, .. }, None) => (pid, onset),
         (label, None) => {
             println!("not a leak run ({label:?}): name the process with --pid");
             return;

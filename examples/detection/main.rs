@@ -50,8 +50,8 @@ struct Args {
     params: Vec<(String, f64)>,
     /// `--explain RUN`: the leak checks of one run, then stop.
     explain: Option<usize>,
-    /// `--pid P`: with `--explain` on a run that is not a leak run, the
-    /// process whose leak checks to show (from the run's start).
+    /// `--pid P`: with `--explain`, the process whose leak checks to show
+    /// from the run's start (a false alarm, on any run).
     explain_pid: Option<u32>,
     /// `--fast-interval`, `--slow-interval`, `--evaluation-interval`:
     /// sampler and evaluation settings other than the defaults.
@@ -134,6 +134,7 @@ fn tweak(settings: &mut vramd::analyze::AnalyzeSettings, params: &[(String, f64)
                 "leak.warmup" => leak.warmup = seconds(value),
                 "leak.sequential_bound" => leak.sequential_bound = value,
                 "leak.sequential_allowance" => leak.sequential_allowance = value,
+                "leak.sequential_min_significance" => leak.sequential_min_significance = value,
                 "leak.sequential_override" => leak.sequential_override = value,
                 "leak.dip_depth" => leak.dip_depth_bytes = value,
                 "leak.dip_longest" => leak.dip_longest = seconds(value),
@@ -152,6 +153,7 @@ fn tweak(settings: &mut vramd::analyze::AnalyzeSettings, params: &[(String, f64)
             "forecast.early_splits" => forecast.early_splits = value as u32,
             "forecast.early_min_fit" => forecast.early_min_fit = value,
             "forecast.process_share" => forecast.process_share = value,
+            "forecast.joined_settle" => forecast.joined_settle = seconds(value),
             "trend_window" => settings.analysis.trend_window = seconds(value),
             "forecast.min_fit" => settings.analysis.exhaustion_min_fit = value,
             "forecast.for" => {

@@ -32,9 +32,10 @@
 //!
 //! Rule 2 has a second way (`leak::sequential`, every window but the
 //! shortest): the CUSUM of the floor's bucket minima above the window's
-//! first quarter reaches `sequential_bound`. A slow leak whose line stands
-//! short of `min_significance` spreads still puts bucket after bucket above
-//! where the floor began. Where the longest window says "returns to
+//! first quarter reaches `sequential_bound`, the line's rise standing at
+//! least `sequential_min_significance` spreads. A slow leak whose line
+//! stands short of `min_significance` spreads still puts bucket after
+//! bucket above where the floor began. Where the longest window says "returns to
 //! baseline" only because a leak began after its middle (its second half
 //! starts at the old level) and the CUSUM's climb did not fall back, the
 //! shorter windows are still judged. Where the CUSUM reaches
@@ -352,7 +353,8 @@ fn assess(
 /// Rule 2's second way (`leak::sequential`), on the window whose floor
 /// `scratch` just reduced to `line`, where rules 1-5 alone did not pass
 /// it: the CUSUM of the floor above its first quarter reaches
-/// `sequential_bound`, and rules 3 to 5 hold, rule 3's last quarter
+/// `sequential_bound` with the line's rise at least
+/// `sequential_min_significance` spreads, and rules 3 to 5 hold, rule 3's last quarter
 /// allowed to pause ([`FloorLine::rises`]) where the CUSUM reaches
 /// `sequential_override` bounds. It only ever adds a leak: where it fails, the window's own
 /// reason stands. The shortest window's narrow buckets are left to rule 2
@@ -366,7 +368,11 @@ fn sequential(
     let bound = params.sequential_bound;
     let eligible = window > params.shortest_window
         && bound.is_finite()
-        && at_least(line.slope, params.min_slope_bytes_per_second);
+        && at_least(line.slope, params.min_slope_bytes_per_second)
+        && at_least(
+            line.significance(params.noise_floor_bytes),
+            params.sequential_min_significance,
+        );
     if !eligible {
         return None;
     }

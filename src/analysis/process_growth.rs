@@ -34,14 +34,21 @@
 //! the device-floor forecast): the device is not a MIG instance (NVML's
 //! per-process usage there is not the instance's; the caller checks), no
 //! process list in the window was cut by the process cap, every process
-//! listed now reports its usage and has been listed in every list of the
-//! window since its first floor bucket (a process that started inside it,
-//! a second job, has no history to call its growth sustained from, and a
-//! PID missing from a list in between may be another process), together
-//! they hold at least [`ForecastParams::process_share`] of the device's
-//! used memory (what they leave out, unlisted contexts and the driver's
-//! own, is taken to be flat), and more than one of them moved (one alone
-//! is the device floor already, read at the fast tier's rate).
+//! listed now reports its usage, together they hold at least
+//! [`ForecastParams::process_share`] of the device's used memory (what
+//! they leave out, unlisted contexts and the driver's own, is taken to be
+//! flat), and more than one of them moved (one alone is the device floor
+//! already, read at the fast tier's rate).
+//!
+//! A process that joined inside the window (a second job starting, or a
+//! PID listed again after a gap, which may be another process) held
+//! nothing before its first list: its start is a step of the device's
+//! use, and its warm-up a rise that levels off, which the device floor's
+//! newest quarter read as sustained growth (a benign alarm at seed 28).
+//! It is judged on its own points like any other, but only on those
+//! [`ForecastParams::joined_settle`] after its first (a job's first minutes
+//! are all growth); where it does not grow it is taken out whole, and where
+//! it does, only the step it joined with.
 
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -89,6 +96,9 @@ struct ProcessSeries {
     listed: u64,
     /// Whether its own floor shows sustained growth (set by `rate`).
     growing: bool,
+    /// Whether it joined inside the window (set by `rate`): a second job
+    /// starting, or a PID listed again after a gap.
+    joined: bool,
     points: Vec<(Timestamp, u64)>,
 }
 
@@ -98,6 +108,29 @@ impl ProcessSeries {
     fn varies(&self) -> bool {
         let first = self.points.first().map(|&(_, used)| used);
         self.points.iter().any(|&(_, used)| Some(used) != first)
+    }
+
+    /// Its points from when it is judged on: all of them, but for a
+    /// process that joined inside the window, those from
+    /// `joined_settle` after its first on.
+    fn settled(&self, params: &ForecastParams) -> &[(Timestamp, u64)] {
+        let Some(&(first, _)) = self.points.first().filter(|_| self.joined) else {
+            return &self.points;
+        };
+        let from = first.saturating_add(params.joined_settle);
+        self.points.get(self.points.partition_point(|&(at, _)| at < from)..).unwrap_or(&[])
+    }
+
+    /// Whether any of its usage is taken out of the device's (set by
+    /// `rate`): it moved, and does not grow or joined inside the window.
+    fn taken_out(&self) -> bool {
+        self.moved() && (!self.growing || self.joined)
+    }
+
+    /// Whether it changed the device's use in the window: its usage
+    /// varied, or it joined (from nothing) inside it.
+    fn moved(&self) -> bool {
+        self.joined || self.varies()
     }
 }
 
@@ -232,16 +265,16 @@ impl ProcessGrowth {
         // first list, up to a slow interval after the first fast sample.
         let span = device_end.duration_since(window_start)?;
         let slack = span.div_f64(params.buckets.max(1) as f64);
+        let joined_by = window_start.saturating_add(slack);
+        for process in &mut self.series {
+            process.joined = process.since > first_list
+                || process.points.first().is_none_or(|&(first, _)| first > joined_by);
+        }
         let latest = || self.series.iter().filter(|s| s.listed == last_list);
         let mut held: u64 = 0;
         for process in latest() {
-            let first = process.points.first().map(|&(at, _)| at);
             // A process the newest list gave no usage for has no point there.
-            let usage_known = process.points.last().is_some_and(|&(at, _)| at == newest);
-            let whole = process.since <= first_list
-                && usage_known
-                && first.is_some_and(|first| first <= window_start.saturating_add(slack));
-            if !whole {
+            if process.points.last().is_none_or(|&(at, _)| at != newest) {
                 return None;
             }
             held = held.saturating_add(process.points.last().map_or(0, |&(_, used)| used));
@@ -255,13 +288,13 @@ impl ProcessGrowth {
         // One process whose usage moves beside others that hold still:
         // the device floor is that process's floor, read at the fast
         // tier's rate, so there is nothing to take apart.
-        latest().filter(|process| process.varies()).nth(1)?;
+        latest().filter(|process| process.moved()).nth(1)?;
         let mut growing = false;
         for process in &mut self.series {
             process.growing = process.listed == last_list
                 && process.varies()
                 && params
-                    .trend(scratch, &process.points)
+                    .trend(scratch, process.settled(params))
                     .is_some_and(|(trend, sustained)| sustained && trend.slope_per_second > 0.0);
             growing |= process.growing;
         }
@@ -269,19 +302,27 @@ impl ProcessGrowth {
             return Some(device.map(|(line, _)| (line, false)));
         }
         let still = self.series.iter().filter(|s| s.listed == last_list);
-        if !still.clone().any(|process| !process.growing && process.varies()) {
+        if !still.clone().any(ProcessSeries::taken_out) {
             // Only processes that hold still are left out: the device floor
             // is the growing processes' own, shifted by a constant.
             return Some(device);
         }
-        // The device without the processes that do not grow, at the fast
-        // tier's rate: each is taken away at the lower of the two lists
-        // around a sample, so a chunk taken or freed between them leaves a
-        // short rise above the floor, never a dip into it.
+        // The device without what does not grow, at the fast tier's rate:
+        // each process that does not grow is taken away at the lower of the
+        // two lists around a sample, so a chunk taken or freed between them
+        // leaves a short rise above the floor, never a dip into it; one
+        // that joined inside the window, from nothing before its first
+        // list, and where it grows, what it held until it settled.
         cleaned.clear();
         cleaned.extend_from_slice(used);
-        for process in still.filter(|process| !process.growing && process.varies()) {
-            subtract_held(cleaned, &process.points);
+        for process in still {
+            match (process.growing, process.joined) {
+                (false, joined) if process.moved() => {
+                    subtract_held(cleaned, &process.points, joined)
+                }
+                (true, true) => subtract_start(cleaned, &process.points, process.settled(params)),
+                _ => {}
+            }
         }
         Some(params.trend(scratch, cleaned))
     }
@@ -289,8 +330,10 @@ impl ProcessGrowth {
 
 /// Takes from each point of `series` what `lists` (a process's usage,
 /// oldest first) held around it: the lower of the newest list at or before
-/// the point and the next one.
-fn subtract_held(series: &mut [(Timestamp, u64)], lists: &[(Timestamp, u64)]) {
+/// the point and the next one. Before the first list a process that
+/// `joined` inside the window held nothing; one there all along held what
+/// the first list says.
+fn subtract_held(series: &mut [(Timestamp, u64)], lists: &[(Timestamp, u64)], joined: bool) {
     let mut next = 0;
     for (at, value) in series.iter_mut() {
         while lists.get(next).is_some_and(|&(listed, _)| listed <= *at) {
@@ -300,10 +343,35 @@ fn subtract_held(series: &mut [(Timestamp, u64)], lists: &[(Timestamp, u64)]) {
         let after = lists.get(next);
         let held = match (before, after) {
             (Some(&(_, before)), Some(&(_, after))) => before.min(after),
-            (Some(&(_, only)), None) | (None, Some(&(_, only))) => only,
+            (Some(&(_, only)), None) => only,
+            (None, Some(&(_, only))) => {
+                if joined {
+                    0
+                } else {
+                    only
+                }
+            }
             (None, None) => 0,
         };
         *value = value.saturating_sub(held);
+    }
+}
+
+/// Takes from `series` what a growing process that joined inside the
+/// window held until it settled (`settled`: its lists from then on): the
+/// device keeps its growth since, not the step it joined with nor the
+/// warm-up after it.
+fn subtract_start(
+    series: &mut [(Timestamp, u64)],
+    lists: &[(Timestamp, u64)],
+    settled: &[(Timestamp, u64)],
+) {
+    let Some(&(settled_at, start)) = settled.first() else { return };
+    let split = series.partition_point(|&(at, _)| at < settled_at);
+    let (before, after) = series.split_at_mut(split);
+    subtract_held(before, lists, true);
+    for (_, value) in after {
+        *value = value.saturating_sub(start);
     }
 }
 

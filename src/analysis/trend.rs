@@ -100,6 +100,12 @@ pub struct ForecastParams {
     /// contexts, the driver's own) is taken to be flat, and a CUDA context
     /// is 100–550 MiB, so a tenth of a busy device is room for several.
     pub process_share: f64,
+    /// How long after its first list a process that joined inside the
+    /// trend window (a second job starting) is judged on its own points
+    /// (3 min, as `alerts.leak_warmup`): model load and the allocator's
+    /// cache filling are growth that levels off, and a job's own trend over
+    /// its first minutes calls it sustained (`analysis::process_growth`).
+    pub joined_settle: std::time::Duration,
 }
 
 impl Default for ForecastParams {
@@ -115,6 +121,7 @@ impl Default for ForecastParams {
             early_splits: 2,
             early_min_fit: 0.9,
             process_share: 0.9,
+            joined_settle: std::time::Duration::from_secs(3 * 60),
         }
     }
 }

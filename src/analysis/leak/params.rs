@@ -73,6 +73,16 @@ pub struct LeakParams {
     /// Spreads each floor point must stand above the window's starting
     /// floor to add to the CUSUM.
     pub sequential_allowance: f64,
+    /// Least rise of the window's line, in spreads, for the CUSUM to count
+    /// at all (4; rule 2 itself asks `min_significance`). Bucket minima of
+    /// a few samples under a sawtooth of gigabytes scatter one-sidedly: the
+    /// spread (a median deviation) understates their upper tail, so on a
+    /// flat floor each point's standing above the first quarter's median,
+    /// less the allowance, averages about zero and the CUSUM wanders like a
+    /// random walk. On 4- and 8-minute windows such a walk reached the
+    /// bound with the line's rise at 2.7–3.3 spreads (three benign alarms
+    /// at seeds 22, 27 and 30; docs/detection-history.md, tenth pass).
+    pub sequential_min_significance: f64,
     /// Multiple of `sequential_bound` (3) past which the CUSUM stands in
     /// for rule 3's last-quarter step on its window, provided the third
     /// quarter rose, the last is still above it and the rise does not
@@ -108,6 +118,7 @@ impl LeakParams {
             staircase_levels: 6,
             sequential_bound: 12.0,
             sequential_allowance: 0.5,
+            sequential_min_significance: 4.0,
             sequential_override: 3.0,
             dip_depth_bytes: 512.0 * MIB,
             dip_longest: Duration::from_secs(8 * 60),

@@ -189,22 +189,47 @@ fn notebooks_taking_and_freeing_chunks_are_no_growth() {
     assert!(!verdict.is_some_and(|(_, sustained)| sustained), "{verdict:?}");
 }
 
+/// A second job that starts `at` seconds in and warms up to 6 GiB (τ 60 s).
+fn second_job(t: f64, at: f64) -> Option<(u32, f64)> {
+    (t >= at).then(|| (11, 6.0 * GIB * (1.0 - (-(t - at) / 60.0).exp())))
+}
+
 #[test]
-fn a_second_job_started_inside_the_window_leaves_the_device_floor_in_charge() {
-    // A second job starts 4 minutes in and warms up: it has no history to
-    // call its growth sustained from, so the device floor (which sees it
-    // as a step) decides, as before.
+fn a_second_job_warming_up_inside_the_window_is_no_growth() {
+    // A flat job, a notebook's chunks, and a second job starting 7 minutes
+    // in: its start is a step and a warm-up, which the device floor's
+    // newest quarter reads as growth. It is read as the job it is, from
+    // nothing before its first list: no growth.
     let history = device(
         |t| {
-            let mut listed = vec![(10, 20.0 * GIB)];
-            if t >= 240.0 {
-                listed.push((11, 6.0 * GIB * (1.0 - (-(t - 240.0) / 60.0).exp())));
-            }
+            let mut listed = vec![(10, 20.0 * GIB), (20, notebook(t, 1.5 * GIB, 90.0))];
+            listed.extend(second_job(t, 420.0));
             listed
         },
         |_| false,
     );
-    assert_eq!(estimates(&history).1, None);
+    let (_, per_process) = estimates(&history);
+    let Some(verdict) = per_process else { panic!("the processes account for the device") };
+    assert!(!verdict.is_some_and(|(_, sustained)| sustained), "{verdict:?}");
+}
+
+#[test]
+fn a_job_growing_beside_a_second_job_that_joined_is_forecast_at_its_own_rate() {
+    // 27 MiB/s from the window's start; a notebook; a second job joins
+    // 4 minutes in and warms up. Its step is not the first job's growth.
+    let rate = 27.0 * MIB;
+    let history = device(
+        |t| {
+            let mut listed = vec![(10, 30.0 * GIB + rate * t), (20, notebook(t, 1.2 * GIB, 155.0))];
+            listed.extend(second_job(t, 240.0));
+            listed
+        },
+        |_| false,
+    );
+    let (_, per_process) = estimates(&history);
+    let Some(Some((trend, sustained))) = per_process else { panic!("{per_process:?}") };
+    assert!(sustained, "{trend:?}");
+    assert!(((trend.slope_per_second - rate) / rate).abs() < 0.05, "{trend:?}");
 }
 
 #[test]
