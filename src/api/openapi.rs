@@ -186,7 +186,6 @@ fn camel_case_link(link: &mut serde_json::Value) {
     }
 }
 
-/// This document: the OpenAPI 3.1 description of every route.
 #[utoipa::path(
     get,
     path = "/api/v1/openapi.json",
