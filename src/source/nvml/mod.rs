@@ -225,9 +225,7 @@ impl NvmlSource {
         }
         Ok(reading)
     }
-}
 
-impl NvmlSource {
     /// Compares a GPU's MIG layout with the last listing's; a difference
     /// bumps the generation once (the layout is taken as the new reference,
     /// so the same change is not reported on every read) and the sampler
