@@ -9,7 +9,6 @@
 //! reading. Depends only on the config keys, the written values
 //! ([`Scalar`]), units and `model` (severity, scenario, record mode).
 
-use std::fmt;
 use std::net::SocketAddr;
 use std::num::NonZeroUsize;
 use std::path::PathBuf;
@@ -40,8 +39,9 @@ impl ByteSize {
     }
 }
 
-impl fmt::Display for ByteSize {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+#[cfg(test)]
+impl std::fmt::Display for ByteSize {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(&format_size(self.0))
     }
 }

@@ -70,12 +70,14 @@ impl From<String> for SharedStr {
     }
 }
 
+#[cfg(test)]
 impl PartialEq<str> for SharedStr {
     fn eq(&self, other: &str) -> bool {
         &*self.0 == other
     }
 }
 
+#[cfg(test)]
 impl PartialEq<&str> for SharedStr {
     fn eq(&self, other: &&str) -> bool {
         &*self.0 == *other
