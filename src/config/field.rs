@@ -277,8 +277,8 @@ macro_rules! named {
 
 named! {
     ScenarioKind: |t| ScenarioKind::from_str(t).map_err(|error| error.to_string()), |v| v.name();
-    RecordMode: |t| RecordMode::from_name(t)
-        .ok_or_else(|| "expected \"rotate\", \"refuse\" or \"overwrite\"".to_owned()), |v| v.as_str();
+    RecordMode: |t| t.parse()
+        .map_err(|_| "expected \"rotate\", \"refuse\" or \"overwrite\"".to_owned()), |v| v.as_str();
     LogFormat: |t| t.parse().map_err(|_| "expected \"text\" or \"json\"".to_owned()),
         |v| <&str>::from(v);
     Severity: |t| Severity::from_str(t), |v| v.as_str();
