@@ -66,14 +66,9 @@ pub struct LogGuard {
 }
 
 impl LogSink {
-    /// Starts the writer thread over stderr. `capacity` is how many
-    /// formatted lines may wait for it (`log.queue_lines`).
-    pub fn stderr(capacity: usize) -> io::Result<(LogSink, LogGuard)> {
-        Self::spawn(capacity, io::stderr)
-    }
-
-    /// Starts the writer thread over any writer (tests use a failing or a
-    /// stalling one).
+    /// Starts the writer thread over what `open` returns (stderr; tests use
+    /// a failing or a stalling writer). `capacity` is how many formatted
+    /// lines may wait for it (`log.queue_lines`).
     pub fn spawn<W: Write>(
         capacity: usize,
         open: impl FnOnce() -> W + Send + 'static,

@@ -192,7 +192,7 @@ fn init_logging(config: &Config) -> anyhow::Result<(LogGuard, LevelControl)> {
     let (filter, control) = vramd::logging::reloadable_filter(&config.log.level)?;
     // Colour only on a terminal: journald and `kubectl logs` show escapes.
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    let (sink, guard) = LogSink::stderr(config.log.queue_lines.get())?;
+    let (sink, guard) = LogSink::spawn(config.log.queue_lines.get(), std::io::stderr)?;
     type Filtered = Layered<reload::Layer<EnvFilter, Registry>, Registry>;
     let layer = tracing_subscriber::fmt::layer().log_internal_errors(false).with_ansi(ansi);
     let output: Box<dyn Layer<Filtered> + Send + Sync> = match config.log.format {

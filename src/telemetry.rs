@@ -106,26 +106,6 @@ impl Telemetry {
         for kind in ErrorKind::ALL {
             source_errors.with_label_values(&[kind.as_str()]);
         }
-        let sample_duration = histogram_vec(
-            &registry,
-            "vramd_sample_duration_seconds",
-            "Time one device-source call took, by sampling tier (timed-out calls count at the deadline).",
-            &[
-                0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05,
-                0.1, 0.25, 0.5, 1.0, 2.5,
-            ],
-            "tier",
-        )?;
-        let source_up = gauge(
-            &registry,
-            "vramd_nvml_up",
-            "1 when the device source (NVML, or the simulator or trace standing in for it) answered its last device listing, else 0.",
-        )?;
-        let calls_stuck = gauge(
-            &registry,
-            "vramd_source_calls_stuck",
-            "Source calls still running past their deadline; new calls to those devices and tiers are skipped until they return.",
-        )?;
         let build_info = "Build of the running vramd; always 1.";
         gauge_vec(&registry, "vramd_build_info", build_info, &["version", "revision"])?
             .with_label_values(&[env!("CARGO_PKG_VERSION"), env!("BUILD_GIT_REVISION")])
@@ -134,35 +114,6 @@ impl Telemetry {
         gauge_vec(&registry, "vramd_source_info", source_info, &["source"])?
             .with_label_values(&[source])
             .set(1);
-        let notifications = counter_vec(
-            &registry,
-            "vramd_notifications_total",
-            "Alert notifications (one alert in one delivery) by notifier and outcome: sent, failed (given up after the last retry), dropped (evicted from a full queue).",
-            &["notifier", "outcome"],
-        )?;
-        let notifications_dropped = counter_vec(
-            &registry,
-            "vramd_notifications_dropped_total",
-            "Alert notifications evicted from a notifier's full queue (notify.queue_capacity) before delivery was attempted.",
-            &["notifier"],
-        )?;
-        let notification_duration = histogram_vec(
-            &registry,
-            "vramd_notification_duration_seconds",
-            "Time one delivery attempt to a notifier took, successful or not.",
-            &[0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0],
-            "notifier",
-        )?;
-        let alerts_dropped = counter(
-            &registry,
-            "vramd_alerts_dropped_total",
-            "New alerts not kept because alerts.max_alerts alerts were already pending or firing (resolved ones are evicted first).",
-        )?;
-        let log_lines_dropped = counter(
-            &registry,
-            "vramd_log_lines_dropped_total",
-            "Log lines not written because the log queue was full or stderr failed (closed pipe, full disk); logging never blocks sampling.",
-        )?;
         let config_reloads = counter_vec(
             &registry,
             "vramd_config_reload_total",
@@ -172,34 +123,73 @@ impl Telemetry {
         for result in ["success", "failure"] {
             config_reloads.with_label_values(&[result]);
         }
-        let mig_reconfigurations = counter_vec(
-            &registry,
-            "vramd_mig_reconfigurations_total",
-            "MIG layout changes noticed on a GPU while running; its MIG devices were listed again (new ones sampled, removed ones and their series dropped).",
-            &["gpu"],
-        )?;
-        let config_last_success = register(
-            &registry,
-            "vramd_config_last_reload_success_timestamp_seconds",
-            prometheus::Gauge::new(
-                "vramd_config_last_reload_success_timestamp_seconds",
-                "When the running configuration was last loaded successfully (start-up or reload), in seconds since the Unix epoch.",
-            ),
-        )?;
         Ok(Self {
-            registry,
+            sample_duration: histogram_vec(
+                &registry,
+                "vramd_sample_duration_seconds",
+                "Time one device-source call took, by sampling tier (timed-out calls count at the deadline).",
+                &[
+                    0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05,
+                    0.1, 0.25, 0.5, 1.0, 2.5,
+                ],
+                "tier",
+            )?,
+            source_up: gauge(
+                &registry,
+                "vramd_nvml_up",
+                "1 when the device source (NVML, or the simulator or trace standing in for it) answered its last device listing, else 0.",
+            )?,
+            calls_stuck: gauge(
+                &registry,
+                "vramd_source_calls_stuck",
+                "Source calls still running past their deadline; new calls to those devices and tiers are skipped until they return.",
+            )?,
+            notifications: counter_vec(
+                &registry,
+                "vramd_notifications_total",
+                "Alert notifications (one alert in one delivery) by notifier and outcome: sent, failed (given up after the last retry), dropped (evicted from a full queue).",
+                &["notifier", "outcome"],
+            )?,
+            notifications_dropped: counter_vec(
+                &registry,
+                "vramd_notifications_dropped_total",
+                "Alert notifications evicted from a notifier's full queue (notify.queue_capacity) before delivery was attempted.",
+                &["notifier"],
+            )?,
+            notification_duration: histogram_vec(
+                &registry,
+                "vramd_notification_duration_seconds",
+                "Time one delivery attempt to a notifier took, successful or not.",
+                &[0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0],
+                "notifier",
+            )?,
+            alerts_dropped: counter(
+                &registry,
+                "vramd_alerts_dropped_total",
+                "New alerts not kept because alerts.max_alerts alerts were already pending or firing (resolved ones are evicted first).",
+            )?,
+            log_lines_dropped: counter(
+                &registry,
+                "vramd_log_lines_dropped_total",
+                "Log lines not written because the log queue was full or stderr failed (closed pipe, full disk); logging never blocks sampling.",
+            )?,
+            mig_reconfigurations: counter_vec(
+                &registry,
+                "vramd_mig_reconfigurations_total",
+                "MIG layout changes noticed on a GPU while running; its MIG devices were listed again (new ones sampled, removed ones and their series dropped).",
+                &["gpu"],
+            )?,
+            config_last_success: register(
+                &registry,
+                "vramd_config_last_reload_success_timestamp_seconds",
+                prometheus::Gauge::new(
+                    "vramd_config_last_reload_success_timestamp_seconds",
+                    "When the running configuration was last loaded successfully (start-up or reload), in seconds since the Unix epoch.",
+                ),
+            )?,
             config_reloads,
-            mig_reconfigurations,
-            config_last_success,
             source_errors,
-            sample_duration,
-            source_up,
-            calls_stuck,
-            notifications,
-            notifications_dropped,
-            notification_duration,
-            alerts_dropped,
-            log_lines_dropped,
+            registry,
             recording: OnceLock::new(),
             kubernetes: OnceLock::new(),
         })

@@ -49,8 +49,7 @@ pub(super) fn observe(
             device: &facts.info,
             rule: RuleId::AllocatorOom,
             config: &rules.allocator_oom,
-            pid,
-            process: process.as_deref(),
+            process: pid.map(|pid| (pid, process.as_deref())),
             value: count as f64,
             text: &|| {
                 let who = match (&process, pid) {

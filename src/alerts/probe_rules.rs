@@ -26,7 +26,6 @@ pub(super) fn observe(
             device,
             rule: RuleId::ProbeFreeMismatch,
             config: &rules.probe_free_mismatch,
-            pid: None,
             process: None,
             value: magnitude,
             text: &|| {
@@ -54,7 +53,6 @@ pub(super) fn observe(
             device,
             rule: RuleId::ProbeHeadroomLow,
             config: &rules.probe_headroom_low,
-            pid: None,
             process: None,
             value: headroom as f64,
             text: &|| {

@@ -49,8 +49,9 @@ pub(super) struct Draft<'a> {
     /// Its unit and direction come from the rule table.
     pub(super) rule: RuleId,
     pub(super) config: &'a RuleSettings,
-    pub(super) pid: Option<u32>,
-    pub(super) process: Option<&'a str>,
+    /// The process judged, for a process rule: its PID and, when known,
+    /// its name.
+    pub(super) process: Option<(u32, Option<&'a str>)>,
     pub(super) value: f64,
     /// Summary and description, written only when an alert may need them:
     /// most observations are clear, and formatting is most of a pass.
@@ -108,18 +109,19 @@ impl<'a> Observations<'a> {
         }
         let (device, spec) = (draft.device, draft.rule.spec());
         let verdict = verdict(draft.config, spec.direction, draft.value);
-        if verdict != Verdict::Breached && !self.may_matter(spec.name, &device.uuid, draft.pid) {
+        let pid = draft.process.map(|(pid, _)| pid);
+        if verdict != Verdict::Breached && !self.may_matter(spec.name, &device.uuid, pid) {
             return;
         }
         let (summary, description) =
             if verdict == Verdict::Clear { (String::new(), String::new()) } else { (draft.text)() };
         self.push(Observation {
-            key: AlertKey { rule: spec.name.to_owned(), uuid: device.uuid.clone(), pid: draft.pid },
+            key: AlertKey { rule: spec.name.to_owned(), uuid: device.uuid.clone(), pid },
             verdict,
             severity: draft.config.severity,
             for_duration: draft.config.for_duration,
             gpu: device.gpu_index(),
-            process: draft.process.map(str::to_owned),
+            process: draft.process.and_then(|(_, name)| name).map(str::to_owned),
             value: draft.value,
             threshold: draft.config.threshold,
             unit: spec.unit.as_str(),
@@ -186,7 +188,6 @@ pub fn observe(rules: &RulesConfig, snapshot: &DeviceSnapshot, out: &mut Observa
         device,
         rule: RuleId::DeviceLost,
         config: &rules.device_lost,
-        pid: None,
         process: None,
         value: if facts.up { 0.0 } else { 1.0 },
         text: &|| {
@@ -217,7 +218,6 @@ pub fn observe(rules: &RulesConfig, snapshot: &DeviceSnapshot, out: &mut Observa
             device,
             rule: RuleId::XidError,
             config: &rules.xid_error,
-            pid: None,
             process: None,
             value: new_errors as f64,
             text: &|| {
@@ -264,7 +264,6 @@ fn memory_rules(
             device,
             rule: RuleId::MemoryHigh,
             config: &rules.memory_high,
-            pid: None,
             process: None,
             value: ratio,
             text: &|| {
@@ -291,7 +290,6 @@ fn memory_rules(
         device,
         rule: RuleId::ExhaustionForecast,
         config: &rules.exhaustion_forecast,
-        pid: None,
         process: None,
         value: tte.unwrap_or(f64::INFINITY),
         text: &|| {
@@ -333,8 +331,7 @@ fn process_rules(
             device,
             rule: RuleId::LeakSuspected,
             config: &rules.leak_suspected,
-            pid: Some(process.pid),
-            process: process.name.as_deref(),
+            process: Some((process.pid, process.name.as_deref())),
             value: leak.slope_bytes_per_second,
             text: &|| {
                 let who = who();
@@ -361,8 +358,7 @@ fn process_rules(
             device,
             rule: RuleId::AllocatorFragmentationHigh,
             config: &rules.allocator_fragmentation_high,
-            pid: Some(process.pid),
-            process: process.name.as_deref(),
+            process: Some((process.pid, process.name.as_deref())),
             value: if big_enough { ratio } else { 0.0 },
             text: &|| {
                 let who = who();
@@ -388,8 +384,7 @@ fn process_rules(
             device,
             rule: RuleId::AllocatorRetries,
             config: &rules.allocator_retries,
-            pid: Some(process.pid),
-            process: process.name.as_deref(),
+            process: Some((process.pid, process.name.as_deref())),
             value: retries as f64,
             text: &|| {
                 let who = who();
@@ -414,8 +409,7 @@ fn process_rules(
             device,
             rule: RuleId::AllocatorOom,
             config: &rules.allocator_oom,
-            pid: Some(process.pid),
-            process: process.name.as_deref(),
+            process: Some((process.pid, process.name.as_deref())),
             value: ooms as f64,
             text: &|| {
                 let who = who();

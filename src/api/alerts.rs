@@ -50,7 +50,6 @@ fn parse_state(text: &str) -> Result<AlertState, ApiError> {
     })
 }
 
-/// Alerts, optionally filtered.
 #[utoipa::path(
     get,
     path = "/api/v1/alerts",
@@ -100,7 +99,6 @@ pub async fn list(
     Ok(Json(AlertList { alerts }))
 }
 
-/// One alert by id.
 #[utoipa::path(
     get,
     path = "/api/v1/alerts/{id}",
@@ -131,9 +129,6 @@ pub async fn one(
     })
 }
 
-/// Each state change as an event named after the new state, its data the
-/// alert as JSON. A reader too slow for `api.max_stream_backlog` changes
-/// gets a `lagged` event saying how many it missed.
 #[utoipa::path(
     get,
     path = "/api/v1/alerts/stream",

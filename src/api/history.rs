@@ -82,7 +82,6 @@ struct BucketDto {
     memory_bandwidth_utilization_ratio: Option<Aggregate<f64>>,
 }
 
-/// Memory and utilization history of one device.
 #[utoipa::path(
     get,
     path = "/api/v1/devices/{gpu}/history",

@@ -261,7 +261,6 @@ pub(crate) async fn landing() -> Response {
     ([(header::CONTENT_TYPE, "text/html; charset=utf-8")], PAGE).into_response()
 }
 
-/// Prometheus exposition of every device, process, alert and vramd itself.
 #[utoipa::path(
     get,
     path = "/metrics",
@@ -297,8 +296,6 @@ pub struct Status {
     pub status: &'static str,
 }
 
-/// The process is responsive. Says nothing about GPUs, on purpose: a
-/// liveness probe that failed on GPU trouble would restart a healthy daemon.
 #[utoipa::path(
     get,
     path = "/healthz",
@@ -316,11 +313,6 @@ pub(crate) async fn healthz() -> Json<Status> {
     Json(Status { status: "ok" })
 }
 
-/// The sampler is sampling: it has completed a cycle, and every tier of
-/// every device has completed a step (stored a reading, or got an answer
-/// from the driver, a lost GPU's included) within its interval plus its
-/// call deadline. A call stuck in the driver or a sampler that stopped
-/// makes it 503, naming the devices and tiers and how late they are.
 #[utoipa::path(
     get,
     path = "/readyz",
@@ -380,7 +372,6 @@ pub(crate) async fn readyz(State(state): State<AppState>) -> Response {
     not_ready(message, stale)
 }
 
-/// Every device.
 #[utoipa::path(
     get,
     path = "/api/v1/devices",
@@ -415,7 +406,6 @@ pub(crate) async fn devices(State(state): State<AppState>) -> Json<dto::DeviceLi
     Json(dto::DeviceList { devices })
 }
 
-/// One device in detail.
 #[utoipa::path(
     get,
     path = "/api/v1/devices/{gpu}",

@@ -36,7 +36,6 @@ pub struct OomAccepted {
     pub pid: Option<u32>,
 }
 
-/// An allocator out-of-memory event.
 #[utoipa::path(
     post,
     path = "/api/v1/oom-events",
@@ -172,7 +171,6 @@ fn view(state: &AppState, gpu: u32, event: &OomEvent) -> OomView {
     }
 }
 
-/// The OOM events held.
 #[utoipa::path(
     get,
     path = "/api/v1/oom-events",
@@ -241,7 +239,6 @@ pub(super) fn find(state: &AppState, id: &str) -> Result<(u32, Arc<OomEvent>), A
         .ok_or_else(unknown)
 }
 
-/// One OOM event.
 #[utoipa::path(
     get,
     path = "/api/v1/oom-events/{id}",

@@ -146,7 +146,6 @@ impl Drop for Pending {
     }
 }
 
-/// Upload the allocator snapshot of an OOM event.
 #[utoipa::path(
     put,
     path = "/api/v1/oom-events/{id}/snapshot",
@@ -239,7 +238,6 @@ pub async fn put(
         .into_response())
 }
 
-/// The allocator snapshot of an OOM event.
 #[utoipa::path(
     get,
     path = "/api/v1/oom-events/{id}/snapshot",

@@ -14,7 +14,7 @@
 //! concurrency limit) are added to every operation by [`protection_answers`].
 
 use axum::body::Bytes;
-use axum::http::{HeaderValue, header};
+use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 use utoipa::OpenApi as _;
@@ -23,7 +23,7 @@ use utoipa::openapi::{ContentBuilder, OpenApi, RefOr, ResponseBuilder, Schema};
 use utoipa_axum::router::{OpenApiRouter, UtoipaMethodRouter};
 use utoipa_axum::routes;
 
-use super::error::ErrorBody;
+use super::error::{ErrorBody, for_status};
 use super::{AppState, alerts, history, oom, oom_snapshot, reports};
 
 #[derive(utoipa::OpenApi)]
@@ -186,7 +186,6 @@ fn camel_case_link(link: &mut serde_json::Value) {
     }
 }
 
-/// This document: the OpenAPI 3.1 description of every route.
 #[utoipa::path(
     get,
     path = "/api/v1/openapi.json",
@@ -206,48 +205,33 @@ pub async fn openapi_json(axum::Extension(document): axum::Extension<Document>) 
     response
 }
 
-/// The JSON error answers the protections give on any route.
+/// The JSON error answers the protections give on any route, each with
+/// the code and message `error::for_status` answers with.
 fn protection_answers(document: &mut OpenApi) {
-    let error = |description: &str, code: &str, message: &str| {
+    let common: Vec<(StatusCode, RefOr<utoipa::openapi::Response>)> = [
+        (
+            StatusCode::METHOD_NOT_ALLOWED,
+            "The path does not accept this method (another method on the path: the \
+`Allow` header lists the accepted ones). OpenAPI has no place for answers to methods a path \
+does not list, so it is shown on every operation.",
+        ),
+        (StatusCode::REQUEST_TIMEOUT, "The request took longer than `server.request_timeout`."),
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "More than `server.max_concurrent_requests` requests are in flight; retry shortly.",
+        ),
+    ]
+    .into_iter()
+    .filter_map(|(status, description)| {
+        let ErrorBody { code, message, .. } = for_status(status)?.body;
         let content = ContentBuilder::new()
             .schema(Some(utoipa::openapi::Ref::from_schema_name("ErrorBody")))
             .example(Some(json!({ "code": code, "message": message })))
             .build();
-        RefOr::T(
-            ResponseBuilder::new()
-                .description(description)
-                .content("application/json", content)
-                .build(),
-        )
-    };
-    let common = [
-        (
-            "405",
-            error(
-                "The path does not accept this method (another method on the path: the \
-`Allow` header lists the accepted ones). OpenAPI has no place for answers to methods a path \
-does not list, so it is shown on every operation.",
-                "method_not_allowed",
-                "this route does not accept that method",
-            ),
-        ),
-        (
-            "408",
-            error(
-                "The request took longer than `server.request_timeout`.",
-                "request_timeout",
-                "the request took longer than server.request_timeout",
-            ),
-        ),
-        (
-            "503",
-            error(
-                "More than `server.max_concurrent_requests` requests are in flight; retry shortly.",
-                "overloaded",
-                "too many concurrent requests (server.max_concurrent_requests); retry shortly",
-            ),
-        ),
-    ];
+        let answer = ResponseBuilder::new().description(description);
+        Some((status, RefOr::T(answer.content("application/json", content).build())))
+    })
+    .collect();
     for item in document.paths.paths.values_mut() {
         let operations: [&mut Option<Operation>; 8] = [
             &mut item.get,
@@ -266,7 +250,7 @@ does not list, so it is shown on every operation.",
                 operation
                     .responses
                     .responses
-                    .entry((*status).to_owned())
+                    .entry(status.as_str().to_owned())
                     .or_insert_with(|| answer.clone());
             }
         }

@@ -142,7 +142,6 @@ pub struct Accepted {
     pub devices: usize,
 }
 
-/// A workload's PyTorch allocator statistics.
 #[utoipa::path(
     post,
     path = "/api/v1/allocator-reports",
@@ -218,7 +217,6 @@ pub struct ReportList {
     reports: Vec<ReportView>,
 }
 
-/// The reports held.
 #[utoipa::path(
     get,
     path = "/api/v1/allocator-reports",

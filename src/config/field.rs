@@ -9,7 +9,6 @@
 //! reading. Depends only on the config keys, the written values
 //! ([`Scalar`]), units and `model` (severity, scenario, record mode).
 
-use std::fmt;
 use std::net::SocketAddr;
 use std::num::NonZeroUsize;
 use std::path::PathBuf;
@@ -40,8 +39,9 @@ impl ByteSize {
     }
 }
 
-impl fmt::Display for ByteSize {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+#[cfg(test)]
+impl std::fmt::Display for ByteSize {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(&format_size(self.0))
     }
 }
@@ -277,8 +277,8 @@ macro_rules! named {
 
 named! {
     ScenarioKind: |t| ScenarioKind::from_str(t).map_err(|error| error.to_string()), |v| v.name();
-    RecordMode: |t| RecordMode::from_name(t)
-        .ok_or_else(|| "expected \"rotate\", \"refuse\" or \"overwrite\"".to_owned()), |v| v.as_str();
+    RecordMode: |t| t.parse()
+        .map_err(|_| "expected \"rotate\", \"refuse\" or \"overwrite\"".to_owned()), |v| v.as_str();
     LogFormat: |t| t.parse().map_err(|_| "expected \"text\" or \"json\"".to_owned()),
         |v| <&str>::from(v);
     Severity: |t| Severity::from_str(t), |v| v.as_str();

@@ -156,8 +156,6 @@ pub struct LoadOptions {
 }
 
 impl Default for LoadOptions {
-    /// No `--config`, the standard search paths, an empty environment and
-    /// no overrides.
     fn default() -> Self {
         Self {
             config_path: None,

@@ -3,7 +3,7 @@
 //! state, encoder/decoder utilization and Xid errors.
 
 use crate::history::LiveState;
-use crate::model::{SlowDetails, THROTTLE_REASONS};
+use crate::model::{ComputeMode, SlowDetails, THROTTLE_REASONS};
 
 use super::text::{Family, FamilyWriter, family};
 use super::{DeviceView, device_family};
@@ -36,8 +36,6 @@ mod families {
 }
 
 use families::*;
-
-const COMPUTE_MODES: [&str; 4] = ["default", "exclusive_thread", "prohibited", "exclusive_process"];
 
 fn details(live: &LiveState) -> Option<&SlowDetails> {
     live.slow.as_deref().map(|slow| &slow.details)
@@ -95,8 +93,8 @@ pub(super) fn render(views: &[DeviceView<'_>], out: &mut Vec<u8>) {
     device_family(out, views, &PERSISTENCE, |live| Some(flag(details(live)?.persistence_mode?)));
     labelled(out, views, &COMPUTE_MODE, |live, emit| {
         if let Some(mode) = details(live).and_then(|d| d.compute_mode) {
-            for name in COMPUTE_MODES {
-                emit(&[("mode", name)], flag(mode.as_str() == name));
+            for &other in <ComputeMode as strum::VariantArray>::VARIANTS {
+                emit(&[("mode", other.as_str())], flag(mode == other));
             }
         }
     });

@@ -188,6 +188,8 @@ impl SlowPoint {
     }
 }
 
+/// For tests, which build points one reading at a time.
+#[cfg(test)]
 impl From<&SlowReading> for SlowPoint {
     fn from(reading: &SlowReading) -> Self {
         Self::sharing(reading, None, false)

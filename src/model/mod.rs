@@ -45,7 +45,7 @@ use strum::{Display, IntoStaticStr};
 /// What `--record` does when its file already exists (`source.record_mode`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-#[derive(IntoStaticStr, strum::VariantArray)]
+#[derive(IntoStaticStr, strum::EnumString, strum::VariantArray)]
 #[strum(serialize_all = "snake_case")]
 pub enum RecordMode {
     /// Keep it: renamed to `<file>.1` (earlier ones shift up, at most
@@ -58,12 +58,9 @@ pub enum RecordMode {
     Overwrite,
 }
 
+#[cfg(test)]
 impl RecordMode {
     pub const ALL: &[Self] = <Self as strum::VariantArray>::VARIANTS;
-
-    pub fn from_name(name: &str) -> Option<Self> {
-        Self::ALL.iter().copied().find(|mode| mode.as_str() == name)
-    }
 }
 
 /// The two sampling tiers: fast (memory, utilization) and slow (processes

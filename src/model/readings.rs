@@ -315,7 +315,7 @@ pub struct RemappedRows {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
-#[derive(IntoStaticStr)]
+#[derive(IntoStaticStr, strum::VariantArray)]
 #[strum(serialize_all = "snake_case")]
 pub enum ComputeMode {
     Default,

@@ -16,12 +16,13 @@ use std::fmt;
 use std::ops::Deref;
 use std::sync::Arc;
 
-use serde::de::{self, Deserializer, Visitor};
-use serde::{Deserialize, Serialize, Serializer};
+use serde::{Deserialize, Serialize};
 
 /// An immutable, cheaply cloned string. Equality, order and hash are those
-/// of the text, never of the pointer.
-#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+/// of the text, never of the pointer; serde reads and writes the text
+/// (serde's `rc` feature).
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
 pub struct SharedStr(Arc<str>);
 
 #[cfg(test)]
@@ -69,45 +70,17 @@ impl From<String> for SharedStr {
     }
 }
 
+#[cfg(test)]
 impl PartialEq<str> for SharedStr {
     fn eq(&self, other: &str) -> bool {
         &*self.0 == other
     }
 }
 
+#[cfg(test)]
 impl PartialEq<&str> for SharedStr {
     fn eq(&self, other: &&str) -> bool {
         &*self.0 == *other
-    }
-}
-
-impl Serialize for SharedStr {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.serialize_str(&self.0)
-    }
-}
-
-impl<'de> Deserialize<'de> for SharedStr {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct Text;
-
-        impl Visitor<'_> for Text {
-            type Value = SharedStr;
-
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a string")
-            }
-
-            fn visit_str<E: de::Error>(self, text: &str) -> Result<SharedStr, E> {
-                Ok(SharedStr::from(text))
-            }
-
-            fn visit_string<E: de::Error>(self, text: String) -> Result<SharedStr, E> {
-                Ok(SharedStr::from(text))
-            }
-        }
-
-        deserializer.deserialize_str(Text)
     }
 }
 

@@ -130,19 +130,23 @@ impl Fleet {
     fn take_in(self: &Arc<Self>, members: Vec<Arc<Member>>) {
         let mut fleet = self.state.lock();
         match &fleet.home {
-            Some(home) => {
-                let mut crew = home.state.lock();
-                Arc::make_mut(&mut crew.members).extend(members);
-                if crew.members.len() > 1 {
-                    self.nudge();
-                }
-            }
+            Some(home) => self.add_to(home, members),
             None => {
                 let crew = self.launch(members);
                 fleet.crews.push(crew.clone());
                 fleet.home = Some(crew);
                 self.nudge();
             }
+        }
+    }
+
+    /// Adds `members` to the home crew `home`, waking the watchdog once it
+    /// has two to look after.
+    fn add_to(&self, home: &Crew, members: impl IntoIterator<Item = Arc<Member>>) {
+        let mut state = home.state.lock();
+        Arc::make_mut(&mut state.members).extend(members);
+        if state.members.len() > 1 {
+            self.nudge();
         }
     }
 
@@ -157,9 +161,7 @@ impl Fleet {
     }
 
     /// How long a call may run before the others are handed off, which is
-    /// also how often the watchdog looks: one fast interval, but at least
-    /// `HAND_OFF_FLOOR` so that at 100 Hz the watchdog's own wake-ups cost
-    /// a fifth of the thread's.
+    /// also how often the watchdog looks.
     fn hand_off_after(&self) -> Duration {
         self.period().max(HAND_OFF_FLOOR)
     }
@@ -255,13 +257,7 @@ impl Fleet {
         };
         let returning = std::mem::take(&mut crew.state.lock().members);
         let moved = returning.len();
-        {
-            let mut state = home.state.lock();
-            Arc::make_mut(&mut state.members).extend(returning.iter().cloned());
-            if state.members.len() > 1 {
-                self.nudge();
-            }
-        }
+        self.add_to(&home, returning.iter().cloned());
         fleet.crews.retain(|other| !Arc::ptr_eq(other, crew));
         // A device that stopped while its call hung has nothing to rejoin.
         if moved > 0 {

@@ -240,52 +240,7 @@ impl TierShared {
             }
         }
     }
-}
 
-/// Waits until the sampler is cancelled (then tells the tier's thread to
-/// stop) or the tier's thread ends.
-async fn watch(shared: &TierShared, ended: oneshot::Receiver<()>) {
-    tokio::select! {
-        () = shared.context.cancel.cancelled() => shared.stopped.store(true, Ordering::Release),
-        _ = ended => {}
-    }
-    // The thread looks at the token at each tick, its first (the grid's
-    // origin, already past) at once: one that has not set itself yet sees
-    // the cancel there, one asleep is woken here.
-    if let Some(thread) = shared.thread.get() {
-        thread.unpark();
-    }
-}
-
-/// Remembers the last failure kind, so a failure is logged when it starts
-/// or changes kind, not on every tick; and backs off from a lost device.
-#[derive(Default)]
-struct TierHealth {
-    failing: Option<ErrorKind>,
-    /// Consecutive `device_lost` answers.
-    lost_streak: u32,
-    /// While a device is lost, the next tick at which to try it again.
-    retry_at: Option<Instant>,
-}
-
-impl TierHealth {
-    /// A lost GPU is retried after 1 s, 2 s, 4 s … up to
-    /// `sampler.discovery_retry_max` (source time), not on every tick.
-    fn back_off(&mut self, context: &Context) {
-        self.lost_streak = self.lost_streak.saturating_add(1);
-        let doublings = self.lost_streak.saturating_sub(1).min(16);
-        let backoff = std::time::Duration::from_secs(1u64 << doublings)
-            .min(context.settings.discovery_retry_max);
-        self.retry_at = Some(Instant::now() + context.settings.real(backoff));
-    }
-
-    fn reset_backoff(&mut self) {
-        self.lost_streak = 0;
-        self.retry_at = None;
-    }
-}
-
-impl TierShared {
     fn store(&self, reading: Reading, health: &mut TierHealth, now: Timestamp) {
         let (context, device, tier) = (&*self.context, &*self.device, self.tier);
         let result = match reading {
@@ -332,5 +287,48 @@ impl TierShared {
             Tier::Fast => device.record_fast_failure(kind, message),
             Tier::Slow => device.record_slow_failure(kind, message),
         }
+    }
+}
+
+/// Waits until the sampler is cancelled (then tells the tier's thread to
+/// stop) or the tier's thread ends.
+async fn watch(shared: &TierShared, ended: oneshot::Receiver<()>) {
+    tokio::select! {
+        () = shared.context.cancel.cancelled() => shared.stopped.store(true, Ordering::Release),
+        _ = ended => {}
+    }
+    // The thread looks at the token at each tick, its first (the grid's
+    // origin, already past) at once: one that has not set itself yet sees
+    // the cancel there, one asleep is woken here.
+    if let Some(thread) = shared.thread.get() {
+        thread.unpark();
+    }
+}
+
+/// Remembers the last failure kind, so a failure is logged when it starts
+/// or changes kind, not on every tick; and backs off from a lost device.
+#[derive(Default)]
+struct TierHealth {
+    failing: Option<ErrorKind>,
+    /// Consecutive `device_lost` answers.
+    lost_streak: u32,
+    /// While a device is lost, the next tick at which to try it again.
+    retry_at: Option<Instant>,
+}
+
+impl TierHealth {
+    /// A lost GPU is retried after 1 s, 2 s, 4 s … up to
+    /// `sampler.discovery_retry_max` (source time), not on every tick.
+    fn back_off(&mut self, context: &Context) {
+        self.lost_streak = self.lost_streak.saturating_add(1);
+        let doublings = self.lost_streak.saturating_sub(1).min(16);
+        let backoff = std::time::Duration::from_secs(1u64 << doublings)
+            .min(context.settings.discovery_retry_max);
+        self.retry_at = Some(Instant::now() + context.settings.real(backoff));
+    }
+
+    fn reset_backoff(&mut self) {
+        self.lost_streak = 0;
+        self.retry_at = None;
     }
 }

@@ -98,28 +98,20 @@ impl WebConfigHandle {
     /// Reloads if a watched file's size or modification time changed.
     pub async fn reload_if_changed(&self) -> Result<(), WebConfigError> {
         let handle = self.clone();
-        self.blocking(move || {
+        let work = tokio::task::spawn_blocking(move || {
             let watched = handle.current().watched.clone();
             if stamps(&watched) == *handle.inner.stamps.lock() {
                 return Ok(());
             }
-            handle.reload_blocking()
-        })
-        .await
-    }
-
-    async fn blocking(
-        &self,
-        work: impl FnOnce() -> Result<(), WebConfigError> + Send + 'static,
-    ) -> Result<(), WebConfigError> {
-        let path = self.inner.path.clone();
+            handle.prepare_reload().map(|prepared| handle.install(prepared))
+        });
         let failed = |message: String| {
-            let error =
-                WebConfigError::Read { path: path.clone(), source: std::io::Error::other(message) };
+            let source = std::io::Error::other(message);
+            let error = WebConfigError::Read { path: self.inner.path.clone(), source };
             self.failed(&error);
             error
         };
-        match tokio::time::timeout(RELOAD_DEADLINE, tokio::task::spawn_blocking(work)).await {
+        match tokio::time::timeout(RELOAD_DEADLINE, work).await {
             Ok(Ok(result)) => result,
             Ok(Err(error)) => Err(failed(format!("reload task failed: {error}"))),
             Err(_) => Err(failed(format!("reading took longer than {RELOAD_DEADLINE:?}"))),
@@ -161,10 +153,6 @@ impl WebConfigHandle {
             series.last_success.set(unix_now());
         }
         info!(path = %self.inner.path.display(), "web configuration reloaded");
-    }
-
-    fn reload_blocking(&self) -> Result<(), WebConfigError> {
-        self.prepare_reload().map(|prepared| self.install(prepared))
     }
 
     fn failed(&self, error: &WebConfigError) {

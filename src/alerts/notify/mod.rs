@@ -66,22 +66,16 @@ pub enum NotifyError {
 }
 
 /// Where and how alert state changes are delivered: `[notify]`, as the
-/// wiring builds it.
+/// wiring builds it; each field is the `notify.` key of its name.
 #[derive(Clone, Debug, PartialEq)]
 pub struct NotifySettings {
     pub alertmanager_url: Option<String>,
     pub webhook_url: Option<String>,
-    /// State changes waiting per notifier; beyond it the oldest are dropped.
     pub queue_capacity: NonZeroUsize,
-    /// Deadline of one delivery request.
     pub timeout: Duration,
-    /// How often firing alerts are sent again.
     pub resend_interval: Duration,
-    /// Attempts after a failed delivery.
     pub max_retries: u32,
-    /// Longest wait between delivery attempts.
     pub retry_backoff_max: Duration,
-    /// Base of Alertmanager `generatorURL` links, when not the default.
     pub external_url: Option<String>,
 }
 

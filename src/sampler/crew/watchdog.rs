@@ -220,10 +220,7 @@ struct Looks {
 
 /// The earlier of two times to look, either of which may be absent.
 fn earliest(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
-    match (a, b) {
-        (Some(a), Some(b)) => Some(a.min(b)),
-        (a, b) => a.or(b),
-    }
+    a.into_iter().chain(b).min()
 }
 
 /// Sleeps until `at`, or for ever.

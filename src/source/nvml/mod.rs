@@ -36,16 +36,13 @@ use super::{DeviceSource, SourceError};
 use absent::AbsentLog;
 use identities::Identities;
 
-/// What the NVML source reads and where from.
+/// What the NVML source reads and where from: the first four fields are
+/// the `nvml.` keys of their names.
 #[derive(Clone, Debug, PartialEq)]
 pub struct NvmlSettings {
-    /// Load NVML from this file instead of the system's `libnvidia-ml.so.1`.
     pub library_path: Option<PathBuf>,
-    /// Read PCIe throughput (blocks ~20 ms per direction in the driver).
     pub pcie_throughput: bool,
-    /// Longest command line kept; 0 turns command lines off.
     pub max_cmdline_bytes: usize,
-    /// Watch Xid events on a dedicated thread.
     pub xid_events: bool,
     /// Root of the proc filesystem (`/proc`; benchmarks point elsewhere).
     pub proc_root: PathBuf,
@@ -225,9 +222,7 @@ impl NvmlSource {
         }
         Ok(reading)
     }
-}
 
-impl NvmlSource {
     /// Compares a GPU's MIG layout with the last listing's; a difference
     /// bumps the generation once (the layout is taken as the new reference,
     /// so the same change is not reported on every read) and the sampler

@@ -248,6 +248,55 @@ impl Simulator {
         }
         Ok(gpu)
     }
+
+    /// Makes the simulated PyTorch processes report their allocator
+    /// statistics as documents (see [`Simulator::report_documents`]) rather
+    /// than through the device readings.
+    pub fn reporting_allocator(mut self) -> Self {
+        self.reports_allocator = true;
+        self
+    }
+
+    /// Gives every simulated process the container ID
+    /// [`container_id`] derives, so Kubernetes attribution can be tested
+    /// against a simulated host (`simulator.container_ids`).
+    pub fn with_container_ids(mut self) -> Self {
+        self.container_ids = true;
+        self
+    }
+
+    /// The allocator report documents (version 1, as `vramd_reporter`
+    /// sends them) of every simulated process with allocator statistics,
+    /// at the clock's current time.
+    pub fn report_documents(&self) -> Vec<serde_json::Value> {
+        let at = self.clock.now();
+        let mut documents = Vec::new();
+        for index in 0..self.spec.gpus {
+            let Ok(reading) = self.slow_at(index, at) else { continue };
+            let uuid = devices::device_info(self.model, self.spec.seed, index).uuid;
+            for process in reading.processes.iter().flatten() {
+                let Some(stats) = process.allocator else { continue };
+                documents.push(serde_json::json!({
+                    "version": 1,
+                    "reporter": { "pid": process.pid, "hostname": "simulated" },
+                    "at": at.to_rfc3339(),
+                    "devices": [ {
+                        "uuid": uuid,
+                        "index": index,
+                        "memory_stats": {
+                            "allocated_bytes.all.current": stats.allocated_bytes,
+                            "reserved_bytes.all.current": stats.reserved_bytes,
+                            "active_bytes.all.current": stats.active_bytes,
+                            "inactive_split_bytes.all.current": stats.inactive_split_bytes,
+                            "num_alloc_retries": stats.alloc_retries,
+                            "num_ooms": stats.ooms,
+                        },
+                    } ],
+                }));
+            }
+        }
+        documents
+    }
 }
 
 /// NVML v2 accounting: the driver's share, the processes plus a little
@@ -306,57 +355,6 @@ impl DeviceSource for Simulator {
             }
         }
         Ok(reading)
-    }
-}
-
-impl Simulator {
-    /// Makes the simulated PyTorch processes report their allocator
-    /// statistics as documents (see [`Simulator::report_documents`]) rather
-    /// than through the device readings.
-    pub fn reporting_allocator(mut self) -> Self {
-        self.reports_allocator = true;
-        self
-    }
-
-    /// Gives every simulated process the container ID
-    /// [`container_id`] derives, so Kubernetes attribution can be tested
-    /// against a simulated host (`simulator.container_ids`).
-    pub fn with_container_ids(mut self) -> Self {
-        self.container_ids = true;
-        self
-    }
-
-    /// The allocator report documents (version 1, as `vramd_reporter`
-    /// sends them) of every simulated process with allocator statistics,
-    /// at the clock's current time.
-    pub fn report_documents(&self) -> Vec<serde_json::Value> {
-        let at = self.clock.now();
-        let mut documents = Vec::new();
-        for index in 0..self.spec.gpus {
-            let Ok(reading) = self.slow_at(index, at) else { continue };
-            let uuid = devices::device_info(self.model, self.spec.seed, index).uuid;
-            for process in reading.processes.iter().flatten() {
-                let Some(stats) = process.allocator else { continue };
-                documents.push(serde_json::json!({
-                    "version": 1,
-                    "reporter": { "pid": process.pid, "hostname": "simulated" },
-                    "at": at.to_rfc3339(),
-                    "devices": [ {
-                        "uuid": uuid,
-                        "index": index,
-                        "memory_stats": {
-                            "allocated_bytes.all.current": stats.allocated_bytes,
-                            "reserved_bytes.all.current": stats.reserved_bytes,
-                            "active_bytes.all.current": stats.active_bytes,
-                            "inactive_split_bytes.all.current": stats.inactive_split_bytes,
-                            "num_alloc_retries": stats.alloc_retries,
-                            "num_ooms": stats.ooms,
-                        },
-                    } ],
-                }));
-            }
-        }
-        documents
     }
 }
 

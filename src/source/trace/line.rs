@@ -235,12 +235,10 @@ pub(super) fn parse_record(line: &str) -> Result<TraceRecord, LineError> {
         _ => LineError::Json { reason: json_reason(&err) },
     })?;
     let record = match tag.record {
-        Some(serde_json::Value::String(kind)) => {
-            match RECORD_KINDS.into_iter().find(|known| *known == kind) {
-                Some(known) => known,
-                None => return Err(LineError::UnknownRecord { record: kind }),
-            }
-        }
+        Some(serde_json::Value::String(kind)) => RECORD_KINDS
+            .into_iter()
+            .find(|known| *known == kind)
+            .ok_or(LineError::UnknownRecord { record: kind })?,
         Some(other) => return Err(LineError::UnknownRecord { record: other.to_string() }),
         None => return Err(LineError::NotARecord { reason: "no \"record\" field".to_owned() }),
     };

@@ -131,6 +131,23 @@ impl Replay {
         let position = slot.ok().and_then(|slot| lane.positions.get(slot));
         Ok(position.and_then(|&position| self.records.get(usize::try_from(position).ok()?)))
     }
+
+    /// Every recorded OOM event with its device index, in file order.
+    pub fn oom_events(&self) -> Vec<(u32, OomEvent)> {
+        self.ooms
+            .iter()
+            .filter_map(|&position| match self.records.get(usize::try_from(position).ok()?) {
+                Some(TraceRecord::Oom { device, event }) => Some((*device, event.as_ref().clone())),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Whether the trace holds any probe record (recorded with the CUDA
+    /// probe on); only then does the replay answer the probe.
+    pub fn has_probe_records(&self) -> bool {
+        self.lanes.iter().any(|((_, tier), lane)| tier.is_none() && !lane.positions.is_empty())
+    }
 }
 
 impl DeviceSource for Replay {
@@ -157,25 +174,6 @@ impl DeviceSource for Replay {
             Some(TraceRecord::Error { error, .. }) => Err(error.clone()),
             _ => Err(SourceError::TraceEnded { index, tier: Tier::Slow }),
         }
-    }
-}
-
-impl Replay {
-    /// Every recorded OOM event with its device index, in file order.
-    pub fn oom_events(&self) -> Vec<(u32, OomEvent)> {
-        self.ooms
-            .iter()
-            .filter_map(|&position| match self.records.get(usize::try_from(position).ok()?) {
-                Some(TraceRecord::Oom { device, event }) => Some((*device, event.as_ref().clone())),
-                _ => None,
-            })
-            .collect()
-    }
-
-    /// Whether the trace holds any probe record (recorded with the CUDA
-    /// probe on); only then does the replay answer the probe.
-    pub fn has_probe_records(&self) -> bool {
-        self.lanes.iter().any(|((_, tier), lane)| tier.is_none() && !lane.positions.is_empty())
     }
 }
 
