@@ -11,7 +11,7 @@
 use std::time::Duration;
 
 use vramd::analysis::floor::FloorScratch;
-use vramd::analysis::leak::{LeakParams, NotALeak, WindowJudgement, assess_leak_traced};
+use vramd::analysis::leak::{LeakParams, NotALeak, Start, WindowJudgement, assess_leak_traced};
 use vramd::source::simulator::GOLDEN_ORIGIN;
 use vramd::source::simulator::corpus::{CorpusRun, Label};
 
@@ -57,7 +57,10 @@ pub fn explain(
         let start = series.partition_point(|&(t, _)| t < from);
         let window = series.get(start..).unwrap_or(&[]);
         judged.clear();
-        let verdict = assess_leak_traced(&mut scratch, window, from, held, params, &mut judged);
+        // The analyzer knows when the process was first listed: so does this.
+        let start =
+            series.first().map_or(Start::Window(from), |&(listed, _)| Start::Listed(listed));
+        let verdict = assess_leak_traced(&mut scratch, window, start, held, params, &mut judged);
         held = verdict.is_ok();
         let mut lines = String::new();
         for record in &judged {

@@ -138,6 +138,8 @@ fn tweak(settings: &mut vramd::analyze::AnalyzeSettings, params: &[(String, f64)
                 "leak.sequential_override" => leak.sequential_override = value,
                 "leak.dip_depth" => leak.dip_depth_bytes = value,
                 "leak.dip_longest" => leak.dip_longest = seconds(value),
+                "leak.new_ground_spreads" => leak.new_ground_spreads = value,
+                "leak.dips_shortest_window" => leak.dips_shortest_window = seconds(value),
                 _ => {}
             }
         }

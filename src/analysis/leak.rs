@@ -1,10 +1,11 @@
 //! Memory leak detection for one process: a floor that keeps rising.
 //!
-//! Owns: the leak rules below, their parameters and findings, and the
-//! choice of which figure to follow. Depends on: `model`,
-//! `analysis::{series, floor, remediation}` and its own `sequential` and
-//! `trace`. Pure; no
-//! I/O, no clocks: windows are the series' own timestamps.
+//! Owns: the leak rules below (each window's tests in `rules`), their
+//! parameters and findings, which windows are judged and in what order,
+//! and the choice of which figure to follow. Depends on: `model`,
+//! `analysis::{series, floor, remediation}` and its own `rules`,
+//! `sequential` and `trace`. Pure; no I/O, no clocks: windows are the
+//! series' own timestamps.
 //!
 //! The detector judges the floor of the series (`analysis::floor`: bucket
 //! minima), never raw samples, so a leak under a per-step sawtooth of
@@ -12,8 +13,9 @@
 //! newest sample: `shortest_window`, then doubling up to `window`. A fast,
 //! clean rise is called on the short window within minutes; a slow one only
 //! stands out of the scatter on a long one. A window is judged only once the
-//! process covers it, counted from the process's own first sample plus a
-//! `warmup` grace (from the window's start for a process already there),
+//! process covers it, counted from the process's first listing plus a
+//! `warmup` grace (its first sample in the window where the caller knows
+//! no listing, and the window's start for a process already there then),
 //! and only where its floor buckets hold enough observations
 //! (`leak::density`: a sparse slow tier or report cadence leaves the short
 //! windows unjudged).
@@ -49,8 +51,8 @@
 //! by `return_evidence_share` of its rise: a leak never returns to its
 //! baseline, while a climb that returns each epoch has done so before.
 //!
-//! Where the longest window is the full `window` and fails, it is judged
-//! once more on its floor with dips left out (`floor::Dips`: the floor
+//! Where a window of at least `dips_shortest_window` (half the full
+//! `window`) fails, it is judged once more on its floor with dips left out (`floor::Dips`: the floor
 //! falling by `dip_depth_bytes` within a bucket or two and stepping back,
 //! after at least two buckets and within `dip_longest`, to where it stood
 //! before or above; also a window that opens inside such a dip). An
@@ -59,10 +61,10 @@
 //! 3), while the floor between dips is what a leak raises. Memory freed for
 //! good stays down, a climb that returns each epoch climbs back gradually,
 //! and a single low bucket (everything gained freed for a moment) is
-//! still return evidence, so none of them is left out. Only the full
-//! window: on shorter ones the few buckets left between long dips lined up
-//! by chance (three benign alarms at seeds 2 and 4), and every other path
-//! still reads the whole floor.
+//! still return evidence, so none of them is left out. Not on windows
+//! under half the full one: there the few buckets left between long dips
+//! lined up by chance (three benign alarms at seeds 2 and 4), and every
+//! other path still reads the whole floor.
 //!
 //! A leak already suspected is held, on the longest covered window or
 //! failing that on a shorter one other than the shortest, while its floor
@@ -84,10 +86,10 @@ use serde::Serialize;
 
 use crate::model::Timestamp;
 
-use super::floor::{Dips, FloorLine, FloorScratch};
+use super::floor::{FloorLine, FloorScratch};
 use super::remediation;
 use super::series::{PidSeries, ProcessMetric};
-use sequential::{Climb, climb_returns, level_cusum};
+use rules::{climbing_still, dips, holds, holds_on_quarters, judge, sequential};
 
 /// A process whose first sample is this close to the window's start was
 /// already running: no warm-up grace.
@@ -186,7 +188,18 @@ pub fn assess_leak(
     held: bool,
     params: &LeakParams,
 ) -> Result<LeakEvidence, NotALeak> {
-    assess(scratch, series, window_start, held, params, Trace(None))
+    assess(scratch, series, Start::Window(window_start), held, params, Trace(None))
+}
+
+/// Where a process's windows are covered from.
+#[derive(Clone, Copy, Debug)]
+pub enum Start {
+    /// The process was first listed then, however long before the window:
+    /// its warm-up counts from there.
+    Listed(Timestamp),
+    /// Only the window's start is known: a first sample there (within one
+    /// observation interval) was a process already running.
+    Window(Timestamp),
 }
 
 /// [`assess_leak`], recording into `trace` every window it judged, in the
@@ -195,18 +208,18 @@ pub fn assess_leak(
 pub fn assess_leak_traced(
     scratch: &mut FloorScratch,
     series: &[(Timestamp, u64)],
-    window_start: Timestamp,
+    start: Start,
     held: bool,
     params: &LeakParams,
     trace: &mut Vec<WindowJudgement>,
 ) -> Result<LeakEvidence, NotALeak> {
-    assess(scratch, series, window_start, held, params, Trace(Some(trace)))
+    assess(scratch, series, start, held, params, Trace(Some(trace)))
 }
 
 fn assess(
     scratch: &mut FloorScratch,
     series: &[(Timestamp, u64)],
-    window_start: Timestamp,
+    start: Start,
     held: bool,
     params: &LeakParams,
     mut trace: Trace<'_>,
@@ -222,16 +235,23 @@ fn assess(
     let span = now.duration_since(first).unwrap_or_default();
     let spacing = span.as_secs_f64() / series.len().saturating_sub(1).max(1) as f64;
     let tolerance = PREDATES_TOLERANCE.max(Duration::from_secs_f64(1.5 * spacing));
-    let predates = first <= window_start.saturating_add(tolerance);
     // A process there when the window began covers every window, whatever
     // the slow tier's cadence puts its first and newest samples a few
     // seconds inside the window (at a 10 s slow tier, counting from those
-    // left the longest window uncovered for ever).
-    let covered = if predates {
-        params.window
-    } else {
-        now.duration_since(first.saturating_add(params.warmup)).unwrap_or_default()
+    // left the longest window uncovered for ever). Where its first listing
+    // is known it counts from there: one started just before the window
+    // has its load and warm-up inside it (a benign alarm at seed 38, the
+    // cache's warm-up and a checkpoint's kept buffers read as a climb the
+    // check the 30-minute window was first judged).
+    let started = match start {
+        Start::Listed(listed) => Some(listed.min(first)),
+        Start::Window(window_start) => {
+            (first > window_start.saturating_add(tolerance)).then_some(first)
+        }
     };
+    let covered = started.map_or(params.window, |started| {
+        now.duration_since(started.saturating_add(params.warmup)).unwrap_or_default()
+    });
     let mut windows = Vec::with_capacity(8);
     let mut window = params.shortest_window.min(params.window);
     while !window.is_zero() && window <= covered && windows.len() < 8 {
@@ -256,10 +276,10 @@ fn assess(
     trace.window(scratch, &longest, longest_window, params, |record| {
         record.verdict = Some(verdict.map(drop));
     });
-    let full = longest_window >= params.window;
+    let long_enough = longest_window >= params.dips_shortest_window;
     // Where no dip would be left out, the floor between dips is the floor
     // just judged: nothing to judge again (most processes, most checks).
-    if let (Err(_), Some(dips), true) = (verdict, dips(params), full)
+    if let (Err(_), Some(dips), true) = (verdict, dips(params), long_enough)
         && scratch.holds_dips(dips)
     {
         // A dip's low is no return, and the steps down into it and back
@@ -307,7 +327,8 @@ fn assess(
         let new_ground = scratch.prior_high(from).is_none_or(|high| {
             let end = line.intercept + line.slope * line.span_seconds;
             let slack = params.return_share * line.growth().max(0.0);
-            end > high + params.noise_floor_bytes && line.baseline >= high - slack
+            let margin = (params.new_ground_spreads * line.spread).max(params.noise_floor_bytes);
+            end > high + margin && line.baseline >= high - slack
         });
         // The shortest window sees only the newest climb; the history
         // before it says whether climbs like it came back before. One that
@@ -328,6 +349,22 @@ fn assess(
         });
         if let Some(Ok(evidence)) = judged {
             return Ok(evidence);
+        }
+        if let (Some(Err(_)), Some(dips), Some(buckets)) = (judged, dips(params), buckets)
+            && window >= params.dips_shortest_window
+            && scratch.holds_dips(dips)
+            && let Some(masked) = scratch.line_without_dips(series, from, buckets, Some(dips))
+        {
+            let rise = judge(&masked, params)
+                .or_else(|reason| sequential(scratch, &masked, window, params).ok_or(reason));
+            trace.window(scratch, &masked, window, params, |record| {
+                record.dips_left_out = true;
+                record.new_ground = Some(new_ground);
+                record.verdict = Some(rise.map(drop));
+            });
+            if let Ok(evidence) = rise {
+                return Ok(evidence);
+            }
         }
     }
     if held && holds(&longest, params) {
@@ -350,137 +387,6 @@ fn assess(
     verdict
 }
 
-/// Rule 2's second way (`leak::sequential`), on the window whose floor
-/// `scratch` just reduced to `line`, where rules 1-5 alone did not pass
-/// it: the CUSUM of the floor above its first quarter reaches
-/// `sequential_bound` with the line's rise at least
-/// `sequential_min_significance` spreads, and rules 3 to 5 hold, rule 3's last quarter
-/// allowed to pause ([`FloorLine::rises`]) where the CUSUM reaches
-/// `sequential_override` bounds. It only ever adds a leak: where it fails, the window's own
-/// reason stands. The shortest window's narrow buckets are left to rule 2
-/// (their minima scatter most).
-fn sequential(
-    scratch: &FloorScratch,
-    line: &FloorLine,
-    window: Duration,
-    params: &LeakParams,
-) -> Option<LeakEvidence> {
-    let bound = params.sequential_bound;
-    let eligible = window > params.shortest_window
-        && bound.is_finite()
-        && at_least(line.slope, params.min_slope_bytes_per_second)
-        && at_least(
-            line.significance(params.noise_floor_bytes),
-            params.sequential_min_significance,
-        );
-    if !eligible {
-        return None;
-    }
-    let points = scratch.points();
-    let start = line.quarters[0];
-    let spread = line.spread.max(params.noise_floor_bytes);
-    let Climb { cusum, .. } = level_cusum(points, start, spread, params.sequential_allowance)?;
-    let may_pause = at_least(cusum, params.sequential_override * bound);
-    let rising = line.rises(params.keep_rising_share, may_pause);
-    // Rule 4 on the whole window, not only on the climb: a floor back from
-    // a dip (an evaluation phase ending) is a climb from the dip, and with
-    // rule 4 on the climb alone such recoveries called benign runs (4, 3
-    // and 6 alarms at seeds 1–3 with a bound of 20).
-    let climbed = at_least(cusum, bound)
-        && rising
-        && !line.returns_to_baseline(params.return_share)
-        && !line.is_staircase(params.staircase_levels);
-    climbed.then(|| LeakEvidence::from_line(line))
-}
-
-/// Whether the newest climb of a window's floor (the CUSUM's run,
-/// `leak::sequential`) stands out of the scatter and has not come back,
-/// though the window as a whole "returned to its baseline": rule 4 reads
-/// a leak that began after the window's middle as a return, its second
-/// half starting at the old level. Such a window does not stop shorter
-/// ones from judging the climb. Off with the sequential test.
-fn climbing_still(points: &[(f64, f64)], line: &FloorLine, params: &LeakParams) -> bool {
-    if !params.sequential_bound.is_finite() {
-        return false;
-    }
-    let (start, spread) = (line.quarters[0], line.spread.max(params.noise_floor_bytes));
-    level_cusum(points, start, spread, params.sequential_allowance).is_some_and(|climb| {
-        at_least(climb.cusum, params.sequential_bound)
-            && !climb_returns(points, climb.from, start, line.quarters[3], params.return_share)
-    })
-}
-
-/// The dips to leave out of the floor, if that is on.
-fn dips(params: &LeakParams) -> Option<Dips> {
-    let dips =
-        Dips { depth: params.dip_depth_bytes, longest_seconds: params.dip_longest.as_secs_f64() };
-    (dips.depth.is_finite() && dips.depth > 0.0).then_some(dips)
-}
-
-/// Rules 1–5 on one window's floor.
-fn judge(line: &FloorLine, params: &LeakParams) -> Result<LeakEvidence, NotALeak> {
-    if !at_least(line.slope, params.min_slope_bytes_per_second) {
-        return Err(NotALeak::SlowGrowth);
-    }
-    if !at_least(line.significance(params.noise_floor_bytes), params.min_significance) {
-        return Err(NotALeak::PoorFit);
-    }
-    if !line.keeps_rising(params.keep_rising_share) {
-        return Err(NotALeak::LevelsOff);
-    }
-    if line.returns_to_baseline(params.return_share) {
-        return Err(NotALeak::ReturnsToBaseline);
-    }
-    if line.is_staircase(params.staircase_levels) {
-        return Err(NotALeak::Staircase);
-    }
-    Ok(LeakEvidence::from_line(line))
-}
-
-/// `value >= min`, false when either is NaN, so a NaN parameter rejects
-/// rather than accepts.
-fn at_least(value: f64, min: f64) -> bool {
-    value >= min
-}
-
-/// Whether a suspected leak still holds on the longest covered window:
-/// its floor still rises over the second half by what the hold slope
-/// predicts plus the floor's spread (a leak that stopped does not), and has
-/// not come back down.
-fn holds(line: &FloorLine, params: &LeakParams) -> bool {
-    still_rising(line, params) && !line.returns_to_baseline(params.return_share)
-}
-
-/// The rise [`holds`] asks of a suspected leak's floor.
-fn still_rising(line: &FloorLine, params: &LeakParams) -> bool {
-    let [_, second, _, fourth] = line.quarters;
-    let expected = params.hold_slope_bytes_per_second * line.span_seconds / 2.0;
-    line.slope >= params.hold_slope_bytes_per_second && fourth - second >= expected + line.spread
-}
-
-/// Whether a suspected leak still holds on the longest covered window
-/// whose rule 4 reads a leak that began after the window's middle as a
-/// return (its second half starts at the old level): the floor still
-/// rises as [`holds`] asks, the last quarter's median (not the second
-/// half's lowest bucket) stands above the baseline by all but
-/// `return_share` of the growth, and the CUSUM reaches the bound. Memory
-/// back at its baseline has its last quarter there. Without it a fast leak
-/// first called on a short window lost its hold one check later, the
-/// longest window not yet far enough past its onset, and `for` restarted.
-/// Not on the shorter windows: their quarter medians under a sawtooth of
-/// gigabytes line up so by chance once the leak stopped.
-fn holds_on_quarters(points: &[(f64, f64)], line: &FloorLine, params: &LeakParams) -> bool {
-    let [first, _, _, fourth] = line.quarters;
-    let rising = still_rising(line, params)
-        && fourth - line.baseline >= (1.0 - params.return_share) * line.growth();
-    // Quarter medians of a flat, scattered floor can line up like that;
-    // the CUSUM says the floor truly left where the window began.
-    let spread = line.spread.max(params.noise_floor_bytes);
-    rising
-        && level_cusum(points, first, spread, params.sequential_allowance)
-            .is_some_and(|climb| at_least(climb.cusum, params.sequential_bound))
-}
-
 /// Looks for a leak in one process's window (`from` is where the window
 /// began), following its [`PidSeries::preferred`] figure; `held` says it is
 /// already suspected (see the module doc).
@@ -492,13 +398,15 @@ pub fn detect_process_leak(
     params: &LeakParams,
 ) -> Option<LeakFinding> {
     let (metric, values) = process.preferred()?;
-    assess_leak(scratch, values, from, held, params)
+    let start = process.since.map_or(Start::Window(from), Start::Listed);
+    assess(scratch, values, start, held, params, Trace(None))
         .ok()
         .map(|evidence| evidence.into_finding(process.pid, metric))
 }
 
 mod density;
 mod params;
+mod rules;
 pub mod sequential;
 mod trace;
 

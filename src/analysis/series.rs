@@ -90,6 +90,10 @@ pub struct ProcessWindows {
 #[derive(Debug, Default)]
 pub struct PidSeries {
     pub pid: u32,
+    /// When the process was first listed in its current life (a PID left
+    /// out of a whole list starts a new one), however long ago: its age,
+    /// which the window's own first sample cannot tell.
+    pub since: Option<Timestamp>,
     allocated: Vec<(Timestamp, u64)>,
     used: Vec<(Timestamp, u64)>,
 }
@@ -122,6 +126,8 @@ struct Run {
 #[derive(Debug, Default)]
 struct PidRuns {
     pid: u32,
+    /// When its current life was first listed (kept as the window slides).
+    since: Option<Timestamp>,
     /// The sequence number of the newest sample that listed the process.
     listed: u32,
     allocated: Vec<Run>,
@@ -186,7 +192,13 @@ impl ProcessWindows {
             let slot = match self.pids.iter().position(|entry| entry.pid == process.pid) {
                 Some(slot) => slot,
                 None => {
-                    self.pids.push(PidRuns { pid: process.pid, listed: seq, ..PidRuns::default() });
+                    let fresh = PidRuns {
+                        pid: process.pid,
+                        since: Some(at),
+                        listed: seq,
+                        ..PidRuns::default()
+                    };
+                    self.pids.push(fresh);
                     self.pids.len() - 1
                 }
             };
@@ -203,6 +215,7 @@ impl ProcessWindows {
             if whole_before.is_some_and(|whole| entry.listed < whole) {
                 entry.allocated.clear();
                 entry.used.clear();
+                entry.since = Some(at);
             }
             entry.listed = seq;
             // While a process has allocator points the leak follows them
@@ -244,6 +257,7 @@ impl ProcessWindows {
     pub fn processes(&self) -> impl Iterator<Item = PidSeries> + '_ {
         self.pids.iter().map(|entry| PidSeries {
             pid: entry.pid,
+            since: entry.since,
             allocated: self.points(&entry.allocated),
             used: self.points(&entry.used),
         })
@@ -264,6 +278,7 @@ impl ProcessWindows {
         let times: &[Timestamp] = self.times.make_contiguous();
         for entry in &self.pids {
             buffer.pid = entry.pid;
+            buffer.since = entry.since;
             points_from(times, self.first_seq, &entry.allocated, &mut buffer.allocated);
             points_from(times, self.first_seq, &entry.used, &mut buffer.used);
             visit(buffer);

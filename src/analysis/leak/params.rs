@@ -98,6 +98,25 @@ pub struct LeakParams {
     /// Longest dip left out of the floor (8 min: evaluation phases of the
     /// corpus last 1–6 min; a longer "dip" is a phase of its own).
     pub dip_longest: Duration,
+    /// How far, in the shorter window's own floor spreads (at least
+    /// `noise_floor_bytes`), its line must end above the highest floor the
+    /// longest window held before it for its rise to be new ground (2). A
+    /// shorter window's buckets hold fewer samples, so under a sawtooth its
+    /// minima sit higher than the longest window's by about their own
+    /// scatter: a floor back from an evaluation dip to where it stood read
+    /// as new ground by chance (a benign alarm at seed 44). 1 silenced it
+    /// at no cost over seeds 1–48; 2 for margin, costing 0.3 min at one
+    /// group's p95.
+    pub new_ground_spreads: f64,
+    /// Shortest window also judged again with dips left out where it fails
+    /// (half of `window`: the 16- and 30-minute windows at the defaults).
+    /// A 16-minute window under evaluation phases every 10–30 min holds
+    /// one, whose low broke rules 3 and 4 until the 30-minute window was
+    /// covered: 1 MiB/s under `empty_cache()` p95 15.9 → 15.4 min at seeds
+    /// 1–30. On 4- and 8-minute windows the few buckets left between long
+    /// dips lined up by chance (benign alarms at seeds 2 and 4, an earlier
+    /// pass); at 8 minutes now it moved nothing.
+    pub dips_shortest_window: Duration,
 }
 
 impl LeakParams {
@@ -122,6 +141,8 @@ impl LeakParams {
             sequential_override: 3.0,
             dip_depth_bytes: 512.0 * MIB,
             dip_longest: Duration::from_secs(8 * 60),
+            dips_shortest_window: window / 2,
+            new_ground_spreads: 2.0,
         }
     }
 }

@@ -138,6 +138,37 @@ fn a_process_is_judged_only_once_it_covers_the_shortest_window_past_its_warm_up(
 }
 
 #[test]
+fn a_process_listed_just_before_the_window_is_judged_on_it_only_past_its_warm_up() {
+    // A job 30 min 10 s old: its first sample lies 10 s before the
+    // 30-minute window, so the window's own first sample cannot tell it
+    // from one there all along. Known to be listed then, its warm-up
+    // (3 min) counts from there, and the 30-minute window, which holds its
+    // load, waits until 33 minutes.
+    let values: Vec<_> = series(30 * 60 + 10, 0.0, |t| 4.0 * GIB + 4.0 * MIB * t);
+    let params = LeakParams::default();
+    let listed = at(0);
+    let window = &values[10..];
+    let judged = |start: Start| {
+        let mut windows = Vec::new();
+        let verdict = assess_leak_traced(
+            &mut FloorScratch::default(),
+            window,
+            start,
+            false,
+            &params,
+            &mut windows,
+        );
+        (verdict, windows.iter().map(|judged| judged.window).max())
+    };
+    let (verdict, longest) = judged(Start::Window(at(10)));
+    assert!(verdict.is_ok());
+    assert_eq!(longest, Some(params.window), "read as there all along");
+    let (verdict, longest) = judged(Start::Listed(listed));
+    assert!(verdict.is_ok(), "the shorter windows still see it");
+    assert_eq!(longest, Some(Duration::from_secs(16 * 60)));
+}
+
+#[test]
 fn a_leak_under_an_8_gib_sawtooth_is_called() {
     // 1 MiB/s under the sawtooth of a training loop: the raw samples
     // scatter by 8 GiB, the floor rises by 1.8 GiB.
@@ -533,4 +564,36 @@ fn memory_freed_after_a_climb_and_staying_down_is_no_dip() {
         20.0 * GIB + 0.25 * MIB * t - if t >= 1_500.0 { GIB } else { 0.0 }
     });
     assert!(assess(&values).is_err(), "{:?}", assess(&values));
+}
+
+#[test]
+fn a_leak_between_evaluation_dips_is_called_before_the_full_window_is_covered() {
+    // A job 20 minutes old (17 past its warm-up: the 16-minute window is
+    // its longest) leaking 1 MiB/s under a 2 GiB sawtooth, with a 2-minute
+    // evaluation dip of 1 GiB in the window's second half: its low breaks
+    // rule 4 on the whole floor, not on the floor between dips.
+    let values = sawtooth(20 * 60, 2.0 * GIB, |t| {
+        20.0 * GIB + MIB * t - if (1_000.0..1_120.0).contains(&t) { GIB } else { 0.0 }
+    });
+    let from = at(0).saturating_sub(Duration::from_secs(10 * 60));
+    let full_only =
+        LeakParams { dips_shortest_window: Duration::from_secs(30 * 60), ..LeakParams::default() };
+    let judge = |params: &LeakParams| {
+        let mut windows = Vec::new();
+        let verdict = assess_leak_traced(
+            &mut FloorScratch::default(),
+            &values,
+            Start::Window(from),
+            false,
+            params,
+            &mut windows,
+        );
+        (verdict, windows)
+    };
+    let (plain, windows) = judge(&full_only);
+    assert!(plain.is_err(), "{plain:?} {windows:?}");
+    let (verdict, windows) = judge(&LeakParams::default());
+    let evidence = verdict.unwrap_or_else(|reason| panic!("{reason:?} {windows:?}"));
+    assert!((900.0..=960.0).contains(&evidence.window_seconds), "{evidence:?}");
+    assert!(windows.iter().any(|window| window.dips_left_out), "{windows:?}");
 }

@@ -212,8 +212,12 @@ fn a_reused_buffer_reads_each_process_exactly_as_a_fresh_one() {
         .collect();
     // A buffer left holding a longer series than any process here: what
     // each visit sees must not keep any of it.
-    let mut buffer =
-        PidSeries { pid: 99, allocated: vec![(ts(0), 1); 500], used: vec![(ts(0), 2); 500] };
+    let mut buffer = PidSeries {
+        pid: 99,
+        since: Some(ts(-1)),
+        allocated: vec![(ts(0), 1); 500],
+        used: vec![(ts(0), 2); 500],
+    };
     let mut visited = Vec::new();
     windows.visit_processes(&mut buffer, |process| {
         visited.push((process.pid, process.preferred().map(|(m, v)| (m, v.to_vec()))));
@@ -242,6 +246,24 @@ fn a_pid_left_out_of_a_read_list_starts_a_new_life() {
     let process = windows.processes().find(|process| process.pid == 7).unwrap();
     let (_, values) = process.preferred().unwrap();
     assert_eq!(values, [(ts(3_000), 100), (ts(5_000), 110)], "only the second life");
+    assert_eq!(process.since, Some(ts(3_000)), "the second life's first listing");
+}
+
+#[test]
+fn a_process_keeps_its_first_listing_as_the_window_slides_past_it() {
+    let mut windows = ProcessWindows::default();
+    for second in 0..10 {
+        windows
+            .add(&slow(second * 1_000, Some(vec![process(7, Some(900 + second as u64), None, 0)])));
+    }
+    windows.trim(ts(6_000));
+    let mut buffer = PidSeries::default();
+    let mut since = Vec::new();
+    windows.visit_processes(&mut buffer, |process| since.push((process.pid, process.since)));
+    assert_eq!(since, [(7, Some(ts(0)))], "its age, which the window's points no longer show");
+    let (_, values) =
+        windows.processes().next().unwrap().preferred().map(|(m, v)| (m, v.to_vec())).unwrap();
+    assert_eq!(values.first(), Some(&(ts(6_000), 906)));
 }
 
 #[test]
