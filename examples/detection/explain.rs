@@ -124,5 +124,6 @@ fn short(reason: NotALeak) -> &'static str {
         NotALeak::LevelsOff => "levels",
         NotALeak::ReturnsToBaseline => "returns",
         NotALeak::Staircase => "stairs",
+        NotALeak::NoNewGround => "regained",
     }
 }

@@ -114,6 +114,9 @@ pub enum NotALeak {
     ReturnsToBaseline,
     /// Rule 5: a few exact steps, not a ramp.
     Staircase,
+    /// A younger process's longest window only regained where its floor
+    /// stood before it (out of an evaluation dip, or back up a ramp).
+    NoNewGround,
 }
 
 /// A leak in a series, before it is tied to a process.
@@ -267,19 +270,37 @@ fn assess(
         return Err(NotALeak::TooShort);
     };
     let longest_from = now.saturating_sub(longest_window);
+    // A process younger than the full window has a floor from before its
+    // longest covered window: what the windows are compared with (new
+    // ground, below), the longest one too. An older one's longest window
+    // is all there is, and is itself what the shorter ones are compared with.
+    let whole = (first < longest_from.saturating_sub(params.window / 8))
+        .then(|| density::buckets(series, first, params))
+        .flatten()
+        .and_then(|buckets| scratch.line(series, first, buckets));
+    if whole.is_some() {
+        scratch.keep_as_prior();
+    }
     // Not judged where the window holds too few observations (`density`).
     let longest_buckets =
         density::buckets(series, longest_from, params).ok_or(NotALeak::NoTrend)?;
     let longest = scratch.line(series, longest_from, longest_buckets).ok_or(NotALeak::NoTrend)?;
-    let verdict = judge(&longest, params)
-        .or_else(|reason| sequential(scratch, &longest, longest_window, params).ok_or(reason));
+    let longest_new_ground = whole.map(|_| new_ground(scratch, &longest, longest_from, params));
+    let verdict = if longest_new_ground == Some(false) {
+        Err(NotALeak::NoNewGround)
+    } else {
+        judge(&longest, params)
+            .or_else(|reason| sequential(scratch, &longest, longest_window, params).ok_or(reason))
+    };
     trace.window(scratch, &longest, longest_window, params, |record| {
+        record.new_ground = longest_new_ground;
         record.verdict = Some(verdict.map(drop));
     });
     let long_enough = longest_window >= params.dips_shortest_window;
     // Where no dip would be left out, the floor between dips is the floor
     // just judged: nothing to judge again (most processes, most checks).
-    if let (Err(_), Some(dips), true) = (verdict, dips(params), long_enough)
+    if let (Err(reason), Some(dips), true) = (verdict, dips(params), long_enough)
+        && reason != NotALeak::NoNewGround
         && scratch.holds_dips(dips)
     {
         // A dip's low is no return, and the steps down into it and back
@@ -310,7 +331,9 @@ fn assess(
     }
     // Judged now, while `scratch` still holds the longest window's points.
     let longest_holds_on_quarters = held && holds_on_quarters(scratch.points(), &longest, params);
-    scratch.keep_as_prior();
+    if whole.is_none() {
+        scratch.keep_as_prior();
+    }
     // A shorter window on which a suspected leak still holds, for when the
     // longest one does not (yet) show it; see below.
     let mut held_on: Option<FloorLine> = None;
@@ -323,13 +346,7 @@ fn assess(
         if held && held_on.is_none() && window > params.shortest_window && holds(&line, params) {
             held_on = Some(line);
         }
-        // New ground, reached from where memory already stood.
-        let new_ground = scratch.prior_high(from).is_none_or(|high| {
-            let end = line.intercept + line.slope * line.span_seconds;
-            let slack = params.return_share * line.growth().max(0.0);
-            let margin = (params.new_ground_spreads * line.spread).max(params.noise_floor_bytes);
-            end > high + margin && line.baseline >= high - slack
-        });
+        let new_ground = new_ground(scratch, &line, from, params);
         // The shortest window sees only the newest climb; the history
         // before it says whether climbs like it came back before. One that
         // fell back by more than this rise is an epoch pattern, which a leak's
@@ -385,6 +402,24 @@ fn assess(
         return Ok(LeakEvidence::from_line(&longest));
     }
     verdict
+}
+
+/// Whether `line` (a window from `from`) takes new ground, reached from
+/// where memory already stood on the kept prior floor: a climb back to
+/// where it has been (out of an evaluation dip, or a per-epoch ramp) is
+/// not what a leak does.
+fn new_ground(
+    scratch: &FloorScratch,
+    line: &FloorLine,
+    from: Timestamp,
+    params: &LeakParams,
+) -> bool {
+    scratch.prior_high(from).is_none_or(|high| {
+        let end = line.intercept + line.slope * line.span_seconds;
+        let slack = params.return_share * line.growth().max(0.0);
+        let margin = (params.new_ground_spreads * line.spread).max(params.noise_floor_bytes);
+        end > high + margin && line.baseline >= high - slack
+    })
 }
 
 /// Looks for a leak in one process's window (`from` is where the window

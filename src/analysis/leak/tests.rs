@@ -597,3 +597,39 @@ fn a_leak_between_evaluation_dips_is_called_before_the_full_window_is_covered() 
     assert!((900.0..=960.0).contains(&evidence.window_seconds), "{evidence:?}");
     assert!(windows.iter().any(|window| window.dips_left_out), "{windows:?}");
 }
+
+#[test]
+fn a_young_process_s_climb_out_of_an_evaluation_dip_is_no_new_ground() {
+    // A job 15.5 minutes old (its longest covered window is 8 minutes):
+    // its floor fell 1 GiB for an evaluation from minute 7 to 10.5 and
+    // came back to where it stood. The 8-minute window opens in the dip;
+    // the floor before it says the climb only regained old ground.
+    let seconds = 15 * 60 + 30;
+    let dip = |t: f64| if (420.0..630.0).contains(&t) { GIB } else { 0.0 };
+    let flat = sawtooth(seconds, 2.0 * GIB, |t| 20.0 * GIB - dip(t));
+    let judge = |values: &[(Timestamp, u64)]| {
+        let mut windows = Vec::new();
+        let start = Start::Listed(at(0));
+        let verdict = assess_leak_traced(
+            &mut FloorScratch::default(),
+            values,
+            start,
+            false,
+            &LeakParams::default(),
+            &mut windows,
+        );
+        (verdict, windows)
+    };
+    let (verdict, windows) = judge(&flat);
+    assert!(verdict.is_err(), "{verdict:?}");
+    let longest = windows.first().unwrap_or_else(|| panic!("{windows:?}"));
+    assert_eq!(longest.window, Duration::from_secs(8 * 60));
+    assert_eq!(
+        (longest.new_ground, longest.verdict),
+        (Some(false), Some(Err(NotALeak::NoNewGround)))
+    );
+    // The same job leaking 4 MiB/s from minute 4 takes new ground.
+    let leaking = sawtooth(seconds, 2.0 * GIB, |t| 20.0 * GIB + 4.0 * MIB * (t - 240.0).max(0.0));
+    let (verdict, windows) = judge(&leaking);
+    assert!(verdict.is_ok(), "{windows:?}");
+}
