@@ -332,7 +332,7 @@ fn process_rules(
             rule: RuleId::LeakSuspected,
             config: &rules.leak_suspected,
             process: Some((process.pid, process.name.as_deref())),
-            value: leak.slope_bytes_per_second,
+            value: leak.evidence.slope_bytes_per_second,
             text: &|| {
                 let who = who();
                 (
@@ -340,11 +340,11 @@ fn process_rules(
                     format!(
                         "{} grew {:.1} MiB/s over {} (fit {:.2}), from {} to {} without returning to its baseline.",
                         leak.metric.as_str(),
-                        leak.slope_bytes_per_second / MIB,
-                        minutes(leak.window_seconds),
-                        leak.fit,
-                        gib(leak.baseline_bytes),
-                        gib(leak.latest_bytes)
+                        leak.evidence.slope_bytes_per_second / MIB,
+                        minutes(leak.evidence.window_seconds),
+                        leak.evidence.fit,
+                        gib(leak.evidence.baseline_bytes),
+                        gib(leak.evidence.latest_bytes)
                     ),
                 )
             },

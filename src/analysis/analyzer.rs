@@ -255,10 +255,10 @@ impl Analyzer {
             if let Some(finding) = &leak {
                 leaks.push(ProcessLeak {
                     pid,
-                    slope_bytes_per_second: finding.slope_bytes_per_second,
-                    fit: finding.fit,
-                    window_seconds: finding.window_seconds,
-                    growth_bytes: finding.growth_bytes,
+                    slope_bytes_per_second: finding.evidence.slope_bytes_per_second,
+                    fit: finding.evidence.fit,
+                    window_seconds: finding.evidence.window_seconds,
+                    growth_bytes: finding.evidence.growth_bytes,
                     metric: finding.metric.as_str(),
                 });
             }

@@ -3,7 +3,7 @@
 //! Owns: the leak rules below (each window's tests in `rules`), their
 //! parameters and findings, which windows are judged and in what order,
 //! and the choice of which figure to follow. Depends on: `model`,
-//! `analysis::{series, floor, remediation}` and its own `rules`,
+//! `analysis::{series, floor}` and its own `rules`,
 //! `sequential` and `trace`. Pure; no I/O, no clocks: windows are the
 //! series' own timestamps.
 //!
@@ -87,7 +87,6 @@ use serde::Serialize;
 use crate::model::Timestamp;
 
 use super::floor::{FloorLine, FloorScratch};
-use super::remediation;
 use super::series::{PidSeries, ProcessMetric};
 use rules::{climbing_still, dips, holds, holds_on_quarters, judge, sequential};
 
@@ -149,35 +148,13 @@ impl LeakEvidence {
             latest_bytes: latest as u64,
         }
     }
-
-    pub fn into_finding(self, pid: u32, metric: ProcessMetric) -> LeakFinding {
-        LeakFinding {
-            pid,
-            slope_bytes_per_second: self.slope_bytes_per_second,
-            fit: self.fit,
-            window_seconds: self.window_seconds,
-            growth_bytes: self.growth_bytes,
-            baseline_bytes: self.baseline_bytes,
-            latest_bytes: self.latest_bytes,
-            metric,
-            remediation: remediation::LEAK,
-        }
-    }
 }
 
-/// A process that appears to leak.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+/// A process that appears to leak: the evidence, and the figure that grows.
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub struct LeakFinding {
-    pub pid: u32,
-    pub slope_bytes_per_second: f64,
-    pub fit: f64,
-    pub window_seconds: f64,
-    pub growth_bytes: u64,
-    pub baseline_bytes: u64,
-    pub latest_bytes: u64,
-    /// The figure that grows.
+    pub evidence: LeakEvidence,
     pub metric: ProcessMetric,
-    pub remediation: &'static str,
 }
 
 /// The rules applied window by window, saying why the longest covered one
@@ -436,7 +413,7 @@ pub fn detect_process_leak(
     let start = process.since.map_or(Start::Window(from), Start::Listed);
     assess(scratch, values, start, held, params, Trace(None))
         .ok()
-        .map(|evidence| evidence.into_finding(process.pid, metric))
+        .map(|evidence| LeakFinding { evidence, metric })
 }
 
 mod density;

