@@ -88,7 +88,7 @@ use crate::model::Timestamp;
 
 use super::floor::{FloorLine, FloorScratch};
 use super::series::{PidSeries, ProcessMetric};
-use rules::{climbing_still, dips, holds, holds_on_quarters, judge, sequential};
+use rules::{climbing_still, dips, holds, holds_on_quarters, judge_window};
 
 /// A process whose first sample is this close to the window's start was
 /// already running: no warm-up grace.
@@ -251,53 +251,42 @@ fn assess(
     // longest covered window: what the windows are compared with (new
     // ground, below), the longest one too. An older one's longest window
     // is all there is, and is itself what the shorter ones are compared with.
-    let whole = (first < longest_from.saturating_sub(params.window / 8))
-        .then(|| density::buckets(series, first, params))
-        .flatten()
-        .and_then(|buckets| scratch.line(series, first, buckets));
-    if whole.is_some() {
+    let prior_is_whole = first < longest_from.saturating_sub(params.window / 8)
+        && density::buckets(series, first, params)
+            .and_then(|buckets| scratch.line(series, first, buckets))
+            .is_some();
+    if prior_is_whole {
         scratch.keep_as_prior();
     }
     // Not judged where the window holds too few observations (`density`).
     let longest_buckets =
         density::buckets(series, longest_from, params).ok_or(NotALeak::NoTrend)?;
     let longest = scratch.line(series, longest_from, longest_buckets).ok_or(NotALeak::NoTrend)?;
-    let longest_new_ground = whole.map(|_| new_ground(scratch, &longest, longest_from, params));
+    let longest_new_ground =
+        prior_is_whole.then(|| new_ground(scratch, &longest, longest_from, params));
     let verdict = if longest_new_ground == Some(false) {
         Err(NotALeak::NoNewGround)
     } else {
-        judge(&longest, params)
-            .or_else(|reason| sequential(scratch, &longest, longest_window, params).ok_or(reason))
+        judge_window(scratch, &longest, longest_window, params)
     };
     trace.window(scratch, &longest, longest_window, params, |record| {
         record.new_ground = longest_new_ground;
         record.verdict = Some(verdict.map(drop));
     });
-    let long_enough = longest_window >= params.dips_shortest_window;
-    // Where no dip would be left out, the floor between dips is the floor
-    // just judged: nothing to judge again (most processes, most checks).
-    if let (Err(reason), Some(dips), true) = (verdict, dips(params), long_enough)
+    let longest_span =
+        Span { from: longest_from, buckets: longest_buckets, window: longest_window };
+    if let Err(reason) = verdict
         && reason != NotALeak::NoNewGround
-        && scratch.holds_dips(dips)
     {
-        // A dip's low is no return, and the steps down into it and back
-        // up are no levelling off: judged again on the floor between dips.
-        let masked = scratch.line_without_dips(series, longest_from, longest_buckets, Some(dips));
-        let rise = masked.and_then(|line| {
-            let rise = judge(&line, params)
-                .or_else(|reason| sequential(scratch, &line, longest_window, params).ok_or(reason));
-            trace.window(scratch, &line, longest_window, params, |record| {
-                record.dips_left_out = true;
-                record.verdict = Some(rise.map(drop));
-            });
-            rise.ok()
-        });
-        if let Some(evidence) = rise {
-            return Ok(evidence);
+        match without_dips(scratch, series, longest_span, params, &mut trace, None) {
+            Some(Some(evidence)) => return Ok(evidence),
+            // The rest reads the whole floor, dips and all: the same line
+            // as `longest`, read again into the scratch.
+            Some(None) => {
+                scratch.line(series, longest_from, longest_buckets).ok_or(NotALeak::NoTrend)?;
+            }
+            None => {}
         }
-        // The rest reads the whole floor, dips and all: the same line as
-        // `longest`, read again into the scratch.
-        scratch.line(series, longest_from, longest_buckets).ok_or(NotALeak::NoTrend)?;
     }
     let came_back = verdict == Err(NotALeak::ReturnsToBaseline)
         && !climbing_still(scratch.points(), &longest, params);
@@ -308,7 +297,7 @@ fn assess(
     }
     // Judged now, while `scratch` still holds the longest window's points.
     let longest_holds_on_quarters = held && holds_on_quarters(scratch.points(), &longest, params);
-    if whole.is_none() {
+    if !prior_is_whole {
         scratch.keep_as_prior();
     }
     // A shorter window on which a suspected leak still holds, for when the
@@ -332,10 +321,8 @@ fn assess(
         let returned_before = window == params.shortest_window
             && scratch.prior_drawdown(from)
                 >= (params.return_evidence_share * line.growth()).max(params.noise_floor_bytes);
-        let judged = (new_ground && !returned_before).then(|| {
-            judge(&line, params)
-                .or_else(|reason| sequential(scratch, &line, window, params).ok_or(reason))
-        });
+        let judged =
+            (new_ground && !returned_before).then(|| judge_window(scratch, &line, window, params));
         trace.window(scratch, &line, window, params, |record| {
             record.new_ground = Some(new_ground);
             record.returned_before = (window == params.shortest_window).then_some(returned_before);
@@ -344,19 +331,10 @@ fn assess(
         if let Some(Ok(evidence)) = judged {
             return Ok(evidence);
         }
-        if let (Some(Err(_)), Some(dips), Some(buckets)) = (judged, dips(params), buckets)
-            && window >= params.dips_shortest_window
-            && scratch.holds_dips(dips)
-            && let Some(masked) = scratch.line_without_dips(series, from, buckets, Some(dips))
-        {
-            let rise = judge(&masked, params)
-                .or_else(|reason| sequential(scratch, &masked, window, params).ok_or(reason));
-            trace.window(scratch, &masked, window, params, |record| {
-                record.dips_left_out = true;
-                record.new_ground = Some(new_ground);
-                record.verdict = Some(rise.map(drop));
-            });
-            if let Ok(evidence) = rise {
+        if let (Some(Err(_)), Some(buckets)) = (judged, buckets) {
+            let span = Span { from, buckets, window };
+            let masked = without_dips(scratch, series, span, params, &mut trace, Some(new_ground));
+            if let Some(Some(evidence)) = masked {
                 return Ok(evidence);
             }
         }
@@ -379,6 +357,48 @@ fn assess(
         return Ok(LeakEvidence::from_line(&longest));
     }
     verdict
+}
+
+/// Where a window begins, how many floor buckets it holds, and its length.
+#[derive(Clone, Copy)]
+struct Span {
+    from: Timestamp,
+    buckets: usize,
+    window: Duration,
+}
+
+/// A window whose own judgement failed, judged again on its floor with
+/// evaluation dips left out where it is long enough
+/// (`dips_shortest_window`) and holds any: a dip's low is no return, and
+/// the steps down into it and back up are no levelling off. `None` where
+/// nothing was left out and the scratch still holds the window's floor;
+/// otherwise it holds the masked floor, and `Some(evidence)` says whether
+/// that is a leak.
+fn without_dips(
+    scratch: &mut FloorScratch,
+    series: &[(Timestamp, u64)],
+    span: Span,
+    params: &LeakParams,
+    trace: &mut Trace<'_>,
+    new_ground: Option<bool>,
+) -> Option<Option<LeakEvidence>> {
+    let dips = dips(params).filter(|_| span.window >= params.dips_shortest_window)?;
+    // Where no dip would be left out, the floor between dips is the floor
+    // just judged: nothing to judge again (most processes, most checks).
+    if !scratch.holds_dips(dips) {
+        return None;
+    }
+    let Some(masked) = scratch.line_without_dips(series, span.from, span.buckets, Some(dips))
+    else {
+        return Some(None);
+    };
+    let rise = judge_window(scratch, &masked, span.window, params);
+    trace.window(scratch, &masked, span.window, params, |record| {
+        record.dips_left_out = true;
+        record.new_ground = new_ground;
+        record.verdict = Some(rise.map(drop));
+    });
+    Some(rise.ok())
 }
 
 /// Whether `line` (a window from `from`) takes new ground, reached from

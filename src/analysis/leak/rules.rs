@@ -79,6 +79,18 @@ pub(super) fn dips(params: &LeakParams) -> Option<Dips> {
     (dips.depth.is_finite() && dips.depth > 0.0).then_some(dips)
 }
 
+/// Rules 1–5 on the window whose floor `scratch` just reduced to `line`,
+/// or failing them rule 2's second way ([`sequential`]); the window's own
+/// reason where neither calls it.
+pub(super) fn judge_window(
+    scratch: &FloorScratch,
+    line: &FloorLine,
+    window: Duration,
+    params: &LeakParams,
+) -> Result<LeakEvidence, NotALeak> {
+    judge(line, params).or_else(|reason| sequential(scratch, line, window, params).ok_or(reason))
+}
+
 /// Rules 1–5 on one window's floor.
 pub(super) fn judge(line: &FloorLine, params: &LeakParams) -> Result<LeakEvidence, NotALeak> {
     if !at_least(line.slope, params.min_slope_bytes_per_second) {

@@ -1,3 +1,4 @@
+use super::rules::{judge, sequential};
 use super::*;
 use crate::analysis::series::ProcessWindows;
 use crate::history::SlowPoint;
