@@ -302,9 +302,10 @@ impl<S: DeviceSource> Recorder<S> {
 }
 
 /// Appends one whole line. A write that fails part-way is cut back at once,
-/// so the file always ends with a whole line (a reader of a trace whose
-/// disk filled up sees every line up to the failure); if even the cut
-/// fails, it is retried before the next line.
+/// so the file ends with a whole line whenever no write is in flight (a
+/// reader of a trace whose disk filled up sees every line up to the
+/// failure; one reading while the daemon runs may catch a try in flight);
+/// if even the cut fails, it is retried before the next line.
 fn write_line(state: &mut State, line: &[u8]) -> std::io::Result<()> {
     if state.damaged {
         cut_back(state).map_err(|err| {
