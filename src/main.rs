@@ -43,7 +43,7 @@ fn main() -> ExitCode {
             }
             ExitCode::SUCCESS
         }
-        Command::CheckConfig => match load(&cli) {
+        Command::CheckConfig => match load(&load_options(&cli)) {
             Ok(config) => match vramd::app::read_token_file(&config)
                 .and_then(|_| vramd::app::load_web_config(&config))
             {
@@ -59,13 +59,13 @@ fn main() -> ExitCode {
             Err(code) => code,
         },
         Command::Probe(args) => probe(&args),
-        Command::Analyze(args) => match load(&cli) {
+        Command::Analyze(args) => match load(&load_options(&cli)) {
             Ok(config) => analyze(&config, args),
             Err(code) => code,
         },
         Command::Run => {
             let options = pinned(load_options(&cli));
-            match load_with(&options) {
+            match load(&options) {
                 Ok(config) => run(config, options),
                 Err(code) => code,
             }
@@ -95,11 +95,7 @@ fn pinned(mut options: LoadOptions) -> LoadOptions {
     options
 }
 
-fn load(cli: &Cli) -> Result<Config, ExitCode> {
-    load_with(&load_options(cli))
-}
-
-fn load_with(options: &LoadOptions) -> Result<Config, ExitCode> {
+fn load(options: &LoadOptions) -> Result<Config, ExitCode> {
     config::load(options).map_err(|error| {
         eprintln!("vramd: invalid configuration: {error}");
         ExitCode::from(2)
@@ -143,19 +139,13 @@ fn analyze(config: &Config, args: AnalyzeArgs) -> ExitCode {
         SourceSelection::Simulate(simulator) => {
             offline_analysis::simulate(&settings, simulator, args.duration)
         }
-        SourceSelection::Replay { path } => {
-            match Replay::open_bounded(
-                path,
-                config.source.max_trace_line_bytes.as_usize(),
-                config.source.max_trace_bytes.get(),
-            ) {
-                Ok(trace) => offline_analysis::replay(&settings, &trace),
-                Err(error) => {
-                    eprintln!("vramd: {error}");
-                    return ExitCode::from(2);
-                }
-            }
-        }
+        SourceSelection::Replay { path } => Replay::open_bounded(
+            path,
+            config.source.max_trace_line_bytes.as_usize(),
+            config.source.max_trace_bytes.get(),
+        )
+        .map_err(offline_analysis::AnalyzeError::Trace)
+        .and_then(|trace| offline_analysis::replay(&settings, &trace)),
         SourceSelection::Driver => Err(offline_analysis::AnalyzeError::NoInput),
     };
     let report = match report {
