@@ -24,18 +24,7 @@ pub use super::validate::{ReportError, VERSION};
 
 /// Who sent a report.
 #[serde_with::skip_serializing_none]
-#[derive(
-    Clone,
-    Debug,
-    PartialEq,
-    Eq,
-    Hash,
-    PartialOrd,
-    Ord,
-    Deserialize,
-    serde::Serialize,
-    utoipa::ToSchema,
-)]
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize, serde::Serialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Reporter {
     /// The PID as the process sees it (inside its container).
