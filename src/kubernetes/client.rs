@@ -15,8 +15,10 @@ use tonic::transport::{Endpoint, Uri};
 
 use super::proto;
 
-/// Why one call produced no answer.
-#[derive(Debug, thiserror::Error)]
+/// Why one call produced no answer; its variant name, lowercase, is the
+/// `kind` label of `vramd_kubernetes_errors_total`.
+#[derive(Debug, thiserror::Error, strum::IntoStaticStr)]
+#[strum(serialize_all = "lowercase")]
 pub enum CallError {
     /// The socket file does not exist: not a Kubernetes node, or the mount
     /// is missing. Logged once, not retried loudly.
@@ -29,18 +31,6 @@ pub enum CallError {
     /// A gRPC status, or an answer that is not the expected message.
     #[error("{method} on {path}: {status}")]
     Status { path: PathBuf, method: &'static str, status: Box<tonic::Status> },
-}
-
-impl CallError {
-    /// The `kind` label of `vramd_kubernetes_errors_total`.
-    pub fn kind(&self) -> &'static str {
-        match self {
-            CallError::Absent { .. } => "absent",
-            CallError::Connect { .. } => "connect",
-            CallError::Timeout { .. } => "timeout",
-            CallError::Status { .. } => "status",
-        }
-    }
 }
 
 /// Asks the kubelet for every pod's resources.

@@ -183,8 +183,9 @@ fn note_failure(
     error: &CallError,
 ) -> ApiState {
     telemetry.set_kubernetes_up(api, false);
-    telemetry.count_kubernetes_error(api, error.kind());
-    let now = ApiState::Failing(error.kind());
+    let kind: &'static str = error.into();
+    telemetry.count_kubernetes_error(api, kind);
+    let now = ApiState::Failing(kind);
     if before != now {
         match error {
             // Expected off Kubernetes or without the mount: a fact, not a fault.
