@@ -8,44 +8,24 @@
 //! the same question always gets the same answer, whatever was asked before.
 
 /// What a piece of noise is for. Each stream hashes independently, so e.g.
-/// utilization noise cannot accidentally correlate with memory noise.
+/// utilization noise cannot accidentally correlate with memory noise; the
+/// discriminant is the stream's tag in the hash.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Stream {
-    Uuid,
-    Pid,
-    Context,
-    Allocated,
-    Reserved,
-    Retries,
-    Unattributed,
-    GpuUtilization,
-    BandwidthUtilization,
-    Temperature,
-    Power,
-    TenantCount,
-    Probe,
-    Corpus,
-}
-
-impl Stream {
-    fn tag(self) -> u64 {
-        match self {
-            Stream::Uuid => 0x5555_4944,
-            Stream::Pid => 0x5049_4400,
-            Stream::Context => 0x4354_5800,
-            Stream::Allocated => 0x414c_4c4f,
-            Stream::Reserved => 0x5245_5356,
-            Stream::Retries => 0x5254_5259,
-            Stream::Unattributed => 0x554e_4154,
-            Stream::GpuUtilization => 0x5554_494c,
-            Stream::BandwidthUtilization => 0x4257_5554,
-            Stream::Temperature => 0x5445_4d50,
-            Stream::Power => 0x504f_5752,
-            Stream::TenantCount => 0x5445_4e54,
-            Stream::Probe => 0x5052_4f42,
-            Stream::Corpus => 0x434f_5250,
-        }
-    }
+    Uuid = 0x5555_4944,
+    Pid = 0x5049_4400,
+    Context = 0x4354_5800,
+    Allocated = 0x414c_4c4f,
+    Reserved = 0x5245_5356,
+    Retries = 0x5254_5259,
+    Unattributed = 0x554e_4154,
+    GpuUtilization = 0x5554_494c,
+    BandwidthUtilization = 0x4257_5554,
+    Temperature = 0x5445_4d50,
+    Power = 0x504f_5752,
+    TenantCount = 0x5445_4e54,
+    Probe = 0x5052_4f42,
+    Corpus = 0x434f_5250,
 }
 
 /// One SplitMix64 output step: a bijective, well-mixed function of `state`.
@@ -60,7 +40,7 @@ pub(super) fn splitmix64(state: u64) -> u64 {
 pub(super) fn hash(seed: u64, stream: Stream, coordinates: &[u64]) -> u64 {
     // Chaining through splitmix64 (rather than XOR-ing the parts) keeps the
     // order of coordinates significant: (1, 2) and (2, 1) differ.
-    let mut state = splitmix64(seed ^ splitmix64(stream.tag()));
+    let mut state = splitmix64(seed ^ splitmix64(stream as u64));
     for &coordinate in coordinates {
         state = splitmix64(state ^ coordinate);
     }
