@@ -12,7 +12,7 @@ use crate::model::Timestamp;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
 #[derive(IntoStaticStr, EnumString)]
-#[strum(serialize_all = "lowercase")]
+#[strum(serialize_all = "lowercase", parse_err_ty = String, parse_err_fn = unknown_state)]
 pub enum AlertState {
     /// The condition holds, but not yet for the rule's `for` duration.
     Pending,
@@ -23,6 +23,10 @@ pub enum AlertState {
 }
 
 crate::model::label_as_str!(AlertState);
+
+fn unknown_state(other: &str) -> String {
+    format!("unknown state `{other}`; expected pending, firing or resolved")
+}
 
 /// What an alert is about: rule + device + (optionally) process. Stable for
 /// as long as the condition lasts, so notifiers can deduplicate.

@@ -41,15 +41,6 @@ pub struct AlertList {
     alerts: Vec<Alert>,
 }
 
-fn parse_state(text: &str) -> Result<AlertState, ApiError> {
-    text.parse().map_err(|_| {
-        ApiError::bad_request(
-            "bad_filter",
-            format!("unknown state `{text}`; expected pending, firing or resolved"),
-        )
-    })
-}
-
 #[utoipa::path(
     get,
     path = "/api/v1/alerts",
@@ -78,14 +69,11 @@ pub async fn list(
     let Query(filter) = filter.map_err(|rejection| {
         ApiError::rejected_query("bad_filter", &rejection, "state, severity, gpu, rule")
     })?;
-    let wanted_state = filter.state.as_deref().map(parse_state).transpose()?;
-    let wanted_severity = filter
-        .severity
-        .as_deref()
-        .map(|text| {
-            text.parse::<Severity>().map_err(|reason| ApiError::bad_request("bad_filter", reason))
-        })
-        .transpose()?;
+    let bad_filter = |reason| ApiError::bad_request("bad_filter", reason);
+    let wanted_state = filter.state.as_deref().map(str::parse::<AlertState>);
+    let wanted_state = wanted_state.transpose().map_err(bad_filter)?;
+    let wanted_severity = filter.severity.as_deref().map(str::parse::<Severity>);
+    let wanted_severity = wanted_severity.transpose().map_err(bad_filter)?;
     let alerts = state
         .board
         .alerts()
