@@ -8,7 +8,7 @@ use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
 
-use crate::history::{Aggregate, Bucket, FastPoint, QueryError, WindowAnswer, WindowQuery};
+use crate::history::{Bucket, FastPoint, QueryError, WindowAnswer, WindowQuery};
 use crate::model::{DeviceInfo, Timestamp};
 
 use super::error::{ApiError, ErrorBody};
@@ -48,7 +48,7 @@ pub struct HistoryResponse {
     /// Every sample in the window (without `step`).
     points: Option<Vec<PointDto>>,
     /// Downsampled buckets (with `step`), each keeping min, max and last.
-    buckets: Option<Vec<BucketDto>>,
+    buckets: Option<Vec<Bucket>>,
 }
 
 /// One fast-tier sample.
@@ -64,22 +64,6 @@ struct PointDto {
     free_bytes: Option<u64>,
     gpu_utilization_ratio: Option<f64>,
     memory_bandwidth_utilization_ratio: Option<f64>,
-}
-
-/// One downsampled bucket `[start, start + step)`.
-#[serde_with::skip_serializing_none]
-#[derive(Debug, Serialize, utoipa::ToSchema)]
-struct BucketDto {
-    #[serde(with = "crate::model::rfc3339")]
-    #[schema(value_type = String)]
-    start: Timestamp,
-    samples: u32,
-    total_bytes: Option<Aggregate<u64>>,
-    reserved_bytes: Option<Aggregate<u64>>,
-    used_bytes: Option<Aggregate<u64>>,
-    free_bytes: Option<Aggregate<u64>>,
-    gpu_utilization_ratio: Option<Aggregate<f64>>,
-    memory_bandwidth_utilization_ratio: Option<Aggregate<f64>>,
 }
 
 #[utoipa::path(
@@ -185,7 +169,7 @@ fn response(
             (Some((from, to)), points.iter().map(point_dto).collect(), Vec::new())
         }
         WindowAnswer::Downsampled { from, to, buckets, .. } => {
-            (Some((from, to)), Vec::new(), buckets.iter().map(bucket_dto).collect())
+            (Some((from, to)), Vec::new(), buckets)
         }
     };
     HistoryResponse {
@@ -227,18 +211,5 @@ fn point_dto(point: &FastPoint) -> PointDto {
         free_bytes: memory.map(|m| m.free_bytes),
         gpu_utilization_ratio: point.gpu_utilization(),
         memory_bandwidth_utilization_ratio: point.memory_bandwidth_utilization(),
-    }
-}
-
-fn bucket_dto(bucket: &Bucket) -> BucketDto {
-    BucketDto {
-        start: bucket.start,
-        samples: bucket.samples,
-        total_bytes: bucket.total_bytes,
-        reserved_bytes: bucket.reserved_bytes,
-        used_bytes: bucket.used_bytes,
-        free_bytes: bucket.free_bytes,
-        gpu_utilization_ratio: bucket.gpu_utilization,
-        memory_bandwidth_utilization_ratio: bucket.memory_bandwidth_utilization,
     }
 }

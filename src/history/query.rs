@@ -56,15 +56,22 @@ fn fold<T: Copy + PartialOrd>(slot: &mut Option<Aggregate<T>>, value: Option<T>)
 }
 
 /// One downsampled bucket `[start, start + step)`.
-#[derive(Clone, Debug, PartialEq)]
+// Served as it is by `GET /api/v1/devices/{gpu}/history`, as `BucketDto`.
+#[serde_with::skip_serializing_none]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, utoipa::ToSchema)]
+#[schema(as = BucketDto)]
 pub struct Bucket {
+    #[serde(with = "crate::model::rfc3339")]
+    #[schema(value_type = String)]
     pub start: Timestamp,
     pub samples: u32,
+    pub total_bytes: Option<Aggregate<u64>>,
+    pub reserved_bytes: Option<Aggregate<u64>>,
     pub used_bytes: Option<Aggregate<u64>>,
     pub free_bytes: Option<Aggregate<u64>>,
-    pub reserved_bytes: Option<Aggregate<u64>>,
-    pub total_bytes: Option<Aggregate<u64>>,
+    #[serde(rename = "gpu_utilization_ratio")]
     pub gpu_utilization: Option<Aggregate<f64>>,
+    #[serde(rename = "memory_bandwidth_utilization_ratio")]
     pub memory_bandwidth_utilization: Option<Aggregate<f64>>,
 }
 
