@@ -42,8 +42,7 @@ pub fn render(
 ) -> Result<Vec<u8>, TelemetryError> {
     let devices = store.devices();
     let views = collect(&devices);
-    let mut out = Vec::with_capacity(estimate_size(&views));
-    render_devices_into(&views, &mut out);
+    let mut out = device_series(&views);
     alerts::render(&views, analyses, board, &mut out);
     telemetry.encode_into(&mut out)?;
     Ok(out)
@@ -52,11 +51,7 @@ pub fn render(
 /// Renders only the device and process series (deterministic for a given
 /// state; what the golden test pins down).
 pub fn render_devices(store: &HistoryStore) -> Vec<u8> {
-    let devices = store.devices();
-    let views = collect(&devices);
-    let mut out = Vec::with_capacity(estimate_size(&views));
-    render_devices_into(&views, &mut out);
-    out
+    device_series(&collect(&store.devices()))
 }
 
 /// One device as a scrape sees it: its static facts borrowed from history,
@@ -202,7 +197,9 @@ family!(
     "Allocator out-of-memory events received from workloads (POST /api/v1/oom-events)."
 );
 
-fn render_devices_into(views: &[DeviceView<'_>], out: &mut Vec<u8>) {
+fn device_series(views: &[DeviceView<'_>]) -> Vec<u8> {
+    let mut series = Vec::with_capacity(estimate_size(views));
+    let out = &mut series;
     {
         let mut writer = FamilyWriter::new(out, &DEVICE_INFO);
         for view in views {
@@ -284,6 +281,7 @@ fn render_devices_into(views: &[DeviceView<'_>], out: &mut Vec<u8>) {
     health::render(views, out);
     probe::render(views, out);
     processes::render(views, out);
+    series
 }
 
 /// A family with at most one sample per device, which `value` picks from
