@@ -207,29 +207,9 @@ pub(super) fn reading(
     })
 }
 
-/// P0 → 0 … P15 → 15; an unknown state is absent.
+/// P0 → 0 … P15 → 15, NVML's own numbers; an unknown state (32) is absent.
 fn pstate_number(state: PerformanceState) -> Option<u8> {
-    use PerformanceState::*;
-    let number = match state {
-        Zero => 0,
-        One => 1,
-        Two => 2,
-        Three => 3,
-        Four => 4,
-        Five => 5,
-        Six => 6,
-        Seven => 7,
-        Eight => 8,
-        Nine => 9,
-        Ten => 10,
-        Eleven => 11,
-        Twelve => 12,
-        Thirteen => 13,
-        Fourteen => 14,
-        Fifteen => 15,
-        Unknown => return None,
-    };
-    Some(number)
+    u8::try_from(state.as_c()).ok().filter(|&number| number <= 15)
 }
 
 fn ecc_counters(device: &Device<'_>) -> Result<EccCounters, NvmlError> {
