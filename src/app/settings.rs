@@ -36,18 +36,9 @@ pub fn read_token_file(config: &Config) -> Result<Option<String>, AppError> {
     let Some(path) = &config.ingest.token_file else { return Ok(None) };
     let failed =
         |reason: String| AppError::Token { reason: format!("{}: {reason}", path.display()) };
-    let mut text = String::new();
-    std::fs::File::open(path)
-        .and_then(|file| {
-            std::io::Read::read_to_string(
-                &mut std::io::Read::take(file, MAX_TOKEN_FILE_BYTES + 1),
-                &mut text,
-            )
-        })
-        .map_err(|error| failed(error.to_string()))?;
-    if text.len() as u64 > MAX_TOKEN_FILE_BYTES {
-        return Err(failed(format!("larger than {MAX_TOKEN_FILE_BYTES} bytes; not a token")));
-    }
+    let text = crate::config::read_at_most(path, MAX_TOKEN_FILE_BYTES)
+        .map_err(|error| failed(error.to_string()))?
+        .ok_or_else(|| failed(format!("larger than {MAX_TOKEN_FILE_BYTES} bytes; not a token")))?;
     match text.trim() {
         "" => Err(failed("the token file is empty".into())),
         token => Ok(Some(token.to_owned())),

@@ -25,7 +25,7 @@
 //! errors can say.
 
 use std::collections::BTreeMap;
-use std::io;
+use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 
 use config::{Environment, FileFormat, Map, Source, Value};
@@ -240,25 +240,22 @@ impl Source for FileLayer {
 /// cannot bound its own reading (`--config /dev/zero` must not fill RAM).
 pub const MAX_CONFIG_FILE_BYTES: u64 = 1 << 20;
 
+/// The text file at `path`, or `None` when it is larger than `max` bytes
+/// (read no further: a file cannot bound its own reading).
+pub fn read_at_most(path: &Path, max: u64) -> io::Result<Option<String>> {
+    let mut text = String::new();
+    std::fs::File::open(path)?.take(max + 1).read_to_string(&mut text)?;
+    Ok((text.len() as u64 <= max).then_some(text))
+}
+
 fn file_layer(path: &Path) -> Result<FileLayer, ConfigError> {
     let read_error = |source| ConfigError::FileRead { path: path.to_path_buf(), source };
-    let mut text = String::new();
-    std::fs::File::open(path)
-        .and_then(|file| {
-            std::io::Read::read_to_string(
-                &mut std::io::Read::take(file, MAX_CONFIG_FILE_BYTES + 1),
-                &mut text,
-            )
-        })
-        .map_err(read_error)?;
-    if text.len() as u64 > MAX_CONFIG_FILE_BYTES {
-        return Err(read_error(std::io::Error::new(
-            std::io::ErrorKind::InvalidData,
-            format!(
-                "larger than {MAX_CONFIG_FILE_BYTES} bytes; a configuration file is at most 1 MiB"
-            ),
-        )));
-    }
+    let text = read_at_most(path, MAX_CONFIG_FILE_BYTES).map_err(read_error)?.ok_or_else(|| {
+        let why = format!(
+            "larger than {MAX_CONFIG_FILE_BYTES} bytes; a configuration file is at most 1 MiB"
+        );
+        read_error(io::Error::new(io::ErrorKind::InvalidData, why))
+    })?;
     let text = text.strip_prefix('\u{feff}').unwrap_or(&text);
     let map = config::File::from_str(text, FileFormat::Toml).collect().map_err(|error| {
         let reason = match error {

@@ -42,6 +42,7 @@ pub use field::ByteSize;
 pub use keys::{Accepts, ENV_PREFIX, KEYS, KeySpec};
 pub use load::{
     DEFAULT_SEARCH_PATHS, LoadOptions, Overrides, config_file, load, process_environment,
+    read_at_most,
 };
 pub use render::{key_values, render_effective};
 pub use rules::{AlertsConfig, RulesConfig};
