@@ -79,21 +79,17 @@ fn pace(shared: &TierShared, handle: &Handle) {
     }
     let mut ticker = Ticker::new(context, context.origin, shared.period, handle);
     while ticker.wait(&context.cancel, &|| context.cancel.is_cancelled()) {
-        if sample_once(shared) {
+        if sample_at(shared, Instant::now()) {
             break;
         }
     }
 }
 
-/// One tick of one tier on the calling thread: call the source unless the
-/// tier is backing off, and hand the answer over. True when the tier has
-/// nothing more to read (a replayed trace ended).
-fn sample_once(shared: &TierShared) -> bool {
-    sample_at(shared, Instant::now())
-}
-
-/// `sample_once` with the clock already read: `now` is when the call
-/// starts (a crew reads it once for its own watchdog and the call).
+/// One tick of one tier on the calling thread, `now` being when the call
+/// starts (a crew reads the clock once for its own watchdog and the call):
+/// call the source unless the tier is backing off, and hand the answer
+/// over. True when the tier has nothing more to read (a replayed trace
+/// ended).
 pub(crate) fn sample_at(shared: &TierShared, now: Instant) -> bool {
     if !shared.call_started(now) {
         return false;
