@@ -3,21 +3,31 @@
 //! scenario without depending on a source; the behaviour of each lives in
 //! `source::simulator`.
 
-use strum::{Display, EnumString, IntoStaticStr, VariantArray};
+use strum::{Display, EnumMessage, EnumString, IntoStaticStr, VariantArray};
 
 /// A scripted situation the simulator can play; its name (kebab-case) is
 /// the one used on the command line and in configuration.
-#[derive(
-    Clone, Copy, Debug, PartialEq, Eq, Hash, IntoStaticStr, Display, EnumString, VariantArray,
-)]
+#[derive(IntoStaticStr, Display, EnumString, EnumMessage, VariantArray)]
 #[strum(serialize_all = "kebab-case", parse_err_ty = UnknownScenario, parse_err_fn = unknown)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum ScenarioKind {
+    #[strum(message = "inference servers holding a flat working set; nothing should alert")]
     SteadyInference,
+    #[strum(
+        message = "training whose reserved memory grows while allocated stays flat, then allocator retries, then an OOM"
+    )]
     TrainingFragmentation,
+    #[strum(message = "one process whose memory grows linearly until the device is nearly full")]
     Leak,
+    #[strum(
+        message = "a steady job hit by a sudden short spike to near-full memory, with no trend"
+    )]
     OomSpike,
+    #[strum(message = "several processes share each GPU; one of them keeps growing")]
     MultiTenant,
+    #[strum(message = "steady work until one GPU falls off the bus mid-run")]
     DeviceLost,
+    #[strum(message = "GPUs with no processes and only driver memory in use")]
     Idle,
 }
 
@@ -28,27 +38,9 @@ impl ScenarioKind {
         self.into()
     }
 
-    /// One line for `vramd scenarios`.
+    /// One line for `vramd scenarios`: the variant's strum message.
     pub fn description(self) -> &'static str {
-        match self {
-            ScenarioKind::SteadyInference => {
-                "inference servers holding a flat working set; nothing should alert"
-            }
-            ScenarioKind::TrainingFragmentation => {
-                "training whose reserved memory grows while allocated stays flat, then allocator retries, then an OOM"
-            }
-            ScenarioKind::Leak => {
-                "one process whose memory grows linearly until the device is nearly full"
-            }
-            ScenarioKind::OomSpike => {
-                "a steady job hit by a sudden short spike to near-full memory, with no trend"
-            }
-            ScenarioKind::MultiTenant => {
-                "several processes share each GPU; one of them keeps growing"
-            }
-            ScenarioKind::DeviceLost => "steady work until one GPU falls off the bus mid-run",
-            ScenarioKind::Idle => "GPUs with no processes and only driver memory in use",
-        }
+        self.get_message().unwrap_or_default()
     }
 }
 
