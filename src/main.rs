@@ -43,21 +43,16 @@ fn main() -> ExitCode {
             }
             ExitCode::SUCCESS
         }
-        Command::CheckConfig => match load(&load_options(&cli)) {
-            Ok(config) => match vramd::app::read_token_file(&config)
-                .and_then(|_| vramd::app::load_web_config(&config))
-            {
-                Ok(_) => {
-                    print!("{}", config::render_effective(&config));
-                    ExitCode::SUCCESS
-                }
-                Err(error) => {
-                    eprintln!("vramd: invalid configuration: {error}");
-                    ExitCode::from(2)
-                }
-            },
-            Err(code) => code,
-        },
+        Command::CheckConfig => {
+            let checked = load(&load_options(&cli)).and_then(|config| {
+                vramd::app::read_token_file(&config)
+                    .and_then(|_| vramd::app::load_web_config(&config))
+                    .map_err(invalid_configuration)?;
+                print!("{}", config::render_effective(&config));
+                Ok(ExitCode::SUCCESS)
+            });
+            checked.unwrap_or_else(|code| code)
+        }
         Command::Probe(args) => probe(&args),
         Command::Analyze(args) => match load(&load_options(&cli)) {
             Ok(config) => analyze(&config, args),
@@ -96,10 +91,12 @@ fn pinned(mut options: LoadOptions) -> LoadOptions {
 }
 
 fn load(options: &LoadOptions) -> Result<Config, ExitCode> {
-    config::load(options).map_err(|error| {
-        eprintln!("vramd: invalid configuration: {error}");
-        ExitCode::from(2)
-    })
+    config::load(options).map_err(invalid_configuration)
+}
+
+fn invalid_configuration(error: impl std::fmt::Display) -> ExitCode {
+    eprintln!("vramd: invalid configuration: {error}");
+    ExitCode::from(2)
 }
 
 /// `vramd probe`: one CUDA driver probe of one device, then exit. Its
