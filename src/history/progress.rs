@@ -84,11 +84,6 @@ impl SamplingProgress {
 
     /// The tiers that have broken their promise by `now`.
     pub fn stale(&self, now: Timestamp) -> Vec<Stale> {
-        let since = |millis: i64| {
-            (millis != NEVER)
-                .then(|| Timestamp::from_unix_millis(millis))
-                .and_then(|at| now.duration_since(at))
-        };
         Tier::ALL
             .into_iter()
             .filter_map(|tier| {
@@ -103,10 +98,11 @@ impl SamplingProgress {
                 if due_by == NEVER || now.unix_millis() <= due_by {
                     return None;
                 }
+                let due_by = Timestamp::from_unix_millis(due_by);
                 Some(Stale {
                     tier,
-                    since_success: since(progress.last_success_ms.load(Ordering::Acquire)),
-                    overdue: since(due_by).unwrap_or_default(),
+                    since_success: self.last_success(tier).and_then(|at| now.duration_since(at)),
+                    overdue: now.duration_since(due_by).unwrap_or_default(),
                 })
             })
             .collect()
