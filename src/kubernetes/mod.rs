@@ -137,11 +137,10 @@ impl Poller {
                 let (kept, dropped) = allocations(answer, max);
                 warn_dropped(dropped, max, "kubelet listed more GPU allocations");
                 next.allocations = Some(kept);
-                self.kubelet = note_up(&self.telemetry, API_POD_RESOURCES, self.kubelet);
+                self.kubelet = note(&self.telemetry, API_POD_RESOURCES, self.kubelet, None);
             }
             Err(error) => {
-                self.kubelet =
-                    note_failure(&self.telemetry, API_POD_RESOURCES, self.kubelet, &error);
+                self.kubelet = note(&self.telemetry, API_POD_RESOURCES, self.kubelet, Some(&error));
             }
         }
         match runtime {
@@ -150,11 +149,11 @@ impl Poller {
                 share_unchanged(&mut table, previous.containers.as_ref());
                 warn_dropped(dropped, max, "the container runtime listed more pod containers");
                 next.containers = Some(table);
-                self.runtime = note_up(&self.telemetry, API_RUNTIME, self.runtime);
+                self.runtime = note(&self.telemetry, API_RUNTIME, self.runtime, None);
             }
             Err(error) => {
                 next.containers.clone_from(&previous.containers);
-                self.runtime = note_failure(&self.telemetry, API_RUNTIME, self.runtime, &error);
+                self.runtime = note(&self.telemetry, API_RUNTIME, self.runtime, Some(&error));
             }
         }
         self.board.publish(next);
@@ -168,31 +167,28 @@ fn warn_dropped(dropped: usize, max: usize, listed: &str) {
     }
 }
 
-fn note_up(telemetry: &Telemetry, api: &'static str, before: ApiState) -> ApiState {
-    telemetry.set_kubernetes_up(api, true);
-    if before != ApiState::Up {
-        info!(api, "Kubernetes API answered; attributing GPUs and processes to pods");
-    }
-    ApiState::Up
-}
-
-fn note_failure(
+/// Exports how `api` answered (`failure`: why it did not) and logs a
+/// change from `before`; returns the state now.
+fn note(
     telemetry: &Telemetry,
     api: &'static str,
     before: ApiState,
-    error: &CallError,
+    failure: Option<&CallError>,
 ) -> ApiState {
-    telemetry.set_kubernetes_up(api, false);
-    let kind: &'static str = error.into();
-    telemetry.count_kubernetes_error(api, kind);
-    let now = ApiState::Failing(kind);
+    telemetry.set_kubernetes_up(api, failure.is_none());
+    let now = failure.map_or(ApiState::Up, |error| {
+        let kind: &'static str = error.into();
+        telemetry.count_kubernetes_error(api, kind);
+        ApiState::Failing(kind)
+    });
     if before != now {
-        match error {
+        match failure {
+            None => info!(api, "Kubernetes API answered; attributing GPUs and processes to pods"),
             // Expected off Kubernetes or without the mount: a fact, not a fault.
-            CallError::Absent { .. } => {
+            Some(error @ CallError::Absent { .. }) => {
                 info!(api, error = %error, "Kubernetes API socket absent; no pod attribution from it")
             }
-            _ => {
+            Some(error) => {
                 warn!(api, error = %error, "Kubernetes API call failed; retrying every kubernetes.refresh_interval")
             }
         }
