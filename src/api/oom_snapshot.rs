@@ -203,9 +203,8 @@ pub async fn put(
         return Err(too_large());
     }
     let deadline = state.limits.request_timeout;
-    let store = Arc::clone(&snapshots);
     let event_id = event.id;
-    let upload = blocking(deadline, move || store.begin(event_id)).await?.map_err(refused)?;
+    let upload = blocking(deadline, move || snapshots.begin(event_id)).await?.map_err(refused)?;
     let mut upload = Pending(Some(upload));
     let mut body = request.into_body();
     let mut pending: Vec<u8> = Vec::new();
