@@ -74,13 +74,12 @@ pub fn build_source(
                 gpus: simulator.gpus,
                 seed: simulator.seed,
             };
-            let container_ids = simulator.container_ids;
-            let mut simulator = Simulator::with_origin(spec, clock, origin)?.reporting_allocator();
-            if container_ids {
-                simulator = simulator.with_container_ids();
+            let mut built = Simulator::with_origin(spec, clock, origin)?.reporting_allocator();
+            if simulator.container_ids {
+                built = built.with_container_ids();
             }
-            let prober = Arc::new(simulator.clone());
-            (Arc::new(simulator.clone()), Some(simulator), Some(prober), Vec::new())
+            let prober = Arc::new(built.clone());
+            (Arc::new(built.clone()), Some(built), Some(prober), Vec::new())
         }
         SourceSelection::Replay { path } => {
             let replay = Arc::new(
