@@ -30,14 +30,10 @@ pub fn render_effective(config: &Config) -> String {
             let _ = write!(out, "\n[{table}]\n");
         }
         let _ = writeln!(out, "# {} ({})", spec.summary.trim(), spec.range());
-        match to_toml(&value) {
-            Some(value) => {
-                let _ = writeln!(out, "{} = {value}", spec.name());
-            }
-            None => {
-                let _ = writeln!(out, "# {} = (not set)", spec.name());
-            }
-        }
+        let _ = match to_toml(&value) {
+            Some(value) => writeln!(out, "{} = {value}", spec.name()),
+            None => writeln!(out, "# {} = (not set)", spec.name()),
+        };
     }
     out
 }
