@@ -69,8 +69,22 @@ fn the_false_alarms_found_on_unseen_seeds_stay_silent() {
     // first 30-minute window that held them (38) and a floor back from an
     // evaluation dip read as new ground (44), and a young job's floor
     // climbing out of an evaluation dip before its leak's onset (53).
+    // Eleventh pass: short windows climbing out of evaluation dips that
+    // fired when every window compared with the prior floor's highest
+    // level rather than its highest point (14, 35, 56).
     let config = defaults();
-    let runs = [(22, 181), (27, 180), (28, 121), (30, 103), (38, 26), (44, 182), (53, 24)];
+    let runs = [
+        (22, 181),
+        (27, 180),
+        (28, 121),
+        (30, 103),
+        (38, 26),
+        (44, 182),
+        (53, 24),
+        (14, 179),
+        (35, 107),
+        (56, 33),
+    ];
     for (seed, index) in runs {
         let run = &corpus::corpus(seed, index + 1)[index];
         let outcome = play::play(run, &config);
@@ -81,4 +95,22 @@ fn the_false_alarms_found_on_unseen_seeds_stay_silent() {
             outcome.false_alarms
         );
     }
+}
+
+#[test]
+fn a_slow_leak_between_long_evaluation_phases_is_called_within_the_target() {
+    // Seed 65, run 4: 1 MiB/s on a 16 GiB job under a 7.5 GiB sawtooth,
+    // with a 4-minute evaluation phase every 20 minutes. One bucket minimum
+    // that missed the bottom of the sawtooth stood above the floor before
+    // the 16-minute window, which was therefore not judged until the full
+    // window called the leak, 22 minutes after its onset (eleventh pass).
+    let config = defaults();
+    let run = &corpus::corpus(65, 5)[4];
+    let Label::Leak { onset, bytes_per_second, .. } = run.label else { panic!("{:?}", run.label) };
+    assert_eq!(bytes_per_second, 1_048_576.0);
+    let outcome = play::play(run, &config);
+    let fired = outcome.leak_fired_s.expect("the leak is called");
+    let latency = fired - onset.as_secs_f64();
+    assert!(latency <= 15.0 * 60.0, "{latency} s after onset");
+    assert_eq!(outcome.leak_false, 0, "{:?}", outcome.false_alarms);
 }

@@ -273,11 +273,21 @@ impl FloorScratch {
     }
 
     /// The highest kept floor before `at`: what memory already held once.
-    /// A floor climbing back to where it has been (a per-epoch ramp) is
-    /// not the new ground a leak keeps taking.
-    pub fn prior_high(&self, at: Timestamp) -> Option<f64> {
+    /// A floor climbing back to where it has been (a per-epoch ramp, out
+    /// of an evaluation dip) is not the new ground a leak keeps taking.
+    /// With `levels`, the highest level instead, a level being the lower
+    /// of two neighbouring points as for dips: one bucket minimum that
+    /// missed the bottom of the sawtooth stands high alone.
+    pub fn prior_high(&self, at: Timestamp, levels: bool) -> Option<f64> {
         let before = at.unix_millis();
-        self.prior.iter().filter(|&&(x, _)| x < before).map(|&(_, y)| y).max_by(f64::total_cmp)
+        let prior = self.prior.get(..self.prior.partition_point(|&(x, _)| x < before))?;
+        let highest = |values: &mut dyn Iterator<Item = f64>| values.max_by(f64::total_cmp);
+        match prior {
+            [_, _, ..] if levels => {
+                highest(&mut prior.windows(2).map(|pair| pair[0].1.min(pair[1].1)))
+            }
+            _ => highest(&mut prior.iter().map(|&(_, y)| y)),
+        }
     }
 
     /// The deepest fall of the kept floor before `before` below a level it
@@ -446,7 +456,16 @@ fn mask_dips(points: &mut Vec<(f64, f64)>, dips: Dips) -> bool {
         while level(points, back).is_some_and(|level| level <= before - dips.depth) {
             back += 1;
         }
-        let Some(after) = level(points, back) else { break };
+        let Some(mut after) = level(points, back) else { break };
+        // The step back may leave one bucket half way: its minimum holds
+        // the phase's tail or the climb out of it, below where the floor
+        // stood, while the next one stands there again.
+        if after < before
+            && let Some(next) = level(points, back + 1)
+            && next >= before
+        {
+            (back, after) = (back + 1, next);
+        }
         // One bucket low is a moment's release of what was gained, which
         // says the memory can come back: return evidence, not a phase.
         let recovered = after >= before

@@ -263,7 +263,7 @@ fn assess(
         density::buckets(series, longest_from, params).ok_or(NotALeak::NoTrend)?;
     let longest = scratch.line(series, longest_from, longest_buckets).ok_or(NotALeak::NoTrend)?;
     let longest_new_ground =
-        prior_is_whole.then(|| new_ground(scratch, &longest, longest_from, params));
+        prior_is_whole.then(|| new_ground(scratch, &longest, longest_from, longest_window, params));
     let verdict = if longest_new_ground == Some(false) {
         Err(NotALeak::NoNewGround)
     } else {
@@ -275,21 +275,34 @@ fn assess(
     });
     let longest_span =
         Span { from: longest_from, buckets: longest_buckets, window: longest_window };
+    // Whether memory came back is read without the dips where any were
+    // left out: a dip's low is no return, and the climb out of one no
+    // climb that came back (seed 57, a leak held back four minutes).
+    let mut came_back = None;
     if let Err(reason) = verdict
         && reason != NotALeak::NoNewGround
     {
         match without_dips(scratch, series, longest_span, params, &mut trace, None) {
-            Some(Some(evidence)) => return Ok(evidence),
-            // The rest reads the whole floor, dips and all: the same line
-            // as `longest`, read again into the scratch.
-            Some(None) => {
+            Masked::Judged(Ok(evidence), _) => return Ok(evidence),
+            Masked::Judged(Err(reason), masked) => {
+                came_back = Some(
+                    reason == NotALeak::ReturnsToBaseline
+                        && !climbing_still(scratch.points(), &masked, params),
+                );
+                // The rest reads the whole floor, dips and all: the same
+                // line as `longest`, read again into the scratch.
                 scratch.line(series, longest_from, longest_buckets).ok_or(NotALeak::NoTrend)?;
             }
-            None => {}
+            Masked::NoLine => {
+                scratch.line(series, longest_from, longest_buckets).ok_or(NotALeak::NoTrend)?;
+            }
+            Masked::NothingLeftOut => {}
         }
     }
-    let came_back = verdict == Err(NotALeak::ReturnsToBaseline)
-        && !climbing_still(scratch.points(), &longest, params);
+    let came_back = came_back.unwrap_or_else(|| {
+        verdict == Err(NotALeak::ReturnsToBaseline)
+            && !climbing_still(scratch.points(), &longest, params)
+    });
     if verdict.is_ok() || came_back {
         // Memory that came back within the longest window is not leaked,
         // whatever a shorter window shows.
@@ -312,7 +325,7 @@ fn assess(
         if held && held_on.is_none() && window > params.shortest_window && holds(&line, params) {
             held_on = Some(line);
         }
-        let new_ground = new_ground(scratch, &line, from, params);
+        let new_ground = new_ground(scratch, &line, from, window, params);
         // The shortest window sees only the newest climb; the history
         // before it says whether climbs like it came back before. One that
         // fell back by more than this rise is an epoch pattern, which a leak's
@@ -334,7 +347,7 @@ fn assess(
         if let (Some(Err(_)), Some(buckets)) = (judged, buckets) {
             let span = Span { from, buckets, window };
             let masked = without_dips(scratch, series, span, params, &mut trace, Some(new_ground));
-            if let Some(Some(evidence)) = masked {
+            if let Masked::Judged(Ok(evidence), _) = masked {
                 return Ok(evidence);
             }
         }
@@ -367,13 +380,21 @@ struct Span {
     window: Duration,
 }
 
+/// What [`without_dips`] found.
+enum Masked {
+    /// Nothing would be left out: the scratch still holds the window's floor.
+    NothingLeftOut,
+    /// Too few floor points were left to judge; the scratch holds them.
+    NoLine,
+    /// The verdict on the floor without dips, and its line; the scratch
+    /// holds its points.
+    Judged(Result<LeakEvidence, NotALeak>, FloorLine),
+}
+
 /// A window whose own judgement failed, judged again on its floor with
 /// evaluation dips left out where it is long enough
 /// (`dips_shortest_window`) and holds any: a dip's low is no return, and
-/// the steps down into it and back up are no levelling off. `None` where
-/// nothing was left out and the scratch still holds the window's floor;
-/// otherwise it holds the masked floor, and `Some(evidence)` says whether
-/// that is a leak.
+/// the steps down into it and back up are no levelling off.
 fn without_dips(
     scratch: &mut FloorScratch,
     series: &[(Timestamp, u64)],
@@ -381,16 +402,18 @@ fn without_dips(
     params: &LeakParams,
     trace: &mut Trace<'_>,
     new_ground: Option<bool>,
-) -> Option<Option<LeakEvidence>> {
-    let dips = dips(params).filter(|_| span.window >= params.dips_shortest_window)?;
+) -> Masked {
+    let Some(dips) = dips(params).filter(|_| span.window >= params.dips_shortest_window) else {
+        return Masked::NothingLeftOut;
+    };
     // Where no dip would be left out, the floor between dips is the floor
     // just judged: nothing to judge again (most processes, most checks).
     if !scratch.holds_dips(dips) {
-        return None;
+        return Masked::NothingLeftOut;
     }
     let Some(masked) = scratch.line_without_dips(series, span.from, span.buckets, Some(dips))
     else {
-        return Some(None);
+        return Masked::NoLine;
     };
     let rise = judge_window(scratch, &masked, span.window, params);
     trace.window(scratch, &masked, span.window, params, |record| {
@@ -398,20 +421,27 @@ fn without_dips(
         record.new_ground = new_ground;
         record.verdict = Some(rise.map(drop));
     });
-    Some(rise.ok())
+    Masked::Judged(rise, masked)
 }
 
-/// Whether `line` (a window from `from`) takes new ground, reached from
+/// Whether `line` (a `window` from `from`) takes new ground, reached from
 /// where memory already stood on the kept prior floor: a climb back to
 /// where it has been (out of an evaluation dip, or a per-epoch ramp) is
-/// not what a leak does.
+/// not what a leak does. Windows long enough to have their dips left out
+/// compare with the prior floor's highest level, not its highest point: a
+/// single high bucket minimum kept a slow leak's 16-minute window from
+/// being judged for minutes (seed 65). A shorter window's climb out of a
+/// dip, or a ramp's, ends near the single highest point (benign alarms at
+/// seeds 14, 35 and 56 against levels).
 fn new_ground(
     scratch: &FloorScratch,
     line: &FloorLine,
     from: Timestamp,
+    window: Duration,
     params: &LeakParams,
 ) -> bool {
-    scratch.prior_high(from).is_none_or(|high| {
+    let levels = window >= params.dips_shortest_window;
+    scratch.prior_high(from, levels).is_none_or(|high| {
         let end = line.intercept + line.slope * line.span_seconds;
         let slack = params.return_share * line.growth().max(0.0);
         let margin = (params.new_ground_spreads * line.spread).max(params.noise_floor_bytes);

@@ -86,3 +86,47 @@ proptest! {
         }
     }
 }
+
+/// Floor points 60 s apart at `levels` MiB.
+fn points_mib(levels: &[f64]) -> Vec<(f64, f64)> {
+    levels
+        .iter()
+        .enumerate()
+        .map(|(index, &mib)| (60.0 * index as f64, mib * 1_048_576.0))
+        .collect()
+}
+
+const HALF_GIB_DIPS: Dips = Dips { depth: 512.0 * 1_048_576.0, longest_seconds: 480.0 };
+
+#[test]
+fn a_dip_whose_step_back_straddles_a_bucket_is_left_out() {
+    // An evaluation phase 600 MiB deep over two buckets; the bucket where
+    // it ends holds the phase's tail, 250 MiB below where training stood.
+    let mut points =
+        points_mib(&[10_000.0, 10_010.0, 10_005.0, 9_400.0, 9_420.0, 9_760.0, 10_020.0, 10_015.0]);
+    assert!(mask_dips(&mut points, HALF_GIB_DIPS));
+    let kept: Vec<f64> = points.iter().map(|&(x, _)| x).collect();
+    assert_eq!(kept, [0.0, 60.0, 120.0, 360.0, 420.0]);
+}
+
+#[test]
+fn a_floor_climbing_back_over_several_buckets_is_no_dip() {
+    // Memory freed and gained back gradually (an epoch's climb), not a
+    // phase that steps out and back: every point stays.
+    let mut points =
+        points_mib(&[10_000.0, 10_010.0, 9_400.0, 9_420.0, 9_600.0, 9_800.0, 10_020.0]);
+    let before = points.clone();
+    assert!(!mask_dips(&mut points, HALF_GIB_DIPS));
+    assert_eq!(points, before);
+}
+
+#[test]
+fn one_high_bucket_is_no_level_the_floor_held() {
+    let prior = vec![(0, 10.0), (60_000, 10.0), (120_000, 30.0), (180_000, 11.0), (240_000, 12.0)];
+    let scratch = FloorScratch { prior, ..FloorScratch::default() };
+    let at = |ms| Timestamp::from_unix_millis(ms);
+    assert_eq!(scratch.prior_high(at(200_000), false), Some(30.0));
+    assert_eq!(scratch.prior_high(at(200_000), true), Some(11.0));
+    assert_eq!(scratch.prior_high(at(60_000), true), Some(10.0), "one point is its own level");
+    assert_eq!(scratch.prior_high(at(0), true), None);
+}

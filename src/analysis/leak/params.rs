@@ -91,9 +91,11 @@ pub struct LeakParams {
     pub sequential_override: f64,
     /// Least fall of the floor that, stepping back within `dip_longest`
     /// to where it was, is left out of the full window's second judgement
-    /// as a dip (`floor::Dips`): an evaluation phase (512 MiB; the
-    /// corpus's drop the floor by 0.7–1.7 GiB, a bucket minimum's scatter
-    /// under an 8 GiB sawtooth is ~150 MiB). Infinite turns it off.
+    /// as a dip (`floor::Dips`): an evaluation phase (256 MiB: above a
+    /// bucket minimum's ~150 MiB scatter under an 8 GiB sawtooth; the
+    /// corpus's phases drop the floor by a sixteenth of the job, 256 MiB to
+    /// 2.5 GiB, and at 512 MiB those of jobs under 8 GiB were read as
+    /// returns). Infinite turns it off.
     pub dip_depth_bytes: f64,
     /// Longest dip left out of the floor (8 min: evaluation phases of the
     /// corpus last 1–6 min; a longer "dip" is a phase of its own).
@@ -139,7 +141,7 @@ impl LeakParams {
             sequential_allowance: 0.5,
             sequential_min_significance: 4.0,
             sequential_override: 3.0,
-            dip_depth_bytes: 512.0 * MIB,
+            dip_depth_bytes: 256.0 * MIB,
             dip_longest: Duration::from_secs(8 * 60),
             dips_shortest_window: window / 2,
             new_ground_spreads: 2.0,

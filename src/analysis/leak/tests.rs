@@ -632,3 +632,28 @@ fn a_young_process_s_climb_out_of_an_evaluation_dip_is_no_new_ground() {
     let (verdict, windows) = judge(&leaking);
     assert!(verdict.is_ok(), "{windows:?}");
 }
+
+#[test]
+fn a_dip_after_a_leak_began_near_the_window_s_middle_does_not_hide_it() {
+    // A job there all along starts leaking 1 MiB/s 13 minutes into the
+    // 30-minute window, under a 0.5 GiB sawtooth, with a 2-minute
+    // evaluation dip of 0.75 GiB 10 minutes later. The full window reads
+    // the onset as a return, dips or not (its second half starts near the
+    // old level); its climb comes back only through the dip's low, which
+    // is no return, so the shorter windows judge the climb.
+    let values = sawtooth(SECONDS, 0.5 * GIB, |t| {
+        let leaked = MIB * (t - 780.0).max(0.0);
+        20.0 * GIB + leaked - if (1_380.0..1_500.0).contains(&t) { 0.75 * GIB } else { 0.0 }
+    });
+    let mut windows = Vec::new();
+    let verdict = assess_leak_traced(
+        &mut FloorScratch::default(),
+        &values,
+        Start::Window(at(0)),
+        false,
+        &LeakParams::default(),
+        &mut windows,
+    );
+    let evidence = verdict.unwrap_or_else(|reason| panic!("{reason:?} {windows:#?}"));
+    assert!(evidence.window_seconds < SECONDS as f64, "{evidence:?}");
+}
