@@ -75,11 +75,18 @@ fn refs(args: &[String]) -> Vec<&str> {
 
 /// Starts vramd with `web` and extra flags; returns it and `https://…`.
 fn start(web: &Path, extra: &[&str]) -> (Process, SocketAddr) {
+    start_with(web, extra, &[])
+}
+
+/// [`start`] with more environment variables.
+fn start_with(web: &Path, extra: &[&str], env: &[(&str, &str)]) -> (Process, SocketAddr) {
     let mut args =
         vec!["--simulate", "steady-inference", "--web.config.file", web.to_str().unwrap()];
     args.extend(SERVE);
     args.extend(extra);
-    let mut daemon = Process::spawn(&args, &[("VRAMD_SERVER__WEB_CONFIG_POLL_INTERVAL", "1s")]);
+    let mut variables = vec![("VRAMD_SERVER__WEB_CONFIG_POLL_INTERVAL", "1s")];
+    variables.extend(env);
+    let mut daemon = Process::spawn(&args, &variables);
     let addr = daemon.listening();
     (daemon, addr)
 }
@@ -162,6 +169,47 @@ fn tls_with_basic_auth_guards_everything_but_healthz() {
     let metrics = get("/metrics", &["-u", &user]);
     assert!(metrics.body.contains("vramd_web_config_reload_errors_total 1"), "{}", metrics.body);
     assert!(metrics.body.contains("vramd_http_connections_open"), "{}", metrics.body);
+}
+
+#[test]
+fn a_reporter_s_bearer_token_opens_every_ingest_write_route_under_basic_auth() {
+    // A reporter on another host holds ingest.token_file's token, not the
+    // web configuration's passwords: reports, OOM events and snapshot
+    // uploads all take it; a wrong one is refused; reads still need the
+    // passwords.
+    let pki = Pki::new();
+    pki.leaf("server", &["localhost", "127.0.0.1"], false, false);
+    let hash = bcrypt::hash(PASSWORD, 4).unwrap();
+    let web = pki.web_config(&format!(
+        "{}basic_auth_users:\n  prometheus: {hash}\n",
+        pki.tls("server", "NoClientCert")
+    ));
+    let token_file = pki.path("ingest-token");
+    std::fs::write(&token_file, "reporter secret\n").unwrap();
+    let env = [("VRAMD_INGEST__TOKEN_FILE", token_file.to_str().unwrap())];
+    let (_daemon, addr) = start_with(&web, &[], &env);
+    let url = |path: &str| format!("https://127.0.0.1:{}{path}", addr.port());
+    let send = |method: &str, path: &str, token: &str| {
+        let bearer = format!("Authorization: Bearer {token}");
+        let args =
+            ["-X", method, "-H", &bearer, "-H", "Content-Type: application/json", "-d", "{}"];
+        curl(&pki, &url(path), &args)
+    };
+    for (method, path) in [
+        ("POST", "/api/v1/allocator-reports"),
+        ("POST", "/api/v1/oom-events"),
+        ("PUT", "/api/v1/oom-events/1/snapshot"),
+    ] {
+        let right = send(method, path, "reporter secret");
+        assert_ne!(right.status, 401, "{method} {path}: {right:?}");
+        assert!(!right.body.contains("unauthorized"), "{method} {path}: {right:?}");
+        let wrong = send(method, path, "guessed");
+        assert_eq!(wrong.status, 401, "{method} {path}: {wrong:?}");
+        assert!(wrong.body.contains("bad_token"), "{method} {path}: {wrong:?}");
+    }
+    let read =
+        curl(&pki, &url("/api/v1/oom-events"), &["-H", "Authorization: Bearer reporter secret"]);
+    assert_eq!(read.status, 401, "reads need the web configuration's credentials: {read:?}");
 }
 
 #[test]

@@ -35,8 +35,13 @@ pub struct Ingest {
 /// Where an accepted OOM event goes besides history (a recording).
 pub type OomHook = Arc<dyn Fn(u32, &crate::model::OomEvent) + Send + Sync>;
 
-/// Loopback may write; others only with the configured bearer token.
+/// Who may write reports, OOM events and snapshots: a request the web
+/// configuration's credentials let in ([`super::Authenticated`]), else
+/// loopback, else the configured bearer token.
 pub(super) fn authorise(request: &Request, token: Option<&str>) -> Result<(), ApiError> {
+    if request.extensions().get::<super::Authenticated>().is_some() {
+        return Ok(());
+    }
     let peer = request.extensions().get::<ConnectInfo<SocketAddr>>().map(|ConnectInfo(addr)| *addr);
     let presented = request
         .headers()
@@ -189,10 +194,7 @@ this reporter, or `ingest.max_reporters` reporters already tracked (`rate_limite
     )
 )]
 pub async fn post(State(state): State<AppState>, request: Request) -> Result<Response, ApiError> {
-    // Credentials of the web configuration stand in for the bearer token.
-    if request.extensions().get::<super::Authenticated>().is_none() {
-        authorise(&request, state.ingest.token.as_deref())?;
-    }
+    authorise(&request, state.ingest.token.as_deref())?;
     let body = json_body(request, state.limits.max_request_body_bytes).await?;
     let report = ingest::report::parse(&body, &state.ingest.limits)
         .map_err(|error| ApiError::bad_request("bad_report", error.to_string()))?;

@@ -1,6 +1,7 @@
 //! Who may do what once a web configuration asks for credentials: every
 //! route needs them except `/healthz` (a liveness probe carries none); the
-//! allocator-report route also takes its own bearer token instead.
+//! ingest write routes (allocator reports, OOM events, their snapshots)
+//! also take their own bearer token instead.
 //!
 //! Owns: the request guard (client certificate, basic auth) and its 401
 //! answers. Depends on `handle` (state, credential cache) and `api` (the
@@ -29,14 +30,27 @@ pub struct TlsPeer {
 #[derive(Clone)]
 pub struct Guard {
     pub handle: WebConfigHandle,
-    /// `ingest.token_file` is set: a bearer token on the report route is
-    /// checked by that route instead of here.
+    /// `ingest.token_file` is set: a bearer token on an ingest write route
+    /// is checked by that route instead of here.
     pub ingest_token: bool,
     /// How long one bcrypt check may take (`server.request_timeout`).
     pub deadline: Duration,
 }
 
-const REPORTS: &str = "/api/v1/allocator-reports";
+/// The routes a reporter writes to, which check `ingest.token_file`'s
+/// bearer token themselves: a reporter on another host holds that token,
+/// not the web configuration's credentials.
+fn is_ingest_write(method: &Method, path: &str) -> bool {
+    let snapshot = path
+        .strip_prefix("/api/v1/oom-events/")
+        .and_then(|rest| rest.strip_suffix("/snapshot"))
+        .is_some_and(|id| !id.is_empty() && !id.contains('/'));
+    match *method {
+        Method::POST => path == "/api/v1/allocator-reports" || path == "/api/v1/oom-events",
+        Method::PUT => snapshot,
+        _ => false,
+    }
+}
 
 /// The middleware: passes the request on, marked [`Authenticated`], or
 /// answers 401.
@@ -50,11 +64,7 @@ pub async fn guard(State(guard): State<Guard>, mut request: Request, next: Next)
         .get(header::AUTHORIZATION)
         .and_then(|value| value.to_str().ok())
         .is_some_and(|value| value.starts_with("Bearer "));
-    if guard.ingest_token
-        && bearer
-        && request.method() == Method::POST
-        && request.uri().path() == REPORTS
-    {
+    if guard.ingest_token && bearer && is_ingest_write(request.method(), request.uri().path()) {
         return next.run(request).await;
     }
     let basic = !state.users.is_empty();
@@ -108,4 +118,21 @@ fn unauthorized(basic: bool, message: &str) -> Response {
             .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Basic realm=\"vramd\""));
     }
     response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_ingest_write_routes_are_the_three_a_reporter_writes_to() {
+        assert!(is_ingest_write(&Method::POST, "/api/v1/allocator-reports"));
+        assert!(is_ingest_write(&Method::POST, "/api/v1/oom-events"));
+        assert!(is_ingest_write(&Method::PUT, "/api/v1/oom-events/7/snapshot"));
+        assert!(!is_ingest_write(&Method::GET, "/api/v1/oom-events"));
+        assert!(!is_ingest_write(&Method::GET, "/api/v1/oom-events/7/snapshot"));
+        assert!(!is_ingest_write(&Method::PUT, "/api/v1/oom-events//snapshot"));
+        assert!(!is_ingest_write(&Method::PUT, "/api/v1/oom-events/7/x/snapshot"));
+        assert!(!is_ingest_write(&Method::POST, "/api/v1/alerts"));
+    }
 }
