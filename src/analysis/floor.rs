@@ -280,13 +280,11 @@ impl FloorScratch {
     /// missed the bottom of the sawtooth stands high alone.
     pub fn prior_high(&self, at: Timestamp, levels: bool) -> Option<f64> {
         let before = at.unix_millis();
-        let prior = self.prior.get(..self.prior.partition_point(|&(x, _)| x < before))?;
-        let highest = |values: &mut dyn Iterator<Item = f64>| values.max_by(f64::total_cmp);
-        match prior {
-            [_, _, ..] if levels => {
-                highest(&mut prior.windows(2).map(|pair| pair[0].1.min(pair[1].1)))
-            }
-            _ => highest(&mut prior.iter().map(|&(_, y)| y)),
+        let prior = &self.prior[..self.prior.partition_point(|&(x, _)| x < before)];
+        if levels && prior.len() > 1 {
+            prior.windows(2).map(|pair| pair[0].1.min(pair[1].1)).max_by(f64::total_cmp)
+        } else {
+            prior.iter().map(|&(_, y)| y).max_by(f64::total_cmp)
         }
     }
 
