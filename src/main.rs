@@ -142,7 +142,7 @@ fn analyze(config: &Config, args: AnalyzeArgs) -> ExitCode {
             config.source.max_trace_bytes.get(),
         )
         .map_err(offline_analysis::AnalyzeError::Trace)
-        .and_then(|trace| offline_analysis::replay(&settings, &trace)),
+        .map(|trace| offline_analysis::replay(&settings, &trace)),
         SourceSelection::Driver => Err(offline_analysis::AnalyzeError::NoInput),
     };
     let report = match report {

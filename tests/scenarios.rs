@@ -186,7 +186,7 @@ fn a_replay_evaluates_the_readings_after_its_last_boundary() {
     std::io::Write::write_all(&mut file, text.as_bytes()).unwrap();
     let trace = vramd::source::trace::Replay::open_bounded(file.path(), 1 << 20, 1 << 24).unwrap();
     let config = defaults();
-    let report = analyze::replay(&vramd::app::analyze_settings(&config), &trace).unwrap();
+    let report = analyze::replay(&vramd::app::analyze_settings(&config), &trace);
     let oom = report.timeline.iter().find(|entry| {
         entry.transition.alert.key.rule == "allocator_oom"
             && entry.transition.alert.state == AlertState::Firing

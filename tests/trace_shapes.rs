@@ -152,7 +152,7 @@ fn replay(text: &str) -> AnalyzeReport {
     let trace = vramd::source::trace::Replay::open_bounded(file.path(), 1 << 20, 1 << 28)
         .unwrap_or_else(|error| panic!("the trace was refused: {error}"));
     let config = defaults();
-    analyze::replay(&vramd::app::analyze_settings(&config), &trace).unwrap()
+    analyze::replay(&vramd::app::analyze_settings(&config), &trace)
 }
 
 /// The `leak_suspected` and `exhaustion_forecast` firings: (rule, pid,
