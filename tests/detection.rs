@@ -12,7 +12,7 @@
 mod play;
 
 use vramd::config::defaults;
-use vramd::source::simulator::corpus::{self, Label};
+use vramd_corpus::{self as corpus, Label};
 
 const SEED: u64 = 1;
 

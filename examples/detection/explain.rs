@@ -13,7 +13,7 @@ use std::time::Duration;
 use vramd::analysis::floor::FloorScratch;
 use vramd::analysis::leak::{LeakParams, NotALeak, Start, WindowJudgement, assess_leak_traced};
 use vramd::source::simulator::GOLDEN_ORIGIN;
-use vramd::source::simulator::corpus::{CorpusRun, Label};
+use vramd_corpus::{CorpusRun, Label};
 
 const MIB: f64 = 1_048_576.0;
 

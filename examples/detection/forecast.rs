@@ -16,7 +16,7 @@ use vramd::analysis::trend::exhaustion::{projected_peak, seconds_to_full};
 use vramd::analyze::AnalyzeSettings;
 use vramd::history::DeviceHistory;
 use vramd::source::simulator::GOLDEN_ORIGIN;
-use vramd::source::simulator::corpus::{CorpusRun, Label};
+use vramd_corpus::{CorpusRun, Label};
 
 const MIB: f64 = 1_048_576.0;
 const GIB: f64 = 1_073_741_824.0;

@@ -1,5 +1,5 @@
-//! The detection benchmark: plays the simulator's labelled, randomised
-//! corpus (`source::simulator::corpus`) through the real analysis, rules
+//! The detection benchmark: plays the labelled, randomised corpus
+//! (`crates/corpus`, the `vramd-corpus` crate) through the real analysis, rules
 //! and state machine, as `vramd analyze` does, and prints detection latency
 //! per leak rate, false alarms per device-day on benign runs, forecast lead
 //! time and time-to-exhaustion error, and offline throughput.
@@ -32,7 +32,7 @@ use std::time::Duration;
 
 use vramd::config::Config;
 use vramd::config::defaults;
-use vramd::source::simulator::corpus::{self, CorpusRun, LEAK_RATES, Label};
+use vramd_corpus::{self as corpus, CorpusRun, LEAK_RATES, Label};
 
 const MIB: f64 = 1_048_576.0;
 

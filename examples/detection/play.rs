@@ -11,7 +11,7 @@ use vramd::analysis::analyzer::Analyzer;
 use vramd::config::Config;
 use vramd::history::HistoryStore;
 use vramd::source::simulator::GOLDEN_ORIGIN;
-use vramd::source::simulator::corpus::{CorpusRun, Label};
+use vramd_corpus::{CorpusRun, Label};
 
 /// What one run made the rules say.
 #[derive(Clone, Debug)]

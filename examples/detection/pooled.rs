@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use vramd::source::simulator::corpus::{LEAK_RATES, Label};
+use vramd_corpus::{LEAK_RATES, Label};
 
 use crate::{MIB, Played, minutes, quantile};
 

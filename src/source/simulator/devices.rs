@@ -3,21 +3,23 @@
 //!
 //! Owns: model specifications and which model each scenario uses.
 //! Depends on: `model` (for [`DeviceInfo`]), and the simulator's `noise` and
-//! `scenario`. Knows nothing of time or workloads.
+//! `scenario`. Knows nothing of time or workloads. Public, as far as the
+//! detection corpus (`crates/corpus`) needs it: the size units, the H100
+//! and a device's static facts.
 
 use super::noise::{self, Stream};
 use crate::model::DeviceInfo;
 use crate::model::ScenarioKind;
 
-pub(super) const MIB: u64 = 1 << 20;
-pub(super) const GIB: u64 = 1 << 30;
+pub const MIB: u64 = 1 << 20;
+pub const GIB: u64 = 1 << 30;
 
 /// The driver every simulated host runs (a 570 production branch release).
 pub(super) const DRIVER_VERSION: &str = "570.124.06";
 
 /// One real GPU model, with the numbers NVML reports for it.
 #[derive(Debug, PartialEq)]
-pub(super) struct GpuModel {
+pub struct GpuModel {
     pub name: &'static str,
     /// NVML `total`, exact bytes.
     pub total_bytes: u64,
@@ -36,7 +38,7 @@ impl GpuModel {
     }
 }
 
-pub(super) const H100_80GB: GpuModel = GpuModel {
+pub const H100_80GB: GpuModel = GpuModel {
     name: "NVIDIA H100 80GB HBM3",
     total_bytes: 81_559 * MIB,
     driver_reserved_bytes: 543 * MIB,
@@ -82,7 +84,7 @@ pub(super) fn model_for(scenario: ScenarioKind) -> &'static GpuModel {
 }
 
 /// The static facts of device `index`, derived only from the seed and index.
-pub(super) fn device_info(model: &GpuModel, seed: u64, index: u32) -> DeviceInfo {
+pub fn device_info(model: &GpuModel, seed: u64, index: u32) -> DeviceInfo {
     DeviceInfo {
         index,
         uuid: uuid(seed, index),

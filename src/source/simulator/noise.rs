@@ -2,6 +2,8 @@
 //!
 //! Owns: a SplitMix64-based hash of `(seed, stream, device, step, …)` and the
 //! helpers that turn it into numbers. Depends on nothing (not even `model`).
+//! Public, as far as the detection corpus (`crates/corpus`) needs it: the
+//! streams, the hash and its uniform draws.
 //!
 //! Noise is a *hash* of its coordinates rather than the output of a stateful
 //! generator, so a reading depends only on the spec, the device and the time:
@@ -11,7 +13,7 @@
 /// utilization noise cannot accidentally correlate with memory noise; the
 /// discriminant is the stream's tag in the hash.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Stream {
+pub enum Stream {
     Uuid = 0x5555_4944,
     Pid = 0x5049_4400,
     Context = 0x4354_5800,
@@ -25,6 +27,7 @@ pub(super) enum Stream {
     Power = 0x504f_5752,
     TenantCount = 0x5445_4e54,
     Probe = 0x5052_4f42,
+    /// The detection corpus's draws (`crates/corpus`).
     Corpus = 0x434f_5250,
 }
 
@@ -37,7 +40,7 @@ pub(super) fn splitmix64(state: u64) -> u64 {
 }
 
 /// A hash of the seed, the stream and any further coordinates.
-pub(super) fn hash(seed: u64, stream: Stream, coordinates: &[u64]) -> u64 {
+pub fn hash(seed: u64, stream: Stream, coordinates: &[u64]) -> u64 {
     // Chaining through splitmix64 (rather than XOR-ing the parts) keeps the
     // order of coordinates significant: (1, 2) and (2, 1) differ.
     let mut state = splitmix64(seed ^ splitmix64(stream as u64));
@@ -48,13 +51,13 @@ pub(super) fn hash(seed: u64, stream: Stream, coordinates: &[u64]) -> u64 {
 }
 
 /// Uniform in `[0, 1)`.
-pub(super) fn unit(seed: u64, stream: Stream, coordinates: &[u64]) -> f64 {
+pub fn unit(seed: u64, stream: Stream, coordinates: &[u64]) -> f64 {
     // The top 53 bits fill an f64 mantissa exactly, so every value is exact.
     (hash(seed, stream, coordinates) >> 11) as f64 / (1u64 << 53) as f64
 }
 
 /// Uniform in `[-1, 1)`.
-pub(super) fn symmetric(seed: u64, stream: Stream, coordinates: &[u64]) -> f64 {
+pub fn symmetric(seed: u64, stream: Stream, coordinates: &[u64]) -> f64 {
     unit(seed, stream, coordinates) * 2.0 - 1.0
 }
 

@@ -3,13 +3,14 @@
 //!
 //! Owns: the job's memory dynamics (model load, per-step sawtooth, warm-up
 //! of the cache, evaluation phases, checkpoint spikes, a leak or linear
-//! growth, `empty_cache()` every step). Depends on the simulator's
-//! `allocator` rules and `devices` constants only. Pure: a reading is a
-//! function of the job and the instant (plus a per-sample phase).
+//! growth, `empty_cache()` every step). Depends on the corpus's
+//! `allocator` rules and the simulator's `devices` constants only. Pure: a
+//! reading is a function of the job and the instant (plus a per-sample
+//! phase).
 
-#[cfg(test)]
-use super::super::devices::MIB;
 use super::allocator::{SizeMix, segments_for, warm_share};
+#[cfg(test)]
+use vramd::source::simulator::devices::MIB;
 
 /// A growth that the job's floor takes on from `onset_s`.
 #[derive(Clone, Copy, Debug, PartialEq)]

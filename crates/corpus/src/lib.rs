@@ -1,11 +1,14 @@
-//! A labelled, randomised corpus of PyTorch training runs on one H100, for
-//! measuring leak detection and the exhaustion forecast
-//! (`examples/detection.rs`, `tests/detection.rs`).
+//! The detection corpus, a crate of its own: a labelled, randomised corpus
+//! of PyTorch training runs on one H100, for measuring leak detection and
+//! the exhaustion forecast (`examples/detection/`, `tests/detection.rs`).
+//! It is test and benchmark infrastructure the daemon never runs, so it
+//! lives outside the `vramd` library, a dev-dependency of it only.
 //!
 //! Owns: drawing a run's parameters from a seed, its label (benign, a leak
 //! with onset and rate, or linear growth until the device is full), and the
-//! readings of the run at any instant. Depends on the simulator's `noise`,
-//! `devices` and `process` only; never on history, analysis or alerts.
+//! readings of the run at any instant. Depends on `vramd`'s `model` and the
+//! simulator's `noise`, `devices` and `GOLDEN_ORIGIN` only; never on
+//! history, analysis or alerts.
 //!
 //! Every run has a primary training job ([`job`]): allocated sawtooths per
 //! step by the activation size (0.25–8 GiB, sampled at a random phase of
@@ -26,11 +29,11 @@ mod job;
 
 use std::time::Duration;
 
-use crate::model::{DeviceInfo, FastReading, MemoryInfo, ProcessInfo, SlowReading, Timestamp};
+use vramd::model::{DeviceInfo, FastReading, MemoryInfo, ProcessInfo, SlowReading, Timestamp};
+use vramd::source::simulator::GOLDEN_ORIGIN;
+use vramd::source::simulator::devices::{self, GIB, H100_80GB, MIB};
+use vramd::source::simulator::noise::{self, Stream};
 
-use super::GOLDEN_ORIGIN;
-use super::devices::{self, GIB, H100_80GB, MIB};
-use super::noise::{self, Stream};
 use allocator::SizeMix;
 use job::{Growth, Job, Phase};
 
@@ -317,7 +320,7 @@ impl CorpusRun {
             // A step's shape changes every few seconds, not every sample.
             let shape = noise::symmetric(self.seed, Stream::Reserved, &[key[0], t_ms / 3_000]);
             let Some(memory) = job.memory(t_s, phase, shape) else { continue };
-            let allocator = job.reports.then_some(crate::model::AllocatorStats {
+            let allocator = job.reports.then_some(vramd::model::AllocatorStats {
                 allocated_bytes: memory.allocated,
                 reserved_bytes: memory.reserved,
                 active_bytes: memory.allocated,
@@ -395,7 +398,7 @@ impl Tenant {
                 let allocated = (bytes as f64 * (1.0 + 0.005 * jitter)) as u64;
                 let reserved = bytes + bytes / 100;
                 let mut info = process(pid, "tritonserver", reserved + GIB / 2);
-                info.allocator = reports.then_some(crate::model::AllocatorStats {
+                info.allocator = reports.then_some(vramd::model::AllocatorStats {
                     allocated_bytes: allocated.min(reserved),
                     reserved_bytes: reserved,
                     active_bytes: allocated.min(reserved),

@@ -11,7 +11,7 @@
 //! of what the steps needed: a staircase that climbs while new batch shapes
 //! set new peaks and levels off once they stop.
 
-use super::super::devices::MIB;
+use vramd::source::simulator::devices::MIB;
 
 const SMALL_BLOCK: u64 = 2 * MIB;
 const MEDIUM_SEGMENT: u64 = 20 * MIB;
