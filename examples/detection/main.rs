@@ -6,22 +6,19 @@
 //!
 //! `cargo run --release --example detection -- --runs 200 --growth-runs 24 --seed 1`
 //! (figures and their reading in docs/alerts.md, "Detection benchmark").
-//! `--leak-for SECONDS` and `--leak-threshold BYTES_PER_SECOND` override the
-//! `leak_suspected` rule's `for` and threshold; without them the defaults run.
-//! `--seeds 1-6` (or `1,2,3`) plays several seeds' corpora and prints figures
-//! pooled over all of them (`pooled.rs`); `--jobs N` plays N seeds side by
-//! side (default 1: the figures are CPU-bound and the machine is shared).
-//! `--fast-interval`, `--slow-interval` and `--evaluation-interval` (`250ms`,
-//! `1s`, …) play the corpus at other sampler settings, with the meaning of
-//! `sampler.fast_interval`, `sampler.slow_interval` and
-//! `alerts.evaluation_interval` and refused as the configuration refuses
-//! them; `--report-interval` has each process's allocator statistics
-//! refreshed only that often (a workload's reporter posting every few
-//! seconds) instead of at every slow sample.
+//! `--help` lists the flags (`args.rs`); the configuration keys they set
+//! (sampling intervals, the `leak_suspected` threshold and `for`) are read
+//! and refused by the daemon's own loader (`sampling.rs`). `--seeds 1-6`
+//! plays several seeds' corpora and prints figures pooled over all of them
+//! (`pooled.rs`); `--jobs N` plays N seeds side by side (default 1: the
+//! figures are CPU-bound and the machine is shared).
 
-// An example, not the daemon: a bad argument ends it with a message.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+// An example, not the daemon: a bad argument ends it with a message and
+// exit status 2 (`args::refuse`); what is left to `expect` are its own
+// invariants (a seed's thread that panicked, the leak rule on by default).
+#![allow(clippy::expect_used)]
 
+mod args;
 mod explain;
 mod forecast;
 mod play;
@@ -30,90 +27,11 @@ mod sampling;
 
 use std::time::Duration;
 
+use args::{Args, refuse};
 use vramd::config::Config;
-use vramd::config::defaults;
 use vramd_corpus::{self as corpus, CorpusRun, LEAK_RATES, Label};
 
 const MIB: f64 = 1_048_576.0;
-
-struct Args {
-    runs: usize,
-    growth_runs: usize,
-    seed: u64,
-    /// `--seeds`: pooled figures over these seeds instead of one `--seed`.
-    seeds: Option<Vec<u64>>,
-    /// `--jobs`: seeds played side by side.
-    jobs: usize,
-    leak_for: Option<u64>,
-    leak_threshold: Option<f64>,
-    /// `--param NAME=VALUE`: analysis constants, for tuning.
-    params: Vec<(String, f64)>,
-    /// `--explain RUN`: the leak checks of one run, then stop.
-    explain: Option<usize>,
-    /// `--pid P`: with `--explain`, the process whose leak checks to show
-    /// from the run's start (a false alarm, on any run).
-    explain_pid: Option<u32>,
-    /// `--fast-interval`, `--slow-interval`, `--evaluation-interval`:
-    /// sampler and evaluation settings other than the defaults.
-    fast_interval: Option<Duration>,
-    slow_interval: Option<Duration>,
-    evaluation_interval: Option<Duration>,
-    /// `--report-interval`: allocator reports this often, not per slow sample.
-    report_interval: Option<Duration>,
-    verbose: bool,
-}
-
-fn parse() -> Args {
-    let mut args = Args {
-        runs: 200,
-        growth_runs: 24,
-        seed: 1,
-        seeds: None,
-        jobs: 1,
-        leak_for: None,
-        leak_threshold: None,
-        params: Vec::new(),
-        explain: None,
-        explain_pid: None,
-        fast_interval: None,
-        slow_interval: None,
-        evaluation_interval: None,
-        report_interval: None,
-        verbose: false,
-    };
-    let mut words = std::env::args().skip(1);
-    while let Some(flag) = words.next() {
-        if flag == "--verbose" {
-            args.verbose = true;
-            continue;
-        }
-        let value = words.next().unwrap_or_else(|| panic!("{flag} needs a value"));
-        match flag.as_str() {
-            "--runs" => args.runs = number(&flag, &value),
-            "--growth-runs" => args.growth_runs = number(&flag, &value),
-            "--seed" => args.seed = number(&flag, &value),
-            "--seeds" => args.seeds = Some(seed_list(&value)),
-            "--jobs" => args.jobs = number::<usize>(&flag, &value).max(1),
-            "--leak-for" => args.leak_for = Some(number(&flag, &value)),
-            "--leak-threshold" => args.leak_threshold = Some(number(&flag, &value)),
-            "--explain" => args.explain = Some(number(&flag, &value)),
-            "--pid" => args.explain_pid = Some(number(&flag, &value)),
-            "--fast-interval" => args.fast_interval = Some(sampling::duration(&flag, &value)),
-            "--slow-interval" => args.slow_interval = Some(sampling::duration(&flag, &value)),
-            "--evaluation-interval" => {
-                args.evaluation_interval = Some(sampling::duration(&flag, &value))
-            }
-            "--report-interval" => args.report_interval = Some(sampling::duration(&flag, &value)),
-            "--param" => {
-                let (name, number_text) =
-                    value.split_once('=').unwrap_or_else(|| panic!("--param NAME=VALUE: {value}"));
-                args.params.push((name.to_owned(), number(&flag, number_text)));
-            }
-            _ => panic!("unknown flag {flag}"),
-        }
-    }
-    args
-}
 
 /// Applies `--param` values (seconds for durations, bytes for sizes).
 fn tweak(settings: &mut vramd::analyze::AnalyzeSettings, params: &[(String, f64)]) {
@@ -162,24 +80,9 @@ fn tweak(settings: &mut vramd::analyze::AnalyzeSettings, params: &[(String, f64)
                 settings.alerts.rules.exhaustion_forecast.for_duration = seconds(value);
             }
             name if name.starts_with("leak.") => {}
-            other => panic!("unknown --param {other}"),
+            other => refuse(&format!("unknown --param {other}")),
         }
     }
-}
-
-/// `1-6`, `7,8,9` or a mix (`1-3,9`), in the order given.
-fn seed_list(text: &str) -> Vec<u64> {
-    let mut seeds = Vec::new();
-    for part in text.split(',') {
-        match part.split_once('-') {
-            Some((first, last)) => {
-                seeds.extend(number::<u64>("--seeds", first)..=number("--seeds", last));
-            }
-            None => seeds.push(number("--seeds", part)),
-        }
-    }
-    assert!(!seeds.is_empty(), "--seeds names no seed: {text}");
-    seeds
 }
 
 /// One seed's corpus and what the rules said on each run.
@@ -271,10 +174,6 @@ pub fn print_false_alarms<'a>(
     println!("(leak runs: {leak_runs_false} alarms on other processes or before the onset)");
 }
 
-fn number<T: std::str::FromStr>(flag: &str, value: &str) -> T {
-    value.parse().unwrap_or_else(|_| panic!("bad value for {flag}: {value}"))
-}
-
 /// On-CPU nanoseconds of this thread: on a machine shared with builds,
 /// wall time would count other processes' time.
 fn cpu_ns() -> Option<u64> {
@@ -296,20 +195,13 @@ pub fn minutes(value: Option<f64>) -> String {
 }
 
 fn main() {
-    let args = parse();
-    let mut config = defaults();
-    if let Some(seconds) = args.leak_for {
-        config.alerts.rules.leak_suspected.for_duration = Duration::from_secs(seconds);
-    }
-    if let Some(threshold) = args.leak_threshold {
-        config.alerts.rules.leak_suspected.threshold = threshold;
-    }
-    sampling::apply(&mut config, &args);
+    let args = args::parse();
+    let config = sampling::config(&args);
+    // An unknown --param is refused here, before any run is played.
+    tweak(&mut vramd::app::analyze_settings(&config), &args.params);
     let leak_rule = &config.alerts.rules.leak_suspected;
-    let custom = args.fast_interval.is_some()
-        || args.slow_interval.is_some()
-        || args.evaluation_interval.is_some()
-        || args.report_interval.is_some();
+    let custom = args.report_interval.is_some()
+        || args.keys.iter().any(|(flag, ..)| flag.ends_with("-interval"));
     // Only when changed: the default run's output stays as it was.
     if custom {
         println!(
@@ -346,7 +238,9 @@ fn main() {
         let runs = corpus_of(args.seed, &args);
         let mut settings = vramd::app::analyze_settings(&config);
         tweak(&mut settings, params);
-        let run = runs.get(index).unwrap_or_else(|| panic!("no run {index}"));
+        let Some(run) = runs.get(index) else {
+            refuse(&format!("--explain {index}: the corpus has {} runs", runs.len()))
+        };
         let outcome = play::play_with(run, &config, args.report_interval, &|settings| {
             tweak(settings, params)
         });

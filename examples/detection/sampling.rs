@@ -1,50 +1,26 @@
-//! The benchmark's sampling flags (`--fast-interval`, `--slow-interval`,
-//! `--evaluation-interval`) applied to the configuration with the bounds
-//! and the cross-key check the configuration itself applies.
+//! The benchmark's configuration: the defaults with the keys its flags set
+//! (`--fast-interval`, `--slow-interval`, `--evaluation-interval`,
+//! `--leak-threshold`, `--leak-for`), read by the daemon's own loader, so
+//! each key's bounds and the checks across keys (a slow tier faster than
+//! the fast one, a leak window of too few process lists) are the daemon's,
+//! not copies of them.
 
-use std::time::Duration;
+use vramd::config::{Config, ENV_PREFIX, ENV_SEPARATOR, LoadOptions, load};
 
-use vramd::config::Config;
+use super::args::{Args, refuse};
 
-use super::Args;
-
-pub fn duration(flag: &str, value: &str) -> Duration {
-    vramd::config::parse_duration(value).unwrap_or_else(|error| panic!("{flag} {value}: {error}"))
-}
-
-/// The sampler and evaluation flags into `config`, refused where the
-/// configuration would refuse them (bounds of each key, a slow tier
-/// faster than the fast one).
-pub fn apply(config: &mut Config, args: &Args) {
-    let within = |flag: &str, value: Duration, low: Duration, high: Duration| {
-        assert!(
-            (low..=high).contains(&value),
-            "{flag} must be between {low:?} and {high:?} (the configuration's bounds)"
-        );
-        value
-    };
-    let (ms, hour) = (Duration::from_millis, Duration::from_secs(3600));
-    if let Some(value) = args.fast_interval {
-        config.sampler.fast_interval = within("--fast-interval", value, ms(10), hour);
-    }
-    if let Some(value) = args.slow_interval {
-        config.sampler.slow_interval = within("--slow-interval", value, ms(100), hour);
-    }
-    if let Some(value) = args.evaluation_interval {
-        let ten_min = Duration::from_secs(600);
-        config.alerts.evaluation_interval =
-            within("--evaluation-interval", value, ms(100), ten_min);
-    }
-    assert!(
-        config.sampler.slow_interval >= config.sampler.fast_interval,
-        "the slow interval must be at least the fast interval (sampler.slow_interval)"
-    );
-    // As the configuration refuses it (`config::validate`): the leak
-    // window must hold 120 process lists, or no window is ever judged.
-    let rules = &config.alerts.rules;
-    let lists = rules.leak_window.as_nanos() / config.sampler.slow_interval.as_nanos().max(1);
-    assert!(
-        !rules.leak_suspected.enabled || lists >= 120,
-        "--slow-interval leaves alerts.leak_suspected.window {lists} process lists; at least 120"
-    );
+/// The configuration the corpus is played with; a refused flag ends the
+/// benchmark with the configuration's own message.
+pub fn config(args: &Args) -> Config {
+    let variable =
+        |key: &str| format!("{ENV_PREFIX}{}", key.replace('.', ENV_SEPARATOR).to_ascii_uppercase());
+    let env = args.keys.iter().map(|(_, key, text)| (variable(key), text.clone())).collect();
+    // No file and no search path: only the built-in defaults and the flags.
+    let options =
+        LoadOptions { config_path: None, search_paths: Vec::new(), env, ..Default::default() };
+    load(&options).unwrap_or_else(|error| {
+        let passed: Vec<String> =
+            args.keys.iter().map(|(flag, key, _)| format!("{flag} as {}", variable(key))).collect();
+        refuse(&format!("{error}\n(the flags are passed as variables: {})", passed.join(", ")))
+    })
 }
