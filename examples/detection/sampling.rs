@@ -5,22 +5,23 @@
 //! the fast one, a leak window of too few process lists) are the daemon's,
 //! not copies of them.
 
-use vramd::config::{Config, ENV_PREFIX, ENV_SEPARATOR, LoadOptions, load};
+use vramd::config::{Config, LoadOptions, env_var_for, load};
 
 use super::args::{Args, refuse};
 
 /// The configuration the corpus is played with; a refused flag ends the
 /// benchmark with the configuration's own message.
 pub fn config(args: &Args) -> Config {
-    let variable =
-        |key: &str| format!("{ENV_PREFIX}{}", key.replace('.', ENV_SEPARATOR).to_ascii_uppercase());
-    let env = args.keys.iter().map(|(_, key, text)| (variable(key), text.clone())).collect();
+    let env = args.keys.iter().map(|(_, key, text)| (env_var_for(key), text.clone())).collect();
     // No file and no search path: only the built-in defaults and the flags.
     let options =
         LoadOptions { config_path: None, search_paths: Vec::new(), env, ..Default::default() };
     load(&options).unwrap_or_else(|error| {
-        let passed: Vec<String> =
-            args.keys.iter().map(|(flag, key, _)| format!("{flag} as {}", variable(key))).collect();
+        let passed: Vec<String> = args
+            .keys
+            .iter()
+            .map(|(flag, key, _)| format!("{flag} as {}", env_var_for(key)))
+            .collect();
         refuse(&format!("{error}\n(the flags are passed as variables: {})", passed.join(", ")))
     })
 }

@@ -157,6 +157,17 @@ impl FloorLine {
     }
 }
 
+/// What [`FloorScratch::prior_high`] reads on the prior floor.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Highest {
+    /// Its single highest point.
+    Point,
+    /// Its highest level, a level being the lower of two neighbouring
+    /// points as for dips: one bucket minimum that missed the bottom of
+    /// the sawtooth stands high alone.
+    Level,
+}
+
 impl FloorScratch {
     /// The floor of the part of `series` (oldest first) at or after `from`,
     /// reduced to at most `buckets` equal-time bucket minima, and its line.
@@ -275,13 +286,11 @@ impl FloorScratch {
     /// The highest kept floor before `at`: what memory already held once.
     /// A floor climbing back to where it has been (a per-epoch ramp, out
     /// of an evaluation dip) is not the new ground a leak keeps taking.
-    /// With `levels`, the highest level instead, a level being the lower
-    /// of two neighbouring points as for dips: one bucket minimum that
-    /// missed the bottom of the sawtooth stands high alone.
-    pub fn prior_high(&self, at: Timestamp, levels: bool) -> Option<f64> {
+    /// `highest` says whether that is the highest point or level.
+    pub fn prior_high(&self, at: Timestamp, highest: Highest) -> Option<f64> {
         let before = at.unix_millis();
         let prior = &self.prior[..self.prior.partition_point(|&(x, _)| x < before)];
-        if levels && prior.len() > 1 {
+        if highest == Highest::Level && prior.len() > 1 {
             prior.windows(2).map(|pair| pair[0].1.min(pair[1].1)).max_by(f64::total_cmp)
         } else {
             prior.iter().map(|&(_, y)| y).max_by(f64::total_cmp)

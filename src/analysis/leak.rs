@@ -86,7 +86,7 @@ use serde::Serialize;
 
 use crate::model::Timestamp;
 
-use super::floor::{FloorLine, FloorScratch};
+use super::floor::{FloorLine, FloorScratch, Highest};
 use super::series::{PidSeries, ProcessMetric};
 use rules::{climbing_still, dips, holds, holds_on_quarters, judge_window};
 
@@ -282,21 +282,22 @@ fn assess(
     if let Err(reason) = verdict
         && reason != NotALeak::NoNewGround
     {
-        match without_dips(scratch, series, longest_span, params, &mut trace, None) {
+        let masked = match without_dips(scratch, series, longest_span, params, &mut trace, None) {
             Masked::Judged(Ok(evidence), _) => return Ok(evidence),
             Masked::Judged(Err(reason), masked) => {
                 came_back = Some(
                     reason == NotALeak::ReturnsToBaseline
                         && !climbing_still(scratch.points(), &masked, params),
                 );
-                // The rest reads the whole floor, dips and all: the same
-                // line as `longest`, read again into the scratch.
-                scratch.line(series, longest_from, longest_buckets).ok_or(NotALeak::NoTrend)?;
+                true
             }
-            Masked::NoLine => {
-                scratch.line(series, longest_from, longest_buckets).ok_or(NotALeak::NoTrend)?;
-            }
-            Masked::NothingLeftOut => {}
+            Masked::NoLine => true,
+            Masked::NothingLeftOut => false,
+        };
+        if masked {
+            // The rest reads the whole floor, dips and all: the same line
+            // as `longest`, read again into the scratch.
+            scratch.line(series, longest_from, longest_buckets).ok_or(NotALeak::NoTrend)?;
         }
     }
     let came_back = came_back.unwrap_or_else(|| {
@@ -440,8 +441,9 @@ fn new_ground(
     window: Duration,
     params: &LeakParams,
 ) -> bool {
-    let levels = window >= params.dips_shortest_window;
-    scratch.prior_high(from, levels).is_none_or(|high| {
+    let highest =
+        if window >= params.dips_shortest_window { Highest::Level } else { Highest::Point };
+    scratch.prior_high(from, highest).is_none_or(|high| {
         let end = line.intercept + line.slope * line.span_seconds;
         let slack = params.return_share * line.growth().max(0.0);
         let margin = (params.new_ground_spreads * line.spread).max(params.noise_floor_bytes);

@@ -84,9 +84,9 @@ impl KeySpec {
     }
 }
 
-/// `server.listen` → `VRAMD_SERVER__LISTEN`;
-/// `alerts.memory_high.threshold` → `VRAMD_ALERTS__MEMORY_HIGH__THRESHOLD`.
-#[cfg(test)]
+/// The environment variable that sets `key`: `server.listen` →
+/// `VRAMD_SERVER__LISTEN`; `alerts.memory_high.threshold` →
+/// `VRAMD_ALERTS__MEMORY_HIGH__THRESHOLD`.
 pub fn env_var_for(key: &str) -> String {
     format!("{ENV_PREFIX}{}", key.to_uppercase().replace('.', ENV_SEPARATOR))
 }

@@ -39,7 +39,7 @@ mod walk;
 
 pub use error::{ConfigError, Origin};
 pub use field::ByteSize;
-pub use keys::{Accepts, ENV_PREFIX, ENV_SEPARATOR, KEYS, KeySpec};
+pub use keys::{Accepts, ENV_PREFIX, KEYS, KeySpec, env_var_for};
 pub use load::{
     DEFAULT_SEARCH_PATHS, LoadOptions, Overrides, config_file, load, process_environment,
     read_at_most,

@@ -125,8 +125,12 @@ fn one_high_bucket_is_no_level_the_floor_held() {
     let prior = vec![(0, 10.0), (60_000, 10.0), (120_000, 30.0), (180_000, 11.0), (240_000, 12.0)];
     let scratch = FloorScratch { prior, ..FloorScratch::default() };
     let at = |ms| Timestamp::from_unix_millis(ms);
-    assert_eq!(scratch.prior_high(at(200_000), false), Some(30.0));
-    assert_eq!(scratch.prior_high(at(200_000), true), Some(11.0));
-    assert_eq!(scratch.prior_high(at(60_000), true), Some(10.0), "one point is its own level");
-    assert_eq!(scratch.prior_high(at(0), true), None);
+    assert_eq!(scratch.prior_high(at(200_000), Highest::Point), Some(30.0));
+    assert_eq!(scratch.prior_high(at(200_000), Highest::Level), Some(11.0));
+    assert_eq!(
+        scratch.prior_high(at(60_000), Highest::Level),
+        Some(10.0),
+        "one point is its own level"
+    );
+    assert_eq!(scratch.prior_high(at(0), Highest::Level), None);
 }
