@@ -17,7 +17,8 @@ use crate::alerts::evaluator::{Evaluator, SourceState};
 use crate::alerts::{AlertState, Transition};
 use crate::analysis::analyzer::{AnalysisSettings, Analyzer};
 use crate::clock::ScaledClock;
-use crate::config::{AlertsConfig, SimulatorConfig};
+use crate::alerts::AlertsConfig;
+use crate::source::Simulation;
 use crate::history::{HistoryStore, Sizing};
 use crate::model::Timestamp;
 use crate::play::{self, ProcessCap, Schedule};
@@ -94,7 +95,7 @@ impl Pipeline {
             store: Arc::new(HistoryStore::new(settings.sizing)),
             analyzer: Analyzer::new(settings.analysis.clone()),
             evaluator: Evaluator::new(&settings.alerts),
-            evaluation_interval: settings.alerts.evaluation_interval,
+            evaluation_interval: settings.analysis.evaluation_interval,
             next_evaluation: None,
             start: None,
             report: AnalyzeReport::default(),
@@ -142,11 +143,11 @@ impl Pipeline {
 /// Plays `simulator` for `duration` at the configured sampling intervals.
 pub fn simulate(
     settings: &AnalyzeSettings,
-    simulator: &SimulatorConfig,
+    simulation: &Simulation,
     duration: Duration,
 ) -> Result<AnalyzeReport, AnalyzeError> {
     let spec =
-        SimulatorSpec { scenario: simulator.scenario, gpus: simulator.gpus, seed: simulator.seed };
+        SimulatorSpec { scenario: simulation.scenario, gpus: simulation.simulator.gpus, seed: simulation.simulator.seed };
     let source =
         Simulator::with_origin(spec, ScaledClock::starting_at(GOLDEN_ORIGIN, 1.0), GOLDEN_ORIGIN)?;
     let mut pipeline = Pipeline::new(settings);

@@ -108,7 +108,7 @@ pub struct ProbeCommand {
 }
 
 fn parse_probe_size(text: &str) -> Result<u64, String> {
-    let bytes = crate::config::parse_size(text).map_err(|error| error.to_string())?;
+    let bytes = crate::setting::parse_size(text).map_err(|error| error.to_string())?;
     if bytes == 0 {
         return Err("must be more than 0".to_owned());
     }

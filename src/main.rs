@@ -16,8 +16,10 @@ use tracing_subscriber::{EnvFilter, Registry, reload};
 use vramd::alerts::AlertState;
 use vramd::analyze as offline_analysis;
 use vramd::cli::{AnalyzeArgs, Cli, Command, FailOn, ProbeCommand, scenario_lines};
-use vramd::config::SourceSelection;
-use vramd::config::{self, Config, LoadOptions, LogFormat};
+use vramd::app::Config;
+use vramd::config::{self, LoadOptions};
+use vramd::logging::LogFormat;
+use vramd::source::SourceSelection;
 use vramd::logging::{LevelControl, LogGuard, LogSink};
 use vramd::source::cuda::{ProbeAnswer, ProbeArgs, render_text};
 use vramd::source::trace::Replay;
@@ -90,8 +92,14 @@ fn pinned(mut options: LoadOptions) -> LoadOptions {
     options
 }
 
+/// The configuration, each key read under a moved spelling warned about
+/// once on stderr (logging is not set up yet: its format is a key).
 fn load(options: &LoadOptions) -> Result<Config, ExitCode> {
-    config::load(options).map_err(invalid_configuration)
+    let (config, deprecated) = config::load_noting(options).map_err(invalid_configuration)?;
+    for note in deprecated {
+        let _ = writeln!(std::io::stderr(), "vramd: warning: {note}");
+    }
+    Ok(config)
 }
 
 fn invalid_configuration(error: impl std::fmt::Display) -> ExitCode {
@@ -132,7 +140,7 @@ fn probe(args: &ProbeCommand) -> ExitCode {
 /// `vramd analyze`: offline pipeline, timeline on stdout.
 fn analyze(config: &Config, args: AnalyzeArgs) -> ExitCode {
     let settings = vramd::app::analyze_settings(config);
-    let report = match &config.source.selection {
+    let report = match &config.selection() {
         SourceSelection::Simulate(simulator) => {
             offline_analysis::simulate(&settings, simulator, args.duration)
         }

@@ -23,7 +23,7 @@ use serde_json::Value;
 use tempfile::TempDir;
 
 use support::{Deadline, http, pause};
-use vramd::alerts::notify::{AlertmanagerNotifier, Notifier, NotifySettings};
+use vramd::alerts::notify::{AlertmanagerNotifier, Notifier, NotifyConfig};
 use vramd::alerts::{Alert, AlertKey, AlertState, Severity};
 use vramd::clock::wall_now;
 
@@ -150,8 +150,8 @@ fn free_port() -> SocketAddr {
     listener.local_addr().unwrap()
 }
 
-fn notify_config(base: &str) -> NotifySettings {
-    NotifySettings {
+fn notify_config(base: &str) -> NotifyConfig {
+    NotifyConfig {
         alertmanager_url: Some(base.to_owned()),
         webhook_url: None,
         queue_capacity: std::num::NonZeroUsize::new(16).unwrap(),

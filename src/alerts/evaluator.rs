@@ -4,7 +4,7 @@
 //! Time is the snapshot's (the newest sample), never the wall clock.
 
 use crate::analysis::snapshot::AnalysisSnapshot;
-use crate::config::AlertsConfig;
+use super::AlertsConfig;
 use crate::model::Timestamp;
 
 use super::engine::{Engine, EngineLimits};
@@ -87,7 +87,7 @@ mod tests {
 
     use super::*;
     use crate::alerts::AlertState;
-    use crate::config::default_alerts;
+    use crate::alerts::AlertsConfig;
 
     fn at(seconds: i64) -> Timestamp {
         Timestamp::from_unix_millis(1_767_225_600_000 + seconds * 1000)

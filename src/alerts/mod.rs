@@ -6,6 +6,7 @@
 //! `telemetry`. Knows nothing of HTTP routes.
 
 pub mod board;
+mod config;
 pub mod engine;
 pub mod evaluator;
 pub mod model;
@@ -15,4 +16,5 @@ mod probe_rules;
 pub mod rules;
 pub mod runner;
 
+pub use config::{AlertsConfig, ForecastRule, FragmentationRule, RulesConfig, WindowRule};
 pub use model::{Alert, AlertKey, AlertState, Severity, Transition};

@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use crate::analysis::remediation;
 use crate::analysis::snapshot::DeviceFacts;
-use crate::config::RulesConfig;
+use super::RulesConfig;
 use crate::model::{OomCause, OomEvent, RuleId};
 
 use super::rules::{Draft, GIB, MIB, Observations};
@@ -48,7 +48,7 @@ pub(super) fn observe(
         out.judge(Draft {
             device: &facts.info,
             rule: RuleId::AllocatorOom,
-            config: &rules.allocator_oom,
+            config: &rules.allocator_oom.rule,
             process: pid.map(|pid| (pid, process.as_deref())),
             value: count as f64,
             text: &|| {

@@ -2,7 +2,7 @@
 //! free memory, and too little allocatable headroom for the job size.
 //! Both judge the device's latest successful probe.
 
-use crate::config::RulesConfig;
+use super::RulesConfig;
 use crate::model::{DeviceInfo, ProbeReading, RuleId};
 
 use super::rules::{Draft, MIB, Observations, gib};
@@ -79,7 +79,7 @@ pub(super) fn observe(
 mod tests {
     use super::*;
     use crate::alerts::engine::Verdict;
-    use crate::config::default_alerts;
+    use crate::alerts::AlertsConfig;
     use crate::model::{HeadroomSearch, HeadroomStop, Timestamp};
 
     const GIB: u64 = 1 << 30;

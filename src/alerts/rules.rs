@@ -7,7 +7,7 @@ use std::hash::{BuildHasher, RandomState};
 use crate::analysis::accounting::{self, fragmentation_ratio};
 use crate::analysis::remediation;
 use crate::analysis::snapshot::{DeviceSnapshot, ProcessFacts};
-use crate::config::RulesConfig;
+use super::RulesConfig;
 use crate::model::{DeviceInfo, Direction, MemoryInfo, RuleId, RuleSettings};
 
 use super::engine::{Observation, Verdict};
@@ -217,7 +217,7 @@ pub fn observe(rules: &RulesConfig, snapshot: &DeviceSnapshot, out: &mut Observa
         out.judge(Draft {
             device,
             rule: RuleId::XidError,
-            config: &rules.xid_error,
+            config: &rules.xid_error.rule,
             process: None,
             value: new_errors as f64,
             text: &|| {
@@ -225,7 +225,7 @@ pub fn observe(rules: &RulesConfig, snapshot: &DeviceSnapshot, out: &mut Observa
                     format!("{name} reported {new_errors} Xid error(s)"),
                     format!(
                         "{new_errors} Xid error(s) within {}; see vramd_xid_errors_total and the daemon log for the codes and their meaning.",
-                        minutes(rules.xid_window.as_secs_f64())
+                        minutes(rules.xid_error.window.as_secs_f64())
                     ),
                 )
             },
@@ -289,7 +289,7 @@ fn memory_rules(
     out.judge(Draft {
         device,
         rule: RuleId::ExhaustionForecast,
-        config: &rules.exhaustion_forecast,
+        config: &rules.exhaustion_forecast.rule,
         process: None,
         value: tte.unwrap_or(f64::INFINITY),
         text: &|| {
@@ -330,7 +330,7 @@ fn process_rules(
         out.judge(Draft {
             device,
             rule: RuleId::LeakSuspected,
-            config: &rules.leak_suspected,
+            config: &rules.leak_suspected.rule,
             process: Some((process.pid, process.name.as_deref())),
             value: leak.evidence.slope_bytes_per_second,
             text: &|| {
@@ -353,11 +353,11 @@ fn process_rules(
     }
     if let Some(stats) = process.allocator {
         let ratio = fragmentation_ratio(&stats, process.snapshot.as_ref()).unwrap_or(0.0);
-        let big_enough = stats.reserved_bytes >= rules.fragmentation_min_reserved_bytes.get();
+        let big_enough = stats.reserved_bytes >= rules.allocator_fragmentation_high.min_reserved.get();
         out.judge(Draft {
             device,
             rule: RuleId::AllocatorFragmentationHigh,
-            config: &rules.allocator_fragmentation_high,
+            config: &rules.allocator_fragmentation_high.rule,
             process: Some((process.pid, process.name.as_deref())),
             value: if big_enough { ratio } else { 0.0 },
             text: &|| {
@@ -383,7 +383,7 @@ fn process_rules(
         out.judge(Draft {
             device,
             rule: RuleId::AllocatorRetries,
-            config: &rules.allocator_retries,
+            config: &rules.allocator_retries.rule,
             process: Some((process.pid, process.name.as_deref())),
             value: retries as f64,
             text: &|| {
@@ -394,7 +394,7 @@ fn process_rules(
                     ),
                     format!(
                         "num_alloc_retries rose by {retries} within {}: allocations only succeeded after freeing the whole cache, the step before an OOM.",
-                        minutes(rules.retries_window.as_secs_f64())
+                        minutes(rules.allocator_retries.window.as_secs_f64())
                     ),
                 )
             },
@@ -408,7 +408,7 @@ fn process_rules(
         out.judge(Draft {
             device,
             rule: RuleId::AllocatorOom,
-            config: &rules.allocator_oom,
+            config: &rules.allocator_oom.rule,
             process: Some((process.pid, process.name.as_deref())),
             value: ooms as f64,
             text: &|| {
@@ -417,7 +417,7 @@ fn process_rules(
                     format!("{who} on {name} ran out of memory"),
                     format!(
                         "num_ooms rose by {ooms} within {}.",
-                        minutes(rules.oom_window.as_secs_f64())
+                        minutes(rules.allocator_oom.window.as_secs_f64())
                     ),
                 )
             },

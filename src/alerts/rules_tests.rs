@@ -4,7 +4,7 @@ use super::*;
 use crate::alerts::engine::Verdict;
 use crate::analysis::snapshot::DeviceFacts;
 use crate::analysis::summary::DeviceAnalysis;
-use crate::config::default_alerts;
+use crate::alerts::AlertsConfig;
 use crate::model::{AllocatorStats, Timestamp};
 
 const GIB: u64 = 1 << 30;

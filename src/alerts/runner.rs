@@ -1,4 +1,4 @@
-//! The daemon's pipeline loop: every `alerts.evaluation_interval` of source
+//! The daemon's pipeline loop: every `analysis.evaluation_interval` of source
 //! time, analyse (publishing the snapshot), evaluate the rules over it
 //! (publishing the alerts), hand state changes to the notifiers, and re-send
 //! firing alerts every `notify.resend_interval`.
@@ -16,7 +16,7 @@ use tracing::warn;
 
 use crate::analysis::analyzer::{AnalysisSettings, Analyzer};
 use crate::analysis::snapshot::{AnalysisBoard, AnalysisSnapshot};
-use crate::config::AlertsConfig;
+use super::AlertsConfig;
 use crate::history::HistoryStore;
 use crate::model::Timestamp;
 use crate::telemetry::Telemetry;
@@ -56,7 +56,7 @@ pub async fn run(
 ) {
     let mut current = settings.borrow_and_update().clone();
     let ticker_for = |current: &RunnerSettings| {
-        let period = crate::clock::real_interval(current.alerts.evaluation_interval, speed)
+        let period = crate::clock::real_interval(current.analysis.evaluation_interval, speed)
             .max(Duration::from_millis(1));
         let mut ticker = tokio::time::interval(period);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
@@ -87,7 +87,7 @@ pub async fn run(
                     }
                     evaluator.reconfigure(&next.alerts);
                 }
-                if next.alerts.evaluation_interval != current.alerts.evaluation_interval {
+                if next.analysis.evaluation_interval != current.analysis.evaluation_interval {
                     ticker = ticker_for(&next);
                 }
                 if next.notifiers_generation != current.notifiers_generation {

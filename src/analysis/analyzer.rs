@@ -21,15 +21,17 @@ use super::process_growth::ProcessGrowth;
 use super::series;
 use super::snapshot::{AnalysisSnapshot, DeviceFacts, DeviceSnapshot, ProcessFacts};
 use super::summary::{DeviceAnalysis, ProcessLeak};
+use super::AnalysisConfig;
 use super::trend::exhaustion::{projected_peak, seconds_to_full};
 use super::trend::{ForecastParams, Trend};
 
-/// The windows and thresholds the analysis uses, built by the wiring from
-/// the `alerts.*` configuration the rules judge with.
+/// The windows and thresholds the analysis uses: `[analysis]` itself
+/// (through `Deref`), and what the wiring derives from the rules the
+/// analysis serves (`[alerts.<rule>]` windows and thresholds).
 #[derive(Clone, Debug, PartialEq)]
 pub struct AnalysisSettings {
-    /// Window of the device growth estimate.
-    pub trend_window: Duration,
+    /// `[analysis]`.
+    pub config: AnalysisConfig,
     /// Least fit of the growth trend for a time to exhaustion.
     pub exhaustion_min_fit: f64,
     /// Windows over which allocator retries and OOMs are counted.
@@ -45,17 +47,13 @@ pub struct AnalysisSettings {
     pub pressure: PressureThresholds,
     /// How the growth trend of the used-memory floor is forecast.
     pub forecast: ForecastParams,
-    /// How often (source time) leaks are re-assessed (`alerts.leak_check_interval`,
-    /// 30 s). The shortest leak window is minutes long, so 30 s changes little;
-    /// 30 s rather than 60 s keeps a fast leak's alert within the 5-minute target.
-    pub leak_check_interval: Duration,
-    /// How often (source time) the growth trend is re-estimated
-    /// (`alerts.trend_check_interval`, 15 s): a 10-minute window moves
-    /// little in 15 s, and this is the costliest per-pass step.
-    pub trend_check_interval: Duration,
-    /// Xid totals remembered per device for the window count
-    /// (`alerts.max_xid_history`).
-    pub max_xid_history: usize,
+}
+
+impl std::ops::Deref for AnalysisSettings {
+    type Target = AnalysisConfig;
+    fn deref(&self) -> &AnalysisConfig {
+        &self.config
+    }
 }
 
 pub struct Analyzer {
@@ -367,7 +365,7 @@ fn xid_increase(
         history.push_back((now, total));
     }
     let oldest_kept = now.saturating_sub(window);
-    while history.len() > settings.max_xid_history
+    while history.len() > settings.max_xid_history.get()
         || history.get(1).is_some_and(|&(at, _)| at <= oldest_kept)
     {
         history.pop_front();

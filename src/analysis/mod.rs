@@ -10,6 +10,7 @@
 
 pub mod accounting;
 pub mod analyzer;
+mod config;
 pub mod floor;
 pub mod leak;
 pub mod pressure;
@@ -19,3 +20,5 @@ pub mod series;
 pub mod snapshot;
 pub mod summary;
 pub mod trend;
+
+pub use config::AnalysisConfig;

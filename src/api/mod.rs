@@ -8,6 +8,7 @@
 //! `alerts::board`, `ingest`, `exposition`, `telemetry`, `model`.
 
 mod alerts;
+mod config;
 mod dto;
 mod error;
 mod history;
@@ -37,6 +38,7 @@ use crate::exposition;
 use crate::history::HistoryStore;
 use crate::telemetry::Telemetry;
 
+pub use config::ApiConfig;
 pub use error::{ApiError, ErrorBody, StaleTier};
 
 /// Put on a request by the server's guard when the web configuration's

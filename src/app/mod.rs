@@ -6,7 +6,8 @@
 //!
 //! Depends on every other module; nothing depends on it but `main`.
 
-mod reload;
+mod config;
+pub mod reload;
 mod settings;
 mod sources;
 
@@ -19,11 +20,12 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use self::reload::reload_steps;
+pub use self::config::{Config, MAX_SAMPLES_PER_DEVICE, MIN_LEAK_WINDOW_SAMPLES, load};
 pub use self::reload::{Reload, load_web_config};
 use self::settings::{AlertGate, open_snapshots, start_kubernetes};
 pub use self::settings::{
-    analysis_settings, analyze_settings, history_sizing, kubernetes_settings, notify_settings,
-    probe_settings, read_token_file, report_intake, sampler_settings,
+    analysis_settings, analyze_settings, history_sizing, probe_settings, read_token_file,
+    report_intake, sampler_settings,
 };
 pub use self::sources::{BuiltSource, build_source};
 use self::sources::{
@@ -35,12 +37,12 @@ use crate::alerts::runner::{self, Boards, RunnerSettings};
 use crate::analysis::snapshot::AnalysisBoard;
 use crate::api::{self, AppState, Limits};
 use crate::clock::wall_now;
-use crate::config::{Config, SourceSelection};
+use crate::source::SourceSelection;
 use crate::history::HistoryStore;
 use crate::kubernetes::AttributionBoard;
 use crate::model::{DeviceInfo, SlowReading};
-use crate::reload::Reloader;
-use crate::reload::steps::{Pipeline, PipelineStep};
+use self::reload::Reloader;
+use self::reload::steps::{Pipeline, PipelineStep};
 use crate::sampler;
 use crate::server::{self, ServeSettings};
 use crate::source::simulator::SimulatorError;
@@ -133,7 +135,7 @@ pub async fn run(
     let sampler_joins_reports = record_health.is_none();
     let sampler_settings = sampler_settings(&config);
     let speed = sampler_settings.speed;
-    if config.nvml.require_gpu && config.source.selection == SourceSelection::Driver {
+    if config.nvml.require_gpu && config.selection() == SourceSelection::Driver {
         require_devices(&source, config.nvml.init_timeout).await?;
     }
     let telemetry = Arc::new(Telemetry::new(source.name())?);
@@ -187,7 +189,7 @@ pub async fn run(
     let scheme =
         if web.as_ref().is_some_and(|web| web.current().tls.is_some()) { "https" } else { "http" };
     let external_url = format!("{scheme}://{local}");
-    let notify = notify_settings(&config.notify);
+    let notify = config.notify.clone();
     let notifiers = notify::build_notifiers(&notify, &external_url).map_err(AppError::Notify)?;
     // Its own token, so a reload can stop these notifiers and start others.
     let notifiers_stop = cancel.child_token();
@@ -195,7 +197,7 @@ pub async fn run(
         .then(|| notify::spawn(notifiers, &notify, telemetry.clone(), notifiers_stop.clone()));
     let analyses = Arc::new(AnalysisBoard::default());
     let (runner_settings, runner_watch) = tokio::sync::watch::channel(Arc::new(RunnerSettings {
-        analysis: analysis_settings(&config.alerts),
+        analysis: analysis_settings(&config),
         alerts: config.alerts.clone(),
         resend_interval: config.notify.resend_interval,
         dispatch,
@@ -212,7 +214,6 @@ pub async fn run(
     let pipeline = PipelineStep(Arc::new(Pipeline {
         settings: runner_settings,
         analysis: analysis_settings,
-        notify: notify_settings,
         notifiers: notifiers_stop.into(),
         shutdown: cancel.clone(),
         telemetry: telemetry.clone(),

@@ -10,18 +10,18 @@ use tokio_util::sync::CancellationToken;
 use super::AppError;
 use crate::alerts::AlertState;
 use crate::alerts::board::AlertBoard;
-use crate::alerts::notify::NotifySettings;
 use crate::analysis::analyzer::AnalysisSettings;
 use crate::analysis::leak::LeakParams;
 use crate::analysis::pressure::PressureThresholds;
 use crate::analyze::AnalyzeSettings;
 use crate::api;
-use crate::config::{AlertsConfig, Config, NotifyConfig, SourceSelection};
+use super::Config;
 use crate::history::Sizing;
-use crate::ingest::{ReportLimits, ReportStore, StoreLimits};
-use crate::kubernetes::{self, AttributionBoard, KubernetesSettings};
+use crate::ingest::ReportStore;
+use crate::kubernetes::{self, AttributionBoard};
 use crate::model::RuleId;
 use crate::sampler::SamplerSettings;
+use crate::source::SourceSelection;
 use crate::sampler::probe::{ProbeGate, ProbeSettings};
 use crate::source::probe::ProbeRequest;
 use crate::telemetry::Telemetry;
@@ -47,21 +47,11 @@ pub fn read_token_file(config: &Config) -> Result<Option<String>, AppError> {
 
 /// The sampler settings the configuration implies.
 pub fn sampler_settings(config: &Config) -> SamplerSettings {
+    let driver = config.selection() == SourceSelection::Driver;
     SamplerSettings {
-        fast_interval: config.sampler.fast_interval,
-        slow_interval: config.sampler.slow_interval,
-        call_timeout: config.sampler.call_timeout,
-        discovery_timeout: match config.source.selection {
-            SourceSelection::Driver => config.nvml.init_timeout,
-            _ => config.sampler.call_timeout,
-        },
-        max_processes_per_device: config.sampler.max_processes_per_device.get(),
-        max_devices: config.sampler.max_devices.get(),
-        discovery_retry_max: config.sampler.discovery_retry_max,
-        speed: match config.source.selection {
-            SourceSelection::Driver => 1.0,
-            _ => config.source.speed,
-        },
+        config: config.sampler.clone(),
+        discovery_timeout: if driver { config.nvml.init_timeout } else { config.sampler.call_timeout },
+        speed: if driver { 1.0 } else { config.source.speed },
         runtime_ticks: false,
     }
 }
@@ -103,20 +93,6 @@ impl ProbeGate for AlertGate {
     }
 }
 
-/// The notifiers' settings: `[notify]` as written.
-pub fn notify_settings(notify: &NotifyConfig) -> NotifySettings {
-    NotifySettings {
-        alertmanager_url: notify.alertmanager_url.clone(),
-        webhook_url: notify.webhook_url.clone(),
-        queue_capacity: notify.queue_capacity,
-        timeout: notify.timeout,
-        resend_interval: notify.resend_interval,
-        max_retries: notify.max_retries,
-        retry_backoff_max: notify.retry_backoff_max,
-        external_url: notify.external_url.clone(),
-    }
-}
-
 /// Ring sizes: the fast tier covers `history.retention`; the slow tier
 /// (process lists) only what the alert rules read, when that is shorter.
 pub fn history_sizing(config: &Config) -> Sizing {
@@ -130,35 +106,35 @@ pub fn history_sizing(config: &Config) -> Sizing {
     Sizing { oom_events: config.ingest.max_oom_events.get(), ..sizing }
 }
 
-/// The analysis windows and thresholds: those the alert rules judge with.
-pub fn analysis_settings(alerts: &AlertsConfig) -> AnalysisSettings {
-    let rules = &alerts.rules;
-    let leak = rules.leak_suspected.enabled.then(|| {
+/// The analysis settings: `[analysis]`, and the windows and thresholds of
+/// the rules it serves; a probe reading is stale after two probe intervals.
+pub fn analysis_settings(config: &Config) -> AnalysisSettings {
+    let rules = &config.alerts.rules;
+    let analysis = &config.analysis;
+    let leak = &rules.leak_suspected;
+    let leak = leak.rule.enabled.then(|| {
         let params = LeakParams {
-            min_slope_bytes_per_second: rules.leak_suspected.threshold,
-            hold_slope_bytes_per_second: rules.leak_suspected.clear,
-            shortest_window: alerts.leak_shortest_window.min(rules.leak_window),
-            warmup: alerts.leak_warmup,
-            ..LeakParams::for_window(rules.leak_window)
+            min_slope_bytes_per_second: leak.rule.threshold,
+            hold_slope_bytes_per_second: leak.rule.clear,
+            shortest_window: analysis.leak_shortest_window.min(leak.window),
+            warmup: analysis.leak_warmup,
+            ..LeakParams::for_window(leak.window)
         };
-        (rules.leak_window, params)
+        (leak.window, params)
     });
     AnalysisSettings {
-        trend_window: alerts.trend_window,
-        exhaustion_min_fit: rules.exhaustion_min_fit,
-        retries_window: rules.retries_window,
-        oom_window: rules.oom_window,
-        xid_window: rules.xid_window,
+        config: analysis.clone(),
+        exhaustion_min_fit: rules.exhaustion_forecast.min_fit,
+        retries_window: rules.allocator_retries.window,
+        oom_window: rules.allocator_oom.window,
+        xid_window: rules.xid_error.window,
         leak,
-        probe_stale_after: rules.probe_stale_after,
+        probe_stale_after: config.probe.interval.saturating_mul(2),
         pressure: PressureThresholds::default(),
         forecast: crate::analysis::trend::ForecastParams {
-            min_span: alerts.forecast_min_span,
+            min_span: analysis.forecast_min_span,
             ..Default::default()
         },
-        leak_check_interval: alerts.leak_check_interval,
-        trend_check_interval: alerts.trend_check_interval,
-        max_xid_history: alerts.max_xid_history.get(),
     }
 }
 
@@ -170,20 +146,8 @@ pub fn analyze_settings(config: &Config) -> AnalyzeSettings {
         fast_interval: config.sampler.fast_interval,
         slow_interval: config.sampler.slow_interval,
         max_processes_per_device: config.sampler.max_processes_per_device.get(),
-        analysis: analysis_settings(&config.alerts),
+        analysis: analysis_settings(config),
         alerts: config.alerts.clone(),
-    }
-}
-
-/// `[kubernetes]` as the attribution poller reads it.
-pub fn kubernetes_settings(config: &Config) -> KubernetesSettings {
-    let kubernetes = &config.kubernetes;
-    KubernetesSettings {
-        pod_resources_socket: kubernetes.pod_resources_socket.clone(),
-        runtime_socket: kubernetes.runtime_socket.clone(),
-        refresh_interval: kubernetes.refresh_interval,
-        call_timeout: kubernetes.call_timeout,
-        max_containers: kubernetes.max_containers.get(),
     }
 }
 
@@ -197,7 +161,7 @@ pub(super) fn start_kubernetes(
 ) -> Result<(), AppError> {
     telemetry.watch_kubernetes(&[kubernetes::API_POD_RESOURCES, kubernetes::API_RUNTIME])?;
     tokio::spawn(kubernetes::run(
-        kubernetes_settings(config),
+        config.kubernetes.clone(),
         board,
         telemetry.clone(),
         cancel.clone(),
@@ -209,15 +173,8 @@ pub(super) fn start_kubernetes(
 pub fn report_intake(config: &Config, token: Option<String>) -> api::reports::Ingest {
     let ingest = &config.ingest;
     api::reports::Ingest {
-        store: Arc::new(ReportStore::new(StoreLimits {
-            ttl: ingest.ttl,
-            rate_limit_per_second: ingest.rate_limit_per_second.get(),
-            max_reporters: ingest.max_reporters.get(),
-        })),
-        limits: ReportLimits {
-            max_devices: ingest.max_devices.get(),
-            max_stats: ingest.max_stats.get(),
-        },
+        store: Arc::new(ReportStore::new(ingest.store_limits())),
+        limits: ingest.report_limits(),
         oom: crate::ingest::OomIntake::new(
             ingest.rate_limit_per_second.get(),
             ingest.max_reporters.get(),

@@ -12,7 +12,8 @@ use tracing::warn;
 use super::AppError;
 use crate::api::reports::OomHook;
 use crate::clock::{ScaledClock, wall_now};
-use crate::config::{Config, SourceSelection};
+use super::Config;
+use crate::source::SourceSelection;
 use crate::history::HistoryStore;
 use crate::ingest::{ReportLimits, ReportStore};
 use crate::model::OomEvent;
@@ -54,7 +55,7 @@ pub fn build_source(
         _,
         Option<Arc<dyn Prober>>,
         _,
-    ) = match &config.source.selection {
+    ) = match &config.selection() {
         SourceSelection::Driver => {
             let nvml = NvmlSource::new(NvmlSettings {
                 library_path: config.nvml.library_path.clone(),
@@ -71,11 +72,11 @@ pub fn build_source(
             let origin = clock.origin();
             let spec = SimulatorSpec {
                 scenario: simulator.scenario,
-                gpus: simulator.gpus,
-                seed: simulator.seed,
+                gpus: simulator.simulator.gpus,
+                seed: simulator.simulator.seed,
             };
             let mut built = Simulator::with_origin(spec, clock, origin)?.reporting_allocator();
-            if simulator.container_ids {
+            if simulator.simulator.container_ids {
                 built = built.with_container_ids();
             }
             let prober = Arc::new(built.clone());
@@ -108,7 +109,7 @@ pub fn build_source(
     let options = RecordOptions {
         mode: config.source.record_mode,
         keep: config.source.record_keep.get(),
-        protect: match &config.source.selection {
+        protect: match &config.selection() {
             SourceSelection::Replay { path } => Some(path.clone()),
             _ => None,
         },

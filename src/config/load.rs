@@ -2,40 +2,34 @@
 //!
 //! Owns: [`LoadOptions`], [`Overrides`] (the command-line options that set
 //! keys, which `cli` flattens into its own), [`load`] and the file search.
-//! Layers, lowest first: built-in defaults (serde's, from each section's
-//! `Default`), the configuration file, `VRAMD_<SECTION>__<KEY>`
-//! environment variables, command-line options. Every value is kept as
-//! written (strings stay strings), collected with its origin by `walk` and
-//! read through serde by `validate`. The process environment is never read
-//! here; the caller passes it in. Depends on the config submodules and the
-//! `config` crate.
+//! Layers, lowest first: the built-in defaults (the document's `Default`,
+//! written out key by key as the file would write it), the configuration
+//! file, `VRAMD_<SECTION>__<KEY>` environment variables, command-line
+//! options. Each layer is a tree of values as written; each key's origin
+//! is the last layer that set it. The process environment is never read
+//! here; the caller passes it in.
 //!
-//! Why the `config` crate with `serde_path_to_error` and not figment:
-//! errors must name the exact variable (`VRAMD_SAMPLER__FAST_INTERVAL`);
-//! here each key is mapped to the variable or flag that set it (a value
-//! set by neither came from the file), and `serde_path_to_error` names the
-//! full key serde refused. figment's per-value `Metadata` names a provider
-//! and interpolates the key path, so the exact variable would still need a
-//! custom interpolater; its `Env` provider also parses values (`"1"`
-//! becomes an integer), while here environment values stay the text the
-//! user wrote, which validation quotes back. Cost: `config` and
-//! `serde_path_to_error` were both already built (the latter for axum);
-//! figment would add it and its own dependencies, among them a proc-macro
-//! crate, to every clean build on a 2-core machine, for no gain in what
-//! errors can say.
+//! Why no `config` crate any more (it merged the layers until the sections
+//! moved into their components): every layer is now walked here anyway,
+//! to record origins key by key and to read moved keys under their new
+//! names, so what the crate still did was parse TOML (the `toml` crate it
+//! used does that directly) and hold one more representation of every
+//! value between the file and serde. The trees are `serde_json::Value`,
+//! which serde reads with `serde_path_to_error` naming the full key.
 
 use std::collections::BTreeMap;
 use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 
-use config::{Environment, FileFormat, Map, Source, Value};
+use serde_json::{Map, Value};
 
+use super::catalogue::{ENV_PREFIX, ENV_SEPARATOR};
 use super::error::{ConfigError, Origin};
-use super::keys::{ENV_PREFIX, ENV_SEPARATOR};
-use super::sections::Config;
-use super::validate::validate;
-use super::walk::{self, OriginContext};
+use super::render::key_values;
+use super::tree::{self, Origins};
+use super::Document;
 use crate::model::ScenarioKind;
+use crate::setting::Keys;
 
 /// Where the configuration file is looked for when `--config` is not
 /// given, first match wins.
@@ -121,7 +115,7 @@ impl Overrides {
                 .transpose()
         };
         let text = |key, flag, value: Option<String>| value.map(|value| (key, flag, value));
-        Ok([
+        let entries = [
             text("server.listen", "--listen", self.listen.clone()),
             text("source.simulate", "--simulate", self.simulate.clone()),
             text("simulator.gpus", "--gpus", self.gpus.map(|n| n.to_string())),
@@ -134,10 +128,8 @@ impl Overrides {
             text("log.format", "--log-format", self.log_format.clone()),
             text("log.level", "--log-level", self.log_level.clone()),
             text("nvml.require_gpu", "--require-gpu", self.require_gpu.then(|| "true".to_owned())),
-        ]
-        .into_iter()
-        .flatten()
-        .collect())
+        ];
+        Ok(entries.into_iter().flatten().collect())
     }
 }
 
@@ -193,48 +185,108 @@ pub fn config_file(options: &LoadOptions) -> Result<Option<PathBuf>, ConfigError
     }
 }
 
+/// A moved key read under its old spelling.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Deprecated {
+    pub old: String,
+    pub new: String,
+    pub origin: Origin,
+}
+
+impl std::fmt::Display for Deprecated {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} (from {}) is deprecated: write {} instead", self.old, self.origin, self.new)
+    }
+}
+
 /// Loads and validates the configuration: built-in defaults, then the
 /// file, then the environment, then the overrides.
-pub fn load(options: &LoadOptions) -> Result<Config, ConfigError> {
-    let other = |error: config::ConfigError| ConfigError::Other { reason: error.to_string() };
-    // Built-in defaults are serde's (`#[serde(default)]` on every section),
-    // so the layers hold only what was set.
-    let mut builder = config::Config::builder();
+pub fn load<D: Document>(options: &LoadOptions) -> Result<D, ConfigError> {
+    load_noting(options).map(|(document, _)| document)
+}
+
+/// [`load`], with the moved keys that were read under their old spelling.
+pub fn load_noting<D: Document>(options: &LoadOptions) -> Result<(D, Vec<Deprecated>), ConfigError> {
+    let keys = D::keys();
+    let mut merged = Map::new();
+    for (spec, value) in key_values(&D::default()) {
+        if !value.is_null() {
+            tree::set(&mut merged, &spec.key, value);
+        }
+    }
+    let mut origins = Origins::new();
+    let mut deprecated = Vec::new();
     let file = config_file(options)?;
+    let mut layers = Vec::new();
     if let Some(path) = &file {
-        builder = builder.add_source(file_layer(path)?);
+        layers.push(file_layer(path)?);
     }
-
-    let (env_layer, env_vars) = environment_layer(&options.env)?;
-    builder = builder.add_source(env_layer);
-
-    let mut override_flags = BTreeMap::new();
-    for (key, flag, value) in options.overrides.entries()? {
-        override_flags.insert(key, flag);
-        builder = builder.set_override(key, value).map_err(other)?;
+    layers.push(environment_layer(&options.env)?);
+    layers.push(override_layer(&options.overrides)?);
+    for (mut layer, mut set_by) in layers {
+        for (old, new) in D::moved() {
+            if let Some(value) = tree::take(&mut layer, &old) {
+                let origin = set_by.remove(&old).unwrap_or(Origin::Default);
+                deprecated.push(Deprecated { old, new: new.clone(), origin: origin.clone() });
+                set_by.insert(new.clone(), origin);
+                tree::set(&mut layer, &new, value);
+            }
+        }
+        let mut leaves = Vec::new();
+        tree::leaves("", &layer, &mut leaves);
+        for (key, value) in leaves {
+            let origin = set_by.get(&key).cloned().unwrap_or(Origin::Default);
+            origins.insert(key.clone(), origin);
+            tree::set(&mut merged, &key, value);
+        }
     }
-
-    let merged = builder.build().map_err(other)?;
-    let context =
-        OriginContext { file: file.as_deref(), env_vars: &env_vars, overrides: &override_flags };
-    let values = walk::check(&merged.cache, &context)?;
-    validate(merged.cache, &values)
+    tree::check_shape(keys, &merged, "", &origins)?;
+    let origin = |key: &str| origins.get(key).cloned().unwrap_or(Origin::Default);
+    let mut written = BTreeMap::new();
+    for spec in keys {
+        let Some(value) = tree::take(&mut merged, &spec.key) else { continue };
+        let read = tree::read(spec, &value).map_err(|reason| ConfigError::InvalidValue {
+            key: spec.key.clone(),
+            value: value.to_string(),
+            origin: origin(&spec.key),
+            reason,
+        })?;
+        if origins.contains_key(&spec.key) {
+            written.insert(spec.key.as_str(), value.to_string());
+        }
+        tree::set(&mut merged, &spec.key, read);
+    }
+    let document: D = serde_path_to_error::deserialize(Value::Object(merged)).map_err(|error| {
+        let key = error.path().to_string();
+        ConfigError::InvalidValue {
+            value: written.get(key.as_str()).cloned().unwrap_or_else(|| "(not set)".into()),
+            origin: origin(&key),
+            reason: error.into_inner().to_string(),
+            key,
+        }
+    })?;
+    let mut checked = Keys::default();
+    document.check(&mut checked);
+    if let Some(refused) = checked.refused() {
+        return Err(ConfigError::InvalidValue {
+            value: written.get(refused.key.as_str()).cloned().unwrap_or(refused.shown),
+            origin: origin(&refused.key),
+            reason: refused.reason,
+            key: refused.key,
+        });
+    }
+    document.check_across().map_err(|conflict| ConfigError::Conflict {
+        first_origin: origin(conflict.first),
+        second_origin: origin(conflict.second),
+        first: conflict.first,
+        second: conflict.second,
+        reason: conflict.reason,
+    })?;
+    Ok((document, deprecated))
 }
 
-/// The configuration file, parsed once up front so a syntax error is
-/// reported as the file's, not as a merge failure.
-#[derive(Clone, Debug)]
-struct FileLayer(Map<String, Value>);
-
-impl Source for FileLayer {
-    fn clone_into_box(&self) -> Box<dyn Source + Send + Sync> {
-        Box::new(self.clone())
-    }
-
-    fn collect(&self) -> Result<Map<String, Value>, config::ConfigError> {
-        Ok(self.0.clone())
-    }
-}
+/// A layer: its tree, and where each of its keys came from.
+type Layer = (Map<String, Value>, Origins);
 
 /// Largest configuration file read. A fixed bound, not a key: the file
 /// cannot bound its own reading (`--config /dev/zero` must not fill RAM).
@@ -248,7 +300,7 @@ pub fn read_at_most(path: &Path, max: u64) -> io::Result<Option<String>> {
     Ok((text.len() as u64 <= max).then_some(text))
 }
 
-fn file_layer(path: &Path) -> Result<FileLayer, ConfigError> {
+fn file_layer(path: &Path) -> Result<Layer, ConfigError> {
     let read_error = |source| ConfigError::FileRead { path: path.to_path_buf(), source };
     let text = read_at_most(path, MAX_CONFIG_FILE_BYTES).map_err(read_error)?.ok_or_else(|| {
         let why = format!(
@@ -257,53 +309,64 @@ fn file_layer(path: &Path) -> Result<FileLayer, ConfigError> {
         read_error(io::Error::new(io::ErrorKind::InvalidData, why))
     })?;
     let text = text.strip_prefix('\u{feff}').unwrap_or(&text);
-    let map = config::File::from_str(text, FileFormat::Toml).collect().map_err(|error| {
-        let reason = match error {
-            config::ConfigError::FileParse { cause, .. } => cause.to_string(),
-            other => other.to_string(),
-        };
-        ConfigError::FileParse { path: path.to_path_buf(), reason: reason.trim().to_owned() }
-    })?;
-    Ok(FileLayer(map))
+    let parse_error = |reason: String| ConfigError::FileParse {
+        path: path.to_path_buf(),
+        reason: reason.trim().to_owned(),
+    };
+    let table: toml::Table = toml::from_str(text).map_err(|error| parse_error(error.to_string()))?;
+    match serde_json::to_value(table).map_err(|error| parse_error(error.to_string()))? {
+        Value::Object(tree) => {
+            let mut leaves = Vec::new();
+            tree::leaves("", &tree, &mut leaves);
+            let origin = Origin::File(path.to_path_buf());
+            let set_by = leaves.into_iter().map(|(key, _)| (key, origin.clone())).collect();
+            Ok((tree, set_by))
+        }
+        _ => Err(parse_error("not a table".into())),
+    }
 }
 
-/// The dotted key an environment variable sets, the way
-/// `config::Environment` derives it: lowercased, prefix removed, `__` → `.`.
+/// The dotted key an environment variable sets: lowercased, prefix
+/// removed, `__` → `.`.
 fn env_key(name: &str) -> Option<String> {
     let rest = name.strip_prefix(ENV_PREFIX)?;
     Some(rest.to_lowercase().replace(ENV_SEPARATOR, "."))
 }
 
-/// Most levels an environment variable's key may have. Keys have two or
-/// three; the configuration library nests one table per level, recursively,
-/// so a name with thousands of `__` would overflow the stack before the
-/// unknown-key walk could refuse it.
+/// Most levels an environment variable's key may have (keys have two or
+/// three): a name with thousands of `__` is refused, not walked.
 const MAX_ENV_KEY_LEVELS: usize = 64;
 
 /// The `VRAMD_*` variables as a layer, and which variable set which key.
-fn environment_layer(
-    env: &[(String, String)],
-) -> Result<(Environment, BTreeMap<String, String>), ConfigError> {
-    let mut vars = BTreeMap::new();
-    let mut source = Map::new();
+fn environment_layer(env: &[(String, String)]) -> Result<Layer, ConfigError> {
+    let mut names = Origins::new();
+    let mut tree = Map::new();
     for (name, value) in env {
         let Some(key) = env_key(name) else { continue };
-        if key.split('.').nth(MAX_ENV_KEY_LEVELS).is_some() {
+        if key.split('.').nth(MAX_ENV_KEY_LEVELS).is_some() || key.split('.').any(str::is_empty) {
             let origin = Origin::Environment(name.clone());
             return Err(ConfigError::UnknownKey { key, origin, suggestion: None });
         }
-        if let Some(first) = vars.insert(key.clone(), name.clone())
+        if let Some(Origin::Environment(first)) =
+            names.insert(key.clone(), Origin::Environment(name.clone()))
             && first != *name
         {
             let (first, second) =
                 if first < *name { (first, name.clone()) } else { (name.clone(), first) };
             return Err(ConfigError::AmbiguousEnvironment { key, first, second });
         }
-        source.insert(name.clone(), value.clone());
+        tree::set(&mut tree, &key, Value::String(value.clone()));
     }
-    let layer = Environment::with_prefix(ENV_PREFIX.trim_end_matches('_'))
-        .prefix_separator("_")
-        .separator(ENV_SEPARATOR)
-        .source(Some(source));
-    Ok((layer, vars))
+    Ok((tree, names))
+}
+
+/// The command-line options that are set, as a layer.
+fn override_layer(overrides: &Overrides) -> Result<Layer, ConfigError> {
+    let mut names = Origins::new();
+    let mut tree = Map::new();
+    for (key, flag, value) in overrides.entries()? {
+        names.insert(key.to_owned(), Origin::CommandLine(flag));
+        tree::set(&mut tree, key, Value::String(value));
+    }
+    Ok((tree, names))
 }

@@ -1,57 +1,63 @@
-//! Configuration: from defaults, a TOML file, `VRAMD_*` environment
-//! variables and command-line options to one validated [`Config`].
+//! Configuration loading: from defaults, a TOML file, `VRAMD_*`
+//! environment variables and command-line options to one validated
+//! configuration, with each value's origin.
 //!
-//! Owns: the configuration schema (serde section structs, one field and
-//! one line per key), the layers with each value's origin, the key
-//! catalogue, size and duration units, and rendering of the effective
-//! configuration. Depends only on `model` (scenarios,
-//! severities and the rule table); never on sources, the sampler, history,
-//! analysis, alerts or HTTP.
-//!
-//! Layout: `sections` and `rules` (the validated `Config`: every key
-//! written once, a field with its summary as doc comment and one line with
-//! its key, type, default and bounds), `schema` (the macros that make serde
-//! structs, defaults, catalogue and bounds checks of those entries), `keys`
-//! (the catalogue and key naming), `load` (files, environment, overrides,
-//! merging), `walk` (unknown keys; every value as written, with its
-//! origin), `field` (how each field type is read and written), `validate`
-//! (serde reading, bounds, checks across keys), `units`, `render`, `error`.
-//! The reference is `docs/configuration.md`.
-//!
-//! Adding a key: one field in its section's `section!` (or `alerts!`)
-//! entry: `/// summary` then `field "key": Type = default, bounds;`, where
-//! the type is any [`field::Setting`] and the bounds `Time(min, max)`,
-//! `Size(min, max)`, `Int(min, max)` or `Words("…")`; then its line in
-//! `config/vramd.toml` and its row in `docs/configuration.md`, which the
-//! tests hold to the schema.
+//! Owns: the layers and their precedence (`load`), the key catalogue read
+//! off the sections' own declarations and doc comments (`catalogue`:
+//! unknown keys, did-you-mean, environment naming), reading each value as
+//! its key's form writes it (`tree`: durations, sizes, numbers, flags,
+//! choices, from text or TOML), rendering (`render`) and errors. It knows
+//! no section: each component owns its section as a plain serde struct
+//! that declares its keys and bounds in a `check(&self, &mut Keys)`
+//! (`setting`), and `app::Config` aggregates them and implements
+//! [`Document`]. Depends on `setting` and `model` (scenario names for the
+//! `--simulate` flag). The reference is `docs/configuration.md`.
 
+mod catalogue;
 mod error;
-mod field;
-mod keys;
 mod load;
 mod render;
-mod rules;
-mod schema;
-mod sections;
-mod units;
-mod validate;
-mod walk;
+mod tree;
 
+pub use catalogue::{ENV_PREFIX, KeySpec, catalogue, env_var_for};
 pub use error::{ConfigError, Origin};
-pub use field::ByteSize;
-pub use keys::{Accepts, ENV_PREFIX, KEYS, KeySpec, env_var_for};
 pub use load::{
-    DEFAULT_SEARCH_PATHS, LoadOptions, Overrides, config_file, load, process_environment,
-    read_at_most,
+    DEFAULT_SEARCH_PATHS, Deprecated, LoadOptions, Overrides, config_file, load, load_noting,
+    process_environment, read_at_most,
 };
 pub use render::{key_values, render_effective};
-pub use rules::{AlertsConfig, RulesConfig};
-pub use sections::{
-    ApiConfig, Config, DEFAULT_LISTEN, HistoryConfig, IngestConfig, LogConfig, LogFormat,
-    MetricsConfig, NotifyConfig, NvmlConfig, ProbeConfig, SamplerConfig, ServerConfig,
-    SimulatorConfig, SourceConfig, SourceSelection, default_alerts, defaults,
-};
-pub use units::{SizeError, format_duration, format_size, parse_duration, parse_size};
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use crate::setting::Keys;
+
+/// A whole configuration file: what `load` reads, checks and renders.
+pub trait Document: DeserializeOwned + Serialize + schemars::JsonSchema + Default {
+    /// Declares every key (its table, form and bounds) in rendering order,
+    /// and holds each value to its bounds.
+    fn check(&self, keys: &mut Keys);
+
+    /// The checks that involve keys of two sections.
+    fn check_across(&self) -> Result<(), Conflict>;
+
+    /// The catalogue, made once: `catalogue::<Self>()`.
+    fn keys() -> &'static [KeySpec];
+
+    /// Keys that moved, `(old, new)`: the old spelling is read as the new
+    /// key, with a [`Deprecated`] note.
+    fn moved() -> Vec<(String, String)> {
+        Vec::new()
+    }
+}
+
+/// Two keys whose values cannot go together.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Conflict {
+    pub first: &'static str,
+    pub second: &'static str,
+    pub reason: String,
+}
 
 #[cfg(test)]
 mod tests;

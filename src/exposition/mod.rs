@@ -13,10 +13,13 @@
 //! theirs from the same views; `text` is the format writer.
 
 mod alerts;
+mod config;
 mod health;
 mod probe;
 mod processes;
 mod text;
+
+pub use config::MetricsConfig;
 
 use std::sync::Arc;
 

@@ -5,6 +5,7 @@
 //! flag. Depends on: `model`. Knows nothing of sources, analysis or HTTP;
 //! the sampler writes here and everything downstream only reads.
 
+mod config;
 mod device;
 mod peak;
 mod points;
@@ -20,6 +21,7 @@ use parking_lot::RwLock;
 
 use crate::model::DeviceInfo;
 
+pub use config::HistoryConfig;
 pub use device::{DeviceHistory, LiveState, ReadFailure, Sizing};
 pub use peak::PeakTracker;
 pub use points::{FastPoint, ProcessPoint, SlowPoint};

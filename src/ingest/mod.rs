@@ -7,9 +7,11 @@
 //! reading; OOM events (`oom`): their document, rate limit and join; the
 //! snapshot files uploaded for them (`snapshot`); the checks (`validate`)
 //! and the per-reporter rate window (`rate`) reports and OOM events share.
-//! A source of readings like the device sources: depends on `model` only;
+//! A source of readings like the device sources: depends on `model` and
+//! `setting` (its section, [`IngestConfig`]) only;
 //! knows nothing of history, analysis or HTTP.
 
+mod config;
 pub mod oom;
 mod rate;
 pub mod report;
@@ -17,6 +19,7 @@ pub mod snapshot;
 pub mod store;
 mod validate;
 
+pub use config::IngestConfig;
 pub use oom::OomIntake;
 pub use rate::Refused;
 pub use report::{AllocatorReport, ReportError, ReportLimits, ReportedDevice, Reporter};

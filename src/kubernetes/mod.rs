@@ -7,16 +7,15 @@
 //! path: a missing, hung or garbled socket leaves the last good answer (or
 //! none) in place and never delays or stops sampling; an absent socket is
 //! logged once and shown as `vramd_kubernetes_up 0`.
-//! Depends on `model` and `telemetry`; never on the sampler, history or
+//! Depends on `model`, `telemetry` and `setting`; never on the sampler, history or
 //! HTTP (the wiring hands the board to the sampler as a join function).
 
 mod attribution;
 mod client;
+mod config;
 pub mod proto;
 
-use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
 
 use parking_lot::RwLock;
 use tokio_util::sync::CancellationToken;
@@ -30,32 +29,19 @@ pub use attribution::{
     is_gpu_resource, share_unchanged, split_replica,
 };
 pub use client::{CallError, list_containers, list_pod_resources};
+pub use config::KubernetesConfig;
 
 /// The `api` label of the kubelet's pod-resources API.
 pub const API_POD_RESOURCES: &str = "pod_resources";
 /// The `api` label of the CRI runtime service.
 pub const API_RUNTIME: &str = "runtime";
 
-/// How attribution polls; built from `[kubernetes]` by the wiring.
-#[derive(Clone, Debug, PartialEq)]
-pub struct KubernetesSettings {
-    pub pod_resources_socket: PathBuf,
-    pub runtime_socket: PathBuf,
-    /// Real time between refreshes (not scaled by `source.speed`: the
-    /// kubelet runs on the host's clock).
-    pub refresh_interval: Duration,
-    /// Deadline of one call, connection included.
-    pub call_timeout: Duration,
-    /// Containers (runtime) and device allocations (kubelet) kept at most.
-    pub max_containers: usize,
-}
-
-impl KubernetesSettings {
+impl KubernetesConfig {
     /// Largest answer decoded: room for `max_containers` entries of a few
     /// KiB each (labels, annotations, IDs), so a garbled or hostile answer
     /// cannot make the daemon allocate without bound.
     pub fn max_message_bytes(&self) -> usize {
-        self.max_containers.saturating_mul(8 * 1024).max(64 * 1024)
+        self.max_containers.get().saturating_mul(8 * 1024).max(64 * 1024)
     }
 }
 
@@ -83,7 +69,7 @@ impl AttributionBoard {
 /// Runs until `cancel` fires: refreshes both APIs every
 /// `refresh_interval`, the first time at once.
 pub async fn run(
-    settings: KubernetesSettings,
+    settings: KubernetesConfig,
     board: Arc<AttributionBoard>,
     telemetry: Arc<Telemetry>,
     cancel: CancellationToken,
@@ -113,7 +99,7 @@ enum ApiState {
 }
 
 struct Poller {
-    settings: KubernetesSettings,
+    settings: KubernetesConfig,
     board: Arc<AttributionBoard>,
     telemetry: Arc<Telemetry>,
     kubelet: ApiState,
@@ -125,7 +111,7 @@ impl Poller {
     /// then one publication.
     async fn refresh(&mut self) {
         let settings = &self.settings;
-        let (max, max_message) = (settings.max_containers, settings.max_message_bytes());
+        let (max, max_message) = (settings.max_containers.get(), settings.max_message_bytes());
         let (kubelet, runtime) = tokio::join!(
             list_pod_resources(&settings.pod_resources_socket, settings.call_timeout, max_message),
             list_containers(&settings.runtime_socket, settings.call_timeout, max_message),

@@ -58,7 +58,6 @@ pub enum RecordMode {
     Overwrite,
 }
 
-#[cfg(test)]
 impl RecordMode {
     pub const ALL: &[Self] = <Self as strum::VariantArray>::VARIANTS;
 }

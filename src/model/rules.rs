@@ -68,6 +68,9 @@ pub enum Direction {
 /// A rule's fixed facts and its default settings.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct RuleSpec {
+    /// What the rule's value is, for the summaries of its keys: "used /
+    /// total memory".
+    pub measures: &'static str,
     /// The rule's name: its configuration table (`alerts.<name>`) and the
     /// `rule` of its alerts.
     pub name: &'static str,
@@ -84,16 +87,21 @@ pub struct RuleSpec {
 }
 
 /// What every rule has, `[alerts.<rule>]`: the settings the alert rules
-/// judge with.
-#[derive(Clone, Debug, PartialEq)]
+/// judge with. The doc comments are the keys' summaries, except where
+/// `alerts` gives a rule's own (what its threshold measures).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct RuleSettings {
+    /// evaluate the rule
     pub enabled: bool,
-    /// Fires when the value crosses it (unit per rule).
+    /// fires when the value crosses this (unit per rule)
     pub threshold: f64,
-    /// Resolves only when the value is back past this (hysteresis).
+    /// resolves only when the value is back past this (hysteresis)
     pub clear: f64,
-    /// `for`: how long the condition must hold before firing.
+    /// how long the condition must hold before firing
+    #[serde(rename = "for")]
     pub for_duration: Duration,
+    /// severity of the alert
+    #[schemars(with = "String")]
     pub severity: Severity,
 }
 
@@ -114,7 +122,7 @@ impl RuleSettings {
 const GIB: f64 = (1u64 << 30) as f64;
 
 const fn spec(
-    name: &'static str,
+    (name, measures): (&'static str, &'static str),
     unit: RuleUnit,
     direction: Direction,
     (threshold, clear): (f64, f64),
@@ -123,6 +131,7 @@ const fn spec(
 ) -> RuleSpec {
     RuleSpec {
         name,
+        measures,
         unit,
         direction,
         threshold,
@@ -142,35 +151,35 @@ impl RuleId {
         use RuleUnit::{Bytes, BytesPerSecond, Count, Ratio, Seconds};
         use Severity::{Critical, Warning};
         match self {
-            RuleId::MemoryHigh => spec("memory_high", Ratio, Above, (0.92, 0.88), 60, Warning),
+            RuleId::MemoryHigh => spec(("memory_high", "used / total memory"), Ratio, Above, (0.92, 0.88), 60, Warning),
             RuleId::ExhaustionForecast => {
-                spec("exhaustion_forecast", Seconds, Below, (1800.0, 2700.0), 120, Warning)
+                spec(("exhaustion_forecast", "the time until memory runs out, in seconds"), Seconds, Below, (1800.0, 2700.0), 120, Warning)
             }
             // 128 KiB/s (half the slowest leak of the corpus, so its slope
             // estimates clear it), cleared below 64 KiB/s; 1 min: the floor
             // test already demands minutes of evidence (docs/alerts.md).
             RuleId::LeakSuspected => {
-                spec("leak_suspected", BytesPerSecond, Above, (131_072.0, 65_536.0), 60, Warning)
+                spec(("leak_suspected", "a process's steady growth, in bytes per second"), BytesPerSecond, Above, (131_072.0, 65_536.0), 60, Warning)
             }
             RuleId::AllocatorFragmentationHigh => {
-                spec("allocator_fragmentation_high", Ratio, Above, (0.25, 0.15), 300, Warning)
+                spec(("allocator_fragmentation_high", "a process's inactive split / reserved memory"), Ratio, Above, (0.25, 0.15), 300, Warning)
             }
             // Counts within their window: any one fires at once.
             RuleId::AllocatorRetries => {
-                spec("allocator_retries", Count, Above, (1.0, 0.0), 0, Warning)
+                spec(("allocator_retries", "a process's allocator retries within `window`"), Count, Above, (1.0, 0.0), 0, Warning)
             }
-            RuleId::AllocatorOom => spec("allocator_oom", Count, Above, (1.0, 0.0), 0, Critical),
+            RuleId::AllocatorOom => spec(("allocator_oom", "a process's allocator out-of-memory errors within `window`"), Count, Above, (1.0, 0.0), 0, Critical),
             // 1 while a device (or NVML) is down.
-            RuleId::DeviceLost => spec("device_lost", Count, Above, (1.0, 0.0), 0, Critical),
-            RuleId::XidError => spec("xid_error", Count, Above, (1.0, 0.0), 0, Critical),
+            RuleId::DeviceLost => spec(("device_lost", "1 while a device stops answering or NVML is down, else 0"), Count, Above, (1.0, 0.0), 0, Critical),
+            RuleId::XidError => spec(("xid_error", "a device's Xid errors within `window`"), Count, Above, (1.0, 0.0), 0, Critical),
             // |NVML free − CUDA free|: 1 GiB, cleared at 512 MiB.
             RuleId::ProbeFreeMismatch => {
-                spec("probe_free_mismatch", Bytes, Above, (GIB, GIB / 2.0), 0, Warning)
+                spec(("probe_free_mismatch", "the difference of NVML and CUDA free memory, in bytes"), Bytes, Above, (GIB, GIB / 2.0), 0, Warning)
             }
             // Largest allocatable block, fires at or below the job size
             // (4 GiB), cleared at 5 GiB.
             RuleId::ProbeHeadroomLow => {
-                spec("probe_headroom_low", Bytes, Below, (4.0 * GIB, 5.0 * GIB), 0, Warning)
+                spec(("probe_headroom_low", "the largest allocatable block, in bytes"), Bytes, Below, (4.0 * GIB, 5.0 * GIB), 0, Warning)
             }
         }
     }

@@ -9,7 +9,8 @@ use strum::{Display, EnumMessage, EnumString, IntoStaticStr, VariantArray};
 /// the one used on the command line and in configuration.
 #[derive(IntoStaticStr, Display, EnumString, EnumMessage, VariantArray)]
 #[strum(serialize_all = "kebab-case", parse_err_ty = UnknownScenario, parse_err_fn = unknown)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
 pub enum ScenarioKind {
     #[strum(message = "inference servers holding a flat working set; nothing should alert")]
     SteadyInference,

@@ -113,7 +113,7 @@ async fn relist(context: &Arc<Context>, running: &mut Running, generation: u64) 
         }
     };
     running.generation = generation;
-    infos.truncate(context.settings.max_devices);
+    infos.truncate(context.settings.max_devices.get());
     let changed = context.store.relist(infos);
     let mut parents = BTreeSet::new();
     for gone in &changed.removed {

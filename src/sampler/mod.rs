@@ -18,9 +18,11 @@
 //! Knows nothing of analysis or HTTP.
 
 mod call;
+mod config;
 mod crew;
 mod layout;
 pub mod probe;
+pub mod probe_config;
 mod tier;
 mod worker;
 
@@ -40,21 +42,18 @@ use crate::model::{DeviceInfo, ErrorKind, SlowReading};
 use crate::source::DeviceSource;
 use crate::telemetry::Telemetry;
 
+pub use config::SamplerConfig;
+
 use call::{CallOutcome, call_with_deadline, wait_with_deadline};
 
-/// How the sampler paces and bounds its work.
+/// How the sampler paces and bounds its work: `[sampler]` (through
+/// `Deref`), and what the wiring derives from the chosen source.
 #[derive(Clone, Debug, PartialEq)]
 pub struct SamplerSettings {
-    pub fast_interval: Duration,
-    pub slow_interval: Duration,
-    pub call_timeout: Duration,
+    /// `[sampler]`.
+    pub config: SamplerConfig,
     /// Deadline for listing devices (initialising NVML can take seconds).
     pub discovery_timeout: Duration,
-    pub max_processes_per_device: usize,
-    /// Devices monitored at most (`sampler.max_devices`); a source that
-    /// lists more has the rest left out, logged.
-    pub max_devices: usize,
-    pub discovery_retry_max: Duration,
     /// Source seconds per real second: intervals are divided by this, so a
     /// simulated or replayed host produces samples at the configured spacing
     /// of its own clock, only faster.
@@ -63,6 +62,13 @@ pub struct SamplerSettings {
     /// their ticks themselves: only for tests that drive paused time (it
     /// costs a runtime wakeup per sample).
     pub runtime_ticks: bool,
+}
+
+impl std::ops::Deref for SamplerSettings {
+    type Target = SamplerConfig;
+    fn deref(&self) -> &SamplerConfig {
+        &self.config
+    }
 }
 
 impl SamplerSettings {
@@ -155,13 +161,13 @@ async fn discover(context: &Arc<Context>) -> Option<Vec<Arc<crate::history::Devi
             CallOutcome::Done(Ok(mut infos)) => {
                 context.telemetry.set_source_up(true);
                 info!(source = context.source.name(), devices = infos.len(), "devices discovered");
-                if infos.len() > context.settings.max_devices {
+                if infos.len() > context.settings.max_devices.get() {
                     tracing::warn!(
                         listed = infos.len(),
-                        kept = context.settings.max_devices,
+                        kept = context.settings.max_devices.get(),
                         "more devices than sampler.max_devices; the rest are not monitored"
                     );
-                    infos.truncate(context.settings.max_devices);
+                    infos.truncate(context.settings.max_devices.get());
                 }
                 let devices = context.store.set_devices(infos);
                 if devices.is_empty() {

@@ -10,6 +10,7 @@
 //! Depends on `api` (the router's error shape), `telemetry`, `clock`.
 
 mod auth;
+mod config;
 mod handle;
 mod tls;
 mod web_config;
@@ -32,6 +33,7 @@ use tokio_util::sync::CancellationToken;
 use tower::ServiceExt;
 use tracing::{debug, info, warn};
 
+pub use config::{DEFAULT_LISTEN, ServerConfig};
 pub use auth::{Guard, TlsPeer, guard};
 pub use handle::{PreparedWebConfig, Verdict, WebConfigHandle};
 pub use web_config::{WebConfigError, WebState};

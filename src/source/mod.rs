@@ -8,12 +8,15 @@
 //! runs each on `spawn_blocking` with a deadline; implementations never need
 //! to be async and must never panic on driver or file input.
 
+mod config;
 pub mod cuda;
 pub mod nvml;
 pub mod probe;
 pub mod procfs;
 pub mod simulator;
 pub mod trace;
+
+pub use config::{MAX_SPEED, Simulation, SimulatorConfig, SourceConfig, SourceSelection};
 
 use std::borrow::Cow;
 use std::sync::Arc;

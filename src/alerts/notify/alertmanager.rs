@@ -15,7 +15,7 @@ use serde::Serialize;
 use crate::alerts::{Alert, AlertState};
 
 use super::http::HttpClient;
-use super::{BoxFuture, Notifier, NotifyError, NotifySettings};
+use super::{BoxFuture, Notifier, NotifyError, NotifyConfig};
 
 /// How many resend intervals a firing alert stays active in Alertmanager
 /// without being re-sent.
@@ -38,7 +38,7 @@ impl AlertmanagerNotifier {
     /// [`with_instance`](Self::with_instance).
     pub fn new(
         base_url: &str,
-        config: &NotifySettings,
+        config: &NotifyConfig,
         external_url: &str,
     ) -> Result<Self, NotifyError> {
         let url = format!("{}/api/v2/alerts", base_url.trim_end_matches('/'));

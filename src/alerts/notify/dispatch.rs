@@ -23,7 +23,7 @@ use crate::alerts::{Alert, AlertState, Transition};
 use crate::telemetry::NotificationOutcome::{Dropped, Failed, Sent};
 use crate::telemetry::Telemetry;
 
-use super::{Notifier, NotifySettings};
+use super::{Notifier, NotifyConfig};
 
 /// First wait before a retry; doubles on each further failure.
 const INITIAL_BACKOFF: Duration = Duration::from_millis(100);
@@ -69,7 +69,7 @@ impl Lane {
 /// Must be called from within a tokio runtime (it spawns the workers).
 pub fn spawn(
     notifiers: Vec<Arc<dyn Notifier>>,
-    config: &NotifySettings,
+    config: &NotifyConfig,
     telemetry: Arc<Telemetry>,
     cancel: CancellationToken,
 ) -> DispatchHandle {

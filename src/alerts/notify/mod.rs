@@ -6,10 +6,11 @@
 //! retries and counts deliveries — one bounded queue and one worker task per
 //! notifier, so a slow receiver delays only its own deliveries and never the
 //! alert engine. Depends on: `alerts::model`, `telemetry`,
-//! `model::Timestamp`; never on `config` (the wiring builds
-//! [`NotifySettings`]).
+//! `model::Timestamp` and `setting`; its section, [`NotifyConfig`], is
+//! `[notify]` as written.
 
 mod alertmanager;
+mod config;
 mod dispatch;
 mod http;
 mod webhook;
@@ -20,7 +21,6 @@ mod recording_tests;
 mod tests;
 
 use std::future::Future;
-use std::num::NonZeroUsize;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
@@ -28,6 +28,7 @@ use std::time::Duration;
 use super::Alert;
 
 pub use alertmanager::{AlertmanagerNotifier, host_name};
+pub use config::NotifyConfig;
 pub use dispatch::{DispatchHandle, spawn};
 pub use webhook::WebhookNotifier;
 
@@ -65,27 +66,13 @@ pub enum NotifyError {
     Status { url: String, status: u16, body: String },
 }
 
-/// Where and how alert state changes are delivered: `[notify]`, as the
-/// wiring builds it; each field is the `notify.` key of its name.
-#[derive(Clone, Debug, PartialEq)]
-pub struct NotifySettings {
-    pub alertmanager_url: Option<String>,
-    pub webhook_url: Option<String>,
-    pub queue_capacity: NonZeroUsize,
-    pub timeout: Duration,
-    pub resend_interval: Duration,
-    pub max_retries: u32,
-    pub retry_backoff_max: Duration,
-    pub external_url: Option<String>,
-}
-
 /// Builds the notifiers `config` asks for: Alertmanager when
 /// `notify.alertmanager_url` is set, the webhook when `notify.webhook_url`
 /// is. `default_external_url` (normally `http://<server.listen>`) is the
 /// base of Alertmanager `generatorURL` links unless `notify.external_url`
 /// is set; the `instance` label is this host's name.
 pub fn build_notifiers(
-    config: &NotifySettings,
+    config: &NotifyConfig,
     default_external_url: &str,
 ) -> Result<Vec<Arc<dyn Notifier>>, NotifyError> {
     let mut notifiers: Vec<Arc<dyn Notifier>> = Vec::new();

@@ -33,8 +33,8 @@ fn at(seconds: i64) -> Timestamp {
     Timestamp::from_unix_millis(BASE_MS + seconds * 1000)
 }
 
-fn config() -> NotifySettings {
-    NotifySettings {
+fn config() -> NotifyConfig {
+    NotifyConfig {
         alertmanager_url: None,
         webhook_url: None,
         queue_capacity: NonZeroUsize::new(16).unwrap(),
@@ -291,7 +291,7 @@ async fn an_error_status_reports_url_status_and_body() {
 #[tokio::test]
 async fn a_receiver_that_does_not_answer_times_out() {
     let mut receiver = Receiver::start(StatusCode::OK, true).await;
-    let config = NotifySettings { timeout: Duration::from_millis(200), ..config() };
+    let config = NotifyConfig { timeout: Duration::from_millis(200), ..config() };
     let notifier = WebhookNotifier::new(&receiver.url("/hook"), &config).unwrap();
     let error = bounded(
         "the request deadline",
@@ -341,7 +341,7 @@ fn invalid_urls_are_refused_with_the_reason() {
 #[test]
 fn notifiers_are_built_from_config() {
     assert!(build_notifiers(&config(), "http://127.0.0.1:9400").unwrap().is_empty());
-    let both = NotifySettings {
+    let both = NotifyConfig {
         alertmanager_url: Some("http://127.0.0.1:9093".to_owned()),
         webhook_url: Some("http://127.0.0.1:8080/hook".to_owned()),
         ..config()
@@ -352,7 +352,7 @@ fn notifiers_are_built_from_config() {
         .map(|notifier| notifier.name())
         .collect();
     assert_eq!(names, ["alertmanager", "webhook"]);
-    let bad = NotifySettings { webhook_url: Some("hook".to_owned()), ..config() };
+    let bad = NotifyConfig { webhook_url: Some("hook".to_owned()), ..config() };
     assert!(matches!(
         build_notifiers(&bad, "http://127.0.0.1:9400"),
         Err(NotifyError::InvalidUrl { .. })
@@ -364,7 +364,7 @@ fn notifiers_are_built_from_config() {
 
 fn dispatch(
     notifiers: Vec<Arc<dyn Notifier>>,
-    config: &NotifySettings,
+    config: &NotifyConfig,
 ) -> (DispatchHandle, Arc<Telemetry>, CancellationToken) {
     let telemetry = telemetry();
     let cancel = CancellationToken::new();
@@ -417,7 +417,7 @@ async fn a_failed_delivery_is_retried_with_backoff_until_it_succeeds() {
 #[tokio::test(start_paused = true)]
 async fn delivery_is_given_up_after_max_retries_and_counted() {
     let recorder = RecordingNotifier::new("rec");
-    let config = NotifySettings {
+    let config = NotifyConfig {
         max_retries: 3,
         retry_backoff_max: Duration::from_millis(250),
         ..config()
@@ -454,7 +454,7 @@ async fn delivery_is_given_up_after_max_retries_and_counted() {
 #[tokio::test(start_paused = true)]
 async fn a_full_queue_drops_the_oldest_and_counts() {
     let recorder = RecordingNotifier::new("rec");
-    let config = NotifySettings { queue_capacity: NonZeroUsize::new(3).unwrap(), ..config() };
+    let config = NotifyConfig { queue_capacity: NonZeroUsize::new(3).unwrap(), ..config() };
     let (handle, telemetry, _cancel) = dispatch(vec![recorder.clone()], &config);
     recorder.stall();
 
@@ -501,7 +501,7 @@ async fn a_stalled_receiver_delays_neither_submit_nor_another_notifier() {
     // The webhook's receiver holds every request until released; the
     // request deadline is far beyond the test.
     let mut receiver = Receiver::start(StatusCode::OK, true).await;
-    let config = NotifySettings { timeout: Duration::from_secs(60), ..config() };
+    let config = NotifyConfig { timeout: Duration::from_secs(60), ..config() };
     let webhook = Arc::new(WebhookNotifier::new(&receiver.url("/hook"), &config).unwrap());
     let recorder = RecordingNotifier::new("rec");
     let (handle, telemetry, _cancel) = dispatch(vec![webhook, recorder.clone()], &config);

@@ -7,7 +7,7 @@ use serde::Serialize;
 use crate::alerts::Alert;
 
 use super::http::HttpClient;
-use super::{BoxFuture, Notifier, NotifyError, NotifySettings};
+use super::{BoxFuture, Notifier, NotifyError, NotifyConfig};
 
 /// The webhook document's format version; bumped on incompatible changes.
 pub const WEBHOOK_VERSION: &str = "1";
@@ -19,7 +19,7 @@ pub struct WebhookNotifier {
 
 impl WebhookNotifier {
     /// Posts to `url` with `config.timeout` per request.
-    pub fn new(url: &str, config: &NotifySettings) -> Result<Self, NotifyError> {
+    pub fn new(url: &str, config: &NotifyConfig) -> Result<Self, NotifyError> {
         Ok(Self { client: HttpClient::new(url, config.timeout)? })
     }
 

@@ -13,10 +13,13 @@
 
 mod absent;
 mod activity;
+mod config;
 mod identities;
 mod mig;
 mod slow;
 pub mod xid;
+
+pub use config::NvmlConfig;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};

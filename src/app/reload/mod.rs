@@ -1,14 +1,21 @@
 //! Wiring, configuration reload: what a SIGHUP checks and applies, and the
 //! web configuration read at start and on reload.
 //!
-//! Part of `app`, the one module that knows the concrete types.
+//! Part of `app`, the one module that knows the concrete types: the
+//! reload loop (`reloader`), which keys are live (`keys`) and the steps
+//! that apply them (`steps`).
+
+pub mod keys;
+mod reloader;
+pub mod steps;
 
 use super::AppError;
 use super::settings::read_token_file;
-use crate::config::{Config, LoadOptions};
+use super::Config;
+use crate::config::LoadOptions;
 use crate::logging::LevelControl;
-use crate::reload::steps::{LogLevelStep, PipelineStep};
-use crate::reload::{Change, Commit, ReloadStep};
+pub use self::reloader::{Change, Commit, ReloadError, ReloadStep, Reloader};
+use self::steps::{LogLevelStep, PipelineStep};
 use crate::server::WebConfigHandle;
 use crate::signals::Hangups;
 

@@ -5,17 +5,19 @@
 //! store, the runtime, the log format). A test keeps this equal to the
 //! table in `docs/configuration.md` ("Reloading").
 //!
-//! Depends only on `config`'s public `Config` and its key values.
+//! Depends only on `Config` and `config`'s key values.
 
 use std::fmt;
 
 use serde_json::Value;
 
-use crate::config::{Config, RulesConfig, key_values};
+use crate::app::Config;
+use crate::config::key_values;
 
 /// Live keys: a section (every key in it) or one key, and what applying it
 /// means.
-pub const LIVE: [(&str, &str); 3] = [
+pub const LIVE: [(&str, &str); 4] = [
+    ("analysis", "windows and intervals of the analysis; its memo is kept"),
     ("alerts", "rules, thresholds, windows and evaluation; alert states are kept"),
     ("notify", "notifiers are rebuilt when their settings change"),
     ("log.level", "the log filter"),
@@ -46,9 +48,9 @@ pub fn restart_changes(running: &Config, loaded: &Config) -> Vec<Changed> {
     key_values(running)
         .into_iter()
         .zip(key_values(loaded))
-        .filter(|((spec, old), (_, new))| !is_live(spec.key) && old != new)
+        .filter(|((spec, old), (_, new))| !is_live(&spec.key) && old != new)
         .map(|((spec, old), (_, new))| Changed {
-            key: spec.key,
+            key: spec.key.as_str(),
             running: shown(old),
             loaded: shown(new),
         })
@@ -58,12 +60,8 @@ pub fn restart_changes(running: &Config, loaded: &Config) -> Vec<Changed> {
 /// What runs after a reload: `loaded`'s live keys over `running`.
 pub fn take_live(running: &Config, loaded: &Config) -> Config {
     let mut next = running.clone();
+    next.analysis = loaded.analysis.clone();
     next.alerts = loaded.alerts.clone();
-    // Not a key: derived from probe.interval, which needs a restart.
-    next.alerts.rules = RulesConfig {
-        probe_stale_after: running.alerts.rules.probe_stale_after,
-        ..loaded.alerts.rules.clone()
-    };
     next.notify = loaded.notify.clone();
     next.log.level = loaded.log.level.clone();
     next
@@ -72,6 +70,7 @@ pub fn take_live(running: &Config, loaded: &Config) -> Config {
 /// The [`LIVE`] groups whose values differ between `running` and `next`.
 pub fn live_changes(running: &Config, next: &Config) -> Vec<&'static str> {
     let changed = [
+        running.analysis != next.analysis,
         running.alerts != next.alerts,
         running.notify != next.notify,
         running.log.level != next.log.level,

@@ -27,6 +27,9 @@ use tracing_subscriber::{EnvFilter, Registry, reload};
 
 use crate::clock::Stopwatch;
 
+mod config;
+pub use config::{LogConfig, LogFormat};
+
 static DROPPED: AtomicU64 = AtomicU64::new(0);
 
 /// Log lines formatted but never written, since the process started.

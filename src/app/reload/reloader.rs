@@ -17,16 +17,15 @@
 //! sources, the sampler or history: a reload leaves sampling alone, so a
 //! bad file or a hung read can never stop or blind it.
 
-pub mod keys;
-pub mod steps;
-
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use crate::config::{self, Config, ConfigError, LoadOptions};
+use super::super::Config;
+use super::keys;
+use crate::config::{self, ConfigError, LoadOptions};
 use crate::signals::Hangups;
 use crate::telemetry::Telemetry;
 
@@ -155,7 +154,10 @@ impl Reloader {
         // Reading the file and the steps' checks (a token file, a CA store)
         // block: off the runtime, and abandoned at the deadline.
         let prepared = tokio::task::spawn_blocking(move || {
-            let loaded = config::load(&options)?;
+            let (loaded, deprecated): (Config, _) = config::load_noting(&options)?;
+            for note in deprecated {
+                warn!(key = %note.new, "{note}");
+            }
             let next = keys::take_live(&running, &loaded);
             let change = Change { running: &running, loaded: &loaded, next: &next };
             let mut commits = Vec::with_capacity(steps.len());

@@ -1,5 +1,6 @@
 //! The reload steps of the parts that change live: the log filter
-//! (`log.level`) and the alert pipeline (`[alerts]`, `[notify]`). The wiring
+//! (`log.level`) and the analysis → alerts pipeline (`[analysis]`,
+//! `[alerts]`, `[notify]`). The wiring
 //! (`app::reload_steps`) lists them with its own.
 //!
 //! Depends on `logging`, `alerts` (runner settings, notifiers), `config`
@@ -13,14 +14,14 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
-use crate::alerts::notify::{self, NotifySettings};
+use crate::alerts::notify::{self, NotifyConfig};
 use crate::alerts::runner::RunnerSettings;
 use crate::analysis::analyzer::AnalysisSettings;
-use crate::config::{AlertsConfig, NotifyConfig};
 use crate::logging::{self, LevelControl};
 use crate::telemetry::Telemetry;
 
 use super::{Change, Commit, ReloadStep};
+use crate::app::Config;
 
 /// `log.level`: the filter is parsed when prepared, swapped when committed.
 pub struct LogLevelStep(pub LevelControl);
@@ -53,10 +54,8 @@ pub struct PipelineStep(pub Arc<Pipeline>);
 pub struct Pipeline {
     /// Feeds the runner.
     pub settings: watch::Sender<Arc<RunnerSettings>>,
-    /// Derives the analysis settings from `[alerts]`.
-    pub analysis: fn(&AlertsConfig) -> AnalysisSettings,
-    /// Derives the notifiers' settings from `[notify]`.
-    pub notify: fn(&NotifyConfig) -> NotifySettings,
+    /// Derives the analysis settings from `[analysis]` and `[alerts]`.
+    pub analysis: fn(&Config) -> AnalysisSettings,
     /// Stops the running notifiers' workers (a child of `shutdown`).
     pub notifiers: Mutex<CancellationToken>,
     /// The daemon's: new notifiers stop with it.
@@ -81,10 +80,13 @@ impl ReloadStep for PipelineStep {
 
     fn prepare(&self, change: &Change<'_>) -> Result<Option<Commit>, String> {
         let (running, next) = (change.running, change.next);
-        if running.alerts == next.alerts && running.notify == next.notify {
+        if running.analysis == next.analysis
+            && running.alerts == next.alerts
+            && running.notify == next.notify
+        {
             return Ok(None);
         }
-        let notify_settings = (self.0.notify)(&next.notify);
+        let notify_settings = next.notify.clone();
         let notifiers = if notifiers_changed(&running.notify, &next.notify) {
             // May read the system's CA store: this runs off the runtime.
             let built = notify::build_notifiers(&notify_settings, &self.0.default_external_url)
@@ -93,7 +95,7 @@ impl ReloadStep for PipelineStep {
         } else {
             None
         };
-        let analysis = (self.0.analysis)(&next.alerts);
+        let analysis = (self.0.analysis)(next);
         let alerts = next.alerts.clone();
         let pipeline = self.0.clone();
         Ok(Some(Box::new(move || {
