@@ -16,10 +16,11 @@ use support::fixtures::{self, FAST, GIB, MIB};
 use vramd::alerts::evaluator::{Evaluator, SourceState};
 use vramd::analysis::analyzer::Analyzer;
 use vramd::analyze;
-use vramd::config::{SimulatorConfig, defaults};
+use vramd::app::Config;
 use vramd::history::HistoryStore;
 use vramd::model::{ProcessInfo, Timestamp};
 use vramd::source::simulator::ScenarioKind;
+use vramd::source::{Simulation, SimulatorConfig};
 
 fn process(gpu: u32, slot: u32, second: u64) -> ProcessInfo {
     // Slot 0 grows (a leak); the others are flat with a little noise.
@@ -50,7 +51,7 @@ fn store(gpus: u32, processes: u32, minutes: u64) -> (HistoryStore, Timestamp) {
 }
 
 fn evaluation(c: &mut Criterion) {
-    let config = defaults();
+    let config = Config::default();
     let (store, now) = store(8, 64, 30);
     let mut group = c.benchmark_group("alerts");
     group
@@ -58,7 +59,7 @@ fn evaluation(c: &mut Criterion) {
         .measurement_time(Duration::from_secs(8))
         .warm_up_time(Duration::from_secs(2));
     group.bench_function("evaluate_8_gpus_x_64_processes", |b| {
-        let mut analyzer = Analyzer::new(vramd::app::analysis_settings(&config.alerts));
+        let mut analyzer = Analyzer::new(vramd::app::analysis_settings(&config));
         let mut evaluator = Evaluator::new(&config.alerts);
         b.iter(|| {
             let snapshot = analyzer.analyse(&store, now);
@@ -69,12 +70,10 @@ fn evaluation(c: &mut Criterion) {
 }
 
 fn offline_throughput(c: &mut Criterion) {
-    let config = defaults();
-    let simulator = SimulatorConfig {
+    let config = Config::default();
+    let simulator = Simulation {
         scenario: ScenarioKind::MultiTenant,
-        gpus: 8,
-        seed: 1,
-        container_ids: false,
+        simulator: SimulatorConfig { gpus: 8, seed: 1, container_ids: false },
     };
     let duration = Duration::from_secs(30 * 60);
     let settings = vramd::app::analyze_settings(&config);

@@ -13,15 +13,15 @@ use std::time::Duration;
 
 use serde::Serialize;
 
+use crate::alerts::AlertsConfig;
 use crate::alerts::evaluator::{Evaluator, SourceState};
 use crate::alerts::{AlertState, Transition};
 use crate::analysis::analyzer::{AnalysisSettings, Analyzer};
 use crate::clock::ScaledClock;
-use crate::alerts::AlertsConfig;
-use crate::source::Simulation;
 use crate::history::{HistoryStore, Sizing};
 use crate::model::Timestamp;
 use crate::play::{self, ProcessCap, Schedule};
+use crate::source::Simulation;
 use crate::source::simulator::{GOLDEN_ORIGIN, Simulator, SimulatorError, SimulatorSpec};
 use crate::source::trace::{Replay, TraceError};
 
@@ -146,8 +146,11 @@ pub fn simulate(
     simulation: &Simulation,
     duration: Duration,
 ) -> Result<AnalyzeReport, AnalyzeError> {
-    let spec =
-        SimulatorSpec { scenario: simulation.scenario, gpus: simulation.simulator.gpus, seed: simulation.simulator.seed };
+    let spec = SimulatorSpec {
+        scenario: simulation.scenario,
+        gpus: simulation.simulator.gpus,
+        seed: simulation.simulator.seed,
+    };
     let source =
         Simulator::with_origin(spec, ScaledClock::starting_at(GOLDEN_ORIGIN, 1.0), GOLDEN_ORIGIN)?;
     let mut pipeline = Pipeline::new(settings);

@@ -15,12 +15,12 @@ use tracing_subscriber::{EnvFilter, Registry, reload};
 
 use vramd::alerts::AlertState;
 use vramd::analyze as offline_analysis;
-use vramd::cli::{AnalyzeArgs, Cli, Command, FailOn, ProbeCommand, scenario_lines};
 use vramd::app::Config;
+use vramd::cli::{AnalyzeArgs, Cli, Command, FailOn, ProbeCommand, scenario_lines};
 use vramd::config::{self, LoadOptions};
 use vramd::logging::LogFormat;
-use vramd::source::SourceSelection;
 use vramd::logging::{LevelControl, LogGuard, LogSink};
+use vramd::source::SourceSelection;
 use vramd::source::cuda::{ProbeAnswer, ProbeArgs, render_text};
 use vramd::source::trace::Replay;
 

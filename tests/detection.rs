@@ -11,14 +11,14 @@
 #[path = "../examples/detection/play.rs"]
 mod play;
 
-use vramd::config::defaults;
+use vramd::app::Config;
 use vramd_corpus::{self as corpus, Label};
 
 const SEED: u64 = 1;
 
 #[test]
 fn leaks_under_the_sawtooth_are_found_and_benign_runs_stay_silent() {
-    let config = defaults();
+    let config = Config::default();
     // Runs 8 and 12 leak at 4 and 16 MiB/s; 1–3 are benign (2 h each).
     let runs = corpus::corpus(SEED, 13);
     for index in [1, 2, 3, 8, 12] {
@@ -48,7 +48,7 @@ fn leaks_under_the_sawtooth_are_found_and_benign_runs_stay_silent() {
 
 #[test]
 fn the_exhaustion_forecast_leads_linear_growth() {
-    let config = defaults();
+    let config = Config::default();
     let run = &corpus::growth_runs(SEED, 2)[1];
     let Label::Growth { full, .. } = run.label else { panic!("{:?}", run.label) };
     let outcome = play::play(run, &config);
@@ -72,7 +72,7 @@ fn the_false_alarms_found_on_unseen_seeds_stay_silent() {
     // Eleventh pass: short windows climbing out of evaluation dips that
     // fired when every window compared with the prior floor's highest
     // level rather than its highest point (14, 35, 56).
-    let config = defaults();
+    let config = Config::default();
     let runs = [
         (22, 181),
         (27, 180),
@@ -104,7 +104,7 @@ fn a_slow_leak_between_long_evaluation_phases_is_called_within_the_target() {
     // that missed the bottom of the sawtooth stood above the floor before
     // the 16-minute window, which was therefore not judged until the full
     // window called the leak, 22 minutes after its onset (eleventh pass).
-    let config = defaults();
+    let config = Config::default();
     let run = &corpus::corpus(65, 5)[4];
     let Label::Leak { onset, bytes_per_second, .. } = run.label else { panic!("{:?}", run.label) };
     assert_eq!(bytes_per_second, 1_048_576.0);

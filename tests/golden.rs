@@ -38,7 +38,7 @@ use vramd::telemetry::Telemetry;
 
 /// The default `sampler.max_processes_per_device`, as the daemon applies it.
 fn cap() -> play::ProcessCap {
-    play::ProcessCap(vramd::config::defaults().sampler.max_processes_per_device.get())
+    play::ProcessCap(vramd::app::Config::default().sampler.max_processes_per_device.get())
 }
 
 /// Plays `scenario` from its start to `until` at 4 Hz fast / 1 Hz slow.
@@ -221,7 +221,7 @@ async fn device_document(store: Arc<HistoryStore>, index: u32) -> String {
             retention: Duration::from_secs(3_600),
             max_event_streams: 2,
         },
-        vramd::app::report_intake(&vramd::config::defaults(), None),
+        vramd::app::report_intake(&vramd::app::Config::default(), None),
     );
     let uri = format!("/api/v1/devices/{index}");
     let response = api::router(state)
@@ -252,7 +252,7 @@ async fn device_document_matches_the_golden_file() {
             retention: Duration::from_secs(3_600),
             max_event_streams: 2,
         },
-        vramd::app::report_intake(&vramd::config::defaults(), None),
+        vramd::app::report_intake(&vramd::app::Config::default(), None),
     );
     let response = api::router(state)
         .oneshot(Request::builder().uri("/api/v1/devices/0").body(Body::empty()).unwrap())

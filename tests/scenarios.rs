@@ -10,9 +10,10 @@ use std::time::Duration;
 
 use vramd::alerts::AlertState;
 use vramd::analyze::{self, AnalyzeReport};
+use vramd::app::Config;
 use vramd::clock::ScaledClock;
-use vramd::config::{SimulatorConfig, defaults};
 use vramd::source::simulator::{GOLDEN_ORIGIN, ScenarioKind, Simulator, SimulatorSpec};
+use vramd::source::{Simulation, SimulatorConfig};
 
 #[path = "support/expectations.rs"]
 mod expectations;
@@ -22,8 +23,11 @@ use expectations::expected_alerts;
 const PLAYED: Duration = Duration::from_secs(45 * 60);
 
 fn play(scenario: ScenarioKind) -> AnalyzeReport {
-    let config = defaults();
-    let simulator = SimulatorConfig { scenario, gpus: 2, seed: 1, container_ids: false };
+    let config = Config::default();
+    let simulator = Simulation {
+        scenario,
+        simulator: SimulatorConfig { gpus: 2, seed: 1, container_ids: false },
+    };
     analyze::simulate(&vramd::app::analyze_settings(&config), &simulator, PLAYED).unwrap()
 }
 
@@ -185,7 +189,7 @@ fn a_replay_evaluates_the_readings_after_its_last_boundary() {
     let mut file = tempfile::NamedTempFile::new().unwrap();
     std::io::Write::write_all(&mut file, text.as_bytes()).unwrap();
     let trace = vramd::source::trace::Replay::open_bounded(file.path(), 1 << 20, 1 << 24).unwrap();
-    let config = defaults();
+    let config = Config::default();
     let report = analyze::replay(&vramd::app::analyze_settings(&config), &trace);
     let oom = report.timeline.iter().find(|entry| {
         entry.transition.alert.key.rule == "allocator_oom"

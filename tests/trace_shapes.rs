@@ -15,7 +15,7 @@
 
 use vramd::alerts::AlertState;
 use vramd::analyze::{self, AnalyzeReport};
-use vramd::config::defaults;
+use vramd::app::Config;
 use vramd::source::simulator::GOLDEN_ORIGIN;
 
 const HEADER: &str = r#"{"format":"vramd-trace","version":1,"source":"nvml","devices":[{"index":0,"uuid":"GPU-972aef12-9421-4446-c663-d8e89bade7ec","name":"NVIDIA H100 80GB HBM3","pci_bus_id":"00000000:18:00.0","driver_version":"570.124.06"}]}"#;
@@ -151,7 +151,7 @@ fn replay(text: &str) -> AnalyzeReport {
     std::io::Write::write_all(&mut file, text.as_bytes()).unwrap();
     let trace = vramd::source::trace::Replay::open_bounded(file.path(), 1 << 20, 1 << 28)
         .unwrap_or_else(|error| panic!("the trace was refused: {error}"));
-    let config = defaults();
+    let config = Config::default();
     analyze::replay(&vramd::app::analyze_settings(&config), &trace)
 }
 

@@ -111,7 +111,7 @@ pub fn fill(
     play::play(
         devices,
         schedule,
-        play::ProcessCap(vramd::config::defaults().sampler.max_processes_per_device.get()),
+        play::ProcessCap(vramd::app::Config::default().sampler.max_processes_per_device.get()),
         |gpu, at| Ok(fast_at(gpu, at)),
         |gpu, at| Ok(slow_at(gpu, at)),
         |_| {},

@@ -15,7 +15,7 @@ usage: detection [FLAGS]
   --leak-for SECONDS       alerts.leak_suspected.for
   --fast-interval D        sampler.fast_interval (250ms, 1s, ...)
   --slow-interval D        sampler.slow_interval
-  --evaluation-interval D  alerts.evaluation_interval
+  --evaluation-interval D  analysis.evaluation_interval
   --report-interval D      allocator reports this often, not at every slow sample
   --param NAME=VALUE       an analysis constant, for tuning (seconds, bytes)
   --explain RUN            one run's leak or forecast checks, then stop
@@ -104,12 +104,12 @@ pub fn parse() -> Args {
                 args.keys.push(("--slow-interval", "sampler.slow_interval", value))
             }
             "--evaluation-interval" => {
-                args.keys.push(("--evaluation-interval", "alerts.evaluation_interval", value))
+                args.keys.push(("--evaluation-interval", "analysis.evaluation_interval", value))
             }
             "--explain" => args.explain = Some(number(&flag, &value)),
             "--pid" => args.explain_pid = Some(number(&flag, &value)),
             "--report-interval" => {
-                let every = vramd::config::parse_duration(&value)
+                let every = vramd::setting::parse_duration(&value)
                     .unwrap_or_else(|error| refuse(&format!("--report-interval {value}: {error}")));
                 args.report_interval = Some(every);
             }

@@ -28,7 +28,7 @@ mod sampling;
 use std::time::Duration;
 
 use args::{Args, refuse};
-use vramd::config::Config;
+use vramd::app::Config;
 use vramd_corpus::{self as corpus, CorpusRun, LEAK_RATES, Label};
 
 const MIB: f64 = 1_048_576.0;
@@ -62,7 +62,7 @@ fn tweak(settings: &mut vramd::analyze::AnalyzeSettings, params: &[(String, f64)
             }
         }
         match name.as_str() {
-            "leak_check_interval" => settings.analysis.leak_check_interval = seconds(value),
+            "leak_check_interval" => settings.analysis.config.leak_check_interval = seconds(value),
             "forecast.buckets" => forecast.buckets = value as usize,
             "forecast.keep_rising_share" => forecast.keep_rising_share = value,
             "forecast.min_span" => forecast.min_span = seconds(value),
@@ -74,10 +74,10 @@ fn tweak(settings: &mut vramd::analyze::AnalyzeSettings, params: &[(String, f64)
             "forecast.early_min_fit" => forecast.early_min_fit = value,
             "forecast.process_share" => forecast.process_share = value,
             "forecast.joined_settle" => forecast.joined_settle = seconds(value),
-            "trend_window" => settings.analysis.trend_window = seconds(value),
+            "trend_window" => settings.analysis.config.trend_window = seconds(value),
             "forecast.min_fit" => settings.analysis.exhaustion_min_fit = value,
             "forecast.for" => {
-                settings.alerts.rules.exhaustion_forecast.for_duration = seconds(value);
+                settings.alerts.rules.exhaustion_forecast.rule.for_duration = seconds(value);
             }
             name if name.starts_with("leak.") => {}
             other => refuse(&format!("unknown --param {other}")),
@@ -199,7 +199,7 @@ fn main() {
     let config = sampling::config(&args);
     // An unknown --param is refused here, before any run is played.
     tweak(&mut vramd::app::analyze_settings(&config), &args.params);
-    let leak_rule = &config.alerts.rules.leak_suspected;
+    let leak_rule = &config.alerts.rules.leak_suspected.rule;
     let custom = args.report_interval.is_some()
         || args.keys.iter().any(|(flag, ..)| flag.ends_with("-interval"));
     // Only when changed: the default run's output stays as it was.
@@ -208,7 +208,7 @@ fn main() {
             "sampling: fast {:?}, slow {:?}, evaluation {:?}, allocator reports {}",
             config.sampler.fast_interval,
             config.sampler.slow_interval,
-            config.alerts.evaluation_interval,
+            config.analysis.evaluation_interval,
             args.report_interval
                 .map_or_else(|| "every slow sample".to_owned(), |d| format!("every {d:?}"))
         );
@@ -261,7 +261,7 @@ fn main() {
             args.explain_pid,
             &leak,
             settings.analysis.leak_check_interval,
-            config.alerts.evaluation_interval,
+            config.analysis.evaluation_interval,
             outcome.leak_fired_s,
         );
         return;

@@ -8,7 +8,7 @@ use std::time::Duration;
 use vramd::alerts::AlertState;
 use vramd::alerts::evaluator::{Evaluator, SourceState};
 use vramd::analysis::analyzer::Analyzer;
-use vramd::config::Config;
+use vramd::app::Config;
 use vramd::history::HistoryStore;
 use vramd::source::simulator::GOLDEN_ORIGIN;
 use vramd_corpus::{CorpusRun, Label};
@@ -64,7 +64,7 @@ pub fn play_with(
     let fast = config.sampler.fast_interval;
     let slow_every = (config.sampler.slow_interval.as_nanos() / fast.as_nanos().max(1)).max(1);
     let steps = run.duration.as_nanos() / fast.as_nanos().max(1);
-    let interval = config.alerts.evaluation_interval;
+    let interval = config.analysis.evaluation_interval;
     let mut next_evaluation = GOLDEN_ORIGIN.saturating_add(interval);
     let mut outcome = Outcome {
         label: run.label,

@@ -5,7 +5,8 @@
 //! the fast one, a leak window of too few process lists) are the daemon's,
 //! not copies of them.
 
-use vramd::config::{Config, LoadOptions, env_var_for, load};
+use vramd::app::{Config, load};
+use vramd::config::{LoadOptions, env_var_for};
 
 use super::args::{Args, refuse};
 

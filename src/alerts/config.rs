@@ -112,7 +112,7 @@ impl AlertsConfig {
             } else {
                 Err("must be a number from 0 to 1".to_owned())
             };
-            keys.number("min_fit", false, fit, "0 to 1", valid);
+            keys.number("min_fit", false, fit, "number, from 0 to 1", valid);
         });
         keys.table("leak_suspected", |keys| {
             check_rule(keys, RuleId::LeakSuspected, &rules.leak_suspected.rule);
@@ -175,12 +175,12 @@ fn check_rule(keys: &mut Keys, id: RuleId, rule: &RuleSettings) {
     keys.number("threshold", sizes, threshold, range, in_unit(spec.unit, threshold))
         .summary(format!("fires when {what} is {fires} this for `for`"));
     let side = match spec.direction {
-        Direction::Above if clear > threshold => Err(format!(
-            "must not exceed threshold {threshold} for a rule that fires above it"
-        )),
-        Direction::Below if clear < threshold => Err(format!(
-            "must not be below threshold {threshold} for a rule that fires below it"
-        )),
+        Direction::Above if clear > threshold => {
+            Err(format!("must not exceed threshold {threshold} for a rule that fires above it"))
+        }
+        Direction::Below if clear < threshold => {
+            Err(format!("must not be below threshold {threshold} for a rule that fires below it"))
+        }
         _ => Ok(()),
     };
     keys.number("clear", sizes, clear, clear_range, in_unit(spec.unit, clear).and(side))

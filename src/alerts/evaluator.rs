@@ -3,8 +3,8 @@
 //!
 //! Time is the snapshot's (the newest sample), never the wall clock.
 
-use crate::analysis::snapshot::AnalysisSnapshot;
 use super::AlertsConfig;
+use crate::analysis::snapshot::AnalysisSnapshot;
 use crate::model::Timestamp;
 
 use super::engine::{Engine, EngineLimits};
@@ -87,7 +87,6 @@ mod tests {
 
     use super::*;
     use crate::alerts::AlertState;
-    use crate::alerts::AlertsConfig;
 
     fn at(seconds: i64) -> Timestamp {
         Timestamp::from_unix_millis(1_767_225_600_000 + seconds * 1000)
@@ -100,7 +99,7 @@ mod tests {
 
     #[test]
     fn a_reload_keeps_a_firing_alert_firing_without_a_new_notification() {
-        let mut config = default_alerts();
+        let mut config = crate::alerts::AlertsConfig::default();
         config.rules.device_lost.for_duration = Duration::ZERO;
         let mut evaluator = Evaluator::new(&config);
         let fired = down(&mut evaluator, 0);
@@ -123,7 +122,7 @@ mod tests {
 
     #[test]
     fn a_shorter_for_counts_from_when_the_condition_started() {
-        let mut config = default_alerts();
+        let mut config = crate::alerts::AlertsConfig::default();
         config.rules.device_lost.for_duration = Duration::from_secs(60);
         let mut evaluator = Evaluator::new(&config);
         assert_eq!(down(&mut evaluator, 0).alerts[0].state, AlertState::Pending);

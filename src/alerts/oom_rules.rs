@@ -9,9 +9,9 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use super::RulesConfig;
 use crate::analysis::remediation;
 use crate::analysis::snapshot::DeviceFacts;
-use super::RulesConfig;
 use crate::model::{OomCause, OomEvent, RuleId};
 
 use super::rules::{Draft, GIB, MIB, Observations};

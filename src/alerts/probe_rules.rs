@@ -79,7 +79,7 @@ pub(super) fn observe(
 mod tests {
     use super::*;
     use crate::alerts::engine::Verdict;
-    use crate::alerts::AlertsConfig;
+
     use crate::model::{HeadroomSearch, HeadroomStop, Timestamp};
 
     const GIB: u64 = 1 << 30;
@@ -119,7 +119,7 @@ mod tests {
     }
 
     fn verdicts(reading: &ProbeReading) -> Vec<(String, Verdict, f64)> {
-        let rules = default_alerts().rules;
+        let rules = crate::alerts::AlertsConfig::default().rules;
         let mut out = Observations::all();
         observe(&rules, &device(), "GPU 0 (H100)", reading, &mut out);
         out.into_vec().into_iter().map(|o| (o.key.rule, o.verdict, o.value)).collect()
@@ -170,8 +170,8 @@ mod tests {
         );
         let store = HistoryStore::new(sizing);
         let history = store.set_devices(vec![device()]).remove(0);
-        let config = default_alerts();
-        let stale_after = config.rules.probe_stale_after;
+        let config = crate::app::Config::default();
+        let stale_after = crate::app::analysis_settings(&config).probe_stale_after;
         assert_eq!(stale_after, Duration::from_secs(30 * 60));
         let probed = reading(5 * GIB, None, Some(GIB));
         history.update_probe(|state| state.record_success(probed.clone()));
@@ -179,7 +179,7 @@ mod tests {
             Timestamp::from_unix_millis(probed.at.unix_millis() + after.as_millis() as i64)
         };
         let mut analyzer = Analyzer::new(crate::app::analysis_settings(&config));
-        let mut evaluator = Evaluator::new(&config);
+        let mut evaluator = Evaluator::new(&config.alerts);
         let mut headroom_alert = |evaluator: &mut Evaluator, now: Timestamp| {
             let fast = FastReading {
                 at: now,
@@ -208,7 +208,7 @@ mod tests {
 
     #[test]
     fn probe_alerts_explain_themselves_with_numbers() {
-        let rules = default_alerts().rules;
+        let rules = crate::alerts::AlertsConfig::default().rules;
         let mut out = Observations::all();
         observe(
             &rules,

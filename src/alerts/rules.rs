@@ -4,10 +4,10 @@
 use std::collections::HashMap;
 use std::hash::{BuildHasher, RandomState};
 
+use super::RulesConfig;
 use crate::analysis::accounting::{self, fragmentation_ratio};
 use crate::analysis::remediation;
 use crate::analysis::snapshot::{DeviceSnapshot, ProcessFacts};
-use super::RulesConfig;
 use crate::model::{DeviceInfo, Direction, MemoryInfo, RuleId, RuleSettings};
 
 use super::engine::{Observation, Verdict};
@@ -353,7 +353,8 @@ fn process_rules(
     }
     if let Some(stats) = process.allocator {
         let ratio = fragmentation_ratio(&stats, process.snapshot.as_ref()).unwrap_or(0.0);
-        let big_enough = stats.reserved_bytes >= rules.allocator_fragmentation_high.min_reserved.get();
+        let big_enough =
+            stats.reserved_bytes >= rules.allocator_fragmentation_high.min_reserved.get();
         out.judge(Draft {
             device,
             rule: RuleId::AllocatorFragmentationHigh,

@@ -4,7 +4,7 @@ use super::*;
 use crate::alerts::engine::Verdict;
 use crate::analysis::snapshot::DeviceFacts;
 use crate::analysis::summary::DeviceAnalysis;
-use crate::alerts::AlertsConfig;
+
 use crate::model::{AllocatorStats, Timestamp};
 
 const GIB: u64 = 1 << 30;
@@ -73,7 +73,13 @@ fn snapshot(holder: ProcessFacts) -> (DeviceSnapshot, MemoryInfo) {
 fn memory_high(holder: ProcessFacts) -> Observation {
     let (snapshot, memory) = snapshot(holder);
     let mut out = Observations::all();
-    memory_rules(&default_alerts().rules, &snapshot, "GPU 0", memory, &mut out);
+    memory_rules(
+        &crate::alerts::AlertsConfig::default().rules,
+        &snapshot,
+        "GPU 0",
+        memory,
+        &mut out,
+    );
     out.into_vec()
         .into_iter()
         .find(|observation| observation.key.rule == RuleId::MemoryHigh.as_str())
@@ -109,7 +115,7 @@ fn a_caching_allocator_without_a_pool_limit_counts_its_cache_as_used() {
 /// `memory_high` at `ratio` of an 80 GiB GPU, through `judge`.
 fn observe_ratio(ratio: f64, out: &mut Observations<'_>) {
     let (snapshot, _) = snapshot(process(GIB, GIB, None));
-    let mut rules = default_alerts().rules;
+    let mut rules = crate::alerts::AlertsConfig::default().rules;
     rules.memory_high.for_duration = std::time::Duration::from_secs(10);
     out.judge(Draft {
         device: &snapshot.facts.info,
@@ -128,7 +134,7 @@ fn observations_that_cannot_change_an_alert_are_left_out_with_the_same_outcome()
     let limits =
         EngineLimits { resolved_retention: std::time::Duration::from_secs(60), max_alerts: 8 };
     let (mut filtered, mut full) = (Engine::new(limits), Engine::new(limits));
-    let memory_high = default_alerts().rules.memory_high;
+    let memory_high = crate::alerts::AlertsConfig::default().rules.memory_high;
     let (breach, between) =
         (memory_high.threshold, (memory_high.threshold + memory_high.clear) / 2.0);
     // Clear, between the thresholds with no alert, pending, dropped from

@@ -14,9 +14,9 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
+use super::AlertsConfig;
 use crate::analysis::analyzer::{AnalysisSettings, Analyzer};
 use crate::analysis::snapshot::{AnalysisBoard, AnalysisSnapshot};
-use super::AlertsConfig;
 use crate::history::HistoryStore;
 use crate::model::Timestamp;
 use crate::telemetry::Telemetry;

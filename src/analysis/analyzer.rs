@@ -14,6 +14,7 @@ use std::time::Duration;
 use crate::history::{DeviceHistory, HistoryStore};
 use crate::model::Timestamp;
 
+use super::AnalysisConfig;
 use super::floor::FloorScratch;
 use super::leak::{LeakFinding, LeakParams, detect_process_leak};
 use super::pressure::{PressureInput, PressureThresholds, pressure};
@@ -21,7 +22,6 @@ use super::process_growth::ProcessGrowth;
 use super::series;
 use super::snapshot::{AnalysisSnapshot, DeviceFacts, DeviceSnapshot, ProcessFacts};
 use super::summary::{DeviceAnalysis, ProcessLeak};
-use super::AnalysisConfig;
 use super::trend::exhaustion::{projected_peak, seconds_to_full};
 use super::trend::{ForecastParams, Trend};
 

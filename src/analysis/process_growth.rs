@@ -61,7 +61,7 @@ use super::trend::{ForecastParams, Trend};
 
 /// The most process lists the reading holds for one device: one point per
 /// process and list (16 bytes; 1.8 MiB at 64 processes). A trend window of
-/// more lists (`alerts.trend_window` of over 30 min at a 1 s slow tier)
+/// more lists (`analysis.trend_window` of over 30 min at a 1 s slow tier)
 /// leaves the forecast on the device floor.
 pub const MAX_LISTS: usize = 1_800;
 

@@ -37,7 +37,7 @@ pub struct Trend {
 /// How the device's growth is estimated for the exhaustion forecast.
 /// Defaults were tuned on the simulator's randomised corpus
 /// (docs/alerts.md, "Detection benchmark"). Only `min_span` is a
-/// configuration key (`alerts.forecast_min_span`: how long a job's start
+/// configuration key (`analysis.forecast_min_span`: how long a job's start
 /// looks like growth is the operator's knowledge); the bucket count is a
 /// cost bound, and the share and peak window are the shape of the test,
 /// tuned with the corpus.
@@ -52,7 +52,7 @@ pub struct ForecastParams {
     /// job starting, falls short and gets no forecast.
     pub keep_rising_share: f64,
     /// Least span of samples before growth can count as sustained
-    /// (`alerts.forecast_min_span`, 90 s):
+    /// (`analysis.forecast_min_span`, 90 s):
     /// the first seconds of any job are all "growth".
     pub min_span: std::time::Duration,
     /// How far back the peak of used memory is taken from for the time to
@@ -102,7 +102,7 @@ pub struct ForecastParams {
     pub process_share: f64,
     /// How long after its first list a process that joined inside the
     /// trend window (a second job starting) is judged on its own points
-    /// (3 min, as `alerts.leak_warmup`): model load and the allocator's
+    /// (3 min, as `analysis.leak_warmup`): model load and the allocator's
     /// cache filling are growth that levels off, and a job's own trend over
     /// its first minutes calls it sustained (`analysis::process_growth`).
     pub joined_settle: std::time::Duration,

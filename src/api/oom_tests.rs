@@ -148,10 +148,10 @@ fn a_device_keeps_only_its_newest_events() {
 async fn an_event_raises_allocator_oom_at_the_next_evaluation_once() {
     let state = state(None, filled_store());
     let (uuid, pid) = first_device(&state);
-    let config = crate::config::default_alerts();
+    let config = crate::app::Config::default();
     let mut analyzer =
         crate::analysis::analyzer::Analyzer::new(crate::app::analysis_settings(&config));
-    let mut evaluator = crate::alerts::evaluator::Evaluator::new(&config);
+    let mut evaluator = crate::alerts::evaluator::Evaluator::new(&config.alerts);
     let now = crate::analysis::analyzer::Analyzer::newest(&state.store).unwrap();
     let before = analyzer.analyse(&state.store, now);
     let quiet = evaluator.evaluate(&before, crate::alerts::evaluator::SourceState::Up, now);

@@ -10,7 +10,7 @@ use crate::alerts::AlertsConfig;
 use crate::alerts::notify::NotifyConfig;
 use crate::analysis::AnalysisConfig;
 use crate::api::ApiConfig;
-use crate::config::{Conflict, ConfigError, Document, KeySpec, LoadOptions, catalogue};
+use crate::config::{ConfigError, Conflict, Document, KeySpec, LoadOptions, catalogue};
 use crate::exposition::MetricsConfig;
 use crate::history::HistoryConfig;
 use crate::ingest::IngestConfig;
@@ -56,7 +56,7 @@ pub const MIN_LEAK_WINDOW_SAMPLES: u128 = 120;
 
 /// Loads and validates the daemon's configuration.
 pub fn load(options: &LoadOptions) -> Result<Config, ConfigError> {
-    crate::config::load(options)
+    crate::config::load_noting(options).map(|(config, _)| config)
 }
 
 impl Config {

@@ -19,8 +19,10 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use self::reload::reload_steps;
 pub use self::config::{Config, MAX_SAMPLES_PER_DEVICE, MIN_LEAK_WINDOW_SAMPLES, load};
+use self::reload::Reloader;
+use self::reload::reload_steps;
+use self::reload::steps::{Pipeline, PipelineStep};
 pub use self::reload::{Reload, load_web_config};
 use self::settings::{AlertGate, open_snapshots, start_kubernetes};
 pub use self::settings::{
@@ -37,14 +39,12 @@ use crate::alerts::runner::{self, Boards, RunnerSettings};
 use crate::analysis::snapshot::AnalysisBoard;
 use crate::api::{self, AppState, Limits};
 use crate::clock::wall_now;
-use crate::source::SourceSelection;
 use crate::history::HistoryStore;
 use crate::kubernetes::AttributionBoard;
 use crate::model::{DeviceInfo, SlowReading};
-use self::reload::Reloader;
-use self::reload::steps::{Pipeline, PipelineStep};
 use crate::sampler;
 use crate::server::{self, ServeSettings};
+use crate::source::SourceSelection;
 use crate::source::simulator::SimulatorError;
 use crate::source::trace::TraceError;
 use crate::telemetry::{Telemetry, TelemetryError};
@@ -309,7 +309,7 @@ async fn off_runtime<T: Send + 'static>(
 
 /// How long after the server is built start-up is taken to be over: the
 /// first samples, discovery and the first alert evaluation
-/// (`alerts.evaluation_interval`, 5 s by default) have run by then, so the
+/// (`analysis.evaluation_interval`, 5 s by default) have run by then, so the
 /// code mapped again afterwards is the code an idle daemon keeps running.
 const START_UP_SETTLE: std::time::Duration = std::time::Duration::from_secs(10);
 
@@ -340,24 +340,25 @@ async fn release_start_up_memory(cancel: CancellationToken) {
 mod tests {
     use std::time::Duration;
 
-    use crate::config::default_alerts;
+    use super::Config;
 
     #[test]
     fn detection_keys_reach_the_analysis() {
-        let mut alerts = default_alerts();
-        alerts.leak_check_interval = Duration::from_secs(7);
-        alerts.leak_shortest_window = Duration::from_secs(120);
-        alerts.leak_warmup = Duration::from_secs(11);
-        alerts.forecast_min_span = Duration::from_secs(13);
-        let settings = super::analysis_settings(&alerts);
+        let mut config = Config::default();
+        let analysis = &mut config.analysis;
+        analysis.leak_check_interval = Duration::from_secs(7);
+        analysis.leak_shortest_window = Duration::from_secs(120);
+        analysis.leak_warmup = Duration::from_secs(11);
+        analysis.forecast_min_span = Duration::from_secs(13);
+        let settings = super::analysis_settings(&config);
         assert_eq!(settings.leak_check_interval, Duration::from_secs(7));
         assert_eq!(settings.forecast.min_span, Duration::from_secs(13));
         let (_, leak) = settings.leak.unwrap();
         assert_eq!(leak.shortest_window, Duration::from_secs(120));
         assert_eq!(leak.warmup, Duration::from_secs(11));
         // A shortest window longer than the window is the window.
-        alerts.leak_shortest_window = Duration::from_secs(24 * 3600);
-        let (window, leak) = super::analysis_settings(&alerts).leak.unwrap();
+        config.analysis.leak_shortest_window = Duration::from_secs(24 * 3600);
+        let (window, leak) = super::analysis_settings(&config).leak.unwrap();
         assert_eq!(leak.shortest_window, window);
     }
 }

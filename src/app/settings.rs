@@ -8,6 +8,7 @@ use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
 use super::AppError;
+use super::Config;
 use crate::alerts::AlertState;
 use crate::alerts::board::AlertBoard;
 use crate::analysis::analyzer::AnalysisSettings;
@@ -15,14 +16,13 @@ use crate::analysis::leak::LeakParams;
 use crate::analysis::pressure::PressureThresholds;
 use crate::analyze::AnalyzeSettings;
 use crate::api;
-use super::Config;
 use crate::history::Sizing;
 use crate::ingest::ReportStore;
 use crate::kubernetes::{self, AttributionBoard};
 use crate::model::RuleId;
 use crate::sampler::SamplerSettings;
-use crate::source::SourceSelection;
 use crate::sampler::probe::{ProbeGate, ProbeSettings};
+use crate::source::SourceSelection;
 use crate::source::probe::ProbeRequest;
 use crate::telemetry::Telemetry;
 
@@ -50,7 +50,11 @@ pub fn sampler_settings(config: &Config) -> SamplerSettings {
     let driver = config.selection() == SourceSelection::Driver;
     SamplerSettings {
         config: config.sampler.clone(),
-        discovery_timeout: if driver { config.nvml.init_timeout } else { config.sampler.call_timeout },
+        discovery_timeout: if driver {
+            config.nvml.init_timeout
+        } else {
+            config.sampler.call_timeout
+        },
         speed: if driver { 1.0 } else { config.source.speed },
         runtime_ticks: false,
     }

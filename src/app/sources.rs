@@ -10,15 +10,15 @@ use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
 use super::AppError;
+use super::Config;
 use crate::api::reports::OomHook;
 use crate::clock::{ScaledClock, wall_now};
-use super::Config;
-use crate::source::SourceSelection;
 use crate::history::HistoryStore;
 use crate::ingest::{ReportLimits, ReportStore};
 use crate::model::OomEvent;
 use crate::sampler;
 use crate::source::DeviceSource;
+use crate::source::SourceSelection;
 use crate::source::cuda::ChildProber;
 use crate::source::nvml::{NvmlSettings, NvmlSource};
 use crate::source::probe::Prober;

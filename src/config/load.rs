@@ -23,11 +23,11 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{Map, Value};
 
+use super::Document;
 use super::catalogue::{ENV_PREFIX, ENV_SEPARATOR};
 use super::error::{ConfigError, Origin};
 use super::render::key_values;
 use super::tree::{self, Origins};
-use super::Document;
 use crate::model::ScenarioKind;
 use crate::setting::Keys;
 
@@ -201,12 +201,15 @@ impl std::fmt::Display for Deprecated {
 
 /// Loads and validates the configuration: built-in defaults, then the
 /// file, then the environment, then the overrides.
+#[cfg_attr(test, allow(dead_code))]
 pub fn load<D: Document>(options: &LoadOptions) -> Result<D, ConfigError> {
     load_noting(options).map(|(document, _)| document)
 }
 
 /// [`load`], with the moved keys that were read under their old spelling.
-pub fn load_noting<D: Document>(options: &LoadOptions) -> Result<(D, Vec<Deprecated>), ConfigError> {
+pub fn load_noting<D: Document>(
+    options: &LoadOptions,
+) -> Result<(D, Vec<Deprecated>), ConfigError> {
     let keys = D::keys();
     let mut merged = Map::new();
     for (spec, value) in key_values(&D::default()) {
@@ -313,7 +316,8 @@ fn file_layer(path: &Path) -> Result<Layer, ConfigError> {
         path: path.to_path_buf(),
         reason: reason.trim().to_owned(),
     };
-    let table: toml::Table = toml::from_str(text).map_err(|error| parse_error(error.to_string()))?;
+    let table: toml::Table =
+        toml::from_str(text).map_err(|error| parse_error(error.to_string()))?;
     match serde_json::to_value(table).map_err(|error| parse_error(error.to_string()))? {
         Value::Object(tree) => {
             let mut leaves = Vec::new();

@@ -9,8 +9,8 @@ use std::fmt::Write as _;
 
 use serde_json::Value;
 
-use super::catalogue::KeySpec;
 use super::Document;
+use super::catalogue::KeySpec;
 use crate::setting::{Form, format_duration};
 
 /// The effective configuration as TOML, every key present: optional keys
@@ -63,6 +63,11 @@ fn to_toml(value: &Value) -> Option<String> {
         Value::String(text) => Some(toml_string(text)),
         // Debug keeps the decimal point ("1.0"), which TOML requires.
         Value::Number(number) if number.is_f64() => number.as_f64().map(|x| format!("{x:?}")),
+        // Beyond TOML's integers (only a seed can be): a string, which
+        // reads back as the same number.
+        Value::Number(number) if number.as_i64().is_none() && number.is_u64() => {
+            Some(toml_string(&number.to_string()))
+        }
         Value::Number(number) => Some(number.to_string()),
         Value::Bool(value) => Some(value.to_string()),
         Value::Null | Value::Array(_) | Value::Object(_) => None,

@@ -87,7 +87,11 @@ pub(super) fn check_shape(
                 && let Some(suggestion) = suggest(keys, &leaf)
             {
                 let origin = origin(&leaf);
-                return Err(ConfigError::UnknownKey { key: leaf, origin, suggestion: Some(suggestion) });
+                return Err(ConfigError::UnknownKey {
+                    key: leaf,
+                    origin,
+                    suggestion: Some(suggestion),
+                });
             }
             let (suggestion, origin) = (suggest(keys, &key), origin(&leaf));
             return Err(ConfigError::UnknownKey { key, origin, suggestion });
@@ -99,7 +103,12 @@ pub(super) fn check_shape(
             _ => continue,
         };
         let reason = "expected a single value".to_owned();
-        return Err(ConfigError::InvalidValue { origin: origin(&leaf), key, value: shape.into(), reason });
+        return Err(ConfigError::InvalidValue {
+            origin: origin(&leaf),
+            key,
+            value: shape.into(),
+            reason,
+        });
     }
     Ok(())
 }
@@ -119,15 +128,21 @@ pub(super) fn read(spec: &KeySpec, written: &Value) -> Result<Value, String> {
     let text = written.as_str().map(str::trim);
     match &spec.form {
         Form::Duration => {
-            let text = text.ok_or("expected a duration string with a unit, such as \"250ms\" or \"1h\"")?;
+            let text =
+                text.ok_or("expected a duration string with a unit, such as \"250ms\" or \"1h\"")?;
             let duration = parse_duration(text)?;
             Ok(serde_json::json!({ "secs": duration.as_secs(), "nanos": duration.subsec_nanos() }))
         }
         Form::Size => match written {
-            Value::String(text) => parse_size(text).map(Value::from).map_err(|error| error.to_string()),
+            Value::String(text) => {
+                parse_size(text).map(Value::from).map_err(|error| error.to_string())
+            }
             Value::Number(number) if number.is_u64() => Ok(written.clone()),
             Value::Number(number) if number.is_i64() => Err("sizes cannot be negative".into()),
-            _ => Err("expected a whole number of bytes or a size such as \"64KiB\" or \"1.5GiB\"".into()),
+            _ => {
+                Err("expected a whole number of bytes or a size such as \"64KiB\" or \"1.5GiB\""
+                    .into())
+            }
         },
         Form::Integer => {
             let whole: i128 = match (written, text) {
@@ -159,12 +174,19 @@ pub(super) fn read(spec: &KeySpec, written: &Value) -> Result<Value, String> {
                 }),
                 _ => None,
             };
+            let words = match spec.accepts {
+                Accepts::Words(words) => words,
+                _ => "",
+            };
             match (number, text) {
+                // JSON has no infinities: refused here, with the key's range.
+                (Some(number), _) if !number.is_finite() => {
+                    Err(format!("must be a finite number ({words})"))
+                }
                 (Some(number), _) => Ok(Value::from(number)),
-                (None, Some(text)) if *sizes => Err(parse_size(text).err().map_or_else(
-                    || "expected a number".to_owned(),
-                    |error| error.to_string(),
-                )),
+                (None, Some(text)) if *sizes => Err(parse_size(text)
+                    .err()
+                    .map_or_else(|| "expected a number".to_owned(), |error| error.to_string())),
                 _ => Err("expected a number".into()),
             }
         }
@@ -175,7 +197,8 @@ pub(super) fn read(spec: &KeySpec, written: &Value) -> Result<Value, String> {
             None => Err("expected a string".into()),
         },
         Form::Address => {
-            let address = text.and_then(|text| text.parse::<std::net::SocketAddr>().ok());
+            let Some(text) = text else { return Err("expected a string".into()) };
+            let address = text.parse::<std::net::SocketAddr>().ok();
             address.map(|address| Value::from(address.to_string())).ok_or_else(|| {
                 "expected IP:port, such as 127.0.0.1:9477, 0.0.0.0:9477 or [::]:9477 \
                  (host names are not resolved)"

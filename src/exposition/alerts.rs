@@ -14,7 +14,7 @@ family!(
     GROWTH,
     "vramd_memory_growth_bytes_per_second",
     Gauge,
-    "Growth of used memory over alerts.trend_window (Theil-Sen estimate); absent with too few samples."
+    "Growth of used memory over analysis.trend_window (Theil-Sen estimate); absent with too few samples."
 );
 family!(
     GROWTH_FIT,

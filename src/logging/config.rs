@@ -42,9 +42,17 @@ impl LogConfig {
         keys.words("level", Form::Text, "non-empty filter");
         let level = &self.level;
         if level.is_empty() {
-            keys.refuse("level", "\"\"".into(), "expected a filter such as \"info\" or \"info,vramd=debug\"");
+            keys.refuse(
+                "level",
+                "\"\"".into(),
+                "expected a filter such as \"info\" or \"info,vramd=debug\"",
+            );
         } else if let Err(error) = super::filter(level) {
-            keys.refuse("level", format!("{level:?}"), format!("not a tracing filter directive: {}", error.reason));
+            keys.refuse(
+                "level",
+                format!("{level:?}"),
+                format!("not a tracing filter directive: {}", error.reason),
+            );
         }
         keys.count("queue_lines", self.queue_lines.get() as u64, 1, 1_000_000);
     }

@@ -151,36 +151,94 @@ impl RuleId {
         use RuleUnit::{Bytes, BytesPerSecond, Count, Ratio, Seconds};
         use Severity::{Critical, Warning};
         match self {
-            RuleId::MemoryHigh => spec(("memory_high", "used / total memory"), Ratio, Above, (0.92, 0.88), 60, Warning),
-            RuleId::ExhaustionForecast => {
-                spec(("exhaustion_forecast", "the time until memory runs out, in seconds"), Seconds, Below, (1800.0, 2700.0), 120, Warning)
-            }
+            RuleId::MemoryHigh => spec(
+                ("memory_high", "used / total memory"),
+                Ratio,
+                Above,
+                (0.92, 0.88),
+                60,
+                Warning,
+            ),
+            RuleId::ExhaustionForecast => spec(
+                ("exhaustion_forecast", "the time until memory runs out, in seconds"),
+                Seconds,
+                Below,
+                (1800.0, 2700.0),
+                120,
+                Warning,
+            ),
             // 128 KiB/s (half the slowest leak of the corpus, so its slope
             // estimates clear it), cleared below 64 KiB/s; 1 min: the floor
             // test already demands minutes of evidence (docs/alerts.md).
-            RuleId::LeakSuspected => {
-                spec(("leak_suspected", "a process's steady growth, in bytes per second"), BytesPerSecond, Above, (131_072.0, 65_536.0), 60, Warning)
-            }
-            RuleId::AllocatorFragmentationHigh => {
-                spec(("allocator_fragmentation_high", "a process's inactive split / reserved memory"), Ratio, Above, (0.25, 0.15), 300, Warning)
-            }
+            RuleId::LeakSuspected => spec(
+                ("leak_suspected", "a process's steady growth, in bytes per second"),
+                BytesPerSecond,
+                Above,
+                (131_072.0, 65_536.0),
+                60,
+                Warning,
+            ),
+            RuleId::AllocatorFragmentationHigh => spec(
+                ("allocator_fragmentation_high", "a process's inactive split / reserved memory"),
+                Ratio,
+                Above,
+                (0.25, 0.15),
+                300,
+                Warning,
+            ),
             // Counts within their window: any one fires at once.
-            RuleId::AllocatorRetries => {
-                spec(("allocator_retries", "a process's allocator retries within `window`"), Count, Above, (1.0, 0.0), 0, Warning)
-            }
-            RuleId::AllocatorOom => spec(("allocator_oom", "a process's allocator out-of-memory errors within `window`"), Count, Above, (1.0, 0.0), 0, Critical),
+            RuleId::AllocatorRetries => spec(
+                ("allocator_retries", "a process's allocator retries within `window`"),
+                Count,
+                Above,
+                (1.0, 0.0),
+                0,
+                Warning,
+            ),
+            RuleId::AllocatorOom => spec(
+                ("allocator_oom", "a process's allocator out-of-memory errors within `window`"),
+                Count,
+                Above,
+                (1.0, 0.0),
+                0,
+                Critical,
+            ),
             // 1 while a device (or NVML) is down.
-            RuleId::DeviceLost => spec(("device_lost", "1 while a device stops answering or NVML is down, else 0"), Count, Above, (1.0, 0.0), 0, Critical),
-            RuleId::XidError => spec(("xid_error", "a device's Xid errors within `window`"), Count, Above, (1.0, 0.0), 0, Critical),
+            RuleId::DeviceLost => spec(
+                ("device_lost", "1 while a device stops answering or NVML is down, else 0"),
+                Count,
+                Above,
+                (1.0, 0.0),
+                0,
+                Critical,
+            ),
+            RuleId::XidError => spec(
+                ("xid_error", "a device's Xid errors within `window`"),
+                Count,
+                Above,
+                (1.0, 0.0),
+                0,
+                Critical,
+            ),
             // |NVML free − CUDA free|: 1 GiB, cleared at 512 MiB.
-            RuleId::ProbeFreeMismatch => {
-                spec(("probe_free_mismatch", "the difference of NVML and CUDA free memory, in bytes"), Bytes, Above, (GIB, GIB / 2.0), 0, Warning)
-            }
+            RuleId::ProbeFreeMismatch => spec(
+                ("probe_free_mismatch", "the difference of NVML and CUDA free memory, in bytes"),
+                Bytes,
+                Above,
+                (GIB, GIB / 2.0),
+                0,
+                Warning,
+            ),
             // Largest allocatable block, fires at or below the job size
             // (4 GiB), cleared at 5 GiB.
-            RuleId::ProbeHeadroomLow => {
-                spec(("probe_headroom_low", "the largest allocatable block, in bytes"), Bytes, Below, (4.0 * GIB, 5.0 * GIB), 0, Warning)
-            }
+            RuleId::ProbeHeadroomLow => spec(
+                ("probe_headroom_low", "the largest allocatable block, in bytes"),
+                Bytes,
+                Below,
+                (4.0 * GIB, 5.0 * GIB),
+                0,
+                Warning,
+            ),
         }
     }
 

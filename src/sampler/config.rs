@@ -53,7 +53,12 @@ impl SamplerConfig {
         keys.duration("slow_interval", self.slow_interval, ms(100), hours(1))
             .note(", at least sampler.fast_interval");
         keys.duration("call_timeout", self.call_timeout, ms(1), mins(1));
-        keys.count("max_processes_per_device", self.max_processes_per_device.get() as u64, 1, 1_024);
+        keys.count(
+            "max_processes_per_device",
+            self.max_processes_per_device.get() as u64,
+            1,
+            1_024,
+        );
         keys.duration("discovery_retry_max", self.discovery_retry_max, secs(1), hours(1));
         keys.count("max_devices", self.max_devices.get() as u64, 1, 1_024);
         keys.count("max_blocking_threads", self.max_blocking_threads.get() as u64, 4, 1_024);

@@ -128,13 +128,16 @@ impl DeviceSource for FakeSource {
 
 fn settings() -> SamplerSettings {
     SamplerSettings {
-        fast_interval: Duration::from_millis(250),
-        slow_interval: Duration::from_secs(1),
-        call_timeout: Duration::from_millis(100),
+        config: crate::sampler::SamplerConfig {
+            fast_interval: Duration::from_millis(250),
+            slow_interval: Duration::from_secs(1),
+            call_timeout: Duration::from_millis(100),
+            max_processes_per_device: crate::setting::non_zero(2),
+            max_devices: crate::setting::non_zero(64),
+            discovery_retry_max: Duration::from_secs(8),
+            ..Default::default()
+        },
         discovery_timeout: Duration::from_millis(100),
-        max_processes_per_device: 2,
-        max_devices: 64,
-        discovery_retry_max: Duration::from_secs(8),
         speed: 1.0,
         runtime_ticks: true,
     }
@@ -318,11 +321,10 @@ async fn a_fast_call_is_stale_at_its_deadline_though_the_hand_off_limit_is_longe
     let mut source = FakeSource::new(2);
     source.hung_index = 0;
     source.slow_ended = true;
-    let settings = SamplerSettings {
-        fast_interval: Duration::from_secs(1),
-        slow_interval: Duration::from_secs(1),
-        ..settings()
-    };
+    let mut settings = settings();
+    settings.config.fast_interval = Duration::from_secs(1);
+    settings.config.slow_interval = Duration::from_secs(1);
+    let settings = SamplerSettings { ..settings };
     let harness = start(source, settings);
     settle().await;
     // 0.5 s: the first tick answered and the slow tiers have ended.
@@ -511,12 +513,9 @@ async fn on_its_own_thread_the_watchdog_hands_off_at_the_limit_and_marks_stale_a
     let mut source = FakeSource::new(3);
     source.hung_index = 0;
     source.hang.store(true, Ordering::SeqCst);
-    let settings = SamplerSettings {
-        fast_interval: Duration::from_millis(10),
-        call_timeout: Duration::from_secs(3),
-        runtime_ticks: false,
-        ..settings()
-    };
+    let mut settings = SamplerSettings { runtime_ticks: false, ..settings() };
+    settings.config.fast_interval = Duration::from_millis(10);
+    settings.config.call_timeout = Duration::from_secs(3);
     let harness = start(source, settings);
     let limit = Duration::from_secs(10);
     assert!(real_wait(limit, || harness.store.devices().len() == 3).await);

@@ -249,7 +249,8 @@ impl TierShared {
                 if let Some(reports) = &context.reports {
                     reports.attach(&device.info().uuid, &mut reading);
                 }
-                let dropped = reading.cap_processes(context.settings.max_processes_per_device.get());
+                let dropped =
+                    reading.cap_processes(context.settings.max_processes_per_device.get());
                 if let Some(attribute) = &context.attribute {
                     attribute(device.info(), &mut reading);
                 }

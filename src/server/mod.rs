@@ -33,8 +33,8 @@ use tokio_util::sync::CancellationToken;
 use tower::ServiceExt;
 use tracing::{debug, info, warn};
 
-pub use config::{DEFAULT_LISTEN, ServerConfig};
 pub use auth::{Guard, TlsPeer, guard};
+pub use config::{DEFAULT_LISTEN, ServerConfig};
 pub use handle::{PreparedWebConfig, Verdict, WebConfigHandle};
 pub use web_config::{WebConfigError, WebState};
 

@@ -27,8 +27,12 @@ impl Accepts {
     /// The bounds alone: `1ms to 10m`, `size, 1KiB to 64MiB`, `1 to 64`.
     pub fn bounds(&self) -> String {
         match *self {
-            Accepts::Time(min, max) => format!("{} to {}", format_duration(min), format_duration(max)),
-            Accepts::Size(min, max) => format!("size, {} to {}", format_size(min), format_size(max)),
+            Accepts::Time(min, max) => {
+                format!("{} to {}", format_duration(min), format_duration(max))
+            }
+            Accepts::Size(min, max) => {
+                format!("size, {} to {}", format_size(min), format_size(max))
+            }
             Accepts::Int(min, max) => format!("{min} to {max}"),
             Accepts::Words(words) => words.to_owned(),
         }
@@ -145,7 +149,13 @@ impl Keys {
     }
 
     /// A duration from `min` to `max`.
-    pub fn duration(&mut self, name: &str, value: Duration, min: Duration, max: Duration) -> &mut Self {
+    pub fn duration(
+        &mut self,
+        name: &str,
+        value: Duration,
+        min: Duration,
+        max: Duration,
+    ) -> &mut Self {
         self.declare(name, Form::Duration, Accepts::Time(min, max));
         self.between(name, value, (min, max)).show(name, || format_duration(value))
     }
@@ -208,7 +218,8 @@ impl Keys {
     /// Fills in the value of a refusal of `name` just recorded.
     fn show(&mut self, name: &str, shown: impl FnOnce() -> String) -> &mut Self {
         let key = self.key(name);
-        if let Some(refused) = self.refused.as_mut().filter(|r| r.key == key && r.shown.is_empty()) {
+        if let Some(refused) = self.refused.as_mut().filter(|r| r.key == key && r.shown.is_empty())
+        {
             refused.shown = shown();
         }
         self
@@ -231,8 +242,12 @@ mod tests {
                 keys.flag("enabled");
             });
         });
-        let names: Vec<String> = Keys::declared(std::mem::take(&mut keys)).into_iter().map(|d| d.key).collect();
-        assert_eq!(names, ["sampler.fast_interval", "sampler.max_devices", "alerts.memory_high.enabled"]);
+        let names: Vec<String> =
+            Keys::declared(std::mem::take(&mut keys)).into_iter().map(|d| d.key).collect();
+        assert_eq!(
+            names,
+            ["sampler.fast_interval", "sampler.max_devices", "alerts.memory_high.enabled"]
+        );
 
         let mut keys = Keys::default();
         keys.table("sampler", |keys| {

@@ -60,7 +60,9 @@ impl<'de> Deserialize<'de> for ByteSize {
         }
         match Written::deserialize(deserializer)? {
             Written::Bytes(bytes) => Ok(ByteSize(bytes)),
-            Written::Text(text) => parse_size(&text).map(ByteSize).map_err(serde::de::Error::custom),
+            Written::Text(text) => {
+                parse_size(&text).map(ByteSize).map_err(serde::de::Error::custom)
+            }
         }
     }
 }

@@ -15,7 +15,7 @@ use serde::Serialize;
 use crate::alerts::{Alert, AlertState};
 
 use super::http::HttpClient;
-use super::{BoxFuture, Notifier, NotifyError, NotifyConfig};
+use super::{BoxFuture, Notifier, NotifyConfig, NotifyError};
 
 /// How many resend intervals a firing alert stays active in Alertmanager
 /// without being re-sent.

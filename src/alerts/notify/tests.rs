@@ -417,11 +417,8 @@ async fn a_failed_delivery_is_retried_with_backoff_until_it_succeeds() {
 #[tokio::test(start_paused = true)]
 async fn delivery_is_given_up_after_max_retries_and_counted() {
     let recorder = RecordingNotifier::new("rec");
-    let config = NotifyConfig {
-        max_retries: 3,
-        retry_backoff_max: Duration::from_millis(250),
-        ..config()
-    };
+    let config =
+        NotifyConfig { max_retries: 3, retry_backoff_max: Duration::from_millis(250), ..config() };
     recorder.fail_next(4);
     let (handle, telemetry, _cancel) = dispatch(vec![recorder.clone()], &config);
 

@@ -7,7 +7,7 @@ use serde::Serialize;
 use crate::alerts::Alert;
 
 use super::http::HttpClient;
-use super::{BoxFuture, Notifier, NotifyError, NotifyConfig};
+use super::{BoxFuture, Notifier, NotifyConfig, NotifyError};
 
 /// The webhook document's format version; bumped on incompatible changes.
 pub const WEBHOOK_VERSION: &str = "1";

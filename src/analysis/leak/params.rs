@@ -29,7 +29,7 @@ pub struct LeakParams {
     pub hold_slope_bytes_per_second: f64,
     /// The longest window judged; `alerts.leak_suspected.window` (30 min).
     pub window: Duration,
-    /// The shortest window judged (`alerts.leak_shortest_window`, 2 min):
+    /// The shortest window judged (`analysis.leak_shortest_window`, 2 min):
     /// short enough to call a fast leak within minutes, long enough to span
     /// many training steps. It alone cannot call a process whose floor came
     /// back before (`return_evidence_share`).
@@ -55,7 +55,7 @@ pub struct LeakParams {
     /// leak, which never returns. What lets the shortest window be short.
     pub return_evidence_share: f64,
     /// Grace after a process's first sample before it is judged
-    /// (`alerts.leak_warmup`, 3 min):
+    /// (`analysis.leak_warmup`, 3 min):
     /// model load, optimizer state and the allocator's cache filling.
     pub warmup: Duration,
     /// Spread below which the floor counts as this noisy anyway (2 MiB), so

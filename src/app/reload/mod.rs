@@ -9,13 +9,13 @@ pub mod keys;
 mod reloader;
 pub mod steps;
 
-use super::AppError;
-use super::settings::read_token_file;
-use super::Config;
-use crate::config::LoadOptions;
-use crate::logging::LevelControl;
 pub use self::reloader::{Change, Commit, ReloadError, ReloadStep, Reloader};
 use self::steps::{LogLevelStep, PipelineStep};
+use super::AppError;
+use super::Config;
+use super::settings::read_token_file;
+use crate::config::LoadOptions;
+use crate::logging::LevelControl;
 use crate::server::WebConfigHandle;
 use crate::signals::Hangups;
 

@@ -128,11 +128,14 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::config::{Config, defaults};
+    use crate::app::Config;
+    fn defaults() -> Config {
+        Config::default()
+    }
 
     fn runner_settings(config: &Config) -> RunnerSettings {
         RunnerSettings {
-            analysis: crate::app::analysis_settings(&config.alerts),
+            analysis: crate::app::analysis_settings(config),
             alerts: config.alerts.clone(),
             resend_interval: config.notify.resend_interval,
             dispatch: None,
@@ -171,7 +174,6 @@ mod tests {
         let step = PipelineStep(Arc::new(Pipeline {
             settings: sender,
             analysis: crate::app::analysis_settings,
-            notify: crate::app::notify_settings,
             notifiers: first_notifiers.clone().into(),
             shutdown: shutdown.clone(),
             telemetry: Arc::new(Telemetry::new("simulator").unwrap()),

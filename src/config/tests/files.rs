@@ -111,7 +111,7 @@ fn config_reference_documents_every_key_and_its_variable() {
     let text = std::fs::read_to_string(manifest_path("docs/configuration.md")).unwrap();
     for spec in KEYS.iter() {
         assert!(text.contains(&format!("`{}`", spec.key)), "{} missing from docs", spec.key);
-        let env_var = crate::config::keys::env_var_for(spec.key);
+        let env_var = crate::config::env_var_for(&spec.key);
         assert!(text.contains(&env_var), "{env_var} missing from docs");
     }
     for needle in ["VRAMD_<SECTION>__<KEY>", "Exit status", "--config"] {
@@ -133,9 +133,9 @@ fn config_reference_ranges_are_the_validated_bounds() {
         if let Accepts::Words(_) = spec.accepts {
             continue;
         }
-        let bounds = spec.bounds();
+        let bounds = spec.accepts.bounds();
         let bounds = bounds.trim_start_matches("size, ");
-        let documented = documented_range(&text, spec.key).unwrap_or("(no row)");
+        let documented = documented_range(&text, &spec.key).unwrap_or("(no row)");
         if !documented.starts_with(bounds) {
             wrong.push(format!("{}: documented `{documented}`, accepted {bounds}", spec.key));
         }
@@ -172,7 +172,7 @@ fn config_shipped_file_states_the_validated_bounds() {
         if let Accepts::Words(_) = spec.accepts {
             continue;
         }
-        let bounds = spec.bounds();
+        let bounds = spec.accepts.bounds();
         let bounds = bounds.trim_start_matches("size, ");
         let comment = comment_above(&text, spec.table(), spec.name()).unwrap_or_default();
         if !comment.contains(bounds) {

@@ -101,7 +101,7 @@ fn config_precedence_three_level_rule_key_through_file_and_env() {
     assert_eq!(rules.memory_high.clear, 0.88);
     assert_eq!(rules.memory_high.severity, Severity::Warning);
     assert_eq!(rules.exhaustion_forecast, defaults().alerts.rules.exhaustion_forecast);
-    assert_eq!(config.alerts.evaluation_interval, defaults().alerts.evaluation_interval);
+    assert_eq!(config.analysis.evaluation_interval, defaults().analysis.evaluation_interval);
 
     // An invalid value names the variable that set it.
     let with_bad_env = LoadOptions {
@@ -120,7 +120,7 @@ fn config_precedence_three_level_rule_key_through_file_and_env() {
 #[test]
 fn config_alerts_and_notify_keys_from_env_are_parsed_from_strings() {
     let config = load_env(&[
-        ("VRAMD_ALERTS__EVALUATION_INTERVAL", "1s"),
+        ("VRAMD_ANALYSIS__EVALUATION_INTERVAL", "1s"),
         ("VRAMD_ALERTS__MAX_ALERTS", "10"),
         ("VRAMD_ALERTS__MEMORY_HIGH__ENABLED", "false"),
         ("VRAMD_ALERTS__MEMORY_HIGH__FOR", "0s"),
@@ -135,15 +135,15 @@ fn config_alerts_and_notify_keys_from_env_are_parsed_from_strings() {
     ])
     .unwrap();
     let alerts = &config.alerts;
-    assert_eq!(alerts.evaluation_interval, Duration::from_secs(1));
+    assert_eq!(config.analysis.evaluation_interval, Duration::from_secs(1));
     assert_eq!(alerts.max_alerts.get(), 10);
     assert!(!alerts.rules.memory_high.enabled);
     assert_eq!(alerts.rules.memory_high.for_duration, Duration::ZERO);
-    assert_eq!(alerts.rules.exhaustion_min_fit, 0.5);
-    assert_eq!(alerts.rules.leak_window, Duration::from_secs(3600));
-    assert_eq!(alerts.rules.fragmentation_min_reserved_bytes.get(), 512 << 20);
-    assert_eq!(alerts.rules.allocator_oom.severity, Severity::Warning);
-    assert_eq!(alerts.rules.xid_error.threshold, 3.0);
+    assert_eq!(alerts.rules.exhaustion_forecast.min_fit, 0.5);
+    assert_eq!(alerts.rules.leak_suspected.window, Duration::from_secs(3600));
+    assert_eq!(alerts.rules.allocator_fragmentation_high.min_reserved.get(), 512 << 20);
+    assert_eq!(alerts.rules.allocator_oom.rule.severity, Severity::Warning);
+    assert_eq!(alerts.rules.xid_error.rule.threshold, 3.0);
     assert_eq!(config.notify.alertmanager_url.as_deref(), Some("http://alertmanager:9093"));
     assert_eq!(config.notify.max_retries, 0);
     assert_eq!(config.notify.queue_capacity.get(), 100_000);
@@ -184,12 +184,10 @@ fn config_env_values_are_parsed_from_strings() {
     ])
     .unwrap();
     assert_eq!(
-        config.source.selection,
-        SourceSelection::Simulate(SimulatorConfig {
+        config.selection(),
+        SourceSelection::Simulate(crate::source::Simulation {
             scenario: ScenarioKind::Leak,
-            gpus: 4,
-            seed: u64::MAX,
-            container_ids: false
+            simulator: SimulatorConfig { gpus: 4, seed: u64::MAX, container_ids: false },
         })
     );
     assert_eq!(config.source.speed, 2.5);
@@ -233,7 +231,7 @@ fn config_overrides_set_their_keys() {
     let config = load(&LoadOptions { overrides, ..isolated() }).unwrap();
     assert_eq!(config.server.web_config, Some(PathBuf::from("web.yml")));
     assert_eq!(config.server.listen, "[::1]:9000".parse().unwrap());
-    assert_eq!(config.source.selection, SourceSelection::Replay { path: "in.ndjson".into() });
+    assert_eq!(config.selection(), SourceSelection::Replay { path: "in.ndjson".into() });
     assert_eq!(config.source.record, Some(PathBuf::from("out.ndjson")));
     assert_eq!(config.source.speed, 0.5);
     assert_eq!(config.log.format, LogFormat::Json);
@@ -248,12 +246,10 @@ fn config_overrides_set_their_keys() {
     };
     let config = load(&LoadOptions { overrides, ..isolated() }).unwrap();
     assert_eq!(
-        config.source.selection,
-        SourceSelection::Simulate(SimulatorConfig {
+        config.selection(),
+        SourceSelection::Simulate(crate::source::Simulation {
             scenario: ScenarioKind::Idle,
-            gpus: 3,
-            seed: 7,
-            container_ids: false
+            simulator: SimulatorConfig { gpus: 3, seed: 7, container_ids: false },
         })
     );
 }

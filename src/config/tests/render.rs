@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use super::{env, isolated, load_file};
 use crate::config::{
-    ByteSize, Config, LoadOptions, LogFormat, Overrides, SimulatorConfig, SourceSelection,
-    defaults, load, render_effective,
+    ByteSize, Config, LoadOptions, LogFormat, Overrides, SimulatorConfig, defaults, load,
+    render_effective,
 };
 use crate::model::ScenarioKind;
 use crate::model::Severity;
@@ -34,12 +34,8 @@ fn config_render_effective_changed_values_round_trip() {
     config.sampler.slow_interval = Duration::from_secs(15);
     config.history.retention = Duration::from_secs(7 * 86_400);
     config.sampler.fast_interval = Duration::from_secs(1);
-    config.source.selection = SourceSelection::Simulate(SimulatorConfig {
-        scenario: ScenarioKind::MultiTenant,
-        gpus: 8,
-        seed: u64::MAX,
-        container_ids: true,
-    });
+    config.source.simulate = Some(ScenarioKind::MultiTenant);
+    config.simulator = SimulatorConfig { gpus: 8, seed: u64::MAX, container_ids: true };
     config.source.record = Some(PathBuf::from("/tmp/a \"quoted\" \\ path.ndjson"));
     config.source.speed = 0.1;
     config.log.format = LogFormat::Json;
@@ -60,7 +56,8 @@ fn config_render_effective_changed_values_round_trip() {
         "{text}"
     );
 
-    config.source.selection = SourceSelection::Replay { path: PathBuf::from("trace.ndjson") };
+    config.source.simulate = None;
+    config.source.replay = Some(PathBuf::from("trace.ndjson"));
     assert_round_trips(&config);
 }
 
@@ -81,7 +78,7 @@ fn config_render_effective_of_a_loaded_config_round_trips() {
 #[test]
 fn config_render_effective_changed_alerts_and_notify_round_trip() {
     let mut config = defaults();
-    config.alerts.evaluation_interval = Duration::from_millis(100);
+    config.analysis.evaluation_interval = Duration::from_millis(100);
     config.alerts.resolved_retention = Duration::ZERO;
     config.alerts.max_alerts = 1.try_into().unwrap();
     let rules = &mut config.alerts.rules;
@@ -90,15 +87,15 @@ fn config_render_effective_changed_alerts_and_notify_round_trip() {
     rules.memory_high.clear = 0.9;
     rules.memory_high.for_duration = Duration::from_secs(90);
     rules.memory_high.severity = Severity::Critical;
-    rules.exhaustion_forecast.threshold = 600.5;
-    rules.exhaustion_forecast.clear = 1e9;
-    rules.exhaustion_min_fit = 0.0;
-    rules.leak_suspected.threshold = 1.0 / 3.0;
-    rules.leak_suspected.clear = 0.0;
-    rules.leak_window = Duration::from_secs(24 * 3600);
-    rules.fragmentation_min_reserved_bytes = ByteSize(3 << 29);
-    rules.xid_error.severity = Severity::Info;
-    rules.xid_window = Duration::from_millis(1500);
+    rules.exhaustion_forecast.rule.threshold = 600.5;
+    rules.exhaustion_forecast.rule.clear = 1e9;
+    rules.exhaustion_forecast.min_fit = 0.0;
+    rules.leak_suspected.rule.threshold = 1.0 / 3.0;
+    rules.leak_suspected.rule.clear = 0.0;
+    rules.leak_suspected.window = Duration::from_secs(24 * 3600);
+    rules.allocator_fragmentation_high.min_reserved = ByteSize(3 << 29);
+    rules.xid_error.rule.severity = Severity::Info;
+    rules.xid_error.window = Duration::from_millis(1500);
     config.notify.alertmanager_url = Some("http://alertmanager:9093".into());
     config.notify.webhook_url = Some("https://hooks.example.com/v?name=\"x\"\\y".into());
     config.notify.external_url = Some("https://gpu-node-7:9477".into());

@@ -4,11 +4,13 @@
 use std::time::Duration;
 
 use super::{assert_error, isolated, load_env, load_file};
-use crate::config::{
-    AlertsConfig, ByteSize, ConfigError, NotifyConfig, NvmlConfig, Origin, ProbeConfig,
-    RulesConfig, default_alerts, defaults, load,
-};
+use crate::alerts::notify::NotifyConfig;
+use crate::alerts::{AlertsConfig, ForecastRule, FragmentationRule, RulesConfig, WindowRule};
+use crate::analysis::AnalysisConfig;
+use crate::config::{ByteSize, ConfigError, Origin, default_alerts, defaults, load};
 use crate::model::{RuleSettings, Severity};
+use crate::sampler::probe_config::ProbeConfig;
+use crate::source::nvml::NvmlConfig;
 
 #[test]
 fn config_nvml_defaults() {
@@ -37,10 +39,31 @@ fn rule(threshold: f64, clear: f64, for_secs: u64, severity: Severity) -> RuleSe
 #[test]
 fn config_alerts_defaults() {
     let minutes = |n: u64| Duration::from_secs(60 * n);
+    let window = |rule, window| WindowRule { rule, window };
     let expected = AlertsConfig {
-        evaluation_interval: Duration::from_secs(5),
         resolved_retention: minutes(15),
         max_alerts: 1000.try_into().unwrap(),
+        rules: RulesConfig {
+            memory_high: rule(0.92, 0.88, 60, Severity::Warning),
+            exhaustion_forecast: ForecastRule {
+                rule: rule(1800.0, 2700.0, 120, Severity::Warning),
+                min_fit: 0.8,
+            },
+            leak_suspected: window(rule(131_072.0, 65_536.0, 60, Severity::Warning), minutes(30)),
+            allocator_fragmentation_high: FragmentationRule {
+                rule: rule(0.25, 0.15, 300, Severity::Warning),
+                min_reserved: ByteSize(2 << 30),
+            },
+            allocator_retries: window(rule(1.0, 0.0, 0, Severity::Warning), minutes(5)),
+            allocator_oom: window(rule(1.0, 0.0, 0, Severity::Critical), minutes(15)),
+            device_lost: rule(1.0, 0.0, 0, Severity::Critical),
+            xid_error: window(rule(1.0, 0.0, 0, Severity::Critical), minutes(15)),
+            probe_free_mismatch: rule(1_073_741_824.0, 536_870_912.0, 0, Severity::Warning),
+            probe_headroom_low: rule(4_294_967_296.0, 5_368_709_120.0, 0, Severity::Warning),
+        },
+    };
+    let analysis = AnalysisConfig {
+        evaluation_interval: Duration::from_secs(5),
         trend_window: minutes(10),
         forecast_min_span: Duration::from_secs(90),
         leak_check_interval: Duration::from_secs(30),
@@ -48,26 +71,8 @@ fn config_alerts_defaults() {
         max_xid_history: std::num::NonZeroUsize::new(1024).unwrap(),
         leak_shortest_window: minutes(2),
         leak_warmup: minutes(3),
-        rules: RulesConfig {
-            memory_high: rule(0.92, 0.88, 60, Severity::Warning),
-            exhaustion_forecast: rule(1800.0, 2700.0, 120, Severity::Warning),
-            exhaustion_min_fit: 0.8,
-            leak_suspected: rule(131_072.0, 65_536.0, 60, Severity::Warning),
-            leak_window: minutes(30),
-            allocator_fragmentation_high: rule(0.25, 0.15, 300, Severity::Warning),
-            fragmentation_min_reserved_bytes: ByteSize(2 << 30),
-            allocator_retries: rule(1.0, 0.0, 0, Severity::Warning),
-            retries_window: minutes(5),
-            allocator_oom: rule(1.0, 0.0, 0, Severity::Critical),
-            oom_window: minutes(15),
-            device_lost: rule(1.0, 0.0, 0, Severity::Critical),
-            xid_error: rule(1.0, 0.0, 0, Severity::Critical),
-            xid_window: minutes(15),
-            probe_free_mismatch: rule(1_073_741_824.0, 536_870_912.0, 0, Severity::Warning),
-            probe_headroom_low: rule(4_294_967_296.0, 5_368_709_120.0, 0, Severity::Warning),
-            probe_stale_after: Duration::from_secs(2 * 15 * 60),
-        },
     };
+    assert_eq!(load(&isolated()).unwrap().analysis, analysis);
     assert_eq!(default_alerts(), expected);
     assert_eq!(defaults().alerts, expected);
     assert_eq!(load(&isolated()).unwrap().alerts, expected);
@@ -105,7 +110,7 @@ fn config_probe_keys_are_validated_with_their_conflicts() {
     .unwrap();
     assert_eq!(ok.probe.interval, Duration::from_secs(300));
     // Probe rules judge readings up to two intervals old.
-    assert_eq!(ok.alerts.rules.probe_stale_after, Duration::from_secs(600));
+    assert_eq!(crate::app::analysis_settings(&ok).probe_stale_after, Duration::from_secs(600));
     assert_eq!(ok.probe.min_free_bytes.get(), 8 << 30);
     assert!(ok.probe.headroom);
     assert_eq!(
@@ -191,7 +196,7 @@ fn config_rule_clear_on_the_wrong_side_of_threshold_names_the_clear_key() {
     )
     .unwrap();
     assert_eq!(config.alerts.rules.memory_high.clear, 0.9);
-    assert_eq!(config.alerts.rules.exhaustion_forecast.clear, 600.0);
+    assert_eq!(config.alerts.rules.exhaustion_forecast.rule.clear, 600.0);
 }
 
 #[test]
@@ -201,13 +206,17 @@ fn config_bad_severity_names_the_key() {
         &[
             "invalid value \"fatal\" for alerts.xid_error.severity",
             "vramd.toml",
-            "unknown severity `fatal`; expected info, warning or critical",
+            "expected \"info\", \"warning\" or \"critical\"",
         ],
     );
     assert_eq!(error.key(), Some("alerts.xid_error.severity"));
     assert_error(
         load_env(&[("VRAMD_ALERTS__MEMORY_HIGH__SEVERITY", "Critical")]),
-        &["alerts.memory_high.severity", "VRAMD_ALERTS__MEMORY_HIGH__SEVERITY", "unknown severity"],
+        &[
+            "alerts.memory_high.severity",
+            "VRAMD_ALERTS__MEMORY_HIGH__SEVERITY",
+            "expected \"info\"",
+        ],
     );
     assert_error(
         load_file("[alerts.device_lost]\nseverity = 3\n"),
@@ -294,9 +303,9 @@ fn config_rule_numbers_are_finite_and_in_the_rule_unit() {
     )
     .unwrap();
     let rules = &config.alerts.rules;
-    assert_eq!(rules.exhaustion_forecast.threshold, 600.0);
-    assert_eq!(rules.exhaustion_forecast.clear, 900.5);
-    assert_eq!(rules.exhaustion_min_fit, 0.0);
+    assert_eq!(rules.exhaustion_forecast.rule.threshold, 600.0);
+    assert_eq!(rules.exhaustion_forecast.rule.clear, 900.5);
+    assert_eq!(rules.exhaustion_forecast.min_fit, 0.0);
     assert_eq!(rules.device_lost.threshold, 0.5);
 }
 
@@ -391,13 +400,13 @@ fn config_out_of_range_values_name_the_key_and_range() {
         ("VRAMD_NVML__MAX_CMDLINE_BYTES", "65537", "between 0B and 64KiB"),
         ("VRAMD_NVML__MAX_CMDLINE_BYTES", "-1", "negative"),
         ("VRAMD_NVML__REQUIRE_GPU", "yes", "true or false"),
-        ("VRAMD_ALERTS__EVALUATION_INTERVAL", "99ms", "between 100ms and 10m"),
-        ("VRAMD_ALERTS__EVALUATION_INTERVAL", "11m", "between 100ms and 10m"),
+        ("VRAMD_ANALYSIS__EVALUATION_INTERVAL", "99ms", "between 100ms and 10m"),
+        ("VRAMD_ANALYSIS__EVALUATION_INTERVAL", "11m", "between 100ms and 10m"),
         ("VRAMD_ALERTS__RESOLVED_RETENTION", "8d", "between 0s and 7d"),
         ("VRAMD_ALERTS__MAX_ALERTS", "0", "between 1 and 100000"),
         ("VRAMD_ALERTS__MAX_ALERTS", "100001", "between 1 and 100000"),
-        ("VRAMD_ALERTS__TREND_WINDOW", "9s", "between 10s and 1d"),
-        ("VRAMD_ALERTS__TREND_WINDOW", "25h", "between 10s and 1d"),
+        ("VRAMD_ANALYSIS__TREND_WINDOW", "9s", "between 10s and 1d"),
+        ("VRAMD_ANALYSIS__TREND_WINDOW", "25h", "between 10s and 1d"),
         ("VRAMD_ALERTS__MEMORY_HIGH__ENABLED", "yes", "true or false"),
         ("VRAMD_ALERTS__MEMORY_HIGH__FOR", "25h", "between 0s and 1d"),
         ("VRAMD_ALERTS__MEMORY_HIGH__FOR", "60", "unit"),
@@ -523,7 +532,12 @@ fn config_values_of_the_wrong_type_in_the_file_are_rejected() {
 fn config_unknown_scenario_names_the_key_and_lists_scenarios() {
     assert_error(
         load_file("[source]\nsimulate = \"lek\"\n"),
-        &["invalid value \"lek\" for source.simulate", "unknown scenario `lek`", "leak", "idle"],
+        &[
+            "invalid value \"lek\" for source.simulate",
+            "expected \"steady-inference\"",
+            "\"leak\"",
+            "\"idle\"",
+        ],
     );
 }
 
