@@ -22,7 +22,7 @@ use vramd::alerts::board::AlertBoard;
 use vramd::analysis::snapshot::AnalysisBoard;
 use vramd::api::{self, AppState, Limits};
 use vramd::clock::ScaledClock;
-use vramd::config::{self, LoadOptions, Overrides};
+use vramd::config::{LoadOptions, Overrides};
 use vramd::history::{HistoryStore, Sizing};
 use vramd::kubernetes::proto::{
     Container, ContainerDevices, ContainerResources, ListContainersResponse,
@@ -300,7 +300,7 @@ fn config_error(bad: &BadConfig) -> String {
         env: bad.env.iter().map(|(name, value)| (name.to_string(), value.to_string())).collect(),
         overrides: bad.overrides.clone(),
     };
-    let message = match config::load(&options) {
+    let message = match vramd::app::load(&options) {
         Ok(_) => "(accepted)".to_owned(),
         Err(error) => error.to_string(),
     };
