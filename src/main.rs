@@ -76,7 +76,7 @@ fn load_options(cli: &Cli) -> LoadOptions {
     LoadOptions {
         config_path: cli.config.clone(),
         env: config::process_environment(),
-        overrides: cli.overrides.clone(),
+        overrides: cli.overrides.entries(),
         ..LoadOptions::default()
     }
 }

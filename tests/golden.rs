@@ -21,8 +21,9 @@ use tower::ServiceExt;
 use vramd::alerts::board::AlertBoard;
 use vramd::analysis::snapshot::AnalysisBoard;
 use vramd::api::{self, AppState, Limits};
+use vramd::cli::Overrides;
 use vramd::clock::ScaledClock;
-use vramd::config::{LoadOptions, Overrides};
+use vramd::config::LoadOptions;
 use vramd::history::{HistoryStore, Sizing};
 use vramd::kubernetes::proto::{
     Container, ContainerDevices, ContainerResources, ListContainersResponse,
@@ -298,7 +299,7 @@ fn config_error(bad: &BadConfig) -> String {
         config_path,
         search_paths: Vec::new(),
         env: bad.env.iter().map(|(name, value)| (name.to_string(), value.to_string())).collect(),
-        overrides: bad.overrides.clone(),
+        overrides: bad.overrides.entries(),
     };
     let message = match vramd::app::load(&options) {
         Ok(_) => "(accepted)".to_owned(),

@@ -28,109 +28,20 @@ use super::catalogue::{ENV_PREFIX, ENV_SEPARATOR};
 use super::error::{ConfigError, Origin};
 use super::render::key_values;
 use super::tree::{self, Origins};
-use crate::model::ScenarioKind;
 use crate::setting::Keys;
 
 /// Where the configuration file is looked for when `--config` is not
 /// given, first match wins.
 pub const DEFAULT_SEARCH_PATHS: [&str; 2] = ["config/vramd.toml", "/etc/vramd/vramd.toml"];
 
-/// Values from the command line; each set one wins over every other layer.
-/// The doc comments are the options' help; each names the key it sets.
-#[derive(Clone, Debug, Default, PartialEq, clap::Args)]
-pub struct Overrides {
-    /// Serve /metrics, the REST API and health checks on this address
-    /// [server.listen].
-    #[arg(long, global = true, value_name = "ADDR")]
-    pub listen: Option<String>,
-
-    /// Read a simulated scenario instead of the GPU driver
-    /// [source.simulate]; `vramd scenarios` lists them.
-    #[arg(long, global = true, value_name = "SCENARIO", value_parser = scenario_names())]
-    pub simulate: Option<String>,
-
-    /// Number of simulated GPUs, 1 to 8 [simulator.gpus].
-    #[arg(long, global = true, value_name = "N")]
-    pub gpus: Option<u32>,
-
-    /// Seed of the simulator; the same seed gives the same readings
-    /// [simulator.seed].
-    #[arg(long, global = true, value_name = "N")]
-    pub seed: Option<u64>,
-
-    /// Simulated or replayed seconds per real second, above 0 and at most
-    /// 10000 [source.speed].
-    #[arg(long, global = true, value_name = "X")]
-    pub speed: Option<f64>,
-
-    /// Replay this recorded NDJSON trace instead of reading the GPU driver
-    /// [source.replay].
-    #[arg(long, global = true, value_name = "FILE")]
-    pub replay: Option<PathBuf>,
-
-    /// Also record every reading to this NDJSON trace [source.record].
-    #[arg(long, global = true, value_name = "FILE")]
-    pub record: Option<PathBuf>,
-
-    /// Serve TLS, client certificates, basic auth and extra headers from
-    /// this exporter-toolkit web configuration [server.web_config].
-    #[arg(long = "web.config.file", global = true, value_name = "FILE")]
-    pub web_config: Option<PathBuf>,
-
-    /// Log line format [log.format].
-    #[arg(long, global = true, value_name = "FORMAT", value_parser = ["text", "json"])]
-    pub log_format: Option<String>,
-
-    /// Log filter, such as `info` or `info,vramd=debug` [log.level].
-    #[arg(long, global = true, value_name = "FILTER")]
-    pub log_level: Option<String>,
-
-    // Sets the key to `true`; absent (`false`) leaves it to the other layers.
-    /// Exit with status 1 at start-up, naming the library, when NVML cannot
-    /// be initialised, instead of serving `vramd_nvml_up 0` and retrying
-    /// [nvml.require_gpu].
-    #[arg(long, global = true)]
-    pub require_gpu: bool,
-}
-
-/// Only scenario names are accepted, and `--help` lists them.
-fn scenario_names() -> clap::builder::PossibleValuesParser {
-    clap::builder::PossibleValuesParser::new(ScenarioKind::ALL.iter().map(|kind| kind.name()))
-}
-
-impl Overrides {
-    /// `(key, flag, value as text)` for every override that is set.
-    fn entries(&self) -> Result<Vec<(&'static str, &'static str, String)>, ConfigError> {
-        let path = |key: &'static str, flag: &'static str, path: &Option<PathBuf>| {
-            path.as_ref()
-                .map(|path| match path.to_str() {
-                    Some(text) => Ok((key, flag, text.to_owned())),
-                    None => Err(ConfigError::InvalidValue {
-                        key: key.to_owned(),
-                        value: format!("{:?}", path.to_string_lossy()),
-                        origin: Origin::CommandLine(flag),
-                        reason: "paths must be valid UTF-8".to_owned(),
-                    }),
-                })
-                .transpose()
-        };
-        let text = |key, flag, value: Option<String>| value.map(|value| (key, flag, value));
-        let entries = [
-            text("server.listen", "--listen", self.listen.clone()),
-            text("source.simulate", "--simulate", self.simulate.clone()),
-            text("simulator.gpus", "--gpus", self.gpus.map(|n| n.to_string())),
-            text("simulator.seed", "--seed", self.seed.map(|n| n.to_string())),
-            // Display of f64 is the shortest text that parses back exactly.
-            text("source.speed", "--speed", self.speed.map(|x| x.to_string())),
-            path("source.replay", "--replay", &self.replay)?,
-            path("source.record", "--record", &self.record)?,
-            path("server.web_config", "--web.config.file", &self.web_config)?,
-            text("log.format", "--log-format", self.log_format.clone()),
-            text("log.level", "--log-level", self.log_level.clone()),
-            text("nvml.require_gpu", "--require-gpu", self.require_gpu.then(|| "true".to_owned())),
-        ];
-        Ok(entries.into_iter().flatten().collect())
-    }
+/// One command-line option that sets a key: it wins over every other
+/// layer. The value is as given; a path that is not UTF-8 is refused when
+/// the layer is read, naming the flag.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Override {
+    pub key: &'static str,
+    pub flag: &'static str,
+    pub value: std::ffi::OsString,
 }
 
 /// Everything [`load`] reads, passed in so tests control all of it.
@@ -143,8 +54,8 @@ pub struct LoadOptions {
     pub search_paths: Vec<PathBuf>,
     /// The process environment (or a test's); only `VRAMD_*` names are used.
     pub env: Vec<(String, String)>,
-    /// The command-line options.
-    pub overrides: Overrides,
+    /// The command-line options that are set (`cli::Overrides::entries`).
+    pub overrides: Vec<Override>,
 }
 
 impl Default for LoadOptions {
@@ -153,7 +64,7 @@ impl Default for LoadOptions {
             config_path: None,
             search_paths: DEFAULT_SEARCH_PATHS.iter().map(PathBuf::from).collect(),
             env: Vec::new(),
-            overrides: Overrides::default(),
+            overrides: Vec::new(),
         }
     }
 }
@@ -365,12 +276,21 @@ fn environment_layer(env: &[(String, String)]) -> Result<Layer, ConfigError> {
 }
 
 /// The command-line options that are set, as a layer.
-fn override_layer(overrides: &Overrides) -> Result<Layer, ConfigError> {
+fn override_layer(overrides: &[Override]) -> Result<Layer, ConfigError> {
     let mut names = Origins::new();
     let mut tree = Map::new();
-    for (key, flag, value) in overrides.entries()? {
-        names.insert(key.to_owned(), Origin::CommandLine(flag));
-        tree::set(&mut tree, key, Value::String(value));
+    for Override { key, flag, value } in overrides {
+        let origin = Origin::CommandLine(flag);
+        let Some(text) = value.to_str() else {
+            return Err(ConfigError::InvalidValue {
+                key: (*key).to_owned(),
+                value: format!("{:?}", value.to_string_lossy()),
+                origin,
+                reason: "paths must be valid UTF-8".to_owned(),
+            });
+        };
+        names.insert((*key).to_owned(), origin);
+        tree::set(&mut tree, key, Value::String(text.to_owned()));
     }
     Ok((tree, names))
 }

@@ -24,7 +24,7 @@ pub use error::{ConfigError, Origin};
 #[cfg(not(test))]
 pub use load::load;
 pub use load::{
-    DEFAULT_SEARCH_PATHS, Deprecated, LoadOptions, Overrides, config_file, load_noting,
+    DEFAULT_SEARCH_PATHS, Deprecated, LoadOptions, Override, config_file, load_noting,
     process_environment, read_at_most,
 };
 pub use render::{key_values, render_effective};
@@ -73,6 +73,7 @@ pub use test_names::*;
 mod test_names {
     pub use crate::alerts::{AlertsConfig, RulesConfig};
     pub use crate::app::{Config, load};
+    pub use crate::cli::Overrides;
     pub use crate::logging::LogFormat;
     pub use crate::server::DEFAULT_LISTEN;
     pub use crate::setting::{Accepts, ByteSize};

@@ -207,7 +207,8 @@ pub(super) fn read(spec: &KeySpec, written: &Value) -> Result<Value, String> {
         }
         Form::Choice(names) => match text {
             Some(name) if names.contains(&name) => Ok(Value::from(name)),
-            _ => Err(format!("expected {}", choices(names))),
+            Some(_) => Err(format!("expected {}", choices(names))),
+            None => Err("expected a string".into()),
         },
     }
 }

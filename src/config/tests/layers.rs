@@ -20,7 +20,8 @@ fn config_precedence_one_key_through_all_four_layers() {
         ..with_file.clone()
     };
     let with_override = LoadOptions {
-        overrides: Overrides { listen: Some("127.0.0.1:1003".into()), ..Overrides::default() },
+        overrides: Overrides { listen: Some("127.0.0.1:1003".into()), ..Overrides::default() }
+            .entries(),
         ..with_env.clone()
     };
 
@@ -37,12 +38,12 @@ fn config_precedence_nvml_require_gpu_through_all_four_layers() {
     let with_env =
         LoadOptions { env: env(&[("VRAMD_NVML__REQUIRE_GPU", "false")]), ..with_file.clone() };
     let with_override = LoadOptions {
-        overrides: Overrides { require_gpu: true, ..Overrides::default() },
+        overrides: Overrides { require_gpu: true, ..Overrides::default() }.entries(),
         ..with_env.clone()
     };
     // The flag left off leaves the key to the lower layers.
     let without_flag = LoadOptions {
-        overrides: Overrides { require_gpu: false, ..Overrides::default() },
+        overrides: Overrides { require_gpu: false, ..Overrides::default() }.entries(),
         ..with_file.clone()
     };
 
@@ -159,7 +160,8 @@ fn config_precedence_file_key_survives_other_layers_and_defaults_fill_its_sectio
             speed: Some(3.0),
             log_level: Some("error".into()),
             ..Overrides::default()
-        },
+        }
+        .entries(),
         ..isolated()
     };
     let config = load(&options).unwrap();
@@ -228,7 +230,7 @@ fn config_overrides_set_their_keys() {
         require_gpu: true,
         web_config: Some(PathBuf::from("web.yml")),
     };
-    let config = load(&LoadOptions { overrides, ..isolated() }).unwrap();
+    let config = load(&LoadOptions { overrides: overrides.entries(), ..isolated() }).unwrap();
     assert_eq!(config.server.web_config, Some(PathBuf::from("web.yml")));
     assert_eq!(config.server.listen, "[::1]:9000".parse().unwrap());
     assert_eq!(config.selection(), SourceSelection::Replay { path: "in.ndjson".into() });
@@ -244,7 +246,7 @@ fn config_overrides_set_their_keys() {
         seed: Some(7),
         ..Overrides::default()
     };
-    let config = load(&LoadOptions { overrides, ..isolated() }).unwrap();
+    let config = load(&LoadOptions { overrides: overrides.entries(), ..isolated() }).unwrap();
     assert_eq!(
         config.selection(),
         SourceSelection::Simulate(crate::source::Simulation {
@@ -258,14 +260,75 @@ fn config_overrides_set_their_keys() {
 fn config_override_errors_name_the_flag() {
     let overrides = Overrides { gpus: Some(9), ..Overrides::default() };
     assert_error(
-        load(&LoadOptions { overrides, ..isolated() }),
+        load(&LoadOptions { overrides: overrides.entries(), ..isolated() }),
         &["invalid value \"9\" for simulator.gpus", "command-line option --gpus", "1 and 8"],
     );
     let overrides = Overrides { speed: Some(f64::NAN), ..Overrides::default() };
-    assert_error(load(&LoadOptions { overrides, ..isolated() }), &["source.speed", "--speed"]);
+    assert_error(
+        load(&LoadOptions { overrides: overrides.entries(), ..isolated() }),
+        &["source.speed", "--speed"],
+    );
 }
 
 #[test]
 fn config_process_environment_keeps_only_prefixed_variables() {
     assert!(process_environment().iter().all(|(name, _)| name.starts_with("VRAMD_")));
+}
+
+#[test]
+fn config_moved_analysis_keys_are_read_under_their_old_spelling_with_one_note_each() {
+    let (_dir, path) = file("[alerts]\ntrend_window = \"20m\"\nmax_alerts = 7\n");
+    let options = LoadOptions {
+        config_path: Some(path.clone()),
+        env: env(&[("VRAMD_ALERTS__LEAK_WARMUP", "1m")]),
+        ..isolated()
+    };
+    let (config, notes): (crate::app::Config, _) = crate::config::load_noting(&options).unwrap();
+    assert_eq!(config.analysis.trend_window, Duration::from_secs(1200));
+    assert_eq!(config.analysis.leak_warmup, Duration::from_secs(60));
+    assert_eq!(config.alerts.max_alerts.get(), 7, "the keys that stay are read as before");
+    let said: Vec<String> = notes.iter().map(ToString::to_string).collect();
+    assert_eq!(
+        said,
+        [
+            format!(
+                "alerts.trend_window (from file {}) is deprecated: write analysis.trend_window \
+                 instead",
+                path.display()
+            ),
+            "alerts.leak_warmup (from environment variable VRAMD_ALERTS__LEAK_WARMUP) is \
+             deprecated: write analysis.leak_warmup instead"
+                .to_owned(),
+        ]
+    );
+    // An out-of-range value under the old spelling names the variable the
+    // user wrote and the key it now sets.
+    assert_error(
+        load_env(&[("VRAMD_ALERTS__TREND_WINDOW", "1s")]),
+        &["analysis.trend_window", "VRAMD_ALERTS__TREND_WINDOW", "between 10s and 1d"],
+    );
+    // The new spelling carries no note.
+    let options =
+        LoadOptions { env: env(&[("VRAMD_ANALYSIS__TREND_WINDOW", "20m")]), ..isolated() };
+    let (_, notes): (crate::app::Config, _) = crate::config::load_noting(&options).unwrap();
+    assert!(notes.is_empty());
+}
+
+#[test]
+fn config_catalogue_summaries_come_from_the_sections_doc_comments() {
+    let summary = |key: &str| {
+        crate::config::KEYS.iter().find(|spec| spec.key == key).map(|spec| spec.summary.clone())
+    };
+    assert_eq!(
+        summary("sampler.fast_interval").as_deref(),
+        Some("how often memory and utilization are read")
+    );
+    assert_eq!(
+        summary("alerts.memory_high.threshold").as_deref(),
+        Some("fires when used / total memory is above this for `for`")
+    );
+    assert_eq!(summary("alerts.xid_error.severity").as_deref(), Some("severity of the alert"));
+    for spec in crate::config::KEYS.iter() {
+        assert!(!spec.summary.trim().is_empty(), "{} has no summary", spec.key);
+    }
 }

@@ -71,7 +71,7 @@ fn config_render_effective_of_a_loaded_config_round_trips() {
         require_gpu: true,
         ..Overrides::default()
     };
-    let config = load(&LoadOptions { overrides, ..isolated() }).unwrap();
+    let config = load(&LoadOptions { overrides: overrides.entries(), ..isolated() }).unwrap();
     assert_round_trips(&config);
 }
 

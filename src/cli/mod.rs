@@ -2,7 +2,7 @@
 //! configuration keys.
 //!
 //! Owns: [`Cli`] and [`Command`]; the options that set keys are
-//! [`crate::config::Overrides`], flattened in. Values are passed on as
+//! [`Overrides`] (`overrides`), flattened in. Values are passed on as
 //! given; `config::load` validates them with the rest of the configuration,
 //! so an option and the key it sets are checked by the same code. Environment variables are not
 //! read here (they are a configuration layer). Depends only on `config` and
@@ -12,8 +12,10 @@ use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
 
-use crate::config::Overrides;
+mod overrides;
+
 use crate::model::ScenarioKind;
+pub use overrides::Overrides;
 
 const AFTER_HELP: &str = "\
 Configuration layers, lowest first: built-in defaults, the configuration file
