@@ -12,6 +12,7 @@ use vramd::alerts::AlertState;
 use vramd::analyze::{self, AnalyzeReport};
 use vramd::clock::ScaledClock;
 use vramd::config::{SimulatorConfig, defaults};
+use vramd::model::RuleId;
 use vramd::source::simulator::{GOLDEN_ORIGIN, ScenarioKind, Simulator, SimulatorSpec};
 
 #[path = "support/expectations.rs"]
@@ -38,7 +39,7 @@ fn check(scenario: ScenarioKind) {
     for want in expected {
         let hit = firing.iter().find(|entry| {
             let alert = &entry.transition.alert;
-            alert.key.rule == want.rule.as_str()
+            alert.key.rule == want.rule
                 && alert.gpu == want.gpu
                 && want.process.is_none_or(|name| alert.process.as_deref() == Some(name))
         });
@@ -69,9 +70,8 @@ fn check(scenario: ScenarioKind) {
     }
     for entry in &firing {
         let alert = &entry.transition.alert;
-        let declared = expected
-            .iter()
-            .any(|want| want.rule.as_str() == alert.key.rule && want.gpu == alert.gpu);
+        let declared =
+            expected.iter().any(|want| want.rule == alert.key.rule && want.gpu == alert.gpu);
         assert!(
             declared,
             "{scenario}: unexpected alert {} ({})\n{}",
@@ -134,7 +134,7 @@ fn the_leak_forecast_is_close_to_the_real_exhaustion() {
     let forecast = report
         .timeline
         .iter()
-        .find(|entry| entry.transition.alert.key.rule == "exhaustion_forecast")
+        .find(|entry| entry.transition.alert.key.rule == RuleId::ExhaustionForecast)
         .expect("a forecast");
     let predicted_full = forecast.offset_seconds + forecast.transition.alert.value;
 
@@ -188,7 +188,7 @@ fn a_replay_evaluates_the_readings_after_its_last_boundary() {
     let config = defaults();
     let report = analyze::replay(&vramd::app::analyze_settings(&config), &trace);
     let oom = report.timeline.iter().find(|entry| {
-        entry.transition.alert.key.rule == "allocator_oom"
+        entry.transition.alert.key.rule == RuleId::AllocatorOom
             && entry.transition.alert.state == AlertState::Firing
     });
     let oom =

@@ -76,7 +76,7 @@ fn memory_high(holder: ProcessFacts) -> Observation {
     memory_rules(&default_alerts().rules, &snapshot, "GPU 0", memory, &mut out);
     out.into_vec()
         .into_iter()
-        .find(|observation| observation.key.rule == RuleId::MemoryHigh.as_str())
+        .find(|observation| observation.key.rule == RuleId::MemoryHigh)
         .unwrap()
 }
 
