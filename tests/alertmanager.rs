@@ -26,6 +26,7 @@ use support::{Deadline, http, pause};
 use vramd::alerts::notify::{AlertmanagerNotifier, Notifier, NotifyConfig};
 use vramd::alerts::{Alert, AlertKey, AlertState, Severity};
 use vramd::clock::wall_now;
+use vramd::model::RuleId;
 
 const ALERTMANAGER: &str = "/usr/bin/prometheus-alertmanager";
 
@@ -167,11 +168,8 @@ fn notify_config(base: &str) -> NotifyConfig {
 /// Alertmanager considers it current.
 fn firing_alert() -> Alert {
     let now = wall_now();
-    let key = AlertKey {
-        rule: "leak_suspected".to_owned(),
-        uuid: "GPU-e2e-0001".to_owned(),
-        pid: Some(4242),
-    };
+    let key =
+        AlertKey { rule: RuleId::LeakSuspected, uuid: "GPU-e2e-0001".to_owned(), pid: Some(4242) };
     Alert {
         id: key.id(),
         key,

@@ -12,6 +12,7 @@ use vramd::alerts::AlertState;
 use vramd::analyze::{self, AnalyzeReport};
 use vramd::app::Config;
 use vramd::clock::ScaledClock;
+use vramd::model::RuleId;
 use vramd::source::simulator::{GOLDEN_ORIGIN, ScenarioKind, Simulator, SimulatorSpec};
 use vramd::source::{Simulation, SimulatorConfig};
 
@@ -42,7 +43,7 @@ fn check(scenario: ScenarioKind) {
     for want in expected {
         let hit = firing.iter().find(|entry| {
             let alert = &entry.transition.alert;
-            alert.key.rule == want.rule.as_str()
+            alert.key.rule == want.rule
                 && alert.gpu == want.gpu
                 && want.process.is_none_or(|name| alert.process.as_deref() == Some(name))
         });
@@ -73,9 +74,8 @@ fn check(scenario: ScenarioKind) {
     }
     for entry in &firing {
         let alert = &entry.transition.alert;
-        let declared = expected
-            .iter()
-            .any(|want| want.rule.as_str() == alert.key.rule && want.gpu == alert.gpu);
+        let declared =
+            expected.iter().any(|want| want.rule == alert.key.rule && want.gpu == alert.gpu);
         assert!(
             declared,
             "{scenario}: unexpected alert {} ({})\n{}",
@@ -138,7 +138,7 @@ fn the_leak_forecast_is_close_to_the_real_exhaustion() {
     let forecast = report
         .timeline
         .iter()
-        .find(|entry| entry.transition.alert.key.rule == "exhaustion_forecast")
+        .find(|entry| entry.transition.alert.key.rule == RuleId::ExhaustionForecast)
         .expect("a forecast");
     let predicted_full = forecast.offset_seconds + forecast.transition.alert.value;
 
@@ -192,7 +192,7 @@ fn a_replay_evaluates_the_readings_after_its_last_boundary() {
     let config = Config::default();
     let report = analyze::replay(&vramd::app::analyze_settings(&config), &trace);
     let oom = report.timeline.iter().find(|entry| {
-        entry.transition.alert.key.rule == "allocator_oom"
+        entry.transition.alert.key.rule == RuleId::AllocatorOom
             && entry.transition.alert.state == AlertState::Firing
     });
     let oom =

@@ -16,6 +16,7 @@
 use vramd::alerts::AlertState;
 use vramd::analyze::{self, AnalyzeReport};
 use vramd::app::Config;
+use vramd::model::RuleId;
 use vramd::source::simulator::GOLDEN_ORIGIN;
 
 const HEADER: &str = r#"{"format":"vramd-trace","version":1,"source":"nvml","devices":[{"index":0,"uuid":"GPU-972aef12-9421-4446-c663-d8e89bade7ec","name":"NVIDIA H100 80GB HBM3","pci_bus_id":"00000000:18:00.0","driver_version":"570.124.06"}]}"#;
@@ -157,15 +158,18 @@ fn replay(text: &str) -> AnalyzeReport {
 
 /// The `leak_suspected` and `exhaustion_forecast` firings: (rule, pid,
 /// seconds since the start).
-fn firings(report: &AnalyzeReport) -> Vec<(String, Option<u32>, f64)> {
+fn firings(report: &AnalyzeReport) -> Vec<(RuleId, Option<u32>, f64)> {
     report
         .timeline
         .iter()
         .filter(|entry| entry.transition.alert.state == AlertState::Firing)
         .filter_map(|entry| {
             let key = &entry.transition.alert.key;
-            matches!(key.rule.as_str(), "leak_suspected" | "exhaustion_forecast")
-                .then(|| (key.rule.to_string(), key.pid, entry.offset_seconds))
+            matches!(key.rule, RuleId::LeakSuspected | RuleId::ExhaustionForecast).then_some((
+                key.rule,
+                key.pid,
+                entry.offset_seconds,
+            ))
         })
         .collect()
 }
@@ -213,12 +217,13 @@ fn a_leak_is_still_called_across_a_restart_gap() {
     let job = Job { leak: Some((600.0, 4.0 * MIB)), ..Job::steady(4242, 0.0, 4_000.0, 20.0) };
     let report = replay(&trace(&[job], 2_400, Some((840.0, 1_080.0)), &plain));
     let fired = firings(&report);
-    let leak = fired.iter().find(|(rule, pid, _)| rule == "leak_suspected" && *pid == Some(4242));
+    let leak =
+        fired.iter().find(|(rule, pid, _)| *rule == RuleId::LeakSuspected && *pid == Some(4242));
     let Some(&(_, _, at)) = leak else {
         panic!("the leak was not called: {fired:?}\n{}", analyze::render_table(&report))
     };
     assert!(at > 600.0 && at <= 600.0 + 20.0 * 60.0, "called at {at} s");
-    assert!(fired.iter().all(|(rule, _, _)| rule == "leak_suspected"), "{fired:?}");
+    assert!(fired.iter().all(|(rule, _, _)| *rule == RuleId::LeakSuspected), "{fired:?}");
 }
 
 #[test]
@@ -290,7 +295,8 @@ fn sparse_slow_tier_calls_a_leak(every: u32) -> f64 {
     let leaking = Job { leak: Some((600.0, 4.0 * MIB)), ..steady };
     let report = replay(&trace_with(&[leaking], 3_600, None, &plain, true, every));
     let fired = firings(&report);
-    let leak = fired.iter().find(|(rule, pid, _)| rule == "leak_suspected" && *pid == Some(4242));
+    let leak =
+        fired.iter().find(|(rule, pid, _)| *rule == RuleId::LeakSuspected && *pid == Some(4242));
     let Some(&(_, _, at)) = leak else {
         panic!("{label}: the leak was not called: {fired:?}\n{}", analyze::render_table(&report))
     };

@@ -10,6 +10,7 @@ use vramd::alerts::evaluator::{Evaluator, SourceState};
 use vramd::analysis::analyzer::Analyzer;
 use vramd::app::Config;
 use vramd::history::HistoryStore;
+use vramd::model::RuleId;
 use vramd::source::simulator::GOLDEN_ORIGIN;
 use vramd_corpus::{CorpusRun, Label};
 
@@ -145,8 +146,8 @@ impl Reporter {
 }
 
 fn score(outcome: &mut Outcome, alert: &vramd::alerts::Alert, seconds: f64) {
-    match alert.key.rule.as_str() {
-        "leak_suspected" => match outcome.label {
+    match alert.key.rule {
+        RuleId::LeakSuspected => match outcome.label {
             Label::Leak { pid, onset, .. }
                 if alert.key.pid == Some(pid) && seconds >= onset.as_secs_f64() =>
             {
@@ -165,7 +166,7 @@ fn score(outcome: &mut Outcome, alert: &vramd::alerts::Alert, seconds: f64) {
                 ));
             }
         },
-        "exhaustion_forecast" => {
+        RuleId::ExhaustionForecast => {
             let growing_from = match outcome.label {
                 Label::Growth { onset, .. } | Label::Leak { onset, .. } => Some(onset),
                 Label::Benign => None,

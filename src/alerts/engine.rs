@@ -247,14 +247,15 @@ fn resolve(alert: &mut Alert, now: Timestamp, transitions: &mut Vec<Transition>)
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::RuleId;
 
     fn at(seconds: i64) -> Timestamp {
         Timestamp::from_unix_millis(seconds * 1000)
     }
 
-    fn observation(rule: &str, verdict: Verdict, for_seconds: u64) -> Observation {
+    fn observation(rule: RuleId, verdict: Verdict, for_seconds: u64) -> Observation {
         Observation {
-            key: AlertKey { rule: rule.into(), uuid: "GPU-0".into(), pid: None },
+            key: AlertKey { rule, uuid: "GPU-0".into(), pid: None },
             verdict,
             severity: Severity::Warning,
             for_duration: Duration::from_secs(for_seconds),
@@ -280,27 +281,28 @@ mod tests {
     #[test]
     fn pending_then_firing_after_the_for_duration_then_resolved() {
         let mut engine = engine();
-        let fired = engine.evaluate(at(0), vec![observation("memory_high", Verdict::Breached, 60)]);
+        let fired =
+            engine.evaluate(at(0), vec![observation(RuleId::MemoryHigh, Verdict::Breached, 60)]);
         assert_eq!(states(&fired), vec![(None, AlertState::Pending)]);
         assert!(
             engine
-                .evaluate(at(30), vec![observation("memory_high", Verdict::Breached, 60)])
+                .evaluate(at(30), vec![observation(RuleId::MemoryHigh, Verdict::Breached, 60)])
                 .is_empty()
         );
         let fired =
-            engine.evaluate(at(60), vec![observation("memory_high", Verdict::Breached, 60)]);
+            engine.evaluate(at(60), vec![observation(RuleId::MemoryHigh, Verdict::Breached, 60)]);
         assert_eq!(states(&fired), vec![(Some(AlertState::Pending), AlertState::Firing)]);
         let alert = &fired[0].alert;
         assert_eq!((alert.since, alert.firing_since), (at(0), Some(at(60))));
 
         assert!(
             engine
-                .evaluate(at(70), vec![observation("memory_high", Verdict::Hysteresis, 60)])
+                .evaluate(at(70), vec![observation(RuleId::MemoryHigh, Verdict::Hysteresis, 60)])
                 .is_empty(),
             "between clear and threshold a firing alert keeps firing"
         );
         let resolved =
-            engine.evaluate(at(80), vec![observation("memory_high", Verdict::Clear, 60)]);
+            engine.evaluate(at(80), vec![observation(RuleId::MemoryHigh, Verdict::Clear, 60)]);
         assert_eq!(states(&resolved), vec![(Some(AlertState::Firing), AlertState::Resolved)]);
         assert_eq!(resolved[0].alert.resolved_at, Some(at(80)));
         assert_eq!(resolved[0].alert.id, "memory_high.GPU-0", "identity is stable");
@@ -309,9 +311,9 @@ mod tests {
     #[test]
     fn a_pending_alert_that_clears_early_is_forgotten_silently() {
         let mut engine = engine();
-        engine.evaluate(at(0), vec![observation("memory_high", Verdict::Breached, 60)]);
+        engine.evaluate(at(0), vec![observation(RuleId::MemoryHigh, Verdict::Breached, 60)]);
         let transitions =
-            engine.evaluate(at(10), vec![observation("memory_high", Verdict::Hysteresis, 60)]);
+            engine.evaluate(at(10), vec![observation(RuleId::MemoryHigh, Verdict::Hysteresis, 60)]);
         assert!(transitions.is_empty());
         assert_eq!(engine.alerts().count(), 0);
     }
@@ -320,7 +322,7 @@ mod tests {
     fn zero_for_fires_at_once_and_an_unseen_subject_resolves() {
         let mut engine = engine();
         let fired =
-            engine.evaluate(at(0), vec![observation("allocator_oom", Verdict::Breached, 0)]);
+            engine.evaluate(at(0), vec![observation(RuleId::AllocatorOom, Verdict::Breached, 0)]);
         assert_eq!(states(&fired), vec![(None, AlertState::Firing)]);
         let resolved = engine.evaluate(at(5), vec![]);
         assert_eq!(states(&resolved), vec![(Some(AlertState::Firing), AlertState::Resolved)]);
@@ -329,7 +331,7 @@ mod tests {
     #[test]
     fn resolved_alerts_stay_visible_for_the_retention_then_go() {
         let mut engine = engine();
-        engine.evaluate(at(0), vec![observation("xid_error", Verdict::Breached, 0)]);
+        engine.evaluate(at(0), vec![observation(RuleId::XidError, Verdict::Breached, 0)]);
         engine.evaluate(at(1), vec![]);
         engine.evaluate(at(60), vec![]);
         assert_eq!(engine.alerts().count(), 1, "still visible at 59 s");
@@ -340,9 +342,10 @@ mod tests {
     #[test]
     fn a_resolved_alert_that_breaches_again_starts_a_new_cycle() {
         let mut engine = engine();
-        engine.evaluate(at(0), vec![observation("xid_error", Verdict::Breached, 0)]);
-        engine.evaluate(at(1), vec![observation("xid_error", Verdict::Clear, 0)]);
-        let again = engine.evaluate(at(2), vec![observation("xid_error", Verdict::Breached, 0)]);
+        engine.evaluate(at(0), vec![observation(RuleId::XidError, Verdict::Breached, 0)]);
+        engine.evaluate(at(1), vec![observation(RuleId::XidError, Verdict::Clear, 0)]);
+        let again =
+            engine.evaluate(at(2), vec![observation(RuleId::XidError, Verdict::Breached, 0)]);
         assert_eq!(states(&again), vec![(Some(AlertState::Resolved), AlertState::Firing)]);
         assert_eq!(again[0].alert.since, at(2));
         assert_eq!(again[0].alert.resolved_at, None);
@@ -351,16 +354,21 @@ mod tests {
     #[test]
     fn the_bound_evicts_resolved_first_then_counts_what_it_drops() {
         let mut engine = engine();
-        let rules = ["a", "b", "c", "d"];
-        engine.evaluate(at(0), vec![observation("a", Verdict::Breached, 0)]);
+        let rules = [
+            RuleId::MemoryHigh,
+            RuleId::ExhaustionForecast,
+            RuleId::LeakSuspected,
+            RuleId::AllocatorRetries,
+        ];
+        engine.evaluate(at(0), vec![observation(rules[0], Verdict::Breached, 0)]);
         engine.evaluate(at(1), vec![]);
         let firing: Vec<Observation> =
-            rules[1..].iter().map(|rule| observation(rule, Verdict::Breached, 0)).collect();
+            rules[1..].iter().map(|&rule| observation(rule, Verdict::Breached, 0)).collect();
         engine.evaluate(at(2), firing.clone());
         assert_eq!(engine.alerts().count(), 3, "the resolved one made room");
         assert!(engine.alerts().all(|alert| alert.state == AlertState::Firing));
         let mut more = firing;
-        more.push(observation("e", Verdict::Breached, 0));
+        more.push(observation(RuleId::AllocatorOom, Verdict::Breached, 0));
         engine.evaluate(at(3), more);
         assert_eq!(engine.alerts().count(), 3);
         assert_eq!(engine.dropped(), 1);

@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 use strum::{EnumString, IntoStaticStr};
 
 pub use crate::model::Severity;
-use crate::model::Timestamp;
+use crate::model::{RuleId, Timestamp};
 
 /// Where an alert is in its life: inactive alerts are not kept at all.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
@@ -30,16 +30,33 @@ fn unknown_state(other: &str) -> String {
 
 /// What an alert is about: rule + device + (optionally) process. Stable for
 /// as long as the condition lasts, so notifiers can deduplicate.
-#[derive(
-    Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, utoipa::ToSchema,
-)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct AlertKey {
     /// Rule name, e.g. `memory_high` (the Alertmanager `alertname` is the
     /// CamelCase form, see [`Alert::alertname`]).
-    pub rule: String,
+    #[schema(value_type = String)]
+    pub rule: RuleId,
     pub uuid: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pid: Option<u32>,
+}
+
+/// By rule name, then UUID, then PID: the order alerts are listed in (API,
+/// metrics), whatever the order of [`RuleId`]'s variants.
+impl Ord for AlertKey {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        (self.rule.as_str(), &self.uuid, self.pid).cmp(&(
+            other.rule.as_str(),
+            &other.uuid,
+            other.pid,
+        ))
+    }
+}
+
+impl PartialOrd for AlertKey {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
 }
 
 impl AlertKey {
@@ -96,7 +113,7 @@ impl Alert {
     /// `memory_high` → `VramdMemoryHigh`, the Alertmanager `alertname`.
     pub fn alertname(&self) -> String {
         let mut name = String::from("Vramd");
-        for part in self.key.rule.split('_') {
+        for part in self.key.rule.as_str().split('_') {
             let mut chars = part.chars();
             if let Some(first) = chars.next() {
                 name.extend(first.to_uppercase());
@@ -125,7 +142,7 @@ mod tests {
         let alert = Alert {
             id: String::new(),
             key: AlertKey {
-                rule: "allocator_fragmentation_high".into(),
+                rule: RuleId::AllocatorFragmentationHigh,
                 uuid: "GPU-1".into(),
                 pid: Some(7),
             },

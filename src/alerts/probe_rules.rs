@@ -118,7 +118,7 @@ mod tests {
         }
     }
 
-    fn verdicts(reading: &ProbeReading) -> Vec<(String, Verdict, f64)> {
+    fn verdicts(reading: &ProbeReading) -> Vec<(RuleId, Verdict, f64)> {
         let rules = crate::alerts::AlertsConfig::default().rules;
         let mut out = Observations::all();
         observe(&rules, &device(), "GPU 0 (H100)", reading, &mut out);
@@ -128,14 +128,11 @@ mod tests {
     #[test]
     fn free_mismatch_fires_on_a_gap_either_way_and_clears_with_hysteresis() {
         let agree = verdicts(&reading(10 * GIB, Some(10 * GIB + (2 << 20)), None));
-        assert_eq!(agree, [("probe_free_mismatch".into(), Verdict::Clear, (2 << 20) as f64)]);
+        assert_eq!(agree, [(RuleId::ProbeFreeMismatch, Verdict::Clear, (2 << 20) as f64)]);
         let nvml_more = verdicts(&reading(10 * GIB, Some(12 * GIB), None));
         assert_eq!(nvml_more[0].1, Verdict::Breached);
         let cuda_more = verdicts(&reading(12 * GIB, Some(10 * GIB), None));
-        assert_eq!(
-            cuda_more[0],
-            ("probe_free_mismatch".into(), Verdict::Breached, (2 * GIB) as f64)
-        );
+        assert_eq!(cuda_more[0], (RuleId::ProbeFreeMismatch, Verdict::Breached, (2 * GIB) as f64));
         // Between clear (512 MiB) and threshold (1 GiB): held, not cleared.
         let between = verdicts(&reading(10 * GIB, Some(10 * GIB + (700 << 20)), None));
         assert_eq!(between[0].1, Verdict::Hysteresis);
@@ -146,7 +143,7 @@ mod tests {
     #[test]
     fn headroom_low_fires_at_or_below_the_job_size_only_when_searched() {
         let plenty = verdicts(&reading(40 * GIB, None, Some(39 * GIB)));
-        assert_eq!(plenty, [("probe_headroom_low".into(), Verdict::Clear, (39 * GIB) as f64)]);
+        assert_eq!(plenty, [(RuleId::ProbeHeadroomLow, Verdict::Clear, (39 * GIB) as f64)]);
         let short = verdicts(&reading(5 * GIB, None, Some(3 * GIB)));
         assert_eq!(short[0].1, Verdict::Breached);
         let between = verdicts(&reading(6 * GIB, None, Some(4 * GIB + GIB / 2)));
@@ -195,7 +192,7 @@ mod tests {
             history.record_fast(fast).unwrap();
             let snapshot = analyzer.analyse(&store, now);
             let evaluation = evaluator.evaluate(&snapshot, SourceState::Up, now);
-            evaluation.alerts.into_iter().find(|alert| alert.key.rule == "probe_headroom_low")
+            evaluation.alerts.into_iter().find(|alert| alert.key.rule == RuleId::ProbeHeadroomLow)
         };
         let fresh = headroom_alert(&mut evaluator, at(Duration::from_secs(60))).unwrap();
         assert_eq!(fresh.state, AlertState::Firing);

@@ -73,8 +73,8 @@ pub(super) struct Draft<'a> {
 pub struct Observations<'a> {
     list: Vec<Observation>,
     /// (rule, uuid, pid) of every pending or firing alert before the pass,
-    /// sorted as the engine's keys are; `None` keeps every observation.
-    active: Option<Vec<(&'a str, &'a str, Option<u32>)>>,
+    /// sorted for a binary search; `None` keeps every observation.
+    active: Option<Vec<(RuleId, &'a str, Option<u32>)>>,
     /// Where in `list` the breached observations are, by a hash of their
     /// key: a clear observation is looked up in constant time, not against
     /// every breached one (8 GPUs × 64 processes can breach at once).
@@ -88,10 +88,11 @@ impl<'a> Observations<'a> {
     pub fn against(alerts: impl Iterator<Item = &'a Alert>) -> Self {
         let mut active = alerts
             .filter(|alert| alert.state != AlertState::Resolved)
-            .map(|alert| (alert.key.rule.as_str(), alert.key.uuid.as_str(), alert.key.pid))
+            .map(|alert| (alert.key.rule, alert.key.uuid.as_str(), alert.key.pid))
             .collect::<Vec<_>>();
-        // Already in this order (the engine's map); sorting a sorted list
-        // is one pass, and the search below must not depend on that.
+        // The engine lists its keys by rule name; `RuleId` orders by
+        // declaration, so the sort only reorders runs of one rule, each
+        // already sorted by uuid and pid.
         active.sort_unstable();
         Self { active: Some(active), ..Self::all() }
     }
@@ -110,13 +111,13 @@ impl<'a> Observations<'a> {
         let (device, spec) = (draft.device, draft.rule.spec());
         let verdict = verdict(draft.config, spec.direction, draft.value);
         let pid = draft.process.map(|(pid, _)| pid);
-        if verdict != Verdict::Breached && !self.may_matter(spec.name, &device.uuid, pid) {
+        if verdict != Verdict::Breached && !self.may_matter(draft.rule, &device.uuid, pid) {
             return;
         }
         let (summary, description) =
             if verdict == Verdict::Clear { (String::new(), String::new()) } else { (draft.text)() };
         self.push(Observation {
-            key: AlertKey { rule: spec.name.to_owned(), uuid: device.uuid.clone(), pid },
+            key: AlertKey { rule: draft.rule, uuid: device.uuid.clone(), pid },
             verdict,
             severity: draft.config.severity,
             for_duration: draft.config.for_duration,
@@ -135,7 +136,7 @@ impl<'a> Observations<'a> {
         // With every observation kept (`all`), nothing looks breached keys up.
         if observation.verdict == Verdict::Breached && self.active.is_some() {
             let key = &observation.key;
-            let hash = self.keys.hash_one((key.rule.as_str(), key.uuid.as_str(), key.pid));
+            let hash = self.keys.hash_one((key.rule, key.uuid.as_str(), key.pid));
             self.breached.entry(hash).or_default().push(self.list.len());
         }
         self.list.push(observation);
@@ -147,7 +148,7 @@ impl<'a> Observations<'a> {
 
     /// Whether an observation that is not breached can still change an
     /// alert: one held before the pass, or one breached earlier in it.
-    fn may_matter(&self, rule: &str, uuid: &str, pid: Option<u32>) -> bool {
+    fn may_matter(&self, rule: RuleId, uuid: &str, pid: Option<u32>) -> bool {
         let Some(active) = &self.active else { return true };
         if active.binary_search(&(rule, uuid, pid)).is_ok() {
             return true;
@@ -164,7 +165,7 @@ impl<'a> Observations<'a> {
 /// The alert for a device source that cannot list devices (NVML down).
 pub fn source_down(rules: &RulesConfig) -> Observation {
     Observation {
-        key: AlertKey { rule: RuleId::DeviceLost.as_str().into(), uuid: "nvml".into(), pid: None },
+        key: AlertKey { rule: RuleId::DeviceLost, uuid: "nvml".into(), pid: None },
         verdict: verdict(&rules.device_lost, RuleId::DeviceLost.spec().direction, 1.0),
         severity: rules.device_lost.severity,
         for_duration: rules.device_lost.for_duration,

@@ -82,7 +82,7 @@ fn memory_high(holder: ProcessFacts) -> Observation {
     );
     out.into_vec()
         .into_iter()
-        .find(|observation| observation.key.rule == RuleId::MemoryHigh.as_str())
+        .find(|observation| observation.key.rule == RuleId::MemoryHigh)
         .unwrap()
 }
 

@@ -81,7 +81,7 @@ pub async fn list(
         .filter(|alert| wanted_state.is_none_or(|wanted| alert.state == wanted))
         .filter(|alert| wanted_severity.is_none_or(|wanted| alert.severity == wanted))
         .filter(|alert| super::gpu_matches(filter.gpu.as_deref(), alert.gpu, &alert.key.uuid))
-        .filter(|alert| filter.rule.as_deref().is_none_or(|rule| alert.key.rule == rule))
+        .filter(|alert| filter.rule.as_deref().is_none_or(|rule| alert.key.rule.as_str() == rule))
         .cloned()
         .collect();
     Ok(Json(AlertList { alerts }))

@@ -12,6 +12,7 @@ use super::super::tests::{
 };
 use crate::api::{AppState, reports};
 use crate::history::HistoryStore;
+use crate::model::RuleId;
 
 fn state(token: Option<&str>, store: Arc<HistoryStore>) -> AppState {
     state_with_intake(
@@ -155,7 +156,7 @@ async fn an_event_raises_allocator_oom_at_the_next_evaluation_once() {
     let now = crate::analysis::analyzer::Analyzer::newest(&state.store).unwrap();
     let before = analyzer.analyse(&state.store, now);
     let quiet = evaluator.evaluate(&before, crate::alerts::evaluator::SourceState::Up, now);
-    assert!(quiet.alerts.iter().all(|alert| alert.key.rule != "allocator_oom"));
+    assert!(quiet.alerts.iter().all(|alert| alert.key.rule != RuleId::AllocatorOom));
 
     let (status, body, _) = post(&state, "127.0.0.1:9", None, oom_body(&uuid, pid)).await;
     assert_eq!(status, StatusCode::ACCEPTED, "{body}");
@@ -163,7 +164,7 @@ async fn an_event_raises_allocator_oom_at_the_next_evaluation_once() {
     let after = analyzer.analyse(&state.store, now);
     let evaluation = evaluator.evaluate(&after, crate::alerts::evaluator::SourceState::Up, now);
     let oom: Vec<_> =
-        evaluation.alerts.iter().filter(|alert| alert.key.rule == "allocator_oom").collect();
+        evaluation.alerts.iter().filter(|alert| alert.key.rule == RuleId::AllocatorOom).collect();
     assert_eq!(oom.len(), 1, "one alert for one OOM: {oom:?}");
     let alert = oom[0];
     assert_eq!(alert.key.pid, Some(pid));

@@ -14,6 +14,7 @@ use super::*;
 use crate::alerts::board::AlertBoard;
 use crate::clock::ScaledClock;
 use crate::history::{HistoryStore, Sizing};
+use crate::model::RuleId;
 use crate::play::{self, Schedule};
 use crate::source::simulator::{GOLDEN_ORIGIN, ScenarioKind, Simulator, SimulatorSpec};
 
@@ -346,12 +347,12 @@ async fn requests_beyond_the_concurrency_limit_get_503_json() {
 }
 
 fn alert(
-    rule: &str,
+    rule: RuleId,
     uuid: &str,
     state: crate::alerts::AlertState,
     severity: crate::alerts::Severity,
 ) -> crate::alerts::Alert {
-    let key = crate::alerts::AlertKey { rule: rule.into(), uuid: uuid.into(), pid: None };
+    let key = crate::alerts::AlertKey { rule, uuid: uuid.into(), pid: None };
     crate::alerts::Alert {
         id: key.id(),
         key,
@@ -376,9 +377,9 @@ fn with_alerts() -> AppState {
     use crate::alerts::{AlertState, Severity};
     let state = filled_state();
     let alerts = vec![
-        alert("memory_high", "GPU-a", AlertState::Firing, Severity::Warning),
-        alert("device_lost", "GPU-b", AlertState::Firing, Severity::Critical),
-        alert("xid_error", "GPU-a", AlertState::Resolved, Severity::Critical),
+        alert(RuleId::MemoryHigh, "GPU-a", AlertState::Firing, Severity::Warning),
+        alert(RuleId::DeviceLost, "GPU-b", AlertState::Firing, Severity::Critical),
+        alert(RuleId::XidError, "GPU-a", AlertState::Resolved, Severity::Critical),
     ];
     state.board.publish(alerts, &[]);
     state
@@ -398,6 +399,9 @@ async fn alerts_are_listed_filtered_and_found_by_id() {
     assert_eq!(by_gpu["alerts"].as_array().unwrap().len(), 2, "UUID filter ignores case");
     let (_, by_rule) = get_json(&state, "/api/v1/alerts?rule=xid_error").await;
     assert_eq!(by_rule["alerts"][0]["state"], "resolved");
+    let (status, unknown) = get_json(&state, "/api/v1/alerts?rule=memory_hgh").await;
+    assert_eq!(status, StatusCode::OK, "an unknown rule matches no alert: {unknown}");
+    assert_eq!(unknown["alerts"].as_array().unwrap().len(), 0);
     assert_eq!(by_rule["alerts"][0]["since"], "2026-01-01T00:00:00.000Z", "times are RFC 3339");
 
     let (status, one) = get_json(&state, "/api/v1/alerts/memory_high.GPU-a").await;
@@ -434,7 +438,7 @@ async fn the_event_stream_delivers_state_changes_and_is_bounded() {
     let transition = crate::alerts::Transition {
         from: Some(crate::alerts::AlertState::Pending),
         alert: alert(
-            "memory_high",
+            RuleId::MemoryHigh,
             "GPU-a",
             crate::alerts::AlertState::Firing,
             crate::alerts::Severity::Warning,

@@ -89,10 +89,7 @@ impl ProbeGate for AlertGate {
         self.0.alerts().iter().any(|alert| {
             alert.state == AlertState::Firing
                 && alert.key.uuid == uuid
-                && matches!(
-                    RuleId::from_name(&alert.key.rule),
-                    Some(RuleId::AllocatorOom | RuleId::AllocatorRetries)
-                )
+                && matches!(alert.key.rule, RuleId::AllocatorOom | RuleId::AllocatorRetries)
         })
     }
 }

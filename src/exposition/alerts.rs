@@ -78,7 +78,7 @@ pub(super) fn render(
             .with("alertname", &alert.alertname())
             .with("alertstate", alert.state.as_str())
             .with("severity", alert.severity.as_str())
-            .with("rule", &alert.key.rule)
+            .with("rule", alert.key.rule.as_str())
             .with_uint("gpu", u64::from(alert.gpu))
             .with("uuid", &alert.key.uuid);
         if let Some(pid) = alert.key.pid {

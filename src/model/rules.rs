@@ -27,7 +27,8 @@ fn unknown_severity(other: &str) -> String {
     format!("unknown severity `{other}`; expected info, warning or critical")
 }
 
-/// A built-in alert rule.
+/// A built-in alert rule. Serialized as its name (`memory_high`), the
+/// `rule` of its alerts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, strum::VariantArray)]
 pub enum RuleId {
     MemoryHigh,
@@ -255,7 +256,22 @@ impl RuleId {
 
 impl std::fmt::Display for RuleId {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
+        // `pad`: a width or alignment (`{:<30}`) applies to the name.
+        f.pad(self.as_str())
+    }
+}
+
+impl Serialize for RuleId {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for RuleId {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let name = String::deserialize(deserializer)?;
+        RuleId::from_name(&name)
+            .ok_or_else(|| serde::de::Error::custom(format!("unknown rule `{name}`")))
     }
 }
 
@@ -270,6 +286,18 @@ mod tests {
             assert!(!RuleId::ALL[..index].iter().any(|other| other.as_str() == rule.as_str()));
         }
         assert_eq!(RuleId::from_name("memory_hgh"), None);
+    }
+
+    #[test]
+    fn serializes_as_its_name() {
+        for &rule in RuleId::ALL {
+            let json = serde_json::to_string(&rule).expect("serializes");
+            assert_eq!(json, format!("\"{}\"", rule.as_str()));
+            assert_eq!(serde_json::from_str::<RuleId>(&json).expect("deserializes"), rule);
+        }
+        let error = serde_json::from_str::<RuleId>("\"memory_hgh\"").expect_err("unknown");
+        assert!(error.to_string().contains("unknown rule `memory_hgh`"), "{error}");
+        assert_eq!(format!("{:<13}|", RuleId::XidError), "xid_error    |");
     }
 
     #[test]

@@ -99,7 +99,7 @@ impl PostableAlert {
             ("severity", alert.severity.as_str().to_owned()),
             ("gpu", alert.gpu.to_string()),
             ("uuid", alert.key.uuid.clone()),
-            ("rule", alert.key.rule.clone()),
+            ("rule", alert.key.rule.as_str().to_owned()),
             ("instance", instance.to_owned()),
         ]);
         if let Some(pid) = alert.key.pid {

@@ -17,7 +17,7 @@ use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
 use crate::alerts::{Alert, AlertKey, AlertState, Severity, Transition};
-use crate::model::Timestamp;
+use crate::model::{RuleId, Timestamp};
 use crate::telemetry::{NotificationOutcome, Telemetry};
 
 use super::recording_tests::RecordingNotifier;
@@ -48,8 +48,8 @@ fn config() -> NotifyConfig {
 
 /// An alert on GPU 1; a process alert when `pid` is set. Pending since
 /// +0 s, firing since +60 s, updated at +200 s, resolved at +300 s.
-fn alert(rule: &str, pid: Option<u32>, state: AlertState) -> Alert {
-    let key = AlertKey { rule: rule.to_owned(), uuid: "GPU-0f1e2d3c".to_owned(), pid };
+fn alert(rule: RuleId, pid: Option<u32>, state: AlertState) -> Alert {
+    let key = AlertKey { rule, uuid: "GPU-0f1e2d3c".to_owned(), pid };
     Alert {
         id: key.id(),
         key,
@@ -174,8 +174,8 @@ async fn alertmanager_payload_has_labels_annotations_times_and_generator_url() {
             .unwrap()
             .with_instance("node-7");
     assert_eq!(notifier.endpoint(), receiver.url("/am/api/v2/alerts"));
-    let firing = alert("leak_suspected", Some(4242), AlertState::Firing);
-    let resolved = alert("memory_high", None, AlertState::Resolved);
+    let firing = alert(RuleId::LeakSuspected, Some(4242), AlertState::Firing);
+    let resolved = alert(RuleId::MemoryHigh, None, AlertState::Resolved);
 
     notifier.deliver(&[firing, resolved]).await.unwrap();
 
@@ -239,7 +239,7 @@ async fn alertmanager_payload_has_labels_annotations_times_and_generator_url() {
 fn alertmanager_starts_at_falls_back_to_since() {
     let notifier =
         AlertmanagerNotifier::new("http://127.0.0.1:9/", &config(), "http://h:1").unwrap();
-    let mut firing = alert("memory_high", None, AlertState::Firing);
+    let mut firing = alert(RuleId::MemoryHigh, None, AlertState::Firing);
     firing.firing_since = None;
     let body: Value = serde_json::from_slice(&notifier.payload(&[firing]).unwrap()).unwrap();
     assert_eq!(body[0]["startsAt"], "2026-01-01T00:00:00.000Z");
@@ -250,8 +250,8 @@ fn alertmanager_starts_at_falls_back_to_since() {
 async fn webhook_payload_is_a_versioned_document_of_serialized_alerts() {
     let mut receiver = Receiver::start(StatusCode::NO_CONTENT, false).await;
     let notifier = WebhookNotifier::new(&receiver.url("/hook?team=ml"), &config()).unwrap();
-    let firing = alert("allocator_oom", Some(7), AlertState::Firing);
-    let resolved = alert("memory_high", None, AlertState::Resolved);
+    let firing = alert(RuleId::AllocatorOom, Some(7), AlertState::Firing);
+    let resolved = alert(RuleId::MemoryHigh, None, AlertState::Resolved);
 
     notifier.deliver(&[firing.clone(), resolved.clone()]).await.unwrap();
 
@@ -279,7 +279,7 @@ async fn webhook_payload_is_a_versioned_document_of_serialized_alerts() {
 async fn an_error_status_reports_url_status_and_body() {
     let receiver = Receiver::start(StatusCode::SERVICE_UNAVAILABLE, false).await;
     let notifier = WebhookNotifier::new(&receiver.url("/hook"), &config()).unwrap();
-    let error = notifier.deliver(&[alert("memory_high", None, AlertState::Firing)]).await;
+    let error = notifier.deliver(&[alert(RuleId::MemoryHigh, None, AlertState::Firing)]).await;
     match error {
         Err(NotifyError::Status { url, status, .. }) => {
             assert_eq!((url.as_str(), status), (receiver.url("/hook").as_str(), 503));
@@ -295,7 +295,7 @@ async fn a_receiver_that_does_not_answer_times_out() {
     let notifier = WebhookNotifier::new(&receiver.url("/hook"), &config).unwrap();
     let error = bounded(
         "the request deadline",
-        notifier.deliver(&[alert("memory_high", None, AlertState::Firing)]),
+        notifier.deliver(&[alert(RuleId::MemoryHigh, None, AlertState::Firing)]),
     )
     .await;
     receiver.next().await;
@@ -313,7 +313,7 @@ async fn a_refused_connection_is_a_request_error() {
     let notifier = WebhookNotifier::new(&format!("http://{addr}/hook"), &config()).unwrap();
     let error = bounded(
         "a refused connection",
-        notifier.deliver(&[alert("memory_high", None, AlertState::Firing)]),
+        notifier.deliver(&[alert(RuleId::MemoryHigh, None, AlertState::Firing)]),
     )
     .await;
     match error {
@@ -377,15 +377,15 @@ async fn pending_alerts_are_not_delivered() {
     let recorder = RecordingNotifier::new("rec");
     let (handle, telemetry, _cancel) = dispatch(vec![recorder.clone()], &config());
 
-    handle.submit(&[change(alert("memory_high", None, AlertState::Pending))]);
+    handle.submit(&[change(alert(RuleId::MemoryHigh, None, AlertState::Pending))]);
     tokio::time::sleep(Duration::from_secs(5)).await;
     assert_eq!(recorder.attempts(), 0, "nothing deliverable was submitted");
     assert_eq!(handle.queued("rec"), Some(0));
 
     handle.submit(&[
-        change(alert("leak_suspected", Some(1), AlertState::Pending)),
-        change(alert("memory_high", None, AlertState::Firing)),
-        change(alert("allocator_oom", Some(2), AlertState::Resolved)),
+        change(alert(RuleId::LeakSuspected, Some(1), AlertState::Pending)),
+        change(alert(RuleId::MemoryHigh, None, AlertState::Firing)),
+        change(alert(RuleId::AllocatorOom, Some(2), AlertState::Resolved)),
     ]);
     bounded("one batch", recorder.wait_until(|rec| !rec.batches().is_empty())).await;
     assert_eq!(
@@ -401,7 +401,7 @@ async fn a_failed_delivery_is_retried_with_backoff_until_it_succeeds() {
     recorder.fail_next(2);
     let (handle, telemetry, _cancel) = dispatch(vec![recorder.clone()], &config());
 
-    handle.submit(&[change(alert("memory_high", None, AlertState::Firing))]);
+    handle.submit(&[change(alert(RuleId::MemoryHigh, None, AlertState::Firing))]);
     bounded("a delivered batch", recorder.wait_until(|rec| !rec.batches().is_empty())).await;
 
     assert_eq!(recorder.attempts(), 3);
@@ -423,8 +423,8 @@ async fn delivery_is_given_up_after_max_retries_and_counted() {
     let (handle, telemetry, _cancel) = dispatch(vec![recorder.clone()], &config);
 
     handle.submit(&[
-        change(alert("memory_high", None, AlertState::Firing)),
-        change(alert("allocator_oom", Some(2), AlertState::Firing)),
+        change(alert(RuleId::MemoryHigh, None, AlertState::Firing)),
+        change(alert(RuleId::AllocatorOom, Some(2), AlertState::Firing)),
     ]);
     bounded(
         "the batch to be given up",
@@ -443,7 +443,7 @@ async fn delivery_is_given_up_after_max_retries_and_counted() {
     assert_eq!(telemetry.notification_count("rec", NotificationOutcome::Sent), 0);
 
     // The next change is delivered normally: the worker recovered.
-    handle.submit(&[change(alert("memory_high", None, AlertState::Resolved))]);
+    handle.submit(&[change(alert(RuleId::MemoryHigh, None, AlertState::Resolved))]);
     bounded("a delivered batch", recorder.wait_until(|rec| !rec.batches().is_empty())).await;
     assert_eq!(telemetry.notification_count("rec", NotificationOutcome::Sent), 1);
 }
@@ -455,9 +455,14 @@ async fn a_full_queue_drops_the_oldest_and_counts() {
     let (handle, telemetry, _cancel) = dispatch(vec![recorder.clone()], &config);
     recorder.stall();
 
-    handle.submit(&[change(alert("a", None, AlertState::Firing))]);
+    handle.submit(&[change(alert(RuleId::MemoryHigh, None, AlertState::Firing))]);
     bounded("the first attempt", recorder.wait_until(|rec| rec.attempts() == 1)).await;
-    for rule in ["b", "c", "d", "e"] {
+    for rule in [
+        RuleId::ExhaustionForecast,
+        RuleId::LeakSuspected,
+        RuleId::AllocatorFragmentationHigh,
+        RuleId::AllocatorRetries,
+    ] {
         handle.submit(&[change(alert(rule, None, AlertState::Firing))]);
     }
 
@@ -468,8 +473,15 @@ async fn a_full_queue_drops_the_oldest_and_counts() {
     recorder.resume();
     bounded("two batches", recorder.wait_until(|rec| rec.batches().len() == 2)).await;
     let batches = recorder.batches();
-    assert_eq!(ids(&batches[0]), ["a.GPU-0f1e2d3c"]);
-    assert_eq!(ids(&batches[1]), ["c.GPU-0f1e2d3c", "d.GPU-0f1e2d3c", "e.GPU-0f1e2d3c"]);
+    assert_eq!(ids(&batches[0]), ["memory_high.GPU-0f1e2d3c"]);
+    assert_eq!(
+        ids(&batches[1]),
+        [
+            "leak_suspected.GPU-0f1e2d3c",
+            "allocator_fragmentation_high.GPU-0f1e2d3c",
+            "allocator_retries.GPU-0f1e2d3c"
+        ]
+    );
     assert_eq!(telemetry.notification_count("rec", NotificationOutcome::Sent), 4);
 }
 
@@ -478,19 +490,22 @@ async fn resend_queues_firing_alerts_not_already_queued() {
     let recorder = RecordingNotifier::new("rec");
     let (handle, _telemetry, _cancel) = dispatch(vec![recorder.clone()], &config());
     recorder.stall();
-    handle.submit(&[change(alert("a", None, AlertState::Firing))]);
+    handle.submit(&[change(alert(RuleId::MemoryHigh, None, AlertState::Firing))]);
     bounded("the first attempt", recorder.wait_until(|rec| rec.attempts() == 1)).await;
 
-    let firing_x = alert("x", None, AlertState::Firing);
-    let firing_z = alert("z", None, AlertState::Firing);
-    let resolved_y = alert("y", None, AlertState::Resolved);
+    let firing_x = alert(RuleId::DeviceLost, None, AlertState::Firing);
+    let firing_z = alert(RuleId::ProbeHeadroomLow, None, AlertState::Firing);
+    let resolved_y = alert(RuleId::XidError, None, AlertState::Resolved);
     handle.resend(&[firing_x.clone(), resolved_y, firing_z.clone()]);
     handle.resend(&[firing_x, firing_z]);
     assert_eq!(handle.queued("rec"), Some(2), "resolved alerts are not re-sent, nor duplicates");
 
     recorder.resume();
     bounded("two batches", recorder.wait_until(|rec| rec.batches().len() == 2)).await;
-    assert_eq!(ids(&recorder.batches()[1]), ["x.GPU-0f1e2d3c", "z.GPU-0f1e2d3c"]);
+    assert_eq!(
+        ids(&recorder.batches()[1]),
+        ["device_lost.GPU-0f1e2d3c", "probe_headroom_low.GPU-0f1e2d3c"]
+    );
 }
 
 #[tokio::test]
@@ -503,15 +518,15 @@ async fn a_stalled_receiver_delays_neither_submit_nor_another_notifier() {
     let recorder = RecordingNotifier::new("rec");
     let (handle, telemetry, _cancel) = dispatch(vec![webhook, recorder.clone()], &config);
 
-    handle.submit(&[change(alert("a", None, AlertState::Firing))]);
+    handle.submit(&[change(alert(RuleId::MemoryHigh, None, AlertState::Firing))]);
     let (_, first) = receiver.next().await;
-    assert_eq!(first["alerts"][0]["rule"], "a");
+    assert_eq!(first["alerts"][0]["rule"], "memory_high");
     bounded("the other notifier's batch", recorder.wait_until(|rec| rec.batches().len() == 1))
         .await;
 
     // The webhook worker is stuck inside its request; submit still returns,
     // and the other notifier still delivers.
-    handle.submit(&[change(alert("b", None, AlertState::Firing))]);
+    handle.submit(&[change(alert(RuleId::ExhaustionForecast, None, AlertState::Firing))]);
     assert_eq!(receiver.answered(), 0, "the first request is still held");
     assert_eq!(handle.queued("webhook"), Some(1));
     bounded(
@@ -523,7 +538,7 @@ async fn a_stalled_receiver_delays_neither_submit_nor_another_notifier() {
 
     receiver.release();
     let (_, second) = receiver.next().await;
-    assert_eq!(second["alerts"][0]["rule"], "b");
+    assert_eq!(second["alerts"][0]["rule"], "exhaustion_forecast");
     bounded("both webhook deliveries to count", async {
         while telemetry.notification_count("webhook", NotificationOutcome::Sent) < 2 {
             tokio::time::sleep(Duration::from_millis(10)).await;
@@ -537,12 +552,12 @@ async fn cancelling_stops_the_workers() {
     let recorder = RecordingNotifier::new("rec");
     recorder.stall();
     let (handle, _telemetry, cancel) = dispatch(vec![recorder.clone()], &config());
-    handle.submit(&[change(alert("a", None, AlertState::Firing))]);
+    handle.submit(&[change(alert(RuleId::MemoryHigh, None, AlertState::Firing))]);
     bounded("the first attempt", recorder.wait_until(|rec| rec.attempts() == 1)).await;
 
     cancel.cancel();
     bounded("the workers to stop", handle.join()).await;
-    handle.submit(&[change(alert("b", None, AlertState::Firing))]);
+    handle.submit(&[change(alert(RuleId::ExhaustionForecast, None, AlertState::Firing))]);
     assert_eq!(handle.notifiers(), ["rec"]);
 }
 
