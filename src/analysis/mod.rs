@@ -16,6 +16,7 @@ pub mod leak;
 pub mod pressure;
 pub mod process_growth;
 pub mod remediation;
+pub mod runner;
 pub mod series;
 pub mod snapshot;
 pub mod summary;

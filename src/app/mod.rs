@@ -35,7 +35,7 @@ use self::sources::{
 };
 use crate::alerts::board::AlertBoard;
 use crate::alerts::notify;
-use crate::alerts::runner::{self, Boards, RunnerSettings};
+use crate::alerts::runner::{self, RunnerSettings};
 use crate::analysis::snapshot::AnalysisBoard;
 use crate::api::{self, AppState, Limits};
 use crate::clock::wall_now;
@@ -196,23 +196,37 @@ pub async fn run(
     let dispatch = (!notifiers.is_empty())
         .then(|| notify::spawn(notifiers, &notify, telemetry.clone(), notifiers_stop.clone()));
     let analyses = Arc::new(AnalysisBoard::default());
+    let (analysis_sender, analysis_watch) = tokio::sync::watch::channel(analysis_settings(&config));
+    let (passes, passes_watch) = tokio::sync::watch::channel(None);
+    let source_up = {
+        let telemetry = telemetry.clone();
+        Box::new(move || telemetry.source_up())
+    };
+    let analysis = tokio::spawn(crate::analysis::runner::run(
+        store.clone(),
+        analyses.clone(),
+        analysis_watch,
+        source_up,
+        passes,
+        speed,
+        cancel.clone(),
+    ));
     let (runner_settings, runner_watch) = tokio::sync::watch::channel(Arc::new(RunnerSettings {
-        analysis: analysis_settings(&config),
         alerts: config.alerts.clone(),
         resend_interval: config.notify.resend_interval,
         dispatch,
         notifiers_generation: 0,
     }));
     let evaluation = tokio::spawn(runner::run(
-        store.clone(),
         telemetry.clone(),
-        Boards { analyses: analyses.clone(), alerts: board.clone() },
+        board.clone(),
+        passes_watch,
         runner_watch,
-        speed,
         cancel.clone(),
     ));
     let pipeline = PipelineStep(Arc::new(Pipeline {
         settings: runner_settings,
+        analysis_settings: analysis_sender,
         analysis: analysis_settings,
         notifiers: notifiers_stop.into(),
         shutdown: cancel.clone(),
@@ -292,6 +306,9 @@ pub async fn run(
     // left behind (main does not wait for blocking threads).
     if tokio::time::timeout(config.server.shutdown_timeout, sampler).await.is_err() {
         warn!("sampler did not stop within the shutdown grace time");
+    }
+    if tokio::time::timeout(config.server.shutdown_timeout, analysis).await.is_err() {
+        warn!("analysis did not stop within the shutdown grace time");
     }
     if tokio::time::timeout(config.server.shutdown_timeout, evaluation).await.is_err() {
         warn!("alert evaluation did not stop within the shutdown grace time");

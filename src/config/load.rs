@@ -227,8 +227,9 @@ fn file_layer(path: &Path) -> Result<Layer, ConfigError> {
         path: path.to_path_buf(),
         reason: reason.trim().to_owned(),
     };
-    let table: toml::Table =
+    let mut table: toml::Table =
         toml::from_str(text).map_err(|error| parse_error(error.to_string()))?;
+    dates_as_text(&mut table);
     match serde_json::to_value(table).map_err(|error| parse_error(error.to_string()))? {
         Value::Object(tree) => {
             let mut leaves = Vec::new();
@@ -238,6 +239,18 @@ fn file_layer(path: &Path) -> Result<Layer, ConfigError> {
             Ok((tree, set_by))
         }
         _ => Err(parse_error("not a table".into())),
+    }
+}
+
+/// TOML dates and times as the text they were written as: no key takes
+/// one, so each is refused by its key's form with the value quoted.
+fn dates_as_text(table: &mut toml::Table) {
+    for (_, value) in table.iter_mut() {
+        match value {
+            toml::Value::Datetime(date) => *value = toml::Value::String(date.to_string()),
+            toml::Value::Table(inner) => dates_as_text(inner),
+            _ => {}
+        }
     }
 }
 

@@ -52,8 +52,10 @@ pub struct PipelineStep(pub Arc<Pipeline>);
 
 /// What the pipeline step works with, from the wiring.
 pub struct Pipeline {
-    /// Feeds the runner.
+    /// Feeds the alert runner.
     pub settings: watch::Sender<Arc<RunnerSettings>>,
+    /// Feeds the analysis loop.
+    pub analysis_settings: watch::Sender<AnalysisSettings>,
     /// Derives the analysis settings from `[analysis]` and `[alerts]`.
     pub analysis: fn(&Config) -> AnalysisSettings,
     /// Stops the running notifiers' workers (a child of `shutdown`).
@@ -99,8 +101,12 @@ impl ReloadStep for PipelineStep {
         let alerts = next.alerts.clone();
         let pipeline = self.0.clone();
         Ok(Some(Box::new(move || {
+            pipeline.analysis_settings.send_if_modified(|current| {
+                let changed = *current != analysis;
+                *current = analysis;
+                changed
+            });
             let mut settings = RunnerSettings::clone(&pipeline.settings.borrow());
-            settings.analysis = analysis;
             settings.alerts = alerts;
             settings.resend_interval = notify_settings.resend_interval;
             if let Some(notifiers) = notifiers {
@@ -135,7 +141,6 @@ mod tests {
 
     fn runner_settings(config: &Config) -> RunnerSettings {
         RunnerSettings {
-            analysis: crate::app::analysis_settings(config),
             alerts: config.alerts.clone(),
             resend_interval: config.notify.resend_interval,
             dispatch: None,
@@ -171,8 +176,10 @@ mod tests {
         let (sender, receiver) = watch::channel(Arc::new(runner_settings(&running)));
         let shutdown = CancellationToken::new();
         let first_notifiers = shutdown.child_token();
+        let (analysis_sender, analysis) = watch::channel(crate::app::analysis_settings(&running));
         let step = PipelineStep(Arc::new(Pipeline {
             settings: sender,
+            analysis_settings: analysis_sender,
             analysis: crate::app::analysis_settings,
             notifiers: first_notifiers.clone().into(),
             shutdown: shutdown.clone(),
@@ -197,6 +204,12 @@ mod tests {
         assert!(settings.dispatch.is_some(), "the webhook is now delivered to");
         assert!(first_notifiers.is_cancelled(), "the old notifiers stop");
         assert_eq!(settings.alerts.rules.memory_high.threshold, 0.5, "the rules stay");
+
+        let mut windows = webhook.clone();
+        windows.analysis.trend_window = Duration::from_secs(1200);
+        assert!(apply(&step, &webhook, &windows));
+        assert_eq!(analysis.borrow().trend_window, Duration::from_secs(1200), "analysis is told");
+        assert_eq!(receiver.borrow().notifiers_generation, 1, "the notifiers stay");
         shutdown.cancel();
     }
 }
