@@ -6,42 +6,15 @@
 use serde_json::Value;
 
 use super::Document;
-use crate::setting::{Accepts, Form, Keys};
+use crate::setting::{Declared, Keys};
 
 /// Prefix of the environment variables that configure vramd.
 pub const ENV_PREFIX: &str = "VRAMD_";
 /// Separator between the levels of a key in an environment variable name.
 pub const ENV_SEPARATOR: &str = "__";
 
-/// One configuration key.
-#[derive(Clone, Debug, PartialEq)]
-pub struct KeySpec {
-    /// Full dotted key: `section.name`, or `alerts.rule.name`.
-    pub key: String,
-    /// What it does, one line.
-    pub summary: String,
-    pub form: Form,
-    pub accepts: Accepts,
-    /// A constraint involving other keys, appended to the range text.
-    pub note: &'static str,
-}
-
-impl KeySpec {
-    /// Unit and accepted range, one short phrase, then the note.
-    pub fn range(&self) -> String {
-        format!("{}{}", self.accepts.bounds(), self.note)
-    }
-
-    /// The TOML table the key is written in: `server`, `alerts.memory_high`.
-    pub fn table(&self) -> &str {
-        self.key.rsplit_once('.').map_or(self.key.as_str(), |(table, _)| table)
-    }
-
-    /// The key's name within its table: `listen`, `threshold`.
-    pub fn name(&self) -> &str {
-        self.key.rsplit_once('.').map_or(self.key.as_str(), |(_, name)| name)
-    }
-}
+/// One configuration key, as its section declared it, with its summary.
+pub type KeySpec = Declared;
 
 /// The catalogue of `D`: its declarations over its defaults, each with the
 /// summary its field's doc comment gives unless the declaration gives one.
@@ -50,21 +23,13 @@ pub fn catalogue<D: Document>() -> Vec<KeySpec> {
     let schema = schema.as_value();
     let mut keys = Keys::default();
     D::default().check(&mut keys);
-    keys.declared()
-        .into_iter()
-        .map(|declared| {
-            let summary = declared.summary.unwrap_or_else(|| {
-                description(schema, &declared.key).unwrap_or_default().replace('\n', " ")
-            });
-            KeySpec {
-                key: declared.key,
-                summary,
-                form: declared.form,
-                accepts: declared.accepts,
-                note: declared.note,
-            }
-        })
-        .collect()
+    let mut declared = keys.declared();
+    for key in &mut declared {
+        if key.summary.is_empty() {
+            key.summary = description(schema, &key.key).unwrap_or_default().replace('\n', " ");
+        }
+    }
+    declared
 }
 
 /// The description of the property at the dotted `key` of a JSON schema,

@@ -1,21 +1,14 @@
-//! Loading: finding the configuration file and merging the four layers.
+//! Loading: finding the configuration file and merging the four layers,
+//! lowest first: the built-in defaults (the document's `Default`, written
+//! out as the file would write it), the file, `VRAMD_<SECTION>__<KEY>`
+//! variables, command-line options ([`Override`]s). Each layer is a tree
+//! of values as written; each key's origin is the last layer that set it.
+//! The process environment is passed in, never read here.
 //!
-//! Owns: [`LoadOptions`], [`Overrides`] (the command-line options that set
-//! keys, which `cli` flattens into its own), [`load`] and the file search.
-//! Layers, lowest first: the built-in defaults (the document's `Default`,
-//! written out key by key as the file would write it), the configuration
-//! file, `VRAMD_<SECTION>__<KEY>` environment variables, command-line
-//! options. Each layer is a tree of values as written; each key's origin
-//! is the last layer that set it. The process environment is never read
-//! here; the caller passes it in.
-//!
-//! Why no `config` crate any more (it merged the layers until the sections
-//! moved into their components): every layer is now walked here anyway,
-//! to record origins key by key and to read moved keys under their new
-//! names, so what the crate still did was parse TOML (the `toml` crate it
-//! used does that directly) and hold one more representation of every
-//! value between the file and serde. The trees are `serde_json::Value`,
-//! which serde reads with `serde_path_to_error` naming the full key.
+//! No `config` crate since the sections moved into their components:
+//! every layer is walked here anyway (origins, moved keys), so the crate
+//! only parsed TOML (`toml` does) and added one more representation of
+//! every value. `serde_path_to_error` names the full key serde refuses.
 
 use std::collections::BTreeMap;
 use std::io::{self, Read};

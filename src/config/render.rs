@@ -57,42 +57,21 @@ pub fn key_values<D: Document>(document: &D) -> Vec<(&'static KeySpec, Value)> {
     D::keys().iter().map(|spec| (spec, value(spec))).collect()
 }
 
-/// One value in TOML syntax; `None` when it is not set.
+/// One value in TOML syntax, escaped as TOML needs; `None` when not set.
 fn to_toml(value: &Value) -> Option<String> {
-    match value {
-        Value::String(text) => Some(toml_string(text)),
-        // Debug keeps the decimal point ("1.0"), which TOML requires.
-        Value::Number(number) if number.is_f64() => number.as_f64().map(|x| format!("{x:?}")),
+    let value = match value {
+        Value::String(text) => toml::Value::String(text.clone()),
         // Beyond TOML's integers (only a seed can be): a string, which
         // reads back as the same number.
-        Value::Number(number) if number.as_i64().is_none() && number.is_u64() => {
-            Some(toml_string(&number.to_string()))
-        }
-        Value::Number(number) => Some(number.to_string()),
-        Value::Bool(value) => Some(value.to_string()),
-        Value::Null | Value::Array(_) | Value::Object(_) => None,
-    }
-}
-
-/// A TOML basic string with every character that needs it escaped.
-fn toml_string(value: &str) -> String {
-    let mut out = String::with_capacity(value.len() + 2);
-    out.push('"');
-    for c in value.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\t' => out.push_str("\\t"),
-            '\r' => out.push_str("\\r"),
-            c if c.is_control() => {
-                let _ = write!(out, "\\u{:04X}", u32::from(c));
-            }
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
+        Value::Number(number) => match (number.as_i64(), number.as_u64()) {
+            (Some(whole), _) => toml::Value::Integer(whole),
+            (None, Some(whole)) => toml::Value::String(whole.to_string()),
+            (None, None) => toml::Value::Float(number.as_f64()?),
+        },
+        Value::Bool(value) => toml::Value::Boolean(*value),
+        Value::Null | Value::Array(_) | Value::Object(_) => return None,
+    };
+    Some(value.to_string())
 }
 
 #[cfg(test)]
@@ -100,8 +79,15 @@ mod tests {
     use super::*;
 
     #[test]
-    fn strings_are_escaped_for_toml() {
-        assert_eq!(toml_string("plain"), "\"plain\"");
-        assert_eq!(toml_string("a\"b\\c\nd\u{1}"), "\"a\\\"b\\\\c\\nd\\u0001\"");
+    fn values_are_written_as_toml_reads_them() {
+        let read = |value: Value| {
+            let text = format!("key = {}", to_toml(&value).unwrap());
+            text.parse::<toml::Table>().unwrap()["key"].clone()
+        };
+        let tricky = "a\"b\\c\nd\u{1}'''";
+        assert_eq!(read(Value::from(tricky)), toml::Value::String(tricky.into()));
+        assert_eq!(to_toml(&Value::from(1.0)).as_deref(), Some("1.0"));
+        assert_eq!(read(Value::from(u64::MAX)), toml::Value::String(u64::MAX.to_string()));
+        assert_eq!(to_toml(&Value::Null), None);
     }
 }

@@ -22,11 +22,11 @@ pub(super) fn set(tree: &mut Map<String, Value>, key: &str, value: Value) {
             tree.insert(key.to_owned(), value);
         }
         Some((table, rest)) => {
-            let entry = tree.entry(table.to_owned()).or_insert_with(|| Value::Object(Map::new()));
+            let entry = tree.entry(table).or_insert_with(|| Value::Object(Map::new()));
             if !entry.is_object() {
                 *entry = Value::Object(Map::new());
             }
-            if let Value::Object(inner) = entry {
+            if let Some(inner) = entry.as_object_mut() {
                 set(inner, rest, value);
             }
         }
@@ -44,8 +44,8 @@ pub(super) fn take(tree: &mut Map<String, Value>, key: &str) -> Option<Value> {
     }
 }
 
-/// Every leaf of `tree` by dotted key (a table's own empty body counts as
-/// a leaf, so `[sampler]` alone sets nothing).
+/// Every leaf of `tree` by dotted key; an empty table (`[sampler]` alone)
+/// sets nothing.
 pub(super) fn leaves(prefix: &str, tree: &Map<String, Value>, out: &mut Vec<(String, Value)>) {
     for (name, value) in tree {
         let key = if prefix.is_empty() { name.clone() } else { format!("{prefix}.{name}") };

@@ -73,9 +73,27 @@ pub struct Declared {
     /// A constraint involving other keys, appended to the range text
     /// (`", at least sampler.fast_interval"`); checked by `app::Config`.
     pub note: &'static str,
-    /// The summary, when the field's doc comment is not it (a rule's
-    /// `threshold` says what that rule measures).
-    pub summary: Option<String>,
+    /// What it does, one line. Empty when declared: the loader's
+    /// catalogue fills in the field's doc comment unless the declaration
+    /// gave its own (a rule's `threshold` says what that rule measures).
+    pub summary: String,
+}
+
+impl Declared {
+    /// Unit and accepted range, one short phrase, then the note.
+    pub fn range(&self) -> String {
+        format!("{}{}", self.accepts.bounds(), self.note)
+    }
+
+    /// The TOML table the key is written in: `server`, `alerts.memory_high`.
+    pub fn table(&self) -> &str {
+        self.key.rsplit_once('.').map_or(self.key.as_str(), |(table, _)| table)
+    }
+
+    /// The key's name within its table: `listen`, `threshold`.
+    pub fn name(&self) -> &str {
+        self.key.rsplit_once('.').map_or(self.key.as_str(), |(_, name)| name)
+    }
 }
 
 /// The first value found outside its bounds.
@@ -124,7 +142,7 @@ impl Keys {
 
     fn declare(&mut self, name: &str, form: Form, accepts: Accepts) -> &mut Self {
         let key = self.key(name);
-        self.declared.push(Declared { key, form, accepts, note: "", summary: None });
+        self.declared.push(Declared { key, form, accepts, note: "", summary: String::new() });
         self
     }
 
@@ -210,7 +228,7 @@ impl Keys {
     /// The last key's summary, in place of its field's doc comment.
     pub fn summary(&mut self, summary: String) -> &mut Self {
         if let Some(last) = self.declared.last_mut() {
-            last.summary = Some(summary);
+            last.summary = summary;
         }
         self
     }
