@@ -13,8 +13,9 @@
 //! thread of its own (discovery runs on `spawn_blocking` with a deadline),
 //! and a call stuck past its deadline is never duplicated.
 //!
-//! Depends on: `source` (the trait only), `ingest` (reports to join),
-//! `history`, `telemetry`, `model`.
+//! Depends on: `source` (the trait only), `history`, `telemetry`, `model`,
+//! `clock`; never on `ingest` or `kubernetes`: what they add to a slow
+//! reading is joined by the source it reads (`source::join`).
 //! Knows nothing of analysis or HTTP.
 
 mod call;
@@ -35,8 +36,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use crate::history::HistoryStore;
-use crate::ingest::ReportStore;
-use crate::model::{DeviceInfo, ErrorKind, SlowReading};
+use crate::model::ErrorKind;
 use crate::source::DeviceSource;
 use crate::telemetry::Telemetry;
 
@@ -79,18 +79,9 @@ pub(crate) struct Context {
     pub telemetry: Arc<Telemetry>,
     pub settings: SamplerSettings,
     pub cancel: CancellationToken,
-    /// Allocator reports joined onto each slow reading's processes.
-    pub reports: Option<Arc<ReportStore>>,
     /// When sampling began: the grid every tier ticks on.
     pub origin: tokio::time::Instant,
-    /// Joined onto each slow reading after the process cap.
-    pub attribute: Option<Attribute>,
 }
-
-/// Labels one device's slow reading with facts from outside the source
-/// (Kubernetes pods and allocations); it must only read published state,
-/// never wait, since it runs on the sampling path.
-pub type Attribute = Arc<dyn Fn(&DeviceInfo, &mut SlowReading) + Send + Sync>;
 
 /// Runs until `cancel` fires: discovers devices (retrying with backoff while
 /// the source is unavailable), then samples them.
@@ -99,21 +90,10 @@ pub async fn run(
     store: Arc<HistoryStore>,
     telemetry: Arc<Telemetry>,
     settings: SamplerSettings,
-    reports: Option<Arc<ReportStore>>,
-    attribute: Option<Attribute>,
     cancel: CancellationToken,
 ) {
     let origin = tokio::time::Instant::now();
-    let context = Arc::new(Context {
-        source,
-        store,
-        telemetry,
-        settings,
-        cancel,
-        reports,
-        origin,
-        attribute,
-    });
+    let context = Arc::new(Context { source, store, telemetry, settings, cancel, origin });
     let fleet = crew::Fleet::start(&context);
     sample(context, fleet).await;
 }

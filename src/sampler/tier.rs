@@ -246,13 +246,7 @@ impl TierShared {
         let result = match reading {
             Reading::Fast(reading) => device.record_fast(reading),
             Reading::Slow(mut reading) => {
-                if let Some(reports) = &context.reports {
-                    reports.attach(&device.info().uuid, &mut reading);
-                }
                 let dropped = reading.cap_processes(context.settings.max_processes_per_device);
-                if let Some(attribute) = &context.attribute {
-                    attribute(device.info(), &mut reading);
-                }
                 device.record_slow(reading, dropped)
             }
         };
