@@ -501,10 +501,17 @@ fn a_replayed_recording_alerts_on_the_allocator_reports_the_live_daemon_joined()
         assert!(!deadline.passed(), "no allocator_oom fired live within 60 s: {rules:?}");
         pause();
     };
-    // Recording on for ~100 s of source time: `vramd analyze` evaluates
-    // every `evaluation_interval` of the trace's time, so a trace ending on
-    // the very sample that fired live would end before its evaluation.
-    std::thread::sleep(Duration::from_secs(1));
+    // Recording on for 30 s more of source time (30 evaluation intervals):
+    // `vramd analyze` evaluates every `evaluation_interval` of the trace's
+    // time, so a trace ending on the very sample that fired live would end
+    // before its evaluation. What the trace held when the alert was seen
+    // firing includes the samples it fired on.
+    let fired_by = newest_reading_at(&trace).expect("a trace with readings");
+    let deadline = Deadline::after(WAIT);
+    while newest_reading_at(&trace).is_none_or(|at| at < fired_by + 30_000) {
+        assert!(!deadline.passed(), "the trace did not grow 30 s past {fired_by} within {WAIT:?}");
+        pause();
+    }
     daemon.signal("TERM");
     assert_exit(&daemon.finish(STOP_WAIT), 0);
 
@@ -520,6 +527,17 @@ fn a_replayed_recording_alerts_on_the_allocator_reports_the_live_daemon_joined()
             output.stdout
         );
     }
+}
+
+/// The newest reading's time (Unix milliseconds) in a trace, which may be
+/// being written: a line not yet whole is left out.
+fn newest_reading_at(trace: &Path) -> Option<i64> {
+    let text = std::fs::read_to_string(trace).ok()?;
+    text.lines()
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .filter(|record| record["record"] == "fast" || record["record"] == "slow")
+        .filter_map(|record| record["at"].as_i64())
+        .max()
 }
 
 #[test]
