@@ -501,10 +501,17 @@ fn a_replayed_recording_alerts_on_the_allocator_reports_the_live_daemon_joined()
         assert!(!deadline.passed(), "no allocator_oom fired live within 60 s: {rules:?}");
         pause();
     };
-    // Recording on for ~100 s of source time: `vramd analyze` evaluates
-    // every `evaluation_interval` of the trace's time, so a trace ending on
-    // the very sample that fired live would end before its evaluation.
-    std::thread::sleep(Duration::from_secs(1));
+    // Recording on for 30 s more of source time (30 evaluation intervals):
+    // `vramd analyze` evaluates every `evaluation_interval` of the trace's
+    // time, so a trace ending on the very sample that fired live would end
+    // before its evaluation. What the trace held when the alert was seen
+    // firing includes the samples it fired on.
+    let fired_by = newest_reading_at(&trace).expect("a trace with readings");
+    let deadline = Deadline::after(WAIT);
+    while newest_reading_at(&trace).is_none_or(|at| at < fired_by + 30_000) {
+        assert!(!deadline.passed(), "the trace did not grow 30 s past {fired_by} within {WAIT:?}");
+        pause();
+    }
     daemon.signal("TERM");
     assert_exit(&daemon.finish(STOP_WAIT), 0);
 
@@ -520,4 +527,63 @@ fn a_replayed_recording_alerts_on_the_allocator_reports_the_live_daemon_joined()
             output.stdout
         );
     }
+}
+
+/// The newest reading's time (Unix milliseconds) in a trace, which may be
+/// being written: a line not yet whole is left out.
+fn newest_reading_at(trace: &Path) -> Option<i64> {
+    let text = std::fs::read_to_string(trace).ok()?;
+    text.lines()
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .filter(|record| record["record"] == "fast" || record["record"] == "slow")
+        .filter_map(|record| record["at"].as_i64())
+        .max()
+}
+
+#[test]
+fn the_sampler_and_the_recorder_read_the_same_joined_slow_reading() {
+    // Allocator reports are joined onto a slow reading once, by the
+    // source's joiner, which the recorder wraps: the processes /api shows
+    // live, allocator statistics (or none) and all, are one slow record of
+    // the trace (the simulated source itself reads no allocator statistics).
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("trace.ndjson");
+    let trace_arg = trace.to_str().unwrap();
+    let (daemon, addr) = start_ready(&args(&[
+        "--simulate",
+        "multi-tenant",
+        "--gpus",
+        "1",
+        "--speed",
+        "5",
+        "--record",
+        trace_arg,
+    ]));
+    let deadline = Deadline::after(WAIT);
+    let live = loop {
+        let device = get(addr, "/api/v1/devices/0").json();
+        let processes = pids_and_allocators(&device);
+        if processes.iter().any(|(_, allocator)| allocator.is_object()) {
+            break processes;
+        }
+        assert!(!deadline.passed(), "no process with allocator statistics live: {device}");
+        pause();
+    };
+    daemon.signal("TERM");
+    assert_exit(&daemon.finish(STOP_WAIT), 0);
+
+    let text = std::fs::read_to_string(&trace).unwrap();
+    let recorded = text
+        .lines()
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .filter(|record| record["record"] == "slow" && record["device"] == 0)
+        .any(|record| pids_and_allocators(&record) == live);
+    assert!(recorded, "no slow record holds the live processes {live:?}:\n{text}");
+}
+
+/// Each process of a device (REST) or slow record (trace): its PID and
+/// allocator statistics (`null` when it has none), in their order.
+fn pids_and_allocators(reading: &Value) -> Vec<(Value, Value)> {
+    let processes = reading["processes"].as_array().into_iter().flatten();
+    processes.map(|process| (process["pid"].clone(), process["allocator"].clone())).collect()
 }

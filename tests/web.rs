@@ -436,7 +436,9 @@ fn running_out_of_file_descriptors_is_warned_once_and_recovers() {
     command
         .args(["--nofile=48:48", support::BIN, "--simulate", "steady-inference", "--gpus", "1"])
         .args(SERVE);
-    let mut daemon = Process::spawn_command(&mut command, &[]);
+    // The server's debug lines count each failed retry after the warning.
+    let mut daemon =
+        Process::spawn_command(&mut command, &[("VRAMD_LOG__LEVEL", "info,vramd::server=debug")]);
     let addr = daemon.listening();
     daemon.wait_ready(addr);
     // More connections than descriptors: the daemon takes what it can,
@@ -447,8 +449,16 @@ fn running_out_of_file_descriptors_is_warned_once_and_recovers() {
         assert!(!deadline.passed(), "no accept failure with 80 connections and 48 descriptors");
         pause();
     }
-    // What is under test is a second of failures (about ten attempts).
-    std::thread::sleep(std::time::Duration::from_secs(1));
+    // What is under test is a second of failures (ten attempts, one every
+    // 100 ms), counted after the warning and reported at recovery.
+    let retried = |log: &[serde_json::Value]| {
+        log.iter().filter(|line| line["message"] == "accepting a connection failed again").count()
+    };
+    let deadline = Deadline::after(WAIT);
+    while retried(&daemon.log()) < 10 {
+        assert!(!deadline.passed(), "fewer than 10 failed retries within {WAIT:?}");
+        pause();
+    }
     drop(held);
     // A descriptor freed for a moment (the readiness probe's connection
     // closing late on a loaded host, or the backlog refilling what the

@@ -31,7 +31,7 @@ pub use self::settings::{
 };
 pub use self::sources::{BuiltSource, build_source};
 use self::sources::{
-    post_simulated_reports, replay_oom_events, require_devices, simulated_reports,
+    post_simulated_reports, replay_oom_events, require_devices, simulated_reports, slow_join,
 };
 use crate::alerts::board::AlertBoard;
 use crate::alerts::notify;
@@ -41,7 +41,6 @@ use crate::api::{self, AppState, Limits};
 use crate::clock::wall_now;
 use crate::history::HistoryStore;
 use crate::kubernetes::AttributionBoard;
-use crate::model::{DeviceInfo, SlowReading};
 use crate::sampler;
 use crate::server::{self, ServeSettings};
 use crate::source::SourceSelection;
@@ -112,14 +111,10 @@ pub async fn run(
         off_runtime(move || load_web_config(&config)).await??
     };
     let board = config.kubernetes.enabled.then(|| Arc::new(AttributionBoard::default()));
-    let attribute = board.clone().map(|board| -> sampler::Attribute {
-        Arc::new(move |info: &DeviceInfo, reading: &mut SlowReading| board.join(info, reading))
-    });
     let source = {
         let config = config.clone();
-        let reports = intake.store.clone();
-        let attribute = attribute.clone();
-        off_runtime(move || build_source(&config, Some(reports), attribute)).await??
+        let join = slow_join(intake.store.clone(), board.clone());
+        off_runtime(move || build_source(&config, join)).await??
     };
     let BuiltSource {
         source,
@@ -129,10 +124,6 @@ pub async fn run(
         oom_recorder,
         replayed_ooms,
     } = source;
-    // A recording joins the reports onto slow readings before writing them
-    // (so its trace keeps the evidence); the sampler then need not join
-    // them again. Exactly one of the two does.
-    let sampler_joins_reports = record_health.is_none();
     let sampler_settings = sampler_settings(&config);
     let speed = sampler_settings.speed;
     if config.nvml.require_gpu && config.selection() == SourceSelection::Driver {
@@ -172,8 +163,6 @@ pub async fn run(
         store.clone(),
         telemetry.clone(),
         sampler_settings,
-        sampler_joins_reports.then(|| reports.clone()),
-        attribute.filter(|_| sampler_joins_reports),
         cancel.clone(),
     ));
     let board = Arc::new(AlertBoard::new(config.api.max_stream_backlog.get()));

@@ -1,6 +1,7 @@
 //! Wiring, the device source: builds the source the configuration names
 //! (driver, simulator or replayed trace, optionally recorded) with what
-//! comes with it: simulated allocator reports and replayed OOM events.
+//! comes with it: the one join of allocator reports and pods onto slow
+//! readings, simulated allocator reports and replayed OOM events.
 //!
 //! Part of `app`, the one module that knows the concrete types.
 
@@ -15,11 +16,12 @@ use crate::api::reports::OomHook;
 use crate::clock::{ScaledClock, wall_now};
 use crate::history::HistoryStore;
 use crate::ingest::{ReportLimits, ReportStore};
+use crate::kubernetes::AttributionBoard;
 use crate::model::OomEvent;
-use crate::sampler;
 use crate::source::DeviceSource;
 use crate::source::SourceSelection;
 use crate::source::cuda::ChildProber;
+use crate::source::join::{Joiner, SlowJoin};
 use crate::source::nvml::{NvmlSettings, NvmlSource};
 use crate::source::probe::Prober;
 use crate::source::simulator::{Simulator, SimulatorSpec};
@@ -42,14 +44,10 @@ pub struct BuiltSource {
 }
 
 /// Builds the device source the configuration selects, wrapped in a
-/// recorder when `source.record` is set. Reads files: call off the runtime.
-/// `reports` and then `attribute`, when given, are joined onto slow
-/// readings before they are recorded (see [`Recorder::joining`]).
-pub fn build_source(
-    config: &Config,
-    reports: Option<Arc<ReportStore>>,
-    attribute: Option<sampler::Attribute>,
-) -> Result<BuiltSource, AppError> {
+/// joiner that joins `join` onto every slow reading and, when
+/// `source.record` is set, in a recorder around that, so the trace keeps
+/// what the sampler reads. Reads files: call off the runtime.
+pub fn build_source(config: &Config, join: SlowJoin) -> Result<BuiltSource, AppError> {
     let (source, reporting_simulator, prober, replayed_ooms): (
         Arc<dyn DeviceSource>,
         _,
@@ -98,7 +96,7 @@ pub fn build_source(
         }
     };
     let mut built = BuiltSource {
-        source,
+        source: Arc::new(Joiner::new(source, join)),
         reporting_simulator,
         prober: prober.filter(|_| config.probe.enabled),
         record_health: None,
@@ -114,20 +112,7 @@ pub fn build_source(
             _ => None,
         },
     };
-    let mut recorder = Recorder::create(built.source, path, &options).map_err(AppError::Record)?;
-    if reports.is_some() || attribute.is_some() {
-        // Joined before recording, so the trace keeps the allocator evidence
-        // and the pods the analysis saw; `run` then leaves the sampler's
-        // joins out.
-        recorder = recorder.joining(Box::new(move |info, reading| {
-            if let Some(reports) = &reports {
-                reports.attach(&info.uuid, reading);
-            }
-            if let Some(attribute) = &attribute {
-                attribute(info, reading);
-            }
-        }));
-    }
+    let recorder = Recorder::create(built.source, path, &options).map_err(AppError::Record)?;
     built.record_health = Some(recorder.health());
     // The recorder also answers the probe, through the prober, so that each
     // outcome is written to the trace.
@@ -141,6 +126,22 @@ pub fn build_source(
     built.prober = probing.then(|| recorder.clone() as Arc<dyn Prober>);
     built.source = recorder;
     Ok(built)
+}
+
+/// The one join onto slow readings, in its one order: allocator reports
+/// onto their processes (by device UUID), then Kubernetes pods and
+/// allocations. The sampler's process cap comes after both; neither changes
+/// what it keeps processes by (memory, PID).
+pub(super) fn slow_join(
+    reports: Arc<ReportStore>,
+    pods: Option<Arc<AttributionBoard>>,
+) -> SlowJoin {
+    Box::new(move |info, reading| {
+        reports.attach(&info.uuid, reading);
+        if let Some(pods) = &pods {
+            pods.join(info, reading);
+        }
+    })
 }
 
 /// Stores a replayed trace's OOM events as the replay reaches them: each

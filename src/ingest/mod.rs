@@ -3,8 +3,8 @@
 //!
 //! Owns: the report document and its validation, the store of the latest
 //! report per reporter (bounded, rate-limited, expiring), and the join of
-//! reports onto NVML's processes, which the sampler applies to every slow
-//! reading; OOM events (`oom`): their document, rate limit and join; the
+//! reports onto NVML's processes, which the wiring joins onto every slow
+//! reading (through `source::join`); OOM events (`oom`): their document, rate limit and join; the
 //! snapshot files uploaded for them (`snapshot`); the checks (`validate`)
 //! and the per-reporter rate window (`rate`) reports and OOM events share.
 //! A source of readings like the device sources: depends on `model` and

@@ -37,7 +37,7 @@ pub struct DeviceAllocation {
     pub allocation: PodAllocation,
 }
 
-/// The latest answers, published whole for the sampler to join.
+/// The latest answers, published whole for the source's joiner to join.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Attribution {
     /// `None` until the kubelet answers, and again while it does not:

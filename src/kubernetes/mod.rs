@@ -3,12 +3,13 @@
 //! Owns: polling the kubelet's pod-resources API (device allocations) and
 //! the CRI runtime service (container ID → pod) on their own interval, each
 //! call under a deadline, and publishing the latest [`Attribution`] on an
-//! [`AttributionBoard`] that the sampler joins onto slow readings. A side
-//! path: a missing, hung or garbled socket leaves the last good answer (or
-//! none) in place and never delays or stops sampling; an absent socket is
-//! logged once and shown as `vramd_kubernetes_up 0`.
+//! [`AttributionBoard`] that the source's joiner joins onto slow readings.
+//! A side path: a missing, hung or garbled socket leaves the last good
+//! answer (or none) in place and never delays or stops sampling; an absent
+//! socket is logged once and shown as `vramd_kubernetes_up 0`.
 //! Depends on `model`, `telemetry` and `setting`; never on the sampler, history or
-//! HTTP (the wiring hands the board to the sampler as a join function).
+//! HTTP (the wiring hands the board to the source's joiner as part of a
+//! join function).
 
 mod attribution;
 mod client;
@@ -45,7 +46,7 @@ impl KubernetesConfig {
     }
 }
 
-/// The latest [`Attribution`]; the poller writes, the sampler reads.
+/// The latest [`Attribution`]; the poller writes, the source's joiner reads.
 #[derive(Debug, Default)]
 pub struct AttributionBoard {
     latest: RwLock<Arc<Attribution>>,

@@ -35,6 +35,8 @@ use super::worker::{Ticker, sample_at};
 
 mod watchdog;
 
+pub(crate) use watchdog::WatchedDeadline;
+
 /// The least time a fast call runs before the other devices leave its
 /// thread (real time). A constant, not a setting: it is also how often the
 /// watchdog looks while several devices share the thread, and 50 ms keeps

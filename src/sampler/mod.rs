@@ -1,25 +1,66 @@
-//! The sampler: discovers devices, then reads each one on two tiers and
-//! writes the readings into history.
+//! The sampler: discovers devices, then reads each one on two tiers, on a
+//! timer, and writes the readings into history.
 //!
-//! Owns: scheduling (one tokio task per device, running a fast and a slow
-//! tier), the deadline on every source call, the per-device process cap,
-//! and counting what went wrong. The fast tiers of all devices share one
-//! thread that samples them in turn at each grid point (`crew`); a call
-//! that hangs past one fast interval (at least 50 ms) keeps that thread
-//! and the other devices move to a fresh one, so a stuck driver delays the
-//! others by at most that long; once the call returns, its device rejoins
-//! the shared thread. Each slow tier has a thread of its own.
-//! Every tier call has a deadline, owned by the fleet's one watchdog, on a
-//! thread of its own (discovery runs on `spawn_blocking` with a deadline),
-//! and a call stuck past its deadline is never duplicated.
+//! # How a device is read
 //!
-//! Depends on: `source` (the trait only), `ingest` (reports to join),
-//! `history`, `telemetry`, `model`.
-//! Knows nothing of analysis or HTTP.
+//! **Discovery.** [`run`] lists the source's devices (on the blocking
+//! pool, under `discovery_timeout`; `call`), retrying with backoff while
+//! the source is down, keeps at most `max_devices`, and hands the list to
+//! `layout`, which starts one tokio task per device and lists again when
+//! the source's layout generation moves (a MIG reconfiguration), stopping
+//! the devices that left and starting the new ones.
+//!
+//! **Tiers and lanes.** A device task (`tier::run_device`) runs two tiers
+//! side by side: fast (memory, utilization; every `fast_interval`) and
+//! slow (processes, health; every `slow_interval`). Everything that
+//! differs between the two is decided once, when the tier starts, by its
+//! lane (`lane::Fast`, `lane::Slow`): its interval, where its calls run,
+//! which source call it makes and how a reading or failure is stored (the
+//! slow lane applies the process cap). The rest (`tier::TierShared`) is one
+//! code path for both: a tier's state under one lock, its call timer, its
+//! readiness promise, failure logging and the back-off from a lost device.
+//! The tier's task itself only waits for the tier to end or the sampler to
+//! be cancelled.
+//!
+//! **Threads that sleep to their ticks.** No sample goes through the
+//! runtime. Each slow tier has a long-lived thread of its own (`worker`);
+//! the fast tiers of all devices share one thread, their crew's (`crew`),
+//! which at each tick samples its members in turn. Every thread ticks on
+//! one grid from the sampler's start (`worker::Grid`; a missed tick is
+//! skipped, not caught up on) and parks between ticks, so a sample wakes
+//! only the thread that takes it. A tick is: `call_started` (no call while
+//! backing off from a lost device), the source call (a panic in it caught),
+//! `call_answered` (stored, or counted and logged as a failure).
+//!
+//! **The watchdog.** One watchdog per sampler (`crew::watchdog`), on a
+//! thread of its own, owns every call's deadline: it looks at each fast
+//! call in flight and at the slow tiers, counts a call past `call_timeout`
+//! as a timeout and marks its tier stale, then counts each period it is
+//! still stuck (`still_running`); a stuck call is never started twice, and
+//! its late answer is dropped. It also owns the fast hand-off: a fast call
+//! still running one fast interval (at least 50 ms) after it started keeps
+//! its thread alone and the other members move to a fresh home crew, so a
+//! hung driver delays the other devices by at most that long; when the
+//! call returns, its device rejoins the home crew and its thread ends, so
+//! fast threads never outnumber devices.
+//!
+//! **Readiness.** After every step each tier promises its next one by a
+//! wall time (`history::SamplingProgress`); `/readyz` reports the broken
+//! promises. The first attempt of every tier marks the first cycle done.
+//!
+//! `probe` schedules the CUDA probe beside all this, one device at a time.
+//!
+//! Owns: discovery, scheduling, the deadline on every source call, the
+//! per-device process cap, and counting what went wrong.
+//! Depends on: `source` (the trait only), `history`, `telemetry`, `model`,
+//! `clock`; never on `ingest` or `kubernetes`: what they add to a slow
+//! reading is joined by the source it reads (`source::join`). Knows nothing
+//! of analysis or HTTP.
 
 mod call;
 mod config;
 mod crew;
+mod lane;
 mod layout;
 pub mod probe;
 pub mod probe_config;
@@ -37,8 +78,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use crate::history::HistoryStore;
-use crate::ingest::ReportStore;
-use crate::model::{DeviceInfo, ErrorKind, SlowReading};
+use crate::model::ErrorKind;
 use crate::source::DeviceSource;
 use crate::telemetry::Telemetry;
 
@@ -85,18 +125,9 @@ pub(crate) struct Context {
     pub telemetry: Arc<Telemetry>,
     pub settings: SamplerSettings,
     pub cancel: CancellationToken,
-    /// Allocator reports joined onto each slow reading's processes.
-    pub reports: Option<Arc<ReportStore>>,
     /// When sampling began: the grid every tier ticks on.
     pub origin: tokio::time::Instant,
-    /// Joined onto each slow reading after the process cap.
-    pub attribute: Option<Attribute>,
 }
-
-/// Labels one device's slow reading with facts from outside the source
-/// (Kubernetes pods and allocations); it must only read published state,
-/// never wait, since it runs on the sampling path.
-pub type Attribute = Arc<dyn Fn(&DeviceInfo, &mut SlowReading) + Send + Sync>;
 
 /// Runs until `cancel` fires: discovers devices (retrying with backoff while
 /// the source is unavailable), then samples them.
@@ -105,21 +136,10 @@ pub async fn run(
     store: Arc<HistoryStore>,
     telemetry: Arc<Telemetry>,
     settings: SamplerSettings,
-    reports: Option<Arc<ReportStore>>,
-    attribute: Option<Attribute>,
     cancel: CancellationToken,
 ) {
     let origin = tokio::time::Instant::now();
-    let context = Arc::new(Context {
-        source,
-        store,
-        telemetry,
-        settings,
-        cancel,
-        reports,
-        origin,
-        attribute,
-    });
+    let context = Arc::new(Context { source, store, telemetry, settings, cancel, origin });
     let fleet = crew::Fleet::start(&context);
     sample(context, fleet).await;
 }

@@ -169,9 +169,7 @@ fn start(source: FakeSource, settings: SamplerSettings) -> Harness {
         telemetry: telemetry.clone(),
         settings,
         cancel: cancel.clone(),
-        reports: None,
         origin: tokio::time::Instant::now(),
-        attribute: None,
     });
     let fleet = crew::Fleet::start(&context);
     let task = tokio::spawn(sample(context, fleet.clone()));

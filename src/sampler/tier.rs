@@ -1,9 +1,11 @@
 //! One device's sampling: a fast and a slow tier side by side, the fast one
 //! on its crew's shared thread (`crew`), the slow one on a thread of its own
 //! (`worker`); either paces itself, calls the source and stores what it
-//! read. Every call's deadline is owned by the fleet's one watchdog
-//! (`crew`), which calls `check_deadline` for each fast call in flight and
-//! each slow tier; a task per tier only waits for the tier to end.
+//! read. What differs between the two is their lane's (`lane`), chosen once
+//! when the tier starts; this is the code both share. Every call's deadline
+//! is owned by the fleet's one watchdog (`crew`), which calls
+//! `check_deadline` for each fast call in flight and each slow tier; a task
+//! per tier only waits for the tier to end.
 //!
 //! A tier is called by one thread at a time, one call at a time, so a call stuck
 //! in the driver is never started twice; the watchdog counts it as a
@@ -23,13 +25,14 @@ use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
 use crate::clock::wall_now;
-use crate::history::DeviceHistory;
+use crate::history::{DeviceHistory, OutOfOrder};
 use crate::model::{ErrorKind, Timestamp};
-use crate::source::{SourceError, Tier};
+use crate::source::{DeviceSource, SourceError, Tier};
 use crate::telemetry::CallTimer;
 
 use super::crew::Fleet;
-use super::worker::{self, Reading};
+use super::lane::{Fast, Lane, Slow};
+use super::worker::{self, Answer};
 use super::{Context, FirstCycle};
 
 /// Samples one device until its context is cancelled: the fast tier in
@@ -41,8 +44,8 @@ pub(crate) async fn run_device(
     fleet: Arc<Fleet>,
 ) {
     tokio::join!(
-        run_tier(context.clone(), device.clone(), first_cycle.clone(), Tier::Fast, fleet.clone()),
-        run_tier(context, device, first_cycle, Tier::Slow, fleet),
+        run_tier(context.clone(), device.clone(), first_cycle.clone(), &Fast, fleet.clone()),
+        run_tier(context, device, first_cycle, &Slow, fleet),
     );
 }
 
@@ -51,7 +54,8 @@ pub(crate) struct TierShared {
     pub(crate) context: Arc<Context>,
     pub(crate) device: Arc<DeviceHistory>,
     first_cycle: Arc<FirstCycle>,
-    pub(crate) tier: Tier,
+    /// Which tier this is, and what that tier does differently.
+    lane: &'static dyn Lane,
     /// Real time between ticks.
     pub(crate) period: Duration,
     /// The promise /readyz checks: the next step within one period, its
@@ -88,24 +92,20 @@ async fn run_tier(
     context: Arc<Context>,
     device: Arc<DeviceHistory>,
     first_cycle: Arc<FirstCycle>,
-    tier: Tier,
+    lane: &'static dyn Lane,
     fleet: Arc<Fleet>,
 ) {
-    let interval = match tier {
-        Tier::Fast => context.settings.fast_interval,
-        Tier::Slow => context.settings.slow_interval,
-    };
-    let period = context.settings.real(interval);
+    let period = context.settings.real(lane.interval(&context.settings));
     let patience = period
         .saturating_add(context.settings.call_timeout)
         .saturating_add(period.max(Duration::from_secs(1)));
-    let timer = context.telemetry.call_timer(tier.as_str());
+    let timer = context.telemetry.call_timer(lane.tier().as_str());
     let shared = Arc::new(TierShared {
         timer,
         context,
         device,
         first_cycle,
-        tier,
+        lane,
         period,
         patience,
         state: Mutex::new(TierState::default()),
@@ -113,18 +113,17 @@ async fn run_tier(
         stopped: AtomicBool::new(false),
     });
     shared.promise(wall_now());
-    match tier {
-        Tier::Fast => watch(&shared, fleet.join(shared.clone())).await,
-        Tier::Slow => {
-            let _watched = fleet.watch_deadline(&shared);
-            watch(&shared, worker::start(shared.clone())).await;
-        }
-    }
+    let started = lane.start(&shared, &fleet);
+    watch(&shared, started.ended).await;
 }
 
 impl TierShared {
+    pub(crate) fn tier(&self) -> Tier {
+        self.lane.tier()
+    }
+
     fn promise(&self, now: Timestamp) {
-        self.device.progress().stepped(self.tier, now.saturating_add(self.patience));
+        self.device.progress().stepped(self.tier(), now.saturating_add(self.patience));
     }
 
     pub(crate) fn set_thread(&self, thread: Thread) {
@@ -153,9 +152,36 @@ impl TierShared {
         true
     }
 
-    /// Takes the answer of the call that `call_started` announced. Returns
-    /// true when this tier has nothing more to read (a replayed trace ended).
-    pub(crate) fn call_answered(&self, answer: worker::Answer, took: Duration) -> bool {
+    /// One call of this tier, announced by `call_started` at `started`, as
+    /// its lane makes it. True when the tier has nothing more to read.
+    pub(crate) fn sample(&self, started: Instant) -> bool {
+        self.lane.sample(self, started)
+    }
+
+    /// Makes the call that `call_started` announced (at `started`) on the
+    /// calling thread: `read` this tier of the device from the source, then
+    /// `store` a reading (this tier's lane says how). True when this tier
+    /// has nothing more to read (a replayed trace ended).
+    pub(crate) fn read_and_store<R>(
+        &self,
+        started: Instant,
+        read: impl FnOnce(&dyn DeviceSource, u32) -> Result<R, SourceError>,
+        store: impl FnOnce(&DeviceHistory, R) -> Result<(), OutOfOrder>,
+    ) -> bool {
+        let index = self.device.info().index;
+        let answer = worker::call(|| read(&*self.context.source, index));
+        self.call_answered(answer, started.elapsed(), store)
+    }
+
+    /// Takes the answer of the call that `call_started` announced, storing
+    /// a reading with `store`. Returns true when this tier has nothing more
+    /// to read (a replayed trace ended).
+    fn call_answered<R>(
+        &self,
+        answer: Answer<R>,
+        took: Duration,
+        store: impl FnOnce(&DeviceHistory, R) -> Result<(), OutOfOrder>,
+    ) -> bool {
         let context = &self.context;
         self.timer.observe(took);
         let mut state = self.state.lock();
@@ -171,11 +197,12 @@ impl TierShared {
         let now = wall_now();
         let finished = match answer {
             Ok(Ok(reading)) => {
-                self.store(reading, &mut state.health, now);
+                let stored = store(&self.device, reading);
+                self.stored(stored, &mut state.health, now);
                 false
             }
             Ok(Err(SourceError::TraceEnded { .. })) => {
-                info!(gpu = index, tier = %self.tier, "replayed trace has no more readings for this device and tier");
+                info!(gpu = index, tier = %self.tier(), "replayed trace has no more readings for this device and tier");
                 true
             }
             Ok(Err(error)) => {
@@ -189,7 +216,7 @@ impl TierShared {
             }
         };
         if finished {
-            self.device.progress().ended(self.tier);
+            self.device.progress().ended(self.tier());
         } else {
             // Answered, one way or another (a reading, or an error the
             // source gave); a call stuck past its deadline keeps no promise.
@@ -241,22 +268,9 @@ impl TierShared {
         }
     }
 
-    fn store(&self, reading: Reading, health: &mut TierHealth, now: Timestamp) {
-        let (context, device, tier) = (&*self.context, &*self.device, self.tier);
-        let result = match reading {
-            Reading::Fast(reading) => device.record_fast(reading),
-            Reading::Slow(mut reading) => {
-                if let Some(reports) = &context.reports {
-                    reports.attach(&device.info().uuid, &mut reading);
-                }
-                let dropped =
-                    reading.cap_processes(context.settings.max_processes_per_device.get());
-                if let Some(attribute) = &context.attribute {
-                    attribute(device.info(), &mut reading);
-                }
-                device.record_slow(reading, dropped)
-            }
-        };
+    /// Notes how storing a reading went.
+    fn stored(&self, result: Result<(), OutOfOrder>, health: &mut TierHealth, now: Timestamp) {
+        let (device, tier) = (&*self.device, self.tier());
         match result {
             Ok(()) => {
                 device.progress().succeeded(tier, now);
@@ -272,7 +286,7 @@ impl TierShared {
     }
 
     fn fail(&self, health: &mut TierHealth, kind: ErrorKind, message: String) {
-        let (context, device, tier) = (&*self.context, &*self.device, self.tier);
+        let (context, device, tier) = (&*self.context, &*self.device, self.tier());
         context.telemetry.count_error(kind);
         let index = device.info().index;
         if health.failing != Some(kind) {
@@ -284,10 +298,7 @@ impl TierShared {
         if kind == ErrorKind::DeviceLost {
             health.back_off(context);
         }
-        match tier {
-            Tier::Fast => device.record_fast_failure(kind, message),
-            Tier::Slow => device.record_slow_failure(kind, message),
-        }
+        self.lane.record_failure(device, kind, message);
     }
 }
 

@@ -24,29 +24,20 @@ use tokio::time::{Instant, Interval, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
-use crate::model::{FastReading, SlowReading};
-use crate::source::{DeviceSource, SourceError, Tier};
+use crate::source::SourceError;
 
 use super::tier::TierShared;
 
-// Not boxed: a reading lives for one tick and moves once; boxing would add
-// an allocation per sample and save nothing.
-#[allow(clippy::large_enum_variant)]
-pub(crate) enum Reading {
-    Fast(FastReading),
-    Slow(SlowReading),
-}
-
 /// What a call gave back: the source's result, or the message of a panic
 /// inside it.
-pub(crate) type Answer = Result<Result<Reading, SourceError>, String>;
+pub(crate) type Answer<R> = Result<Result<R, SourceError>, String>;
 
 /// Starts the tier's thread; what it returns resolves when the thread
 /// ends. Where no thread can be started, the same loop runs on the blocking
 /// pool instead (holding one of its threads for as long).
 pub(crate) fn start(shared: Arc<TierShared>) -> oneshot::Receiver<()> {
     let handle = Handle::current();
-    let name = format!("vramd-{}-{}", shared.tier, shared.device.info().index);
+    let name = format!("vramd-{}-{}", shared.tier(), shared.device.info().index);
     let (done, ended) = oneshot::channel::<()>();
     let spawned = std::thread::Builder::new().name(name).spawn({
         let (shared, handle) = (shared.clone(), handle.clone());
@@ -59,7 +50,7 @@ pub(crate) fn start(shared: Arc<TierShared>) -> oneshot::Receiver<()> {
         return ended;
     };
     let index = shared.device.info().index;
-    warn!(gpu = index, tier = %shared.tier, error = %error, "cannot start a sampler thread; this tier samples on the blocking pool");
+    warn!(gpu = index, tier = %shared.tier(), error = %error, "cannot start a sampler thread; this tier samples on the blocking pool");
     let (done, ended) = oneshot::channel::<()>();
     drop(tokio::task::spawn_blocking(move || {
         let _done = done;
@@ -94,8 +85,7 @@ pub(crate) fn sample_at(shared: &TierShared, now: Instant) -> bool {
     if !shared.call_started(now) {
         return false;
     }
-    let answer = call(&*shared.context.source, shared.device.info().index, shared.tier);
-    shared.call_answered(answer, now.elapsed())
+    shared.sample(now)
 }
 
 pub(crate) enum Ticker<'a> {
@@ -196,12 +186,9 @@ impl Grid {
     }
 }
 
-fn call(source: &dyn DeviceSource, index: u32, tier: Tier) -> Answer {
-    catch_unwind(AssertUnwindSafe(|| match tier {
-        Tier::Fast => source.read_fast(index).map(Reading::Fast),
-        Tier::Slow => source.read_slow(index).map(Reading::Slow),
-    }))
-    .map_err(|payload| {
+/// Calls `read` on this thread; a panic inside it becomes its message.
+pub(crate) fn call<R>(read: impl FnOnce() -> Result<R, SourceError>) -> Answer<R> {
+    catch_unwind(AssertUnwindSafe(read)).map_err(|payload| {
         let message = payload
             .downcast_ref::<&str>()
             .map(|text| (*text).to_owned())

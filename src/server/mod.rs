@@ -253,6 +253,7 @@ impl AcceptFailures {
         self.announced = true;
         if self.warned_at.is_some_and(|at| at.elapsed() < ACCEPT_WARNING_PERIOD) {
             self.unlogged = self.unlogged.saturating_add(1);
+            debug!(error = %error, failures_since_last_warning = self.unlogged, "accepting a connection failed again");
             return;
         }
         warn!(

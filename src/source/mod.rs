@@ -1,7 +1,9 @@
 //! The device-source seam: what the sampler reads devices through.
 //!
 //! Owns: the [`DeviceSource`] trait, its error type, and the implementations
-//! that exist (simulator, trace replay, trace recorder, NVML availability).
+//! that exist (simulator, trace replay, NVML availability) and the
+//! decorators that wrap them (`join`: facts from outside the source joined
+//! onto slow readings; the trace recorder).
 //! Depends on: `model`, `clock`. Knows nothing of history, analysis or HTTP.
 //!
 //! Every method is a *blocking* call (a driver call, file I/O). The sampler
@@ -10,6 +12,7 @@
 
 mod config;
 pub mod cuda;
+pub mod join;
 pub mod nvml;
 pub mod probe;
 pub mod procfs;

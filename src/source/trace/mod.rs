@@ -23,5 +23,5 @@ mod validation_tests;
 pub use error::{LineError, TraceError};
 pub use format::{FORMAT, TraceHeader, TraceRecord, VERSION};
 pub use open::{RecordMode, RecordOptions};
-pub use record::{RecordHealth, Recorder, SlowJoin};
+pub use record::{RecordHealth, Recorder};
 pub use replay::Replay;

@@ -4,6 +4,9 @@
 //! call through to the source (and prober) it wraps and appends the result
 //! to an NDJSON trace. Depends
 //! only on `model` and `source`; knows nothing of history, sampler or HTTP.
+//! The daemon wraps it around the source's joiner (`source::join`), so a
+//! slow reading is written with the allocator reports and pods the
+//! analysis sees joined onto it.
 //!
 //! The recorder only writes traces that `Replay` accepts: nothing before the
 //! header, no record for a device the header lacks, no out-of-order reading.
@@ -45,15 +48,7 @@ pub struct Recorder<S> {
     path: String,
     state: Mutex<State>,
     health: Arc<RecordHealth>,
-    join: Option<SlowJoin>,
 }
-
-/// Joins onto a slow reading, before it is written, what the sampler would
-/// join after it (allocator reports by device UUID, Kubernetes pods), so
-/// that a replay sees what the live analysis saw. A hook rather than the
-/// report store or the attribution board: the recorder knows nothing of
-/// ingestion or Kubernetes.
-pub type SlowJoin = Box<dyn Fn(&DeviceInfo, &mut SlowReading) + Send + Sync>;
 
 /// How often, at most, a recording that keeps failing is logged again.
 const FAILURE_LOG_INTERVAL: Duration = Duration::from_secs(60);
@@ -95,7 +90,7 @@ struct State {
     last_logged: Option<Stopwatch>,
     unlogged_failures: u64,
     /// The devices of the latest successful `devices()`, if there was one.
-    devices: Option<Vec<Arc<DeviceInfo>>>,
+    devices: Option<Vec<DeviceInfo>>,
 }
 
 impl State {
@@ -127,7 +122,6 @@ impl<S: DeviceSource> Recorder<S> {
             path: path.display().to_string(),
             state: Mutex::new(state),
             health: Arc::default(),
-            join: None,
         })
     }
 
@@ -171,12 +165,6 @@ impl<S: DeviceSource> Recorder<S> {
         self
     }
 
-    /// Joins `join` onto every slow reading before it is recorded.
-    pub fn joining(mut self, join: SlowJoin) -> Self {
-        self.join = Some(join);
-        self
-    }
-
     fn record_error(&self, reason: impl Into<String>) -> SourceError {
         SourceError::Record { path: self.path.clone(), reason: reason.into() }
     }
@@ -192,7 +180,7 @@ impl<S: DeviceSource> Recorder<S> {
                 "no header yet: the source has not listed its devices, so nothing is recorded",
             ));
         };
-        let devices: Vec<DeviceInfo> = devices.iter().map(|device| (**device).clone()).collect();
+        let devices = devices.clone();
         let mut indices = BTreeSet::new();
         if let Some(duplicate) = devices.iter().find(|device| !indices.insert(device.index)) {
             return Err(self.record_error(format!(
@@ -384,7 +372,7 @@ impl<S: DeviceSource> DeviceSource for Recorder<S> {
         let devices = self.inner.devices()?;
         let written = {
             let mut state = self.state.lock();
-            state.devices = Some(devices.iter().cloned().map(Arc::new).collect());
+            state.devices = Some(devices.clone());
             if state.header.is_some() {
                 return Ok(devices);
             }
@@ -402,14 +390,7 @@ impl<S: DeviceSource> DeviceSource for Recorder<S> {
     }
 
     fn read_slow(&self, index: u32) -> Result<SlowReading, SourceError> {
-        let mut result = self.inner.read_slow(index);
-        if let (Some(join), Ok(reading)) = (&self.join, result.as_mut()) {
-            let info =
-                self.state.lock().devices.iter().flatten().find(|d| d.index == index).cloned();
-            if let Some(info) = info {
-                join(&info, reading);
-            }
-        }
+        let result = self.inner.read_slow(index);
         self.record(index, Tier::Slow, result, |reading| (reading.at, Line::slow(index, reading)))
     }
 }
