@@ -191,6 +191,12 @@ impl Connection {
         let first_head = tokio::time::sleep_until(deadline);
         tokio::pin!(first_head);
         let mut closing = false;
+        // A `select!` reads a branch's condition once, when it starts
+        // waiting: `started`, set by the service while this waits, is
+        // therefore read again when the timer fires. The header timeout
+        // bounds the wait for the first head, never a connection that has
+        // sent one (a stream, a kept-alive client, a slow upload).
+        let mut awaiting_first_head = true;
         loop {
             tokio::select! {
                 result = connection.as_mut() => {
@@ -199,7 +205,11 @@ impl Connection {
                     }
                     return;
                 }
-                () = &mut first_head, if !started.load(Ordering::Relaxed) => {
+                () = &mut first_head, if awaiting_first_head => {
+                    if started.load(Ordering::Relaxed) {
+                        awaiting_first_head = false;
+                        continue;
+                    }
                     debug!(peer = %peer, "no complete request head within server.header_read_timeout; closing");
                     return;
                 }
@@ -284,6 +294,9 @@ impl AcceptFailures {
         }
     }
 }
+
+#[cfg(test)]
+mod connection_tests;
 
 #[cfg(test)]
 mod accept_failure_tests {
