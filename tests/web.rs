@@ -247,20 +247,31 @@ fn each_client_auth_type_is_enforced() {
     assert_eq!(status("/metrics", &[]), 401);
     assert_eq!(status("/metrics", &stranger), 0);
 
-    // RequireAnyClientCert: any certificate, checked by nobody, so it
-    // authenticates nobody and nothing else is asked.
+    // RequireAnyClientCert checks no certificate, so it authenticates
+    // nobody: a reload to it would drop the verified-certificate
+    // requirement and is refused; the running policy stays.
     pki.web_config(&pki.tls("server", "RequireAnyClientCert"));
-    wait_log(&daemon, "web configuration reloaded", 3);
+    wait_log(&daemon, "web configuration not reloaded; keeping the last good one", 1);
+    assert!(daemon.stderr().contains("would turn off the client certificate requirement"));
+    assert_eq!(status("/metrics", &[]), 401);
+    drop(daemon);
+
+    // Started with it, any certificate completes the handshake and
+    // nothing else is asked.
+    let (daemon, addr) = start(&web, &[]);
+    let url = |path: &str| format!("https://127.0.0.1:{}{path}", addr.port());
+    let status = |path: &str, extra: &[String]| curl(&pki, &url(path), &refs(extra)).status;
     assert_eq!(status("/metrics", &stranger), 200);
     assert_eq!(status("/metrics", &[]), 0);
 
-    // RequestClientCert and NoClientCert: none needed.
+    // RequestClientCert and NoClientCert: none needed (reloads that keep
+    // the same protection).
     pki.web_config(&pki.tls("server", "RequestClientCert"));
-    wait_log(&daemon, "web configuration reloaded", 4);
+    wait_log(&daemon, "web configuration reloaded", 1);
     assert_eq!(status("/metrics", &[]), 200);
     assert_eq!(status("/metrics", &stranger), 200);
     pki.web_config(&pki.tls("server", "NoClientCert"));
-    wait_log(&daemon, "web configuration reloaded", 5);
+    wait_log(&daemon, "web configuration reloaded", 2);
     assert_eq!(status("/metrics", &[]), 200);
 }
 
@@ -425,6 +436,15 @@ fn sighup_reloads_the_web_config_and_refuses_a_bad_one() {
     daemon.signal("HUP");
     wait_log(&daemon, "invalid configuration: reload refused, the running configuration stays", 1);
     assert_eq!(status("second password"), 200, "{}", daemon.stderr());
+
+    // An emptied file (an editor saving in two steps) would serve plain
+    // HTTP with no auth: refused, TLS and the users stay.
+    std::fs::write(&web, "").unwrap();
+    daemon.signal("HUP");
+    wait_log(&daemon, "invalid configuration: reload refused, the running configuration stays", 2);
+    assert!(daemon.stderr().contains("would turn off TLS"), "{}", daemon.stderr());
+    assert_eq!(status("second password"), 200, "{}", daemon.stderr());
+    assert_eq!(status("wrong password"), 401, "{}", daemon.stderr());
 }
 
 /// Out of file descriptors, every accept fails, ten times a second while

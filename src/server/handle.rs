@@ -125,7 +125,16 @@ impl WebConfigHandle {
         // Stamps taken before reading: a change during the read is seen by
         // the next poll instead of being lost.
         let before = stamps(&self.current().watched);
-        match web_config::load(&self.inner.path) {
+        let path = &self.inner.path;
+        // An emptied or half-written file (an editor saving in two steps,
+        // a configuration run that failed half-way) must not turn
+        // protection off behind the operator's back.
+        let loaded =
+            web_config::load(path).and_then(|state| match self.current().lost_in(&state) {
+                Some(lost) => Err(WebConfigError::Weaker { path: path.clone(), lost }),
+                None => Ok(state),
+            });
+        match loaded {
             Ok(state) => {
                 let stamps = if state.watched == self.current().watched {
                     before

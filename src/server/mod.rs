@@ -297,6 +297,8 @@ impl AcceptFailures {
 
 #[cfg(test)]
 mod connection_tests;
+#[cfg(test)]
+mod handle_tests;
 
 #[cfg(test)]
 mod accept_failure_tests {

@@ -27,6 +27,12 @@ pub enum WebConfigError {
     Field { path: PathBuf, field: &'static str, message: String },
     #[error("{path}: {source}")]
     Tls { path: PathBuf, source: TlsError },
+    /// A reload that would serve with less protection than now.
+    #[error(
+        "{path}: refused: the new version would turn off {lost}; the running web \
+         configuration stays (only a restart with this file may serve without it)"
+    )]
+    Weaker { path: PathBuf, lost: &'static str },
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -78,7 +84,7 @@ pub enum Pem {
 impl Pem {
     fn read(&self) -> Result<Vec<u8>, std::io::Error> {
         match self {
-            Pem::File(path) => std::fs::read(path),
+            Pem::File(path) => read_bounded(path, MAX_PEM_FILE_BYTES),
             Pem::Inline(text) => Ok(text.clone().into_bytes()),
         }
     }
@@ -111,16 +117,53 @@ pub struct WebState {
 }
 
 impl WebState {
+    /// What `next` would turn off that this state has: TLS, client
+    /// certificates or basic auth (fewer users is not less protection).
+    pub fn lost_in(&self, next: &WebState) -> Option<&'static str> {
+        if self.tls.is_some() && next.tls.is_none() {
+            Some("TLS")
+        } else if self.require_verified_cert && !next.require_verified_cert {
+            Some("the client certificate requirement")
+        } else if !self.users.is_empty() && next.users.is_empty() {
+            Some("basic authentication")
+        } else {
+            None
+        }
+    }
+
     /// Whether requests other than `/healthz` need credentials.
     pub fn requires_auth(&self) -> bool {
         self.require_verified_cert || !self.users.is_empty()
     }
 }
 
+/// Largest web configuration file read: a few users and TLS settings are
+/// kilobytes; `/dev/zero` must not fill memory. Not a key: the file
+/// cannot bound its own reading.
+pub const MAX_WEB_CONFIG_BYTES: u64 = 1 << 20;
+/// Largest certificate, key or CA file read (a CA bundle is ~200 KiB).
+pub const MAX_PEM_FILE_BYTES: u64 = 4 << 20;
+
+/// The file at `path`, refused when larger than `max` bytes, reading no
+/// further than that.
+fn read_bounded(path: &Path, max: u64) -> Result<Vec<u8>, std::io::Error> {
+    use std::io::Read as _;
+    let mut bytes = Vec::new();
+    std::fs::File::open(path)?.take(max + 1).read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > max {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("larger than {max} bytes; refused"),
+        ));
+    }
+    Ok(bytes)
+}
+
 /// Reads and checks the web configuration at `path` and every file it
 /// names. Blocking: file reads and key parsing.
 pub fn load(path: &Path) -> Result<WebState, WebConfigError> {
-    let text = std::fs::read_to_string(path)
+    let text = read_bounded(path, MAX_WEB_CONFIG_BYTES)
+        .and_then(|bytes| String::from_utf8(bytes).map_err(std::io::Error::other))
         .map_err(|source| WebConfigError::Read { path: path.to_owned(), source })?;
     // An empty file is a valid configuration with nothing set.
     let raw: RawFile = if text.trim().is_empty() {
