@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 port=${VRAMD_PORT:-19477}
 work=$(mktemp -d)
 cargo build --release --bin vramd
-VRAMD_ALERTS__EVALUATION_INTERVAL=1s ./target/release/vramd --listen "127.0.0.1:$port" >"$work/vramd.log" 2>&1 &
+VRAMD_ANALYSIS__EVALUATION_INTERVAL=1s ./target/release/vramd --listen "127.0.0.1:$port" >"$work/vramd.log" 2>&1 &
 vramd=$!
 trap 'kill "$vramd" 2>/dev/null || true; wait "$vramd" 2>/dev/null || true' EXIT
 for _ in $(seq 50); do

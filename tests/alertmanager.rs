@@ -302,7 +302,7 @@ fn the_daemon_pushes_a_scenario_alert_to_alertmanager_and_then_its_resolution() 
         &[
             ("VRAMD_NOTIFY__ALERTMANAGER_URL", url.as_str()),
             ("VRAMD_ALERTS__MEMORY_HIGH__FOR", "0s"),
-            ("VRAMD_ALERTS__EVALUATION_INTERVAL", "250ms"),
+            ("VRAMD_ANALYSIS__EVALUATION_INTERVAL", "250ms"),
             ("VRAMD_NOTIFY__RESEND_INTERVAL", "1s"),
         ],
     );

@@ -418,7 +418,7 @@ fn simulated_workloads_report_their_allocator_through_the_report_path() {
 fn alerts_beyond_max_alerts_are_counted_not_kept() {
     // oom-spike: at 10:05 two allocator alerts fire together on GPU 0; with
     // room for one alert the other is dropped, and /metrics says so.
-    let env = [("VRAMD_ALERTS__MAX_ALERTS", "1"), ("VRAMD_ALERTS__EVALUATION_INTERVAL", "1s")];
+    let env = [("VRAMD_ALERTS__MAX_ALERTS", "1"), ("VRAMD_ANALYSIS__EVALUATION_INTERVAL", "1s")];
     let mut daemon = support::Process::spawn(
         &args(&["--simulate", "oom-spike", "--gpus", "1", "--speed", "100"]),
         &env,
@@ -472,7 +472,7 @@ fn a_replayed_recording_alerts_on_the_allocator_reports_the_live_daemon_joined()
     let dir = tempfile::tempdir().unwrap();
     let trace = dir.path().join("trace.ndjson");
     let trace_arg = trace.to_str().unwrap();
-    let env = [("VRAMD_ALERTS__EVALUATION_INTERVAL", "1s")];
+    let env = [("VRAMD_ANALYSIS__EVALUATION_INTERVAL", "1s")];
     let mut daemon = Process::spawn(
         &args(&["--simulate", "oom-spike", "--gpus", "1", "--speed", "100", "--record", trace_arg]),
         &env,
@@ -501,6 +501,14 @@ fn a_replayed_recording_alerts_on_the_allocator_reports_the_live_daemon_joined()
         assert!(!deadline.passed(), "no allocator_oom fired live within 60 s: {rules:?}");
         pause();
     };
+    // Each state change is one log line, whether or not a notifier is set.
+    let deadline = Deadline::after(WAIT);
+    while !daemon.stderr().lines().any(|line| {
+        line.contains("alert firing") && line.contains("allocator_oom") && line.contains("value")
+    }) {
+        assert!(!deadline.passed(), "no log line for the firing alert:\n{}", daemon.stderr());
+        pause();
+    }
     // Recording on for 30 s more of source time (30 evaluation intervals):
     // `vramd analyze` evaluates every `evaluation_interval` of the trace's
     // time, so a trace ending on the very sample that fired live would end

@@ -55,7 +55,7 @@ fn an_oom_event_alerts_at_the_next_evaluation_and_replays_from_the_recording() {
     let trace = dir.path().join("trace.ndjson");
     let trace_arg = trace.to_str().unwrap();
     // steady-inference: nothing alerts, so the OOM alert is the event's.
-    let env = [("VRAMD_ALERTS__EVALUATION_INTERVAL", "1s")];
+    let env = [("VRAMD_ANALYSIS__EVALUATION_INTERVAL", "1s")];
     let flags = ["--simulate", "steady-inference", "--gpus", "1", "--record", trace_arg];
     let args: Vec<&str> = flags.iter().copied().chain(SERVE).collect();
     let mut daemon = Process::spawn(&args, &env);

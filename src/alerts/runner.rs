@@ -13,12 +13,13 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
-use tracing::warn;
+use tracing::{info, warn};
 
 use super::AlertsConfig;
 use super::board::AlertBoard;
 use super::evaluator::{Evaluation, Evaluator, SourceState};
 use super::notify::DispatchHandle;
+use super::{AlertState, Transition};
 use crate::analysis::runner::Pass;
 use crate::model::Timestamp;
 use crate::telemetry::Telemetry;
@@ -33,6 +34,26 @@ pub struct RunnerSettings {
     /// Changes whenever `dispatch` is replaced by other notifiers: the
     /// firing alerts are then sent to them at the next pass.
     pub notifiers_generation: u64,
+}
+
+/// One log line per alert state change, so the log alone tells what
+/// fired and when (notifiers may be unset or failing).
+fn log_transition(transition: &Transition) {
+    let alert = &transition.alert;
+    let from = transition.from.map_or("new", AlertState::as_str);
+    info!(
+        rule = %alert.key.rule,
+        uuid = %alert.key.uuid,
+        gpu = alert.gpu,
+        pid = alert.key.pid,
+        from,
+        state = alert.state.as_str(),
+        value = alert.value,
+        threshold = alert.threshold,
+        unit = %alert.unit,
+        "alert {}",
+        alert.state.as_str()
+    );
 }
 
 /// Judges passes until `cancel` or until the analysis loop stops.
@@ -99,6 +120,9 @@ pub async fn run(
         if dropped > dropped_counted {
             telemetry.count_alerts_dropped(dropped - dropped_counted);
             dropped_counted = dropped;
+        }
+        for transition in &evaluation.transitions {
+            log_transition(transition);
         }
         board.publish(evaluation.alerts, &evaluation.transitions);
         if let Some(dispatch) = &current.dispatch {

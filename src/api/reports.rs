@@ -38,6 +38,16 @@ pub type OomHook = Arc<dyn Fn(u32, &crate::model::OomEvent) + Send + Sync>;
 /// Who may write reports, OOM events and snapshots: a request the web
 /// configuration's credentials let in ([`super::Authenticated`]), else
 /// loopback, else the configured bearer token.
+///
+/// The token of an `Authorization: Bearer <token>` value. The scheme is
+/// matched without regard to case (RFC 9110, 11.1: `bearer` is `Bearer`).
+pub fn bearer_token(value: &str) -> Option<&str> {
+    let (scheme, token) = value.split_once(' ')?;
+    scheme.eq_ignore_ascii_case("bearer").then(|| token.trim_start())
+}
+
+/// Allows a write: an authenticated web client, a writer on
+/// loopback, else the configured bearer token.
 pub(super) fn authorise(request: &Request, token: Option<&str>) -> Result<(), ApiError> {
     if request.extensions().get::<super::Authenticated>().is_some() {
         return Ok(());
@@ -47,7 +57,7 @@ pub(super) fn authorise(request: &Request, token: Option<&str>) -> Result<(), Ap
         .headers()
         .get(header::AUTHORIZATION)
         .and_then(|value| value.to_str().ok())
-        .and_then(|value| value.strip_prefix("Bearer "));
+        .and_then(bearer_token);
     if let (Some(expected), Some(presented)) = (token, presented) {
         // Equal-time comparison is not needed for a shared secret on a
         // rate-limited write path, but a wrong token is always refused.
@@ -245,4 +255,18 @@ pub(super) fn too_many_requests(refused: &Refused) -> Response {
     let seconds = refused.retry_after().as_secs_f64().ceil().max(1.0) as u64;
     response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(seconds));
     response
+}
+
+#[cfg(test)]
+mod bearer_tests {
+    use super::bearer_token;
+
+    #[test]
+    fn the_bearer_scheme_is_matched_in_any_case() {
+        assert_eq!(bearer_token("Bearer abc"), Some("abc"));
+        assert_eq!(bearer_token("bearer abc"), Some("abc"));
+        assert_eq!(bearer_token("BEARER  abc"), Some("abc"));
+        assert_eq!(bearer_token("Basic abc"), None);
+        assert_eq!(bearer_token("Bearerabc"), None);
+    }
 }

@@ -63,7 +63,7 @@ pub async fn guard(State(guard): State<Guard>, mut request: Request, next: Next)
         .headers()
         .get(header::AUTHORIZATION)
         .and_then(|value| value.to_str().ok())
-        .is_some_and(|value| value.starts_with("Bearer "));
+        .is_some_and(|value| crate::api::reports::bearer_token(value).is_some());
     if guard.ingest_token && bearer && is_ingest_write(request.method(), request.uri().path()) {
         return next.run(request).await;
     }

@@ -137,6 +137,11 @@ impl WebState {
     }
 }
 
+/// Highest bcrypt cost accepted: each step doubles the work, and 14 is
+/// already about a second of CPU per uncached check; at 31 one check
+/// takes days, so one request would hold a bcrypt slot for good.
+pub const MAX_BCRYPT_COST: u32 = 14;
+
 /// Largest web configuration file read: a few users and TLS settings are
 /// kilobytes; `/dev/zero` must not fill memory. Not a key: the file
 /// cannot bound its own reading.
@@ -194,8 +199,18 @@ fn build(path: &Path, raw: RawFile) -> Result<WebState, WebConfigError> {
         }
         // Parsing the hash now names a bad entry at start instead of
         // refusing that user's every request later.
-        if hash.parse::<bcrypt::HashParts>().is_err() {
+        let Ok(parts) = hash.parse::<bcrypt::HashParts>() else {
             return Err(field("basic_auth_users", format!("user {user:?}: not a bcrypt hash")));
+        };
+        if parts.get_cost() > MAX_BCRYPT_COST {
+            return Err(field(
+                "basic_auth_users",
+                format!(
+                    "user {user:?}: bcrypt cost {} is above {MAX_BCRYPT_COST}; each check would \
+                     take seconds to days of CPU (rehash with a cost of 10 to 12)",
+                    parts.get_cost()
+                ),
+            ));
         }
         users.insert(user, hash);
     }
@@ -362,6 +377,12 @@ mod tests {
                 .contains("tls_server_config.min_version")
         );
         assert!(message("basic_auth_users:\n  alice: plaintext\n").contains("not a bcrypt hash"));
+        let Ok(costly) = bcrypt::hash("secret", 4).map(|hash| hash.replacen("$04$", "$31$", 1))
+        else {
+            panic!("bcrypt hashes")
+        };
+        let text = format!("basic_auth_users:\n  alice: \"{costly}\"\n");
+        assert!(message(&text).contains("bcrypt cost 31 is above 14"), "{}", message(&text));
         assert!(
             message("http_server_config:\n  headers:\n    Content-Type: text/html\n")
                 .contains("http_server_config.headers")
