@@ -509,3 +509,63 @@ fn running_out_of_file_descriptors_is_warned_once_and_recovers() {
     assert!(!recoveries.is_empty(), "{}", daemon.stderr());
     assert!(recoveries.iter().sum::<u64>() >= 3, "{}", daemon.stderr());
 }
+
+/// The status of one plain-HTTP GET, with basic credentials when given.
+fn status_with(addr: SocketAddr, path: &str, credentials: Option<&str>) -> u16 {
+    use base64::Engine as _;
+    let Ok(mut stream) = TcpStream::connect(addr) else { return 0 };
+    let _ = stream.set_read_timeout(Some(WAIT));
+    let auth = credentials.map_or(String::new(), |pair| {
+        let encoded = base64::engine::general_purpose::STANDARD.encode(pair);
+        format!("authorization: Basic {encoded}\r\n")
+    });
+    let request = format!("GET {path} HTTP/1.1\r\nhost: x\r\n{auth}connection: close\r\n\r\n");
+    if stream.write_all(request.as_bytes()).is_err() {
+        return 0;
+    }
+    let mut answer = String::new();
+    let _ = stream.read_to_string(&mut answer);
+    answer.split(' ').nth(1).and_then(|code| code.parse().ok()).unwrap_or(0)
+}
+
+/// A flood of wrong passwords (issue 35, item 2) costs the cached scraper
+/// and the liveness probe nothing: bcrypt is never queued in a request
+/// slot, and past `server.auth_failure_budget` the flooding address is
+/// refused without a check.
+#[test]
+fn a_wrong_password_flood_costs_scrapes_and_probes_nothing() {
+    let pki = Pki::new();
+    let hash = bcrypt::hash("right", 10).unwrap();
+    let web = pki.web_config(&format!("basic_auth_users:\n  prometheus: {hash}\n"));
+    let (daemon, addr) = start(&web, &[]);
+    assert_eq!(status_with(addr, "/metrics", Some("prometheus:right")), 200);
+
+    let flood: Vec<_> = (0..4)
+        .map(|thread| {
+            std::thread::spawn(move || {
+                (0..25)
+                    .map(|n| {
+                        let guess = format!("prometheus:wrong-{thread}-{n}");
+                        status_with(addr, "/metrics", Some(&guess))
+                    })
+                    .collect::<Vec<u16>>()
+            })
+        })
+        .collect();
+    let mut legitimate = Vec::new();
+    for _ in 0..20 {
+        legitimate.push(("/healthz", status_with(addr, "/healthz", None)));
+        legitimate.push(("/metrics", status_with(addr, "/metrics", Some("prometheus:right"))));
+        pause();
+    }
+    let refused: Vec<u16> = flood.into_iter().flat_map(|thread| thread.join().unwrap()).collect();
+    assert!(
+        legitimate.iter().all(|(_, status)| *status == 200),
+        "{legitimate:?}\n{}",
+        daemon.stderr()
+    );
+    assert!(refused.iter().all(|status| [401, 429, 503].contains(status)), "{refused:?}");
+    assert!(refused.contains(&429), "the budget of 10 failures was never spent: {refused:?}");
+    let checked = refused.iter().filter(|status| **status == 401).count();
+    assert!(checked <= 10, "{checked} wrong passwords were checked, beyond the budget of 10");
+}

@@ -7,9 +7,10 @@
 //! answers. Depends on `handle` (state, credential cache) and `api` (the
 //! JSON error, the [`Authenticated`] mark the report route reads).
 
+use std::net::SocketAddr;
 use std::time::Duration;
 
-use axum::extract::{Request, State};
+use axum::extract::{ConnectInfo, Request, State};
 use axum::http::{HeaderValue, Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
@@ -79,9 +80,27 @@ pub async fn guard(State(guard): State<Guard>, mut request: Request, next: Next)
         let Some((user, password)) = credentials(&request) else {
             return unauthorized(basic, "this endpoint needs HTTP basic authentication");
         };
-        match guard.handle.verify(&state, &user, &password, guard.deadline).await {
+        let peer = request.extensions().get::<ConnectInfo<SocketAddr>>().map(|info| info.0.ip());
+        match guard.handle.verify(&state, peer, &user, &password, guard.deadline).await {
             Verdict::Accepted => {}
             Verdict::Refused => return unauthorized(basic, "wrong user name or password"),
+            Verdict::Limited => {
+                return retry_after(
+                    StatusCode::TOO_MANY_REQUESTS,
+                    "too_many_failures",
+                    "too many failed logins from this address (server.auth_failure_budget); \
+                     retry in a minute",
+                    "60",
+                );
+            }
+            Verdict::Busy => {
+                return retry_after(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "overloaded",
+                    "another password is being checked; retry shortly",
+                    "1",
+                );
+            }
             Verdict::TimedOut => {
                 return ApiError::new(
                     StatusCode::SERVICE_UNAVAILABLE,
@@ -107,6 +126,17 @@ fn credentials(request: &Request) -> Option<(String, String)> {
     let text = String::from_utf8(decoded).ok()?;
     let (user, password) = text.split_once(':')?;
     Some((user.to_owned(), password.to_owned()))
+}
+
+fn retry_after(
+    status: StatusCode,
+    code: &'static str,
+    message: &'static str,
+    seconds: &'static str,
+) -> Response {
+    let mut response = ApiError::new(status, code, message).into_response();
+    response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static(seconds));
+    response
 }
 
 fn unauthorized(basic: bool, message: &str) -> Response {

@@ -44,6 +44,11 @@ pub struct ServerConfig {
     pub web_config_poll_interval: Duration,
     /// verified basic-auth credentials remembered (so a scrape skips bcrypt); full: cleared
     pub auth_cache_size: NonZeroUsize,
+    // Beyond it a client address is refused without a check for the rest
+    // of the minute: a wrong-password flood costs one core at most, and
+    // the scrapes and probes of everyone else nothing.
+    /// failed basic-auth checks per client address and minute before it is refused unchecked
+    pub auth_failure_budget: u32,
     // Short enough that the daemon exits within 2 s of SIGTERM.
     /// how long in-flight requests may finish after SIGTERM/SIGINT
     pub shutdown_timeout: Duration,
@@ -63,6 +68,7 @@ impl Default for ServerConfig {
             web_config: None,
             web_config_poll_interval: secs(10),
             auth_cache_size: non_zero(1024),
+            auth_failure_budget: 10,
             shutdown_timeout: ms(1500),
         }
     }
@@ -81,6 +87,7 @@ impl ServerConfig {
         keys.words("web_config", Form::Path, "path; not set by default");
         keys.duration("web_config_poll_interval", self.web_config_poll_interval, secs(1), hours(1));
         keys.count("auth_cache_size", self.auth_cache_size.get() as u64, 1, 100_000);
+        keys.count("auth_failure_budget", self.auth_failure_budget, 1, 10_000);
         keys.duration("shutdown_timeout", self.shutdown_timeout, Duration::ZERO, secs(10));
     }
 }

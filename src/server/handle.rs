@@ -8,7 +8,8 @@
 //! blocking threads under a deadline; a failed reload keeps the last good
 //! state. Depends on `web_config`, `telemetry` (series), `clock`.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
+use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -18,13 +19,19 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
+use super::ServerConfig;
 use super::web_config::{self, WebConfigError, WebState};
 use crate::telemetry::WebConfigSeries;
 
 /// bcrypt checks at once. Each costs tens of milliseconds of one core;
-/// two keep a flood of wrong passwords from taking the blocking threads
-/// that driver calls need.
-const BCRYPT_AT_ONCE: usize = 2;
+/// one keeps a flood of wrong passwords to one core, away from the
+/// blocking threads driver calls need. A check that finds it busy is not
+/// queued: the client is asked to retry (nobody waits in a request slot
+/// that scrapes or probes need).
+const BCRYPT_AT_ONCE: usize = 1;
+
+/// The window of `server.auth_failure_budget`.
+const FAILURE_WINDOW: Duration = Duration::from_secs(60);
 
 /// How long one reload (reading a few small files) may take.
 const RELOAD_DEADLINE: Duration = Duration::from_secs(5);
@@ -42,7 +49,13 @@ struct Inner {
     stamps: Mutex<Vec<Option<(u64, Duration)>>>,
     /// Digests of user, hash and password that bcrypt accepted.
     verified: Mutex<HashSet<[u8; 32]>>,
+    /// Digests that bcrypt refused: the same wrong password again costs
+    /// no bcrypt.
+    refused: Mutex<HashSet<[u8; 32]>>,
+    /// Failed checks per client address in its current window.
+    failures: Mutex<HashMap<IpAddr, (tokio::time::Instant, u32)>>,
     cache_size: usize,
+    failure_budget: u32,
     bcrypt: Arc<Semaphore>,
     series: Mutex<Option<WebConfigSeries>>,
 }
@@ -60,11 +73,15 @@ pub enum Verdict {
     Refused,
     /// bcrypt did not answer within the deadline.
     TimedOut,
+    /// The client address spent `server.auth_failure_budget`.
+    Limited,
+    /// The bcrypt worker is checking another password; retry.
+    Busy,
 }
 
 impl WebConfigHandle {
     /// Loads `path` (blocking); an error names the file and field.
-    pub fn load(path: &Path, cache_size: usize) -> Result<Self, WebConfigError> {
+    pub fn load(path: &Path, server: &ServerConfig) -> Result<Self, WebConfigError> {
         let state = web_config::load(path)?;
         let stamps = stamps(&state.watched);
         Ok(Self {
@@ -73,7 +90,10 @@ impl WebConfigHandle {
                 state: RwLock::new(Arc::new(state)),
                 stamps: Mutex::new(stamps),
                 verified: Mutex::new(HashSet::new()),
-                cache_size,
+                refused: Mutex::new(HashSet::new()),
+                failures: Mutex::new(HashMap::new()),
+                cache_size: server.auth_cache_size.get(),
+                failure_budget: server.auth_failure_budget,
                 bcrypt: Arc::new(Semaphore::new(BCRYPT_AT_ONCE)),
                 series: Mutex::new(None),
             }),
@@ -158,6 +178,7 @@ impl WebConfigHandle {
         *self.inner.stamps.lock() = prepared.stamps;
         *self.inner.state.write() = Arc::new(prepared.state);
         self.inner.verified.lock().clear();
+        self.inner.refused.lock().clear();
         if let Some(series) = self.inner.series.lock().as_ref() {
             series.last_success.set(unix_now());
         }
@@ -171,50 +192,84 @@ impl WebConfigHandle {
         warn!(error = %error, "web configuration not reloaded; keeping the last good one");
     }
 
-    /// Checks `user`/`password` against `state`'s users: from the cache
-    /// when this exact pair (and hash) passed before, else by bcrypt on a
-    /// blocking thread, at most [`BCRYPT_AT_ONCE`] at a time, within
-    /// `deadline`.
+    /// Checks `user`/`password` from `peer` against `state`'s users: from
+    /// the caches when this exact pair (and hash) was checked before, else
+    /// by bcrypt on a blocking thread, at most [`BCRYPT_AT_ONCE`] at a
+    /// time and never queued, within `deadline`. A peer past its failure
+    /// budget is refused unchecked for the rest of its window.
     pub async fn verify(
         &self,
         state: &WebState,
+        peer: Option<IpAddr>,
         user: &str,
         password: &str,
         deadline: Duration,
     ) -> Verdict {
         let Some(hash) = state.users.get(user) else {
-            return Verdict::Refused;
+            return self.failed_check(peer);
         };
         let key = digest(user, hash, password);
         if self.inner.verified.lock().contains(&key) {
             return Verdict::Accepted;
         }
-        let work = async {
-            let permit = self.inner.bcrypt.clone().acquire_owned().await.ok()?;
-            let (password, hash) = (password.to_owned(), hash.clone());
-            tokio::task::spawn_blocking(move || {
-                // Held until bcrypt ends, even past the deadline, so the
-                // bound counts threads, not waiters.
-                let _permit = permit;
-                bcrypt::verify(password, &hash).unwrap_or(false)
-            })
-            .await
-            .ok()
+        if self.over_budget(peer) {
+            return Verdict::Limited;
+        }
+        if self.inner.refused.lock().contains(&key) {
+            return self.failed_check(peer);
+        }
+        let Ok(permit) = self.inner.bcrypt.clone().try_acquire_owned() else {
+            return Verdict::Busy;
         };
+        let (owned_password, owned_hash) = (password.to_owned(), hash.clone());
+        let work = tokio::task::spawn_blocking(move || {
+            // Held until bcrypt ends, even past the deadline, so the bound
+            // counts threads, not waiters.
+            let _permit = permit;
+            bcrypt::verify(owned_password, &owned_hash).unwrap_or(false)
+        });
         match tokio::time::timeout(deadline, work).await {
-            Ok(Some(true)) => {
-                let mut verified = self.inner.verified.lock();
-                if verified.len() >= self.inner.cache_size {
-                    // Bounded simply: a full cache starts over; the next
-                    // request of each client pays one bcrypt again.
-                    verified.clear();
-                }
-                verified.insert(key);
+            Ok(Ok(true)) => {
+                remember(&self.inner.verified, key, self.inner.cache_size);
                 Verdict::Accepted
             }
-            Ok(_) => Verdict::Refused,
+            Ok(_) => {
+                remember(&self.inner.refused, key, self.inner.cache_size);
+                self.failed_check(peer)
+            }
             Err(_) => Verdict::TimedOut,
         }
+    }
+
+    /// Whether `peer` spent its failure budget in its current window.
+    fn over_budget(&self, peer: Option<IpAddr>) -> bool {
+        let Some(peer) = peer else { return false };
+        let failures = self.inner.failures.lock();
+        failures.get(&peer).is_some_and(|(start, count)| {
+            start.elapsed() < FAILURE_WINDOW && *count >= self.inner.failure_budget
+        })
+    }
+
+    /// Counts a failed check against `peer`'s budget; always `Refused`.
+    fn failed_check(&self, peer: Option<IpAddr>) -> Verdict {
+        if let Some(peer) = peer {
+            let mut failures = self.inner.failures.lock();
+            if failures.len() >= self.inner.cache_size && !failures.contains_key(&peer) {
+                // Bounded like the caches: windows that ended go first,
+                // and a table still full starts over.
+                failures.retain(|_, (start, _)| start.elapsed() < FAILURE_WINDOW);
+                if failures.len() >= self.inner.cache_size {
+                    failures.clear();
+                }
+            }
+            let now = tokio::time::Instant::now();
+            let entry = failures.entry(peer).or_insert((now, 0));
+            if entry.0.elapsed() >= FAILURE_WINDOW {
+                *entry = (now, 0);
+            }
+            entry.1 = entry.1.saturating_add(1);
+        }
+        Verdict::Refused
     }
 
     /// Polls the watched files every `interval` until `cancel`.
@@ -232,6 +287,16 @@ impl WebConfigHandle {
             }
         }
     }
+}
+
+/// Adds `key` to a bounded set; a full set starts over (the next request
+/// of each client pays one bcrypt again).
+fn remember(set: &Mutex<HashSet<[u8; 32]>>, key: [u8; 32], capacity: usize) {
+    let mut set = set.lock();
+    if set.len() >= capacity {
+        set.clear();
+    }
+    set.insert(key);
 }
 
 fn stamps(paths: &[PathBuf]) -> Vec<Option<(u64, Duration)>> {

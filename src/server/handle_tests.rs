@@ -1,9 +1,14 @@
 //! A reload that would lower protection is refused (issue 35, item 3): an
-//! emptied or half-written web configuration keeps the running one.
+//! emptied or half-written web configuration keeps the running one. A
+//! wrong-password flood costs one bcrypt per distinct guess, up to the
+//! client's failure budget, and nothing to anyone else (item 2).
 
+use std::net::IpAddr;
 use std::path::Path;
+use std::time::Duration;
 
-use super::handle::WebConfigHandle;
+use super::ServerConfig;
+use super::handle::{Verdict, WebConfigHandle};
 use super::web_config::WebConfigError;
 
 fn write(path: &Path, text: &str) {
@@ -32,7 +37,7 @@ fn emptying_or_cutting_the_file_keeps_basic_auth_but_revoking_one_user_is_fine()
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("web.yml");
     write(&path, &users(&["alice", "bob"]));
-    let handle = WebConfigHandle::load(&path, 16).unwrap();
+    let handle = WebConfigHandle::load(&path, &ServerConfig::default()).unwrap();
 
     write(&path, "");
     assert_eq!(refused(&handle), Some("basic authentication"));
@@ -61,7 +66,7 @@ fn emptying_the_file_keeps_tls() {
         key.display()
     );
     write(&path, &tls);
-    let handle = WebConfigHandle::load(&path, 16).unwrap();
+    let handle = WebConfigHandle::load(&path, &ServerConfig::default()).unwrap();
     write(&path, "# nothing yet\n");
     assert_eq!(refused(&handle), Some("TLS"));
     assert!(handle.current().tls.is_some());
@@ -72,12 +77,66 @@ fn a_start_with_an_empty_file_serves_plain_http() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("web.yml");
     write(&path, "");
-    let handle = WebConfigHandle::load(&path, 16).unwrap();
+    let handle = WebConfigHandle::load(&path, &ServerConfig::default()).unwrap();
     assert!(handle.current().tls.is_none() && !handle.current().requires_auth());
 }
 
 #[test]
 fn a_file_that_never_ends_is_refused_not_read_into_memory() {
-    let error = WebConfigHandle::load(Path::new("/dev/zero"), 16).err().unwrap();
+    let error =
+        WebConfigHandle::load(Path::new("/dev/zero"), &ServerConfig::default()).err().unwrap();
     assert!(error.to_string().contains("larger than"), "{error}");
+}
+
+const DEADLINE: Duration = Duration::from_secs(10);
+
+fn with_users(budget: u32) -> (tempfile::TempDir, WebConfigHandle) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("web.yml");
+    write(&path, &users(&["alice"]));
+    let server = ServerConfig { auth_failure_budget: budget, ..ServerConfig::default() };
+    let handle = WebConfigHandle::load(&path, &server).unwrap();
+    (dir, handle)
+}
+
+#[tokio::test]
+async fn a_peer_past_its_failure_budget_is_refused_unchecked_and_others_are_not() {
+    let (_dir, handle) = with_users(3);
+    let state = handle.current();
+    let attacker = Some(IpAddr::from([10, 0, 0, 66]));
+    let scraper = Some(IpAddr::from([10, 0, 0, 1]));
+    for guess in ["a", "b", "c"] {
+        let verdict = handle.verify(&state, attacker, "alice", guess, DEADLINE).await;
+        assert_eq!(verdict, Verdict::Refused, "{guess}");
+    }
+    // Spent: even the right password (not yet checked for anyone) is
+    // refused unchecked from there.
+    assert_eq!(handle.verify(&state, attacker, "alice", "d", DEADLINE).await, Verdict::Limited);
+    assert_eq!(
+        handle.verify(&state, attacker, "alice", "secret", DEADLINE).await,
+        Verdict::Limited
+    );
+    // Unknown users count too (no user enumeration for free).
+    let prober = Some(IpAddr::from([10, 0, 0, 67]));
+    for _ in 0..3 {
+        assert_eq!(handle.verify(&state, prober, "mallory", "x", DEADLINE).await, Verdict::Refused);
+    }
+    assert_eq!(handle.verify(&state, prober, "alice", "x", DEADLINE).await, Verdict::Limited);
+    // Everyone else is untouched; once checked, the pair is cached for all.
+    let accepted = |peer| handle.verify(&state, peer, "alice", "secret", DEADLINE);
+    assert_eq!(accepted(scraper).await, Verdict::Accepted);
+    assert_eq!(accepted(attacker).await, Verdict::Accepted);
+    let other = Some(IpAddr::from([10, 0, 0, 2]));
+    assert_eq!(handle.verify(&state, other, "alice", "wrong", DEADLINE).await, Verdict::Refused);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_failure_budget_comes_back_after_its_window() {
+    let (_dir, handle) = with_users(1);
+    let state = handle.current();
+    let peer = Some(IpAddr::from([10, 0, 0, 66]));
+    assert_eq!(handle.verify(&state, peer, "bob", "x", DEADLINE).await, Verdict::Refused);
+    assert_eq!(handle.verify(&state, peer, "alice", "secret", DEADLINE).await, Verdict::Limited);
+    tokio::time::advance(Duration::from_secs(61)).await;
+    assert_eq!(handle.verify(&state, peer, "alice", "secret", DEADLINE).await, Verdict::Accepted);
 }

@@ -91,7 +91,7 @@ pub fn load_web_config(config: &Config) -> Result<Option<WebConfigHandle>, AppEr
         .server
         .web_config
         .as_deref()
-        .map(|path| WebConfigHandle::load(path, config.server.auth_cache_size.get()))
+        .map(|path| WebConfigHandle::load(path, &config.server))
         .transpose()
         .map_err(AppError::WebConfig)
 }
