@@ -78,7 +78,7 @@ fn no_snapshot(id: &str) -> ApiError {
 
 fn refused(error: SnapshotError) -> ApiError {
     match error {
-        SnapshotError::TooLarge { .. } => {
+        SnapshotError::TooLarge { .. } | SnapshotError::Crowded { .. } => {
             ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "snapshot_too_large", error.to_string())
         }
         SnapshotError::Empty { .. } => ApiError::bad_request("bad_snapshot", error.to_string()),
@@ -263,7 +263,7 @@ pub async fn get(State(state): State<AppState>, PathId(id): PathId) -> Result<Re
     // an eviction or a replacing upload no longer matters: this file lives
     // until it is closed, and its own length is what is served.
     let (file, length) = blocking(deadline, move || {
-        let file = std::fs::File::open(path)?;
+        let file = crate::ingest::snapshot::open_held(&path)?;
         let length = file.metadata()?.len();
         Ok::<_, std::io::Error>((file, length))
     })

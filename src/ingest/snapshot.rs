@@ -11,6 +11,7 @@
 use std::collections::VecDeque;
 use std::fs::{self, File};
 use std::io::{self, Write};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -30,6 +31,10 @@ pub enum SnapshotError {
     Directory { path: PathBuf, source: io::Error },
     #[error("cannot write the snapshot of OOM event {id} to {path}: {source}")]
     Write { id: u64, path: PathBuf, source: io::Error },
+    #[error(
+        "the uploads in progress would pass {max} bytes on disk together (ingest.max_snapshot_bytes); retry when they end"
+    )]
+    Crowded { id: u64, max: u64 },
 }
 
 /// The bounds of the directory.
@@ -49,6 +54,9 @@ pub struct SnapshotStore {
     limits: SnapshotLimits,
     /// (event id, bytes), oldest upload first.
     held: Mutex<VecDeque<(u64, u64)>>,
+    /// Bytes written by uploads still in progress: with the held files,
+    /// held to `max_total_bytes` as they are written, not when they end.
+    in_flight: AtomicU64,
     /// Tells apart the temporary files of concurrent uploads for one event.
     uploads: AtomicU64,
 }
@@ -64,6 +72,7 @@ impl SnapshotStore {
     pub fn open(dir: &Path, limits: SnapshotLimits) -> Result<Self, SnapshotError> {
         let directory = |source| SnapshotError::Directory { path: dir.to_owned(), source };
         fs::create_dir_all(dir).map_err(directory)?;
+        own_directory(dir).map_err(directory)?;
         for entry in fs::read_dir(dir).map_err(directory)? {
             let entry = entry.map_err(directory)?;
             let name = entry.file_name();
@@ -78,6 +87,7 @@ impl SnapshotStore {
             dir: dir.to_owned(),
             limits,
             held: Mutex::new(VecDeque::new()),
+            in_flight: AtomicU64::new(0),
             uploads: AtomicU64::new(0),
         })
     }
@@ -102,12 +112,29 @@ impl SnapshotStore {
     pub fn begin(self: &Arc<Self>, id: u64) -> Result<Upload, SnapshotError> {
         let n = self.uploads.fetch_add(1, Ordering::Relaxed);
         let temp = self.dir.join(format!("{TEMP_PREFIX}{id}-{n}"));
-        let file = File::create(&temp).map_err(|source| SnapshotError::Write {
-            id,
-            path: temp.clone(),
-            source,
-        })?;
-        Ok(Upload { store: Arc::clone(self), id, temp, file: Some(file), bytes: 0 })
+        // A new file, never through a link: a name planted in the
+        // directory must not make the daemon write elsewhere.
+        let file = fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&temp)
+            .map_err(|source| SnapshotError::Write { id, path: temp.clone(), source })?;
+        Ok(Upload { store: Arc::clone(self), id, temp, file: Some(file), bytes: 0, reserved: 0 })
+    }
+
+    /// Counts `bytes` more written by uploads in progress, refusing them
+    /// when those and the held files would pass the disk budget. The held
+    /// files would be evicted for a finished upload, so only what is in
+    /// flight is held against the whole budget.
+    fn reserve(&self, id: u64, bytes: u64) -> Result<(), SnapshotError> {
+        let max = self.limits.max_total_bytes;
+        self.in_flight
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |now| {
+                now.checked_add(bytes).filter(|total| *total <= max)
+            })
+            .map(drop)
+            .map_err(|_| SnapshotError::Crowded { id, max })
     }
 
     /// Records a renamed file and evicts the oldest uploads beyond the
@@ -138,6 +165,30 @@ impl SnapshotStore {
     }
 }
 
+/// Refuses a directory another user could plant files in: not owned by
+/// this process's user, or writable by group or others.
+fn own_directory(dir: &Path) -> io::Result<()> {
+    let meta = fs::symlink_metadata(dir)?;
+    // /proc/self belongs to the process's effective user.
+    let me = fs::metadata("/proc/self")?.uid();
+    let refuse = |why: String| Err(io::Error::new(io::ErrorKind::PermissionDenied, why));
+    if !meta.is_dir() {
+        return refuse("not a directory (a link to one is refused too)".into());
+    }
+    if meta.uid() != me {
+        return refuse(format!("owned by uid {}, not by this process's uid {me}", meta.uid()));
+    }
+    if meta.mode() & 0o022 != 0 {
+        return refuse(format!("writable by group or others (mode {:o})", meta.mode() & 0o777));
+    }
+    Ok(())
+}
+
+/// Opens a held snapshot for reading, never through a link.
+pub fn open_held(path: &Path) -> io::Result<File> {
+    fs::OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW).open(path)
+}
+
 fn remove(path: &Path) -> io::Result<()> {
     match fs::remove_file(path) {
         Err(error) if error.kind() != io::ErrorKind::NotFound => Err(error),
@@ -153,6 +204,8 @@ pub struct Upload {
     temp: PathBuf,
     file: Option<File>,
     bytes: u64,
+    /// This upload's share of the store's `in_flight`.
+    reserved: u64,
 }
 
 impl Upload {
@@ -160,10 +213,13 @@ impl Upload {
     pub fn write(&mut self, chunk: &[u8]) -> Result<(), SnapshotError> {
         let id = self.id;
         let max = self.store.max_upload_bytes();
-        self.bytes = self.bytes.saturating_add(chunk.len() as u64);
-        if self.bytes > max {
+        let bytes = self.bytes.saturating_add(chunk.len() as u64);
+        if bytes > max {
             return Err(SnapshotError::TooLarge { id, max });
         }
+        self.store.reserve(id, chunk.len() as u64)?;
+        self.reserved = self.reserved.saturating_add(chunk.len() as u64);
+        self.bytes = bytes;
         let written = match self.file.as_mut() {
             Some(file) => file.write_all(chunk),
             None => Err(io::Error::other("already finished")),
@@ -188,13 +244,23 @@ impl Upload {
         }
         let target = self.store.path(id);
         fs::rename(&self.temp, &target).map_err(write(&target))?;
+        self.release();
         let evicted = self.store.keep(id, self.bytes);
         Ok((self.bytes, evicted))
     }
 }
 
+impl Upload {
+    /// Gives back this upload's share of the bytes in flight.
+    fn release(&mut self) {
+        let reserved = std::mem::take(&mut self.reserved);
+        self.store.in_flight.fetch_sub(reserved, Ordering::AcqRel);
+    }
+}
+
 impl Drop for Upload {
     fn drop(&mut self) {
+        self.release();
         if self.file.take().is_some() {
             // Unfinished: the partial file must not count or linger.
             let _ignored = remove(&self.temp);
@@ -248,5 +314,51 @@ mod tests {
         let names: Vec<_> =
             fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
         assert_eq!(names, vec![std::ffi::OsString::from("notes.txt")], "only others' files stay");
+    }
+
+    #[test]
+    fn uploads_in_flight_are_held_to_the_disk_budget_as_they_are_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = store(dir.path(), 10, 10, 10);
+        let mut first = store.begin(1).unwrap();
+        let mut second = store.begin(2).unwrap();
+        first.write(&[1; 6]).unwrap();
+        assert!(matches!(second.write(&[2; 6]), Err(SnapshotError::Crowded { id: 2, max: 10 })));
+        drop(first);
+        second.write(&[2; 6]).unwrap();
+        assert_eq!(second.finish().unwrap().0, 6);
+        // A finished upload no longer counts as in flight.
+        assert_eq!(put(&store, 3, 10).unwrap(), vec![2]);
+    }
+
+    #[test]
+    fn a_link_planted_in_the_directory_is_never_written_through_nor_served() {
+        let dir = tempfile::tempdir().unwrap();
+        let snapshots = dir.path().join("snapshots");
+        let store = store(&snapshots, 100, 100, 10);
+        let secret = dir.path().join("secret");
+        fs::write(&secret, "root:x:0:0").unwrap();
+        std::os::unix::fs::symlink(&secret, snapshots.join(format!("{TEMP_PREFIX}7-0"))).unwrap();
+        assert!(matches!(store.begin(7), Err(SnapshotError::Write { id: 7, .. })));
+        assert_eq!(fs::read_to_string(&secret).unwrap(), "root:x:0:0", "the target is untouched");
+        std::os::unix::fs::symlink(&secret, store.path(8)).unwrap();
+        assert!(open_held(&store.path(8)).is_err(), "a held name that is a link is not served");
+    }
+
+    #[test]
+    fn a_directory_others_can_write_to_is_refused() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = tempfile::tempdir().unwrap();
+        let shared = dir.path().join("shared");
+        fs::create_dir(&shared).unwrap();
+        fs::set_permissions(&shared, fs::Permissions::from_mode(0o777)).unwrap();
+        let limits = SnapshotLimits { max_total_bytes: 100, max_upload_bytes: 100, max_files: 10 };
+        let Err(error) = SnapshotStore::open(&shared, limits) else {
+            panic!("a world-writable snapshot directory was accepted")
+        };
+        assert!(error.to_string().contains("writable by group or others"), "{error}");
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink(dir.path(), &link).unwrap();
+        assert!(SnapshotStore::open(&link, limits).is_err(), "a link to a directory is refused");
     }
 }
