@@ -318,3 +318,19 @@ fn process_lists_every_twelve_seconds_still_call_a_leak() {
     // count as covering it.
     sparse_slow_tier_calls_a_leak(12);
 }
+
+/// A trace whose readings jump a year ahead (a machine suspended, a trace
+/// stitched from two runs) is judged in a few passes across the gap, not
+/// one every `analysis.evaluation_interval` of it (issue 35, item 7:
+/// a year took 35.6 s).
+#[test]
+fn a_year_long_gap_is_judged_in_a_few_passes() {
+    let year = 365.0 * 86_400.0;
+    let jump = move |t: f64| seconds(if t < 300.0 { t } else { t + year });
+    let job = Job::steady(4242, 0.0, 4_000.0, 20.0);
+    let report = replay(&trace(&[job], 600, None, &jump));
+    // 600 s of readings at one pass every 5 s, and an hour's passes (720)
+    // and one more for the gap.
+    assert!(report.evaluations <= 125 + 721, "{} passes", report.evaluations);
+    assert!(report.duration_seconds > year, "the gap is still played: {}", report.duration_seconds);
+}

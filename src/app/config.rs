@@ -194,11 +194,25 @@ impl Document for Config {
             let reason = "choose one device source: simulate a scenario or replay a trace";
             return conflict("source.simulate", "source.replay", reason.to_owned());
         }
-        if let Some(replay) = &source.replay
-            && source.record.as_ref() == Some(replay)
-        {
-            let reason = "recording into the trace being replayed would overwrite it";
-            return conflict("source.replay", "source.record", reason.to_owned());
+        if let (Some(replay), Some(record)) = (&source.replay, &source.record) {
+            // Rotation renames <record>.1 … <record>.N and deletes the one
+            // past N: a replayed trace among them would be moved or lost.
+            let rotated = (1..=source.record_keep.get())
+                .map(|n| std::path::PathBuf::from(format!("{}.{n}", record.display())));
+            let rotates = source.record_mode == crate::model::RecordMode::Rotate;
+            if replay == record {
+                let reason = "recording into the trace being replayed would overwrite it";
+                return conflict("source.replay", "source.record", reason.to_owned());
+            }
+            if rotates && rotated.into_iter().any(|path| path == *replay) {
+                let reason = format!(
+                    "source.record_mode \"rotate\" keeps {} earlier recordings of {} and \
+                     moves or deletes them, the trace being replayed among them",
+                    source.record_keep,
+                    record.display()
+                );
+                return conflict("source.replay", "source.record", reason);
+            }
         }
         Ok(())
     }

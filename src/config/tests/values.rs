@@ -559,6 +559,13 @@ fn config_record_into_the_replayed_trace_conflicts() {
         load_env(&[("VRAMD_SOURCE__REPLAY", "t.ndjson"), ("VRAMD_SOURCE__RECORD", "t.ndjson")]),
         &["source.replay", "source.record", "overwrite"],
     );
+    // Rotation would move or delete `t.ndjson.5` (issue 35, item 7).
+    let rotated = [("VRAMD_SOURCE__REPLAY", "t.ndjson.5"), ("VRAMD_SOURCE__RECORD", "t.ndjson")];
+    assert_error(load_env(&rotated), &["source.replay", "source.record", "rotate"]);
+    let kept = [("VRAMD_SOURCE__RECORD_KEEP", "4"), rotated[0], rotated[1]];
+    assert!(load_env(&kept).is_ok(), "rotation keeps .1 to .4 only");
+    let refusing = [("VRAMD_SOURCE__RECORD_MODE", "refuse"), rotated[0], rotated[1]];
+    assert!(load_env(&refusing).is_ok(), "no rotation, nothing moved");
 }
 
 #[test]
