@@ -218,6 +218,16 @@ pub async fn list(
     Ok(Json(OomList { events }))
 }
 
+/// An event id as the API writes it: decimal digits with no sign and no
+/// leading zero, so `02` and `+2` name no event rather than event 2 (one
+/// resource, one URL).
+pub(super) fn event_id(text: &str) -> Option<u64> {
+    let canonical = !text.is_empty()
+        && text.bytes().all(|byte| byte.is_ascii_digit())
+        && (text == "0" || !text.starts_with('0'));
+    canonical.then(|| text.parse().ok()).flatten()
+}
+
 /// The event with `id` and its device's index.
 pub(super) fn find(state: &AppState, id: &str) -> Result<(u32, Arc<OomEvent>), ApiError> {
     let unknown = || {
@@ -227,7 +237,7 @@ pub(super) fn find(state: &AppState, id: &str) -> Result<(u32, Arc<OomEvent>), A
             format!("no OOM event with id `{id}` is held; GET /api/v1/oom-events lists them"),
         )
     };
-    let wanted: u64 = id.parse().map_err(|_| unknown())?;
+    let wanted = event_id(id).ok_or_else(unknown)?;
     state
         .store
         .devices()

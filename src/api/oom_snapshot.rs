@@ -255,7 +255,7 @@ pub async fn put(
 )]
 pub async fn get(State(state): State<AppState>, PathId(id): PathId) -> Result<Response, ApiError> {
     let snapshots = state.ingest.snapshots.clone().ok_or_else(disabled)?;
-    let wanted: u64 = id.parse().map_err(|_| no_snapshot(&id))?;
+    let wanted = super::oom::event_id(&id).ok_or_else(|| no_snapshot(&id))?;
     snapshots.held(wanted).ok_or_else(|| no_snapshot(&id))?;
     let deadline = state.limits.request_timeout;
     let path = snapshots.path(wanted);

@@ -176,3 +176,13 @@ async fn an_event_raises_allocator_oom_at_the_next_evaluation_once() {
     }
     assert!(alert.remediation.contains("expandable_segments:True"), "{}", alert.remediation);
 }
+
+#[test]
+fn event_ids_have_one_spelling() {
+    use super::event_id;
+    assert_eq!(event_id("2"), Some(2));
+    assert_eq!(event_id("0"), Some(0));
+    for alias in ["02", "+2", "-2", " 2", "2 ", "", "00", "18446744073709551616"] {
+        assert_eq!(event_id(alias), None, "{alias:?}");
+    }
+}
