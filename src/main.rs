@@ -38,6 +38,10 @@ fn main() -> ExitCode {
             return ExitCode::from(u8::try_from(error.exit_code()).unwrap_or(2));
         }
     };
+    if let Some(refused) = ignored_options(&cli) {
+        let _ = writeln!(std::io::stderr(), "vramd: {refused}");
+        return ExitCode::from(2);
+    }
     match cli.subcommand() {
         Command::Scenarios => {
             for line in scenario_lines() {
@@ -68,6 +72,31 @@ fn main() -> ExitCode {
             }
         }
     }
+}
+
+/// Options the subcommand would ignore, named: an option that silently
+/// does nothing (`analyze --record`, which records nothing) is refused
+/// like a bad one.
+fn ignored_options(cli: &Cli) -> Option<String> {
+    let (name, ignored): (&str, &[&str]) = match cli.subcommand() {
+        Command::Scenarios => ("scenarios", &[]),
+        Command::Probe(_) => ("probe", &[]),
+        Command::Analyze(_) => {
+            ("analyze", &["--listen", "--record", "--web.config.file", "--require-gpu"])
+        }
+        Command::CheckConfig | Command::Run => return None,
+    };
+    let given: Vec<&str> = cli
+        .overrides
+        .entries()
+        .into_iter()
+        .map(|entry| entry.flag)
+        .filter(|flag| ignored.is_empty() || ignored.contains(flag))
+        .collect();
+    let config = (ignored.is_empty() && cli.config.is_some()).then_some("--config");
+    let given: Vec<&str> = given.into_iter().chain(config).collect();
+    (!given.is_empty())
+        .then(|| format!("`vramd {name}` does not use {}; leave it out", given.join(", ")))
 }
 
 /// The layers as given at start: a reload reads them again (the same file,

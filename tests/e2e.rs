@@ -330,6 +330,21 @@ fn scenarios_lists_seven_scenarios() {
     );
 }
 
+/// An option the subcommand would ignore is refused with status 2, naming
+/// it, instead of silently doing nothing (issue 35, operators).
+#[test]
+fn subcommands_refuse_options_they_would_ignore() {
+    let output = run(&["scenarios", "--web.config.file", "/nonexistent"], &[]);
+    assert_exit(&output, 2);
+    assert!(output.stderr.contains("--web.config.file"), "{}", output.stderr);
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("x.ndjson");
+    let output = run(&["analyze", "--simulate", "idle", "--record", trace.to_str().unwrap()], &[]);
+    assert_exit(&output, 2);
+    assert!(output.stderr.contains("`vramd analyze` does not use --record"), "{}", output.stderr);
+    assert!(!trace.exists(), "nothing was recorded");
+}
+
 /// Whether the trace at `path` holds a fast and a slow reading of each of
 /// its first `devices` devices (a line still being written is skipped).
 fn records_every_tier(path: &Path, devices: usize) -> bool {
