@@ -57,7 +57,7 @@ pub(super) fn filled_store() -> Arc<HistoryStore> {
         &simulator,
         &store,
         schedule,
-        play::ProcessCap(crate::config::defaults().sampler.max_processes_per_device.get()),
+        play::ProcessCap(crate::app::Config::default().sampler.max_processes_per_device.get()),
         |_| {},
     )
     .unwrap();
@@ -67,7 +67,7 @@ pub(super) fn filled_store() -> Arc<HistoryStore> {
 }
 
 fn state_with(store: Arc<HistoryStore>) -> AppState {
-    state_with_intake(store, crate::app::report_intake(&crate::config::defaults(), None))
+    state_with_intake(store, crate::app::report_intake(&crate::app::Config::default(), None))
 }
 
 pub(super) fn state_with_intake(store: Arc<HistoryStore>, intake: reports::Ingest) -> AppState {

@@ -105,7 +105,6 @@ impl std::fmt::Display for Deprecated {
 
 /// Loads and validates the configuration: built-in defaults, then the
 /// file, then the environment, then the overrides.
-#[cfg_attr(test, allow(dead_code))]
 pub fn load<D: Document>(options: &LoadOptions) -> Result<D, ConfigError> {
     load_noting(options).map(|(document, _)| document)
 }

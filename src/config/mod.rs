@@ -21,10 +21,8 @@ mod tree;
 
 pub use catalogue::{ENV_PREFIX, KeySpec, catalogue, env_var_for};
 pub use error::{ConfigError, Origin};
-#[cfg(not(test))]
-pub use load::load;
 pub use load::{
-    DEFAULT_SEARCH_PATHS, Deprecated, LoadOptions, Override, config_file, load_noting,
+    DEFAULT_SEARCH_PATHS, Deprecated, LoadOptions, Override, config_file, load, load_noting,
     process_environment, read_at_most,
 };
 pub use render::{key_values, render_effective};
@@ -63,33 +61,3 @@ pub struct Conflict {
 
 #[cfg(test)]
 mod tests;
-
-/// The names this module's tests (and the older tests beside other
-/// modules) read the daemon's document under.
-#[cfg(test)]
-pub use test_names::*;
-
-#[cfg(test)]
-mod test_names {
-    pub use crate::alerts::{AlertsConfig, RulesConfig};
-    pub use crate::app::{Config, load};
-    pub use crate::cli::Overrides;
-    pub use crate::logging::LogFormat;
-    pub use crate::server::DEFAULT_LISTEN;
-    pub use crate::setting::{Accepts, ByteSize};
-    pub use crate::source::{Simulation, SimulatorConfig, SourceSelection};
-
-    /// The configuration with nothing set.
-    pub fn defaults() -> Config {
-        Config::default()
-    }
-
-    /// `[alerts]` with nothing set.
-    pub fn default_alerts() -> AlertsConfig {
-        AlertsConfig::default()
-    }
-
-    /// The daemon's key catalogue.
-    pub static KEYS: std::sync::LazyLock<&'static [super::KeySpec]> =
-        std::sync::LazyLock::new(<Config as super::Document>::keys);
-}

@@ -91,7 +91,14 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::config::{KEYS, defaults};
+    use crate::config::Document as _;
+
+    static KEYS: std::sync::LazyLock<&'static [crate::config::KeySpec]> =
+        std::sync::LazyLock::new(Config::keys);
+
+    fn defaults() -> Config {
+        Config::default()
+    }
     use crate::model::ScenarioKind;
 
     #[test]

@@ -3,8 +3,8 @@
 
 use std::path::{Path, PathBuf};
 
+use super::{Accepts, ConfigError, KEYS, LoadOptions, config_file, defaults, load};
 use super::{assert_error, file, isolated, load_file};
-use crate::config::{Accepts, ConfigError, KEYS, LoadOptions, config_file, defaults, load};
 
 fn manifest_path(relative: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(relative)
@@ -111,7 +111,7 @@ fn config_reference_documents_every_key_and_its_variable() {
     let text = std::fs::read_to_string(manifest_path("docs/configuration.md")).unwrap();
     for spec in KEYS.iter() {
         assert!(text.contains(&format!("`{}`", spec.key)), "{} missing from docs", spec.key);
-        let env_var = crate::config::env_var_for(&spec.key);
+        let env_var = super::env_var_for(&spec.key);
         assert!(text.contains(&env_var), "{env_var} missing from docs");
     }
     for needle in ["VRAMD_<SECTION>__<KEY>", "Exit status", "--config"] {

@@ -3,11 +3,11 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::{assert_error, env, file, isolated, load_env};
-use crate::config::{
+use super::{
     DEFAULT_LISTEN, LoadOptions, LogFormat, Overrides, SimulatorConfig, SourceSelection, defaults,
     load, process_environment,
 };
+use super::{assert_error, env, file, isolated, load_env};
 use crate::model::ScenarioKind;
 use crate::model::Severity;
 
@@ -283,7 +283,7 @@ fn config_moved_analysis_keys_are_read_under_their_old_spelling_with_one_note_ea
         env: env(&[("VRAMD_ALERTS__LEAK_WARMUP", "1m")]),
         ..isolated()
     };
-    let (config, notes): (crate::app::Config, _) = crate::config::load_noting(&options).unwrap();
+    let (config, notes): (crate::app::Config, _) = super::load_noting(&options).unwrap();
     assert_eq!(config.analysis.trend_window, Duration::from_secs(1200));
     assert_eq!(config.analysis.leak_warmup, Duration::from_secs(60));
     assert_eq!(config.alerts.max_alerts.get(), 7, "the keys that stay are read as before");
@@ -310,14 +310,14 @@ fn config_moved_analysis_keys_are_read_under_their_old_spelling_with_one_note_ea
     // The new spelling carries no note.
     let options =
         LoadOptions { env: env(&[("VRAMD_ANALYSIS__TREND_WINDOW", "20m")]), ..isolated() };
-    let (_, notes): (crate::app::Config, _) = crate::config::load_noting(&options).unwrap();
+    let (_, notes): (crate::app::Config, _) = super::load_noting(&options).unwrap();
     assert!(notes.is_empty());
 }
 
 #[test]
 fn config_catalogue_summaries_come_from_the_sections_doc_comments() {
     let summary = |key: &str| {
-        crate::config::KEYS.iter().find(|spec| spec.key == key).map(|spec| spec.summary.clone())
+        super::KEYS.iter().find(|spec| spec.key == key).map(|spec| spec.summary.clone())
     };
     assert_eq!(
         summary("sampler.fast_interval").as_deref(),
@@ -328,7 +328,7 @@ fn config_catalogue_summaries_come_from_the_sections_doc_comments() {
         Some("fires when used / total memory is above this for `for`")
     );
     assert_eq!(summary("alerts.xid_error.severity").as_deref(), Some("severity of the alert"));
-    for spec in crate::config::KEYS.iter() {
+    for spec in super::KEYS.iter() {
         assert!(!spec.summary.trim().is_empty(), "{} has no summary", spec.key);
     }
 }

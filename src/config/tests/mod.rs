@@ -9,7 +9,36 @@ mod values;
 
 use std::path::PathBuf;
 
-use super::{Config, ConfigError, LoadOptions, load};
+pub use super::{
+    ConfigError, KeySpec, LoadOptions, Origin, config_file, env_var_for, load_noting,
+    process_environment, render_effective,
+};
+pub use crate::alerts::AlertsConfig;
+pub use crate::app::Config;
+pub use crate::cli::Overrides;
+pub use crate::logging::LogFormat;
+pub use crate::server::DEFAULT_LISTEN;
+pub use crate::setting::{Accepts, ByteSize};
+pub use crate::source::{SimulatorConfig, SourceSelection};
+
+/// The daemon's configuration, loaded as `vramd` loads it.
+pub fn load(options: &LoadOptions) -> Result<Config, ConfigError> {
+    crate::app::load(options)
+}
+
+/// The configuration with nothing set.
+pub fn defaults() -> Config {
+    Config::default()
+}
+
+/// `[alerts]` with nothing set.
+pub fn default_alerts() -> AlertsConfig {
+    AlertsConfig::default()
+}
+
+/// The daemon's key catalogue.
+pub static KEYS: std::sync::LazyLock<&'static [KeySpec]> =
+    std::sync::LazyLock::new(<Config as crate::config::Document>::keys);
 
 impl ConfigError {
     /// The key the error is about, when it is about one key.

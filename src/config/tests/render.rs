@@ -3,11 +3,11 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::{env, isolated, load_file};
-use crate::config::{
+use super::{
     ByteSize, Config, LoadOptions, LogFormat, Overrides, SimulatorConfig, defaults, load,
     render_effective,
 };
+use super::{env, isolated, load_file};
 use crate::model::ScenarioKind;
 use crate::model::Severity;
 

@@ -1,7 +1,7 @@
 //! Unknown keys and misplaced tables, named with their full path and origin.
 
+use super::{ConfigError, Origin};
 use super::{assert_error, load_env, load_file};
-use crate::config::{ConfigError, Origin};
 
 #[test]
 fn config_unknown_top_level_key_in_file_is_named() {

@@ -3,11 +3,11 @@
 
 use std::time::Duration;
 
+use super::{ByteSize, ConfigError, Origin, default_alerts, defaults, load};
 use super::{assert_error, isolated, load_env, load_file};
 use crate::alerts::notify::NotifyConfig;
 use crate::alerts::{AlertsConfig, ForecastRule, FragmentationRule, RulesConfig, WindowRule};
 use crate::analysis::AnalysisConfig;
-use crate::config::{ByteSize, ConfigError, Origin, default_alerts, defaults, load};
 use crate::model::{RuleSettings, Severity};
 use crate::sampler::probe_config::ProbeConfig;
 use crate::source::nvml::NvmlConfig;
