@@ -36,7 +36,7 @@ pub fn read_token_file(config: &Config) -> Result<Option<String>, AppError> {
     let Some(path) = &config.ingest.token_file else { return Ok(None) };
     let failed =
         |reason: String| AppError::Token { reason: format!("{}: {reason}", path.display()) };
-    let text = crate::config::read_at_most(path, MAX_TOKEN_FILE_BYTES)
+    let text = crate::setting::read_at_most(path, MAX_TOKEN_FILE_BYTES)
         .map_err(|error| failed(error.to_string()))?
         .ok_or_else(|| failed(format!("larger than {MAX_TOKEN_FILE_BYTES} bytes; not a token")))?;
     match text.trim() {

@@ -11,7 +11,7 @@
 //! every value. `serde_path_to_error` names the full key serde refuses.
 
 use std::collections::BTreeMap;
-use std::io::{self, Read};
+use std::io;
 use std::path::{Path, PathBuf};
 
 use serde_json::{Map, Value};
@@ -21,7 +21,7 @@ use super::catalogue::{ENV_PREFIX, ENV_SEPARATOR};
 use super::error::{ConfigError, Origin};
 use super::render::key_values;
 use super::tree::{self, Origins};
-use crate::setting::Keys;
+use crate::setting::{Keys, read_at_most};
 
 /// Where the configuration file is looked for when `--config` is not
 /// given, first match wins.
@@ -197,14 +197,6 @@ type Layer = (Map<String, Value>, Origins);
 /// Largest configuration file read. A fixed bound, not a key: the file
 /// cannot bound its own reading (`--config /dev/zero` must not fill RAM).
 pub const MAX_CONFIG_FILE_BYTES: u64 = 1 << 20;
-
-/// The text file at `path`, or `None` when it is larger than `max` bytes
-/// (read no further: a file cannot bound its own reading).
-pub fn read_at_most(path: &Path, max: u64) -> io::Result<Option<String>> {
-    let mut text = String::new();
-    std::fs::File::open(path)?.take(max + 1).read_to_string(&mut text)?;
-    Ok((text.len() as u64 <= max).then_some(text))
-}
 
 fn file_layer(path: &Path) -> Result<Layer, ConfigError> {
     let read_error = |source| ConfigError::FileRead { path: path.to_path_buf(), source };

@@ -23,7 +23,7 @@ pub use catalogue::{ENV_PREFIX, KeySpec, catalogue, env_var_for};
 pub use error::{ConfigError, Origin};
 pub use load::{
     DEFAULT_SEARCH_PATHS, Deprecated, LoadOptions, Override, config_file, load, load_noting,
-    process_environment, read_at_most,
+    process_environment,
 };
 pub use render::{key_values, render_effective};
 

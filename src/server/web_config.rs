@@ -15,6 +15,7 @@ use axum::http::{HeaderName, HeaderValue};
 use serde::Deserialize;
 
 use super::tls::{self, ClientAuth, TlsError, TlsSpec, TlsVersion};
+use crate::setting::{read_at_most, read_bytes_at_most};
 
 /// Why a web configuration file cannot be used; each names the field.
 #[derive(Debug, thiserror::Error)]
@@ -84,7 +85,8 @@ pub enum Pem {
 impl Pem {
     fn read(&self) -> Result<Vec<u8>, std::io::Error> {
         match self {
-            Pem::File(path) => read_bounded(path, MAX_PEM_FILE_BYTES),
+            Pem::File(path) => read_bytes_at_most(path, MAX_PEM_FILE_BYTES)?
+                .ok_or_else(|| too_large(MAX_PEM_FILE_BYTES)),
             Pem::Inline(text) => Ok(text.clone().into_bytes()),
         }
     }
@@ -149,26 +151,17 @@ pub const MAX_WEB_CONFIG_BYTES: u64 = 1 << 20;
 /// Largest certificate, key or CA file read (a CA bundle is ~200 KiB).
 pub const MAX_PEM_FILE_BYTES: u64 = 4 << 20;
 
-/// The file at `path`, refused when larger than `max` bytes, reading no
-/// further than that.
-fn read_bounded(path: &Path, max: u64) -> Result<Vec<u8>, std::io::Error> {
-    use std::io::Read as _;
-    let mut bytes = Vec::new();
-    std::fs::File::open(path)?.take(max + 1).read_to_end(&mut bytes)?;
-    if bytes.len() as u64 > max {
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::InvalidData,
-            format!("larger than {max} bytes; refused"),
-        ));
-    }
-    Ok(bytes)
+/// A file read whole would be larger than `max`: refused.
+fn too_large(max: u64) -> std::io::Error {
+    let why = format!("larger than {max} bytes; refused");
+    std::io::Error::new(std::io::ErrorKind::InvalidData, why)
 }
 
 /// Reads and checks the web configuration at `path` and every file it
 /// names. Blocking: file reads and key parsing.
 pub fn load(path: &Path) -> Result<WebState, WebConfigError> {
-    let text = read_bounded(path, MAX_WEB_CONFIG_BYTES)
-        .and_then(|bytes| String::from_utf8(bytes).map_err(std::io::Error::other))
+    let text = read_at_most(path, MAX_WEB_CONFIG_BYTES)
+        .and_then(|text| text.ok_or_else(|| too_large(MAX_WEB_CONFIG_BYTES)))
         .map_err(|source| WebConfigError::Read { path: path.to_owned(), source })?;
     // An empty file is a valid configuration with nothing set.
     let raw: RawFile = if text.trim().is_empty() {

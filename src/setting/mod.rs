@@ -5,7 +5,8 @@
 //! holds the value to those bounds; [`ByteSize`]; the units sizes and
 //! durations are written in (`units`). A component's section is a plain
 //! serde struct beside the component (doc comment per field, `Default`,
-//! `check`); `app::Config` aggregates them and `config` loads them. Depends
+//! `check`); `app::Config` aggregates them and `config` loads them; the
+//! bounded reading of files a key names (`read_at_most`). Depends
 //! on nothing else in the crate, so every component may use it without
 //! depending on the loader.
 
@@ -15,6 +16,8 @@ mod units;
 pub use keys::{Accepts, Declared, Form, Keys, Refused};
 pub use units::{SIZE_UNITS, SizeError, format_duration, format_size, parse_duration, parse_size};
 
+use std::io::{self, Read};
+use std::path::Path;
 use std::time::Duration;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
@@ -74,6 +77,22 @@ impl schemars::JsonSchema for ByteSize {
     fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
         schemars::json_schema!({ "type": ["string", "integer"] })
     }
+}
+
+/// The text file at `path` (one a key names), or `None` when it is larger
+/// than `max` bytes: read no further, since a file cannot bound its own
+/// reading (`/dev/zero` must not fill memory). Blocking.
+pub fn read_at_most(path: &Path, max: u64) -> io::Result<Option<String>> {
+    let mut text = String::new();
+    std::fs::File::open(path)?.take(max.saturating_add(1)).read_to_string(&mut text)?;
+    Ok((text.len() as u64 <= max).then_some(text))
+}
+
+/// [`read_at_most`] for a file that need not be text.
+pub fn read_bytes_at_most(path: &Path, max: u64) -> io::Result<Option<Vec<u8>>> {
+    let mut bytes = Vec::new();
+    std::fs::File::open(path)?.take(max.saturating_add(1)).read_to_end(&mut bytes)?;
+    Ok((bytes.len() as u64 <= max).then_some(bytes))
 }
 
 /// Durations as the key tables write them.
