@@ -78,23 +78,21 @@ fn main() -> ExitCode {
 /// does nothing (`analyze --record`, which records nothing) is refused
 /// like a bad one.
 fn ignored_options(cli: &Cli) -> Option<String> {
-    let (name, ignored): (&str, &[&str]) = match cli.subcommand() {
-        Command::Scenarios => ("scenarios", &[]),
-        Command::Probe(_) => ("probe", &[]),
+    // `None`: every option that sets a key, and `--config`.
+    let (name, ignored): (&str, Option<&[&str]>) = match cli.subcommand() {
+        Command::Scenarios => ("scenarios", None),
+        Command::Probe(_) => ("probe", None),
         Command::Analyze(_) => {
-            ("analyze", &["--listen", "--record", "--web.config.file", "--require-gpu"])
+            ("analyze", Some(&["--listen", "--record", "--web.config.file", "--require-gpu"]))
         }
         Command::CheckConfig | Command::Run => return None,
     };
-    let given: Vec<&str> = cli
-        .overrides
-        .entries()
-        .into_iter()
-        .map(|entry| entry.flag)
-        .filter(|flag| ignored.is_empty() || ignored.contains(flag))
-        .collect();
-    let config = (ignored.is_empty() && cli.config.is_some()).then_some("--config");
-    let given: Vec<&str> = given.into_iter().chain(config).collect();
+    let flags = cli.overrides.entries().into_iter().map(|entry| entry.flag);
+    let config = cli.config.as_ref().map(|_| "--config");
+    let given: Vec<&str> = match ignored {
+        None => flags.chain(config).collect(),
+        Some(ignored) => flags.filter(|flag| ignored.contains(flag)).collect(),
+    };
     (!given.is_empty())
         .then(|| format!("`vramd {name}` does not use {}; leave it out", given.join(", ")))
 }
