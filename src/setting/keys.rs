@@ -155,13 +155,19 @@ impl Keys {
         self
     }
 
-    fn between<T: PartialOrd>(&mut self, name: &str, value: T, (min, max): (T, T)) -> &mut Self {
+    /// Refuses `value` outside `min..=max`, with the bounds as the last
+    /// declaration writes them and the value as `shown` writes it.
+    fn between<T: PartialOrd>(
+        &mut self,
+        name: &str,
+        value: T,
+        (min, max): (T, T),
+        shown: impl FnOnce() -> String,
+    ) -> &mut Self {
         if value < min || value > max {
-            let shown = self.declared.last().map(|d| d.accepts.bounds()).unwrap_or_default();
-            let bounds = shown.trim_start_matches("size, ").replacen(" to ", " and ", 1);
-            let reason = format!("must be between {bounds}");
-            // The value itself is shown by the loader from what was written.
-            self.refuse(name, String::new(), reason);
+            let bounds = self.declared.last().map(|d| d.accepts.bounds()).unwrap_or_default();
+            let bounds = bounds.trim_start_matches("size, ").replacen(" to ", " and ", 1);
+            self.refuse(name, shown(), format!("must be between {bounds}"));
         }
         self
     }
@@ -175,20 +181,20 @@ impl Keys {
         max: Duration,
     ) -> &mut Self {
         self.declare(name, Form::Duration, Accepts::Time(min, max));
-        self.between(name, value, (min, max)).show(name, || format_duration(value))
+        self.between(name, value, (min, max), || format_duration(value))
     }
 
     /// A size from `min` to `max` bytes.
     pub fn size(&mut self, name: &str, value: super::ByteSize, min: u64, max: u64) -> &mut Self {
         self.declare(name, Form::Size, Accepts::Size(min, max));
-        self.between(name, value.0, (min, max)).show(name, || format_size(value.0))
+        self.between(name, value.0, (min, max), || format_size(value.0))
     }
 
     /// A whole number from `min` to `max`.
     pub fn count(&mut self, name: &str, value: impl Into<u64>, min: u64, max: u64) -> &mut Self {
         let value = value.into();
         self.declare(name, Form::Integer, Accepts::Int(min, max));
-        self.between(name, value, (min, max)).show(name, || value.to_string())
+        self.between(name, value, (min, max), || value.to_string())
     }
 
     /// `true` or `false`.
@@ -229,16 +235,6 @@ impl Keys {
     pub fn summary(&mut self, summary: String) -> &mut Self {
         if let Some(last) = self.declared.last_mut() {
             last.summary = summary;
-        }
-        self
-    }
-
-    /// Fills in the value of a refusal of `name` just recorded.
-    fn show(&mut self, name: &str, shown: impl FnOnce() -> String) -> &mut Self {
-        let key = self.key(name);
-        if let Some(refused) = self.refused.as_mut().filter(|r| r.key == key && r.shown.is_empty())
-        {
-            refused.shown = shown();
         }
         self
     }
