@@ -179,7 +179,7 @@ fn metrics_in<M: Measurement>(
     let devices_only = render_devices(&store);
     // An empty board: alert and analysis series are measured with the
     // evaluator's own benchmarks.
-    let board = AlertBoard::new(16);
+    let board = AlertBoard::new(16, 1);
     let analyses = vramd::analysis::snapshot::AnalysisSnapshot::default();
     let full = render(&store, &telemetry, &analyses, &board).unwrap_or_default();
     let lines = |text: &[u8]| text.iter().filter(|&&b| b == b'\n').count();

@@ -226,8 +226,82 @@ pub fn render_table(report: &AnalyzeReport) -> String {
             alert.severity.as_str(),
             alert.key.rule,
             alert.gpu,
-            alert.summary
+            row_text(alert)
         ));
     }
     out
+}
+
+/// What a row says: the alert's summary while it holds; once it ended,
+/// how long it held, not the words it last said (a resolved forecast must
+/// not read "runs out of memory in about 26 s").
+fn row_text(alert: &crate::alerts::Alert) -> String {
+    let span = |from: Timestamp| {
+        let held = alert.resolved_at.and_then(|to| to.duration_since(from)).unwrap_or_default();
+        humantime::format_duration(Duration::from_secs(held.as_secs())).to_string()
+    };
+    match (alert.state, alert.firing_since) {
+        (AlertState::Resolved, Some(firing_since)) => {
+            format!("cleared after firing for {}", span(firing_since))
+        }
+        (AlertState::Resolved, None) => {
+            format!("ended while pending, after {}", span(alert.since))
+        }
+        _ => alert.summary.clone(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::alerts::{Alert, AlertKey};
+    use crate::model::RuleId;
+
+    fn at(seconds: i64) -> Timestamp {
+        Timestamp::from_unix_millis(seconds * 1000)
+    }
+
+    fn row(
+        offset: i64,
+        from: Option<AlertState>,
+        state: AlertState,
+        firing: Option<i64>,
+    ) -> TimelineEntry {
+        let key = AlertKey { rule: RuleId::ExhaustionForecast, uuid: "GPU-0".into(), pid: None };
+        let alert = Alert {
+            firing_since: firing.map(at),
+            resolved_at: (state == AlertState::Resolved).then(|| at(offset)),
+            updated_at: at(offset),
+            summary: "GPU 0 runs out of memory in about 26 s".into(),
+            ..Alert::for_test(key, state)
+        };
+        TimelineEntry { offset_seconds: offset as f64, transition: Transition { from, alert } }
+    }
+
+    #[test]
+    fn an_ended_alert_says_how_long_it_held_not_its_last_forecast() {
+        let report = AnalyzeReport {
+            timeline: vec![
+                row(0, None, AlertState::Pending, None),
+                row(40, Some(AlertState::Pending), AlertState::Resolved, None),
+                row(60, None, AlertState::Pending, None),
+                row(120, Some(AlertState::Pending), AlertState::Firing, Some(120)),
+                row(870, Some(AlertState::Firing), AlertState::Resolved, Some(120)),
+            ],
+            ..AnalyzeReport::default()
+        };
+        let table = render_table(&report);
+        let lines: Vec<&str> = table.lines().skip(2).collect();
+        assert!(lines[0].ends_with("runs out of memory in about 26 s"), "{table}");
+        assert!(
+            lines[1].contains("resolved") && lines[1].ends_with("ended while pending, after 40s"),
+            "{table}"
+        );
+        assert!(
+            lines[2].contains("pending"),
+            "the return is a new pending row after an end: {table}"
+        );
+        assert!(lines[4].ends_with("cleared after firing for 12m 30s"), "{table}");
+        assert!(!lines[4].contains("runs out"), "{table}");
+    }
 }

@@ -212,7 +212,7 @@ async fn device_document(store: Arc<HistoryStore>, index: u32) -> String {
         store,
         Arc::new(Telemetry::new("simulator").unwrap()),
         Arc::new(AnalysisBoard::default()),
-        Arc::new(AlertBoard::new(16)),
+        Arc::new(AlertBoard::new(16, 1)),
         Limits {
             request_timeout: Duration::from_secs(5),
             max_request_body_bytes: 1024,
@@ -243,7 +243,7 @@ async fn device_document_matches_the_golden_file() {
         store,
         Arc::new(Telemetry::new("simulator").unwrap()),
         Arc::new(AnalysisBoard::default()),
-        Arc::new(AlertBoard::new(16)),
+        Arc::new(AlertBoard::new(16, 1)),
         Limits {
             request_timeout: Duration::from_secs(5),
             max_request_body_bytes: 1024,

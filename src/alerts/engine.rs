@@ -139,9 +139,7 @@ impl Engine {
                 }
             }
             (Some(AlertState::Pending), Verdict::Hysteresis | Verdict::Clear) => {
-                // A condition that stopped holding before `for` never fired:
-                // it is forgotten, and nobody was told about it.
-                self.alerts.remove(&observation.key);
+                drop_pending(&mut self.alerts, now, &observation.key, transitions);
             }
             (Some(AlertState::Firing), verdict) => {
                 if let Some(alert) = self.alerts.get_mut(&observation.key) {
@@ -156,9 +154,7 @@ impl Engine {
 
     fn clear(&mut self, now: Timestamp, key: &AlertKey, transitions: &mut Vec<Transition>) {
         match self.alerts.get(key).map(|alert| alert.state) {
-            Some(AlertState::Pending) => {
-                self.alerts.remove(key);
-            }
+            Some(AlertState::Pending) => drop_pending(&mut self.alerts, now, key, transitions),
             Some(AlertState::Firing) => {
                 if let Some(alert) = self.alerts.get_mut(key) {
                     alert.updated_at = now;
@@ -238,6 +234,24 @@ fn refresh(alert: &mut Alert, now: Timestamp, observation: Observation) {
     }
 }
 
+/// A condition that stopped holding before `for` never fired: it is
+/// forgotten (no resolved alert is kept, no notifier hears of it), but the
+/// readers that were told it is pending (the event stream, `vramd
+/// analyze`) are told it ended, as `resolved` with no `firing_since`.
+fn drop_pending(
+    alerts: &mut BTreeMap<AlertKey, Alert>,
+    now: Timestamp,
+    key: &AlertKey,
+    transitions: &mut Vec<Transition>,
+) {
+    if let Some(mut alert) = alerts.remove(key) {
+        alert.state = AlertState::Resolved;
+        alert.updated_at = now;
+        alert.resolved_at = Some(now);
+        transitions.push(Transition { from: Some(AlertState::Pending), alert });
+    }
+}
+
 fn resolve(alert: &mut Alert, now: Timestamp, transitions: &mut Vec<Transition>) {
     alert.state = AlertState::Resolved;
     alert.resolved_at = Some(now);
@@ -309,13 +323,18 @@ mod tests {
     }
 
     #[test]
-    fn a_pending_alert_that_clears_early_is_forgotten_silently() {
+    fn a_pending_alert_that_clears_early_is_forgotten_and_its_readers_told() {
         let mut engine = engine();
         engine.evaluate(at(0), vec![observation(RuleId::MemoryHigh, Verdict::Breached, 60)]);
         let transitions =
             engine.evaluate(at(10), vec![observation(RuleId::MemoryHigh, Verdict::Hysteresis, 60)]);
-        assert!(transitions.is_empty());
-        assert_eq!(engine.alerts().count(), 0);
+        assert_eq!(states(&transitions), vec![(Some(AlertState::Pending), AlertState::Resolved)]);
+        let ended = &transitions[0].alert;
+        assert_eq!((ended.firing_since, ended.resolved_at), (None, Some(at(10))));
+        assert_eq!(engine.alerts().count(), 0, "not kept as a resolved alert");
+        engine.evaluate(at(20), vec![observation(RuleId::MemoryHigh, Verdict::Breached, 60)]);
+        let unseen = engine.evaluate(at(30), vec![]);
+        assert_eq!(states(&unseen), vec![(Some(AlertState::Pending), AlertState::Resolved)]);
     }
 
     #[test]

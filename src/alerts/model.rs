@@ -134,20 +134,15 @@ pub struct Transition {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn alertname_is_camel_case_with_prefix() {
-        let alert = Alert {
-            id: String::new(),
-            key: AlertKey {
-                rule: RuleId::AllocatorFragmentationHigh,
-                uuid: "GPU-1".into(),
-                pid: Some(7),
-            },
+impl Alert {
+    /// An alert of `key` in `state` with neutral figures and no text, for
+    /// tests to adjust.
+    pub(crate) fn for_test(key: AlertKey, state: AlertState) -> Self {
+        Self {
+            id: key.id(),
+            key,
             severity: Severity::Warning,
-            state: AlertState::Firing,
+            state,
             gpu: 0,
             process: None,
             value: 0.5,
@@ -160,7 +155,22 @@ mod tests {
             summary: String::new(),
             description: String::new(),
             remediation: String::new(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn alertname_is_camel_case_with_prefix() {
+        let key = AlertKey {
+            rule: RuleId::AllocatorFragmentationHigh,
+            uuid: "GPU-1".into(),
+            pid: Some(7),
         };
+        let alert = Alert::for_test(key, AlertState::Firing);
         assert_eq!(alert.alertname(), "VramdAllocatorFragmentationHigh");
         assert_eq!(alert.key.id(), "allocator_fragmentation_high.GPU-1.7");
     }

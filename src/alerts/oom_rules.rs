@@ -45,6 +45,11 @@ pub(super) fn observe(
             facts.processes.iter().find(|process| process.pid == pid)?.name.clone()
         });
         let cause = event.cause();
+        let device_total = facts.memory.map(|memory| memory.total_bytes);
+        // A request larger than the whole device is a real OOM (a wrong
+        // shape, a batch meant for many GPUs), and the one case where
+        // freeing memory cannot help.
+        let beyond_device = device_total.is_some_and(|total| event.requested_bytes > total);
         out.judge(Draft {
             device: &facts.info,
             rule: RuleId::AllocatorOom,
@@ -59,10 +64,11 @@ pub(super) fn observe(
                 };
                 (
                     format!("{who} on {name} ran out of memory ({})", cause.as_str()),
-                    describe(event, count),
+                    describe(event, count, device_total),
                 )
             },
             remediation: match cause {
+                _ if beyond_device => remediation::REQUEST_BEYOND_DEVICE,
                 OomCause::Fragmentation => remediation::FRAGMENTATION,
                 OomCause::Exhaustion | OomCause::Unknown => remediation::ALLOCATION_PRESSURE,
             },
@@ -85,11 +91,15 @@ fn optional(bytes: Option<u64>) -> String {
 
 /// The evidence: which event, what was asked and what was free, the
 /// verdict, and where the snapshot lies.
-fn describe(event: &OomEvent, count: u64) -> String {
+fn describe(event: &OomEvent, count: u64, device_total: Option<u64>) -> String {
     let largest = event
         .largest_free_block_bytes
         .or_else(|| event.snapshot.map(|snapshot| snapshot.largest_free_block_bytes));
     let verdict = match event.cause() {
+        _ if device_total.is_some_and(|total| event.requested_bytes > total) => format!(
+            "the request alone is larger than the device's {} of memory, so no freeing could have served it",
+            optional(device_total)
+        ),
         OomCause::Fragmentation => format!(
             "fragmentation: {} was free in total but the largest free block was {}, smaller than the request",
             optional(event.free_bytes()),

@@ -34,11 +34,14 @@ pub(super) fn gib(bytes: u64) -> String {
     format!("{:.1} GiB", bytes as f64 / GIB)
 }
 
+/// A span as people say it: "26 s", "12 min", "1.5 h" (never "0 min").
 fn minutes(seconds: f64) -> String {
     if seconds >= 3600.0 {
         format!("{:.1} h", seconds / 3600.0)
-    } else {
+    } else if seconds >= 90.0 {
         format!("{:.0} min", seconds / 60.0)
+    } else {
+        format!("{:.0} s", seconds.max(0.0))
     }
 }
 

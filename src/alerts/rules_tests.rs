@@ -175,3 +175,12 @@ fn observations_that_cannot_change_an_alert_are_left_out_with_the_same_outcome()
     assert!(fired, "the script reaches firing");
     assert!(left_out >= 3, "clear subjects without an alert are left out ({left_out})");
 }
+
+#[test]
+fn spans_read_as_people_say_them_never_zero_minutes() {
+    assert_eq!(super::minutes(26.0), "26 s");
+    assert_eq!(super::minutes(89.0), "89 s");
+    assert_eq!(super::minutes(90.0), "2 min");
+    assert_eq!(super::minutes(720.0), "12 min");
+    assert_eq!(super::minutes(5400.0), "1.5 h");
+}

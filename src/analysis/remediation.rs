@@ -20,6 +20,11 @@ pub const ALLOCATION_PRESSURE: &str = "reduce peak memory: smaller batches (with
 accumulation to keep the effective batch size), activation checkpointing, mixed \
 precision (bf16/fp16 autocast)";
 
+/// One allocation asked for more than the whole device holds.
+pub const REQUEST_BEYOND_DEVICE: &str = "check the shape behind this allocation (batch size, \
+sequence length, a dimension multiplied by mistake): it needs more than the whole GPU; process it \
+in chunks, shard it across devices (tensor or pipeline parallelism), or run it on a larger device";
+
 /// Steady growth that never returns to its baseline.
 pub const LEAK: &str = "look for tensors kept alive across iterations: accumulating the loss \
 or metrics without .item() or .detach(), lists or dicts of outputs that grow every step, \

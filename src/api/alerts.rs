@@ -7,14 +7,19 @@ use axum::Json;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
 use axum::http::StatusCode;
+use axum::http::header::HeaderMap;
 use axum::response::sse::{Event, KeepAlive, Sse};
-use futures_util::stream::{self, Stream};
+use futures_util::stream::{self, Stream, StreamExt};
 use serde::{Deserialize, Serialize};
 use tokio::sync::broadcast::error::RecvError;
 
+use crate::alerts::board::{Backlog, NumberedTransition};
 use crate::alerts::{Alert, AlertState, Severity};
 
 use super::error::{ApiError, ErrorBody};
+
+/// The SSE reconnection header (not in `http`'s list).
+const LAST_EVENT_ID: &str = "last-event-id";
 use super::{AppState, PathId};
 
 /// Filters of `GET /api/v1/alerts`; each one given must match.
@@ -126,12 +131,20 @@ pub async fn one(
     description = "A stream that stays open: each state change is an event named after the \
 new state (`pending`, `firing`, `resolved`) whose data is a `Transition` as JSON \
 (`{\"from\": …, \"alert\": {…}}`); a reader too slow for `api.max_stream_backlog` changes gets \
-a `lagged` event whose data is how many it missed. Comments keep idle connections alive. At \
-most `api.max_event_streams` streams are open at once.",
+a `lagged` event whose data is how many it missed. Each change has an `id`; a client that \
+reconnects with `Last-Event-ID` is first sent the changes after it that are still kept (the \
+latest `api.max_stream_backlog`), after a `lagged` event if some are not. An id from an earlier \
+run of the daemon, or one it never sent, gets a `reset` event instead (data: \
+`{\"reason\": …, \"read\": \"/api/v1/alerts\"}`): read the alerts again. Comments keep idle \
+connections alive. At most `api.max_event_streams` streams are open at once.",
+    params(
+        ("Last-Event-ID" = Option<String>, Header, description = "The id of the last event this \
+client received, to resume after it", example = "187b0c2d5e1f0a00-42"),
+    ),
     responses(
         (status = 200, description = "The event stream (`text/event-stream`), open until the \
 client leaves", body = String, content_type = "text/event-stream",
-            example = "event: firing\ndata: {\"from\":\"pending\",\"alert\":{\"id\":\"memory_high.GPU-8f6a2c1e-0000-4d7b-9a1e-3b5c7d9e1f20\",\"rule\":\"memory_high\",\"state\":\"firing\"}}\n\n"),
+            example = "id: 187b0c2d5e1f0a00-42\nevent: firing\ndata: {\"from\":\"pending\",\"alert\":{\"id\":\"memory_high.GPU-8f6a2c1e-0000-4d7b-9a1e-3b5c7d9e1f20\",\"rule\":\"memory_high\",\"state\":\"firing\"}}\n\n"),
         (status = 503, description = "`api.max_event_streams` streams are already open \
 (`too_many_streams`), or more than `server.max_concurrent_requests` requests are in flight \
 (`overloaded`)", body = ErrorBody,
@@ -143,6 +156,7 @@ client leaves", body = String, content_type = "text/event-stream",
 )]
 pub async fn stream(
     State(state): State<AppState>,
+    headers: HeaderMap,
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
     let permit = state.streams.clone().try_acquire_owned().map_err(|_| {
         ApiError::new(
@@ -151,13 +165,39 @@ pub async fn stream(
             "too many open event streams (api.max_event_streams); retry later",
         )
     })?;
-    let receiver = state.board.subscribe();
-    let events = stream::unfold((receiver, permit), |(mut receiver, permit)| async move {
-        let event = match receiver.recv().await {
-            Ok(transition) => {
-                let data = serde_json::to_string(&transition).unwrap_or_else(|_| "{}".to_owned());
-                Event::default().event(transition.alert.state.as_str()).data(data)
+    let board = &state.board;
+    let epoch = board.epoch();
+    let resume = headers
+        .get(LAST_EVENT_ID)
+        .map(|value| value.to_str().ok().and_then(|text| StreamPosition::parse(text.trim())));
+    let mut first = Vec::new();
+    let receiver = match resume {
+        None => board.subscribe(),
+        Some(Some(position)) if position.epoch == epoch => {
+            let (receiver, backlog) = board.subscribe_after(position.seq);
+            match backlog {
+                Some(backlog) => first.extend(backlog_events(epoch, backlog)),
+                None => first.push(reset_event("Last-Event-ID is ahead of this stream")),
             }
+            receiver
+        }
+        // Every change kept in this run came after the reader's last one.
+        Some(Some(_)) => {
+            let (receiver, backlog) = board.subscribe_after(0);
+            first.push(reset_event("the daemon restarted since Last-Event-ID"));
+            first.extend(
+                backlog.map(|backlog| backlog_events(epoch, backlog)).into_iter().flatten(),
+            );
+            receiver
+        }
+        Some(None) => {
+            first.push(reset_event("Last-Event-ID is not an id this stream sends"));
+            board.subscribe()
+        }
+    };
+    let live = stream::unfold((receiver, permit), move |(mut receiver, permit)| async move {
+        let event = match receiver.recv().await {
+            Ok(change) => change_event(epoch, &change),
             Err(RecvError::Lagged(missed)) => {
                 Event::default().event("lagged").data(missed.to_string())
             }
@@ -165,5 +205,91 @@ pub async fn stream(
         };
         Some((Ok(event), (receiver, permit)))
     });
+    let events = stream::iter(first.into_iter().map(Ok)).chain(live);
     Ok(Sse::new(events).keep_alive(KeepAlive::default()))
+}
+
+/// An event's id: which run of the daemon, and the change's number in it.
+/// A reconnecting browser sends it back as `Last-Event-ID`.
+#[derive(Debug, PartialEq)]
+struct StreamPosition {
+    epoch: u64,
+    seq: u64,
+}
+
+impl StreamPosition {
+    fn render(epoch: u64, seq: u64) -> String {
+        format!("{epoch:x}-{seq}")
+    }
+
+    /// Only the exact form `render` writes: an id is not a place for
+    /// leniency, and anything else gets a `reset`.
+    fn parse(text: &str) -> Option<Self> {
+        let (epoch, seq) = text.split_once('-')?;
+        let hex = |text: &str| {
+            !text.is_empty()
+                && text.len() <= 16
+                && text.bytes().all(|byte| byte.is_ascii_hexdigit() && !byte.is_ascii_uppercase())
+        };
+        let decimal = |text: &str| {
+            !text.is_empty()
+                && text.len() <= 20
+                && text.bytes().all(|byte| byte.is_ascii_digit())
+                && (text == "0" || !text.starts_with('0'))
+        };
+        if !hex(epoch) || !decimal(seq) {
+            return None;
+        }
+        Some(Self { epoch: u64::from_str_radix(epoch, 16).ok()?, seq: seq.parse().ok()? })
+    }
+}
+
+fn change_event(epoch: u64, change: &NumberedTransition) -> Event {
+    let data = serde_json::to_string(&change.transition).unwrap_or_else(|_| "{}".to_owned());
+    Event::default()
+        .id(StreamPosition::render(epoch, change.seq))
+        .event(change.transition.alert.state.as_str())
+        .data(data)
+}
+
+fn backlog_events(epoch: u64, backlog: Backlog) -> Vec<Event> {
+    let lagged = (backlog.missed > 0)
+        .then(|| Event::default().event("lagged").data(backlog.missed.to_string()));
+    lagged
+        .into_iter()
+        .chain(backlog.replay.iter().map(|change| change_event(epoch, change)))
+        .collect()
+}
+
+/// The reader cannot know what changed while it was away: it should read
+/// `GET /api/v1/alerts` again. The live changes follow.
+fn reset_event(reason: &str) -> Event {
+    let data = serde_json::json!({ "reason": reason, "read": "/api/v1/alerts" });
+    Event::default().event("reset").data(data.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::StreamPosition;
+
+    #[test]
+    fn an_id_reads_back_as_written_and_nothing_else_does() {
+        let id = StreamPosition::render(0x1a2b, 42);
+        assert_eq!(id, "1a2b-42");
+        assert_eq!(StreamPosition::parse(&id), Some(StreamPosition { epoch: 0x1a2b, seq: 42 }));
+        for other in [
+            "",
+            "42",
+            "1a2b-",
+            "-42",
+            "1a2b-042",
+            "1a2b-+42",
+            "1A2B-42",
+            "1a2b-4 2",
+            "1a2b--42",
+            "11111111111111111-1",
+        ] {
+            assert_eq!(StreamPosition::parse(other), None, "{other:?}");
+        }
+    }
 }

@@ -14,7 +14,7 @@ pub struct ApiConfig {
     pub max_history_points: NonZeroUsize,
     /// open alert event streams at most
     pub max_event_streams: NonZeroUsize,
-    /// state changes buffered per slow stream reader
+    /// alert state changes kept for slow and for reconnecting stream readers
     pub max_stream_backlog: NonZeroUsize,
 }
 

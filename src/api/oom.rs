@@ -56,8 +56,8 @@ raises `allocator_oom` at the next evaluation (docs/alerts.md).",
         (status = 202, description = "Accepted", body = OomAccepted,
             example = json!({"status": "accepted", "id": 7, "pid": 4242})),
         (status = 400, description = "Not a valid event (`bad_oom_event`): malformed JSON, \
-unknown version or field, a bad `memory_stats` figure, a size above 2^53 or beyond the \
-device's total memory, `requested_bytes` 0, more than `ingest.max_stats` keys", body = ErrorBody,
+unknown version or field, a bad `memory_stats` figure, a size above 2^53, a free or \
+reserved figure beyond the device's total memory, `requested_bytes` 0, more than `ingest.max_stats` keys", body = ErrorBody,
             example = json!({"code": "bad_oom_event", "message": "unsupported report version 9; this vramd reads version 1"})),
         (status = 401, description = "From another host with `ingest.token_file` set: no \
 bearer token (`missing_token`) or the wrong one (`bad_token`)", body = ErrorBody,

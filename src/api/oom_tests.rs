@@ -145,26 +145,47 @@ fn a_device_keeps_only_its_newest_events() {
     assert_eq!(device.oom_total(), 70);
 }
 
+/// The daemon's analysis and alert passes over the state's store, each at
+/// its newest sample time.
+struct Passes {
+    store: Arc<HistoryStore>,
+    analyzer: crate::analysis::analyzer::Analyzer,
+    evaluator: crate::alerts::evaluator::Evaluator,
+}
+
+impl Passes {
+    fn new(state: &AppState) -> Self {
+        let config = crate::app::Config::default();
+        Self {
+            store: state.store.clone(),
+            analyzer: crate::analysis::analyzer::Analyzer::new(crate::app::analysis_settings(
+                &config,
+            )),
+            evaluator: crate::alerts::evaluator::Evaluator::new(&config.alerts),
+        }
+    }
+
+    fn next(&mut self) -> Vec<crate::alerts::Alert> {
+        let now = crate::analysis::analyzer::Analyzer::newest(&self.store).unwrap();
+        let snapshot = self.analyzer.analyse(&self.store, now);
+        self.evaluator.evaluate(&snapshot, crate::alerts::evaluator::SourceState::Up, now).alerts
+    }
+}
+
 #[tokio::test]
 async fn an_event_raises_allocator_oom_at_the_next_evaluation_once() {
     let state = state(None, filled_store());
     let (uuid, pid) = first_device(&state);
-    let config = crate::app::Config::default();
-    let mut analyzer =
-        crate::analysis::analyzer::Analyzer::new(crate::app::analysis_settings(&config));
-    let mut evaluator = crate::alerts::evaluator::Evaluator::new(&config.alerts);
-    let now = crate::analysis::analyzer::Analyzer::newest(&state.store).unwrap();
-    let before = analyzer.analyse(&state.store, now);
-    let quiet = evaluator.evaluate(&before, crate::alerts::evaluator::SourceState::Up, now);
-    assert!(quiet.alerts.iter().all(|alert| alert.key.rule != RuleId::AllocatorOom));
+    let mut passes = Passes::new(&state);
+    let quiet = passes.next();
+    assert!(quiet.iter().all(|alert| alert.key.rule != RuleId::AllocatorOom));
 
     let (status, body, _) = post(&state, "127.0.0.1:9", None, oom_body(&uuid, pid)).await;
     assert_eq!(status, StatusCode::ACCEPTED, "{body}");
     // The very next pass, at the same source time: no counter step needed.
-    let after = analyzer.analyse(&state.store, now);
-    let evaluation = evaluator.evaluate(&after, crate::alerts::evaluator::SourceState::Up, now);
+    let alerts = passes.next();
     let oom: Vec<_> =
-        evaluation.alerts.iter().filter(|alert| alert.key.rule == RuleId::AllocatorOom).collect();
+        alerts.iter().filter(|alert| alert.key.rule == RuleId::AllocatorOom).collect();
     assert_eq!(oom.len(), 1, "one alert for one OOM: {oom:?}");
     let alert = oom[0];
     assert_eq!(alert.key.pid, Some(pid));
@@ -175,6 +196,28 @@ async fn an_event_raises_allocator_oom_at_the_next_evaluation_once() {
         assert!(alert.description.contains(evidence), "{evidence} missing: {}", alert.description);
     }
     assert!(alert.remediation.contains("expandable_segments:True"), "{}", alert.remediation);
+}
+
+/// PyTorch's "Tried to allocate 200.00 GiB. GPU 0 has a total capacity of
+/// 79.11 GiB" is a real OOM (a wrong shape, a batch meant for eight GPUs):
+/// refusing the event would hide the one OOM whose cause is plainest.
+#[tokio::test]
+async fn a_request_beyond_the_device_is_an_oom_that_says_so() {
+    let state = state(None, filled_store());
+    let (uuid, pid) = first_device(&state);
+    let mut passes = Passes::new(&state);
+    let mut oversized: Value = serde_json::from_str(&oom_body(&uuid, pid)).unwrap();
+    oversized["requested_bytes"] = (1_u64 << 44).into();
+    let (status, body, _) = post(&state, "127.0.0.1:9", None, oversized.to_string()).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+
+    let alerts = passes.next();
+    let alert = alerts
+        .iter()
+        .find(|alert| alert.key.rule == RuleId::AllocatorOom)
+        .expect("allocator_oom raised");
+    assert!(alert.description.contains("larger than the device's"), "{}", alert.description);
+    assert!(alert.remediation.contains("more than the whole GPU"), "{}", alert.remediation);
 }
 
 #[test]

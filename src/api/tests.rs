@@ -75,7 +75,7 @@ pub(super) fn state_with_intake(store: Arc<HistoryStore>, intake: reports::Inges
         store,
         Arc::new(Telemetry::new("simulator").unwrap()),
         Arc::new(AnalysisBoard::default()),
-        Arc::new(AlertBoard::new(16)),
+        Arc::new(AlertBoard::new(16, 0x5eed)),
         limits(),
         intake,
     )
@@ -449,7 +449,8 @@ async fn the_event_stream_delivers_state_changes_and_is_bounded() {
     let frame =
         tokio::time::timeout(Duration::from_secs(5), body.frame()).await.unwrap().unwrap().unwrap();
     let text = String::from_utf8(frame.into_data().unwrap().to_vec()).unwrap();
-    assert!(text.starts_with("event: firing\n"), "{text}");
+    let epoch = state.board.epoch();
+    assert!(text.starts_with(&format!("id: {epoch:x}-1\nevent: firing\n")), "{text}");
     assert!(text.contains("\"rule\":\"memory_high\""), "{text}");
 
     // limits() allows two streams: this one and one more, then 503.
@@ -462,6 +463,78 @@ async fn the_event_stream_delivers_state_changes_and_is_bounded() {
     assert_error(status, &refused, StatusCode::SERVICE_UNAVAILABLE, "too_many_streams");
     drop(second);
     drop(body);
+}
+
+/// The text of the stream's frames until `wanted` events have arrived.
+async fn read_events(body: Body, wanted: usize) -> String {
+    let mut body = body;
+    let mut text = String::new();
+    for _ in 0..64 {
+        if text.matches("\n\n").count() >= wanted {
+            break;
+        }
+        let frame = tokio::time::timeout(Duration::from_secs(5), body.frame())
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        text.push_str(std::str::from_utf8(&frame.into_data().unwrap()).unwrap());
+    }
+    text
+}
+
+fn change(gpu_uuid: &str, to: crate::alerts::AlertState) -> crate::alerts::Transition {
+    crate::alerts::Transition {
+        from: None,
+        alert: alert(RuleId::MemoryHigh, gpu_uuid, to, crate::alerts::Severity::Warning),
+    }
+}
+
+async fn open_stream(state: &AppState, last_event_id: Option<&str>) -> Body {
+    let mut request = Request::builder().uri("/api/v1/alerts/stream");
+    if let Some(id) = last_event_id {
+        request = request.header("Last-Event-ID", id);
+    }
+    let response =
+        router(state.clone()).oneshot(request.body(Body::empty()).unwrap()).await.unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    response.into_body()
+}
+
+#[tokio::test]
+async fn a_reconnecting_stream_reader_gets_the_changes_it_missed_once() {
+    use crate::alerts::AlertState::{Firing, Pending, Resolved};
+    let state = with_alerts();
+    let first = open_stream(&state, None).await;
+    state.board.publish(Vec::new(), &[change("GPU-a", Pending)]);
+    let seen = read_events(first, 1).await;
+    let id = seen.lines().find_map(|line| line.strip_prefix("id: ")).unwrap().to_owned();
+    // The reader is away while two changes happen, then comes back.
+    state.board.publish(Vec::new(), &[change("GPU-a", Firing), change("GPU-b", Pending)]);
+    let again = open_stream(&state, Some(&id)).await;
+    state.board.publish(Vec::new(), &[change("GPU-a", Resolved)]);
+    let text = read_events(again, 3).await;
+    let names: Vec<&str> = text.lines().filter_map(|line| line.strip_prefix("event: ")).collect();
+    assert_eq!(names, ["firing", "pending", "resolved"], "{text}");
+    assert!(
+        !text.contains(&format!("id: {id}\n")),
+        "the change already seen is not sent again: {text}"
+    );
+}
+
+#[tokio::test]
+async fn a_stream_id_from_another_run_or_never_sent_asks_the_reader_to_read_again() {
+    let state = with_alerts();
+    state.board.publish(Vec::new(), &[change("GPU-a", crate::alerts::AlertState::Pending)]);
+    // Another run: a different epoch; this run's one kept change follows.
+    let text = read_events(open_stream(&state, Some("1-1")).await, 2).await;
+    assert!(text.starts_with("event: reset\n"), "{text}");
+    assert!(text.contains("\"read\":\"/api/v1/alerts\""), "{text}");
+    assert!(text.contains("event: pending\n"), "{text}");
+    for odd in ["02", "garbage", &format!("{:x}-9", state.board.epoch())] {
+        let text = read_events(open_stream(&state, Some(odd)).await, 1).await;
+        assert!(text.starts_with("event: reset\n"), "{odd}: {text}");
+    }
 }
 
 fn report_body(pid: u32) -> String {

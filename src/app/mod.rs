@@ -165,7 +165,10 @@ pub async fn run(
         sampler_settings,
         cancel.clone(),
     ));
-    let board = Arc::new(AlertBoard::new(config.api.max_stream_backlog.get()));
+    // The start time in milliseconds: two runs never share it, so a stream
+    // reader's Last-Event-ID from the previous run is recognised as such.
+    let stream_epoch = u64::try_from(crate::clock::wall_now().unix_millis()).unwrap_or(0);
+    let board = Arc::new(AlertBoard::new(config.api.max_stream_backlog.get(), stream_epoch));
     if let Some(prober) = prober {
         tokio::spawn(crate::sampler::probe::run(
             prober,

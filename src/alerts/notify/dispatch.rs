@@ -103,12 +103,17 @@ pub struct DispatchHandle {
 
 impl DispatchHandle {
     /// Queues the firing and resolved alerts among `transitions` for every
-    /// notifier (pending alerts are not delivered). Returns at once.
+    /// notifier (pending alerts, and those that ended before they fired,
+    /// are not delivered: nobody was told they fired). Returns at once.
     pub fn submit(&self, transitions: &[Transition]) {
         let deliverable: Vec<&Alert> = transitions
             .iter()
             .map(|transition| &transition.alert)
-            .filter(|alert| matches!(alert.state, AlertState::Firing | AlertState::Resolved))
+            .filter(|alert| match alert.state {
+                AlertState::Firing => true,
+                AlertState::Resolved => alert.firing_since.is_some(),
+                AlertState::Pending => false,
+            })
             .collect();
         if deliverable.is_empty() {
             return;

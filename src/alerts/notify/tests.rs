@@ -377,7 +377,13 @@ async fn pending_alerts_are_not_delivered() {
     let recorder = RecordingNotifier::new("rec");
     let (handle, telemetry, _cancel) = dispatch(vec![recorder.clone()], &config());
 
-    handle.submit(&[change(alert(RuleId::MemoryHigh, None, AlertState::Pending))]);
+    // One that ended while pending never fired: nobody was told of it.
+    let mut ended_pending = alert(RuleId::MemoryHigh, None, AlertState::Resolved);
+    ended_pending.firing_since = None;
+    handle.submit(&[
+        change(alert(RuleId::MemoryHigh, None, AlertState::Pending)),
+        change(ended_pending),
+    ]);
     tokio::time::sleep(Duration::from_secs(5)).await;
     assert_eq!(recorder.attempts(), 0, "nothing deliverable was submitted");
     assert_eq!(handle.queued("rec"), Some(0));
