@@ -30,7 +30,6 @@ use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json, Router};
 use serde::Serialize;
 use tower::ServiceBuilder;
-use tower_http::timeout::TimeoutLayer;
 
 use crate::alerts::board::AlertBoard;
 use crate::analysis::snapshot::AnalysisBoard;
@@ -51,6 +50,9 @@ pub struct Authenticated;
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Limits {
     pub request_timeout: Duration,
+    /// How long a snapshot upload may take (`ingest.snapshot_upload_timeout`),
+    /// in place of `request_timeout`.
+    pub snapshot_upload_timeout: Duration,
     pub max_request_body_bytes: usize,
     pub max_concurrent_requests: usize,
     /// `/healthz`, `/readyz` and `/metrics` in flight at most, apart from
@@ -144,12 +146,27 @@ fn protect(routes: Router, limits: Limits) -> Router {
             )
             .layer(middleware::from_fn(json_errors))
             .layer(middleware::from_fn_with_state(slots, admit))
-            .layer(TimeoutLayer::with_status_code(
-                StatusCode::REQUEST_TIMEOUT,
-                limits.request_timeout,
-            ))
+            .layer(middleware::from_fn_with_state(limits, deadline))
             .layer(DefaultBodyLimit::max(limits.max_request_body_bytes)),
     )
+}
+
+/// Answers 408 to a request still running at its deadline:
+/// `server.request_timeout`, or for a snapshot upload, whose body may be a
+/// gigabyte at an ordinary network's pace, `ingest.snapshot_upload_timeout`.
+async fn deadline(State(limits): State<Limits>, request: Request, next: Next) -> Response {
+    let upload = oom_snapshot::is_upload(&request);
+    let limit = if upload { limits.snapshot_upload_timeout } else { limits.request_timeout };
+    match tokio::time::timeout(limit, next.run(request)).await {
+        Ok(response) => response,
+        Err(_) if upload => ApiError::new(
+            StatusCode::REQUEST_TIMEOUT,
+            "request_timeout",
+            "the upload took longer than ingest.snapshot_upload_timeout",
+        )
+        .into_response(),
+        Err(_) => StatusCode::REQUEST_TIMEOUT.into_response(),
+    }
 }
 
 /// Takes a slot from the request's pool for as long as the handler runs,

@@ -19,7 +19,9 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-pub use self::config::{Config, MAX_SAMPLES_PER_DEVICE, MIN_LEAK_WINDOW_SAMPLES, load};
+pub use self::config::{
+    Config, MAX_SAMPLES_PER_DEVICE, MIN_LEAK_WINDOW_SAMPLES, SLOWEST_SNAPSHOT_UPLOAD_RATE, load,
+};
 use self::reload::Reloader;
 use self::reload::reload_steps;
 use self::reload::steps::{Pipeline, PipelineStep};
@@ -241,6 +243,7 @@ pub async fn run(
         board,
         Limits {
             request_timeout: config.server.request_timeout,
+            snapshot_upload_timeout: config.ingest.snapshot_upload_timeout,
             max_request_body_bytes: config.server.max_request_body_bytes.as_usize(),
             max_concurrent_requests: config.server.max_concurrent_requests.get(),
             max_concurrent_scrapes: config.server.max_concurrent_scrapes.get(),
