@@ -34,7 +34,7 @@ use tower::ServiceBuilder;
 use crate::alerts::board::AlertBoard;
 use crate::analysis::snapshot::AnalysisBoard;
 use crate::exposition;
-use crate::history::HistoryStore;
+use crate::history::{HistoryStore, NotReady};
 use crate::telemetry::Telemetry;
 
 pub use config::ApiConfig;
@@ -356,39 +356,30 @@ fallen behind on the listed device tiers (`not_ready`, with `stale`), or more th
     )
 )]
 pub(crate) async fn readyz(State(state): State<AppState>) -> Response {
-    let not_ready = |message: String, stale: Vec<StaleTier>| {
-        let mut error = ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "not_ready", message);
-        error.body.stale = (!stale.is_empty()).then_some(stale);
-        error.into_response()
+    let not_ready = match state.store.readiness(crate::clock::wall_now()) {
+        Ok(()) => return Json(Status { status: "ready" }).into_response(),
+        Err(not_ready) => not_ready,
     };
-    if !state.store.cycle_completed() {
-        return not_ready("the sampler has not completed its first cycle yet".into(), Vec::new());
-    }
-    let now = crate::clock::wall_now();
-    let stale: Vec<StaleTier> = state
-        .store
-        .devices()
-        .iter()
-        .flat_map(|device| {
-            let info = device.info();
-            device.progress().stale(now).into_iter().map(|late| StaleTier {
-                gpu: info.gpu_index(),
-                uuid: info.uuid.clone(),
-                tier: late.tier.as_str(),
-                overdue_seconds: late.overdue.as_secs_f64(),
-                since_success_seconds: late.since_success.map(|age| age.as_secs_f64()),
+    let stale: Vec<StaleTier> = match &not_ready {
+        NotReady::FirstCycle => Vec::new(),
+        NotReady::Behind(tiers) => tiers
+            .iter()
+            .map(|(device, late)| {
+                let info = device.info();
+                StaleTier {
+                    gpu: info.gpu_index(),
+                    uuid: info.uuid.clone(),
+                    tier: late.tier.as_str(),
+                    overdue_seconds: late.overdue.as_secs_f64(),
+                    since_success_seconds: late.since_success.map(|age| age.as_secs_f64()),
+                }
             })
-        })
-        .collect();
-    if stale.is_empty() {
-        return Json(Status { status: "ready" }).into_response();
-    }
-    let message = format!(
-        "the sampler has fallen behind on {} device tier{}",
-        stale.len(),
-        if stale.len() == 1 { "" } else { "s" }
-    );
-    not_ready(message, stale)
+            .collect(),
+    };
+    let mut error =
+        ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "not_ready", not_ready.to_string());
+    error.body.stale = (!stale.is_empty()).then_some(stale);
+    error.into_response()
 }
 
 #[utoipa::path(

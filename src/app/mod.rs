@@ -48,6 +48,7 @@ use crate::server::{self, ServeSettings};
 use crate::source::SourceSelection;
 use crate::source::simulator::SimulatorError;
 use crate::source::trace::TraceError;
+use crate::systemd_notify;
 use crate::telemetry::{Telemetry, TelemetryError};
 
 /// Why the daemon could not start or keep running.
@@ -167,6 +168,7 @@ pub async fn run(
         sampler_settings,
         cancel.clone(),
     ));
+    let systemd = notify_systemd(&store, &cancel);
     let board = Arc::new(AlertBoard::new(config.api.max_stream_backlog.get()));
     if let Some(prober) = prober {
         tokio::spawn(crate::sampler::probe::run(
@@ -279,7 +281,11 @@ pub async fn run(
     let mut server = tokio::spawn(server);
 
     tokio::select! {
-        () = shutdown => {}
+        () = shutdown => {
+            if let Some(notifier) = &systemd {
+                notifier.send("STOPPING=1\nSTATUS=stopping");
+            }
+        }
         result = &mut server => {
             cancel.cancel();
             return result.map_err(|error| AppError::Startup(error.to_string()));
@@ -306,6 +312,22 @@ pub async fn run(
         warn!("alert evaluation did not stop within the shutdown grace time");
     }
     Ok(())
+}
+
+/// Under a `Type=notify` systemd unit, tells the manager when sampling is
+/// live and feeds its watchdog while `/readyz` would answer ready.
+fn notify_systemd(
+    store: &Arc<HistoryStore>,
+    cancel: &CancellationToken,
+) -> Option<Arc<systemd_notify::Notifier>> {
+    let notifier = Arc::new(systemd_notify::Notifier::from_env()?);
+    let watchdog = systemd_notify::watchdog_interval_from_env();
+    let (store, sender, cancel) = (store.clone(), notifier.clone(), cancel.clone());
+    tokio::spawn(async move {
+        let ready = move || store.readiness(wall_now()).map_err(|not| not.to_string());
+        systemd_notify::run(&sender, ready, watchdog, cancel).await;
+    });
+    Some(notifier)
 }
 
 /// Start-up work that blocks (file reads, opening the source), off the
