@@ -72,7 +72,8 @@ def cmd_unit_policy():
         return values[-1] if values else None
 
     expect = {
-        "Type": "exec", "User": "vramd", "Group": "vramd", "Restart": "on-failure",
+        "Type": "notify", "NotifyAccess": "main", "WatchdogSignal": "SIGTERM",
+        "User": "vramd", "Group": "vramd", "Restart": "on-failure",
         "DevicePolicy": "closed", "ProtectSystem": "strict", "ProtectHome": "yes",
         "PrivateTmp": "yes", "NoNewPrivileges": "yes", "CapabilityBoundingSet": "",
         "AmbientCapabilities": "", "LockPersonality": "yes", "RestrictNamespaces": "yes",
@@ -86,6 +87,8 @@ def cmd_unit_policy():
     for key, value in expect.items():
         if one(key) != value:
             problem(f"{key}= is {one(key)!r}, expected {value!r}")
+    if one("WatchdogSec") in (None, "0", "infinity"):
+        problem("WatchdogSec= is not set: a wedged sampler would never be restarted")
     if one("ExecStart") != "/usr/local/bin/vramd --config /etc/vramd/vramd.toml":
         problem(f"ExecStart= is {one('ExecStart')!r}")
     if one("PrivateDevices") not in (None, "no"):

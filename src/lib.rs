@@ -25,4 +25,5 @@ pub mod server;
 pub mod setting;
 pub mod signals;
 pub mod source;
+pub mod systemd_notify;
 pub mod telemetry;

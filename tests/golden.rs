@@ -215,6 +215,7 @@ async fn device_document(store: Arc<HistoryStore>, index: u32) -> String {
         Arc::new(AlertBoard::new(16, 1)),
         Limits {
             request_timeout: Duration::from_secs(5),
+            snapshot_upload_timeout: Duration::from_secs(300),
             max_request_body_bytes: 1024,
             max_concurrent_requests: 4,
             max_concurrent_scrapes: 4,
@@ -246,6 +247,7 @@ async fn device_document_matches_the_golden_file() {
         Arc::new(AlertBoard::new(16, 1)),
         Limits {
             request_timeout: Duration::from_secs(5),
+            snapshot_upload_timeout: Duration::from_secs(300),
             max_request_body_bytes: 1024,
             max_concurrent_requests: 4,
             max_concurrent_scrapes: 4,

@@ -696,3 +696,38 @@ fn sampling_and_serving_go_on_after_start_up_memory_is_released() {
     assert!(daemon.exited().is_none(), "the daemon keeps running");
     assert!(!daemon.stderr().contains("panicked"), "{}", daemon.stderr());
 }
+
+#[test]
+fn a_driver_call_that_hangs_starves_systemds_watchdog() {
+    let scenario = json!({
+        "devices": [device(GPU0, 4 * GIB, json!({
+            "faults": { "sleep_ms": { "nvmlDeviceGetMemoryInfo_v2": 60_000 } },
+        }))],
+    });
+    let driver = FakeDriver::new(&scenario, false);
+    let mut socket = support::systemd::NotifySocket::new();
+    let env = [
+        ("NOTIFY_SOCKET", socket.path()),
+        ("WATCHDOG_USEC", "200000"),
+        ("VRAMD_SAMPLER__CALL_TIMEOUT", "300ms"),
+    ];
+    let (daemon, addr) = driver.start_listening(&env);
+    let behind = "STATUS=not ready: the sampler has fallen behind on 1 device tier";
+    assert!(
+        socket.wait_for(support::WAIT, |seen| support::systemd::count(seen, behind) > 0),
+        "no STATUS line saying the sampler fell behind: {:?}",
+        socket.received
+    );
+    // Ten watchdog periods: a daemon feeding it regardless would have sent
+    // about twenty pings by now.
+    socket.collect_for(Duration::from_secs(2));
+    let since_behind: Vec<&String> =
+        socket.received.iter().skip_while(|m| !m.lines().any(|l| l == behind)).collect();
+    assert!(
+        since_behind.iter().all(|m| !m.contains("WATCHDOG=1") && !m.contains("STATUS=sampling")),
+        "the watchdog was fed while the sampler was stuck: {:?}",
+        socket.received
+    );
+    assert_eq!(get(addr, "/readyz").status, 503, "the same truth as /readyz");
+    drop(daemon);
+}

@@ -175,3 +175,35 @@ fn sighup_refuses_an_invalid_file_whole_and_names_restart_only_keys() {
     assert_eq!(get(addr, "/healthz").status, 200, "still serving where it started");
     assert_eq!(metric(addr, "vramd_config_reload_total{result=\"success\"}"), Some(1.0));
 }
+
+fn threads(daemon: &Process) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{}/status", daemon.pid())).unwrap();
+    status.lines().find_map(|l| l.strip_prefix("Threads:")).unwrap().trim().parse().unwrap()
+}
+
+#[test]
+fn sighups_while_the_file_is_a_pipe_nobody_writes_leave_no_thread_behind() {
+    let dir = tempfile::tempdir().unwrap();
+    write_config(dir.path(), QUIET);
+    let (mut daemon, addr) = start(dir.path());
+    let config = dir.path().join("vramd.toml");
+    std::fs::remove_file(&config).unwrap();
+    assert!(std::process::Command::new("mkfifo").arg(&config).status().unwrap().success());
+    let before = threads(&daemon);
+    for round in 0..5 {
+        let seen = daemon.log().len();
+        daemon.signal("HUP");
+        // Each refused at once, saying why: before the fix each waited for
+        // the reload deadline and left its thread blocked in the pipe.
+        let refused = wait_for_log(
+            &mut daemon,
+            "invalid configuration: reload refused, the running configuration stays",
+            seen,
+        );
+        let error = refused["error"].as_str().unwrap_or_default();
+        assert!(error.contains("a named pipe, not a file"), "round {round}: {refused}");
+    }
+    let after = threads(&daemon);
+    assert!(after <= before + 2, "threads grew from {before} to {after} over 5 SIGHUPs");
+    assert_eq!(get(addr, "/readyz").status, 200, "sampling goes on");
+}

@@ -30,12 +30,11 @@ use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json, Router};
 use serde::Serialize;
 use tower::ServiceBuilder;
-use tower_http::timeout::TimeoutLayer;
 
 use crate::alerts::board::AlertBoard;
 use crate::analysis::snapshot::AnalysisBoard;
 use crate::exposition;
-use crate::history::HistoryStore;
+use crate::history::{HistoryStore, NotReady};
 use crate::telemetry::Telemetry;
 
 pub use config::ApiConfig;
@@ -51,6 +50,9 @@ pub struct Authenticated;
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Limits {
     pub request_timeout: Duration,
+    /// How long a snapshot upload may take (`ingest.snapshot_upload_timeout`),
+    /// in place of `request_timeout`.
+    pub snapshot_upload_timeout: Duration,
     pub max_request_body_bytes: usize,
     pub max_concurrent_requests: usize,
     /// `/healthz`, `/readyz` and `/metrics` in flight at most, apart from
@@ -144,12 +146,27 @@ fn protect(routes: Router, limits: Limits) -> Router {
             )
             .layer(middleware::from_fn(json_errors))
             .layer(middleware::from_fn_with_state(slots, admit))
-            .layer(TimeoutLayer::with_status_code(
-                StatusCode::REQUEST_TIMEOUT,
-                limits.request_timeout,
-            ))
+            .layer(middleware::from_fn_with_state(limits, deadline))
             .layer(DefaultBodyLimit::max(limits.max_request_body_bytes)),
     )
+}
+
+/// Answers 408 to a request still running at its deadline:
+/// `server.request_timeout`, or for a snapshot upload, whose body may be a
+/// gigabyte at an ordinary network's pace, `ingest.snapshot_upload_timeout`.
+async fn deadline(State(limits): State<Limits>, request: Request, next: Next) -> Response {
+    let upload = oom_snapshot::is_upload(&request);
+    let limit = if upload { limits.snapshot_upload_timeout } else { limits.request_timeout };
+    match tokio::time::timeout(limit, next.run(request)).await {
+        Ok(response) => response,
+        Err(_) if upload => ApiError::new(
+            StatusCode::REQUEST_TIMEOUT,
+            "request_timeout",
+            "the upload took longer than ingest.snapshot_upload_timeout",
+        )
+        .into_response(),
+        Err(_) => StatusCode::REQUEST_TIMEOUT.into_response(),
+    }
 }
 
 /// Takes a slot from the request's pool for as long as the handler runs,
@@ -339,39 +356,30 @@ fallen behind on the listed device tiers (`not_ready`, with `stale`), or more th
     )
 )]
 pub(crate) async fn readyz(State(state): State<AppState>) -> Response {
-    let not_ready = |message: String, stale: Vec<StaleTier>| {
-        let mut error = ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "not_ready", message);
-        error.body.stale = (!stale.is_empty()).then_some(stale);
-        error.into_response()
+    let not_ready = match state.store.readiness(crate::clock::wall_now()) {
+        Ok(()) => return Json(Status { status: "ready" }).into_response(),
+        Err(not_ready) => not_ready,
     };
-    if !state.store.cycle_completed() {
-        return not_ready("the sampler has not completed its first cycle yet".into(), Vec::new());
-    }
-    let now = crate::clock::wall_now();
-    let stale: Vec<StaleTier> = state
-        .store
-        .devices()
-        .iter()
-        .flat_map(|device| {
-            let info = device.info();
-            device.progress().stale(now).into_iter().map(|late| StaleTier {
-                gpu: info.gpu_index(),
-                uuid: info.uuid.clone(),
-                tier: late.tier.as_str(),
-                overdue_seconds: late.overdue.as_secs_f64(),
-                since_success_seconds: late.since_success.map(|age| age.as_secs_f64()),
+    let stale: Vec<StaleTier> = match &not_ready {
+        NotReady::FirstCycle => Vec::new(),
+        NotReady::Behind(tiers) => tiers
+            .iter()
+            .map(|(device, late)| {
+                let info = device.info();
+                StaleTier {
+                    gpu: info.gpu_index(),
+                    uuid: info.uuid.clone(),
+                    tier: late.tier.as_str(),
+                    overdue_seconds: late.overdue.as_secs_f64(),
+                    since_success_seconds: late.since_success.map(|age| age.as_secs_f64()),
+                }
             })
-        })
-        .collect();
-    if stale.is_empty() {
-        return Json(Status { status: "ready" }).into_response();
-    }
-    let message = format!(
-        "the sampler has fallen behind on {} device tier{}",
-        stale.len(),
-        if stale.len() == 1 { "" } else { "s" }
-    );
-    not_ready(message, stale)
+            .collect(),
+    };
+    let mut error =
+        ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "not_ready", not_ready.to_string());
+    error.body.stale = (!stale.is_empty()).then_some(stale);
+    error.into_response()
 }
 
 #[utoipa::path(

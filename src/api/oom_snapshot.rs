@@ -55,6 +55,15 @@ pub struct SnapshotStored {
     pub evicted: Vec<u64>,
 }
 
+/// Whether `request` uploads a snapshot: the one request that carries a
+/// body too large for `server.request_timeout`.
+pub(super) fn is_upload(request: &Request) -> bool {
+    let path = request.uri().path();
+    request.method() == axum::http::Method::PUT
+        && path.starts_with("/api/v1/oom-events/")
+        && path.ends_with("/snapshot")
+}
+
 /// Where event `id`'s snapshot is served.
 pub(super) fn url(id: u64) -> String {
     format!("/api/v1/oom-events/{id}/snapshot")

@@ -229,3 +229,54 @@ async fn a_snapshot_is_served_through_gzip_to_its_end() {
     let body = response.into_body().collect().await.unwrap().to_bytes();
     assert!(!body.is_empty());
 }
+
+/// A body that sends `chunks` pieces of 1 KiB, `pause` apart.
+fn slow_body(chunks: usize, pause: Duration) -> Body {
+    let pieces = futures_util::stream::unfold(0, move |sent| async move {
+        if sent == chunks {
+            return None;
+        }
+        if sent > 0 {
+            tokio::time::sleep(pause).await;
+        }
+        Some((Ok::<_, std::io::Error>(vec![7_u8; 1024]), sent + 1))
+    });
+    Body::from_stream(pieces)
+}
+
+#[tokio::test]
+async fn an_upload_longer_than_the_request_timeout_but_within_its_own_is_stored() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut state = state(None, Some(dir.path()), 1 << 20, 1 << 20);
+    // Issue 35: the upload was held to server.request_timeout.
+    state.limits.request_timeout = Duration::from_millis(200);
+    state.limits.snapshot_upload_timeout = Duration::from_secs(30);
+    let id = event(&state).await;
+    let body = slow_body(3, Duration::from_millis(300));
+    let (status, answer) = put(&state, id, "127.0.0.1:9", None, body, None).await;
+    assert_eq!(status, StatusCode::CREATED, "{answer}");
+    assert_eq!(answer["bytes"], 3 * 1024);
+}
+
+#[tokio::test]
+async fn an_upload_past_its_timeout_gets_408_naming_the_key_and_leaves_no_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut state = state(None, Some(dir.path()), 1 << 20, 1 << 20);
+    state.limits.request_timeout = Duration::from_secs(30);
+    state.limits.snapshot_upload_timeout = Duration::from_millis(200);
+    let id = event(&state).await;
+    let body = slow_body(3, Duration::from_secs(5));
+    let (status, answer) = put(&state, id, "127.0.0.1:9", None, body, None).await;
+    assert_eq!(status, StatusCode::REQUEST_TIMEOUT, "{answer}");
+    assert_eq!(answer["code"], "request_timeout");
+    let message = answer["message"].as_str().unwrap();
+    assert!(message.contains("ingest.snapshot_upload_timeout"), "{message}");
+    // The unfinished upload removes its temporary file on a blocking thread.
+    for _ in 0..100 {
+        if files(dir.path()).is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(files(dir.path()), Vec::<String>::new());
+}

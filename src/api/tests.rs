@@ -21,6 +21,7 @@ use crate::source::simulator::{GOLDEN_ORIGIN, ScenarioKind, Simulator, Simulator
 pub(super) fn limits() -> Limits {
     Limits {
         request_timeout: Duration::from_secs(5),
+        snapshot_upload_timeout: Duration::from_secs(5),
         max_request_body_bytes: 1024,
         max_concurrent_requests: 8,
         max_concurrent_scrapes: 4,

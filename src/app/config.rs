@@ -53,6 +53,11 @@ pub const MAX_SAMPLES_PER_DEVICE: u128 = 10_000_000;
 /// late tick does not leave it unjudged; the configuration asks for the
 /// nominal count, so that a window it accepts keeps that margin.
 pub const MIN_LEAK_WINDOW_SAMPLES: u128 = 120;
+/// The slowest upload (bytes per second) that must be able to bring an
+/// `ingest.max_snapshot_upload` snapshot in within
+/// `ingest.snapshot_upload_timeout`: a link shared with training traffic,
+/// or a remote writer across a data centre, still manages 10 MiB/s.
+pub const SLOWEST_SNAPSHOT_UPLOAD_RATE: u64 = 10 << 20;
 
 /// Loads and validates the daemon's configuration.
 pub fn load(options: &LoadOptions) -> Result<Config, ConfigError> {
@@ -98,7 +103,8 @@ impl Document for Config {
     }
 
     fn check_across(&self) -> Result<(), Conflict> {
-        let Config { sampler, history, metrics, probe, kubernetes, source, alerts, .. } = self;
+        let Config { sampler, history, metrics, probe, kubernetes, source, alerts, ingest, .. } =
+            self;
         let conflict = |first, second, reason: String| Err(Conflict { first, second, reason });
         let duration = |d| format_duration(d);
         if probe.headroom_time_budget >= probe.timeout {
@@ -187,6 +193,22 @@ impl Document for Config {
                     "metrics.peak_window ({}) must not exceed history.retention ({})",
                     duration(metrics.peak_window),
                     duration(history.retention)
+                ),
+            );
+        }
+        let upload_bytes = ingest.max_snapshot_upload.get() as f64;
+        let upload_seconds = ingest.snapshot_upload_timeout.as_secs_f64();
+        if upload_bytes > SLOWEST_SNAPSHOT_UPLOAD_RATE as f64 * upload_seconds {
+            return conflict(
+                "ingest.max_snapshot_upload",
+                "ingest.snapshot_upload_timeout",
+                format!(
+                    "an upload of ingest.max_snapshot_upload ({}) within \
+                     ingest.snapshot_upload_timeout ({}) needs more than {} per second; \
+                     lengthen the timeout or lower the limit",
+                    ingest.max_snapshot_upload,
+                    duration(ingest.snapshot_upload_timeout),
+                    crate::setting::format_size(SLOWEST_SNAPSHOT_UPLOAD_RATE)
                 ),
             );
         }

@@ -19,7 +19,9 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-pub use self::config::{Config, MAX_SAMPLES_PER_DEVICE, MIN_LEAK_WINDOW_SAMPLES, load};
+pub use self::config::{
+    Config, MAX_SAMPLES_PER_DEVICE, MIN_LEAK_WINDOW_SAMPLES, SLOWEST_SNAPSHOT_UPLOAD_RATE, load,
+};
 use self::reload::Reloader;
 use self::reload::reload_steps;
 use self::reload::steps::{Pipeline, PipelineStep};
@@ -46,6 +48,7 @@ use crate::server::{self, ServeSettings};
 use crate::source::SourceSelection;
 use crate::source::simulator::SimulatorError;
 use crate::source::trace::TraceError;
+use crate::systemd_notify;
 use crate::telemetry::{Telemetry, TelemetryError};
 
 /// Why the daemon could not start or keep running.
@@ -165,6 +168,7 @@ pub async fn run(
         sampler_settings,
         cancel.clone(),
     ));
+    let systemd = notify_systemd(&store, &cancel);
     // The start time in milliseconds: two runs never share it, so a stream
     // reader's Last-Event-ID from the previous run is recognised as such.
     let stream_epoch = u64::try_from(crate::clock::wall_now().unix_millis()).unwrap_or(0);
@@ -244,6 +248,7 @@ pub async fn run(
         board,
         Limits {
             request_timeout: config.server.request_timeout,
+            snapshot_upload_timeout: config.ingest.snapshot_upload_timeout,
             max_request_body_bytes: config.server.max_request_body_bytes.as_usize(),
             max_concurrent_requests: config.server.max_concurrent_requests.get(),
             max_concurrent_scrapes: config.server.max_concurrent_scrapes.get(),
@@ -279,7 +284,11 @@ pub async fn run(
     let mut server = tokio::spawn(server);
 
     tokio::select! {
-        () = shutdown => {}
+        () = shutdown => {
+            if let Some(notifier) = &systemd {
+                notifier.send("STOPPING=1\nSTATUS=stopping");
+            }
+        }
         result = &mut server => {
             cancel.cancel();
             return result.map_err(|error| AppError::Startup(error.to_string()));
@@ -306,6 +315,22 @@ pub async fn run(
         warn!("alert evaluation did not stop within the shutdown grace time");
     }
     Ok(())
+}
+
+/// Under a `Type=notify` systemd unit, tells the manager when sampling is
+/// live and feeds its watchdog while `/readyz` would answer ready.
+fn notify_systemd(
+    store: &Arc<HistoryStore>,
+    cancel: &CancellationToken,
+) -> Option<Arc<systemd_notify::Notifier>> {
+    let notifier = Arc::new(systemd_notify::Notifier::from_env()?);
+    let watchdog = systemd_notify::watchdog_interval_from_env();
+    let (store, sender, cancel) = (store.clone(), notifier.clone(), cancel.clone());
+    tokio::spawn(async move {
+        let ready = move || store.readiness(wall_now()).map_err(|not| not.to_string());
+        systemd_notify::run(&sender, ready, watchdog, cancel).await;
+    });
+    Some(notifier)
 }
 
 /// Start-up work that blocks (file reads, opening the source), off the

@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use parking_lot::RwLock;
 
-use crate::model::DeviceInfo;
+use crate::model::{DeviceInfo, Timestamp};
 
 pub use config::HistoryConfig;
 pub use device::{DeviceHistory, LiveState, ReadFailure, Sizing};
@@ -110,6 +110,47 @@ impl HistoryStore {
 
     pub fn cycle_completed(&self) -> bool {
         self.cycle_completed.load(Ordering::Acquire)
+    }
+
+    /// Whether sampling keeps up at `now`: the one answer `/readyz` gives
+    /// and systemd's watchdog is fed on, so the two never disagree.
+    pub fn readiness(&self, now: Timestamp) -> Result<(), NotReady> {
+        if !self.cycle_completed() {
+            return Err(NotReady::FirstCycle);
+        }
+        let behind: Vec<(Arc<DeviceHistory>, Stale)> = self
+            .devices()
+            .into_iter()
+            .flat_map(|device| {
+                let stale = device.progress().stale(now);
+                stale.into_iter().map(move |late| (device.clone(), late))
+            })
+            .collect();
+        if behind.is_empty() { Ok(()) } else { Err(NotReady::Behind(behind)) }
+    }
+}
+
+/// Why sampling is not keeping up ([`HistoryStore::readiness`]).
+pub enum NotReady {
+    /// The sampler has not completed a cycle over every device yet.
+    FirstCycle,
+    /// These device tiers broke their promise of a next step.
+    Behind(Vec<(Arc<DeviceHistory>, Stale)>),
+}
+
+impl std::fmt::Display for NotReady {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            NotReady::FirstCycle => {
+                f.write_str("the sampler has not completed its first cycle yet")
+            }
+            NotReady::Behind(tiers) => write!(
+                f,
+                "the sampler has fallen behind on {} device tier{}",
+                tiers.len(),
+                if tiers.len() == 1 { "" } else { "s" }
+            ),
+        }
     }
 }
 

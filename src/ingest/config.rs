@@ -9,7 +9,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::{ReportLimits, StoreLimits};
-use crate::setting::{ByteSize, Form, GIB, KIB, Keys, MIB, TIB, hours, non_zero, secs};
+use crate::setting::{ByteSize, Form, GIB, KIB, Keys, MIB, TIB, hours, mins, non_zero, secs};
 
 /// `[ingest]`.
 #[derive(Clone, Debug, PartialEq, Deserialize, Serialize, schemars::JsonSchema)]
@@ -36,6 +36,9 @@ pub struct IngestConfig {
     pub max_snapshot_bytes: ByteSize,
     /// bytes of one uploaded snapshot
     pub max_snapshot_upload: ByteSize,
+    // Not server.request_timeout: a gigabyte in 10 s needs over 100 MB/s.
+    /// a snapshot upload still running after this gets 408 (in place of server.request_timeout)
+    pub snapshot_upload_timeout: Duration,
 }
 
 impl Default for IngestConfig {
@@ -51,6 +54,7 @@ impl Default for IngestConfig {
             snapshot_dir: None,
             max_snapshot_bytes: ByteSize(4 * GIB),
             max_snapshot_upload: ByteSize(GIB),
+            snapshot_upload_timeout: mins(5),
         }
     }
 }
@@ -67,6 +71,7 @@ impl IngestConfig {
         keys.words("snapshot_dir", Form::Path, "path; not set by default (uploads refused)");
         keys.size("max_snapshot_bytes", self.max_snapshot_bytes, MIB, 16 * TIB);
         keys.size("max_snapshot_upload", self.max_snapshot_upload, KIB, 64 * GIB);
+        keys.duration("snapshot_upload_timeout", self.snapshot_upload_timeout, secs(1), hours(24));
     }
 
     /// The report store's bounds.

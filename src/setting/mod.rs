@@ -84,15 +84,36 @@ impl schemars::JsonSchema for ByteSize {
 /// reading (`/dev/zero` must not fill memory). Blocking.
 pub fn read_at_most(path: &Path, max: u64) -> io::Result<Option<String>> {
     let mut text = String::new();
-    std::fs::File::open(path)?.take(max.saturating_add(1)).read_to_string(&mut text)?;
+    open_readable(path)?.take(max.saturating_add(1)).read_to_string(&mut text)?;
     Ok((text.len() as u64 <= max).then_some(text))
 }
 
 /// [`read_at_most`] for a file that need not be text.
 pub fn read_bytes_at_most(path: &Path, max: u64) -> io::Result<Option<Vec<u8>>> {
     let mut bytes = Vec::new();
-    std::fs::File::open(path)?.take(max.saturating_add(1)).read_to_end(&mut bytes)?;
+    open_readable(path)?.take(max.saturating_add(1)).read_to_end(&mut bytes)?;
     Ok((bytes.len() as u64 <= max).then_some(bytes))
+}
+
+/// Opens `path` for reading, refusing a named pipe or a socket. Such a file
+/// has no end until its writer says so: a pipe nobody writes blocks the
+/// open and then the read for ever, and every SIGHUP would leave one more
+/// thread stuck in it (issue 35). The open itself must not block either,
+/// so it is non-blocking; on a file or a device that changes nothing.
+fn open_readable(path: &Path) -> io::Result<std::fs::File> {
+    use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+    let file = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK).open(path)?;
+    let kind = file.metadata()?.file_type();
+    if kind.is_fifo() || kind.is_socket() {
+        let what = if kind.is_fifo() { "a named pipe" } else { "a socket" };
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!(
+                "{what}, not a file: it could block every read of it (redirect a file instead of piping one)"
+            ),
+        ));
+    }
+    Ok(file)
 }
 
 /// Durations as the key tables write them.
@@ -121,5 +142,37 @@ pub const fn non_zero(value: usize) -> std::num::NonZeroUsize {
     match std::num::NonZeroUsize::new(value) {
         Some(value) => value,
         None => std::num::NonZeroUsize::MIN,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    #[test]
+    fn a_named_pipe_nobody_writes_is_refused_at_once_not_waited_on() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("vramd.toml");
+        let made = std::process::Command::new("mkfifo").arg(&fifo).status().unwrap();
+        assert!(made.success());
+        let (sender, answer) = std::sync::mpsc::channel();
+        // On a thread: before the fix the open blocks for ever.
+        std::thread::spawn(move || {
+            let _ = sender.send(read_at_most(&fifo, 1024).map_err(|error| error.to_string()));
+        });
+        let answer = answer.recv_timeout(Duration::from_secs(5)).expect("the read blocked");
+        let error = answer.unwrap_err();
+        assert!(error.contains("a named pipe, not a file"), "{error}");
+    }
+
+    #[test]
+    fn files_and_devices_are_still_read() {
+        let file = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(file.path(), "level = \"info\"\n").unwrap();
+        assert_eq!(read_at_most(file.path(), 64).unwrap().as_deref(), Some("level = \"info\"\n"));
+        assert_eq!(read_at_most(Path::new("/dev/null"), 64).unwrap().as_deref(), Some(""));
+        assert_eq!(read_bytes_at_most(Path::new("/dev/zero"), 64).unwrap(), None);
     }
 }

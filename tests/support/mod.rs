@@ -12,6 +12,7 @@
 #![allow(dead_code)]
 
 pub mod http;
+pub mod systemd;
 
 use std::ffi::OsStr;
 use std::io::{BufRead, BufReader, Read};

@@ -70,6 +70,12 @@ pub enum ReloadError {
     Step { step: &'static str, reason: String },
     #[error("reading and checking the configuration took longer than {0:?}")]
     Timeout(Duration),
+    /// An earlier reload's read is still blocked (a hung mount, a device
+    /// that never answers); another would only add a blocked thread.
+    #[error(
+        "an earlier reload is still blocked reading the configuration; refused without reading it again"
+    )]
+    StillBlocked,
     #[error("the reload task failed: {0}")]
     Task(String),
 }
@@ -90,7 +96,15 @@ pub struct Reloader {
     running: Config,
     steps: Arc<[Box<dyn ReloadStep>]>,
     telemetry: Arc<Telemetry>,
+    /// How long a reload's read and checks may take ([`RELOAD_DEADLINE`]).
+    deadline: Duration,
+    /// The read abandoned at its deadline, while it still runs: at most
+    /// one blocked thread, however many SIGHUPs follow.
+    abandoned: Option<tokio::task::JoinHandle<Prepared>>,
 }
+
+/// What a reload's blocking part hands back.
+type Prepared = Result<(Config, Config, Vec<Commit>), ReloadError>;
 
 impl Reloader {
     /// `options` are the layers the daemon started with, `running` what it
@@ -101,7 +115,14 @@ impl Reloader {
         steps: Vec<Box<dyn ReloadStep>>,
         telemetry: Arc<Telemetry>,
     ) -> Self {
-        Self { options, running, steps: steps.into(), telemetry }
+        Self {
+            options,
+            running,
+            steps: steps.into(),
+            telemetry,
+            deadline: RELOAD_DEADLINE,
+            abandoned: None,
+        }
     }
 
     /// Reloads on each hangup until `cancel` or until the hangups end.
@@ -148,12 +169,16 @@ impl Reloader {
     }
 
     async fn try_reload(&mut self) -> Result<Outcome, ReloadError> {
+        if self.abandoned.as_ref().is_some_and(|read| !read.is_finished()) {
+            return Err(ReloadError::StillBlocked);
+        }
+        self.abandoned = None;
         let options = self.options.clone();
         let running = self.running.clone();
         let steps = self.steps.clone();
         // Reading the file and the steps' checks (a token file, a CA store)
         // block: off the runtime, and abandoned at the deadline.
-        let prepared = tokio::task::spawn_blocking(move || {
+        let mut prepared = tokio::task::spawn_blocking(move || {
             let (loaded, deprecated): (Config, _) = config::load_noting(&options)?;
             for note in deprecated {
                 warn!(key = %note.new, "{note}");
@@ -169,10 +194,14 @@ impl Reloader {
             }
             Ok((loaded, next, commits))
         });
-        let (loaded, next, commits) = match tokio::time::timeout(RELOAD_DEADLINE, prepared).await {
+        let (loaded, next, commits) = match tokio::time::timeout(self.deadline, &mut prepared).await
+        {
             Ok(Ok(prepared)) => prepared?,
             Ok(Err(error)) => return Err(ReloadError::Task(error.to_string())),
-            Err(_) => return Err(ReloadError::Timeout(RELOAD_DEADLINE)),
+            Err(_) => {
+                self.abandoned = Some(prepared);
+                return Err(ReloadError::Timeout(self.deadline));
+            }
         };
         for commit in commits {
             commit();
@@ -282,5 +311,57 @@ mod tests {
         assert!(matches!(error, ReloadError::Step { step: "probe", .. }), "{error}");
         assert_eq!(commits.load(Ordering::SeqCst), 0);
         assert_eq!(reloader.running.log.level, "info");
+    }
+
+    /// Blocks in `prepare` until the test lets it go, counting entries.
+    struct Stuck {
+        entered: Arc<AtomicUsize>,
+        release: Arc<(std::sync::Mutex<bool>, std::sync::Condvar)>,
+    }
+
+    impl ReloadStep for Stuck {
+        fn name(&self) -> &'static str {
+            "stuck"
+        }
+
+        fn prepare(&self, _: &Change<'_>) -> Result<Option<Commit>, String> {
+            self.entered.fetch_add(1, Ordering::SeqCst);
+            let (released, wake) = &*self.release;
+            let mut released = released.lock().unwrap();
+            while !*released {
+                released = wake.wait(released).unwrap();
+            }
+            Ok(None)
+        }
+    }
+
+    #[tokio::test]
+    async fn hangups_after_a_blocked_read_add_no_blocked_thread() {
+        let file = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(file.path(), "").unwrap();
+        let entered = Arc::new(AtomicUsize::new(0));
+        let release = Arc::new((std::sync::Mutex::new(false), std::sync::Condvar::new()));
+        let stuck = Stuck { entered: entered.clone(), release: release.clone() };
+        let (mut reloader, telemetry) = reloader(file.path(), vec![Box::new(stuck)]);
+        reloader.deadline = Duration::from_millis(50);
+        let error = reloader.reload().await.unwrap_err();
+        assert!(matches!(error, ReloadError::Timeout(_)), "{error}");
+        for _ in 0..5 {
+            let error = reloader.reload().await.unwrap_err();
+            assert!(matches!(error, ReloadError::StillBlocked), "{error}");
+        }
+        assert_eq!(entered.load(Ordering::SeqCst), 1, "one blocked read, not one per hangup");
+        assert_eq!(telemetry.config_reloads(false), 6);
+        // Once the read returns, the next hangup reads again.
+        *release.0.lock().unwrap() = true;
+        release.1.notify_all();
+        for _ in 0..200 {
+            if reloader.abandoned.as_ref().is_some_and(|read| read.is_finished()) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        reloader.reload().await.unwrap();
+        assert_eq!(entered.load(Ordering::SeqCst), 2);
     }
 }

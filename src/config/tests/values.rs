@@ -633,3 +633,25 @@ fn config_peak_window_longer_than_retention_conflicts() {
         &["metrics.peak_window", "history.retention", "must not exceed"],
     );
 }
+
+#[test]
+fn config_a_snapshot_upload_limit_the_timeout_cannot_carry_conflicts() {
+    // Issue 35: 1 GiB within the 10 s request timeout needed over 100 MB/s;
+    // the defaults now agree at 10 MiB/s.
+    let defaults = load_env(&[]).unwrap();
+    let needed = defaults.ingest.max_snapshot_upload.get() as f64
+        / defaults.ingest.snapshot_upload_timeout.as_secs_f64();
+    assert!(needed <= crate::app::SLOWEST_SNAPSHOT_UPLOAD_RATE as f64, "{needed} B/s");
+    assert_error(
+        load_env(&[("VRAMD_INGEST__SNAPSHOT_UPLOAD_TIMEOUT", "10s")]),
+        &[
+            "ingest.max_snapshot_upload",
+            "ingest.snapshot_upload_timeout (10s) needs more than 10MiB per second",
+        ],
+    );
+    let smaller = [
+        ("VRAMD_INGEST__SNAPSHOT_UPLOAD_TIMEOUT", "10s"),
+        ("VRAMD_INGEST__MAX_SNAPSHOT_UPLOAD", "100MiB"),
+    ];
+    load_env(&smaller).unwrap();
+}
