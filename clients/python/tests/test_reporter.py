@@ -166,6 +166,39 @@ def test_nothing_is_sent_without_torch_imported(monkeypatch, vramd, caplog):
     assert not reporter_logs(caplog, logging.WARNING)
 
 
+def test_missing_torch_is_said_once_at_info(monkeypatch, vramd, caplog):
+    caplog.set_level(logging.DEBUG, logger="vramd_reporter")
+    monkeypatch.delitem(sys.modules, "torch", raising=False)
+    monkeypatch.delitem(sys.modules, "jax", raising=False)
+    reporter = vramd_reporter.start(url=vramd.url, interval=0.02)
+    assert wait_for(lambda: reporter.ticks >= 5)
+    infos = [r.getMessage() for r in reporter_logs(caplog, logging.INFO)]
+    assert len(infos) == 1 and "torch is not imported" in infos[0], infos
+    assert not reporter_logs(caplog, logging.WARNING)
+
+
+def test_cuda_never_initialised_is_said_once_at_info(fake_torch, vramd, caplog):
+    caplog.set_level(logging.DEBUG, logger="vramd_reporter")
+    fake_torch.state.initialized = False
+    reporter = vramd_reporter.start(url=vramd.url, interval=0.02)
+    assert wait_for(lambda: reporter.ticks >= 5)
+    infos = [r.getMessage() for r in reporter_logs(caplog, logging.INFO)]
+    assert len(infos) == 1 and "CUDA is not initialised" in infos[0], infos
+    assert not reporter_logs(caplog, logging.WARNING)
+    assert "is_available" not in fake_torch.state.calls  # asking would initialise CUDA
+
+
+def test_torch_without_cuda_is_said_once_at_info(fake_torch, vramd, caplog):
+    caplog.set_level(logging.DEBUG, logger="vramd_reporter")
+    fake_torch.state.built_with_cuda = False
+    fake_torch.state.initialized = False
+    reporter = vramd_reporter.start(url=vramd.url, interval=0.02)
+    assert wait_for(lambda: reporter.ticks >= 5)
+    infos = [r.getMessage() for r in reporter_logs(caplog, logging.INFO)]
+    assert len(infos) == 1 and "built without CUDA" in infos[0], infos
+    assert vramd.count == 0 and not reporter_logs(caplog, logging.WARNING)
+
+
 def test_cuda_unavailable_is_logged_once_and_nothing_sent(fake_torch, vramd, caplog):
     fake_torch.state.available = False
     reporter = vramd_reporter.start(url=vramd.url, interval=0.02)
