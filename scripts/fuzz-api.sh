@@ -5,8 +5,10 @@
 #
 #   scripts/fuzz-api.sh [path/to/vramd]     (default: target/debug/vramd)
 #
-# Called by scripts/test.sh after the cargo tests. Installs schemathesis
-# (pinned, with pip) when it is missing and fails, never skips, if it cannot.
+# Called by scripts/test.sh after the cargo tests. Runs the schemathesis
+# pinned in scripts/requirements-test.txt from the virtual environment
+# target/test-venv, made (scripts/setup-lib.sh) when missing or stale;
+# fails, never skips, if it cannot be.
 #
 # It fails when any of these does not hold:
 #   - no answer is a 5xx (not_a_server_error);
@@ -37,9 +39,11 @@
 # that in the rare run the fuzzer's own interpreter race repeats, below).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
+# shellcheck source=scripts/setup-lib.sh
+. scripts/setup-lib.sh
 
-# Schemathesis 4.32.5 supports Python 3.9 to 3.13 and OpenAPI 3.1.
-SCHEMATHESIS_VERSION=4.32.5
+# The environment scripts/test.sh makes, with the same requirements.
+TEST_VENV="${CARGO_TARGET_DIR:-target}/test-venv"
 MAX_EXAMPLES="${VRAMD_FUZZ_MAX_EXAMPLES:-50}"
 # Schemathesis repeats its fuzzing and stateful phases (each at most
 # MAX_EXAMPLES cases per operation) until FUZZ_TIME seconds are spent;
@@ -66,21 +70,13 @@ die() {
 }
 
 [ -x "$binary" ] || die "$binary not found; build it with: cargo build"
-command -v python3 >/dev/null 2>&1 || die "python3 not found; it runs schemathesis"
 command -v curl >/dev/null 2>&1 || die "curl not found"
 
-installed_version() {
-    python3 -c 'import importlib.metadata as m; print(m.version("schemathesis"))' 2>/dev/null || true
-}
-
-if [ "$(installed_version)" != "$SCHEMATHESIS_VERSION" ]; then
-    echo "scripts/fuzz-api.sh: installing schemathesis==$SCHEMATHESIS_VERSION with pip" >&2
-    python3 -m pip install --quiet --disable-pip-version-check "schemathesis==$SCHEMATHESIS_VERSION" </dev/null ||
-        die "python3 -m pip install schemathesis==$SCHEMATHESIS_VERSION failed; install it and rerun"
-    [ "$(installed_version)" = "$SCHEMATHESIS_VERSION" ] ||
-        die "schemathesis $SCHEMATHESIS_VERSION was installed but python3 cannot load it"
-fi
-echo "scripts/fuzz-api.sh: using schemathesis $SCHEMATHESIS_VERSION on $(python3 --version 2>&1)"
+ensure_python_venv "$TEST_VENV" scripts/requirements-test.txt
+schemathesis="$PWD/$TEST_VENV/bin/st"
+case "$TEST_VENV" in /*) schemathesis="$TEST_VENV/bin/st" ;; esac
+[ -x "$schemathesis" ] || die "schemathesis (st) missing from $TEST_VENV"
+echo "scripts/fuzz-api.sh: using $("$schemathesis" --version 2>&1 | head -n 1) on $("$TEST_VENV/bin/python" --version 2>&1) ($TEST_VENV)"
 
 work="$(mktemp -d)"
 daemon=""
@@ -172,7 +168,7 @@ fuzzer_race_only() {
 
 fuzz_round() {
   ( cd "$work"
-    timeout --kill-after=10 "$FUZZ_TIMEOUT" st run "$base/api/v1/openapi.json" \
+    timeout --kill-after=10 "$FUZZ_TIMEOUT" "$schemathesis" run "$base/api/v1/openapi.json" \
         --checks all \
         --exclude-checks positive_data_acceptance \
         --exclude-path /api/v1/alerts/stream \

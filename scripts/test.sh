@@ -11,49 +11,44 @@
 #     end-to-end tests that run the real binary), benches and examples built
 #     and run once in test mode;
 #   - cargo test --doc: documentation examples (cheap when there are none);
-#   - python3 -m pytest -q clients/python/tests: the Python reporter client
-#     (no GPU or torch needed; pytest is installed with pip when missing),
-#     including posting reports to the vramd binary cargo built;
-#   - scripts/fuzz-api.sh: schemathesis (pinned; installed with pip when
-#     missing) fuzzes the REST API from its OpenAPI document against that
+#   - pytest -q clients/python/tests: the Python reporter client (no GPU or
+#     torch needed), including posting reports to the vramd binary cargo
+#     built;
+#   - scripts/fuzz-api.sh: schemathesis fuzzes the REST API from its OpenAPI document against that
 #     binary on a simulated host: no 5xx, every answer as documented, the
 #     daemon alive and its memory bounded afterwards (about 75 s);
 #   - scripts/check-deploy.sh: deploy/ (systemd unit, Dockerfile, Kubernetes
 #     manifests) against systemd-analyze, strace, hadolint and the Kubernetes
 #     schemas (tools installed when missing; about 25 s).
+# pytest and schemathesis, pinned in scripts/requirements-test.txt, go into
+# a virtual environment, target/test-venv (never the system's Python:
+# Debian's is externally managed, PEP 668); the Debian packages are
+# installed with apt-get (sudo -n when not root), and the Prometheus and
+# Alertmanager services their packages enable are disabled and stopped
+# again (scripts/setup-lib.sh). scripts/check-stock-debian.sh shows this on
+# a freshly bootstrapped Debian 12.
+#
+#   scripts/test.sh                run everything
+#   scripts/test.sh --setup-only   install what the tests need (above, and
+#                                  scripts/check-deploy.sh's tools), run nothing
+#
 # Works unattended (CI=true, no stdin). Exits non-zero on the first failure.
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
+# shellcheck source=scripts/setup-lib.sh
+. scripts/setup-lib.sh
+
+SETUP_ONLY=0
+case "${1:-}" in
+"") ;;
+--setup-only) SETUP_ONLY=1 ;;
+*) setup_die "unknown argument '$1' (usage: scripts/test.sh [--setup-only])" ;;
+esac
 
 die() {
     echo "scripts/test.sh: FAILED: $*" >&2
     exit 1
-}
-
-# ensure_debian_file PATH PACKAGE: installs the Debian package that provides
-# PATH when PATH is missing; fails (never skips) when that cannot be done.
-ensure_debian_file() {
-    local path="$1" package="$2"
-    if [ -x "$path" ]; then
-        return
-    fi
-    echo "scripts/test.sh: $path not found; installing the Debian package '$package'" >&2
-    command -v apt-get >/dev/null 2>&1 ||
-        die "$path is required and apt-get is not available; install the '$package' package and rerun"
-    local sudo=""
-    if [ "$(id -u)" -ne 0 ]; then
-        command -v sudo >/dev/null 2>&1 ||
-            die "$path is required; run as root or install sudo, or install the '$package' package yourself"
-        sudo="sudo -n"
-    fi
-    export DEBIAN_FRONTEND=noninteractive
-    $sudo apt-get update </dev/null ||
-        die "apt-get update failed; cannot install $package"
-    $sudo apt-get install -y --no-install-recommends "$package" </dev/null ||
-        die "apt-get install $package failed"
-    [ -x "$path" ] ||
-        die "the '$package' package is installed but $path is missing"
 }
 
 ALERTMANAGER=/usr/bin/prometheus-alertmanager
@@ -62,40 +57,31 @@ ALERTMANAGER=/usr/bin/prometheus-alertmanager
 # PromQL expression of dashboards/ and deploy/prometheus/ through its API.
 PROMETHEUS=/usr/bin/prometheus
 
-ensure_promtool() {
-    command -v promtool >/dev/null 2>&1 || ensure_debian_file /usr/bin/promtool prometheus
+# pytest and schemathesis (scripts/fuzz-api.sh makes sure of the same one).
+TEST_VENV="${CARGO_TARGET_DIR:-target}/test-venv"
+
+# What the tests need besides Rust. The Debian packages' services are
+# disabled again when this installs them (the tests start their own).
+setup() {
+    command -v promtool >/dev/null 2>&1 || ensure_debian_file /usr/bin/promtool prometheus prometheus
+    echo "scripts/test.sh: using $(promtool --version 2>&1 | head -n 1)"
+    ensure_debian_file "$PROMETHEUS" prometheus prometheus
+    echo "scripts/test.sh: using $("$PROMETHEUS" --version 2>&1 | head -n 1)"
+    ensure_debian_file "$ALERTMANAGER" prometheus-alertmanager prometheus-alertmanager
+    echo "scripts/test.sh: using $("$ALERTMANAGER" --version 2>&1 | head -n 1)"
+    ensure_python_venv "$TEST_VENV" scripts/requirements-test.txt
+    echo "scripts/test.sh: using $("$TEST_VENV/bin/python" -m pytest --version 2>&1 | head -n 1)," \
+        "schemathesis $("$TEST_VENV/bin/st" --version 2>&1 | awk '{print $NF}') on $("$TEST_VENV/bin/python" --version 2>&1) ($TEST_VENV)"
 }
 
-ensure_prometheus() {
-    ensure_debian_file "$PROMETHEUS" prometheus
-}
-
-ensure_alertmanager() {
-    ensure_debian_file "$ALERTMANAGER" prometheus-alertmanager
-}
-
-ensure_pytest() {
-    command -v python3 >/dev/null 2>&1 ||
-        die "python3 not found; it runs the Python client's tests (clients/python)"
-    if python3 -c 'import pytest' >/dev/null 2>&1; then
-        return
-    fi
-    echo "scripts/test.sh: pytest not found; installing it with pip" >&2
-    python3 -m pip install --quiet pytest </dev/null ||
-        die "python3 -m pip install pytest failed; install pytest for python3 (or the Debian package 'python3-pytest') and rerun"
-    python3 -c 'import pytest' >/dev/null 2>&1 ||
-        die "pytest was installed but python3 cannot import it"
-}
-
+if [ "$SETUP_ONLY" = 1 ]; then
+    setup
+    scripts/check-deploy.sh --setup-only
+    echo "scripts/test.sh: set up; cargo (rustup) is the one thing not installed here"
+    exit 0
+fi
 command -v cargo >/dev/null 2>&1 || die "cargo not found; install the Rust toolchain (rustup)"
-ensure_promtool
-echo "scripts/test.sh: using $(promtool --version 2>&1 | head -n 1)"
-ensure_prometheus
-echo "scripts/test.sh: using $("$PROMETHEUS" --version 2>&1 | head -n 1)"
-ensure_alertmanager
-echo "scripts/test.sh: using $("$ALERTMANAGER" --version 2>&1 | head -n 1)"
-ensure_pytest
-echo "scripts/test.sh: using $(python3 -m pytest --version 2>&1 | head -n 1) on $(python3 --version 2>&1)"
+setup
 
 log="$(mktemp)"
 trap 'rm -f "$log"' EXIT
@@ -108,7 +94,7 @@ cargo test --workspace --doc 2>&1 | tee -a "$log"
 # The Python reporter client (clients/python): its own pytest summary; a
 # failure fails the script. VRAMD_BIN is the binary cargo just built, which
 # its end-to-end tests post real reports to (missing, they fail).
-VRAMD_BIN="${CARGO_TARGET_DIR:-target}/debug/vramd" python3 -m pytest -q clients/python/tests
+VRAMD_BIN="${CARGO_TARGET_DIR:-target}/debug/vramd" "$TEST_VENV/bin/python" -m pytest -q clients/python/tests
 
 # Schema-driven fuzzing of the REST API against the binary cargo built; a
 # failure (or schemathesis that cannot be installed) fails the script.

@@ -51,7 +51,7 @@ def fake_torch(monkeypatch):
 
 @pytest.fixture
 def no_pod_env(monkeypatch):
-    for variable in ("POD_NAME", "POD_NAMESPACE", "CONTAINER_NAME"):
+    for variable in ("POD_NAME", "POD_NAMESPACE", "VRAMD_CONTAINER_NAME", "CONTAINER_NAME"):
         monkeypatch.delenv(variable, raising=False)
 
 
@@ -169,7 +169,7 @@ def refused_url():
 def subprocess_env(no_pod_env):
     """Environment for `python -m vramd_reporter` with the fake torch importable."""
     env = dict(os.environ)
-    for variable in ("POD_NAME", "POD_NAMESPACE", "CONTAINER_NAME", "FAKE_TORCH_CUDA_AVAILABLE"):
+    for variable in ("POD_NAME", "POD_NAMESPACE", "VRAMD_CONTAINER_NAME", "CONTAINER_NAME", "FAKE_TORCH_CUDA_AVAILABLE"):
         env.pop(variable, None)
     env["PYTHONPATH"] = os.pathsep.join([str(SRC), str(FAKE_TORCH_DIR)])
     env["PYTHONDONTWRITEBYTECODE"] = "1"

@@ -90,7 +90,7 @@ def test_golden_payload_two_devices_without_snapshot(fake_torch, no_pod_env, nod
 def test_golden_payload_two_devices_with_snapshot(fake_torch, monkeypatch, node_1):
     monkeypatch.setenv("POD_NAME", "train-0")
     monkeypatch.setenv("POD_NAMESPACE", "ml")
-    monkeypatch.setenv("CONTAINER_NAME", "trainer")
+    monkeypatch.setenv("VRAMD_CONTAINER_NAME", "trainer")
     report = vramd_reporter.build_report(snapshot=True, now=NOW)
     assert report == golden(
         True,
@@ -188,10 +188,13 @@ def test_filter_stats_keeps_int_subclasses_as_plain_ints():
         ({}, {}),
         ({"POD_NAME": "train-0"}, {"pod": "train-0"}),
         (
-            {"POD_NAME": "train-0", "POD_NAMESPACE": "ml", "CONTAINER_NAME": "trainer"},
+            {"POD_NAME": "train-0", "POD_NAMESPACE": "ml", "VRAMD_CONTAINER_NAME": "trainer"},
             {"pod": "train-0", "namespace": "ml", "container": "trainer"},
         ),
-        ({"POD_NAME": "", "POD_NAMESPACE": "ml", "CONTAINER_NAME": ""}, {"namespace": "ml"}),
+        ({"POD_NAME": "", "POD_NAMESPACE": "ml", "VRAMD_CONTAINER_NAME": ""}, {"namespace": "ml"}),
+        # A generic CONTAINER_NAME (set by images and tools for their own use)
+        # is not the Kubernetes container: only vramd's own variable counts.
+        ({"POD_NAME": "train-0", "CONTAINER_NAME": "web"}, {"pod": "train-0"}),
     ],
 )
 def test_reporter_fields_from_environment(fake_torch, no_pod_env, node_1, monkeypatch, env, expected):

@@ -121,7 +121,8 @@ def test_each_kind_of_failure_is_logged_once(fake_torch, vramd, caplog):
     messages = [r.getMessage() for r in reporter_logs(caplog, logging.WARNING)]
     assert len(messages) == 2
     assert "HTTP 500" in messages[0] and "HTTP 400" in messages[1]
-    assert len(reporter_logs(caplog, logging.INFO)) == 1
+    # The recovery is logged just after the count goes up, on the reporter thread.
+    assert wait_for(lambda: len(reporter_logs(caplog, logging.INFO)) == 1)
 
 
 def test_torch_errors_do_not_raise_and_are_logged_once(fake_torch, vramd, caplog):
@@ -134,7 +135,7 @@ def test_torch_errors_do_not_raise_and_are_logged_once(fake_torch, vramd, caplog
     assert len(warnings) == 1 and "illegal memory access" in warnings[0].getMessage()
     del fake_torch.state.fail["memory_stats"]
     assert wait_for(lambda: reporter.reports_sent >= 1)
-    assert len(reporter_logs(caplog, logging.INFO)) == 1
+    assert wait_for(lambda: len(reporter_logs(caplog, logging.INFO)) == 1)
 
 
 def test_failing_snapshot_still_sends_stats(fake_torch, vramd, caplog):
@@ -166,6 +167,39 @@ def test_nothing_is_sent_without_torch_imported(monkeypatch, vramd, caplog):
     assert not reporter_logs(caplog, logging.WARNING)
 
 
+def test_missing_torch_is_said_once_at_info(monkeypatch, vramd, caplog):
+    caplog.set_level(logging.DEBUG, logger="vramd_reporter")
+    monkeypatch.delitem(sys.modules, "torch", raising=False)
+    monkeypatch.delitem(sys.modules, "jax", raising=False)
+    reporter = vramd_reporter.start(url=vramd.url, interval=0.02)
+    assert wait_for(lambda: reporter.ticks >= 5)
+    infos = [r.getMessage() for r in reporter_logs(caplog, logging.INFO)]
+    assert len(infos) == 1 and "torch is not imported" in infos[0], infos
+    assert not reporter_logs(caplog, logging.WARNING)
+
+
+def test_cuda_never_initialised_is_said_once_at_info(fake_torch, vramd, caplog):
+    caplog.set_level(logging.DEBUG, logger="vramd_reporter")
+    fake_torch.state.initialized = False
+    reporter = vramd_reporter.start(url=vramd.url, interval=0.02)
+    assert wait_for(lambda: reporter.ticks >= 5)
+    infos = [r.getMessage() for r in reporter_logs(caplog, logging.INFO)]
+    assert len(infos) == 1 and "CUDA is not initialised" in infos[0], infos
+    assert not reporter_logs(caplog, logging.WARNING)
+    assert "is_available" not in fake_torch.state.calls  # asking would initialise CUDA
+
+
+def test_torch_without_cuda_is_said_once_at_info(fake_torch, vramd, caplog):
+    caplog.set_level(logging.DEBUG, logger="vramd_reporter")
+    fake_torch.state.built_with_cuda = False
+    fake_torch.state.initialized = False
+    reporter = vramd_reporter.start(url=vramd.url, interval=0.02)
+    assert wait_for(lambda: reporter.ticks >= 5)
+    infos = [r.getMessage() for r in reporter_logs(caplog, logging.INFO)]
+    assert len(infos) == 1 and "built without CUDA" in infos[0], infos
+    assert vramd.count == 0 and not reporter_logs(caplog, logging.WARNING)
+
+
 def test_cuda_unavailable_is_logged_once_and_nothing_sent(fake_torch, vramd, caplog):
     fake_torch.state.available = False
     reporter = vramd_reporter.start(url=vramd.url, interval=0.02)
@@ -188,7 +222,7 @@ def test_429_with_retry_after_backs_off(fake_torch, vramd, caplog):
     assert wait_for(lambda: reporter.reports_sent >= 2)
     warnings = reporter_logs(caplog, logging.WARNING)
     assert len(warnings) == 1 and "429" in warnings[0].getMessage()
-    assert len(reporter_logs(caplog, logging.INFO)) == 1
+    assert wait_for(lambda: len(reporter_logs(caplog, logging.INFO)) == 1)
 
 
 def test_429_without_retry_after_doubles_the_interval(fake_torch, vramd):

@@ -18,12 +18,16 @@ log = logging.getLogger("vramd_reporter")
 
 WIRE_VERSION = 1
 
-# Reporter fields taken from the environment (Kubernetes downward API), as
-# (JSON key, environment variable). Unset or empty variables leave the key out.
+# Reporter fields taken from the environment, as (JSON key, environment
+# variable). Unset or empty variables leave the key out. The pod's name and
+# namespace come from the Kubernetes downward API (fieldRef metadata.name and
+# metadata.namespace). The downward API has no field for a container's name,
+# so the pod spec sets it literally, under a name of vramd's own: a generic
+# CONTAINER_NAME is set by images and other tools for their own purposes.
 ENV_FIELDS = (
     ("pod", "POD_NAME"),
     ("namespace", "POD_NAMESPACE"),
-    ("container", "CONTAINER_NAME"),
+    ("container", "VRAMD_CONTAINER_NAME"),
 )
 
 UUID_PREFIXES = ("GPU-", "MIG-")

@@ -118,6 +118,7 @@ class Reporter:
 
         self._builder = ReportBuilder()
         self._failures = _Failures()
+        self._idle_reasons_said: set = set()
         self._backoff = 0.0
         self._next_snapshot = 0.0
         self._stopping = threading.Event()
@@ -179,6 +180,11 @@ class Reporter:
         torch = sys.modules.get("torch")
         if torch is None or getattr(torch, "cuda", None) is None:
             return self._tick_jax()
+        if not _built_with_cuda(torch):
+            return self._idle(
+                "torch-without-cuda",
+                "this torch (%s) is built without CUDA: nothing to report" % (getattr(torch, "__version__", "?"),),
+            )
 
         now = time.monotonic()
         snapshot_due = self.snapshot_interval is not None and now >= self._next_snapshot
@@ -191,8 +197,14 @@ class Reporter:
             self.reports_failed += 1
             self._failures.fail("torch", "collecting allocator statistics failed: %r" % (error,))
             return 0.0
-        if report is None or not report["devices"]:
-            return 0.0  # CUDA not initialised yet, or no device with a UUID
+        if report is None:
+            return self._idle(
+                "cuda-not-initialised",
+                "CUDA is not initialised in this process (yet): reports start once the workload uses CUDA "
+                "(the reporter never initialises it itself, and a machine without a GPU never will)",
+            )
+        if not report["devices"]:
+            return 0.0  # no device with a UUID (logged by the builder)
 
         if snapshot_due:
             assert self.snapshot_interval is not None
@@ -212,7 +224,11 @@ class Reporter:
         """A report from a JAX the workload imported (and initialised) itself."""
         jax = sys.modules.get("jax")
         if jax is None:
-            return 0.0
+            return self._idle(
+                "no-framework",
+                "torch is not imported in this process (nor jax): nothing to report until the workload "
+                "imports it (the reporter never imports it itself)",
+            )
         try:
             report = _jax.build(jax)
         except Exception as error:
@@ -222,6 +238,13 @@ class Reporter:
         if report is None or not report["devices"]:
             return 0.0
         return self._encode_and_send(report)
+
+    def _idle(self, reason: str, text: str) -> float:
+        """Nothing to report this tick: says why, once per reason, at INFO (it is no failure)."""
+        if reason not in self._idle_reasons_said:
+            self._idle_reasons_said.add(reason)
+            log.info("vramd_reporter: %s", text)
+        return 0.0
 
     def _encode_and_send(self, report: Dict[str, Any]) -> float:
         try:
@@ -269,6 +292,18 @@ class Reporter:
         self._backoff = 0.0
         self._failures.recover(lambda kind: kind != "snapshot", "allocator reports reach %s again" % (target,))
         return 0.0
+
+
+
+def _built_with_cuda(torch: Any) -> bool:
+    """False only for a torch that says it has no CUDA (a CPU-only build); asking initialises nothing."""
+    is_built = getattr(getattr(getattr(torch, "backends", None), "cuda", None), "is_built", None)
+    if is_built is None:
+        return True
+    try:
+        return bool(is_built())
+    except Exception:
+        return True
 
 
 _lock = threading.Lock()

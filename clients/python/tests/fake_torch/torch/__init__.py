@@ -101,6 +101,7 @@ state = types.SimpleNamespace()
 def reset():
     state.available = os.environ.get("FAKE_TORCH_CUDA_AVAILABLE", "1") != "0"
     state.initialized = True
+    state.built_with_cuda = True  # False: a CPU-only build (torch.backends.cuda.is_built())
     state.devices = copy.deepcopy(DEFAULT_DEVICES)
     state.snapshot = copy.deepcopy(DEFAULT_SNAPSHOT)
     state.fail = {}  # name of a torch.cuda function -> exception it raises
@@ -159,5 +160,15 @@ cuda = types.ModuleType("torch.cuda")
 for _function in (is_available, is_initialized, device_count, get_device_properties, memory_stats, memory_snapshot):
     setattr(cuda, _function.__name__, _function)
 del _function
+
+
+def _is_built():
+    _call("backends.cuda.is_built")
+    return state.built_with_cuda
+
+
+backends = types.ModuleType("torch.backends")
+backends.cuda = types.ModuleType("torch.backends.cuda")
+backends.cuda.is_built = _is_built
 
 reset()
