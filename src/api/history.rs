@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use axum::body::Body;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
 use axum::http::{HeaderValue, header};
@@ -12,6 +13,7 @@ use crate::history::{Bucket, FastPoint, QueryError, WindowAnswer, WindowQuery};
 use crate::model::{DeviceInfo, Timestamp};
 
 use super::error::{ApiError, ErrorBody};
+use super::history_body::{Entries, split_at_trailing_list, streamed};
 use super::{AppState, PathId};
 
 /// Window used when the request names none.
@@ -45,16 +47,18 @@ pub struct HistoryResponse {
     #[serde(skip_serializing_if = "Option::is_none", with = "crate::model::rfc3339::option")]
     #[schema(value_type = Option<String>)]
     to: Option<Timestamp>,
-    /// Every sample in the window (without `step`).
+    /// Every sample in the window (without `step`). Always last, and
+    /// serialized here empty: `history_body` writes its entries in parts.
     points: Option<Vec<PointDto>>,
     /// Downsampled buckets (with `step`), each keeping min, max and last.
+    /// Last, as `points`.
     buckets: Option<Vec<Bucket>>,
 }
 
 /// One fast-tier sample.
 #[serde_with::skip_serializing_none]
 #[derive(Debug, Serialize, utoipa::ToSchema)]
-struct PointDto {
+pub(super) struct PointDto {
     #[serde(with = "crate::model::rfc3339")]
     #[schema(value_type = String)]
     at: Timestamp,
@@ -132,16 +136,19 @@ pub async fn device_history(
     }
     let device = state.store.find(&id).ok_or_else(|| ApiError::unknown_device(&id))?;
     let query = WindowQuery { window, step, max_points: state.limits.max_history_points };
-    // Copying a large window out of the ring and writing it as JSON (up to
-    // api.max_history_points entries) takes milliseconds: both run off the
-    // async workers, so scrapes and the sampler are never queued behind them.
-    let body = tokio::task::spawn_blocking(move || {
-        let answer = device.query(&query).map_err(query_error)?;
-        serde_json::to_vec(&response(device.info(), window, step, answer))
-            .map_err(ApiError::internal)
-    })
-    .await
-    .map_err(ApiError::internal)??;
+    // Only finds the window (a snapshot of the ring's chunk pointers and a
+    // binary search): the samples are read, downsampled and written as JSON
+    // by the body, a bounded part at a time, as the client reads.
+    let answer = device.query(&query).map_err(query_error)?;
+    let (entries, response) = response(device.info(), window, step, answer);
+    let json = serde_json::to_vec(&response).map_err(ApiError::internal)?;
+    let body = match entries {
+        None => Body::from(json),
+        Some(entries) => {
+            let (head, tail) = split_at_trailing_list(json).map_err(ApiError::internal)?;
+            streamed(head, entries, tail)
+        }
+    };
     Ok(([(header::CONTENT_TYPE, HeaderValue::from_static("application/json"))], body)
         .into_response())
 }
@@ -155,33 +162,37 @@ fn query_error(error: QueryError) -> ApiError {
     }
 }
 
+/// The answer with its list of points or buckets left empty, and that
+/// list's entries (none for an empty window), which the body writes out
+/// in parts.
 fn response(
     info: &DeviceInfo,
     window: Duration,
     step: Option<Duration>,
     answer: WindowAnswer,
-) -> HistoryResponse {
-    // An empty window still lists what was asked for: points, or buckets
-    // with a step.
-    let (span, points, buckets) = match answer {
-        WindowAnswer::Empty => (None, Vec::new(), Vec::new()),
+) -> (Option<Entries>, HistoryResponse) {
+    let (span, entries) = match answer {
+        WindowAnswer::Empty => (None, None),
         WindowAnswer::Raw { from, to, points } => {
-            (Some((from, to)), points.iter().map(point_dto).collect(), Vec::new())
+            (Some((from, to)), Some(Entries::Points(points.into_cursor())))
         }
         WindowAnswer::Downsampled { from, to, buckets, .. } => {
-            (Some((from, to)), Vec::new(), buckets)
+            (Some((from, to)), Some(Entries::Buckets(buckets.into_cursor())))
         }
     };
-    HistoryResponse {
+    // An empty window still lists what was asked for: points, or buckets
+    // with a step.
+    let response = HistoryResponse {
         gpu: info.index,
         uuid: info.uuid.clone(),
         window_seconds: window.as_secs_f64(),
         step_seconds: step.map(|step| step.as_secs_f64()),
         from: span.map(|(from, _)| from),
         to: span.map(|(_, to)| to),
-        points: step.is_none().then_some(points),
-        buckets: step.is_some().then_some(buckets),
-    }
+        points: step.is_none().then(Vec::new),
+        buckets: step.is_some().then(Vec::new),
+    };
+    (entries, response)
 }
 
 fn parse_duration(name: &'static str, text: &str) -> Result<Duration, ApiError> {
@@ -201,7 +212,7 @@ fn parse_duration(name: &'static str, text: &str) -> Result<Duration, ApiError> 
     Ok(duration)
 }
 
-fn point_dto(point: &FastPoint) -> PointDto {
+pub(super) fn point_dto(point: &FastPoint) -> PointDto {
     let memory = point.memory();
     PointDto {
         at: point.at(),
@@ -211,5 +222,101 @@ fn point_dto(point: &FastPoint) -> PointDto {
         free_bytes: memory.map(|m| m.free_bytes),
         gpu_utilization_ratio: point.gpu_utilization(),
         memory_bandwidth_utilization_ratio: point.memory_bandwidth_utilization(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use http_body_util::BodyExt;
+
+    use super::*;
+    use crate::history::{HistoryStore, Sizing};
+    use crate::model::{FastReading, MemoryInfo};
+
+    /// A device with `count` samples 100 ms apart, some fields absent.
+    fn device(count: i64) -> std::sync::Arc<crate::history::DeviceHistory> {
+        let store = HistoryStore::new(Sizing {
+            fast_capacity: 4_000,
+            slow_capacity: 4,
+            peak_window: Duration::from_secs(1),
+            oom_events: 1,
+        });
+        store.set_devices(vec![DeviceInfo {
+            index: 3,
+            uuid: "GPU-3".into(),
+            name: "Fake".into(),
+            pci_bus_id: None,
+            driver_version: None,
+            mig: None,
+        }]);
+        let device = store.find("3").unwrap();
+        for i in 0..count {
+            let used = 1_000 + (i as u64 * 7919) % 5_000;
+            device
+                .record_fast(FastReading {
+                    at: Timestamp::from_unix_millis(1_700_000_000_000 + i * 100),
+                    memory: (i % 5 != 0).then_some(MemoryInfo {
+                        total_bytes: 8_000,
+                        reserved_bytes: (i % 3 == 0).then_some(16),
+                        used_bytes: used,
+                        free_bytes: 8_000 - 16 - used,
+                    }),
+                    gpu_utilization: (i % 7 != 0).then_some((i % 100) as f64 / 100.0),
+                    memory_bandwidth_utilization: None,
+                })
+                .unwrap();
+        }
+        device
+    }
+
+    /// The answer as it was written before it was streamed: whole.
+    fn whole(
+        info: &DeviceInfo,
+        window: Duration,
+        step: Option<Duration>,
+        answer: WindowAnswer,
+    ) -> Vec<u8> {
+        let (entries, mut response) = response(info, window, step, answer.clone());
+        assert!(entries.is_some());
+        match answer {
+            WindowAnswer::Raw { points, .. } => {
+                response.points = Some(points.iter().map(point_dto).collect())
+            }
+            WindowAnswer::Downsampled { buckets, .. } => response.buckets = Some(buckets.to_vec()),
+            WindowAnswer::Empty => {}
+        }
+        serde_json::to_vec(&response).unwrap()
+    }
+
+    async fn streamed_bytes(
+        info: &DeviceInfo,
+        window: Duration,
+        step: Option<Duration>,
+        answer: WindowAnswer,
+    ) -> Vec<u8> {
+        let (entries, response) = response(info, window, step, answer);
+        let (head, tail) = split_at_trailing_list(serde_json::to_vec(&response).unwrap()).unwrap();
+        let body = streamed(head, entries.unwrap(), tail);
+        body.collect().await.unwrap().to_bytes().to_vec()
+    }
+
+    #[tokio::test]
+    async fn the_streamed_json_is_byte_for_byte_the_whole_answer() {
+        // Lengths around a part's size: none, one part, a part and one more.
+        for count in [1, 511, 512, 513, 1_500] {
+            let device = device(count);
+            let window = Duration::from_secs(300);
+            for step in [None, Some(Duration::from_millis(200))] {
+                let query = WindowQuery { window, step, max_points: 10_000 };
+                let answer = device.query(&query).unwrap();
+                let expected = whole(device.info(), window, step, answer.clone());
+                let streamed = streamed_bytes(device.info(), window, step, answer).await;
+                assert_eq!(
+                    String::from_utf8(streamed).unwrap(),
+                    String::from_utf8(expected).unwrap(),
+                    "{count} samples, step {step:?}"
+                );
+            }
+        }
     }
 }

@@ -12,6 +12,7 @@ mod config;
 mod dto;
 mod error;
 mod history;
+mod history_body;
 mod oom;
 mod oom_snapshot;
 pub mod openapi;
@@ -19,6 +20,9 @@ pub mod reports;
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod history_tests;
 
 use std::sync::Arc;
 use std::time::Duration;

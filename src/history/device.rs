@@ -295,7 +295,7 @@ impl DeviceHistory {
 
     /// Runs a window query over the fast tier without blocking the sampler.
     pub fn query(&self, query: &WindowQuery) -> Result<WindowAnswer, QueryError> {
-        query::run(&self.fast.snapshot(), query)
+        query::run(self.fast.snapshot(), query)
     }
 }
 

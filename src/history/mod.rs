@@ -27,8 +27,11 @@ pub use peak::PeakTracker;
 pub use points::{FastPoint, ProcessPoint, SlowPoint};
 pub use probe::{ProbeAttempt, ProbeState};
 pub use progress::{SamplingProgress, Stale};
-pub use query::{Aggregate, Bucket, QueryError, WindowAnswer, WindowQuery};
-pub use ring::{MAX_CHUNK_LEN, OutOfOrder, Ring, Snapshot, Stamped};
+pub use query::{
+    Aggregate, Bucket, BucketCursor, Buckets, PointCursor, QueryError, RawPoints, WindowAnswer,
+    WindowQuery,
+};
+pub use ring::{MAX_CHUNK_LEN, OutOfOrder, Ring, Snapshot, Span, Stamped};
 
 /// What a new listing changed ([`HistoryStore::relist`]).
 pub struct Relisted {

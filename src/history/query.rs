@@ -8,7 +8,7 @@ use std::time::Duration;
 use crate::model::Timestamp;
 
 use super::points::FastPoint;
-use super::ring::Snapshot;
+use super::ring::{Snapshot, Span};
 
 /// What a caller asks for: the window ending at the newest sample.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -101,19 +101,147 @@ impl Bucket {
     }
 }
 
+/// The samples of a raw window, left in the snapshot they were found in:
+/// a window of `api.max_history_points` samples is read straight from the
+/// ring's shared chunks as it is written out, never copied whole (issue 35:
+/// 64 such copies, with their JSON, held over a gigabyte at once).
+#[derive(Clone)]
+pub struct RawPoints {
+    snapshot: Snapshot<FastPoint>,
+    spans: Vec<Span>,
+    len: usize,
+}
+
+impl RawPoints {
+    fn new(snapshot: Snapshot<FastPoint>, from: Timestamp, to: Timestamp) -> Self {
+        let spans = snapshot.range_spans(from, to);
+        let len = spans.iter().map(Span::len).sum();
+        Self { snapshot, spans, len }
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &FastPoint> {
+        self.spans.iter().flat_map(|span| self.snapshot.span(span))
+    }
+
+    /// The samples one at a time, oldest first, owning what it reads: a
+    /// response body holds it across reads of its client.
+    pub fn into_cursor(self) -> PointCursor {
+        PointCursor { points: self, span: 0, offset: 0 }
+    }
+}
+
+impl PartialEq for RawPoints {
+    fn eq(&self, other: &Self) -> bool {
+        self.len == other.len && self.iter().eq(other.iter())
+    }
+}
+
+impl std::fmt::Debug for RawPoints {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.iter()).finish()
+    }
+}
+
+/// The samples of a [`RawPoints`] in order; its place is (span, offset).
+pub struct PointCursor {
+    points: RawPoints,
+    span: usize,
+    offset: usize,
+}
+
+impl PointCursor {
+    fn peek(&self) -> Option<FastPoint> {
+        let span = self.points.spans.get(self.span)?;
+        self.points.snapshot.span(span).get(self.offset).copied()
+    }
+}
+
+impl Iterator for PointCursor {
+    type Item = FastPoint;
+
+    fn next(&mut self) -> Option<FastPoint> {
+        let point = self.peek()?;
+        self.offset += 1;
+        if self.points.spans.get(self.span).is_some_and(|span| self.offset >= span.len()) {
+            self.span += 1;
+            self.offset = 0;
+        }
+        Some(point)
+    }
+}
+
+/// The buckets of a downsampled window, made one at a time from the
+/// window's samples as they are read, so an answer of many buckets holds
+/// one bucket, not all of them.
+#[derive(Clone, PartialEq)]
+pub struct Buckets {
+    points: RawPoints,
+    step_millis: i64,
+}
+
+impl Buckets {
+    pub fn into_cursor(self) -> BucketCursor {
+        BucketCursor { points: self.points.into_cursor(), step_millis: self.step_millis }
+    }
+
+    /// Every bucket at once, for a caller that wants them all anyway.
+    pub fn to_vec(&self) -> Vec<Bucket> {
+        self.clone().into_cursor().collect()
+    }
+}
+
+impl std::fmt::Debug for Buckets {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.to_vec()).finish()
+    }
+}
+
+/// The buckets of a [`Buckets`] in order. Buckets are aligned to multiples
+/// of the step since the epoch; those without samples are left out.
+pub struct BucketCursor {
+    points: PointCursor,
+    step_millis: i64,
+}
+
+impl Iterator for BucketCursor {
+    type Item = Bucket;
+
+    fn next(&mut self) -> Option<Bucket> {
+        let first = self.points.next()?;
+        let millis = first.at().unix_millis();
+        let start = millis - millis.rem_euclid(self.step_millis);
+        let end = start.saturating_add(self.step_millis);
+        let mut bucket = Bucket::empty(Timestamp::from_unix_millis(start));
+        bucket.add(&first);
+        while let Some(point) = self.points.peek().filter(|point| point.at().unix_millis() < end) {
+            bucket.add(&point);
+            self.points.next();
+        }
+        Some(bucket)
+    }
+}
+
 /// The answer to a [`WindowQuery`].
 #[derive(Clone, Debug, PartialEq)]
 pub enum WindowAnswer {
     Raw {
         from: Timestamp,
         to: Timestamp,
-        points: Vec<FastPoint>,
+        points: RawPoints,
     },
     Downsampled {
         from: Timestamp,
         to: Timestamp,
         step: Duration,
-        buckets: Vec<Bucket>,
+        buckets: Buckets,
     },
     /// No samples yet.
     Empty,
@@ -121,11 +249,9 @@ pub enum WindowAnswer {
 
 /// Runs `query` over `snapshot`. Buckets are aligned to multiples of `step`
 /// since the epoch, so repeated queries return stable bucket boundaries;
-/// buckets without samples are left out.
-pub fn run(
-    snapshot: &Snapshot<FastPoint>,
-    query: &WindowQuery,
-) -> Result<WindowAnswer, QueryError> {
+/// buckets without samples are left out. The answer holds the snapshot:
+/// its samples and buckets are read as the caller walks them.
+pub fn run(snapshot: Snapshot<FastPoint>, query: &WindowQuery) -> Result<WindowAnswer, QueryError> {
     let Some(newest) = snapshot.newest() else {
         return Ok(WindowAnswer::Empty);
     };
@@ -133,7 +259,8 @@ pub fn run(
     let from = to.saturating_sub(query.window);
     let window_ms = u64::try_from(query.window.as_millis()).unwrap_or(u64::MAX);
     let Some(step) = query.step else {
-        let count = snapshot.count_in(from, to);
+        let points = RawPoints::new(snapshot, from, to);
+        let count = points.len();
         if count > query.max_points {
             let suggested_step_ms = window_ms.div_ceil(query.max_points as u64).max(1);
             return Err(QueryError::TooManyPoints {
@@ -142,8 +269,6 @@ pub fn run(
                 suggested_step_ms,
             });
         }
-        let mut points = Vec::with_capacity(count);
-        points.extend(snapshot.range(from, to).copied());
         return Ok(WindowAnswer::Raw { from, to, points });
     };
     let step_ms = u64::try_from(step.as_millis()).unwrap_or(u64::MAX);
@@ -159,24 +284,8 @@ pub fn run(
             window_ms,
         });
     }
-    let step_i64 = i64::try_from(step_ms).unwrap_or(i64::MAX);
-    let mut buckets: Vec<Bucket> = Vec::with_capacity(usize::try_from(buckets_needed).unwrap_or(0));
-    // End of the current bucket: a division only when a point crosses it.
-    let mut bucket_end = i64::MIN;
-    for point in snapshot.range(from, to) {
-        let millis = point.at().unix_millis();
-        if millis < bucket_end
-            && let Some(bucket) = buckets.last_mut()
-        {
-            bucket.add(point);
-            continue;
-        }
-        let start = millis - millis.rem_euclid(step_i64);
-        bucket_end = start.saturating_add(step_i64);
-        let mut bucket = Bucket::empty(Timestamp::from_unix_millis(start));
-        bucket.add(point);
-        buckets.push(bucket);
-    }
+    let step_millis = i64::try_from(step_ms).unwrap_or(i64::MAX);
+    let buckets = Buckets { points: RawPoints::new(snapshot, from, to), step_millis };
     Ok(WindowAnswer::Downsampled { from, to, step, buckets })
 }
 
@@ -212,7 +321,7 @@ mod tests {
     fn raw_window_ends_at_the_newest_sample() {
         let ring = ring_of(&[(0, 1), (1_000, 2), (2_000, 3), (3_000, 4)]);
         let query = WindowQuery { window: Duration::from_secs(2), step: None, max_points: 100 };
-        let WindowAnswer::Raw { from, to, points } = run(&ring.snapshot(), &query).unwrap() else {
+        let WindowAnswer::Raw { from, to, points } = run(ring.snapshot(), &query).unwrap() else {
             panic!("expected raw points");
         };
         assert_eq!((from.unix_millis(), to.unix_millis()), (1_000, 3_000));
@@ -230,10 +339,11 @@ mod tests {
             step: Some(Duration::from_secs(1)),
             max_points: 100,
         };
-        let WindowAnswer::Downsampled { buckets, .. } = run(&ring.snapshot(), &query).unwrap()
+        let WindowAnswer::Downsampled { buckets, .. } = run(ring.snapshot(), &query).unwrap()
         else {
             panic!("expected buckets");
         };
+        let buckets = buckets.to_vec();
         assert_eq!(buckets.len(), 10);
         assert!(buckets.iter().all(|bucket| bucket.samples == 10));
         let spike = &buckets[3];
@@ -251,7 +361,7 @@ mod tests {
         let ring = ring_of(&samples);
         let query = WindowQuery { window: Duration::from_secs(100), step: None, max_points: 100 };
         assert_eq!(
-            run(&ring.snapshot(), &query),
+            run(ring.snapshot(), &query),
             Err(QueryError::TooManyPoints { count: 1_000, max: 100, suggested_step_ms: 1_000 })
         );
     }
@@ -264,13 +374,13 @@ mod tests {
             step: Some(Duration::from_millis(1)),
             max_points: 1_000,
         };
-        assert!(matches!(run(&ring.snapshot(), &query), Err(QueryError::TooManyBuckets { .. })));
+        assert!(matches!(run(ring.snapshot(), &query), Err(QueryError::TooManyBuckets { .. })));
     }
 
     #[test]
     fn empty_history_answers_empty() {
         let ring: Ring<FastPoint> = Ring::new(10);
         let query = WindowQuery { window: Duration::from_secs(1), step: None, max_points: 1 };
-        assert_eq!(run(&ring.snapshot(), &query), Ok(WindowAnswer::Empty));
+        assert_eq!(run(ring.snapshot(), &query), Ok(WindowAnswer::Empty));
     }
 }

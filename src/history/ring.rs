@@ -133,7 +133,27 @@ impl<T: Stamped + Clone> Ring<T> {
     }
 }
 
+/// Where a run of consecutive items lies in a [`Snapshot`]: a chunk (the
+/// open one last) and positions within it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Span {
+    part: usize,
+    start: usize,
+    end: usize,
+}
+
+impl Span {
+    pub fn len(&self) -> usize {
+        self.end - self.start
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.start == self.end
+    }
+}
+
 /// The contents of a ring at one moment, oldest first.
+#[derive(Clone)]
 pub struct Snapshot<T> {
     chunks: Vec<Arc<[T]>>,
     open: Vec<T>,
@@ -163,6 +183,25 @@ impl<T: Stamped> Snapshot<T> {
                 let end = slice.partition_point(|item| item.at() <= to);
                 slice.get(start..end).unwrap_or(&[])
             })
+    }
+
+    /// [`Snapshot::range`] as the places of its runs, for a reader that
+    /// walks a long range over several calls and keeps its place.
+    pub fn range_spans(&self, from: Timestamp, to: Timestamp) -> Vec<Span> {
+        self.slices()
+            .enumerate()
+            .filter_map(|(part, slice)| {
+                let start = slice.partition_point(|item| item.at() < from);
+                let end = slice.partition_point(|item| item.at() <= to);
+                (start < end).then_some(Span { part, start, end })
+            })
+            .collect()
+    }
+
+    /// The items at `span`, one of this snapshot's [`Snapshot::range_spans`].
+    pub fn span(&self, span: &Span) -> &[T] {
+        let part = self.chunks.get(span.part).map_or(&self.open[..], |chunk| &chunk[..]);
+        part.get(span.start..span.end).unwrap_or(&[])
     }
 
     /// Number of items in `[from, to]`, without visiting them.
