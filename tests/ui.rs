@@ -1,0 +1,133 @@
+//! The live page at `/` in a real browser: headless Chromium (Debian
+//! package `chromium`, installed by `scripts/test.sh`) driven over the
+//! DevTools Protocol against the daemon simulating a leak at 60x.
+//!
+//! Checks what a user would see: every GPU drawn with a memory bar whose
+//! parts add up to its total, the leak alert appearing once it fires, the
+//! process tables, and no console error (a CSP violation is one) at desktop
+//! and phone widths. Screenshots of both are kept in
+//! `target/ui-screenshots/`. Every wait is bounded; the daemon and Chromium
+//! are killed when the test ends, pass or fail.
+
+// A test crate: a panic here is a failed test, not a failed daemon.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+// Real processes and sockets: wall-clock waits are what this test measures.
+#![allow(clippy::disallowed_types)]
+
+#[path = "support/cdp.rs"]
+mod cdp;
+mod support;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use support::{Process, SERVE};
+
+/// Bound of the wait for the first data drawn.
+const DRAWN: Duration = Duration::from_secs(30);
+/// At 60x the leak scenario's alert fires about 6 s of real time in.
+const LEAK_FIRES: Duration = Duration::from_secs(90);
+
+const GPUS: usize = 2;
+
+/// `target/ui-screenshots/`, wherever cargo's target directory is.
+fn screenshots() -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .parent()
+        .expect("the target directory")
+        .join("ui-screenshots");
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn viewport(page: &mut cdp::Page, width: u32, height: u32, mobile: bool) {
+    page.call(
+        "Emulation.setDeviceMetricsOverride",
+        json!({"width": width, "height": height, "deviceScaleFactor": 1, "mobile": mobile}),
+    );
+}
+
+/// Each GPU's bar: `[gpu, total, sum of its parts, number of parts]`.
+const BARS: &str = "JSON.stringify([...document.querySelectorAll('article.gpu')].map(card => {
+    const bar = card.querySelector('svg.bar');
+    const parts = bar ? [...bar.querySelectorAll('rect.segment')] : [];
+    return [Number(card.dataset.gpu), bar ? Number(bar.dataset.total) : null,
+            parts.reduce((sum, part) => sum + Number(part.dataset.bytes), 0), parts.length];
+}))";
+
+fn open(addr: SocketAddr) -> (tempfile::TempDir, cdp::Browser, cdp::Page) {
+    let profile = tempfile::tempdir().unwrap();
+    let browser = cdp::Browser::launch(profile.path());
+    let mut page = browser.page();
+    for domain in ["Runtime.enable", "Log.enable", "Page.enable"] {
+        page.call(domain, json!({}));
+    }
+    viewport(&mut page, 1280, 900, false);
+    page.call("Page.navigate", json!({"url": format!("http://{addr}/")}));
+    (profile, browser, page)
+}
+
+#[test]
+fn the_live_page_draws_every_gpu_and_shows_the_leak_alert_without_console_errors() {
+    let gpus = GPUS.to_string();
+    let mut daemon = Process::spawn(
+        &[&SERVE[..], &["--simulate", "leak", "--speed", "60", "--gpus", &gpus]].concat(),
+        &[],
+    );
+    let addr = daemon.listening();
+    daemon.wait_ready(addr);
+    let (_profile, _browser, mut page) = open(addr);
+
+    assert!(
+        page.wait_for("document.body?.dataset.drawn === '1'", DRAWN),
+        "no data drawn within {DRAWN:?}; status: {}",
+        page.evaluate("document.getElementById('status').textContent")
+    );
+    let bars: Vec<(u64, u64, u64, u64)> =
+        serde_json::from_str(page.evaluate(BARS).as_str().unwrap()).unwrap();
+    assert_eq!(bars.len(), GPUS, "one card per GPU: {bars:?}");
+    for (gpu, total, sum, parts) in &bars {
+        assert!(*total > 0, "GPU {gpu} has no total");
+        assert_eq!(sum, total, "GPU {gpu}'s bar parts add up to {sum}, not its total {total}");
+        assert_eq!(*parts, 6, "GPU {gpu}: the six parts of the waterfall");
+    }
+    let label = page.evaluate("document.querySelector('svg.bar').getAttribute('aria-label')");
+    assert!(label.as_str().unwrap().contains("live tensors"), "bar's accessible name: {label}");
+    let captions = page.evaluate("document.querySelectorAll('article.gpu table caption').length");
+    assert_eq!(captions, json!(GPUS), "a captioned process table per GPU");
+
+    assert!(
+        page.wait_for(
+            "document.querySelector('.alert[data-rule=\"leak_suspected\"][data-state=\"firing\"]') !== null",
+            LEAK_FIRES,
+        ),
+        "no firing leak alert on the page within {LEAK_FIRES:?}; alerts: {}",
+        page.evaluate("document.getElementById('alerts').textContent")
+    );
+    let alert =
+        page.evaluate("document.querySelector('.alert[data-rule=\"leak_suspected\"]').textContent");
+    let alert = alert.as_str().unwrap();
+    assert!(alert.contains("Remediation:") && alert.contains("Evidence:"), "{alert}");
+    let leak = page.evaluate("document.querySelector('.marker.leak') !== null");
+    assert_eq!(leak, Value::Bool(true), "the GPU card marks the suspected leak");
+
+    let dir = screenshots();
+    std::fs::write(dir.join("desktop-1280.png"), page.screenshot()).unwrap();
+    viewport(&mut page, 390, 844, true);
+    // One refresh at the new width before the picture.
+    page.wait_for("new Promise(done => requestAnimationFrame(() => done(true)))", DRAWN);
+    let overflow = page.evaluate("document.documentElement.scrollWidth <= window.innerWidth + 1");
+    assert_eq!(overflow, Value::Bool(true), "the page scrolls sideways at 390 px");
+    std::fs::write(dir.join("narrow-390.png"), page.screenshot()).unwrap();
+
+    let errors = page.errors();
+    assert!(errors.is_empty(), "console errors: {errors:#?}");
+    let timing = page.evaluate(
+        "JSON.stringify({paint: performance.getEntriesByName('first-contentful-paint')[0]?.startTime,
+            drawn: performance.getEntriesByName('vramd-data-drawn')[0]?.startTime})",
+    );
+    eprintln!("page timing (ms since navigation): {}", timing.as_str().unwrap_or_default());
+}
