@@ -7,6 +7,9 @@
 #     and rule expression), and Alertmanager (Debian package `prometheus-alertmanager`, binary
 #     /usr/bin/prometheus-alertmanager), which tests/alertmanager.rs delivers
 #     alerts to;
+#   - installs Chromium (Debian package `chromium`) when missing: tests/ui.rs
+#     loads the live page at / in it, headless, and keeps screenshots in
+#     target/ui-screenshots/;
 #   - cargo test --workspace --all-targets: unit tests, integration tests (including the
 #     end-to-end tests that run the real binary), benches and examples built
 #     and run once in test mode;
@@ -74,6 +77,11 @@ ensure_alertmanager() {
     ensure_debian_file "$ALERTMANAGER" prometheus-alertmanager
 }
 
+# The browser tests/ui.rs drives over the DevTools Protocol.
+ensure_chromium() {
+    ensure_debian_file /usr/bin/chromium chromium
+}
+
 ensure_pytest() {
     command -v python3 >/dev/null 2>&1 ||
         die "python3 not found; it runs the Python client's tests (clients/python)"
@@ -94,6 +102,8 @@ ensure_prometheus
 echo "scripts/test.sh: using $("$PROMETHEUS" --version 2>&1 | head -n 1)"
 ensure_alertmanager
 echo "scripts/test.sh: using $("$ALERTMANAGER" --version 2>&1 | head -n 1)"
+ensure_chromium
+echo "scripts/test.sh: using $(/usr/bin/chromium --version 2>&1 | head -n 1)"
 ensure_pytest
 echo "scripts/test.sh: using $(python3 -m pytest --version 2>&1 | head -n 1) on $(python3 --version 2>&1)"
 
