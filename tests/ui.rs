@@ -131,3 +131,56 @@ fn the_live_page_draws_every_gpu_and_shows_the_leak_alert_without_console_errors
     );
     eprintln!("page timing (ms since navigation): {}", timing.as_str().unwrap_or_default());
 }
+
+/// How long the CPU figure watches the page after its data is drawn.
+const CPU_WINDOW: Duration = Duration::from_secs(60);
+
+/// Not a check: prints the page's figures against the daemon at
+/// `UI_PAGE_ADDR` (scripts/bench-ui.sh starts one with 8 GPUs x 64
+/// processes): first contentful paint and data drawn after navigation, the
+/// bytes it transferred and decoded, and the renderer's CPU (script, layout,
+/// style, tasks) per second over one minute of live updates.
+#[test]
+#[ignore = "a measurement; scripts/bench-ui.sh runs it"]
+fn page_figures() {
+    let addr: SocketAddr = std::env::var("UI_PAGE_ADDR").expect("UI_PAGE_ADDR").parse().unwrap();
+    let (_profile, _browser, mut page) = open(addr);
+    page.call("Performance.enable", json!({}));
+    assert!(page.wait_for("document.body?.dataset.drawn === '1'", DRAWN), "no data drawn");
+    let loaded = page.evaluate(
+        "JSON.stringify({
+            paint_ms: performance.getEntriesByName('first-contentful-paint')[0]?.startTime,
+            drawn_ms: performance.getEntriesByName('vramd-data-drawn')[0]?.startTime,
+            gpus: document.querySelectorAll('article.gpu').length,
+            process_rows: document.querySelectorAll('article.gpu tbody tr').length,
+            dom_nodes: document.getElementsByTagName('*').length,
+            page_bytes: [performance.getEntriesByType('navigation')[0], ...performance.getEntriesByType('resource')]
+                .filter(entry => !entry.name.includes('/api/'))
+                .map(entry => [entry.name, entry.transferSize, entry.decodedBodySize]),
+        })",
+    );
+    eprintln!("loaded: {}", loaded.as_str().unwrap());
+    let metrics = |page: &mut cdp::Page| -> Value {
+        let result = page.call("Performance.getMetrics", json!({}));
+        result["metrics"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|metric| (metric["name"].as_str().unwrap().to_owned(), metric["value"].clone()))
+            .collect::<serde_json::Map<_, _>>()
+            .into()
+    };
+    let before = metrics(&mut page);
+    std::thread::sleep(CPU_WINDOW);
+    let after = metrics(&mut page);
+    for name in ["TaskDuration", "ScriptDuration", "LayoutDuration", "RecalcStyleDuration"] {
+        let busy = after[name].as_f64().unwrap() - before[name].as_f64().unwrap();
+        eprintln!(
+            "{name}: {busy:.3} s over {} s = {:.2} % of one core",
+            CPU_WINDOW.as_secs(),
+            100.0 * busy / CPU_WINDOW.as_secs_f64()
+        );
+    }
+    eprintln!("JSHeapUsedSize: {} bytes", after["JSHeapUsedSize"]);
+    assert!(page.errors().is_empty(), "console errors: {:#?}", page.errors());
+}

@@ -79,14 +79,15 @@ impl Browser {
     pub fn page(&self) -> Page {
         let deadline = Deadline::after(IO_TIMEOUT);
         loop {
-            if let Some(Value::Array(targets)) = targets(self.devtools) {
-                if let Some(url) = targets
+            let listed = targets(self.devtools);
+            let page = listed.as_ref().and_then(Value::as_array).and_then(|targets| {
+                targets
                     .iter()
                     .find(|target| target["type"] == "page")
                     .and_then(|target| target["webSocketDebuggerUrl"].as_str())
-                {
-                    return Page::connect(self.devtools, url);
-                }
+            });
+            if let Some(url) = page {
+                return Page::connect(self.devtools, url);
             }
             assert!(!deadline.passed(), "Chromium lists no page target");
             crate::support::pause();
