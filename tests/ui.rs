@@ -5,7 +5,9 @@
 //! Checks what a user would see: every GPU drawn with a memory bar whose
 //! parts add up to its total, the leak alert appearing once it fires, the
 //! process tables, and no console error (a CSP violation is one) at desktop
-//! and phone widths. Screenshots of both are kept in
+//! and phone widths; and the same page behind the web configuration's TLS
+//! and basic auth, its reads and alert stream carrying the credentials
+//! given once. Screenshots of both widths are kept in
 //! `target/ui-screenshots/`. Every wait is bounded; the daemon and Chromium
 //! are killed when the test ends, pass or fail.
 
@@ -16,6 +18,8 @@
 
 #[path = "support/cdp.rs"]
 mod cdp;
+#[path = "support/pki.rs"]
+mod pki;
 mod support;
 
 use std::net::SocketAddr;
@@ -60,14 +64,18 @@ const BARS: &str = "JSON.stringify([...document.querySelectorAll('article.gpu')]
 
 fn open(addr: SocketAddr) -> (tempfile::TempDir, cdp::Browser, cdp::Page) {
     let profile = tempfile::tempdir().unwrap();
-    let browser = cdp::Browser::launch(profile.path());
+    let browser = cdp::Browser::launch(profile.path(), &[]);
     let mut page = browser.page();
+    enable(&mut page);
+    page.call("Page.navigate", json!({"url": format!("http://{addr}/")}));
+    (profile, browser, page)
+}
+
+fn enable(page: &mut cdp::Page) {
     for domain in ["Runtime.enable", "Log.enable", "Page.enable"] {
         page.call(domain, json!({}));
     }
-    viewport(&mut page, 1280, 900, false);
-    page.call("Page.navigate", json!({"url": format!("http://{addr}/")}));
-    (profile, browser, page)
+    viewport(page, 1280, 900, false);
 }
 
 #[test]
@@ -130,6 +138,50 @@ fn the_live_page_draws_every_gpu_and_shows_the_leak_alert_without_console_errors
             drawn: performance.getEntriesByName('vramd-data-drawn')[0]?.startTime})",
     );
     eprintln!("page timing (ms since navigation): {}", timing.as_str().unwrap_or_default());
+}
+
+/// Behind the web configuration's TLS and basic auth the page works as a
+/// user who typed the password once sees it: every read and the alert
+/// stream carry the browser's credentials, nothing is blocked.
+#[test]
+fn the_live_page_works_behind_tls_and_basic_auth() {
+    let pki = pki::Pki::new();
+    pki.leaf("server", &["localhost", "127.0.0.1"], false, false);
+    let hash = bcrypt::hash("s3cret", 4).unwrap();
+    let web = pki.web_config(&format!(
+        "{}basic_auth_users:\n  viewer: {hash}\n",
+        pki.tls("server", "NoClientCert")
+    ));
+    let web = web.to_str().unwrap();
+    let mut daemon = Process::spawn(
+        &[&SERVE[..], &["--simulate", "steady-inference", "--web.config.file", web]].concat(),
+        &[],
+    );
+    let addr = daemon.listening();
+    let profile = tempfile::tempdir().unwrap();
+    // The test CA is not in Chromium's store; the check under test is the
+    // daemon's, not the certificate's.
+    let browser = cdp::Browser::launch(profile.path(), &["--ignore-certificate-errors"]);
+    let mut page = browser.page();
+    enable(&mut page);
+    page.authenticate("viewer", "s3cret");
+    page.call("Page.navigate", json!({"url": format!("https://127.0.0.1:{}/", addr.port())}));
+
+    assert!(
+        page.wait_for("document.body?.dataset.drawn === '1'", DRAWN),
+        "no data drawn behind TLS and basic auth; status: {}",
+        page.evaluate("document.getElementById('status')?.textContent")
+    );
+    assert!(
+        page.wait_for("document.body.dataset.stream === 'open'", DRAWN),
+        "the alert stream did not open behind basic auth"
+    );
+    let challenged = page.events.iter().filter(|event| event["method"] == "Fetch.authRequired");
+    assert!(challenged.count() >= 1, "the daemon never asked for credentials");
+    let cards = page.evaluate("document.querySelectorAll('article.gpu svg.bar').length");
+    assert_eq!(cards, json!(2), "the simulator's two GPUs drawn");
+    let errors = page.errors();
+    assert!(errors.is_empty(), "console errors: {errors:#?}");
 }
 
 /// How long the CPU figure watches the page after its data is drawn.

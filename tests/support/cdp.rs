@@ -4,7 +4,11 @@
 //! Chromium is started with `--remote-debugging-port=0`; the port it picked
 //! is read from its stderr, the page target's WebSocket from `/json/list`.
 //! The WebSocket client is the few lines CDP needs (masked text frames out,
-//! unmasked text frames in) rather than a dependency. Every read has a
+//! unmasked text frames in) rather than a dependency. The protocol rather
+//! than `--headless --dump-dom --virtual-time-budget`: virtual time waits
+//! for pending fetches, so with the alert stream open the dump never came,
+//! and console errors, waiting for an alert and resizing need it anyway.
+//! Every read has a
 //! deadline; Chromium is killed when the [`Browser`] is dropped.
 #![allow(clippy::disallowed_types)]
 
@@ -30,8 +34,8 @@ pub struct Browser {
 }
 
 impl Browser {
-    /// Starts Chromium with its profile in `profile`.
-    pub fn launch(profile: &Path) -> Self {
+    /// Starts Chromium with its profile in `profile` and `extra` flags.
+    pub fn launch(profile: &Path, extra: &[&str]) -> Self {
         let mut child = Command::new(CHROMIUM)
             .args([
                 "--headless",
@@ -44,6 +48,7 @@ impl Browser {
                 "--remote-debugging-port=0",
                 "--window-size=1280,900",
             ])
+            .args(extra)
             .arg(format!("--user-data-dir={}", profile.display()))
             .arg("about:blank")
             .stdin(Stdio::null())
@@ -142,6 +147,8 @@ pub struct Page {
     next_id: u64,
     /// Every event received so far, in order.
     pub events: Vec<Value>,
+    /// What to answer an HTTP authentication challenge with.
+    credentials: Option<(String, String)>,
 }
 
 impl Page {
@@ -164,15 +171,46 @@ impl Page {
         }
         let head = String::from_utf8_lossy(&head);
         assert!(head.starts_with("HTTP/1.1 101"), "WebSocket refused: {head}");
-        Self { stream, next_id: 0, events: Vec::new() }
+        Self { stream, next_id: 0, events: Vec::new(), credentials: None }
+    }
+
+    /// Answers every HTTP authentication challenge with these credentials,
+    /// as a user typing them into the browser's prompt would.
+    pub fn authenticate(&mut self, user: &str, password: &str) {
+        self.credentials = Some((user.to_owned(), password.to_owned()));
+        self.call("Fetch.enable", json!({"handleAuthRequests": true}));
+    }
+
+    /// Sends a command without waiting for its answer; its id.
+    fn post(&mut self, method: &str, params: Value) -> u64 {
+        self.next_id += 1;
+        let message = json!({"id": self.next_id, "method": method, "params": params}).to_string();
+        self.send(message.as_bytes());
+        self.next_id
+    }
+
+    /// Lets a request the Fetch domain paused go on, with the credentials
+    /// when it paused on a challenge.
+    fn resume(&mut self, event: &Value) {
+        let request = event["params"]["requestId"].clone();
+        match (event["method"].as_str(), &self.credentials) {
+            (Some("Fetch.requestPaused"), _) => {
+                self.post("Fetch.continueRequest", json!({"requestId": request}));
+            }
+            (Some("Fetch.authRequired"), Some((user, password))) => {
+                let answer = json!({"response": "ProvideCredentials", "username": user, "password": password});
+                self.post(
+                    "Fetch.continueWithAuth",
+                    json!({"requestId": request, "authChallengeResponse": answer}),
+                );
+            }
+            _ => {}
+        }
     }
 
     /// Sends a command and waits for its answer, keeping events met on the way.
     pub fn call(&mut self, method: &str, params: Value) -> Value {
-        self.next_id += 1;
-        let id = self.next_id;
-        let message = json!({"id": id, "method": method, "params": params}).to_string();
-        self.send(message.as_bytes());
+        let id = self.post(method, params);
         loop {
             let message: Value = serde_json::from_slice(&self.receive()).unwrap();
             if message["id"] == id {
@@ -180,6 +218,7 @@ impl Page {
                 return message["result"].clone();
             }
             if message.get("method").is_some() {
+                self.resume(&message);
                 self.events.push(message);
             }
         }
