@@ -119,8 +119,12 @@ fn the_live_page_draws_every_gpu_and_shows_the_leak_alert_without_console_errors
         page.evaluate("document.querySelector('.alert[data-rule=\"leak_suspected\"]').textContent");
     let alert = alert.as_str().unwrap();
     assert!(alert.contains("Remediation:") && alert.contains("Evidence:"), "{alert}");
-    let leak = page.evaluate("document.querySelector('.marker.leak') !== null");
-    assert_eq!(leak, Value::Bool(true), "the GPU card marks the suspected leak");
+    // The stream brings the alert at once; the card's marker comes with the
+    // next refresh of the device (every 5 s).
+    assert!(
+        page.wait_for("document.querySelector('.marker.leak') !== null", DRAWN),
+        "the GPU card marks no suspected leak"
+    );
 
     let dir = screenshots();
     std::fs::write(dir.join("desktop-1280.png"), page.screenshot()).unwrap();

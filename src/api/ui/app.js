@@ -244,6 +244,10 @@ function renderAlerts() {
   const parts = [el("h3", {}, "Firing and pending (" + active.length + ")")];
   parts.push(active.length ? el("div", { role: "list", "aria-label": "Active alerts" }, ...active.map((alert) => { const item = alertItem(alert); item.setAttribute("role", "listitem"); return item; }))
     : el("p", { class: "muted" }, "Nothing firing."));
+  const resolved = state.alerts.filter((alert) => alert.state === "resolved");
+  if (resolved.length) {
+    parts.push(el("details", {}, el("summary", {}, "Recently resolved (" + resolved.length + ")"), ...resolved.map(alertItem)));
+  }
   const recent = state.recent.slice(0, RECENT_LIMIT);
   if (recent.length) {
     parts.push(el("details", {}, el("summary", {}, "Recent changes (" + recent.length + ")"),
