@@ -226,9 +226,12 @@ fn page_figures() {
             .collect::<serde_json::Map<_, _>>()
             .into()
     };
+    let count = "performance.getEntriesByType('resource').filter(entry => entry.name.endsWith('/api/v1/devices')).length";
     let before = metrics(&mut page);
+    let reads_before = page.evaluate(count);
     std::thread::sleep(CPU_WINDOW);
     let after = metrics(&mut page);
+    eprintln!("refreshes in the window: {}", page.evaluate(&format!("{count} - {reads_before}")));
     for name in ["TaskDuration", "ScriptDuration", "LayoutDuration", "RecalcStyleDuration"] {
         let busy = after[name].as_f64().unwrap() - before[name].as_f64().unwrap();
         eprintln!(
