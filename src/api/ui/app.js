@@ -16,7 +16,6 @@ const SEGMENTS = [
 ];
 
 const state = { devices: [], details: {}, history: {}, alerts: [], recent: [], ooms: [], open: new Set() };
-let timer = null;
 let refreshing = false;
 
 function el(tag, attrs, ...children) {
@@ -334,7 +333,7 @@ function listen() {
 function start() {
   document.getElementById("window").addEventListener("change", refresh);
   refresh();
-  timer = setInterval(refresh, REFRESH_MS);
+  setInterval(refresh, REFRESH_MS);
   listen();
 }
 
