@@ -7,6 +7,9 @@
 #     and rule expression), and Alertmanager (Debian package `prometheus-alertmanager`, binary
 #     /usr/bin/prometheus-alertmanager), which tests/alertmanager.rs delivers
 #     alerts to;
+#   - installs Chromium (Debian package `chromium`) when missing: tests/ui.rs
+#     loads the live page at / in it, headless, and keeps screenshots in
+#     target/ui-screenshots/;
 #   - cargo test --workspace --all-targets: unit tests, integration tests (including the
 #     end-to-end tests that run the real binary), benches and examples built
 #     and run once in test mode;
@@ -69,6 +72,9 @@ setup() {
     echo "scripts/test.sh: using $("$PROMETHEUS" --version 2>&1 | head -n 1)"
     ensure_debian_file "$ALERTMANAGER" prometheus-alertmanager prometheus-alertmanager
     echo "scripts/test.sh: using $("$ALERTMANAGER" --version 2>&1 | head -n 1)"
+    # The browser tests/ui.rs drives over the DevTools Protocol.
+    ensure_debian_file /usr/bin/chromium chromium
+    echo "scripts/test.sh: using $(/usr/bin/chromium --version 2>&1 | head -n 1)"
     ensure_python_venv "$TEST_VENV" scripts/requirements-test.txt
     echo "scripts/test.sh: using $("$TEST_VENV/bin/python" -m pytest --version 2>&1 | head -n 1)," \
         "schemathesis $("$TEST_VENV/bin/st" --version 2>&1 | awk '{print $NF}') on $("$TEST_VENV/bin/python" --version 2>&1) ($TEST_VENV)"

@@ -13,7 +13,7 @@
 //! empty, the entries from serializing each one.
 
 use axum::body::{Body, Bytes};
-use futures_util::stream;
+use futures_util::{StreamExt, stream};
 use serde::Serialize;
 
 use crate::history::{BucketCursor, PointCursor};
@@ -113,5 +113,7 @@ pub fn streamed(head: Vec<u8>, entries: Entries, tail: Bytes) -> Body {
             Stage::Done => None,
         }
     });
-    Body::from_stream(parts)
+    // Fused: a body may be polled again after its end (the compression
+    // layer does), and an unfold would panic there.
+    Body::from_stream(parts.fuse())
 }

@@ -1,5 +1,5 @@
-//! The HTTP surface: `/metrics`, the REST API under `/api/v1/`, `/healthz`
-//! and `/readyz`.
+//! The HTTP surface: `/metrics`, the REST API under `/api/v1/`, `/healthz`,
+//! `/readyz` and the live page at `/` (`ui`).
 //!
 //! Owns: routes, request limits (body size, timeout, concurrency), JSON
 //! shapes and error codes. Reads history and telemetry only; never calls a
@@ -17,6 +17,7 @@ mod oom;
 mod oom_snapshot;
 pub mod openapi;
 pub mod reports;
+mod ui;
 
 #[cfg(test)]
 mod tests;
@@ -249,39 +250,6 @@ async fn not_found(request: Request) -> ApiError {
             request.uri().path()
         ),
     )
-}
-
-/// The landing page: what this is and where to go, so the first click on
-/// the port is not a 404 (the exporter guidelines ask for one).
-#[utoipa::path(
-    get,
-    path = "/",
-    tag = "operations",
-    operation_id = "get_landing_page",
-    summary = "Landing page",
-    description = "A small HTML page with vramd's version and build and links to `/metrics`, \
-`/api/v1/devices`, `/api/v1/alerts`, `/api/v1/openapi.json`, `/healthz` and `/readyz`.",
-    responses(
-        (status = 200, description = "The landing page", body = String, content_type = "text/html"),
-    )
-)]
-pub(crate) async fn landing() -> Response {
-    const PAGE: &str = concat!(
-        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>vramd</title></head>\n",
-        "<body><h1>vramd</h1>\n<p>GPU memory monitoring: where GPU memory went, whether it is ",
-        "fragmented or leaking, and when it will run out.</p>\n<p>Version ",
-        env!("CARGO_PKG_VERSION"),
-        ", build ",
-        env!("BUILD_GIT_REVISION"),
-        ".</p>\n<ul>\n",
-        "<li><a href=\"/metrics\">/metrics</a>: Prometheus exposition</li>\n",
-        "<li><a href=\"/api/v1/devices\">/api/v1/devices</a>: devices, memory accounting, analysis</li>\n",
-        "<li><a href=\"/api/v1/alerts\">/api/v1/alerts</a>: alerts with evidence and remediation</li>\n",
-        "<li><a href=\"/api/v1/openapi.json\">/api/v1/openapi.json</a>: the REST API (OpenAPI 3.1)</li>\n",
-        "<li><a href=\"/healthz\">/healthz</a> and <a href=\"/readyz\">/readyz</a>: liveness, readiness</li>\n",
-        "</ul></body></html>\n",
-    );
-    ([(header::CONTENT_TYPE, "text/html; charset=utf-8")], PAGE).into_response()
 }
 
 #[utoipa::path(

@@ -74,7 +74,9 @@ impl utoipa::Modify for BearerToken {
 /// only, and the served document is what it registers.
 pub fn operations() -> Vec<UtoipaMethodRouter<AppState>> {
     vec![
-        routes!(super::landing),
+        routes!(super::ui::page),
+        routes!(super::ui::script),
+        routes!(super::ui::style),
         routes!(super::metrics),
         routes!(super::healthz),
         routes!(super::readyz),

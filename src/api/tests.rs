@@ -32,7 +32,7 @@ pub(super) fn limits() -> Limits {
 }
 
 /// A store filled with two minutes of a simulated multi-tenant host.
-fn filled_state() -> AppState {
+pub(super) fn filled_state() -> AppState {
     state_with(filled_store())
 }
 
@@ -676,6 +676,8 @@ async fn bad_large_and_too_frequent_reports_are_refused() {
 /// surface. A route added or removed must be added or removed here too.
 const SURFACE: &[(&str, &str)] = &[
     ("GET", "/"),
+    ("GET", "/ui/app.js"),
+    ("GET", "/ui/app.css"),
     ("GET", "/metrics"),
     ("GET", "/healthz"),
     ("GET", "/readyz"),
