@@ -205,7 +205,7 @@ pub async fn stream(
         };
         Some((Ok(event), (receiver, permit)))
     });
-    let events = stream::iter(first.into_iter().map(Ok)).chain(live);
+    let events = stream::iter(first.into_iter().map(Ok)).chain(live).fuse();
     Ok(Sse::new(events).keep_alive(KeepAlive::default()))
 }
 
