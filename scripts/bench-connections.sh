@@ -11,7 +11,8 @@
 #
 # Everything binds 127.0.0.1, every wait is bounded, the load generator and
 # the daemon are stopped on exit. Tunables (environment): PORT (first port
-# tried, 19677), PROBES (30), IDLE (512), STREAMS (1000), SKIP_BUILD=1 to
+# tried, 19677), PROBES (30), IDLE (512; 600 holds the cap for sure, see
+# docs/performance.md), STREAMS (1000), SKIP_BUILD=1 to
 # use the existing binary, BIN (target/release/vramd).
 # Needs curl and python3 (standard library only).
 

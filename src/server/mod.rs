@@ -42,7 +42,7 @@ pub use handle::{PreparedWebConfig, Verdict, WebConfigHandle};
 pub use web_config::{WebConfigError, WebState};
 
 use crate::telemetry::HttpSeries;
-use slots::{Admission, Slots, Ticket};
+use slots::{Admission, Slots};
 
 /// The connection-level bounds (`[server]` keys).
 #[derive(Clone, Copy, Debug)]
@@ -122,9 +122,12 @@ pub async fn serve(
         let open = series.open.clone();
         open.inc();
         tokio::spawn(async move {
+            // Evicted: the connection is dropped where it waits, which
+            // closes its socket. Only one with nothing in flight (a TLS
+            // handshake or a request head still to come) is ever chosen.
             tokio::select! {
                 () = ticket.evicted() => {}
-                () = connection.run(tcp, &ticket) => {}
+                () = connection.run(tcp, ticket.lease()) => {}
             }
             open.dec();
             drop(ticket);
@@ -143,8 +146,7 @@ struct Connection {
 }
 
 impl Connection {
-    async fn run(self, tcp: TcpStream, ticket: &Ticket) {
-        let lease = ticket.lease();
+    async fn run(self, tcp: TcpStream, lease: slots::Lease) {
         let deadline = tokio::time::Instant::now() + self.settings.header_read_timeout;
         let state = self.web.as_ref().map(WebConfigHandle::current);
         let Some(config) = state.as_ref().and_then(|state| state.tls.clone()) else {
