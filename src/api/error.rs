@@ -12,10 +12,11 @@ use serde::Serialize;
 pub struct ErrorBody {
     /// Stable, machine-readable: `not_found`, `unknown_device`,
     /// `unknown_alert`, `unknown_oom_event` (404); `bad_window`, `bad_step`, `bad_query`,
-    /// `bad_filter`, `too_many_points`, `bad_report`, `bad_oom_event` (400); `missing_token`,
-    /// `bad_token` (401); `remote_writes_disabled` (403);
+    /// `bad_filter`, `too_many_points`, `bad_report`, `bad_oom_event`, `bad_body` (400);
+    /// `missing_token`, `bad_token` (401); `remote_writes_disabled` (403);
     /// `method_not_allowed` (405); `request_timeout` (408); `body_too_large`
-    /// (413); `unsupported_media_type` (415); `rate_limited` (429); `internal` (500); `overloaded`,
+    /// (413); `unsupported_media_type` (415); `rate_limited`,
+    /// `too_many_failures` (429); `internal` (500); `overloaded`,
     /// `too_many_streams`, `not_ready` (503).
     #[schema(example = "unknown_device")]
     pub code: &'static str,

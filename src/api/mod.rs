@@ -11,6 +11,7 @@ mod alerts;
 mod config;
 mod dto;
 mod error;
+mod failure_budget;
 mod history;
 mod history_body;
 mod oom;
@@ -21,6 +22,8 @@ mod ui;
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod write_tests;
 
 #[cfg(test)]
 mod history_tests;
@@ -44,6 +47,7 @@ use crate::telemetry::Telemetry;
 
 pub use config::ApiConfig;
 pub use error::{ApiError, ErrorBody, StaleTier};
+pub use failure_budget::FailureBudget;
 
 /// Put on a request by the server's guard when the web configuration's
 /// credentials (client certificate, basic auth) were checked and accepted;
@@ -121,7 +125,7 @@ pub fn router_guarded(state: AppState, guard: impl FnOnce(Router) -> Router) -> 
 /// (`server.max_concurrent_scrapes`), so slow API or report clients holding
 /// every `server.max_concurrent_requests` slot cannot fail a liveness probe
 /// or a scrape.
-const SCRAPE_PATHS: [&str; 3] = ["/healthz", "/readyz", "/metrics"];
+pub const SCRAPE_PATHS: [&str; 3] = ["/healthz", "/readyz", "/metrics"];
 
 /// The two pools of request slots.
 #[derive(Clone)]

@@ -19,7 +19,7 @@ use crate::ingest::oom;
 use crate::model::OomEvent;
 
 use super::error::{ApiError, ErrorBody};
-use super::reports::{authorise, json_body, too_many_requests};
+use super::reports::{json_body, refusal, too_many_requests};
 use super::{AppState, PathId};
 
 /// The answer to an accepted event.
@@ -57,7 +57,8 @@ raises `allocator_oom` at the next evaluation (docs/alerts.md).",
             example = json!({"status": "accepted", "id": 7, "pid": 4242})),
         (status = 400, description = "Not a valid event (`bad_oom_event`): malformed JSON, \
 unknown version or field, a bad `memory_stats` figure, a size above 2^53, a free or \
-reserved figure beyond the device's total memory, `requested_bytes` 0, more than `ingest.max_stats` keys", body = ErrorBody,
+reserved figure beyond the device's total memory, `requested_bytes` 0, more than `ingest.max_stats` keys; \
+a `Content-Length` that is not a number or that the body does not match (`bad_body`)", body = ErrorBody,
             example = json!({"code": "bad_oom_event", "message": "unsupported report version 9; this vramd reads version 1"})),
         (status = 401, description = "From another host with `ingest.token_file` set: no \
 bearer token (`missing_token`) or the wrong one (`bad_token`)", body = ErrorBody,
@@ -75,13 +76,17 @@ bearer token (`missing_token`) or the wrong one (`bad_token`)", body = ErrorBody
 (`unsupported_media_type`)", body = ErrorBody,
             example = json!({"code": "unsupported_media_type", "message": "reports must be sent with Content-Type: application/json"})),
         (status = 429, description = "More than `ingest.rate_limit` events a second from this \
-reporter, or `ingest.max_reporters` reporters this second (`rate_limited`)", body = ErrorBody,
+reporter, or `ingest.max_reporters` reporters this second (`rate_limited`); \
+`server.auth_failure_budget` wrong bearer tokens from this address this minute \
+(`too_many_failures`)", body = ErrorBody,
             headers(("Retry-After" = u64, description = "Seconds to wait before sending again")),
             example = json!({"code": "rate_limited", "message": "more than 10 OOM events per second from this reporter (ingest.rate_limit)"})),
     )
 )]
 pub async fn post(State(state): State<AppState>, request: Request) -> Result<Response, ApiError> {
-    authorise(&request, state.ingest.token.as_deref())?;
+    if let Some(refused) = refusal(&request, &state.ingest) {
+        return Ok(refused);
+    }
     let body = json_body(request, state.limits.max_request_body_bytes).await?;
     let bad = |error: crate::ingest::ReportError| {
         ApiError::bad_request("bad_oom_event", error.to_string())

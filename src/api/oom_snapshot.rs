@@ -23,7 +23,7 @@ use serde::Serialize;
 use crate::ingest::{SnapshotError, SnapshotStore, Upload};
 
 use super::error::{ApiError, ErrorBody};
-use super::reports::{announced_length, authorise, too_many_requests};
+use super::reports::{announced_length, refusal, too_many_requests};
 use super::{AppState, PathId, oom};
 
 /// Written and read in pieces of this size: large enough that the blocking
@@ -200,7 +200,9 @@ pub async fn put(
     PathId(id): PathId,
     request: Request,
 ) -> Result<Response, ApiError> {
-    authorise(&request, state.ingest.token.as_deref())?;
+    if let Some(refused) = refusal(&request, &state.ingest) {
+        return Ok(refused);
+    }
     let snapshots = state.ingest.snapshots.clone().ok_or_else(disabled)?;
     let (_, event) = oom::find(&state, &id)?;
     if let Err(refusal) = state.ingest.oom.admit(&event, tokio::time::Instant::now()) {

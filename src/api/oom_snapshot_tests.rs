@@ -39,6 +39,7 @@ fn state(token: Option<&str>, dir: Option<&Path>, total: u64, upload: u64) -> Ap
             oom_hook: None,
             snapshots,
             token: token.map(str::to_owned),
+            token_failures: crate::api::FailureBudget::new(10, 1024),
         },
     )
 }

@@ -28,6 +28,7 @@ fn state(token: Option<&str>, store: Arc<HistoryStore>) -> AppState {
             oom_hook: None,
             snapshots: None,
             token: token.map(str::to_owned),
+            token_failures: crate::api::FailureBudget::new(10, 1024),
         },
     )
 }

@@ -30,6 +30,8 @@ pub struct Ingest {
     pub limits: ReportLimits,
     /// Bearer token for writers that are not on loopback.
     pub token: Option<String>,
+    /// Wrong bearer tokens per client address (`server.auth_failure_budget`).
+    pub token_failures: super::FailureBudget,
 }
 
 /// Where an accepted OOM event goes besides history (a recording).
@@ -46,11 +48,15 @@ pub fn bearer_token(value: &str) -> Option<&str> {
     scheme.eq_ignore_ascii_case("bearer").then(|| token.trim_start())
 }
 
-/// Allows a write: an authenticated web client, a writer on
-/// loopback, else the configured bearer token.
-pub(super) fn authorise(request: &Request, token: Option<&str>) -> Result<(), ApiError> {
+/// Why a write is not allowed, as its answer; `None` for an authenticated
+/// web client, a writer on loopback, or the configured bearer token. A
+/// presented token is checked even from loopback; an address that presented
+/// `server.auth_failure_budget` wrong tokens this minute gets 429 without
+/// a check, so a token cannot be guessed at request rate.
+pub(super) fn refusal(request: &Request, ingest: &Ingest) -> Option<Response> {
+    let (token, failures) = (ingest.token.as_deref(), &ingest.token_failures);
     if request.extensions().get::<super::Authenticated>().is_some() {
-        return Ok(());
+        return None;
     }
     let peer = request.extensions().get::<ConnectInfo<SocketAddr>>().map(|ConnectInfo(addr)| *addr);
     let presented = request
@@ -59,33 +65,50 @@ pub(super) fn authorise(request: &Request, token: Option<&str>) -> Result<(), Ap
         .and_then(|value| value.to_str().ok())
         .and_then(bearer_token);
     if let (Some(expected), Some(presented)) = (token, presented) {
-        // Equal-time comparison is not needed for a shared secret on a
-        // rate-limited write path, but a wrong token is always refused.
-        return if expected.as_bytes() == presented.as_bytes() {
-            Ok(())
-        } else {
-            Err(ApiError::new(
+        let address = peer.map(|addr| addr.ip());
+        if failures.spent(address) {
+            let mut refused = ApiError::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                "too_many_failures",
+                "too many wrong bearer tokens from this address (server.auth_failure_budget); \
+                 retry in a minute",
+            )
+            .into_response();
+            refused.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("60"));
+            return Some(refused);
+        }
+        // Equal-time comparison is not needed for a shared secret whose
+        // guesses are budgeted per address, but a wrong token is always
+        // refused.
+        if expected.as_bytes() == presented.as_bytes() {
+            return None;
+        }
+        failures.fail(address);
+        return Some(
+            ApiError::new(
                 StatusCode::UNAUTHORIZED,
                 "bad_token",
                 "the bearer token is not the one configured (ingest.token_file)",
-            ))
-        };
+            )
+            .into_response(),
+        );
     }
     if peer.is_some_and(|addr| is_loopback(addr.ip())) {
-        return Ok(());
+        return None;
     }
-    match (token, presented) {
-        (Some(_), None) => Err(ApiError::new(
+    let refusal = match (token, presented) {
+        (Some(_), None) => ApiError::new(
             StatusCode::UNAUTHORIZED,
             "missing_token",
             "writes from other hosts need Authorization: Bearer <token> (ingest.token_file)",
-        )),
-        _ => Err(ApiError::new(
+        ),
+        _ => ApiError::new(
             StatusCode::FORBIDDEN,
             "remote_writes_disabled",
             "only loopback may write allocator reports; set ingest.token_file to accept others",
-        )),
-    }
+        ),
+    };
+    Some(refusal.into_response())
 }
 
 /// Loopback, including IPv4-mapped loopback (`::ffff:127.0.0.1`), which is
@@ -101,13 +124,47 @@ fn is_loopback(ip: std::net::IpAddr) -> bool {
 
 /// The body of a JSON write, at most `limit` bytes. A body whose announced
 /// length is over the limit is refused before any of it is read (a 10 GB
-/// `Content-Length` gets 413 at once, not a timeout).
+/// `Content-Length` gets 413 at once, not a timeout). A `Content-Length`
+/// that is not a number, or that the body does not match (cut short, or
+/// longer), is the client's malformed request: 400, not 413.
 pub(super) async fn json_body(request: Request, limit: usize) -> Result<Bytes, ApiError> {
     require_json(request.headers())?;
-    if announced_length(request.headers()).is_some_and(|length| length > limit as u64) {
+    let announced = match request.headers().get(header::CONTENT_LENGTH) {
+        None => None,
+        Some(_) => Some(announced_length(request.headers()).ok_or_else(|| {
+            ApiError::bad_request("bad_body", "Content-Length is not a number of bytes")
+        })?),
+    };
+    if announced.is_some_and(|length| length > limit as u64) {
         return Err(body_too_large(limit));
     }
-    axum::body::to_bytes(request.into_body(), limit).await.map_err(|_| body_too_large(limit))
+    let body = axum::body::to_bytes(request.into_body(), limit).await.map_err(|error| {
+        if over_the_limit(&error) {
+            body_too_large(limit)
+        } else {
+            ApiError::bad_request("bad_body", format!("the body broke off: {error}"))
+        }
+    })?;
+    match announced {
+        Some(length) if length != body.len() as u64 => Err(ApiError::bad_request(
+            "bad_body",
+            format!("Content-Length announced {length} bytes, the body has {}", body.len()),
+        )),
+        _ => Ok(body),
+    }
+}
+
+/// Whether reading a body failed on the size limit, not on the body itself
+/// (a connection closed before the announced length arrived).
+fn over_the_limit(error: &axum::Error) -> bool {
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(error);
+    while let Some(current) = cause {
+        if current.is::<http_body_util::LengthLimitError>() {
+            return true;
+        }
+        cause = current.source();
+    }
+    false
 }
 
 /// Writes must say they are JSON: a form or `text/plain` POST needs no CORS
@@ -179,7 +236,8 @@ report joins the NVML process with the same device UUID whose host PID, or names
         (status = 400, description = "Not a valid report (`bad_report`): malformed JSON, \
 unknown version or field, negative or non-finite number, a value above 2^53, a negative \
 `max_split_size` other than -1, allocated > reserved, reserved beyond the device's total \
-memory, a missing key, more than `ingest.max_devices` devices or `ingest.max_stats` keys", body = ErrorBody,
+memory, a missing key, more than `ingest.max_devices` devices or `ingest.max_stats` keys; a \
+`Content-Length` that is not a number or that the body does not match (`bad_body`)", body = ErrorBody,
             example = json!({"code": "bad_report", "message": "unsupported report version 9; this vramd reads version 1"})),
         (status = 401, description = "From another host with `ingest.token_file` set: no \
 bearer token (`missing_token`) or the wrong one (`bad_token`)", body = ErrorBody,
@@ -197,14 +255,18 @@ than `server.max_request_body` (`body_too_large`); refused before reading it", b
 (`unsupported_media_type`): a form or text POST from a web page is refused", body = ErrorBody,
             example = json!({"code": "unsupported_media_type", "message": "reports must be sent with Content-Type: application/json"})),
         (status = 429, description = "More than `ingest.rate_limit` reports a second from \
-this reporter, or `ingest.max_reporters` reporters already tracked (`rate_limited`)",
+this reporter, or `ingest.max_reporters` reporters already tracked (`rate_limited`); \
+`server.auth_failure_budget` wrong bearer tokens from this address this minute \
+(`too_many_failures`, `Retry-After: 60`)",
             body = ErrorBody,
             headers(("Retry-After" = u64, description = "Seconds to wait before reporting again")),
             example = json!({"code": "rate_limited", "message": "more than 10 reports per second from this reporter (ingest.rate_limit)"})),
     )
 )]
 pub async fn post(State(state): State<AppState>, request: Request) -> Result<Response, ApiError> {
-    authorise(&request, state.ingest.token.as_deref())?;
+    if let Some(refused) = refusal(&request, &state.ingest) {
+        return Ok(refused);
+    }
     let body = json_body(request, state.limits.max_request_body_bytes).await?;
     let report = ingest::report::parse(&body, &state.ingest.limits)
         .map_err(|error| ApiError::bad_request("bad_report", error.to_string()))?;

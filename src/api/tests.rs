@@ -538,7 +538,7 @@ async fn a_stream_id_from_another_run_or_never_sent_asks_the_reader_to_read_agai
     }
 }
 
-fn report_body(pid: u32) -> String {
+pub(super) fn report_body(pid: u32) -> String {
     serde_json::json!({
         "version": 1,
         "reporter": { "pid": pid, "hostname": "node-1" },
@@ -609,7 +609,7 @@ pub(super) async fn post_json(
     (status, serde_json::from_slice(&bytes).unwrap(), retry)
 }
 
-fn with_token(token: Option<&str>) -> AppState {
+pub(super) fn with_token(token: Option<&str>) -> AppState {
     state_with_intake(
         filled_store(),
         reports::Ingest {
@@ -623,6 +623,7 @@ fn with_token(token: Option<&str>) -> AppState {
             oom_hook: None,
             snapshots: None,
             token: token.map(str::to_owned),
+            token_failures: crate::api::FailureBudget::new(3, 1024),
         },
     )
 }

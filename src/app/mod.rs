@@ -278,6 +278,7 @@ pub async fn run(
         header_read_timeout: config.server.header_read_timeout,
         idle_timeout: config.server.idle_timeout,
         max_connections: config.server.max_connections.get(),
+        reserved_connections: config.server.reserved_connections,
     };
     let server =
         server::serve(listener, app, web, settings, telemetry.http_series()?, cancel.clone());

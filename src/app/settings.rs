@@ -183,6 +183,10 @@ pub fn report_intake(config: &Config, token: Option<String>) -> api::reports::In
         oom_hook: None,
         snapshots: None,
         token,
+        token_failures: api::FailureBudget::new(
+            config.server.auth_failure_budget,
+            config.server.auth_cache_size.get(),
+        ),
     }
 }
 

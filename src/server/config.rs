@@ -32,6 +32,10 @@ pub struct ServerConfig {
     // the trace, the log and notifier connections.
     /// open connections at most; more are closed on accept and counted
     pub max_connections: NonZeroUsize,
+    // A few: a probe or a scrape holds one for milliseconds, and any other
+    // request on one is answered 503 and closed at once.
+    /// connections beyond max_connections that serve only /healthz, /readyz and /metrics
+    pub reserved_connections: usize,
     /// a new connection must complete its TLS handshake and first request head within this
     pub header_read_timeout: Duration,
     // Above the usual 15-60 s scrape intervals, so Prometheus keeps its
@@ -63,6 +67,7 @@ impl Default for ServerConfig {
             max_concurrent_requests: non_zero(64),
             max_concurrent_scrapes: non_zero(16),
             max_connections: non_zero(512),
+            reserved_connections: 16,
             header_read_timeout: secs(10),
             idle_timeout: secs(90),
             web_config: None,
@@ -82,6 +87,7 @@ impl ServerConfig {
         keys.count("max_concurrent_requests", self.max_concurrent_requests.get() as u64, 1, 10_000);
         keys.count("max_concurrent_scrapes", self.max_concurrent_scrapes.get() as u64, 1, 10_000);
         keys.count("max_connections", self.max_connections.get() as u64, 1, 100_000);
+        keys.count("reserved_connections", self.reserved_connections as u64, 0, 10_000);
         keys.duration("header_read_timeout", self.header_read_timeout, ms(100), mins(5));
         keys.duration("idle_timeout", self.idle_timeout, secs(1), hours(1));
         keys.words("web_config", Form::Path, "path; not set by default");

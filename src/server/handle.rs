@@ -8,7 +8,7 @@
 //! blocking threads under a deadline; a failed reload keeps the last good
 //! state. Depends on `web_config`, `telemetry` (series), `clock`.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -21,6 +21,7 @@ use tracing::{info, warn};
 
 use super::ServerConfig;
 use super::web_config::{self, WebConfigError, WebState};
+use crate::api::FailureBudget;
 use crate::telemetry::WebConfigSeries;
 
 /// bcrypt checks at once. Each costs tens of milliseconds of one core;
@@ -29,9 +30,6 @@ use crate::telemetry::WebConfigSeries;
 /// queued: the client is asked to retry (nobody waits in a request slot
 /// that scrapes or probes need).
 const BCRYPT_AT_ONCE: usize = 1;
-
-/// The window of `server.auth_failure_budget`.
-const FAILURE_WINDOW: Duration = Duration::from_secs(60);
 
 /// How long one reload (reading a few small files) may take.
 const RELOAD_DEADLINE: Duration = Duration::from_secs(5);
@@ -52,10 +50,8 @@ struct Inner {
     /// Digests that bcrypt refused: the same wrong password again costs
     /// no bcrypt.
     refused: Mutex<HashSet<[u8; 32]>>,
-    /// Failed checks per client address in its current window.
-    failures: Mutex<HashMap<IpAddr, (tokio::time::Instant, u32)>>,
+    failures: FailureBudget,
     cache_size: usize,
-    failure_budget: u32,
     bcrypt: Arc<Semaphore>,
     series: Mutex<Option<WebConfigSeries>>,
 }
@@ -91,9 +87,11 @@ impl WebConfigHandle {
                 stamps: Mutex::new(stamps),
                 verified: Mutex::new(HashSet::new()),
                 refused: Mutex::new(HashSet::new()),
-                failures: Mutex::new(HashMap::new()),
+                failures: FailureBudget::new(
+                    server.auth_failure_budget,
+                    server.auth_cache_size.get(),
+                ),
                 cache_size: server.auth_cache_size.get(),
-                failure_budget: server.auth_failure_budget,
                 bcrypt: Arc::new(Semaphore::new(BCRYPT_AT_ONCE)),
                 series: Mutex::new(None),
             }),
@@ -212,7 +210,7 @@ impl WebConfigHandle {
         if self.inner.verified.lock().contains(&key) {
             return Verdict::Accepted;
         }
-        if self.over_budget(peer) {
+        if self.inner.failures.spent(peer) {
             return Verdict::Limited;
         }
         if self.inner.refused.lock().contains(&key) {
@@ -241,34 +239,9 @@ impl WebConfigHandle {
         }
     }
 
-    /// Whether `peer` spent its failure budget in its current window.
-    fn over_budget(&self, peer: Option<IpAddr>) -> bool {
-        let Some(peer) = peer else { return false };
-        let failures = self.inner.failures.lock();
-        failures.get(&peer).is_some_and(|(start, count)| {
-            start.elapsed() < FAILURE_WINDOW && *count >= self.inner.failure_budget
-        })
-    }
-
     /// Counts a failed check against `peer`'s budget; always `Refused`.
     fn failed_check(&self, peer: Option<IpAddr>) -> Verdict {
-        if let Some(peer) = peer {
-            let mut failures = self.inner.failures.lock();
-            if failures.len() >= self.inner.cache_size && !failures.contains_key(&peer) {
-                // Bounded like the caches: windows that ended go first,
-                // and a table still full starts over.
-                failures.retain(|_, (start, _)| start.elapsed() < FAILURE_WINDOW);
-                if failures.len() >= self.inner.cache_size {
-                    failures.clear();
-                }
-            }
-            let now = tokio::time::Instant::now();
-            let entry = failures.entry(peer).or_insert((now, 0));
-            if entry.0.elapsed() >= FAILURE_WINDOW {
-                *entry = (now, 0);
-            }
-            entry.1 = entry.1.saturating_add(1);
-        }
+        self.inner.failures.fail(peer);
         Verdict::Refused
     }
 

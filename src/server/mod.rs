@@ -3,15 +3,18 @@
 //! exporter-toolkit web configuration (TLS, client certificates, basic
 //! auth, extra headers) with reload on change.
 //!
-//! Owns: accepting (the connection cap, its counter and gauge), the TLS
-//! handshake, header-read and idle timeouts, graceful close, the answer to
-//! plain HTTP on a TLS port. Routes, their limits and JSON shapes are
-//! `api`'s; this module never looks inside a request beyond the guard.
+//! Owns: accepting (the connection cap, its reserve for probes and
+//! scrapes, eviction of the idlest connection at the cap, the counter and
+//! gauge), the TLS handshake, header-read and idle timeouts, graceful
+//! close, the answer to plain HTTP on a TLS port. Routes, their limits and
+//! JSON shapes are `api`'s; this module never looks inside a request beyond
+//! the guard and the path a reserve slot may serve.
 //! Depends on `api` (the router's error shape), `telemetry`, `clock`.
 
 mod auth;
 mod config;
 mod handle;
+mod slots;
 mod tls;
 mod web_config;
 
@@ -24,11 +27,11 @@ use std::time::Duration;
 use axum::Router;
 use axum::body::Body;
 use axum::extract::ConnectInfo;
+use axum::response::IntoResponse;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tower::ServiceExt;
 use tracing::{debug, info, warn};
@@ -39,6 +42,7 @@ pub use handle::{PreparedWebConfig, Verdict, WebConfigHandle};
 pub use web_config::{WebConfigError, WebState};
 
 use crate::telemetry::HttpSeries;
+use slots::{Admission, Slots};
 
 /// The connection-level bounds (`[server]` keys).
 #[derive(Clone, Copy, Debug)]
@@ -48,6 +52,8 @@ pub struct ServeSettings {
     /// From the end of an answer to the next complete request head.
     pub idle_timeout: Duration,
     pub max_connections: usize,
+    /// Connections beyond `max_connections` for probes and scrapes only.
+    pub reserved_connections: usize,
 }
 
 /// Serves `router` on `listener` until `cancel`, then lets open
@@ -62,7 +68,7 @@ pub async fn serve(
     cancel: CancellationToken,
 ) {
     let max = settings.max_connections.max(1);
-    let slots = Arc::new(Semaphore::new(max));
+    let slots = Slots::new(max, settings.reserved_connections);
     let at_cap = AtomicBool::new(false);
     // Accept failures (out of file descriptors, mostly) come ten a second
     // while they last: warn at most once per `ACCEPT_WARNING_PERIOD`, with
@@ -82,16 +88,26 @@ pub async fn serve(
             },
         };
         failures.accepted();
-        let Ok(slot) = slots.clone().try_acquire_owned() else {
-            series.rejected.inc();
-            if !at_cap.swap(true, Ordering::Relaxed) {
-                warn!(
-                    max_connections = max,
-                    "connection cap reached (server.max_connections); closing new connections until some end"
-                );
+        let ticket = match slots.admit() {
+            Admission::Free(ticket) => ticket,
+            Admission::Evicted(ticket) => {
+                debug!(peer = %peer, "at the connection cap: closed the connection idle the longest");
+                ticket
             }
-            drop(tcp);
-            continue;
+            Admission::Full => {
+                series.rejected.inc();
+                if !at_cap.swap(true, Ordering::Relaxed) {
+                    warn!(
+                        max_connections = max,
+                        reserved_connections = settings.reserved_connections,
+                        "connection cap reached (server.max_connections and \
+                         server.reserved_connections), every connection busy; \
+                         closing new connections until some end"
+                    );
+                }
+                drop(tcp);
+                continue;
+            }
         };
         if at_cap.swap(false, Ordering::Relaxed) {
             info!("below the connection cap again; accepting");
@@ -106,14 +122,19 @@ pub async fn serve(
         let open = series.open.clone();
         open.inc();
         tokio::spawn(async move {
-            connection.run(tcp).await;
+            // Evicted: the connection is dropped where it waits, which
+            // closes its socket. Only one with nothing in flight (a TLS
+            // handshake or a request head still to come) is ever chosen.
+            tokio::select! {
+                () = ticket.evicted() => {}
+                () = connection.run(tcp, ticket.lease()) => {}
+            }
             open.dec();
-            drop(slot);
+            drop(ticket);
         });
     }
     drop(listener);
-    // Every slot back means every connection has closed.
-    let _ = slots.acquire_many(u32::try_from(max).unwrap_or(u32::MAX)).await;
+    slots.all_closed().await;
 }
 
 struct Connection {
@@ -125,11 +146,11 @@ struct Connection {
 }
 
 impl Connection {
-    async fn run(self, tcp: TcpStream) {
+    async fn run(self, tcp: TcpStream, lease: slots::Lease) {
         let deadline = tokio::time::Instant::now() + self.settings.header_read_timeout;
         let state = self.web.as_ref().map(WebConfigHandle::current);
         let Some(config) = state.as_ref().and_then(|state| state.tls.clone()) else {
-            self.http(TokioIo::new(tcp), TlsPeer::default(), deadline).await;
+            self.http(TokioIo::new(tcp), TlsPeer::default(), lease, deadline).await;
             return;
         };
         let mut first = [0u8; 1];
@@ -154,11 +175,16 @@ impl Connection {
         };
         let verified_cert = state.as_ref().is_some_and(|state| state.require_verified_cert)
             && stream.get_ref().1.peer_certificates().is_some_and(|certs| !certs.is_empty());
-        self.http(TokioIo::new(stream), TlsPeer { verified_cert }, deadline).await;
+        self.http(TokioIo::new(stream), TlsPeer { verified_cert }, lease, deadline).await;
     }
 
-    async fn http<I>(self, io: TokioIo<I>, tls: TlsPeer, deadline: tokio::time::Instant)
-    where
+    async fn http<I>(
+        self,
+        io: TokioIo<I>,
+        tls: TlsPeer,
+        lease: slots::Lease,
+        deadline: tokio::time::Instant,
+    ) where
         I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
     {
         let started = Arc::new(AtomicBool::new(false));
@@ -170,14 +196,33 @@ impl Connection {
             request.extensions_mut().insert(tls);
             let router = router.clone();
             let headers = web.as_ref().map(|web| web.current());
+            let refused =
+                lease.restricted() && !crate::api::SCRAPE_PATHS.contains(&request.uri().path());
+            // A refusal is not worth keeping a reserved slot for: its
+            // connection stays evictable while the 503 is written.
+            let in_flight = (!refused).then(|| lease.begin());
             async move {
-                let Ok(mut response) = router.oneshot(request.map(Body::new)).await;
+                let mut response = if refused {
+                    reserve_only()
+                } else {
+                    let Ok(response) = router.oneshot(request.map(Body::new)).await;
+                    response
+                };
                 if let Some(state) = headers {
                     for (name, value) in &state.headers {
                         response.headers_mut().insert(name.clone(), value.clone());
                     }
                 }
-                Ok::<_, Infallible>(response)
+                if let Some(in_flight) = &in_flight {
+                    in_flight.answered(response.status().as_u16() < 400);
+                }
+                // Idle again once hyper has sent the body whole and drops it.
+                Ok::<_, Infallible>(response.map(|body| {
+                    Body::new(http_body_util::BodyExt::map_frame(body, move |frame| {
+                        let _held_until_sent = &in_flight;
+                        frame
+                    }))
+                }))
             }
         });
         let mut builder = hyper::server::conn::http1::Builder::new();
@@ -220,6 +265,21 @@ impl Connection {
             }
         }
     }
+}
+
+/// The answer on a reserve slot to anything but a probe or a scrape.
+fn reserve_only() -> hyper::Response<Body> {
+    let mut response = crate::api::ApiError::new(
+        hyper::StatusCode::SERVICE_UNAVAILABLE,
+        "overloaded",
+        "every connection is busy (server.max_connections); only /healthz, /readyz and /metrics \
+         are served on the connections kept for them (server.reserved_connections); retry shortly",
+    )
+    .into_response();
+    let headers = response.headers_mut();
+    headers.insert(hyper::header::CONNECTION, hyper::header::HeaderValue::from_static("close"));
+    headers.insert(hyper::header::RETRY_AFTER, hyper::header::HeaderValue::from_static("1"));
+    response
 }
 
 async fn plain_http_on_tls(mut tcp: TcpStream, deadline: tokio::time::Instant) {
