@@ -279,6 +279,7 @@ pub async fn run(
         idle_timeout: config.server.idle_timeout,
         max_connections: config.server.max_connections.get(),
         reserved_connections: config.server.reserved_connections,
+        write_stall_timeout: config.server.write_stall_timeout,
     };
     let server =
         server::serve(listener, app, web, settings, telemetry.http_series()?, cancel.clone());

@@ -42,6 +42,11 @@ pub struct ServerConfig {
     // connection (and its TLS session) between scrapes.
     /// a connection with no complete request head this long after its last answer is closed
     pub idle_timeout: Duration,
+    // Kernel socket buffers hold a few hundred KiB: a client reading even
+    // at modem speed empties some within seconds, so a minute of no
+    // progress at all is a client that stopped reading.
+    /// a connection whose answer the client takes no byte of for this long is closed
+    pub write_stall_timeout: Duration,
     /// exporter-toolkit web configuration (TLS, client certificates, basic auth, headers)
     pub web_config: Option<PathBuf>,
     /// how often the web configuration and the files it names are checked for changes
@@ -70,6 +75,7 @@ impl Default for ServerConfig {
             reserved_connections: 16,
             header_read_timeout: secs(10),
             idle_timeout: secs(90),
+            write_stall_timeout: secs(60),
             web_config: None,
             web_config_poll_interval: secs(10),
             auth_cache_size: non_zero(1024),
@@ -90,6 +96,7 @@ impl ServerConfig {
         keys.count("reserved_connections", self.reserved_connections as u64, 0, 10_000);
         keys.duration("header_read_timeout", self.header_read_timeout, ms(100), mins(5));
         keys.duration("idle_timeout", self.idle_timeout, secs(1), hours(1));
+        keys.duration("write_stall_timeout", self.write_stall_timeout, ms(100), hours(1));
         keys.words("web_config", Form::Path, "path; not set by default");
         keys.duration("web_config_poll_interval", self.web_config_poll_interval, secs(1), hours(1));
         keys.count("auth_cache_size", self.auth_cache_size.get() as u64, 1, 100_000);

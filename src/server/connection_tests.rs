@@ -29,6 +29,7 @@ async fn server() -> (SocketAddr, CancellationToken) {
         idle_timeout: Duration::from_secs(5),
         max_connections: 8,
         reserved_connections: 2,
+        write_stall_timeout: Duration::from_secs(5),
     })
     .await
 }
@@ -71,6 +72,16 @@ async fn counted_server(settings: ServeSettings) -> (SocketAddr, CancellationTok
                     Some((Ok::<_, std::convert::Infallible>(Bytes::from("data: x\n\n")), n + 1))
                 });
                 ([("content-type", "text/event-stream")], Body::from_stream(events))
+            }),
+        )
+        .route(
+            "/big",
+            get(|| async {
+                // 16 MiB, far more than the socket buffers hold.
+                let parts = futures_util::stream::iter((0..256).map(|_| {
+                    Ok::<_, std::convert::Infallible>(Bytes::from(vec![b'x'; 64 * 1024]))
+                }));
+                Body::from_stream(parts)
             }),
         )
         .route("/count", post(|body: Bytes| async move { body.len().to_string() }));
@@ -191,6 +202,7 @@ async fn capped_server() -> (SocketAddr, CancellationToken) {
         idle_timeout: Duration::from_secs(5),
         max_connections: 8,
         reserved_connections: 2,
+        write_stall_timeout: Duration::from_secs(5),
     })
     .await
 }
@@ -308,6 +320,7 @@ async fn with_every_connection_streaming_and_the_reserve_busy_a_new_one_is_close
         idle_timeout: Duration::from_secs(5),
         max_connections: 2,
         reserved_connections: 0,
+        write_stall_timeout: Duration::from_secs(5),
     })
     .await;
     let (refused, probe) = blocking(move || {
@@ -326,5 +339,39 @@ async fn with_every_connection_streaming_and_the_reserve_busy_a_new_one_is_close
     .await;
     assert!(refused, "answered with no slot free: {probe:?}");
     assert_eq!(series.rejected.get(), 1, "the refused connection is counted");
+    cancel.cancel();
+}
+
+/// A client that asks for a large answer and stops reading it loses the
+/// connection after `server.write_stall_timeout`, instead of holding it,
+/// its slot and the answer's buffers for ever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_stops_reading_an_answer_loses_the_connection() {
+    let (addr, cancel) = server_with(ServeSettings {
+        header_read_timeout: Duration::from_secs(5),
+        idle_timeout: Duration::from_secs(5),
+        max_connections: 8,
+        reserved_connections: 2,
+        write_stall_timeout: Duration::from_millis(300),
+    })
+    .await;
+    let received = blocking(move || {
+        let mut client = TcpStream::connect(addr).unwrap();
+        client.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        client.write_all(b"GET /big HTTP/1.1\r\nhost: t\r\n\r\n").unwrap();
+        // Reads nothing for several stall timeouts, then everything left.
+        std::thread::sleep(Duration::from_millis(1500));
+        let mut received = 0usize;
+        let mut buffer = vec![0u8; 64 * 1024];
+        loop {
+            match client.read(&mut buffer) {
+                Ok(0) | Err(_) => break,
+                Ok(read) => received += read,
+            }
+        }
+        received
+    })
+    .await;
+    assert!(received < 16 * 1024 * 1024, "the answer was cut: {received} bytes of 16 MiB");
     cancel.cancel();
 }

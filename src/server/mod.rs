@@ -15,6 +15,7 @@ mod auth;
 mod config;
 mod handle;
 mod slots;
+mod stall;
 mod tls;
 mod web_config;
 
@@ -36,6 +37,8 @@ use tokio_util::sync::CancellationToken;
 use tower::ServiceExt;
 use tracing::{debug, info, warn};
 
+use stall::StallGuard;
+
 pub use auth::{Guard, TlsPeer, guard};
 pub use config::{DEFAULT_LISTEN, ServerConfig};
 pub use handle::{PreparedWebConfig, Verdict, WebConfigHandle};
@@ -54,6 +57,8 @@ pub struct ServeSettings {
     pub max_connections: usize,
     /// Connections beyond `max_connections` for probes and scrapes only.
     pub reserved_connections: usize,
+    /// A write that lands no byte for this long ends the connection.
+    pub write_stall_timeout: Duration,
 }
 
 /// Serves `router` on `listener` until `cancel`, then lets open
@@ -150,7 +155,8 @@ impl Connection {
         let deadline = tokio::time::Instant::now() + self.settings.header_read_timeout;
         let state = self.web.as_ref().map(WebConfigHandle::current);
         let Some(config) = state.as_ref().and_then(|state| state.tls.clone()) else {
-            self.http(TokioIo::new(tcp), TlsPeer::default(), lease, deadline).await;
+            let guarded = StallGuard::new(tcp, self.settings.write_stall_timeout);
+            self.http(TokioIo::new(guarded), TlsPeer::default(), lease, deadline).await;
             return;
         };
         let mut first = [0u8; 1];
@@ -175,7 +181,8 @@ impl Connection {
         };
         let verified_cert = state.as_ref().is_some_and(|state| state.require_verified_cert)
             && stream.get_ref().1.peer_certificates().is_some_and(|certs| !certs.is_empty());
-        self.http(TokioIo::new(stream), TlsPeer { verified_cert }, lease, deadline).await;
+        let guarded = StallGuard::new(stream, self.settings.write_stall_timeout);
+        self.http(TokioIo::new(guarded), TlsPeer { verified_cert }, lease, deadline).await;
     }
 
     async fn http<I>(
