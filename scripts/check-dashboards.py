@@ -7,7 +7,9 @@ For every dashboard:
   - it is JSON with a uid (unique across files), a title and
     schemaVersion >= 39;
   - templating has `datasource` (type datasource, query prometheus) and
-    `instance` and `gpu` query variables built from label_values(...);
+    `job`, `instance` and `gpu` query variables built from label_values(...);
+  - no expression or variable names a job literally (`job="vramd"`): vramd
+    may be scraped under any job name, which the `job` variable selects;
   - every panel, recursing into rows (collapsed rows keep theirs in
     `panels`), has a title; every panel other than a row also has a
     description, a unit (fieldConfig.defaults.unit) and at least one target,
@@ -29,6 +31,8 @@ import sys
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 MIN_SCHEMA_VERSION = 39
+# A job matcher with a literal value, not the `job` variable.
+LITERAL_JOB = re.compile(r'\bjob\s*(=~|!~|!=|=)\s*"(?![^"]*\$)')
 DATASOURCE_UIDS = {"${datasource}", "$datasource"}
 # A label matcher whose value uses a template variable: `label OP "…$var…"`.
 VARIABLE_MATCHER = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)\s*(=~|!~|!=|=)\s*"[^"]*\$(?!__)')
@@ -68,7 +72,7 @@ def check_variables(dashboard, name):
     ds = variables.get("datasource")
     if not ds or ds.get("type") != "datasource" or ds.get("query") != "prometheus":
         problems.append(f"{name}: no `datasource` variable of type datasource, query prometheus")
-    for required in ("instance", "gpu"):
+    for required in ("job", "instance", "gpu"):
         variable = variables.get(required)
         query = (variable or {}).get("query")
         if isinstance(query, dict):
@@ -100,6 +104,9 @@ def check_panel(panel, where):
         if not isinstance(expr, str) or not expr.strip():
             problems.append(f"{where}, target {ref}: no expr")
             continue
+        if LITERAL_JOB.search(expr):
+            problems.append(f"{where}, target {ref}: names a job literally; select "
+                            'job=~"$job" so any scrape job name works')
         for label, op in VARIABLE_MATCHER.findall(expr):
             if op not in ("=~", "!~"):
                 problems.append(f"{where}, target {ref}: `{label}{op}` uses a template "

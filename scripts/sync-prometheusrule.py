@@ -25,7 +25,8 @@ HEADER = """\
 # deploy/prometheus/vramd-rules.yml: edit that file, then rerun the script.
 # tests/prometheus.rs fails when spec.groups differs from the rules file.
 #
-# The rules select job="vramd" (servicemonitor.yaml's jobLabel gives that).
+# The rules select vramd_* series by name; only the two scrape rules select
+# job="vramd" (servicemonitor.yaml's jobLabel gives that).
 # Your Prometheus must select this object: kube-prometheus-stack, for one,
 # only picks PrometheusRules labelled release: <its release name> unless
 # ruleSelectorNilUsesHelmValues is false.

@@ -6,7 +6,7 @@
 //! vramd binary on a simulated host (training-fragmentation at 15×, with
 //! probe.headroom on: its exhaustion_forecast alert fires ~12 s in and stays
 //! firing ~1 min; the simulator provides CUDA probe readings) scraped
-//! by a real Prometheus on loopback (job="vramd", scrape and evaluation every
+//! by a real Prometheus on loopback (job="gpu-memory", scrape and evaluation every
 //! 1 s, `deploy/prometheus/vramd-rules.yml` loaded). VramdForwardedAlert must
 //! reach state firing for the daemon's alert; then every expression is run
 //! through `/api/v1/query` and every failure is reported at once.
@@ -54,6 +54,10 @@ const RULES: &str = "deploy/prometheus/vramd-rules.yml";
 
 /// Bound of every wait on Prometheus (start-up, scrapes, the alert).
 const PROM_WAIT: Duration = Duration::from_secs(60);
+
+/// The scrape job's name: not `vramd`, so that a dashboard or recording
+/// rule that assumed it would return nothing here (issue 36).
+const JOB: &str = "gpu-memory";
 
 /// What the dashboards' interval variables become.
 const RANGE: &str = "30s";
@@ -124,7 +128,7 @@ impl Prometheus {
     /// and waits for `/-/ready`.
     fn start(target: SocketAddr) -> Self {
         Self::start_with(
-            &format!("[{{job_name: vramd, static_configs: [{{targets: [\"{target}\"]}}]}}]"),
+            &format!("[{{job_name: {JOB}, static_configs: [{{targets: [\"{target}\"]}}]}}]"),
             &format!("rule_files: [\"{}\"]\n", repo(RULES).display()),
         )
     }
@@ -365,7 +369,8 @@ fn every_dashboard_and_rule_expression_returns_data_from_a_real_prometheus() {
 
     // A few scrapes, so that range functions over RANGE have samples.
     prometheus.wait_for("fewer than 5 successful scrapes", || {
-        let result = prometheus.query(r#"sum_over_time(up{job="vramd"}[1m]) >= 5"#).ok()?;
+        let result =
+            prometheus.query(&format!("sum_over_time(up{{job=\"{JOB}\"}}[1m]) >= 5")).ok()?;
         (!result.is_empty()).then_some(())
     });
 
