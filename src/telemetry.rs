@@ -270,8 +270,9 @@ impl Telemetry {
         }
     }
 
-    /// The HTTP server's connection series: open connections and those
-    /// refused at `server.max_connections`.
+    /// The HTTP server's connection series: open connections, those
+    /// refused at `server.max_connections` and those closed there to make
+    /// room.
     pub fn http_series(&self) -> Made<HttpSeries> {
         Ok(HttpSeries {
             open: gauge(
@@ -283,6 +284,11 @@ impl Telemetry {
                 &self.registry,
                 "vramd_http_connections_rejected_total",
                 "Connections closed on accept because server.max_connections were open.",
+            )?,
+            evicted: counter(
+                &self.registry,
+                "vramd_http_connections_evicted_total",
+                "Idle connections closed at server.max_connections to make room for a new one.",
             )?,
         })
     }
@@ -416,6 +422,7 @@ impl Telemetry {
 pub struct HttpSeries {
     pub open: IntGauge,
     pub rejected: IntCounter,
+    pub evicted: IntCounter,
 }
 
 /// The web configuration's reload series.

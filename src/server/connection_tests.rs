@@ -196,15 +196,16 @@ async fn a_connection_that_sends_no_head_is_still_closed() {
 
 /// Caps of 8 connections and 2 reserved, and a header timeout long enough
 /// that only eviction frees a silent connection's slot.
+const CAPPED: ServeSettings = ServeSettings {
+    header_read_timeout: Duration::from_secs(5),
+    idle_timeout: Duration::from_secs(5),
+    max_connections: 8,
+    reserved_connections: 2,
+    write_stall_timeout: Duration::from_secs(5),
+};
+
 async fn capped_server() -> (SocketAddr, CancellationToken) {
-    server_with(ServeSettings {
-        header_read_timeout: Duration::from_secs(5),
-        idle_timeout: Duration::from_secs(5),
-        max_connections: 8,
-        reserved_connections: 2,
-        write_stall_timeout: Duration::from_secs(5),
-    })
-    .await
+    server_with(CAPPED).await
 }
 
 /// One request on a new connection; `None` when it was closed unanswered.
@@ -227,7 +228,7 @@ fn probes(addr: SocketAddr, count: usize) -> usize {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn idle_sockets_that_reopen_when_closed_do_not_starve_healthz() {
-    let (addr, cancel) = capped_server().await;
+    let (addr, cancel, series) = counted_server(CAPPED).await;
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     // 10 silent holders for 8 + 2 slots, each reopening 10 ms after the
     // server closes it.
@@ -261,6 +262,7 @@ async fn idle_sockets_that_reopen_when_closed_do_not_starve_healthz() {
         blocking(move || holder.join().unwrap()).await;
     }
     assert_eq!(answered, 10, "/healthz answered {answered} of 10 probes");
+    assert!(series.evicted.get() > 0, "the idle connections closed to make room are counted");
     cancel.cancel();
 }
 

@@ -96,6 +96,7 @@ pub async fn serve(
         let ticket = match slots.admit() {
             Admission::Free(ticket) => ticket,
             Admission::Evicted(ticket) => {
+                series.evicted.inc();
                 debug!(peer = %peer, "at the connection cap: closed the connection idle the longest");
                 ticket
             }
