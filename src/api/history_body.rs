@@ -13,7 +13,7 @@
 //! empty, the entries from serializing each one.
 
 use axum::body::{Body, Bytes};
-use futures_util::{StreamExt, stream};
+use futures_util::stream;
 use serde::Serialize;
 
 use crate::history::{BucketCursor, PointCursor};
@@ -113,7 +113,5 @@ pub fn streamed(head: Vec<u8>, entries: Entries, tail: Bytes) -> Body {
             Stage::Done => None,
         }
     });
-    // Fused: a body may be polled again after its end (the compression
-    // layer does), and an unfold would panic there.
-    Body::from_stream(parts.fuse())
+    super::streamed_body(parts)
 }

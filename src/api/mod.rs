@@ -240,6 +240,18 @@ impl<S: Send + Sync> FromRequestParts<S> for PathId {
 
 /// Whether a `gpu` filter (absent: any device) names the device with this
 /// index or UUID (in any case).
+/// The one way a handler streams a body: fused, because a body may be
+/// polled again after its end (tower-http's compression does), and a
+/// stream such as `unfold` panics there, closing the connection with no
+/// answer.
+fn streamed_body<S, E>(parts: S) -> axum::body::Body
+where
+    S: futures_util::Stream<Item = Result<axum::body::Bytes, E>> + Send + 'static,
+    E: std::error::Error + Send + Sync + 'static,
+{
+    axum::body::Body::from_stream(futures_util::StreamExt::fuse(parts))
+}
+
 fn gpu_matches(filter: Option<&str>, index: u32, uuid: &str) -> bool {
     filter.is_none_or(|gpu| index.to_string() == gpu || uuid.eq_ignore_ascii_case(gpu))
 }

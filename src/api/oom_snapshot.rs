@@ -12,11 +12,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Json;
-use axum::body::{Body, Bytes};
+use axum::body::Bytes;
 use axum::extract::{Request, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use futures_util::StreamExt;
 use http_body_util::BodyExt;
 use serde::Serialize;
 
@@ -280,12 +279,9 @@ pub async fn get(State(state): State<AppState>, PathId(id): PathId) -> Result<Re
     })
     .await?
     .map_err(|_| no_snapshot(&id))?;
-    // Fused: the compression layer polls once more after the end, which a
-    // bare `unfold` answers with a panic.
     let chunks = futures_util::stream::unfold((Arc::new(file), 0_u64), move |(file, offset)| {
         read_chunk(file, offset, length, deadline)
-    })
-    .fuse();
+    });
     let disposition = format!("attachment; filename=\"vramd-oom-{wanted}.pickle\"");
     Ok((
         [
@@ -293,7 +289,7 @@ pub async fn get(State(state): State<AppState>, PathId(id): PathId) -> Result<Re
             (header::CONTENT_LENGTH, length.to_string()),
             (header::CONTENT_DISPOSITION, disposition),
         ],
-        Body::from_stream(chunks),
+        super::streamed_body(chunks),
     )
         .into_response())
 }
