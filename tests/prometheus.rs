@@ -1,9 +1,9 @@
 //! The deployment artefacts against real tools: `promtool check rules`,
 //! `promtool test rules` and `promtool check config` on `deploy/prometheus/`
 //! (vramd's rules and the dcgm-exporter compatibility rules, which
-//! tests/dcgm.rs runs live), `scripts/check-dashboards.py` on `dashboards/`,
-//! no rule matching a job literally but the two about the scrape itself,
-//! and each PrometheusRule
+//! tests/dcgm.rs runs live), `scripts/check-dashboards.py` on `dashboards/`
+//! (and refusing a dashboard that names the job `vramd`), no rule matching a
+//! job literally but the two about the scrape itself, and each PrometheusRule
 //! under `deploy/kubernetes/` being exactly what
 //! `scripts/sync-prometheusrule.py` makes of its rules file. Then, live: the
 //! vramd binary on a simulated host (training-fragmentation at 15×, with
@@ -133,6 +133,23 @@ fn rules_dashboards_and_manifests_pass_their_static_checks() {
              that any scrape job name works"
         );
     }
+}
+
+/// A dashboard that names the job `vramd`, in a panel or in a variable,
+/// returns nothing when vramd is scraped under another job name:
+/// scripts/check-dashboards.py refuses both.
+#[test]
+fn check_dashboards_refuses_a_job_named_literally() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = std::fs::read_to_string(repo("dashboards/fleet-overview.json")).unwrap();
+    let literal = text.replace(r#"job=~\"$job\""#, r#"job=\"vramd\""#);
+    assert_ne!(literal, text, "fleet-overview.json no longer selects job=~\"$job\"");
+    std::fs::write(dir.path().join("fleet-overview.json"), literal).unwrap();
+    let (ok, said) =
+        tool("python3", &["scripts/check-dashboards.py", dir.path().to_str().unwrap()]);
+    assert!(!ok, "check-dashboards.py accepted job=\"vramd\":\n{said}");
+    assert!(said.contains("variable `instance` names a job literally"), "{said}");
+    assert!(said.contains("target A: names a job literally"), "{said}");
 }
 
 /// Starts Prometheus scraping vramd at `target` under `JOB`, with `RULES`
