@@ -8,8 +8,9 @@ For every dashboard:
     schemaVersion >= 39;
   - templating has `datasource` (type datasource, query prometheus) and
     `job`, `instance` and `gpu` query variables built from label_values(...);
-  - no expression or variable names a job literally (`job="vramd"`): vramd
-    may be scraped under any job name, which the `job` variable selects;
+  - no panel expression or query variable names a job literally
+    (`job="vramd"`): vramd may be scraped under any job name, which the
+    `job` variable selects;
   - every panel, recursing into rows (collapsed rows keep theirs in
     `panels`), has a title; every panel other than a row also has a
     description, a unit (fieldConfig.defaults.unit) and at least one target,
@@ -72,6 +73,13 @@ def check_variables(dashboard, name):
     ds = variables.get("datasource")
     if not ds or ds.get("type") != "datasource" or ds.get("query") != "prometheus":
         problems.append(f"{name}: no `datasource` variable of type datasource, query prometheus")
+    for variable_name, variable in variables.items():
+        query = variable.get("query")
+        if isinstance(query, dict):
+            query = query.get("query")
+        if variable.get("type") == "query" and isinstance(query, str) and LITERAL_JOB.search(query):
+            problems.append(f"{name}: variable `{variable_name}` names a job literally; select "
+                            'job=~"$job" (or no job) so any scrape job name works')
     for required in ("job", "instance", "gpu"):
         variable = variables.get(required)
         query = (variable or {}).get("query")

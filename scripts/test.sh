@@ -4,7 +4,8 @@
 #     Prometheus server (Debian package `prometheus`), used by tests/e2e.rs to
 #     lint the /metrics output and by tests/prometheus.rs (rule unit tests,
 #     and a real Prometheus scraping the daemon and running every dashboard
-#     and rule expression), and Alertmanager (Debian package `prometheus-alertmanager`, binary
+#     and rule expression), by tests/dcgm.rs (dcgm-exporter's own dashboard
+#     against deploy/prometheus/dcgm-compat-rules.yml), and Alertmanager (Debian package `prometheus-alertmanager`, binary
 #     /usr/bin/prometheus-alertmanager), which tests/alertmanager.rs delivers
 #     alerts to;
 #   - installs Chromium (Debian package `chromium`) when missing: tests/ui.rs

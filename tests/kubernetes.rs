@@ -18,8 +18,7 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;
 
-use fake::{FakeApi, HangingSocket, container, pod};
-use nvidia_ml_fake::harness;
+use fake::{FakeApi, HangingSocket, container, pod, start_on_fake_driver};
 use serde_json::json;
 use support::{Deadline, Process, SERVE, get, pause};
 
@@ -339,30 +338,14 @@ fn mig_uuids_and_nvidia_n_device_ids_match_through_the_real_nvml_path() {
             },
         ],
     });
-    let built = harness::build_fake_library(false).unwrap_or_else(|error| panic!("{error}"));
     let dir = tempfile::tempdir().unwrap();
-    let library = harness::install_as_libnvidia(dir.path(), &built);
-    let scenario = harness::write_scenario(dir.path(), &scenario);
     let kubelet = FakeApi::serve(&dir.path().join("kubelet.sock"));
     let runtime = FakeApi::serve(&dir.path().join("containerd.sock"));
     kubelet.set_pods(vec![
         pod("train-0", "ml", "trainer", "nvidia.com/gpu", &["nvidia0"]),
         pod("small-0", "dev", "notebook", "nvidia.com/mig-1g.10gb", &[MIG]),
     ]);
-    let env = [
-        ("VRAMD_NVML__LIBRARY_PATH", library.to_str().unwrap()),
-        (harness::SCENARIO_ENV, scenario.to_str().unwrap()),
-        ("VRAMD_SAMPLER__FAST_INTERVAL", "100ms"),
-        ("VRAMD_SAMPLER__SLOW_INTERVAL", "200ms"),
-        ("VRAMD_KUBERNETES__ENABLED", "true"),
-        ("VRAMD_KUBERNETES__POD_RESOURCES_SOCKET", kubelet.socket.to_str().unwrap()),
-        ("VRAMD_KUBERNETES__RUNTIME_SOCKET", runtime.socket.to_str().unwrap()),
-        ("VRAMD_KUBERNETES__REFRESH_INTERVAL", "1s"),
-        ("VRAMD_KUBERNETES__CALL_TIMEOUT", "500ms"),
-    ];
-    let mut daemon = Process::spawn(&SERVE, &env);
-    let addr = daemon.listening();
-    daemon.wait_ready(addr);
+    let (mut daemon, addr) = start_on_fake_driver(dir.path(), &scenario, &kubelet, &runtime, &[]);
 
     let allocation = |text: &str, uuid: &str, pod: &str| {
         text.lines().any(|line| {

@@ -1,8 +1,11 @@
 //! The deployment artefacts against real tools: `promtool check rules`,
-//! `promtool test rules` and `promtool check config` on `deploy/prometheus/`,
-//! `scripts/check-dashboards.py` on `dashboards/`, and
-//! `deploy/kubernetes/prometheusrule.yaml` being exactly what
-//! `scripts/sync-prometheusrule.py` makes of the rules file. Then, live: the
+//! `promtool test rules` and `promtool check config` on `deploy/prometheus/`
+//! (vramd's rules and the dcgm-exporter compatibility rules, which
+//! tests/dcgm.rs runs live), `scripts/check-dashboards.py` on `dashboards/`
+//! (and refusing a dashboard that names the job `vramd`), no rule matching a
+//! job literally but the two about the scrape itself, and each PrometheusRule
+//! under `deploy/kubernetes/` being exactly what
+//! `scripts/sync-prometheusrule.py` makes of its rules file. Then, live: the
 //! vramd binary on a simulated host (training-fragmentation at 15×, with
 //! probe.headroom on: its exhaustion_forecast alert fires ~12 s in and stays
 //! firing ~1 min; the simulator provides CUDA probe readings) scraped
@@ -36,52 +39,24 @@
 
 #[path = "support/pki.rs"]
 mod pki;
+#[path = "support/prometheus.rs"]
+mod prom;
 mod support;
 
-use std::fs::File;
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::Duration;
 
 use serde_json::Value;
-use tempfile::TempDir;
 
-use support::{Deadline, SERVE, http, pause};
+use prom::{Prometheus, dashboard_exprs, repo, substitute, tool, verdict};
+use support::SERVE;
 
-const PROMETHEUS: &str = "/usr/bin/prometheus";
 const RULES: &str = "deploy/prometheus/vramd-rules.yml";
-
-/// Bound of every wait on Prometheus (start-up, scrapes, the alert).
-const PROM_WAIT: Duration = Duration::from_secs(60);
+const DCGM_RULES: &str = "deploy/prometheus/dcgm-compat-rules.yml";
 
 /// The scrape job's name: not `vramd`, so that a dashboard or recording
 /// rule that assumed it would return nothing here (issue 36).
 const JOB: &str = "gpu-memory";
-
-/// What the dashboards' interval variables become.
-const RANGE: &str = "30s";
-
-fn repo(path: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join(path)
-}
-
-/// Runs a tool in the repository root: whether it succeeded, and its output.
-fn tool(program: &str, args: &[&str]) -> (bool, String) {
-    let output = Command::new(program)
-        .args(args)
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .stdin(Stdio::null())
-        .output()
-        .unwrap_or_else(|error| {
-            panic!(
-                "cannot run {program}: {error}; scripts/test.sh installs it (promtool: Debian \
-                 package `prometheus`)"
-            )
-        });
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    (output.status.success(), String::from_utf8_lossy(&output.stdout).into_owned() + &stderr)
-}
 
 /// `scripts/sync-prometheusrule.py`'s transformation: the rules file from
 /// its `groups:` line on, non-empty lines indented by two spaces.
@@ -92,11 +67,45 @@ fn prometheusrule_groups(rules: &str) -> String {
     rules.lines().skip(start).map(|line| indent(line) + "\n").collect()
 }
 
+/// Each rules file and the PrometheusRule `scripts/sync-prometheusrule.py`
+/// makes of it.
+const RULE_FILES: [(&str, &str); 2] = [
+    (RULES, "deploy/kubernetes/prometheusrule.yaml"),
+    (DCGM_RULES, "deploy/kubernetes/prometheusrule-dcgm.yaml"),
+];
+
+/// The rules that may name a job: they are about the scrape itself, and a
+/// target that is down has no vramd series to select instead.
+const SCRAPE_RULES: [&str; 2] = ["VramdExporterDown", "VramdExporterMissing"];
+
+/// The names of the rules in a rules file that match a job by a literal
+/// value (`job="vramd"`) rather than selecting vramd's series by name.
+fn rules_naming_a_job(rules: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    let mut current = String::new();
+    for line in rules.lines().map(str::trim_start).filter(|line| !line.starts_with('#')) {
+        if let Some(name) = line.strip_prefix("- record:").or(line.strip_prefix("- alert:")) {
+            current = name.trim().to_owned();
+        }
+        let literal = line.match_indices("job").any(|(at, _)| {
+            let after = line[at + 3..].trim_start();
+            let value = ["=~", "!~", "!=", "="].iter().find_map(|op| after.strip_prefix(op));
+            value.is_some_and(|value| value.trim_start().starts_with('"'))
+                && !line[..at].ends_with(|c: char| c.is_ascii_alphanumeric() || c == '_')
+        });
+        if literal && !found.contains(&current) {
+            found.push(current.clone());
+        }
+    }
+    found
+}
+
 #[test]
 fn rules_dashboards_and_manifests_pass_their_static_checks() {
     for args in [
-        &["check", "rules", RULES][..],
+        &["check", "rules", RULES, DCGM_RULES][..],
         &["test", "rules", "deploy/prometheus/vramd-rules.test.yml"],
+        &["test", "rules", "deploy/prometheus/dcgm-compat-rules.test.yml"],
         &["check", "config", "deploy/prometheus/prometheus.yml"],
     ] {
         let (ok, said) = tool("promtool", args);
@@ -105,192 +114,51 @@ fn rules_dashboards_and_manifests_pass_their_static_checks() {
     let (ok, said) = tool("python3", &["scripts/check-dashboards.py"]);
     assert!(ok, "scripts/check-dashboards.py failed:\n{said}");
 
-    let rules = std::fs::read_to_string(repo(RULES)).unwrap();
-    let manifest = std::fs::read_to_string(repo("deploy/kubernetes/prometheusrule.yaml")).unwrap();
-    let groups = manifest.split_once("\nspec:\n").map(|(_, groups)| groups);
-    assert!(
-        groups == Some(prometheusrule_groups(&rules).as_str()),
-        "deploy/kubernetes/prometheusrule.yaml's spec.groups differs from {RULES}: run \
-         scripts/sync-prometheusrule.py"
-    );
-}
-
-/// A running Prometheus, killed and reaped on drop.
-struct Prometheus {
-    child: Child,
-    addr: SocketAddr,
-    dir: TempDir,
-}
-
-impl Prometheus {
-    /// Starts Prometheus on a free loopback port scraping vramd at
-    /// `target` (retrying with another port if it loses the race for one)
-    /// and waits for `/-/ready`.
-    fn start(target: SocketAddr) -> Self {
-        Self::start_with(
-            &format!("[{{job_name: {JOB}, static_configs: [{{targets: [\"{target}\"]}}]}}]"),
-            &format!("rule_files: [\"{}\"]\n", repo(RULES).display()),
-        )
-    }
-
-    /// Starts Prometheus with `scrape_configs` (YAML) and `extra` top-level
-    /// configuration, as [`Self::start`] does.
-    fn start_with(scrape_configs: &str, extra: &str) -> Self {
+    for (rules_file, manifest_file) in RULE_FILES {
+        let rules = std::fs::read_to_string(repo(rules_file)).unwrap();
+        let manifest = std::fs::read_to_string(repo(manifest_file)).unwrap();
+        let groups = manifest.split_once("\nspec:\n").map(|(_, groups)| groups);
         assert!(
-            Path::new(PROMETHEUS).exists(),
-            "{PROMETHEUS} is missing: run scripts/test.sh, which installs the Debian package \
-             `prometheus`"
+            groups == Some(prometheusrule_groups(&rules).as_str()),
+            "{manifest_file}'s spec.groups differs from {rules_file}: run \
+             scripts/sync-prometheusrule.py"
         );
-        let config = format!(
-            "global: {{scrape_interval: 1s, evaluation_interval: 1s}}\n{extra}\
-             scrape_configs: {scrape_configs}"
+        let naming: Vec<String> = rules_naming_a_job(&rules)
+            .into_iter()
+            .filter(|name| !SCRAPE_RULES.contains(&name.as_str()))
+            .collect();
+        assert!(
+            naming.is_empty(),
+            "{rules_file}: {naming:?} match a job literally; select vramd's series by name so \
+             that any scrape job name works"
         );
-        let mut last_log = String::new();
-        for _ in 0..3 {
-            let dir = tempfile::tempdir().unwrap();
-            std::fs::write(dir.path().join("prometheus.yml"), &config).unwrap();
-            let log = File::create(dir.path().join("prometheus.log")).unwrap();
-            let addr = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
-            let child = Command::new(PROMETHEUS)
-                .arg(format!("--config.file={}", dir.path().join("prometheus.yml").display()))
-                .arg(format!("--storage.tsdb.path={}", dir.path().join("data").display()))
-                .arg(format!("--web.listen-address={addr}"))
-                .stdin(Stdio::null())
-                .stdout(log.try_clone().unwrap())
-                .stderr(log)
-                .spawn()
-                .unwrap_or_else(|error| panic!("cannot start {PROMETHEUS}: {error}"));
-            let mut prometheus = Self { child, addr, dir };
-            if prometheus.wait_ready() {
-                return prometheus;
-            }
-            last_log = prometheus.log();
-        }
-        panic!("Prometheus exited before it was ready, three times; last log:\n{last_log}");
-    }
-
-    fn wait_ready(&mut self) -> bool {
-        let deadline = Deadline::after(PROM_WAIT);
-        loop {
-            if matches!(http::get(self.addr, "/-/ready"), Ok(response) if response.status == 200) {
-                return true;
-            }
-            if self.child.try_wait().unwrap().is_some() {
-                return false;
-            }
-            assert!(!deadline.passed(), "Prometheus not ready in {PROM_WAIT:?}:\n{}", self.log());
-            pause();
-        }
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(self.dir.path().join("prometheus.log")).unwrap_or_default()
-    }
-
-    /// `GET path`'s JSON `data`; fails the test unless status is success.
-    fn api(&self, path: &str) -> Value {
-        let response = http::get(self.addr, path).unwrap_or_else(|error| panic!("{error}"));
-        let body = response.json();
-        assert_eq!(body["status"], "success", "GET {path}: {body}");
-        body["data"].clone()
-    }
-
-    /// An instant query's result vector, or why it failed.
-    fn query(&self, expr: &str) -> Result<Vec<Value>, String> {
-        let path = format!("/api/v1/query?query={}", encode(expr));
-        let response = http::get(self.addr, &path)?;
-        let body: Value = serde_json::from_slice(&response.body)
-            .map_err(|_| format!("HTTP {}: {}", response.status, response.text()))?;
-        match body["status"].as_str() {
-            Some("success") => Ok(body["data"]["result"].as_array().cloned().unwrap_or_default()),
-            _ => Err(format!("{}: {}", body["errorType"], body["error"])),
-        }
-    }
-
-    /// Polls `found` until it returns something; fails after `PROM_WAIT`.
-    fn wait_for<T>(&self, what: &str, mut found: impl FnMut() -> Option<T>) -> T {
-        let deadline = Deadline::after(PROM_WAIT);
-        loop {
-            if let Some(result) = found() {
-                return result;
-            }
-            assert!(!deadline.passed(), "{what} within {PROM_WAIT:?}; log:\n{}", self.log());
-            std::thread::sleep(Duration::from_millis(250));
-        }
     }
 }
 
-impl Drop for Prometheus {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// A dashboard that names the job `vramd`, in a panel or in a variable,
+/// returns nothing when vramd is scraped under another job name:
+/// scripts/check-dashboards.py refuses both.
+#[test]
+fn check_dashboards_refuses_a_job_named_literally() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = std::fs::read_to_string(repo("dashboards/fleet-overview.json")).unwrap();
+    let literal = text.replace(r#"job=~\"$job\""#, r#"job=\"vramd\""#);
+    assert_ne!(literal, text, "fleet-overview.json no longer selects job=~\"$job\"");
+    std::fs::write(dir.path().join("fleet-overview.json"), literal).unwrap();
+    let (ok, said) =
+        tool("python3", &["scripts/check-dashboards.py", dir.path().to_str().unwrap()]);
+    assert!(!ok, "check-dashboards.py accepted job=\"vramd\":\n{said}");
+    assert!(said.contains("variable `instance` names a job literally"), "{said}");
+    assert!(said.contains("target A: names a job literally"), "{said}");
 }
 
-/// Percent-encodes a query parameter value.
-fn encode(text: &str) -> String {
-    text.bytes()
-        .map(|byte| match byte {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
-                char::from(byte).to_string()
-            }
-            _ => format!("%{byte:02X}"),
-        })
-        .collect()
-}
-
-/// Replaces Grafana's interval variables with `RANGE` and every other
-/// template variable (`$name`, `${name}`, `${name:format}`) with `.*`.
-fn substitute(expr: &str) -> String {
-    let mut text = expr.to_owned();
-    for name in ["__rate_interval", "__interval", "__range"] {
-        text = text.replace(&format!("${{{name}}}"), RANGE).replace(&format!("${name}"), RANGE);
-    }
-    let mut out = String::new();
-    let mut rest = text.as_str();
-    while let Some(at) = rest.find('$') {
-        out.push_str(&rest[..at]);
-        let after = &rest[at + 1..];
-        let end = if let Some(braced) = after.strip_prefix('{') {
-            braced.find('}').map_or(after.len(), |close| close + 2)
-        } else {
-            after.find(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).unwrap_or(after.len())
-        };
-        // A `$` not followed by a name (as in label_replace's "$1") stays.
-        let is_variable = end > 0 && !after[..end].starts_with(|c: char| c.is_ascii_digit());
-        out.push_str(if is_variable { ".*" } else { "$" });
-        rest = if is_variable { &after[end..] } else { after };
-    }
-    out + rest
-}
-
-/// Every `targets[].expr` and every `label_values(…)` variable query (as
-/// `count by (label) (selector)`) in `node`, with variables substituted.
-fn dashboard_exprs(node: &Value, file: &str, out: &mut Vec<(String, String)>) {
-    match node {
-        Value::Object(map) => {
-            for target in map.get("targets").and_then(Value::as_array).into_iter().flatten() {
-                let expr = target["expr"].as_str().unwrap_or_default();
-                let title = map.get("title").and_then(Value::as_str).unwrap_or_default();
-                out.push((format!("{file}: panel {title:?}"), substitute(expr)));
-            }
-            // A query variable's query: a string, or {"query": string}.
-            let query = map.get("query").filter(|_| map.get("type") == Some(&"query".into()));
-            let query = query.and_then(|query| query.get("query").or(Some(query)));
-            if let Some(inner) = query.and_then(Value::as_str).and_then(|q| {
-                q.trim().strip_prefix("label_values(").and_then(|q| q.strip_suffix(')'))
-            }) {
-                let (selector, label) =
-                    inner.rsplit_once(',').expect("label_values(selector, label)");
-                let expr = format!("count by ({}) ({selector})", label.trim());
-                let name = map.get("name").and_then(Value::as_str).unwrap_or_default();
-                out.push((format!("{file}: variable {name}"), substitute(&expr)));
-            }
-            map.values().for_each(|value| dashboard_exprs(value, file, out));
-        }
-        Value::Array(items) => items.iter().for_each(|value| dashboard_exprs(value, file, out)),
-        _ => {}
-    }
+/// Starts Prometheus scraping vramd at `target` under `JOB`, with `RULES`
+/// loaded.
+fn start(target: SocketAddr) -> Prometheus {
+    Prometheus::start_with(
+        &format!("[{{job_name: {JOB}, static_configs: [{{targets: [\"{target}\"]}}]}}]"),
+        &format!("rule_files: [\"{}\"]\n", repo(RULES).display()),
+    )
 }
 
 /// The metric names an expression selects: identifiers outside string
@@ -319,15 +187,6 @@ fn metric_names(expr: &str) -> Vec<String> {
     names
 }
 
-/// Why a query that must return data did not, if it did not.
-fn verdict(what: &str, expr: &str, result: Result<Vec<Value>, String>) -> Option<String> {
-    match result {
-        Ok(result) if !result.is_empty() => None,
-        Ok(_) => Some(format!("{what}: empty: {expr}")),
-        Err(error) => Some(format!("{what}: {error}: {expr}")),
-    }
-}
-
 #[test]
 fn every_dashboard_and_rule_expression_returns_data_from_a_real_prometheus() {
     // Recording too, so the recording's series and rule have data.
@@ -341,7 +200,7 @@ fn every_dashboard_and_rule_expression_returns_data_from_a_real_prometheus() {
     );
     let target = daemon.listening();
     daemon.wait_ready(target);
-    let prometheus = Prometheus::start(target);
+    let prometheus = start(target);
 
     // The daemon's first firing alert, then Prometheus forwarding it.
     let fired = prometheus.wait_for("vramd raised no firing alert", || {
@@ -441,6 +300,13 @@ fn every_dashboard_and_rule_expression_returns_data_from_a_real_prometheus() {
 
 #[test]
 fn substitution_and_metric_names_follow_the_documented_rules() {
+    let rules = concat!(
+        "  - record: a\n    expr: sum by (job) (x{job=~\"$job\"})\n",
+        "  # job=\"vramd\" in a comment\n",
+        "  - alert: B\n    expr: up{job = \"vramd\"} == 0\n",
+        "  - record: c\n    expr: y{cronjob=\"x\"}\n",
+    );
+    assert_eq!(rules_naming_a_job(rules), ["a", "B"]);
     assert_eq!(
         substitute(r#"rate(x{a=~"$instance",b=~"${gpu}",c=~"${pid:regex}"}[$__rate_interval])"#),
         r#"rate(x{a=~".*",b=~".*",c=~".*"}[30s])"#

@@ -213,3 +213,35 @@ pub fn container(id: &str, pod: &str, namespace: &str, name: &str) -> Container 
         labels,
     }
 }
+
+/// A vramd on the fake NVML driver (built once, installed in `dir` with
+/// `scenario`), sampling fast, polling `kubelet` and `runtime` every second;
+/// `extra` adds environment. Waits until it is ready.
+pub fn start_on_fake_driver(
+    dir: &Path,
+    scenario: &serde_json::Value,
+    kubelet: &FakeApi,
+    runtime: &FakeApi,
+    extra: &[(&str, &str)],
+) -> (crate::support::Process, std::net::SocketAddr) {
+    use nvidia_ml_fake::harness;
+    let built = harness::build_fake_library(false).unwrap_or_else(|error| panic!("{error}"));
+    let library = harness::install_as_libnvidia(dir, &built);
+    let scenario = harness::write_scenario(dir, scenario);
+    let mut env = vec![
+        ("VRAMD_NVML__LIBRARY_PATH", library.to_str().unwrap()),
+        (harness::SCENARIO_ENV, scenario.to_str().unwrap()),
+        ("VRAMD_SAMPLER__FAST_INTERVAL", "100ms"),
+        ("VRAMD_SAMPLER__SLOW_INTERVAL", "200ms"),
+        ("VRAMD_KUBERNETES__ENABLED", "true"),
+        ("VRAMD_KUBERNETES__POD_RESOURCES_SOCKET", kubelet.socket.to_str().unwrap()),
+        ("VRAMD_KUBERNETES__RUNTIME_SOCKET", runtime.socket.to_str().unwrap()),
+        ("VRAMD_KUBERNETES__REFRESH_INTERVAL", "1s"),
+        ("VRAMD_KUBERNETES__CALL_TIMEOUT", "500ms"),
+    ];
+    env.extend_from_slice(extra);
+    let mut daemon = crate::support::Process::spawn(&crate::support::SERVE, &env);
+    let addr = daemon.listening();
+    daemon.wait_ready(addr);
+    (daemon, addr)
+}
