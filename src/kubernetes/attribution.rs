@@ -88,6 +88,19 @@ impl Attribution {
     }
 }
 
+impl Attribution {
+    /// The container IDs of the reading's processes that the runtime's
+    /// latest answer does not list (all of them before its first answer).
+    pub fn unplaced<'r>(&self, reading: &'r SlowReading) -> impl Iterator<Item = &'r str> {
+        let processes = reading.processes.as_deref().unwrap_or_default();
+        processes.iter().filter_map(|process| {
+            let id = process.details.container_id.as_deref()?;
+            let known = self.containers.as_ref().is_some_and(|table| table.contains_key(id));
+            (!known).then_some(id)
+        })
+    }
+}
+
 /// Who holds an allocation, the order and identity of a device's list.
 fn holder(a: &PodAllocation) -> (&SharedStr, &SharedStr, &SharedStr, &Option<SharedStr>) {
     (&a.namespace, &a.pod, &a.container, &a.replica)

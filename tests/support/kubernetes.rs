@@ -7,6 +7,9 @@
 //! Its answers can be changed while it runs ([`FakeApi::set_pods`],
 //! [`FakeApi::set_containers`], [`FakeApi::garble`]).
 
+// Shared by two test crates; each uses a different subset.
+#![allow(dead_code)]
+
 use std::collections::HashMap;
 use std::convert::Infallible;
 use std::future::Future;
@@ -211,5 +214,60 @@ pub fn container(id: &str, pod: &str, namespace: &str, name: &str) -> Container 
         id: id.to_owned(),
         metadata: Some(ContainerMetadata { name: name.to_owned() }),
         labels,
+    }
+}
+
+/// A real `sleep` process in a cgroup shaped as containerd's systemd
+/// driver makes it for a best-effort pod
+/// (`kubepods.slice/…/kubepods-besteffort-pod<uid>.slice/cri-containerd-<id>.scope`),
+/// so the daemon reads its container ID from `/proc/PID/cgroup` as on a
+/// node. Killed, and its cgroups removed, on drop.
+pub struct ContainerProcess {
+    pub pid: u32,
+    /// 64 lowercase hex digits, unique to this test process and call.
+    pub container_id: String,
+    child: std::process::Child,
+    cgroups: Vec<PathBuf>,
+}
+
+impl ContainerProcess {
+    /// `None` where no cgroup hierarchy can be written (not root, or a
+    /// read-only /sys/fs/cgroup): the caller skips, saying so.
+    pub fn start(pod_uid: &str) -> Option<Self> {
+        use std::sync::atomic::{AtomicU32, Ordering};
+        static NEXT: AtomicU32 = AtomicU32::new(0);
+        let serial = NEXT.fetch_add(1, Ordering::Relaxed);
+        let container_id = format!("{:08x}{:056x}", std::process::id(), serial);
+        let pod = format!("kubepods-besteffort-pod{}.slice", pod_uid.replace('-', "_"));
+        let scope = format!("cri-containerd-{container_id}.scope");
+        let mut child = std::process::Command::new("sleep").arg("600").spawn().ok()?;
+        // cgroup v1 with a pids hierarchy, else a cgroup v2 root.
+        for root in ["/sys/fs/cgroup/pids", "/sys/fs/cgroup"] {
+            let slices = Path::new(root).join("kubepods.slice/kubepods-besteffort.slice");
+            let cgroups = vec![slices.join(&pod).join(&scope), slices.join(&pod)];
+            let moved = std::fs::create_dir_all(&cgroups[0]).is_ok()
+                && std::fs::write(cgroups[0].join("cgroup.procs"), child.id().to_string()).is_ok();
+            if moved {
+                return Some(Self { pid: child.id(), container_id, child, cgroups });
+            }
+            for cgroup in &cgroups {
+                let _ = std::fs::remove_dir(cgroup);
+            }
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        None
+    }
+}
+
+impl Drop for ContainerProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        // A cgroup is removable once its last process is reaped; the shared
+        // kubepods slices may hold another test's pods, so they stay.
+        for cgroup in &self.cgroups {
+            let _ = std::fs::remove_dir(cgroup);
+        }
     }
 }
