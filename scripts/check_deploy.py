@@ -522,6 +522,44 @@ def check_reporter_identity(path, container):
                     "not the container's name")
 
 
+# hostPath types that mount a directory ("" is unchecked: a directory the
+# runtime creates where it is missing).
+DIRECTORY_TYPES = {"", "Directory", "DirectoryOrCreate"}
+
+
+def check_socket_mounts(path, daemonset, config_text):
+    """Each socket the ConfigMap names lies inside a mounted hostPath directory.
+
+    The kubelet and containerd unlink and re-create their sockets when they
+    restart: a mount of the socket file keeps the dead inode (issue 34), a
+    mount of the directory shows the new socket.
+    """
+    spec = daemonset["spec"]["template"]["spec"]
+    volumes = {v["name"]: v for v in spec.get("volumes", [])}
+    vramd = [c for _, c in containers_of(spec) if is_vramd(c)]
+    mounts = [m for c in vramd for m in c.get("volumeMounts", [])]
+    for key in ("kubernetes.pod_resources_socket", "kubernetes.runtime_socket"):
+        socket = effective(config_text, key)
+        if not socket:
+            problem(f"configmap.yaml: {key} is not set")
+            continue
+        holders = [m for m in mounts
+                   if socket == m["mountPath"] or socket.startswith(m["mountPath"].rstrip("/") + "/")]
+        if not holders:
+            problem(f"{path}: nothing is mounted where {key} ({socket}) lies")
+            continue
+        mount = max(holders, key=lambda m: len(m["mountPath"]))
+        host = volumes.get(mount["name"], {}).get("hostPath")
+        if host is None:
+            problem(f"{path}: {socket} ({key}) is in volume {mount['name']}, not a hostPath")
+        elif mount["mountPath"] == socket or host.get("type", "") not in DIRECTORY_TYPES:
+            problem(f"{path}: {key} ({socket}) is mounted as a file (hostPath type "
+                    f"{host.get('type', '')!r}); mount its directory, so a restart that "
+                    "re-creates the socket is seen")
+        elif not mount.get("readOnly"):
+            problem(f"{path}: the mount of {mount['mountPath']} is not read-only")
+
+
 def cmd_k8s_policy():
     docs = list(manifests())
     work = pathlib.Path(os.environ["WORK"])
@@ -595,7 +633,7 @@ def cmd_k8s_policy():
             problem("daemonset-no-hostpid.yaml: hostPID is set")
         a = json.loads(json.dumps(with_pid))
         b = json.loads(json.dumps(without))
-        attribution_volumes = {"pod-resources", "containerd-socket"}
+        attribution_volumes = {"pod-resources", "runtime-socket-dir"}
         for spec in (a["spec"]["template"]["spec"], b["spec"]["template"]["spec"]):
             spec.pop("hostPID", None)
             spec.get("securityContext", {}).pop("supplementalGroups", None)
@@ -615,6 +653,9 @@ def cmd_k8s_policy():
         envs = [e for _, c in containers_of(restricted) for e in c.get("env", [])]
         if {"name": "VRAMD_KUBERNETES__ENABLED", "value": "false"} not in envs:
             problem("daemonset-no-hostpid.yaml: Kubernetes attribution is not turned off")
+
+    if with_pid and toml is not None:
+        check_socket_mounts("deploy/kubernetes/daemonset.yaml", with_pid, toml)
 
     # Wiring: ServiceMonitor -> Service -> DaemonSet pods.
     services = [d for _, _, d in docs if d.get("kind") == "Service"]
