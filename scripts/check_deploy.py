@@ -411,10 +411,21 @@ def check_vramd_container(where, container, pod_spec, init_timeout):
     sc = container.get("securityContext", {})
     pod_sc = pod_spec.get("securityContext", {})
     merged = dict(pod_sc, **sc)
-    if merged.get("runAsNonRoot") is not True:
-        problem(f"{where}: runAsNonRoot is not true")
-    if merged.get("runAsUser") != 65532:
-        problem(f"{where}: runAsUser is {merged.get('runAsUser')}, expected 65532 (the image's nonroot)")
+    sockets = any("hostPath" in v for v in pod_spec.get("volumes", []))
+    if sockets:
+        # Kubernetes attribution: the kubelet's socket is 0755 root:root, so
+        # uid 0, made harmless below (every capability dropped, no
+        # escalation, read-only root).
+        if merged.get("runAsUser") != 0 or merged.get("runAsNonRoot") is not False:
+            problem(f"{where}: mounts the sockets but is not runAsUser 0 / runAsNonRoot false "
+                    "(a 0755 root:root kubelet socket refuses any other user without capabilities)")
+        if pod_sc.get("supplementalGroups"):
+            problem(f"{where}: supplementalGroups with uid 0 grants nothing needed")
+    else:
+        if merged.get("runAsNonRoot") is not True:
+            problem(f"{where}: runAsNonRoot is not true")
+        if merged.get("runAsUser") != 65532:
+            problem(f"{where}: runAsUser is {merged.get('runAsUser')}, expected 65532 (the image's nonroot)")
     if sc.get("allowPrivilegeEscalation") is not False:
         problem(f"{where}: allowPrivilegeEscalation is not false")
     if sc.get("readOnlyRootFilesystem") is not True:
@@ -620,7 +631,7 @@ def cmd_k8s_policy():
                 problem(f"{path}: vramd is not a native sidecar (init container, restartPolicy Always)")
 
     # The two DaemonSet variants: the same object except hostPID and what
-    # Kubernetes attribution needs (the socket mounts, group 0 to connect,
+    # Kubernetes attribution needs (the socket mounts, uid 0 to connect,
     # and the switch that turns it off where they are missing).
     with_pid = daemonsets.get("deploy/kubernetes/daemonset.yaml")
     without = daemonsets.get("deploy/kubernetes/daemonset-no-hostpid.yaml")
@@ -636,7 +647,8 @@ def cmd_k8s_policy():
         attribution_volumes = {"pod-resources", "runtime-socket-dir"}
         for spec in (a["spec"]["template"]["spec"], b["spec"]["template"]["spec"]):
             spec.pop("hostPID", None)
-            spec.get("securityContext", {}).pop("supplementalGroups", None)
+            for key in ("supplementalGroups", "runAsUser", "runAsGroup", "runAsNonRoot"):
+                spec.get("securityContext", {}).pop(key, None)
             spec["volumes"] = [v for v in spec.get("volumes", []) if v["name"] not in attribution_volumes]
             for container in spec.get("containers", []):
                 container["volumeMounts"] = [m for m in container.get("volumeMounts", [])

@@ -248,7 +248,7 @@ impl Telemetry {
         let errors = counter_vec(
             &self.registry,
             "vramd_kubernetes_errors_total",
-            "Calls to a Kubernetes API that got no answer, by kind: absent (no socket), connect, timeout, status (an error or an unreadable answer).",
+            "Calls to a Kubernetes API that got no answer, by kind: absent (no socket), connect, denied (the socket's permissions refuse vramd's user), timeout, status (an error or an unreadable answer).",
             &["api", "kind"],
         )?;
         let lookups = counter(

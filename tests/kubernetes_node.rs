@@ -304,6 +304,107 @@ fn a_runtime_restart_is_survived_with_the_manifests_mounts() {
     assert!(daemon.exited().is_none());
 }
 
+/// The daemon as `identity` (`setpriv` options) on a simulated host,
+/// attributing from the two sockets.
+fn spawn_as(identity: &[&str], kubelet: &Path, runtime: &Path) -> (Process, SocketAddr) {
+    let mut command = std::process::Command::new("setpriv");
+    command.args(identity).args(["--inh-caps=-all", "--bounding-set=-all", "--no-new-privs"]);
+    command.arg(support::BIN).args(SERVE).args(["--simulate", "multi-tenant", "--gpus", "1"]);
+    let env = [
+        ("VRAMD_KUBERNETES__ENABLED", "true"),
+        ("VRAMD_KUBERNETES__POD_RESOURCES_SOCKET", kubelet.to_str().unwrap()),
+        ("VRAMD_KUBERNETES__RUNTIME_SOCKET", runtime.to_str().unwrap()),
+        ("VRAMD_KUBERNETES__REFRESH_INTERVAL", "1s"),
+        ("VRAMD_KUBERNETES__CALL_TIMEOUT", "500ms"),
+    ];
+    let mut daemon = Process::spawn_command(&mut command, &env);
+    let addr = daemon.listening();
+    daemon.wait_ready(addr);
+    (daemon, addr)
+}
+
+/// Waits for three refreshes' worth of refusals of `api` and for `up`
+/// of each API; returns the scrape.
+fn refused(addr: SocketAddr, denied: &[&str], up: &[&str]) -> String {
+    let deadline = Deadline::after(SHOWS_WITHIN);
+    loop {
+        let text = get(addr, "/metrics").text();
+        let count = |api: &str| {
+            value(&text, &format!("vramd_kubernetes_errors_total{{api=\"{api}\",kind=\"denied\"}}"))
+        };
+        let is_up = |api: &str| value(&text, &format!("vramd_kubernetes_up{{api=\"{api}\"}}"));
+        if denied.iter().all(|api| count(api).is_some_and(|n| n >= 3.0))
+            && up.iter().all(|api| is_up(api) == Some(1.0))
+        {
+            return text;
+        }
+        assert!(!deadline.passed(), "refusals {denied:?}, up {up:?} not seen:\n{text}");
+        pause();
+    }
+}
+
+/// The warnings and errors the daemon logged about `api`.
+fn logged_about(daemon: &Process, api: &str) -> Vec<String> {
+    let log = daemon.log();
+    log.iter()
+        .filter(|line| line["api"] == api && line["level"] != "DEBUG" && line["level"] != "INFO")
+        .map(|line| line["error"].as_str().unwrap_or_default().to_owned())
+        .collect()
+}
+
+/// Issue 34, item 2: the kubelet's socket is `0755 root:root` on a stock
+/// node, the runtime's `0660 root:root`. The former identity (uid 65532 in
+/// group 0) reaches only the runtime and says once, for the kubelet, that
+/// only uid 0 can connect; without group 0 the runtime's refusal names the
+/// group; uid 0 with no capability at all (the DaemonSet's identity now)
+/// reaches both.
+#[test]
+fn socket_permissions_refuse_a_non_root_user_once_with_the_setting_to_change() {
+    let root = std::fs::metadata("/proc/self").is_ok_and(|me| {
+        use std::os::unix::fs::MetadataExt;
+        me.uid() == 0
+    });
+    let setpriv = std::process::Command::new("setpriv").arg("--version").output();
+    if !root || !setpriv.is_ok_and(|out| out.status.success()) {
+        eprintln!("SKIPPED: needs root and setpriv to run the daemon as another user");
+        return;
+    }
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let kubelet = FakeApi::serve(&dir.path().join("kubelet.sock"));
+    let runtime = FakeApi::serve(&dir.path().join("containerd.sock"));
+    std::fs::set_permissions(&kubelet.socket, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::set_permissions(&runtime.socket, std::fs::Permissions::from_mode(0o660)).unwrap();
+    let (kubelet_socket, runtime_socket) = (&kubelet.socket, &runtime.socket);
+
+    let in_group_0 = ["--reuid=65532", "--regid=65532", "--groups=0"];
+    let (daemon, addr) = spawn_as(&in_group_0, kubelet_socket, runtime_socket);
+    refused(addr, &["pod_resources"], &["runtime"]);
+    let said = logged_about(&daemon, "pod_resources");
+    assert_eq!(said.len(), 1, "one line, not one per refresh: {said:#?}");
+    assert!(said[0].contains("socket mode 0755 owner 0:0"), "{}", said[0]);
+    assert!(said[0].contains("only uid 0 may connect"), "{}", said[0]);
+    assert!(said[0].contains("runAsUser: 0"), "{}", said[0]);
+    daemon.signal("TERM");
+    let _ = daemon.finish(SHOWS_WITHIN);
+
+    let no_group = ["--reuid=65532", "--regid=65532", "--clear-groups"];
+    let (daemon, addr) = spawn_as(&no_group, kubelet_socket, runtime_socket);
+    refused(addr, &["pod_resources", "runtime"], &[]);
+    let said = logged_about(&daemon, "runtime");
+    assert_eq!(said.len(), 1, "{said:#?}");
+    assert!(said[0].contains("supplementalGroups: [0]"), "{}", said[0]);
+    daemon.signal("TERM");
+    let _ = daemon.finish(SHOWS_WITHIN);
+
+    let root_without_capabilities = ["--reuid=0", "--regid=0", "--clear-groups"];
+    let (daemon, addr) = spawn_as(&root_without_capabilities, kubelet_socket, runtime_socket);
+    let text = refused(addr, &[], &["pod_resources", "runtime"]);
+    assert!(!text.contains("kind=\"denied\""), "{text}");
+    assert!(logged_about(&daemon, "pod_resources").is_empty());
+}
+
 /// Figures for issue 34 (docs/performance.md), not a check: from the first
 /// scrape listing a process to the first listing it with its pod, for six
 /// processes starting 3.7 s apart, each in a container the runtime lists

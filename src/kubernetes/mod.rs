@@ -14,6 +14,7 @@
 //! HTTP (the wiring hands the board to the source's joiner as part of a
 //! join function).
 
+mod access;
 mod attribution;
 mod client;
 mod config;
@@ -31,11 +32,12 @@ use crate::model::{DeviceInfo, SlowReading};
 use crate::telemetry::Telemetry;
 use lookup::Lookups;
 
+pub use access::Refusal;
 pub use attribution::{
     Attribution, DeviceAllocation, PodRef, allocations, containers, device_matches,
     is_gpu_resource, share_unchanged, split_replica,
 };
-pub use client::{CallError, list_containers, list_pod_resources};
+pub use client::{CallError, DeniedBecause, list_containers, list_pod_resources};
 pub use config::KubernetesConfig;
 
 /// The `api` label of the kubelet's pod-resources API.
@@ -218,6 +220,11 @@ fn note(
             // Expected off Kubernetes or without the mount: a fact, not a fault.
             Some(error @ CallError::Absent { .. }) => {
                 info!(api, error = %error, "Kubernetes API socket absent; no pod attribution from it")
+            }
+            // Retrying cannot help until the deployment changes: the
+            // error names the setting to change.
+            Some(error @ CallError::Denied { .. }) => {
+                warn!(api, error = %error, "Kubernetes API socket refuses vramd's user; no pod attribution from it until the setting named is changed")
             }
             Some(error) => {
                 warn!(api, error = %error, "Kubernetes API call failed; retrying every kubernetes.refresh_interval")
