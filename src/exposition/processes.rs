@@ -93,7 +93,7 @@ family!(
     ALLOCATION_INFO,
     "vramd_device_allocation_info",
     Gauge,
-    "A Kubernetes container the kubelet allocated this device to (pod-resources API; replica: the N of a time-sliced ID <id>::N); always 1."
+    "A Kubernetes container the kubelet allocated this device to (pod-resources API; replica: the N of a time-sliced ID <id>::N or GKE <id>/vgpuN); always 1."
 );
 family!(
     ALLOCATIONS,

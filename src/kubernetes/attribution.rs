@@ -2,8 +2,9 @@
 //! pure mapping from their answers to device allocations and to each
 //! container's pod, and the join onto a slow reading.
 //!
-//! Owns: which resources count as GPUs, the `::N` replica suffix, matching
-//! a kubelet device ID to a vramd device (GPU UUID, MIG UUID or `nvidiaN`),
+//! Owns: which resources count as GPUs, the replica of a shared ID (`::N`,
+//! GKE's `/vgpuN`), matching a kubelet device ID to a vramd device (GPU
+//! UUID, MIG UUID, `nvidiaN`, GKE's `nvidiaN/giM`),
 //! and the container-ID → pod table. No I/O. Depends on `model` and
 //! `proto` only.
 
@@ -114,27 +115,50 @@ pub fn is_gpu_resource(name: &str) -> bool {
         .is_some_and(|rest| rest == "gpu" || rest.starts_with("gpu.") || rest.starts_with("mig-"))
 }
 
-/// A device ID without its time-slicing / sharing replica suffix, and the
-/// replica: `GPU-abc::3` → (`GPU-abc`, `Some("3")`).
+/// A device ID without its time-slicing / sharing replica, and the
+/// replica: the NVIDIA device plugin's (and EKS's) suffix `GPU-abc::3` →
+/// (`GPU-abc`, `Some("3")`), and GKE's last segment `nvidia6/vgpu0` →
+/// (`nvidia6`, `Some("0")`), also after a MIG partition (`nvidia0/gi2/vgpu1`).
 pub fn split_replica(id: &str) -> (&str, Option<&str>) {
-    match id.rsplit_once("::") {
-        Some((base, replica)) if !base.is_empty() && !replica.is_empty() => (base, Some(replica)),
-        _ => (id, None),
+    if let Some((base, replica)) = id.rsplit_once("::")
+        && !base.is_empty()
+        && !replica.is_empty()
+    {
+        return (base, Some(replica));
     }
+    if let Some((base, last)) = id.rsplit_once('/')
+        && let Some(replica) = last.strip_prefix("vgpu")
+        && !base.is_empty()
+        && number(replica).is_some()
+    {
+        return (base, Some(replica));
+    }
+    (id, None)
 }
 
-/// Whether a kubelet device ID (suffix stripped) names this device: its
-/// UUID (GPU or MIG, case as NVML writes it), or `nvidia<index>` for a
-/// whole GPU when the device plugin lists by index.
+/// Whether a kubelet device ID (replica stripped) names this device: its
+/// UUID (GPU or MIG, case as NVML writes it); `nvidia<index>` for a whole
+/// GPU, as device plugins that list by index (GKE's among them) name it;
+/// or GKE's `nvidia<index>/gi<M>` for the MIG device of GPU instance M on
+/// that GPU.
 pub fn device_matches(info: &DeviceInfo, device_id: &str) -> bool {
     if device_id.eq_ignore_ascii_case(&info.uuid) {
         return true;
     }
-    info.mig.is_none()
-        && device_id
-            .strip_prefix("nvidia")
-            .and_then(|index| index.parse::<u32>().ok())
-            .is_some_and(|index| index == info.index)
+    let Some(rest) = device_id.strip_prefix("nvidia") else { return false };
+    match (rest.split_once("/gi"), &info.mig) {
+        (None, None) => number(rest) == Some(info.index),
+        (Some((gpu, instance)), Some(mig)) => {
+            number(gpu) == Some(mig.parent_index)
+                && number(instance).is_some_and(|id| mig.gpu_instance_id == Some(id))
+        }
+        _ => false,
+    }
+}
+
+/// A plain decimal number (no sign, no spaces).
+fn number(text: &str) -> Option<u32> {
+    text.bytes().all(|b| b.is_ascii_digit()).then(|| text.parse().ok()).flatten()
 }
 
 /// The GPU allocations in a pod-resources answer, at most `max` of them,

@@ -94,6 +94,71 @@ fn replica_suffixes_are_stripped_for_the_match_and_kept() {
     assert_eq!(split_replica("::3"), ("::3", None));
 }
 
+/// GKE's device plugin names time-shared replicas `nvidiaN/vgpuK`, MIG
+/// partitions `nvidiaN/giM`, and both at once `nvidiaN/giM/vgpuK`; the
+/// NVIDIA device plugin (and EKS) suffixes shared IDs with `::K`.
+#[test]
+fn gke_and_device_plugin_sharing_ids_split_into_device_and_replica() {
+    assert_eq!(split_replica("nvidia6/vgpu0"), ("nvidia6", Some("0")));
+    assert_eq!(split_replica("nvidia6/vgpu12"), ("nvidia6", Some("12")));
+    assert_eq!(split_replica("nvidia0/gi2"), ("nvidia0/gi2", None));
+    assert_eq!(split_replica("nvidia0/gi2/vgpu3"), ("nvidia0/gi2", Some("3")));
+    assert_eq!(split_replica("nvidia6::4"), ("nvidia6", Some("4")));
+    assert_eq!(split_replica(&format!("{GPU0}::2")), (GPU0, Some("2")));
+    // Not a replica: no number, or nothing before it.
+    assert_eq!(split_replica("nvidia6/vgpu"), ("nvidia6/vgpu", None));
+    assert_eq!(split_replica("nvidia6/vgpux"), ("nvidia6/vgpux", None));
+    assert_eq!(split_replica("/vgpu1"), ("/vgpu1", None));
+}
+
+#[test]
+fn gke_mig_partitions_match_the_mig_device_by_parent_and_gpu_instance() {
+    let mut on_gpu_2 = mig(5, MIG);
+    if let Some(info) = on_gpu_2.mig.as_mut() {
+        info.parent_index = 2;
+        info.gpu_instance_id = Some(7);
+    }
+    assert!(device_matches(&on_gpu_2, "nvidia2/gi7"));
+    assert!(!device_matches(&on_gpu_2, "nvidia2/gi1"), "another GPU instance");
+    assert!(!device_matches(&on_gpu_2, "nvidia5/gi7"), "another GPU");
+    assert!(!device_matches(&on_gpu_2, "nvidia2"), "the whole GPU is not the partition");
+    assert!(!device_matches(&gpu(2, GPU0), "nvidia2/gi7"), "the partition is not the whole GPU");
+    assert!(!device_matches(&on_gpu_2, "nvidia2/gi"));
+    assert!(!device_matches(&on_gpu_2, "nvidia2/gi7/x"));
+    // Without a known GPU instance ID nothing can match it.
+    let mut unknown = on_gpu_2.clone();
+    if let Some(info) = unknown.mig.as_mut() {
+        info.gpu_instance_id = None;
+    }
+    assert!(!device_matches(&unknown, "nvidia2/gi7"));
+}
+
+#[test]
+fn allocations_of_gke_time_sharing_and_mig_ids_keep_their_replicas() {
+    let response = ListPodResourcesResponse {
+        pod_resources: vec![
+            pod("a", "nvidia.com/gpu", &["nvidia6/vgpu0"]),
+            pod("b", "nvidia.com/gpu", &["nvidia6/vgpu1"]),
+            pod("c", "nvidia.com/gpu", &["nvidia0/gi2"]),
+            pod("d", "nvidia.com/gpu", &["nvidia0/gi2/vgpu1"]),
+        ],
+    };
+    let (kept, _) = allocations(response, 10);
+    let ids: Vec<(&str, Option<&str>)> = kept
+        .iter()
+        .map(|entry| (entry.device_id.as_str(), entry.allocation.replica.as_deref()))
+        .collect();
+    assert_eq!(
+        ids,
+        [
+            ("nvidia6", Some("0")),
+            ("nvidia6", Some("1")),
+            ("nvidia0/gi2", None),
+            ("nvidia0/gi2", Some("1"))
+        ]
+    );
+}
+
 #[test]
 fn only_nvidia_gpu_and_mig_resources_count() {
     for name in ["nvidia.com/gpu", "nvidia.com/gpu.shared", "nvidia.com/mig-1g.10gb"] {

@@ -271,3 +271,48 @@ impl Drop for ContainerProcess {
         }
     }
 }
+
+/// The `vramd_process_info` line of `pid`, if the scrape has one.
+pub fn process_info(text: &str, pid: u32) -> Option<String> {
+    let pid = format!("pid=\"{pid}\"");
+    text.lines()
+        .find(|line| line.starts_with("vramd_process_info{") && line.contains(&pid))
+        .map(str::to_owned)
+}
+
+/// The value of the sample whose line starts with `series` (name and
+/// labels, up to the closing brace).
+pub fn value(text: &str, series: &str) -> Option<f64> {
+    text.lines().find_map(|line| line.strip_prefix(series)?.trim().parse().ok())
+}
+
+/// The fake NVML scenario of the MIG tests: GPU 0 ([`GPU0`]) whole, GPU 1
+/// ([`GPU1`]) in MIG mode with one `1g.10gb` device ([`MIG`]) of GPU
+/// instance 9.
+pub const GPU0: &str = "GPU-8f6a2c1e-0000-4d7b-9a1e-3b5c7d9e1f20";
+pub const GPU1: &str = "GPU-1b2c3d4e-1111-4d7b-9a1e-3b5c7d9e1f21";
+pub const MIG: &str = "MIG-5c2a1d3e-0000-5f6a-8b9c-0d1e2f3a4b5c";
+
+pub fn gpu_and_mig_scenario() -> serde_json::Value {
+    let gib: u64 = 1 << 30;
+    let memory = serde_json::json!({ "total_bytes": 80 * gib, "reserved_bytes": gib / 2, "used_bytes": gib });
+    serde_json::json!({
+        "devices": [
+            { "uuid": GPU0, "name": "NVIDIA H100 80GB HBM3", "memory": memory },
+            {
+                "uuid": GPU1,
+                "name": "NVIDIA H100 80GB HBM3",
+                "memory": memory,
+                "mig": {
+                    "enabled": true,
+                    "devices": [ {
+                        "uuid": MIG,
+                        "gpu_instance_id": 9,
+                        "profile": "1g.10gb",
+                        "memory": { "total_bytes": 10 * gib, "used_bytes": gib },
+                    } ],
+                },
+            },
+        ],
+    })
+}
