@@ -20,7 +20,9 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use fake::{ContainerProcess, FakeApi, GPU0, GPU1, MIG, container, pod, process_info, value};
+use fake::{
+    ContainerProcess, FakeApi, GPU0, GPU1, MIG, claimed_pod, container, pod, process_info, value,
+};
 use nvidia_ml_fake::harness;
 use serde_json::json;
 use support::{Deadline, Process, SERVE, get, pause};
@@ -139,11 +141,13 @@ fn a_process_in_a_new_container_is_labelled_on_its_first_scrape() {
     assert_eq!((runtime.calls(), kubelet.calls()), (2, 2));
 }
 
-/// Issue 34, item 5, through the real NVML path: GKE's time-sharing IDs
-/// (`nvidia0/vgpuK`) hold GPU 0 with their replicas, and its MIG partition
-/// ID (`nvidia1/giM`) holds GPU 1's MIG device of GPU instance M.
+/// Issue 34, items 5 and 4, through the real NVML path: GKE's
+/// time-sharing IDs (`nvidia0/vgpuK`) hold GPU 0 with their replicas, its
+/// MIG partition ID (`nvidia1/giM`) holds GPU 1's MIG device of GPU
+/// instance M, and a DRA claim on NVIDIA's driver's `gpu-0` holds GPU 0
+/// with the claim's name and namespace.
 #[test]
-fn gke_time_sharing_and_mig_partition_ids_hold_their_devices() {
+fn gke_ids_and_dra_claims_hold_their_devices() {
     let scenario = fake::gpu_and_mig_scenario();
     let dir = tempfile::tempdir().unwrap();
     let kubelet = FakeApi::serve(&dir.path().join("kubelet.sock"));
@@ -152,6 +156,7 @@ fn gke_time_sharing_and_mig_partition_ids_hold_their_devices() {
         pod("shared-a", "ml", "main", "nvidia.com/gpu", &["nvidia0/vgpu0"]),
         pod("shared-b", "ml", "main", "nvidia.com/gpu", &["nvidia0/vgpu1"]),
         pod("small", "dev", "notebook", "nvidia.com/gpu", &["nvidia1/gi9"]),
+        claimed_pod("dra-0", "research", "gpu-claim", &["gpu-0"]),
     ]);
     let (_daemon, addr) =
         spawn_on_nvml(dir.path(), &scenario, &kubelet.socket, &runtime.socket, &[]);
@@ -173,13 +178,21 @@ fn gke_time_sharing_and_mig_partition_ids_hold_their_devices() {
                 && line.ends_with(" 1")
         })
     };
+    let claim = "pod=\"dra-0\",namespace=\"research\",container=\"main\",claim=\"gpu-claim\",\
+                 claim_namespace=\"research\"} 1";
+    let claimed = |text: &str| {
+        text.lines().any(|line| {
+            line.starts_with(&format!("vramd_device_allocation_info{{gpu=\"0\",uuid=\"{GPU0}\","))
+                && line.ends_with(claim)
+        })
+    };
     let deadline = Deadline::after(SHOWS_WITHIN);
     let text = loop {
         let text = get(addr, "/metrics").text();
-        if expected.iter().all(|entry| shown(&text, *entry)) {
+        if expected.iter().all(|entry| shown(&text, *entry)) && claimed(&text) {
             break text;
         }
-        assert!(!deadline.passed(), "GKE allocations not shown:\n{text}");
+        assert!(!deadline.passed(), "GKE and DRA allocations not shown:\n{text}");
         pause();
     };
     assert_eq!(
@@ -189,7 +202,7 @@ fn gke_time_sharing_and_mig_partition_ids_hold_their_devices() {
     );
     assert_eq!(
         value(&text, &format!("vramd_device_allocations{{gpu=\"0\",uuid=\"{GPU0}\"}}")),
-        Some(2.0)
+        Some(3.0)
     );
 }
 

@@ -161,36 +161,80 @@ fn number(text: &str) -> Option<u32> {
     text.bytes().all(|b| b.is_ascii_digit()).then(|| text.parse().ok()).flatten()
 }
 
-/// The GPU allocations in a pod-resources answer, at most `max` of them,
-/// and how many were left out beyond that.
+/// The DRA driver whose devices are NVIDIA GPUs (NVIDIA's DRA driver).
+pub const DRA_GPU_DRIVER: &str = "gpu.nvidia.com";
+
+/// The device ID vramd matches for a device NVIDIA's DRA driver names:
+/// `gpu-N` is whole GPU N (`nvidiaN`), a GPU or MIG UUID is itself. Its
+/// MIG devices are named by profile and memory placement
+/// (`gpu-0-mig-1g10gb-…`), which a reading does not carry: `None`.
+pub fn dra_device_id(device_name: &str) -> Option<String> {
+    if let Some(index) = device_name.strip_prefix("gpu-").and_then(number) {
+        return Some(format!("nvidia{index}"));
+    }
+    // NVML writes UUIDs with an uppercase prefix; the driver's own names
+    // are lowercase (`gpu-0-mig-…`).
+    let uuid = ["GPU-", "MIG-"].iter().find_map(|prefix| device_name.strip_prefix(prefix));
+    uuid.is_some_and(|rest| {
+        !rest.is_empty() && rest.bytes().all(|b| b.is_ascii_hexdigit() || b == b'-')
+    })
+    .then(|| device_name.to_owned())
+}
+
+/// The GPU allocations in a pod-resources answer (device-plugin devices,
+/// then DRA claims), at most `max` of them, and how many were left out
+/// beyond that.
 pub fn allocations(
     response: proto::ListPodResourcesResponse,
     max: usize,
 ) -> (Vec<DeviceAllocation>, usize) {
     let mut kept = Vec::new();
     let mut dropped = 0;
+    let mut keep = |entry: DeviceAllocation| {
+        if kept.len() < max {
+            kept.push(entry);
+        } else {
+            dropped += 1;
+        }
+    };
     for pod in response.pod_resources {
         for container in pod.containers {
-            for devices in container.devices {
+            let holder = |resource: &str| PodAllocation {
+                pod: pod.name.as_str().into(),
+                namespace: pod.namespace.as_str().into(),
+                container: container.name.as_str().into(),
+                resource: resource.into(),
+                replica: None,
+                claim: None,
+                claim_namespace: None,
+            };
+            for devices in &container.devices {
                 if !is_gpu_resource(&devices.resource_name) {
                     continue;
                 }
                 for id in &devices.device_ids {
-                    if kept.len() >= max {
-                        dropped += 1;
-                        continue;
-                    }
                     let (base, replica) = split_replica(id);
-                    kept.push(DeviceAllocation {
-                        device_id: base.to_owned(),
-                        allocation: PodAllocation {
-                            pod: pod.name.as_str().into(),
-                            namespace: pod.namespace.as_str().into(),
-                            container: container.name.as_str().into(),
-                            resource: devices.resource_name.as_str().into(),
-                            replica: replica.map(SharedStr::from),
-                        },
-                    });
+                    let allocation = PodAllocation {
+                        replica: replica.map(SharedStr::from),
+                        ..holder(&devices.resource_name)
+                    };
+                    keep(DeviceAllocation { device_id: base.to_owned(), allocation });
+                }
+            }
+            for claim in &container.dynamic_resources {
+                for device in &claim.claim_resources {
+                    let Some(device_id) = (device.driver_name == DRA_GPU_DRIVER)
+                        .then(|| dra_device_id(&device.device_name))
+                        .flatten()
+                    else {
+                        continue;
+                    };
+                    let allocation = PodAllocation {
+                        claim: Some(claim.claim_name.as_str().into()),
+                        claim_namespace: Some(claim.claim_namespace.as_str().into()),
+                        ..holder(&device.driver_name)
+                    };
+                    keep(DeviceAllocation { device_id, allocation });
                 }
             }
         }

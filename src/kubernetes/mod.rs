@@ -34,8 +34,8 @@ use lookup::Lookups;
 
 pub use access::Refusal;
 pub use attribution::{
-    Attribution, DeviceAllocation, PodRef, allocations, containers, device_matches,
-    is_gpu_resource, share_unchanged, split_replica,
+    Attribution, DRA_GPU_DRIVER, DeviceAllocation, PodRef, allocations, containers, device_matches,
+    dra_device_id, is_gpu_resource, share_unchanged, split_replica,
 };
 pub use client::{CallError, DeniedBecause, list_containers, list_pod_resources};
 pub use config::KubernetesConfig;

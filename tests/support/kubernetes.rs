@@ -24,9 +24,9 @@ use tonic::codegen::http;
 use tonic::server::Grpc;
 use tonic_prost::ProstCodec;
 use vramd::kubernetes::proto::{
-    Container, ContainerDevices, ContainerMetadata, ContainerResources, ListContainersRequest,
-    ListContainersResponse, ListPodResourcesRequest, ListPodResourcesResponse, POD_RESOURCES_LIST,
-    PodResources, RUNTIME_LIST_CONTAINERS,
+    ClaimResource, Container, ContainerDevices, ContainerMetadata, ContainerResources,
+    DynamicResource, ListContainersRequest, ListContainersResponse, ListPodResourcesRequest,
+    ListPodResourcesResponse, POD_RESOURCES_LIST, PodResources, RUNTIME_LIST_CONTAINERS,
 };
 
 /// Bytes that are not the expected message: tag 1 as a fixed64 where both
@@ -198,8 +198,29 @@ pub fn pod(
                 resource_name: resource.to_owned(),
                 device_ids: device_ids.iter().map(|id| (*id).to_owned()).collect(),
             }],
+            dynamic_resources: vec![],
         }],
     }
+}
+
+/// A kubelet pod whose one container holds `devices` of NVIDIA's DRA
+/// driver through the `ResourceClaim` `claim` of its namespace.
+pub fn claimed_pod(name: &str, namespace: &str, claim: &str, devices: &[&str]) -> PodResources {
+    let mut holder = pod(name, namespace, "main", "nvidia.com/gpu", &[]);
+    holder.containers[0].devices.clear();
+    holder.containers[0].dynamic_resources = vec![DynamicResource {
+        claim_name: claim.to_owned(),
+        claim_namespace: namespace.to_owned(),
+        claim_resources: devices
+            .iter()
+            .map(|device| ClaimResource {
+                driver_name: "gpu.nvidia.com".to_owned(),
+                pool_name: "node-1".to_owned(),
+                device_name: (*device).to_owned(),
+            })
+            .collect(),
+    }];
+    holder
 }
 
 /// A CRI container with the labels the kubelet sets.
