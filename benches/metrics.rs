@@ -133,6 +133,8 @@ fn store(pods: bool) -> HistoryStore {
                         container: "trainer".into(),
                         resource: "nvidia.com/gpu".into(),
                         replica: Some(pod.to_string().into()),
+                        claim: None,
+                        claim_namespace: None,
                     })
                     .collect()
             });

@@ -33,6 +33,9 @@
 #     - kubernetes-validate --strict against Kubernetes 1.37 and 1.29
 #       (bundled schemas, offline); ServiceMonitor and PrometheusRule
 #       against deploy/kubernetes/schemas/*.json; any other kind fails
+#     - the kubelet and runtime sockets the ConfigMap names lie inside
+#       mounted hostPath directories (never a mount of the socket file,
+#       which keeps the dead socket after a restart)
 #     - policy: non-root, read-only root, no capabilities, RuntimeDefault
 #       seccomp, no nvidia.com/gpu request on the DaemonSet, probes and
 #       their timeouts, resources; the two DaemonSet variants differ only

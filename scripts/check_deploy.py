@@ -411,10 +411,21 @@ def check_vramd_container(where, container, pod_spec, init_timeout):
     sc = container.get("securityContext", {})
     pod_sc = pod_spec.get("securityContext", {})
     merged = dict(pod_sc, **sc)
-    if merged.get("runAsNonRoot") is not True:
-        problem(f"{where}: runAsNonRoot is not true")
-    if merged.get("runAsUser") != 65532:
-        problem(f"{where}: runAsUser is {merged.get('runAsUser')}, expected 65532 (the image's nonroot)")
+    sockets = any("hostPath" in v for v in pod_spec.get("volumes", []))
+    if sockets:
+        # Kubernetes attribution: the kubelet's socket is 0755 root:root, so
+        # uid 0, made harmless below (every capability dropped, no
+        # escalation, read-only root).
+        if merged.get("runAsUser") != 0 or merged.get("runAsNonRoot") is not False:
+            problem(f"{where}: mounts the sockets but is not runAsUser 0 / runAsNonRoot false "
+                    "(a 0755 root:root kubelet socket refuses any other user without capabilities)")
+        if pod_sc.get("supplementalGroups"):
+            problem(f"{where}: supplementalGroups with uid 0 grants nothing needed")
+    else:
+        if merged.get("runAsNonRoot") is not True:
+            problem(f"{where}: runAsNonRoot is not true")
+        if merged.get("runAsUser") != 65532:
+            problem(f"{where}: runAsUser is {merged.get('runAsUser')}, expected 65532 (the image's nonroot)")
     if sc.get("allowPrivilegeEscalation") is not False:
         problem(f"{where}: allowPrivilegeEscalation is not false")
     if sc.get("readOnlyRootFilesystem") is not True:
@@ -522,6 +533,44 @@ def check_reporter_identity(path, container):
                     "not the container's name")
 
 
+# hostPath types that mount a directory ("" is unchecked: a directory the
+# runtime creates where it is missing).
+DIRECTORY_TYPES = {"", "Directory", "DirectoryOrCreate"}
+
+
+def check_socket_mounts(path, daemonset, config_text):
+    """Each socket the ConfigMap names lies inside a mounted hostPath directory.
+
+    The kubelet and containerd unlink and re-create their sockets when they
+    restart: a mount of the socket file keeps the dead inode (issue 34), a
+    mount of the directory shows the new socket.
+    """
+    spec = daemonset["spec"]["template"]["spec"]
+    volumes = {v["name"]: v for v in spec.get("volumes", [])}
+    vramd = [c for _, c in containers_of(spec) if is_vramd(c)]
+    mounts = [m for c in vramd for m in c.get("volumeMounts", [])]
+    for key in ("kubernetes.pod_resources_socket", "kubernetes.runtime_socket"):
+        socket = effective(config_text, key)
+        if not socket:
+            problem(f"configmap.yaml: {key} is not set")
+            continue
+        holders = [m for m in mounts
+                   if socket == m["mountPath"] or socket.startswith(m["mountPath"].rstrip("/") + "/")]
+        if not holders:
+            problem(f"{path}: nothing is mounted where {key} ({socket}) lies")
+            continue
+        mount = max(holders, key=lambda m: len(m["mountPath"]))
+        host = volumes.get(mount["name"], {}).get("hostPath")
+        if host is None:
+            problem(f"{path}: {socket} ({key}) is in volume {mount['name']}, not a hostPath")
+        elif mount["mountPath"] == socket or host.get("type", "") not in DIRECTORY_TYPES:
+            problem(f"{path}: {key} ({socket}) is mounted as a file (hostPath type "
+                    f"{host.get('type', '')!r}); mount its directory, so a restart that "
+                    "re-creates the socket is seen")
+        elif not mount.get("readOnly"):
+            problem(f"{path}: the mount of {mount['mountPath']} is not read-only")
+
+
 def cmd_k8s_policy():
     docs = list(manifests())
     work = pathlib.Path(os.environ["WORK"])
@@ -582,7 +631,7 @@ def cmd_k8s_policy():
                 problem(f"{path}: vramd is not a native sidecar (init container, restartPolicy Always)")
 
     # The two DaemonSet variants: the same object except hostPID and what
-    # Kubernetes attribution needs (the socket mounts, group 0 to connect,
+    # Kubernetes attribution needs (the socket mounts, uid 0 to connect,
     # and the switch that turns it off where they are missing).
     with_pid = daemonsets.get("deploy/kubernetes/daemonset.yaml")
     without = daemonsets.get("deploy/kubernetes/daemonset-no-hostpid.yaml")
@@ -595,10 +644,11 @@ def cmd_k8s_policy():
             problem("daemonset-no-hostpid.yaml: hostPID is set")
         a = json.loads(json.dumps(with_pid))
         b = json.loads(json.dumps(without))
-        attribution_volumes = {"pod-resources", "containerd-socket"}
+        attribution_volumes = {"pod-resources", "runtime-socket-dir"}
         for spec in (a["spec"]["template"]["spec"], b["spec"]["template"]["spec"]):
             spec.pop("hostPID", None)
-            spec.get("securityContext", {}).pop("supplementalGroups", None)
+            for key in ("supplementalGroups", "runAsUser", "runAsGroup", "runAsNonRoot"):
+                spec.get("securityContext", {}).pop(key, None)
             spec["volumes"] = [v for v in spec.get("volumes", []) if v["name"] not in attribution_volumes]
             for container in spec.get("containers", []):
                 container["volumeMounts"] = [m for m in container.get("volumeMounts", [])
@@ -615,6 +665,9 @@ def cmd_k8s_policy():
         envs = [e for _, c in containers_of(restricted) for e in c.get("env", [])]
         if {"name": "VRAMD_KUBERNETES__ENABLED", "value": "false"} not in envs:
             problem("daemonset-no-hostpid.yaml: Kubernetes attribution is not turned off")
+
+    if with_pid and toml is not None:
+        check_socket_mounts("deploy/kubernetes/daemonset.yaml", with_pid, toml)
 
     # Wiring: ServiceMonitor -> Service -> DaemonSet pods.
     services = [d for _, _, d in docs if d.get("kind") == "Service"]

@@ -71,6 +71,7 @@ pub struct Telemetry {
 struct KubernetesSeries {
     up: IntGaugeVec,
     errors: IntCounterVec,
+    lookups: IntCounter,
 }
 
 /// Reads a recording's (errors so far, failing now).
@@ -247,20 +248,31 @@ impl Telemetry {
         let errors = counter_vec(
             &self.registry,
             "vramd_kubernetes_errors_total",
-            "Calls to a Kubernetes API that got no answer, by kind: absent (no socket), connect, timeout, status (an error or an unreadable answer).",
+            "Calls to a Kubernetes API that got no answer, by kind: absent (no socket), connect, denied (the socket's permissions refuse vramd's user), timeout, status (an error or an unreadable answer).",
             &["api", "kind"],
+        )?;
+        let lookups = counter(
+            &self.registry,
+            "vramd_kubernetes_lookups_total",
+            "Refreshes of both Kubernetes APIs made at once, outside kubernetes.refresh_interval, because a process ran in a container not asked about before (at most one per kubernetes.lookup_interval).",
         )?;
         for api in apis {
             up.with_label_values(&[api]).set(0);
         }
         // Already checked above; called once, at start-up.
-        let _ = self.kubernetes.set(KubernetesSeries { up, errors });
+        let _ = self.kubernetes.set(KubernetesSeries { up, errors, lookups });
         Ok(())
     }
 
     pub fn set_kubernetes_up(&self, api: &str, up: bool) {
         if let Some(series) = self.kubernetes.get() {
             series.up.with_label_values(&[api]).set(i64::from(up));
+        }
+    }
+
+    pub fn count_kubernetes_lookup(&self) {
+        if let Some(series) = self.kubernetes.get() {
+            series.lookups.inc();
         }
     }
 

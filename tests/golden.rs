@@ -174,6 +174,7 @@ fn pod_resources(name: &str, namespace: &str, container: &str, device_id: &str) 
                 resource_name: "nvidia.com/gpu".into(),
                 device_ids: vec![device_id.into()],
             }],
+            dynamic_resources: vec![],
         }],
     }
 }

@@ -18,8 +18,7 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;
 
-use fake::{FakeApi, HangingSocket, container, pod, start_on_fake_driver};
-use serde_json::json;
+use fake::{FakeApi, GPU0, GPU1, HangingSocket, MIG, container, pod, start_on_fake_driver};
 use support::{Deadline, Process, SERVE, get, pause};
 
 /// Longest wait for a refresh to show: a 1 s refresh plus a 1 s slow tier,
@@ -314,30 +313,7 @@ fn a_recording_keeps_the_pods_and_its_replay_shows_them() {
 /// `nvidiaN` device ID names GPU N.
 #[test]
 fn mig_uuids_and_nvidia_n_device_ids_match_through_the_real_nvml_path() {
-    const GPU0: &str = "GPU-8f6a2c1e-0000-4d7b-9a1e-3b5c7d9e1f20";
-    const GPU1: &str = "GPU-1b2c3d4e-1111-4d7b-9a1e-3b5c7d9e1f21";
-    const MIG: &str = "MIG-5c2a1d3e-0000-5f6a-8b9c-0d1e2f3a4b5c";
-    let gib: u64 = 1 << 30;
-    let memory = json!({ "total_bytes": 80 * gib, "reserved_bytes": gib / 2, "used_bytes": gib });
-    let scenario = json!({
-        "devices": [
-            { "uuid": GPU0, "name": "NVIDIA H100 80GB HBM3", "memory": memory },
-            {
-                "uuid": GPU1,
-                "name": "NVIDIA H100 80GB HBM3",
-                "memory": memory,
-                "mig": {
-                    "enabled": true,
-                    "devices": [ {
-                        "uuid": MIG,
-                        "gpu_instance_id": 9,
-                        "profile": "1g.10gb",
-                        "memory": { "total_bytes": 10 * gib, "used_bytes": gib },
-                    } ],
-                },
-            },
-        ],
-    });
+    let scenario = fake::gpu_and_mig_scenario();
     let dir = tempfile::tempdir().unwrap();
     let kubelet = FakeApi::serve(&dir.path().join("kubelet.sock"));
     let runtime = FakeApi::serve(&dir.path().join("containerd.sock"));

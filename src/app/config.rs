@@ -142,6 +142,18 @@ impl Document for Config {
                 ),
             );
         }
+        if kubernetes.lookup_wait >= sampler.call_timeout {
+            return conflict(
+                "kubernetes.lookup_wait",
+                "sampler.call_timeout",
+                format!(
+                    "kubernetes.lookup_wait ({}) must be less than sampler.call_timeout ({}), \
+                     or a slow reading waiting for a new container would time out",
+                    duration(kubernetes.lookup_wait),
+                    duration(sampler.call_timeout)
+                ),
+            );
+        }
         if sampler.slow_interval < sampler.fast_interval {
             return conflict(
                 "sampler.fast_interval",

@@ -113,7 +113,8 @@ pub async fn run(
         let config = config.clone();
         off_runtime(move || load_web_config(&config)).await??
     };
-    let board = config.kubernetes.enabled.then(|| Arc::new(AttributionBoard::default()));
+    let board =
+        config.kubernetes.enabled.then(|| Arc::new(AttributionBoard::new(&config.kubernetes)));
     let source = {
         let config = config.clone();
         let join = slow_join(intake.store.clone(), board.clone());

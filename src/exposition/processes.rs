@@ -93,7 +93,7 @@ family!(
     ALLOCATION_INFO,
     "vramd_device_allocation_info",
     Gauge,
-    "A Kubernetes container the kubelet allocated this device to (pod-resources API; replica: the N of a time-sliced ID <id>::N); always 1."
+    "A Kubernetes container the kubelet allocated this device to (pod-resources API; replica: the N of a time-sliced ID <id>::N or GKE <id>/vgpuN; claim, claim_namespace: the ResourceClaim of a DRA allocation); always 1."
 );
 family!(
     ALLOCATIONS,
@@ -124,6 +124,12 @@ fn render_allocations(views: &[DeviceView<'_>], out: &mut Vec<u8>) {
                 .with("container", &allocation.container);
             if let Some(replica) = &allocation.replica {
                 labels.push("replica", replica);
+            }
+            if let Some(claim) = &allocation.claim {
+                labels.push("claim", claim);
+            }
+            if let Some(claim_namespace) = &allocation.claim_namespace {
+                labels.push("claim_namespace", claim_namespace);
             }
             writer.int(labels.as_str(), 1);
         }

@@ -2,8 +2,9 @@
 //! pure mapping from their answers to device allocations and to each
 //! container's pod, and the join onto a slow reading.
 //!
-//! Owns: which resources count as GPUs, the `::N` replica suffix, matching
-//! a kubelet device ID to a vramd device (GPU UUID, MIG UUID or `nvidiaN`),
+//! Owns: which resources count as GPUs, the replica of a shared ID (`::N`,
+//! GKE's `/vgpuN`), matching a kubelet device ID to a vramd device (GPU
+//! UUID, MIG UUID, `nvidiaN`, GKE's `nvidiaN/giM`),
 //! and the container-ID → pod table. No I/O. Depends on `model` and
 //! `proto` only.
 
@@ -88,6 +89,19 @@ impl Attribution {
     }
 }
 
+impl Attribution {
+    /// The container IDs of the reading's processes that the runtime's
+    /// latest answer does not list (all of them before its first answer).
+    pub fn unplaced<'r>(&self, reading: &'r SlowReading) -> impl Iterator<Item = &'r str> {
+        let processes = reading.processes.as_deref().unwrap_or_default();
+        processes.iter().filter_map(|process| {
+            let id = process.details.container_id.as_deref()?;
+            let known = self.containers.as_ref().is_some_and(|table| table.contains_key(id));
+            (!known).then_some(id)
+        })
+    }
+}
+
 /// Who holds an allocation, the order and identity of a device's list.
 fn holder(a: &PodAllocation) -> (&SharedStr, &SharedStr, &SharedStr, &Option<SharedStr>) {
     (&a.namespace, &a.pod, &a.container, &a.replica)
@@ -101,59 +115,126 @@ pub fn is_gpu_resource(name: &str) -> bool {
         .is_some_and(|rest| rest == "gpu" || rest.starts_with("gpu.") || rest.starts_with("mig-"))
 }
 
-/// A device ID without its time-slicing / sharing replica suffix, and the
-/// replica: `GPU-abc::3` → (`GPU-abc`, `Some("3")`).
+/// A device ID without its time-slicing / sharing replica, and the
+/// replica: the NVIDIA device plugin's (and EKS's) suffix `GPU-abc::3` →
+/// (`GPU-abc`, `Some("3")`), and GKE's last segment `nvidia6/vgpu0` →
+/// (`nvidia6`, `Some("0")`), also after a MIG partition (`nvidia0/gi2/vgpu1`).
 pub fn split_replica(id: &str) -> (&str, Option<&str>) {
-    match id.rsplit_once("::") {
-        Some((base, replica)) if !base.is_empty() && !replica.is_empty() => (base, Some(replica)),
-        _ => (id, None),
+    if let Some((base, replica)) = id.rsplit_once("::")
+        && !base.is_empty()
+        && !replica.is_empty()
+    {
+        return (base, Some(replica));
     }
+    if let Some((base, last)) = id.rsplit_once('/')
+        && let Some(replica) = last.strip_prefix("vgpu")
+        && !base.is_empty()
+        && number(replica).is_some()
+    {
+        return (base, Some(replica));
+    }
+    (id, None)
 }
 
-/// Whether a kubelet device ID (suffix stripped) names this device: its
-/// UUID (GPU or MIG, case as NVML writes it), or `nvidia<index>` for a
-/// whole GPU when the device plugin lists by index.
+/// Whether a kubelet device ID (replica stripped) names this device: its
+/// UUID (GPU or MIG, case as NVML writes it); `nvidia<index>` for a whole
+/// GPU, as device plugins that list by index (GKE's among them) name it;
+/// or GKE's `nvidia<index>/gi<M>` for the MIG device of GPU instance M on
+/// that GPU.
 pub fn device_matches(info: &DeviceInfo, device_id: &str) -> bool {
     if device_id.eq_ignore_ascii_case(&info.uuid) {
         return true;
     }
-    info.mig.is_none()
-        && device_id
-            .strip_prefix("nvidia")
-            .and_then(|index| index.parse::<u32>().ok())
-            .is_some_and(|index| index == info.index)
+    let Some(rest) = device_id.strip_prefix("nvidia") else { return false };
+    match (rest.split_once("/gi"), &info.mig) {
+        (None, None) => number(rest) == Some(info.index),
+        (Some((gpu, instance)), Some(mig)) => {
+            number(gpu) == Some(mig.parent_index)
+                && number(instance).is_some_and(|id| mig.gpu_instance_id == Some(id))
+        }
+        _ => false,
+    }
 }
 
-/// The GPU allocations in a pod-resources answer, at most `max` of them,
-/// and how many were left out beyond that.
+/// A plain decimal number (no sign, no spaces).
+fn number(text: &str) -> Option<u32> {
+    text.bytes().all(|b| b.is_ascii_digit()).then(|| text.parse().ok()).flatten()
+}
+
+/// The DRA driver whose devices are NVIDIA GPUs (NVIDIA's DRA driver).
+pub const DRA_GPU_DRIVER: &str = "gpu.nvidia.com";
+
+/// The device ID vramd matches for a device NVIDIA's DRA driver names:
+/// `gpu-N` is whole GPU N (`nvidiaN`), a GPU or MIG UUID is itself. Its
+/// MIG devices are named by profile and memory placement
+/// (`gpu-0-mig-1g10gb-…`), which a reading does not carry: `None`.
+pub fn dra_device_id(device_name: &str) -> Option<String> {
+    if let Some(index) = device_name.strip_prefix("gpu-").and_then(number) {
+        return Some(format!("nvidia{index}"));
+    }
+    // NVML writes UUIDs with an uppercase prefix; the driver's own names
+    // are lowercase (`gpu-0-mig-…`).
+    let uuid = ["GPU-", "MIG-"].iter().find_map(|prefix| device_name.strip_prefix(prefix));
+    uuid.is_some_and(|rest| {
+        !rest.is_empty() && rest.bytes().all(|b| b.is_ascii_hexdigit() || b == b'-')
+    })
+    .then(|| device_name.to_owned())
+}
+
+/// The GPU allocations in a pod-resources answer (device-plugin devices,
+/// then DRA claims), at most `max` of them, and how many were left out
+/// beyond that.
 pub fn allocations(
     response: proto::ListPodResourcesResponse,
     max: usize,
 ) -> (Vec<DeviceAllocation>, usize) {
     let mut kept = Vec::new();
     let mut dropped = 0;
+    let mut keep = |entry: DeviceAllocation| {
+        if kept.len() < max {
+            kept.push(entry);
+        } else {
+            dropped += 1;
+        }
+    };
     for pod in response.pod_resources {
         for container in pod.containers {
-            for devices in container.devices {
+            let holder = |resource: &str| PodAllocation {
+                pod: pod.name.as_str().into(),
+                namespace: pod.namespace.as_str().into(),
+                container: container.name.as_str().into(),
+                resource: resource.into(),
+                replica: None,
+                claim: None,
+                claim_namespace: None,
+            };
+            for devices in &container.devices {
                 if !is_gpu_resource(&devices.resource_name) {
                     continue;
                 }
                 for id in &devices.device_ids {
-                    if kept.len() >= max {
-                        dropped += 1;
-                        continue;
-                    }
                     let (base, replica) = split_replica(id);
-                    kept.push(DeviceAllocation {
-                        device_id: base.to_owned(),
-                        allocation: PodAllocation {
-                            pod: pod.name.as_str().into(),
-                            namespace: pod.namespace.as_str().into(),
-                            container: container.name.as_str().into(),
-                            resource: devices.resource_name.as_str().into(),
-                            replica: replica.map(SharedStr::from),
-                        },
-                    });
+                    let allocation = PodAllocation {
+                        replica: replica.map(SharedStr::from),
+                        ..holder(&devices.resource_name)
+                    };
+                    keep(DeviceAllocation { device_id: base.to_owned(), allocation });
+                }
+            }
+            for claim in &container.dynamic_resources {
+                for device in &claim.claim_resources {
+                    let Some(device_id) = (device.driver_name == DRA_GPU_DRIVER)
+                        .then(|| dra_device_id(&device.device_name))
+                        .flatten()
+                    else {
+                        continue;
+                    };
+                    let allocation = PodAllocation {
+                        claim: Some(claim.claim_name.as_str().into()),
+                        claim_namespace: Some(claim.claim_namespace.as_str().into()),
+                        ..holder(&device.driver_name)
+                    };
+                    keep(DeviceAllocation { device_id, allocation });
                 }
             }
         }

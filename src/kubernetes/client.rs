@@ -13,6 +13,7 @@ use hyper_util::rt::TokioIo;
 use tonic::codegen::http::uri::PathAndQuery;
 use tonic::transport::{Endpoint, Uri};
 
+use super::access::Refusal;
 use super::proto;
 
 /// Why one call produced no answer; its variant name, lowercase, is the
@@ -26,11 +27,35 @@ pub enum CallError {
     Absent { path: PathBuf },
     #[error("connecting to {path}: {reason}")]
     Connect { path: PathBuf, reason: String },
+    /// The socket's permissions refuse vramd's user (EACCES): the text says
+    /// which setting to change.
+    #[error("connecting to {path}: permission denied ({refusal})")]
+    Denied { path: PathBuf, refusal: Box<DeniedBecause> },
     #[error("{method} on {path} did not answer within {deadline:?}")]
     Timeout { path: PathBuf, method: &'static str, deadline: Duration },
     /// A gRPC status, or an answer that is not the expected message.
     #[error("{method} on {path}: {status}")]
     Status { path: PathBuf, method: &'static str, status: Box<tonic::Status> },
+}
+
+/// What was learnt about a refused connect: the socket's ownership and
+/// vramd's identity with the advice, or why they could not be read.
+#[derive(Debug)]
+pub enum DeniedBecause {
+    Known(Refusal),
+    Unknown,
+}
+
+impl std::fmt::Display for DeniedBecause {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Known(refusal) => refusal.fmt(f),
+            Self::Unknown => f.write_str(
+                "the socket could not be inspected; run vramd as uid 0 with every capability \
+                 dropped, or in a group that may write the socket (docs/deploy.md)",
+            ),
+        }
+    }
 }
 
 /// Asks the kubelet for every pod's resources.
@@ -95,8 +120,14 @@ where
                 let path = path.clone();
                 async move { tokio::net::UnixStream::connect(path).await.map(TokioIo::new) }
             }))
-            .await
-            .map_err(|error| connect(error_chain(&error)))?;
+            .await;
+        let channel = match channel {
+            Ok(channel) => channel,
+            Err(error) => {
+                let denied = is_permission_denied(&error);
+                return Err(connect_failed(socket, denied, error_chain(&error)).await);
+            }
+        };
         let mut grpc = tonic::client::Grpc::new(channel)
             .max_decoding_message_size(max_message_bytes)
             .max_encoding_message_size(max_message_bytes);
@@ -105,7 +136,10 @@ where
             method,
             status: Box::new(status),
         };
-        grpc.ready().await.map_err(|error| connect(error_chain(&error)))?;
+        if let Err(error) = grpc.ready().await {
+            let denied = is_permission_denied(&error);
+            return Err(connect_failed(socket, denied, error_chain(&error)).await);
+        }
         let codec = tonic_prost::ProstCodec::<Req, Resp>::default();
         grpc.unary(tonic::Request::new(request), PathAndQuery::from_static(method), codec)
             .await
@@ -117,6 +151,38 @@ where
         method,
         deadline,
     }))
+}
+
+/// A failed connect as a [`CallError`]: "permission denied" (`denied`, from
+/// [`is_permission_denied`]) is told apart,
+/// with the socket's ownership and the setting to change (read on a
+/// blocking thread, inside the call's deadline).
+async fn connect_failed(socket: &Path, denied: bool, reason: String) -> CallError {
+    if !denied {
+        return CallError::Connect { path: socket.to_owned(), reason };
+    }
+    let probe = socket.to_owned();
+    let refusal = tokio::task::spawn_blocking(move || Refusal::inspect(&probe)).await;
+    let because = match refusal {
+        Ok(Some(refusal)) => DeniedBecause::Known(refusal),
+        _ => DeniedBecause::Unknown,
+    };
+    CallError::Denied { path: socket.to_owned(), refusal: Box::new(because) }
+}
+
+/// Whether an I/O error with `EACCES` is among the error's sources.
+fn is_permission_denied(error: &(dyn std::error::Error + 'static)) -> bool {
+    let mut next = Some(error);
+    while let Some(cause) = next {
+        if cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::PermissionDenied)
+        {
+            return true;
+        }
+        next = cause.source();
+    }
+    false
 }
 
 /// The error and its sources on one line (hyper's errors say little alone).

@@ -25,6 +25,12 @@ pub struct KubernetesConfig {
     pub refresh_interval: Duration,
     /// deadline of one call, connecting included
     pub call_timeout: Duration,
+    /// least time between a refresh and one made at once for a process in a container not asked about before
+    pub lookup_interval: Duration,
+    // Paid once per new container ID, on the slow tier's thread of the
+    // device; bounded below sampler.call_timeout by app::Config.
+    /// longest a slow reading waits for the refresh that places a container first seen in it; 0 exports it unlabelled until then
+    pub lookup_wait: Duration,
     /// pod containers (runtime) and GPU allocations (kubelet) kept at most; answers are decoded up to 8 KiB per entry
     pub max_containers: NonZeroUsize,
 }
@@ -37,6 +43,8 @@ impl Default for KubernetesConfig {
             runtime_socket: PathBuf::from("/run/containerd/containerd.sock"),
             refresh_interval: secs(10),
             call_timeout: secs(2),
+            lookup_interval: secs(1),
+            lookup_wait: ms(500),
             max_containers: non_zero(1024),
         }
     }
@@ -50,6 +58,9 @@ impl KubernetesConfig {
         keys.duration("refresh_interval", self.refresh_interval, secs(1), hours(1));
         keys.duration("call_timeout", self.call_timeout, ms(10), mins(1))
             .note(", at most kubernetes.refresh_interval");
+        keys.duration("lookup_interval", self.lookup_interval, ms(100), hours(1));
+        keys.duration("lookup_wait", self.lookup_wait, Duration::ZERO, secs(10))
+            .note(", less than sampler.call_timeout");
         keys.count("max_containers", self.max_containers.get() as u64, 1, 100_000);
     }
 }

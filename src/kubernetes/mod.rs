@@ -2,20 +2,26 @@
 //!
 //! Owns: polling the kubelet's pod-resources API (device allocations) and
 //! the CRI runtime service (container ID → pod) on their own interval, each
-//! call under a deadline, and publishing the latest [`Attribution`] on an
-//! [`AttributionBoard`] that the source's joiner joins onto slow readings.
+//! call under a deadline, and at once (rate-limited) when a reading has a
+//! process in a container never asked about (`lookup`), and publishing the
+//! latest [`Attribution`] on an [`AttributionBoard`] that the source's
+//! joiner joins onto slow readings.
 //! A side path: a missing, hung or garbled socket leaves the last good
-//! answer (or none) in place and never delays or stops sampling; an absent
-//! socket is logged once and shown as `vramd_kubernetes_up 0`.
+//! answer (or none) in place and never stops sampling (a reading waits for
+//! a lookup at most `kubernetes.lookup_wait`, once per container); an
+//! absent socket is logged once and shown as `vramd_kubernetes_up 0`.
 //! Depends on `model`, `telemetry` and `setting`; never on the sampler, history or
 //! HTTP (the wiring hands the board to the source's joiner as part of a
 //! join function).
 
+mod access;
 mod attribution;
 mod client;
 mod config;
+mod lookup;
 pub mod proto;
 
+use std::pin::pin;
 use std::sync::Arc;
 
 use parking_lot::RwLock;
@@ -24,12 +30,14 @@ use tracing::{info, warn};
 
 use crate::model::{DeviceInfo, SlowReading};
 use crate::telemetry::Telemetry;
+use lookup::Lookups;
 
+pub use access::Refusal;
 pub use attribution::{
-    Attribution, DeviceAllocation, PodRef, allocations, containers, device_matches,
-    is_gpu_resource, share_unchanged, split_replica,
+    Attribution, DRA_GPU_DRIVER, DeviceAllocation, PodRef, allocations, containers, device_matches,
+    dra_device_id, is_gpu_resource, share_unchanged, split_replica,
 };
-pub use client::{CallError, list_containers, list_pod_resources};
+pub use client::{CallError, DeniedBecause, list_containers, list_pod_resources};
 pub use config::KubernetesConfig;
 
 /// The `api` label of the kubelet's pod-resources API.
@@ -46,20 +54,37 @@ impl KubernetesConfig {
     }
 }
 
-/// The latest [`Attribution`]; the poller writes, the source's joiner reads.
-#[derive(Debug, Default)]
+/// The latest [`Attribution`]; the poller writes, the source's joiner
+/// reads, and asks the poller about containers it cannot place.
+#[derive(Debug)]
 pub struct AttributionBoard {
     latest: RwLock<Arc<Attribution>>,
+    lookups: Lookups,
 }
 
 impl AttributionBoard {
+    pub fn new(settings: &KubernetesConfig) -> Self {
+        Self {
+            latest: RwLock::default(),
+            lookups: Lookups::new(settings.lookup_wait, settings.max_containers.get()),
+        }
+    }
+
     pub fn latest(&self) -> Arc<Attribution> {
         self.latest.read().clone()
     }
 
-    /// Joins the latest attribution onto one device's slow reading.
+    /// Joins the latest attribution onto one device's slow reading. A
+    /// process in a container never asked about makes the poller refresh
+    /// at once (rate-limited), and this reading waits for that refresh up
+    /// to `kubernetes.lookup_wait`, so a new process is exported with its
+    /// pod from its first sample on.
     pub fn join(&self, info: &DeviceInfo, reading: &mut SlowReading) {
-        self.latest().join(info, reading);
+        let latest = self.latest();
+        latest.join(info, reading);
+        if self.lookups.ask(latest.unplaced(reading)) {
+            self.latest().join(info, reading);
+        }
     }
 
     fn publish(&self, attribution: Attribution) {
@@ -68,7 +93,9 @@ impl AttributionBoard {
 }
 
 /// Runs until `cancel` fires: refreshes both APIs every
-/// `refresh_interval`, the first time at once.
+/// `refresh_interval`, the first time at once, and between those when a
+/// reading wants a container placed, at most once per `lookup_interval`
+/// after any refresh.
 pub async fn run(
     settings: KubernetesConfig,
     board: Arc<AttributionBoard>,
@@ -78,16 +105,29 @@ pub async fn run(
     let mut ticker = tokio::time::interval(settings.refresh_interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let (kubelet, runtime) = (ApiState::Unknown, ApiState::Unknown);
+    let lookup_interval = settings.lookup_interval;
     let mut poller = Poller { settings, board, telemetry, kubelet, runtime };
+    let mut cooldown = pin!(tokio::time::sleep(std::time::Duration::ZERO));
     loop {
         tokio::select! {
             () = cancel.cancelled() => return,
             _ = ticker.tick() => {}
+            () = async {
+                (&mut cooldown).await;
+                poller.board.lookups.wanted().await;
+            } => {
+                // A wake-up left over from IDs a periodic refresh took.
+                if !poller.board.lookups.any_wanted() {
+                    continue;
+                }
+                poller.telemetry.count_kubernetes_lookup();
+            }
         }
         tokio::select! {
             () = cancel.cancelled() => return,
             () = poller.refresh() => {}
         }
+        cooldown.set(tokio::time::sleep(lookup_interval));
     }
 }
 
@@ -111,6 +151,12 @@ impl Poller {
     /// One refresh of both APIs (concurrently, each under its deadline),
     /// then one publication.
     async fn refresh(&mut self) {
+        self.board.lookups.refresh_started();
+        self.ask_and_publish().await;
+        self.board.lookups.refresh_finished();
+    }
+
+    async fn ask_and_publish(&mut self) {
         let settings = &self.settings;
         let (max, max_message) = (settings.max_containers.get(), settings.max_message_bytes());
         let (kubelet, runtime) = tokio::join!(
@@ -174,6 +220,11 @@ fn note(
             // Expected off Kubernetes or without the mount: a fact, not a fault.
             Some(error @ CallError::Absent { .. }) => {
                 info!(api, error = %error, "Kubernetes API socket absent; no pod attribution from it")
+            }
+            // Retrying cannot help until the deployment changes: the
+            // error names the setting to change.
+            Some(error @ CallError::Denied { .. }) => {
+                warn!(api, error = %error, "Kubernetes API socket refuses vramd's user; no pod attribution from it until the setting named is changed")
             }
             Some(error) => {
                 warn!(api, error = %error, "Kubernetes API call failed; retrying every kubernetes.refresh_interval")

@@ -8,7 +8,12 @@
 //! - `k8s.io/kubelet/pkg/apis/podresources/v1/api.proto` (package `v1`,
 //!   service `PodResourcesLister`), read at kubernetes/kubelet commit
 //!   63b3249 (2026-07-23); unchanged in these fields since v1 went GA in
-//!   Kubernetes 1.20.
+//!   Kubernetes 1.20, except the DRA messages (`DynamicResource`,
+//!   `ClaimResource`), whose driver, pool and device names came in 1.31.
+//!   Those were not re-read against the upstream file in this change: the
+//!   tags follow the published proto as quoted in the Kubernetes
+//!   documentation (claim_name = 2, claim_namespace = 3, claim_resources =
+//!   4; driver_name = 2, pool_name = 3, device_name = 4).
 //! - `k8s.io/cri-api/pkg/apis/runtime/v1/api.proto` (package `runtime.v1`,
 //!   service `RuntimeService`), read at kubernetes/cri-api commit 791729b
 //!   (kubernetes-1.37.0-beta.0, 2026-07-23).
@@ -45,14 +50,42 @@ pub struct PodResources {
     pub containers: Vec<ContainerResources>,
 }
 
-/// `v1.ContainerResources` (cpu_ids = 3, memory = 4, dynamic_resources = 5
-/// not read).
+/// `v1.ContainerResources` (cpu_ids = 3, memory = 4 not read).
 #[derive(Clone, PartialEq, ::prost::Message)]
 pub struct ContainerResources {
     #[prost(string, tag = "1")]
     pub name: String,
     #[prost(message, repeated, tag = "2")]
     pub devices: Vec<ContainerDevices>,
+    /// Devices allocated through Dynamic Resource Allocation (with the
+    /// kubelet's `KubeletPodResourcesDynamicResources` gate).
+    #[prost(message, repeated, tag = "5")]
+    pub dynamic_resources: Vec<DynamicResource>,
+}
+
+/// `v1.DynamicResource`: one `ResourceClaim` of the container (tag 1, the
+/// class name, was removed upstream).
+#[derive(Clone, PartialEq, ::prost::Message)]
+pub struct DynamicResource {
+    #[prost(string, tag = "2")]
+    pub claim_name: String,
+    #[prost(string, tag = "3")]
+    pub claim_namespace: String,
+    #[prost(message, repeated, tag = "4")]
+    pub claim_resources: Vec<ClaimResource>,
+}
+
+/// `v1.ClaimResource`: one allocated device, named by its DRA driver, pool
+/// and device name (Kubernetes 1.31+; cdi_devices = 1 and share_id = 5 not
+/// read).
+#[derive(Clone, PartialEq, ::prost::Message)]
+pub struct ClaimResource {
+    #[prost(string, tag = "2")]
+    pub driver_name: String,
+    #[prost(string, tag = "3")]
+    pub pool_name: String,
+    #[prost(string, tag = "4")]
+    pub device_name: String,
 }
 
 /// `v1.ContainerDevices` (topology = 3 not read).

@@ -1,8 +1,8 @@
 use std::collections::HashMap;
 
 use super::proto::{
-    Container, ContainerDevices, ContainerResources, ListContainersResponse,
-    ListPodResourcesResponse, PodResources,
+    ClaimResource, Container, ContainerDevices, ContainerResources, DynamicResource,
+    ListContainersResponse, ListPodResourcesResponse, PodResources,
 };
 use super::*;
 use crate::model::{
@@ -47,6 +47,7 @@ fn pod(name: &str, resource: &str, ids: &[&str]) -> PodResources {
                 resource_name: resource.to_owned(),
                 device_ids: ids.iter().map(|id| (*id).to_owned()).collect(),
             }],
+            dynamic_resources: vec![],
         }],
     }
 }
@@ -92,6 +93,138 @@ fn replica_suffixes_are_stripped_for_the_match_and_kept() {
     // Nothing on one side is no replica.
     assert_eq!(split_replica("GPU-abc::"), ("GPU-abc::", None));
     assert_eq!(split_replica("::3"), ("::3", None));
+}
+
+/// GKE's device plugin names time-shared replicas `nvidiaN/vgpuK`, MIG
+/// partitions `nvidiaN/giM`, and both at once `nvidiaN/giM/vgpuK`; the
+/// NVIDIA device plugin (and EKS) suffixes shared IDs with `::K`.
+#[test]
+fn gke_and_device_plugin_sharing_ids_split_into_device_and_replica() {
+    assert_eq!(split_replica("nvidia6/vgpu0"), ("nvidia6", Some("0")));
+    assert_eq!(split_replica("nvidia6/vgpu12"), ("nvidia6", Some("12")));
+    assert_eq!(split_replica("nvidia0/gi2"), ("nvidia0/gi2", None));
+    assert_eq!(split_replica("nvidia0/gi2/vgpu3"), ("nvidia0/gi2", Some("3")));
+    assert_eq!(split_replica("nvidia6::4"), ("nvidia6", Some("4")));
+    assert_eq!(split_replica(&format!("{GPU0}::2")), (GPU0, Some("2")));
+    // Not a replica: no number, or nothing before it.
+    assert_eq!(split_replica("nvidia6/vgpu"), ("nvidia6/vgpu", None));
+    assert_eq!(split_replica("nvidia6/vgpux"), ("nvidia6/vgpux", None));
+    assert_eq!(split_replica("/vgpu1"), ("/vgpu1", None));
+}
+
+#[test]
+fn gke_mig_partitions_match_the_mig_device_by_parent_and_gpu_instance() {
+    let mut on_gpu_2 = mig(5, MIG);
+    if let Some(info) = on_gpu_2.mig.as_mut() {
+        info.parent_index = 2;
+        info.gpu_instance_id = Some(7);
+    }
+    assert!(device_matches(&on_gpu_2, "nvidia2/gi7"));
+    assert!(!device_matches(&on_gpu_2, "nvidia2/gi1"), "another GPU instance");
+    assert!(!device_matches(&on_gpu_2, "nvidia5/gi7"), "another GPU");
+    assert!(!device_matches(&on_gpu_2, "nvidia2"), "the whole GPU is not the partition");
+    assert!(!device_matches(&gpu(2, GPU0), "nvidia2/gi7"), "the partition is not the whole GPU");
+    assert!(!device_matches(&on_gpu_2, "nvidia2/gi"));
+    assert!(!device_matches(&on_gpu_2, "nvidia2/gi7/x"));
+    // Without a known GPU instance ID nothing can match it.
+    let mut unknown = on_gpu_2.clone();
+    if let Some(info) = unknown.mig.as_mut() {
+        info.gpu_instance_id = None;
+    }
+    assert!(!device_matches(&unknown, "nvidia2/gi7"));
+}
+
+#[test]
+fn allocations_of_gke_time_sharing_and_mig_ids_keep_their_replicas() {
+    let response = ListPodResourcesResponse {
+        pod_resources: vec![
+            pod("a", "nvidia.com/gpu", &["nvidia6/vgpu0"]),
+            pod("b", "nvidia.com/gpu", &["nvidia6/vgpu1"]),
+            pod("c", "nvidia.com/gpu", &["nvidia0/gi2"]),
+            pod("d", "nvidia.com/gpu", &["nvidia0/gi2/vgpu1"]),
+        ],
+    };
+    let (kept, _) = allocations(response, 10);
+    let ids: Vec<(&str, Option<&str>)> = kept
+        .iter()
+        .map(|entry| (entry.device_id.as_str(), entry.allocation.replica.as_deref()))
+        .collect();
+    assert_eq!(
+        ids,
+        [
+            ("nvidia6", Some("0")),
+            ("nvidia6", Some("1")),
+            ("nvidia0/gi2", None),
+            ("nvidia0/gi2", Some("1"))
+        ]
+    );
+}
+
+/// A container holding GPUs through a DRA `ResourceClaim`.
+fn claimed(pod_name: &str, claim: &str, devices: &[(&str, &str)]) -> PodResources {
+    let mut holder = pod(pod_name, "nvidia.com/gpu", &[]);
+    holder.containers[0].devices.clear();
+    holder.containers[0].dynamic_resources = vec![DynamicResource {
+        claim_name: claim.to_owned(),
+        claim_namespace: "ml".to_owned(),
+        claim_resources: devices
+            .iter()
+            .map(|(driver, device)| ClaimResource {
+                driver_name: (*driver).to_owned(),
+                pool_name: "node-1".to_owned(),
+                device_name: (*device).to_owned(),
+            })
+            .collect(),
+    }];
+    holder
+}
+
+/// Issue 34, item 4: a GPU held through a DRA claim is allocated to its
+/// pod, with the claim's name and namespace.
+#[test]
+fn dra_claims_allocate_gpus_with_the_claims_name_and_namespace() {
+    let response = ListPodResourcesResponse {
+        pod_resources: vec![
+            claimed("train-0", "train-gpus", &[("gpu.nvidia.com", "gpu-0")]),
+            claimed("infer-0", "infer-gpu", &[("gpu.nvidia.com", MIG)]),
+            // Named by placement, not by anything a reading carries; and
+            // another vendor's driver: no allocation.
+            claimed("small", "mig-claim", &[("gpu.nvidia.com", "gpu-0-mig-1g10gb-19-0")]),
+            claimed("nic", "net-claim", &[("dra.example.com", "gpu-0")]),
+        ],
+    };
+    let (kept, dropped) = allocations(response, 10);
+    assert_eq!(dropped, 0);
+    let ids: Vec<&str> = kept.iter().map(|entry| entry.device_id.as_str()).collect();
+    assert_eq!(ids, ["nvidia0", MIG]);
+    let attribution = Attribution { allocations: Some(kept), containers: None };
+    let mut whole = reading(vec![]);
+    attribution.join(&gpu(0, GPU0), &mut whole);
+    let expected = PodAllocation {
+        pod: "train-0".into(),
+        namespace: "ml".into(),
+        container: "main".into(),
+        resource: "gpu.nvidia.com".into(),
+        replica: None,
+        claim: Some("train-gpus".into()),
+        claim_namespace: Some("ml".into()),
+    };
+    assert_eq!(whole.allocations, Some(vec![expected]));
+    let mut on_mig = reading(vec![]);
+    attribution.join(&mig(1, MIG), &mut on_mig);
+    let claims: Vec<_> =
+        on_mig.allocations.unwrap().into_iter().map(|a| a.claim.unwrap()).collect();
+    assert_eq!(claims, ["infer-gpu"]);
+}
+
+#[test]
+fn dra_device_names_map_to_vramd_device_ids() {
+    assert_eq!(dra_device_id("gpu-3").as_deref(), Some("nvidia3"));
+    assert_eq!(dra_device_id(GPU0).as_deref(), Some(GPU0));
+    assert_eq!(dra_device_id(MIG).as_deref(), Some(MIG));
+    for other in ["gpu-", "gpu-x", "gpu-0-mig-1g10gb-19-0", "gpu-vfio-0", "GPU-", "GPU-x", ""] {
+        assert_eq!(dra_device_id(other), None, "{other}");
+    }
 }
 
 #[test]
@@ -202,6 +335,8 @@ fn the_join_labels_processes_and_lists_each_devices_allocations() {
         container: "main".into(),
         resource: "nvidia.com/mig-1g.10gb".into(),
         replica: None,
+        claim: None,
+        claim_namespace: None,
     };
     assert_eq!(on_mig.allocations, Some(vec![expected]));
     let processes = on_mig.processes.as_ref().unwrap();

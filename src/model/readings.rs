@@ -159,6 +159,16 @@ pub struct PodAllocation {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<String>)]
     pub replica: Option<SharedStr>,
+    /// The `ResourceClaim` that holds the device, for a device allocated
+    /// through Dynamic Resource Allocation (then `resource` is the DRA
+    /// driver, e.g. `gpu.nvidia.com`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<String>)]
+    pub claim: Option<SharedStr>,
+    /// The claim's namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<String>)]
+    pub claim_namespace: Option<SharedStr>,
 }
 
 /// Device health and configuration read on the slow tier. Each field is

@@ -19,8 +19,11 @@ use crate::model::{DeviceInfo, FastReading, SlowReading};
 use crate::source::{DeviceSource, SourceError};
 
 /// Adds facts from outside the source to one device's slow reading. It
-/// runs on the sampling path, on every slow reading of every device, so it
-/// must only read published state and never wait.
+/// runs on the sampling path, on every slow reading of every device (on
+/// that device's slow-tier thread, inside the call's deadline), so it reads
+/// published state; the only wait it may make is a bounded one its owner
+/// documents as a key (the Kubernetes join waits up to
+/// `kubernetes.lookup_wait`, once per new container).
 pub type SlowJoin = Box<dyn Fn(&DeviceInfo, &mut SlowReading) + Send + Sync>;
 
 /// Wraps a source and joins [`SlowJoin`] onto every slow reading it returns.

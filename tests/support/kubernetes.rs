@@ -7,6 +7,9 @@
 //! Its answers can be changed while it runs ([`FakeApi::set_pods`],
 //! [`FakeApi::set_containers`], [`FakeApi::garble`]).
 
+// Shared by two test crates; each uses a different subset.
+#![allow(dead_code)]
+
 use std::collections::HashMap;
 use std::convert::Infallible;
 use std::future::Future;
@@ -21,9 +24,9 @@ use tonic::codegen::http;
 use tonic::server::Grpc;
 use tonic_prost::ProstCodec;
 use vramd::kubernetes::proto::{
-    Container, ContainerDevices, ContainerMetadata, ContainerResources, ListContainersRequest,
-    ListContainersResponse, ListPodResourcesRequest, ListPodResourcesResponse, POD_RESOURCES_LIST,
-    PodResources, RUNTIME_LIST_CONTAINERS,
+    ClaimResource, Container, ContainerDevices, ContainerMetadata, ContainerResources,
+    DynamicResource, ListContainersRequest, ListContainersResponse, ListPodResourcesRequest,
+    ListPodResourcesResponse, POD_RESOURCES_LIST, PodResources, RUNTIME_LIST_CONTAINERS,
 };
 
 /// Bytes that are not the expected message: tag 1 as a fixed64 where both
@@ -195,8 +198,29 @@ pub fn pod(
                 resource_name: resource.to_owned(),
                 device_ids: device_ids.iter().map(|id| (*id).to_owned()).collect(),
             }],
+            dynamic_resources: vec![],
         }],
     }
+}
+
+/// A kubelet pod whose one container holds `devices` of NVIDIA's DRA
+/// driver through the `ResourceClaim` `claim` of its namespace.
+pub fn claimed_pod(name: &str, namespace: &str, claim: &str, devices: &[&str]) -> PodResources {
+    let mut holder = pod(name, namespace, "main", "nvidia.com/gpu", &[]);
+    holder.containers[0].devices.clear();
+    holder.containers[0].dynamic_resources = vec![DynamicResource {
+        claim_name: claim.to_owned(),
+        claim_namespace: namespace.to_owned(),
+        claim_resources: devices
+            .iter()
+            .map(|device| ClaimResource {
+                driver_name: "gpu.nvidia.com".to_owned(),
+                pool_name: "node-1".to_owned(),
+                device_name: (*device).to_owned(),
+            })
+            .collect(),
+    }];
+    holder
 }
 
 /// A CRI container with the labels the kubelet sets.
@@ -244,4 +268,104 @@ pub fn start_on_fake_driver(
     let addr = daemon.listening();
     daemon.wait_ready(addr);
     (daemon, addr)
+}
+
+/// A real `sleep` process in a cgroup shaped as containerd's systemd
+/// driver makes it for a best-effort pod
+/// (`kubepods.slice/…/kubepods-besteffort-pod<uid>.slice/cri-containerd-<id>.scope`),
+/// so the daemon reads its container ID from `/proc/PID/cgroup` as on a
+/// node. Killed, and its cgroups removed, on drop.
+pub struct ContainerProcess {
+    pub pid: u32,
+    /// 64 lowercase hex digits, unique to this test process and call.
+    pub container_id: String,
+    child: std::process::Child,
+    cgroups: Vec<PathBuf>,
+}
+
+impl ContainerProcess {
+    /// `None` where no cgroup hierarchy can be written (not root, or a
+    /// read-only /sys/fs/cgroup): the caller skips, saying so.
+    pub fn start(pod_uid: &str) -> Option<Self> {
+        use std::sync::atomic::{AtomicU32, Ordering};
+        static NEXT: AtomicU32 = AtomicU32::new(0);
+        let serial = NEXT.fetch_add(1, Ordering::Relaxed);
+        let container_id = format!("{:08x}{:056x}", std::process::id(), serial);
+        let pod = format!("kubepods-besteffort-pod{}.slice", pod_uid.replace('-', "_"));
+        let scope = format!("cri-containerd-{container_id}.scope");
+        let mut child = std::process::Command::new("sleep").arg("600").spawn().ok()?;
+        // cgroup v1 with a pids hierarchy, else a cgroup v2 root.
+        for root in ["/sys/fs/cgroup/pids", "/sys/fs/cgroup"] {
+            let slices = Path::new(root).join("kubepods.slice/kubepods-besteffort.slice");
+            let cgroups = vec![slices.join(&pod).join(&scope), slices.join(&pod)];
+            let moved = std::fs::create_dir_all(&cgroups[0]).is_ok()
+                && std::fs::write(cgroups[0].join("cgroup.procs"), child.id().to_string()).is_ok();
+            if moved {
+                return Some(Self { pid: child.id(), container_id, child, cgroups });
+            }
+            for cgroup in &cgroups {
+                let _ = std::fs::remove_dir(cgroup);
+            }
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        None
+    }
+}
+
+impl Drop for ContainerProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        // A cgroup is removable once its last process is reaped; the shared
+        // kubepods slices may hold another test's pods, so they stay.
+        for cgroup in &self.cgroups {
+            let _ = std::fs::remove_dir(cgroup);
+        }
+    }
+}
+
+/// The `vramd_process_info` line of `pid`, if the scrape has one.
+pub fn process_info(text: &str, pid: u32) -> Option<String> {
+    let pid = format!("pid=\"{pid}\"");
+    text.lines()
+        .find(|line| line.starts_with("vramd_process_info{") && line.contains(&pid))
+        .map(str::to_owned)
+}
+
+/// The value of the sample whose line starts with `series` (name and
+/// labels, up to the closing brace).
+pub fn value(text: &str, series: &str) -> Option<f64> {
+    text.lines().find_map(|line| line.strip_prefix(series)?.trim().parse().ok())
+}
+
+/// The fake NVML scenario of the MIG tests: GPU 0 ([`GPU0`]) whole, GPU 1
+/// ([`GPU1`]) in MIG mode with one `1g.10gb` device ([`MIG`]) of GPU
+/// instance 9.
+pub const GPU0: &str = "GPU-8f6a2c1e-0000-4d7b-9a1e-3b5c7d9e1f20";
+pub const GPU1: &str = "GPU-1b2c3d4e-1111-4d7b-9a1e-3b5c7d9e1f21";
+pub const MIG: &str = "MIG-5c2a1d3e-0000-5f6a-8b9c-0d1e2f3a4b5c";
+
+pub fn gpu_and_mig_scenario() -> serde_json::Value {
+    let gib: u64 = 1 << 30;
+    let memory = serde_json::json!({ "total_bytes": 80 * gib, "reserved_bytes": gib / 2, "used_bytes": gib });
+    serde_json::json!({
+        "devices": [
+            { "uuid": GPU0, "name": "NVIDIA H100 80GB HBM3", "memory": memory },
+            {
+                "uuid": GPU1,
+                "name": "NVIDIA H100 80GB HBM3",
+                "memory": memory,
+                "mig": {
+                    "enabled": true,
+                    "devices": [ {
+                        "uuid": MIG,
+                        "gpu_instance_id": 9,
+                        "profile": "1g.10gb",
+                        "memory": { "total_bytes": 10 * gib, "used_bytes": gib },
+                    } ],
+                },
+            },
+        ],
+    })
 }
