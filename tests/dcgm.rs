@@ -17,8 +17,6 @@
 // these tests run real processes in real time.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::disallowed_types)]
 
-// Shared with tests/kubernetes.rs, which uses the rest of it.
-#[allow(dead_code)]
 #[path = "support/kubernetes.rs"]
 mod fake;
 #[path = "support/prometheus.rs"]
