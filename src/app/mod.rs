@@ -7,6 +7,7 @@
 //! Depends on every other module; nothing depends on it but `main`.
 
 mod config;
+mod driver_trace;
 pub mod reload;
 mod settings;
 mod sources;
@@ -76,6 +77,8 @@ pub enum AppError {
     WebConfig(crate::server::WebConfigError),
     #[error("a GPU is required (nvml.require_gpu) but none can be used: {reason}")]
     GpuRequired { reason: String },
+    #[error("{0}")]
+    DriverTrace(#[from] crate::driver_trace::StartError),
 }
 
 impl AppError {
@@ -115,9 +118,10 @@ pub async fn run(
     };
     let board =
         config.kubernetes.enabled.then(|| Arc::new(AttributionBoard::new(&config.kubernetes)));
+    let driver_board = driver_trace::prepare(&config)?;
     let source = {
         let config = config.clone();
-        let join = slow_join(intake.store.clone(), board.clone());
+        let join = slow_join(intake.store.clone(), board.clone(), driver_board.clone());
         off_runtime(move || build_source(&config, join)).await??
     };
     let BuiltSource {
@@ -138,6 +142,8 @@ pub async fn run(
     if let Some(health) = record_health {
         telemetry.watch_recording(Box::new(move || (health.errors(), health.failing())))?;
     }
+    // Held until `run` returns: dropping it stops the trace's thread.
+    let _driver_trace = driver_trace::start(&config, driver_board, &telemetry).await?;
     let store = Arc::new(HistoryStore::new(history_sizing(&config)));
     let bind_failed = |source| AppError::Bind { addr: config.server.listen, source };
     let listener = TcpListener::bind(config.server.listen).await.map_err(bind_failed)?;

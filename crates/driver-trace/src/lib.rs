@@ -15,7 +15,7 @@ mod event;
 mod privilege;
 mod tracer;
 
-pub use event::{Event, EventKind, EVENT_SIZE};
+pub use event::{EVENT_SIZE, Event, EventKind};
 pub use privilege::{Privileges, privileges};
 pub use tracer::{Attached, Counters, LoadOptions, PROBES, Probe, TraceError, Tracer};
 

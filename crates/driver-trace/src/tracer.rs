@@ -146,9 +146,8 @@ impl Tracer {
                 .and_then(|_| {
                     // The return probe stays if the entry fails: a return
                     // without its entry is only counted.
-                    let entry = uprobe(&mut self.ebpf, probe.entry).map_err(|_| {
-                        aya::programs::ProgramError::UnexpectedProgramType
-                    })?;
+                    let entry = uprobe(&mut self.ebpf, probe.entry)
+                        .map_err(|_| aya::programs::ProgramError::UnexpectedProgramType)?;
                     entry.attach(probe.symbol, library, UProbeScope::AllProcesses)
                 });
             match outcome {
@@ -206,8 +205,7 @@ impl Tracer {
 }
 
 fn uprobe<'a>(ebpf: &'a mut Ebpf, name: &'static str) -> Result<&'a mut UProbe, TraceError> {
-    let program =
-        ebpf.program_mut(name).ok_or(TraceError::Missing { what: "program", name })?;
+    let program = ebpf.program_mut(name).ok_or(TraceError::Missing { what: "program", name })?;
     program.try_into().map_err(|source| TraceError::Program { name, source: Box::new(source) })
 }
 

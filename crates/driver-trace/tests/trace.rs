@@ -3,6 +3,9 @@
 //! results. Needs root (or CAP_BPF + CAP_PERFMON) and python3: without
 //! them the test is skipped, saying so.
 
+// A test crate: a panic here is a failed test.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::disallowed_types)]
+
 use std::path::Path;
 use std::time::{Duration, Instant};
 

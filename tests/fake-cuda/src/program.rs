@@ -61,8 +61,7 @@ impl CudaProgram {
 
     /// Loads `library`, initialises it and creates a context on device 0.
     pub fn open(&mut self, library: &Path) -> Result<(), String> {
-        for command in [format!("load {}", library.display()), "init".into(), "context 0".into()]
-        {
+        for command in [format!("load {}", library.display()), "init".into(), "context 0".into()] {
             let answer = self.call(&command)?;
             if answer != "ok" {
                 return Err(format!("{command}: {answer}"));
