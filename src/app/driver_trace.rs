@@ -11,11 +11,18 @@ use tracing::{info, warn};
 
 use super::{AppError, Config};
 use crate::driver_trace::{self, Decision, DriverBoard, DropReason, TraceHandle, TraceMode};
+use crate::source::SourceSelection;
 use crate::telemetry::{DriverTraceReading, Telemetry};
 
 /// The board the slow join reads, when the trace is to run; `mode = "on"`
 /// without the privilege fails start-up, naming what is missing.
+/// With `auto`, a simulated or replayed host has no libcuda of its own to
+/// trace, so the trace stays off there (`on` runs it whatever the source).
 pub(super) fn prepare(config: &Config) -> Result<Option<Arc<DriverBoard>>, AppError> {
+    let real_driver = config.selection() == SourceSelection::Driver;
+    if config.driver_trace.mode == TraceMode::Auto && !real_driver {
+        return Ok(None);
+    }
     let privileges = ::driver_trace::privileges();
     match driver_trace::decide(config.driver_trace.mode, &privileges)? {
         Decision::Run => {

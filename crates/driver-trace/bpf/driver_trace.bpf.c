@@ -35,6 +35,9 @@
 #define COUNTER_UNPAIRED_RETURN 2
 #define COUNTERS 3
 
+// Pending bytes in the ring buffer that wake its reader (about 1300 events).
+#define WAKEUP_BYTES (64 * 1024)
+
 // Offset of CUmemAllocationProp.location.id (the device ordinal) in
 // cuda.h: type (4 bytes), requestedHandleTypes (4), location.type (4).
 #define PROP_LOCATION_ID_OFFSET 12
@@ -124,7 +127,13 @@ static __always_inline int leave(struct pt_regs *ctx)
 		if (bpf_probe_read_user(&written, sizeof(written), (void *)call->out) == 0)
 			event->address = written;
 	}
-	bpf_ringbuf_submit(event, 0);
+	// Waking the reader for every call would cost a context switch per
+	// call; it polls on a timeout anyway (100 ms), so it is woken only when
+	// a batch is waiting.
+	__u64 flags = bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) >= WAKEUP_BYTES
+			      ? BPF_RB_FORCE_WAKEUP
+			      : BPF_RB_NO_WAKEUP;
+	bpf_ringbuf_submit(event, flags);
 	bpf_map_delete_elem(&in_flight, &id);
 	return 0;
 }

@@ -166,7 +166,7 @@ impl Tracer {
         Ok(attached)
     }
 
-    /// Waits up to `timeout` for events, then hands each one waiting to
+    /// Waits up to `timeout` for a batch of events, then hands each one waiting to
     /// `sink`, at most `max` of them (the rest stay for the next call).
     /// Returns how many records were read (undecodable ones included).
     pub fn poll(
@@ -175,9 +175,9 @@ impl Tracer {
         max: usize,
         mut sink: impl FnMut(Event),
     ) -> Result<usize, TraceError> {
-        if !wait_readable(self.ring.as_fd().as_raw_fd(), timeout)? {
-            return Ok(0);
-        }
+        // The program wakes the reader only for a batch (see the C
+        // source), so what arrived during a wait that timed out is read too.
+        wait_readable(self.ring.as_fd().as_raw_fd(), timeout)?;
         let mut read = 0;
         while read < max {
             let Some(item) = self.ring.next() else { break };
