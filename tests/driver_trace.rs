@@ -101,7 +101,10 @@ fn the_daemon_counts_exactly_what_each_process_allocated_and_freed() {
     let dir = tempfile::tempdir().unwrap();
     let cuda_scenario = cuda_fake::harness::write_scenario(
         dir.path(),
-        &json!({ "devices": [ { "max_alloc_bytes": GIB } ] }),
+        &json!({ "devices": [
+            { "max_alloc_bytes": GIB },
+            { "total_bytes": 4 * GIB, "context_bytes": 0 },
+        ] }),
     );
     // Started, with libcuda loaded and one allocation made, before the daemon.
     let mut early = CudaProgram::start(&cuda_scenario).unwrap();
@@ -134,10 +137,17 @@ fn the_daemon_counts_exactly_what_each_process_allocated_and_freed() {
         held.push(late.allocate(&format!("alloc_async {MIB}")).unwrap().unwrap());
     }
     assert_eq!(late.call(&format!("free_async {}", held[0])).unwrap(), "ok");
+    // Then, like a caching allocator on a full 4 GiB device: fails, frees
+    // its cache, retries the same size, and succeeds.
+    assert_eq!(late.call("context 1").unwrap(), "ok");
+    let cache = late.allocate(&format!("alloc {}", 3 * GIB)).unwrap().unwrap();
+    assert_eq!(late.allocate(&format!("alloc {}", 2 * GIB)).unwrap(), Err(2), "1 GiB free");
+    assert_eq!(late.call(&format!("free {cache}")).unwrap(), "ok");
+    late.allocate(&format!("alloc {}", 2 * GIB)).unwrap().unwrap();
 
     let expected = [
-        (early.pid, [4096.0 + 2.0 * MIB as f64, 2.0, 3.0, 2.0, 1.0, 1.0]),
-        (late.pid, [2.0 * MIB as f64, 2.0, 3.0, 1.0, 0.0, 0.0]),
+        (early.pid, [4096.0 + 2.0 * MIB as f64, 2.0, 3.0, 2.0, 1.0, 1.0, 0.0]),
+        (late.pid, [(2 * MIB + 2 * GIB) as f64, 3.0, 5.0, 2.0, 1.0, 1.0, 1.0]),
     ];
     let names = [
         "vramd_process_driver_allocated_bytes",
@@ -146,6 +156,7 @@ fn the_daemon_counts_exactly_what_each_process_allocated_and_freed() {
         "vramd_process_driver_frees_total",
         "vramd_process_driver_allocation_failures_total",
         "vramd_process_driver_out_of_memory_total",
+        "vramd_process_driver_allocation_retries_total",
     ];
     let exported = |pid: u32| -> Vec<Option<f64>> {
         let text = metrics();
@@ -169,7 +180,16 @@ fn the_daemon_counts_exactly_what_each_process_allocated_and_freed() {
     assert_eq!(early_driver["allocated_bytes"], 4096 + 2 * MIB, "{early_driver}");
     assert_eq!(early_driver["unmatched_frees"], 1, "freed what was allocated before the trace");
     assert_eq!(early_driver["size_buckets"], json!([2, 0, 1, 0, 0, 0, 0, 0, 0]));
-    assert_eq!(process(late.pid)["allocations"], 3);
+    assert_eq!(process(late.pid)["allocations"], 5);
+
+    // The early process's failure was never retried: an OOM event for it,
+    // raised by the trace; the late one's was retried: none.
+    let events = get(addr, "/api/v1/oom-events").json()["events"].as_array().unwrap().clone();
+    let of = |pid: u32| events.iter().filter(|event| event["pid"] == pid).count();
+    assert_eq!((of(early.pid), of(late.pid)), (1, 0), "{events:?}");
+    let oom = events.iter().find(|event| event["pid"] == early.pid).unwrap();
+    assert_eq!(oom["hostname"], "driver-trace");
+    assert_eq!(oom["requested_bytes"], 2 * GIB);
     drop(daemon);
 }
 

@@ -10,7 +10,14 @@ use std::sync::Arc;
 use tracing::{info, warn};
 
 use super::{AppError, Config};
-use crate::driver_trace::{self, Decision, DriverBoard, DropReason, TraceHandle, TraceMode};
+use crate::api::reports::OomHook;
+use crate::clock::wall_now;
+use crate::driver_trace::{
+    self, Decision, DriverBoard, DriverOom, DropReason, OomSink, TraceHandle, TraceMode,
+};
+use crate::history::HistoryStore;
+use crate::ingest::OomIntake;
+use crate::model::OomEvent;
 use crate::source::SourceSelection;
 use crate::telemetry::{DriverTraceReading, Telemetry};
 
@@ -44,6 +51,7 @@ pub(super) async fn start(
     config: &Config,
     board: Option<Arc<DriverBoard>>,
     telemetry: &Telemetry,
+    ooms: OomTarget,
 ) -> Result<Option<TraceHandle>, AppError> {
     let reading = board.clone();
     telemetry.watch_driver_trace(Box::new(move || match &reading {
@@ -60,7 +68,8 @@ pub(super) async fn start(
     }))?;
     let Some(board) = board else { return Ok(None) };
     let settings = config.driver_trace.clone();
-    let started = tokio::task::spawn_blocking(move || driver_trace::start(&settings, board))
+    let sink = ooms.sink(board.clone());
+    let started = tokio::task::spawn_blocking(move || driver_trace::start(&settings, board, sink))
         .await
         .map_err(|error| AppError::Startup(error.to_string()))?;
     match started {
@@ -73,5 +82,72 @@ pub(super) async fn start(
             warn!(error = %error, "driver trace off (driver_trace.mode = \"auto\")");
             Ok(None)
         }
+    }
+}
+
+/// Where an out-of-memory failure the process did not retry goes: an OOM
+/// event on the device the process is attributed to, numbered with the
+/// events workloads post, so `allocator_oom` fires for it like for theirs.
+pub(super) struct OomTarget {
+    pub store: Arc<HistoryStore>,
+    pub ids: Arc<OomIntake>,
+    /// Writes the event into the recording, when `source.record` is set.
+    pub recorder: Option<OomHook>,
+}
+
+/// The `hostname` of an OOM event the driver trace raised (no reporter
+/// sent it).
+pub const DRIVER_TRACE_REPORTER: &str = "driver-trace";
+
+impl OomTarget {
+    fn sink(self, board: Arc<DriverBoard>) -> OomSink {
+        Box::new(move |oom: DriverOom| {
+            let Some(index) = board.device_of(oom.pid) else { return };
+            let devices = self.store.devices();
+            let Some(device) = devices.iter().find(|device| device.info().index == index) else {
+                return;
+            };
+            let live = device.live();
+            let processes = live.slow.as_deref().and_then(|slow| slow.processes.as_deref());
+            // A process whose reporter speaks posts its own, richer event.
+            let reported = processes
+                .into_iter()
+                .flatten()
+                .any(|process| process.pid == oom.pid && process.allocator.is_some());
+            if reported {
+                return;
+            }
+            let at = wall_now();
+            let event = OomEvent {
+                id: self.ids.next_id(),
+                uuid: device.info().uuid.to_string(),
+                index,
+                reporter_pid: oom.pid,
+                hostname: DRIVER_TRACE_REPORTER.to_owned(),
+                pid: Some(oom.pid),
+                at,
+                received_at: live.newest_at().unwrap_or(at),
+                requested_bytes: oom.requested_bytes,
+                device_free_bytes: live
+                    .fast
+                    .as_ref()
+                    .and_then(|fast| fast.memory)
+                    .map(|memory| memory.free_bytes),
+                largest_free_block_bytes: None,
+                stats: None,
+                snapshot: None,
+                snapshot_path: None,
+            };
+            info!(
+                pid = oom.pid,
+                requested_bytes = oom.requested_bytes,
+                held_bytes = oom.held_bytes,
+                "driver trace: an allocation ran out of memory and was not retried"
+            );
+            let stored = device.record_oom(event);
+            if let Some(recorder) = &self.recorder {
+                recorder(index, &stored);
+            }
+        })
     }
 }

@@ -142,9 +142,14 @@ pub async fn run(
     if let Some(health) = record_health {
         telemetry.watch_recording(Box::new(move || (health.errors(), health.failing())))?;
     }
-    // Held until `run` returns: dropping it stops the trace's thread.
-    let _driver_trace = driver_trace::start(&config, driver_board, &telemetry).await?;
     let store = Arc::new(HistoryStore::new(history_sizing(&config)));
+    let oom_target = driver_trace::OomTarget {
+        store: store.clone(),
+        ids: intake.oom.clone(),
+        recorder: oom_recorder.clone(),
+    };
+    // Held until `run` returns: dropping it stops the trace's thread.
+    let _driver_trace = driver_trace::start(&config, driver_board, &telemetry, oom_target).await?;
     let bind_failed = |source| AppError::Bind { addr: config.server.listen, source };
     let listener = TcpListener::bind(config.server.listen).await.map_err(bind_failed)?;
     let local = listener.local_addr().map_err(bind_failed)?;

@@ -135,6 +135,11 @@ impl DriverBoard {
         self.listed.lock().keys().copied().collect()
     }
 
+    /// The device index a process's driver statistics are attributed to.
+    pub fn device_of(&self, pid: u32) -> Option<u32> {
+        self.listed.lock().get(&pid).copied()
+    }
+
     /// Forgets exited processes.
     pub fn forget(&self, pids: &[u32]) {
         let mut listed = self.listed.lock();

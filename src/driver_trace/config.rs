@@ -58,6 +58,8 @@ pub struct DriverTraceConfig {
     pub ring_buffer_bytes: ByteSize,
     /// distinct libcuda files (device and inode) probed at most
     pub max_libraries: NonZeroUsize,
+    /// an out-of-memory failure not followed within this by a successful allocation at least as large is an OOM (allocator_oom); one that is, a retry
+    pub oom_retry_window: Duration,
     /// how often the listed processes' /proc/PID/maps are read for a libcuda not probed yet, and exited processes forgotten
     pub discovery_interval: Duration,
 }
@@ -71,6 +73,7 @@ impl Default for DriverTraceConfig {
             max_events_per_second: non_zero(200_000),
             ring_buffer_bytes: ByteSize(4 * MIB),
             max_libraries: non_zero(16),
+            oom_retry_window: ms(250),
             discovery_interval: secs(1),
         }
     }
@@ -85,6 +88,7 @@ impl DriverTraceConfig {
         keys.count("max_events_per_second", self.max_events_per_second.get() as u64, 1, 10_000_000);
         keys.size("ring_buffer_bytes", self.ring_buffer_bytes, 4 * KIB, 1024 * MIB);
         keys.count("max_libraries", self.max_libraries.get() as u64, 1, 1024);
+        keys.duration("oom_retry_window", self.oom_retry_window, ms(200), ms(800));
         keys.duration("discovery_interval", self.discovery_interval, ms(100), hours(1));
     }
 }

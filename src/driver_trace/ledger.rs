@@ -5,6 +5,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use ::driver_trace::{Event, EventKind};
 
@@ -50,6 +51,19 @@ impl Held {
 struct ProcessLedger {
     live: HashMap<Held, u64>,
     stats: DriverStats,
+    /// The first out-of-memory failure not retried yet: when it was
+    /// handled (the ledger's clock) and its size.
+    pending_oom: Option<(Duration, u64)>,
+}
+
+/// An out-of-memory failure the process did not retry successfully within
+/// the window: an OOM it surely saw, with the evidence at hand.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DriverOom {
+    pub pid: u32,
+    pub requested_bytes: u64,
+    /// What the process held through the driver then.
+    pub held_bytes: u64,
 }
 
 pub struct Ledger {
@@ -63,8 +77,9 @@ impl Ledger {
         Self { limits, processes: HashMap::new(), overflow: Overflow::default() }
     }
 
-    /// Accounts one traced call.
-    pub fn apply(&mut self, event: &Event) {
+    /// Accounts one traced call, handled at `now` (any monotonic clock the
+    /// caller keeps; it only times out-of-memory retries).
+    pub fn apply(&mut self, event: &Event, now: Duration) {
         let tracked = self.processes.len();
         let process = match self.processes.get_mut(&event.pid) {
             Some(process) => process,
@@ -84,10 +99,17 @@ impl Ledger {
         if event.kind.allocates() {
             if !event.succeeded() {
                 stats.allocation_failures += 1;
-                stats.out_of_memory_failures += u64::from(event.result == OUT_OF_MEMORY);
+                if event.result == OUT_OF_MEMORY {
+                    stats.out_of_memory_failures += 1;
+                    process.pending_oom.get_or_insert((now, event.size));
+                }
                 return;
             }
             stats.allocations += 1;
+            if process.pending_oom.is_some_and(|(_, requested)| event.size >= requested) {
+                process.pending_oom = None;
+                stats.allocation_retries += 1;
+            }
             if let Some(bucket) = stats.size_buckets.get_mut(DriverStats::bucket(event.size)) {
                 *bucket += 1;
             }
@@ -115,6 +137,25 @@ impl Ledger {
                 None => stats.unmatched_frees += 1,
             }
         }
+    }
+
+    /// The out-of-memory failures not retried within `window` of `now`,
+    /// each reported once.
+    pub fn unretried_ooms(&mut self, now: Duration, window: Duration) -> Vec<DriverOom> {
+        let mut ooms = Vec::new();
+        for (pid, process) in &mut self.processes {
+            if let Some((at, requested_bytes)) = process.pending_oom
+                && now.saturating_sub(at) >= window
+            {
+                process.pending_oom = None;
+                ooms.push(DriverOom {
+                    pid: *pid,
+                    requested_bytes,
+                    held_bytes: process.stats.allocated_bytes,
+                });
+            }
+        }
+        ooms
     }
 
     /// Drops an exited process.
@@ -165,7 +206,7 @@ mod tests {
             event(1, EventKind::Create, 0, 2 << 20, 0x1000),
             event(2, EventKind::Alloc, 0, 512, 0x1000),
         ] {
-            ledger.apply(&event);
+            ledger.apply(&event, Duration::ZERO);
         }
         let stats = ledger.snapshot();
         let first = &stats[&1];
@@ -173,9 +214,10 @@ mod tests {
         assert_eq!(first.live_allocations, 2);
         assert_eq!((first.allocations, first.frees, first.unmatched_frees), (3, 2, 1));
         assert_eq!((first.allocation_failures, first.out_of_memory_failures), (2, 1));
+        assert_eq!(first.allocation_retries, 0, "the 64 GiB request was never retried");
         assert_eq!(first.size_buckets, [0, 1, 1, 0, 0, 0, 1, 0, 0]);
         assert_eq!(stats[&2].allocated_bytes, 512);
-        ledger.apply(&event(1, EventKind::Release, 0, 0, 0x1000));
+        ledger.apply(&event(1, EventKind::Release, 0, 0, 0x1000), Duration::ZERO);
         assert_eq!(ledger.snapshot()[&1].allocated_bytes, 3 << 30);
         ledger.forget(1);
         assert_eq!(ledger.pids().collect::<Vec<_>>(), [2]);
@@ -184,9 +226,9 @@ mod tests {
     #[test]
     fn bounds_count_what_they_keep_out() {
         let mut ledger = ledger(1, 1);
-        ledger.apply(&event(1, EventKind::Alloc, 0, 100, 0x1000));
-        ledger.apply(&event(1, EventKind::Alloc, 0, 100, 0x2000));
-        ledger.apply(&event(2, EventKind::Alloc, 0, 100, 0x1000));
+        for (pid, address) in [(1, 0x1000), (1, 0x2000), (2, 0x1000)] {
+            ledger.apply(&event(pid, EventKind::Alloc, 0, 100, address), Duration::ZERO);
+        }
         let stats = &ledger.snapshot()[&1];
         assert_eq!(
             (stats.allocated_bytes, stats.allocations, stats.untracked_allocations),
@@ -194,5 +236,28 @@ mod tests {
         );
         assert_eq!(ledger.overflow(), Overflow { processes: 1, live_allocations: 1 });
         assert!(!ledger.snapshot().contains_key(&2));
+    }
+
+    #[test]
+    fn a_failure_retried_in_time_is_a_retry_and_one_not_retried_an_oom() {
+        let window = Duration::from_millis(250);
+        let at = Duration::from_millis;
+        let mut ledger = ledger(8, 8);
+        // pid 1: fails, frees its cache, retries the same size: a retry.
+        ledger.apply(&event(1, EventKind::Alloc, 0, 1 << 30, 0x1000), at(0));
+        ledger.apply(&event(1, EventKind::Alloc, 2, 4 << 30, 0), at(10));
+        ledger.apply(&event(1, EventKind::Free, 0, 0, 0x1000), at(11));
+        ledger.apply(&event(1, EventKind::Alloc, 0, 4 << 30, 0x2000), at(12));
+        // pid 2: fails, then only a smaller allocation succeeds: an OOM.
+        ledger.apply(&event(2, EventKind::Alloc, 2, 8 << 30, 0), at(20));
+        ledger.apply(&event(2, EventKind::Alloc, 2, 8 << 30, 0), at(21));
+        ledger.apply(&event(2, EventKind::Alloc, 0, 1 << 20, 0x3000), at(22));
+        assert_eq!(ledger.unretried_ooms(at(200), window), [], "inside the window");
+        let ooms = ledger.unretried_ooms(at(300), window);
+        assert_eq!(ooms, [DriverOom { pid: 2, requested_bytes: 8 << 30, held_bytes: 1 << 20 }]);
+        assert_eq!(ledger.unretried_ooms(at(900), window), [], "reported once");
+        let stats = ledger.snapshot();
+        assert_eq!((stats[&1].allocation_retries, stats[&2].allocation_retries), (1, 0));
+        assert_eq!(stats[&2].out_of_memory_failures, 2);
     }
 }

@@ -20,7 +20,8 @@ mod runner;
 
 pub use board::{DriverBoard, DropReason, TraceHealth};
 pub use config::{DriverTraceConfig, TraceMode};
-pub use runner::{TraceHandle, start};
+pub use ledger::DriverOom;
+pub use runner::{OomSink, TraceHandle, start};
 
 /// Why the trace could not start.
 #[derive(Debug, thiserror::Error)]

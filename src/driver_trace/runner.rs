@@ -16,13 +16,17 @@ use tracing::{info, warn};
 
 use super::board::{DriverBoard, DropReason};
 use super::discover::{alive, libraries_of};
-use super::ledger::{Ledger, LedgerLimits};
+use super::ledger::{DriverOom, Ledger, LedgerLimits};
 use super::{DriverTraceConfig, StartError};
 use crate::clock::Stopwatch;
 
 /// How long one wait for events lasts: the longest the thread takes to
 /// notice it should stop, and the most a publication lags.
 const POLL: Duration = Duration::from_millis(100);
+
+/// Hands on an out-of-memory failure the process did not retry (the
+/// wiring stores it as an OOM event). Called on the tracer's thread.
+pub type OomSink = Box<dyn Fn(DriverOom) + Send>;
 
 /// The running trace; dropping it tells its thread to stop (within one
 /// `POLL`), without waiting for it, so the runtime never blocks on it.
@@ -45,6 +49,7 @@ struct Runner {
     /// (device, inode) of each libcuda file probed.
     probed: HashSet<(String, u64)>,
     stop: Arc<AtomicBool>,
+    ooms: OomSink,
 }
 
 /// Loads the BPF programs (the kernel's verifier runs here) and starts the
@@ -52,6 +57,7 @@ struct Runner {
 pub fn start(
     config: &DriverTraceConfig,
     board: Arc<DriverBoard>,
+    ooms: OomSink,
 ) -> Result<TraceHandle, StartError> {
     let ring_bytes = u32::try_from(config.ring_buffer_bytes.get()).unwrap_or(u32::MAX);
     let tracer = Tracer::load(LoadOptions { ring_bytes }).map_err(StartError::Load)?;
@@ -68,6 +74,7 @@ pub fn start(
         proc_root: PathBuf::from("/proc"),
         probed: HashSet::new(),
         stop: stop.clone(),
+        ooms,
     };
     std::thread::Builder::new()
         .name("vramd-driver-trace".into())
@@ -78,6 +85,7 @@ pub fn start(
 
 impl Runner {
     fn run(&mut self) {
+        let clock = Stopwatch::start();
         let mut second = Stopwatch::start();
         let mut handled_this_second = 0usize;
         let mut discovery = Stopwatch::start();
@@ -98,7 +106,8 @@ impl Runner {
                 continue;
             }
             let ledger = &mut self.ledger;
-            match self.tracer.poll(POLL, budget, |event| ledger.apply(&event)) {
+            let now = clock.elapsed();
+            match self.tracer.poll(POLL, budget, |event| ledger.apply(&event, now)) {
                 Ok(read) => {
                     handled_this_second += read;
                     self.board.health.count_events(read as u64);
@@ -111,6 +120,9 @@ impl Runner {
                     self.board.health.set_up(false);
                     return;
                 }
+            }
+            for oom in self.ledger.unretried_ooms(clock.elapsed(), self.config.oom_retry_window) {
+                (self.ooms)(oom);
             }
             if discovery.elapsed() >= self.config.discovery_interval {
                 discovery = Stopwatch::start();

@@ -108,6 +108,12 @@ family!(
     "Driver trace: libcuda allocation calls of the process that failed with CUDA_ERROR_OUT_OF_MEMORY."
 );
 family!(
+    DRIVER_RETRIES,
+    "vramd_process_driver_allocation_retries_total",
+    Counter,
+    "Driver trace: out-of-memory failures of the process followed shortly by a successful allocation at least as large (a caching allocator that flushed its cache and retried)."
+);
+family!(
     PROCESS_INFO,
     "vramd_process_info",
     Gauge,
@@ -229,6 +235,7 @@ fn render_processes(views: &[DeviceView<'_>], out: &mut Vec<u8>) {
     process_family(out, &processes, &DRIVER_FREES, |p| driver(p).map(|d| d.frees));
     process_family(out, &processes, &DRIVER_FAILURES, |p| driver(p).map(|d| d.allocation_failures));
     process_family(out, &processes, &DRIVER_OOMS, |p| driver(p).map(|d| d.out_of_memory_failures));
+    process_family(out, &processes, &DRIVER_RETRIES, |p| driver(p).map(|d| d.allocation_retries));
     process_family(out, &processes, &PROCESS_SM_UTIL, |p| {
         p.details.sm_utilization_percent.map(|percent| f64::from(percent) / 100.0)
     });

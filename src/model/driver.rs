@@ -30,6 +30,10 @@ pub struct DriverStats {
     pub allocation_failures: u64,
     /// Of those, the ones that failed with `CUDA_ERROR_OUT_OF_MEMORY`.
     pub out_of_memory_failures: u64,
+    /// Out-of-memory failures followed, within `driver_trace.oom_retry_window`,
+    /// by a successful allocation at least as large: a caching allocator
+    /// that flushed its cache and retried (PyTorch's `num_alloc_retries`).
+    pub allocation_retries: u64,
     /// Successful frees of an allocation the trace never saw (made before
     /// it attached, or not kept at `driver_trace.max_live_allocations`).
     pub unmatched_frees: u64,

@@ -144,6 +144,7 @@ fn slow_script(device: u32) -> Vec<Result<SlowReading, SourceError>> {
                                         frees: 28,
                                         allocation_failures: 1,
                                         out_of_memory_failures: 1,
+                                        allocation_retries: 1,
                                         unmatched_frees: 0,
                                         untracked_allocations: 0,
                                         size_buckets: vec![0, 0, 10, 10, 10, 10, 0, 0, 0],
