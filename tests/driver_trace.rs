@@ -181,6 +181,9 @@ fn the_daemon_counts_exactly_what_each_process_allocated_and_freed() {
     assert_eq!(early_driver["unmatched_frees"], 1, "freed what was allocated before the trace");
     assert_eq!(early_driver["size_buckets"], json!([2, 0, 1, 0, 0, 0, 0, 0, 0]));
     assert_eq!(process(late.pid)["allocations"], 5);
+    // No reporter speaks for either: the accounting takes the driver view.
+    let held = 4096 + 2 * MIB + 2 * MIB + 2 * GIB;
+    assert_eq!(detail["accounting"]["driver_held_bytes"], held, "{}", detail["accounting"]);
 
     // The early process's failure was never retried: an OOM event for it,
     // raised by the trace; the late one's was retried: none.
