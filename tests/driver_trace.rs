@@ -218,3 +218,53 @@ fn mode_on_without_the_privilege_fails_start_up_naming_what_is_missing() {
         output.stderr
     );
 }
+
+#[test]
+fn a_libcuda_that_cannot_be_probed_never_stops_sampling_or_readiness() {
+    if let Some(reason) = unable() {
+        eprintln!("SKIP: {reason}");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    // A process that maps a "libcuda.so.1" that is no ELF file at all.
+    let bogus = dir.path().join("bogus/libcuda.so.1");
+    std::fs::create_dir_all(bogus.parent().unwrap()).unwrap();
+    std::fs::write(&bogus, b"not a shared object\n".repeat(256)).unwrap();
+    let script = "import mmap, sys, time\n\
+                  f = open(sys.argv[1], 'rb')\n\
+                  m = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ)\n\
+                  print('mapped', flush=True)\n\
+                  time.sleep(600)\n";
+    let mut mapper = std::process::Command::new("python3")
+        .args(["-c", script])
+        .arg(&bogus)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(mapper.stdout.as_mut().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    assert_eq!(line.trim(), "mapped");
+    let (daemon, addr) = start_daemon(dir.path(), &[mapper.id()]);
+    eventually(Duration::from_secs(20), "the probe is tried and refused", || {
+        daemon.stderr().contains("driver trace: cannot probe libcuda")
+    });
+    let metrics = get(addr, "/metrics").text();
+    assert_eq!(sample(&metrics, "vramd_driver_trace_up"), Some(1.0), "the trace itself runs");
+    assert_eq!(sample(&metrics, "vramd_driver_trace_libraries"), Some(0.0));
+    assert_eq!(get(addr, "/readyz").status, 200, "readiness is not the trace's business");
+    std::thread::sleep(Duration::from_secs(1));
+    let refusals = daemon.stderr().matches("driver trace: cannot probe libcuda").count();
+    assert_eq!(refusals, 1, "tried once, not at every discovery");
+    let used = format!(
+        "vramd_process_memory_used_bytes{{gpu=\"0\",uuid=\"{GPU0}\",pid=\"{}\"",
+        mapper.id()
+    );
+    assert!(metrics.contains(&used), "the process is still sampled");
+    drop(daemon);
+    let _ = mapper.kill();
+    let _ = mapper.wait();
+}

@@ -56,7 +56,7 @@ pub struct DriverTraceConfig {
     pub max_events_per_second: NonZeroUsize,
     /// size of the kernel's ring buffer of traced calls (48 bytes each), rounded up to a power of two
     pub ring_buffer_bytes: ByteSize,
-    /// distinct libcuda files (device and inode) probed at most
+    /// distinct libcuda files (device and inode) probed, or tried and refused, at most
     pub max_libraries: NonZeroUsize,
     /// an out-of-memory failure not followed within this by a successful allocation at least as large is an OOM (allocator_oom); one that is, a retry
     pub oom_retry_window: Duration,

@@ -48,6 +48,8 @@ struct Runner {
     proc_root: PathBuf,
     /// (device, inode) of each libcuda file probed.
     probed: HashSet<(String, u64)>,
+    /// Files the kernel or the loader refused: tried once, logged once.
+    refused: HashSet<(String, u64)>,
     stop: Arc<AtomicBool>,
     ooms: OomSink,
 }
@@ -73,6 +75,7 @@ pub fn start(
         config: config.clone(),
         proc_root: PathBuf::from("/proc"),
         probed: HashSet::new(),
+        refused: HashSet::new(),
         stop: stop.clone(),
         ooms,
     };
@@ -137,9 +140,9 @@ impl Runner {
         let listed = self.board.listed_pids();
         for pid in &listed {
             for library in libraries_of(&self.proc_root, *pid) {
-                if self.probed.contains(&library.id)
-                    || self.probed.len() >= self.config.max_libraries.get()
-                {
+                let known = self.probed.contains(&library.id) || self.refused.contains(&library.id);
+                let tried = self.probed.len() + self.refused.len();
+                if known || tried >= self.config.max_libraries.get() {
                     continue;
                 }
                 match self.tracer.attach(&library.path) {
@@ -152,9 +155,10 @@ impl Runner {
                         self.probed.insert(library.id);
                     }
                     Err(error) => {
-                        // Not remembered: the next discovery tries again
-                        // (the file may have been mid-replacement).
+                        // Not tried again: a file is not a different file
+                        // the next time (a replaced one has a new inode).
                         warn!(library = %library.path.display(), error = %error, "driver trace: cannot probe libcuda");
+                        self.refused.insert(library.id);
                     }
                 }
             }
