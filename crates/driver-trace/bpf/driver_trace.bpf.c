@@ -24,7 +24,7 @@
 #include <bpf/bpf_tracing.h>
 
 // Event kinds (driver_trace::EventKind).
-#define KIND_ALLOC 1   // cuMemAlloc_v2, cuMemAllocAsync, cuMemAllocFromPoolAsync, cuMemAllocManaged
+#define KIND_ALLOC 1   // cuMemAlloc_v2, cuMemAllocPitch_v2, cuMemAllocAsync, cuMemAllocFromPoolAsync, cuMemAllocManaged
 #define KIND_FREE 2    // cuMemFree_v2, cuMemFreeAsync
 #define KIND_CREATE 3  // cuMemCreate: a physical allocation, named by its handle
 #define KIND_RELEASE 4 // cuMemRelease
@@ -44,7 +44,8 @@
 
 // One call on its way from entry to return.
 struct in_flight {
-	__u64 size;
+	__u64 size; // for cuMemAllocPitch_v2, the height until the pitch is known
+	__u64 pitch_out; // where cuMemAllocPitch_v2 writes the pitch; else 0
 	__u64 out; // where the driver writes the address (or handle); 0 for frees
 	__u64 address; // the freed address (or released handle)
 	__s32 device; // -1: not known from the arguments
@@ -122,6 +123,11 @@ static __always_inline int leave(struct pt_regs *ctx)
 	event->address = call->address;
 	event->device = call->device;
 	event->reserved = 0;
+	if (call->pitch_out && result == 0) {
+		__u64 pitch = 0;
+		if (bpf_probe_read_user(&pitch, sizeof(pitch), (void *)call->pitch_out) == 0)
+			event->size = pitch * call->size;
+	}
 	if (call->out && result == 0) {
 		__u64 written = 0;
 		if (bpf_probe_read_user(&written, sizeof(written), (void *)call->out) == 0)
@@ -145,6 +151,22 @@ int alloc_enter(struct pt_regs *ctx)
 {
 	struct in_flight call = {
 		.size = PT_REGS_PARM2(ctx),
+		.out = PT_REGS_PARM1(ctx),
+		.device = -1,
+		.kind = KIND_ALLOC,
+	};
+	return enter(&call);
+}
+
+// cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t WidthInBytes,
+//                    size_t Height, unsigned int ElementSizeBytes): the size
+// is pitch x height, and the driver chooses the pitch.
+SEC("uprobe")
+int pitch_enter(struct pt_regs *ctx)
+{
+	struct in_flight call = {
+		.size = PT_REGS_PARM4(ctx),
+		.pitch_out = PT_REGS_PARM2(ctx),
 		.out = PT_REGS_PARM1(ctx),
 		.device = -1,
 		.kind = KIND_ALLOC,

@@ -8,8 +8,9 @@ pub const EVENT_SIZE: usize = 48;
 /// Which call an event reports.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum EventKind {
-    /// `cuMemAlloc_v2`, `cuMemAllocAsync`, `cuMemAllocFromPoolAsync`,
-    /// `cuMemAllocManaged`: `address` is the device pointer.
+    /// `cuMemAlloc_v2`, `cuMemAllocPitch_v2` (size: pitch × height),
+    /// `cuMemAllocAsync`, `cuMemAllocFromPoolAsync`, `cuMemAllocManaged`:
+    /// `address` is the device pointer.
     Alloc,
     /// `cuMemFree_v2`, `cuMemFreeAsync`.
     Free,

@@ -22,6 +22,7 @@ pub struct Probe {
 /// Every function traced, with its entry program.
 pub const PROBES: &[Probe] = &[
     Probe { symbol: "cuMemAlloc_v2", entry: "alloc_enter" },
+    Probe { symbol: "cuMemAllocPitch_v2", entry: "pitch_enter" },
     Probe { symbol: "cuMemAllocAsync", entry: "alloc_enter" },
     Probe { symbol: "cuMemAllocFromPoolAsync", entry: "alloc_enter" },
     Probe { symbol: "cuMemAllocManaged", entry: "alloc_enter" },
@@ -32,7 +33,8 @@ pub const PROBES: &[Probe] = &[
 ];
 
 const RETURN_PROGRAM: &str = "call_return";
-const ENTRY_PROGRAMS: &[&str] = &["alloc_enter", "create_enter", "free_enter", "release_enter"];
+const ENTRY_PROGRAMS: &[&str] =
+    &["alloc_enter", "pitch_enter", "create_enter", "free_enter", "release_enter"];
 
 /// Sizes of the kernel-side tables, fixed at load.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -59,6 +59,7 @@ fn every_allocation_call_is_reported_with_its_result() {
         attached.functions,
         [
             "cuMemAlloc_v2",
+            "cuMemAllocPitch_v2",
             "cuMemAllocAsync",
             "cuMemFree_v2",
             "cuMemFreeAsync",
@@ -75,12 +76,14 @@ fn every_allocation_call_is_reported_with_its_result() {
     assert_eq!(cuda.allocate("alloc 2147483648").unwrap(), Err(2), "above max_alloc_bytes");
     let second = cuda.allocate("alloc_async 4096").unwrap().unwrap();
     let handle = cuda.allocate("create 1 2097152").unwrap().unwrap();
+    let pitched = cuda.allocate("alloc_pitch 1000 3").unwrap().unwrap();
     assert_eq!(cuda.call(&format!("free {first}")).unwrap(), "ok");
     assert_eq!(cuda.call(&format!("free_async {second}")).unwrap(), "ok");
     assert_eq!(cuda.call(&format!("release {handle}")).unwrap(), "ok");
     assert_eq!(cuda.call("free 12345").unwrap(), "err 1", "never allocated");
+    assert_eq!(cuda.call(&format!("free {pitched}")).unwrap(), "ok");
 
-    let seen: Vec<(EventKind, i32, u64, u64, Option<u32>)> = events_of(&mut tracer, cuda.pid, 8)
+    let seen: Vec<(EventKind, i32, u64, u64, Option<u32>)> = events_of(&mut tracer, cuda.pid, 10)
         .iter()
         .map(|event| (event.kind, event.result, event.size, event.address, event.device))
         .collect();
@@ -91,10 +94,12 @@ fn every_allocation_call_is_reported_with_its_result() {
             (EventKind::Alloc, 2, 2147483648, 0, None),
             (EventKind::Alloc, 0, 4096, second, None),
             (EventKind::Create, 0, 2097152, handle, Some(1)),
+            (EventKind::Alloc, 0, 1024 * 3, pitched, None),
             (EventKind::Free, 0, 0, first, None),
             (EventKind::Free, 0, 0, second, None),
             (EventKind::Release, 0, 0, handle, None),
             (EventKind::Free, 1, 0, 12345, None),
+            (EventKind::Free, 0, 0, pitched, None),
         ]
     );
     assert_eq!(tracer.counters().unwrap(), driver_trace::Counters::default(), "nothing dropped");

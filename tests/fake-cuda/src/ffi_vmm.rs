@@ -1,5 +1,6 @@
 //! The allocation calls beyond `cuMemAlloc_v2` that the driver trace
-//! probes: stream-ordered (`cuMemAllocAsync`, `cuMemFreeAsync`) and
+//! probes: pitched (`cuMemAllocPitch_v2`: rows padded to 512 bytes),
+//! stream-ordered (`cuMemAllocAsync`, `cuMemFreeAsync`) and
 //! virtual-memory physical allocations (`cuMemCreate`, `cuMemRelease`).
 //! They draw on the same free memory and fail the same ways
 //! (`alloc_error`, `max_alloc_bytes`, free memory) as `cuMemAlloc_v2`.
@@ -60,6 +61,33 @@ pub unsafe extern "C" fn cuMemAllocAsync(
         let address = CUdeviceptr::try_from(address).map_err(|_| OUT_OF_MEMORY)?;
         // SAFETY: `pointer` is non-null and valid for a write (contract).
         unsafe { write(pointer, address) }
+    })
+}
+
+/// Rows of `width` bytes padded to the 512-byte alignment (the pitch),
+/// `height` of them, in the current context.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemAllocPitch_v2(
+    pointer: *mut CUdeviceptr,
+    pitch: *mut usize,
+    width: usize,
+    height: usize,
+    _element_bytes: std::os::raw::c_uint,
+) -> CUresult {
+    entry("cuMemAllocPitch_v2", || {
+        if pointer.is_null() || pitch.is_null() {
+            return Err(INVALID_VALUE);
+        }
+        let padded = width.checked_next_multiple_of(512).ok_or(OUT_OF_MEMORY)?;
+        let bytes = padded.checked_mul(height).ok_or(OUT_OF_MEMORY)?;
+        let bytes = u64::try_from(bytes).map_err(|_| OUT_OF_MEMORY)?;
+        let address = state::with(|loaded| loaded.allocate(bytes))?;
+        let address = CUdeviceptr::try_from(address).map_err(|_| OUT_OF_MEMORY)?;
+        // SAFETY: both are non-null and valid for a write (contract).
+        unsafe {
+            write(pitch, padded)?;
+            write(pointer, address)
+        }
     })
 }
 
