@@ -178,12 +178,13 @@ fn metrics_in<M: Measurement>(
             telemetry.call_timer(tier).observe(Duration::from_micros(micros));
         }
     }
-    let devices_only = render_devices(&store);
+    let devices_only = render_devices(&store, &Default::default());
     // An empty board: alert and analysis series are measured with the
     // evaluator's own benchmarks.
     let board = AlertBoard::new(16, 1);
     let analyses = vramd::analysis::snapshot::AnalysisSnapshot::default();
-    let full = render(&store, &telemetry, &analyses, &board).unwrap_or_default();
+    let full =
+        render(&store, &telemetry, &analyses, &board, &Default::default()).unwrap_or_default();
     let lines = |text: &[u8]| text.iter().filter(|&&b| b == b'\n').count();
     eprintln!(
         "exposition: devices {} bytes / {} lines; full {} bytes / {} lines",
@@ -196,10 +197,12 @@ fn metrics_in<M: Measurement>(
     let mut group = c.benchmark_group(group_name);
     group.sampling_mode(sampling);
     group.throughput(Throughput::Bytes(devices_only.len() as u64));
-    group.bench_function("render_devices", |b| b.iter(|| black_box(render_devices(&store))));
+    group.bench_function("render_devices", |b| {
+        b.iter(|| black_box(render_devices(&store, &Default::default())))
+    });
     group.throughput(Throughput::Bytes(full.len() as u64));
     group.bench_function("render_full", |b| {
-        b.iter(|| black_box(render(&store, &telemetry, &analyses, &board)))
+        b.iter(|| black_box(render(&store, &telemetry, &analyses, &board, &Default::default())))
     });
     // What the HTTP layer adds when Prometheus asks for gzip (it always
     // does): the cost and the ratio, at the fastest level and the default.

@@ -82,7 +82,7 @@ setup() {
     echo "scripts/test.sh: using $(clang --version 2>&1 | head -n 1)"
     # The browser tests/ui.rs drives over the DevTools Protocol.
     ensure_debian_file /usr/bin/chromium chromium
-    echo "scripts/test.sh: using $(/usr/bin/chromium --version 2>&1 | head -n 1)"
+    echo "scripts/test.sh: using $(/usr/bin/chromium --version 2>/dev/null | head -n 1)"
     ensure_python_venv "$TEST_VENV" scripts/requirements-test.txt
     echo "scripts/test.sh: using $("$TEST_VENV/bin/python" -m pytest --version 2>&1 | head -n 1)," \
         "schemathesis $("$TEST_VENV/bin/st" --version 2>&1 | awk '{print $NF}') on $("$TEST_VENV/bin/python" --version 2>&1) ($TEST_VENV)"

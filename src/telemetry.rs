@@ -54,6 +54,7 @@ pub struct Telemetry {
     registry: Registry,
     source_errors: IntCounterVec,
     sample_duration: HistogramVec,
+    sample_cpu: HistogramVec,
     source_up: IntGauge,
     calls_stuck: IntGauge,
     notifications: IntCounterVec,
@@ -89,7 +90,33 @@ struct RecordingSeries {
     failing: IntGauge,
 }
 
-/// Where one tier's call durations are counted (`Telemetry::call_timer`).
+/// Buckets of the sample timings, from 1 µs: a fast sample on NVML costs
+/// a few microseconds, a slow one hundreds.
+const SAMPLE_BUCKETS: &[f64] = &[
+    0.000_001,
+    0.000_002_5,
+    0.000_005,
+    0.000_01,
+    0.000_025,
+    0.000_05,
+    0.000_1,
+    0.000_25,
+    0.000_5,
+    0.001,
+    0.002_5,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+];
+
+/// Where one tier's call durations (`Telemetry::call_timer`) or CPU times
+/// (`Telemetry::cpu_timer`) are counted.
 #[derive(Clone)]
 pub struct CallTimer(Histogram);
 
@@ -135,10 +162,14 @@ impl Telemetry {
                 &registry,
                 "vramd_sample_duration_seconds",
                 "Time one device-source call took, by sampling tier (timed-out calls count at the deadline).",
-                &[
-                    0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05,
-                    0.1, 0.25, 0.5, 1.0, 2.5,
-                ],
+                SAMPLE_BUCKETS,
+                "tier",
+            )?,
+            sample_cpu: histogram_vec(
+                &registry,
+                "vramd_sample_cpu_seconds",
+                "CPU time the sampler's thread spent on one sample, from the call's start to the reading stored, on the thread's CPU clock; one sample in 16 of each tier is measured.",
+                SAMPLE_BUCKETS,
                 "tier",
             )?,
             source_up: gauge(
@@ -359,6 +390,12 @@ impl Telemetry {
     /// second a measurable share of the sampler's cost.
     pub fn call_timer(&self, tier: &str) -> CallTimer {
         CallTimer(self.sample_duration.with_label_values(&[tier]))
+    }
+
+    /// One tier's sample CPU-time series (`vramd_sample_cpu_seconds`),
+    /// looked up once by its caller as [`Telemetry::call_timer`] is.
+    pub fn cpu_timer(&self, tier: &str) -> CallTimer {
+        CallTimer(self.sample_cpu.with_label_values(&[tier]))
     }
 
     pub fn set_source_up(&self, up: bool) {

@@ -24,6 +24,7 @@ use vramd::api::{self, AppState, Limits};
 use vramd::cli::Overrides;
 use vramd::clock::ScaledClock;
 use vramd::config::LoadOptions;
+use vramd::exposition::MetricsConfig;
 use vramd::history::{HistoryStore, Sizing};
 use vramd::kubernetes::proto::{
     Container, ContainerDevices, ContainerResources, ListContainersResponse,
@@ -96,14 +97,16 @@ fn check_golden(name: &str, actual: &str) {
 #[test]
 fn metrics_for_a_multi_tenant_host_match_the_golden_file() {
     let store = store_after(ScenarioKind::MultiTenant, 2, Duration::from_secs(300));
-    let text = String::from_utf8(vramd::exposition::render_devices(&store)).unwrap();
+    let text =
+        String::from_utf8(vramd::exposition::render_devices(&store, &Default::default())).unwrap();
     check_golden("metrics-multi-tenant.txt", &text);
 }
 
 #[test]
 fn metrics_for_a_lost_device_leave_its_values_out() {
     let store = store_after(ScenarioKind::DeviceLost, 2, Duration::from_secs(360));
-    let text = String::from_utf8(vramd::exposition::render_devices(&store)).unwrap();
+    let text =
+        String::from_utf8(vramd::exposition::render_devices(&store, &Default::default())).unwrap();
     check_golden("metrics-device-lost.txt", &text);
     let lost_uuid = store.devices()[1].info().uuid.clone();
     assert!(text.contains(&format!("vramd_device_up{{gpu=\"1\",uuid=\"{lost_uuid}\"}} 0")));
@@ -133,6 +136,9 @@ fn store_with_pods(until: Duration) -> Arc<HistoryStore> {
             pod_resources("infer-b", "serving", "server", &format!("{}::1", infos[1].uuid)),
         ],
     };
+    // The kubelet could hand out GPU 0 (by index, as GKE names it) and GPU
+    // 1's replicas.
+    let allocatable = vec!["nvidia0".to_owned(), infos[1].uuid.to_string()];
     let schedule = Schedule {
         from: GOLDEN_ORIGIN,
         duration: until,
@@ -155,6 +161,7 @@ fn store_with_pods(until: Duration) -> Arc<HistoryStore> {
         let attribution = Attribution {
             allocations: Some(kubernetes::allocations(kubelet.clone(), 64).0),
             containers: Some(kubernetes::containers(runtime, 64).0),
+            allocatable: Some(allocatable.clone()),
         };
         attribution.join(&infos[index as usize], &mut reading);
         Ok(reading)
@@ -196,7 +203,10 @@ fn runtime_container(id: &str, pod: &str, namespace: &str, name: &str) -> Contai
 #[test]
 fn metrics_with_pod_labels_match_the_golden_file() {
     let store = store_with_pods(Duration::from_secs(120));
-    let text = String::from_utf8(vramd::exposition::render_devices(&store)).unwrap();
+    // GPU 0, held by one pod, carries it on its device series; GPU 1,
+    // shared by two, does not.
+    let config = MetricsConfig { device_pod_labels: true, ..MetricsConfig::default() };
+    let text = String::from_utf8(vramd::exposition::render_devices(&store, &config)).unwrap();
     check_golden("metrics-kubernetes.txt", &text);
 }
 

@@ -20,6 +20,7 @@ use std::time::Duration;
 
 use fake::{FakeApi, GPU0, GPU1, HangingSocket, MIG, container, pod, start_on_fake_driver};
 use support::{Deadline, Process, SERVE, get, pause};
+use vramd::kubernetes::proto::ContainerDevices;
 
 /// Longest wait for a refresh to show: a 1 s refresh plus a 1 s slow tier,
 /// on a slow, shared machine.
@@ -35,16 +36,31 @@ fn spawn_with(
     runtime: &Path,
     call_timeout: &str,
 ) -> (Process, SocketAddr) {
+    spawn_env(extra, kubelet, runtime, &[("VRAMD_KUBERNETES__CALL_TIMEOUT", call_timeout)])
+}
+
+/// [`spawn_with`] with `more` environment (a call timeout of 500 ms
+/// unless `more` sets one).
+fn spawn_env(
+    extra: &[&str],
+    kubelet: &Path,
+    runtime: &Path,
+    more: &[(&str, &str)],
+) -> (Process, SocketAddr) {
     let mut args: Vec<&str> = SERVE.to_vec();
     args.extend(extra);
-    let env = [
+    let mut env = vec![
         ("VRAMD_KUBERNETES__ENABLED", "true"),
         ("VRAMD_KUBERNETES__POD_RESOURCES_SOCKET", kubelet.to_str().unwrap()),
         ("VRAMD_KUBERNETES__RUNTIME_SOCKET", runtime.to_str().unwrap()),
         ("VRAMD_KUBERNETES__REFRESH_INTERVAL", "1s"),
-        ("VRAMD_KUBERNETES__CALL_TIMEOUT", call_timeout),
+        ("VRAMD_KUBERNETES__CALL_TIMEOUT", "500ms"),
         ("VRAMD_SIMULATOR__CONTAINER_IDS", "true"),
     ];
+    for (key, value) in more {
+        env.retain(|(existing, _)| existing != key);
+        env.push((key, value));
+    }
     let mut daemon = Process::spawn(&args, &env);
     let addr = daemon.listening();
     daemon.wait_ready(addr);
@@ -155,6 +171,12 @@ fn pods_label_devices_and_processes_and_failures_never_stop_sampling() {
         Some(2.0)
     );
     assert!(!text.contains("pod=\"nic\""), "a non-GPU resource is no allocation");
+    assert!(
+        !text.contains("vramd_device_allocatable{"),
+        "a kubelet without GetAllocatableResources: no allocatable series"
+    );
+    let used = format!("vramd_memory_used_bytes{{gpu=\"0\",uuid=\"{}\"}}", uuid(0));
+    assert!(value(&text, &used).is_some(), "device series carry no pod labels by default");
     // Every per-process series of an attributed process carries its pod.
     let (train_pid, _) = devices[0].processes[0];
     for family in ["vramd_process_info", "vramd_process_memory_used_bytes"] {
@@ -306,6 +328,93 @@ fn a_recording_keeps_the_pods_and_its_replay_shows_them() {
         })
     });
     assert!(replayer.exited().is_none());
+}
+
+/// What the kubelet could allocate, and pod labels on device series
+/// (`metrics.device_pod_labels`): GPU 0 held by one pod carries it on its
+/// device series; GPU 1, time-sliced between two pods, carries none (the
+/// cardinality bound); GPU 2, allocatable but given to no pod while its
+/// processes run, is `used_unallocated`; the kubelet is asked what it
+/// could allocate on its periodic refreshes only.
+#[test]
+fn allocatable_gpus_and_pod_labels_on_device_series() {
+    let dir = tempfile::tempdir().unwrap();
+    let kubelet = FakeApi::serve(&dir.path().join("kubelet.sock"));
+    let runtime = FakeApi::serve(&dir.path().join("containerd.sock"));
+    let args = ["--simulate", "multi-tenant", "--gpus", "3"];
+    let env = [("VRAMD_METRICS__DEVICE_POD_LABELS", "true")];
+    let (_daemon, addr) = spawn_env(&args, &kubelet.socket, &runtime.socket, &env);
+    let devices: Vec<Device> = (0..3).map(|index| device(addr, index)).collect();
+    let uuid = |gpu: usize| devices[gpu].uuid.as_str();
+    kubelet.set_pods(vec![
+        pod("train-0", "ml", "trainer", "nvidia.com/gpu", &[uuid(0)]),
+        pod("infer-a", "serving", "server", "nvidia.com/gpu", &[&format!("{}::0", uuid(1))]),
+        pod("infer-b", "serving", "server", "nvidia.com/gpu", &[&format!("{}::1", uuid(1))]),
+    ]);
+    runtime.set_containers(
+        devices[0]
+            .processes
+            .iter()
+            .map(|(_, id)| container(id, "train-0", "ml", "trainer"))
+            .collect(),
+    );
+    let series = |family: &str, gpu: usize, extra: &str| {
+        format!("{family}{{gpu=\"{gpu}\",uuid=\"{}\"{extra}}}", uuid(gpu))
+    };
+    let held = ",pod=\"train-0\",namespace=\"ml\",container=\"trainer\"";
+    // This kubelet does not offer GetAllocatableResources (yet).
+    wait_for_metrics(addr, "the holder's labels", |text| {
+        value(text, &series("vramd_memory_used_bytes", 0, held)).is_some()
+    });
+    assert!(!get(addr, "/metrics").text().contains("vramd_device_allocatable{"));
+    // Upgraded: it fails while it restarts, then offers the call. GKE
+    // names whole GPUs by index; time-slicing lists each replica.
+    kubelet.garble();
+    wait_for_metrics(addr, "the kubelet failing", |text| {
+        value(text, "vramd_kubernetes_up{api=\"pod_resources\"}") == Some(0.0)
+    });
+    let replicas: Vec<String> = (0..4).map(|n| format!("{}::{n}", uuid(1))).collect();
+    kubelet.set_allocatable(vec![
+        ContainerDevices {
+            resource_name: "nvidia.com/gpu".to_owned(),
+            device_ids: vec!["nvidia0".to_owned(), uuid(2).to_owned()],
+        },
+        ContainerDevices { resource_name: "nvidia.com/gpu".to_owned(), device_ids: replicas },
+    ]);
+    kubelet.heal();
+
+    let state = |gpu: usize, labels: &str, state: &str| {
+        series("vramd_device_allocation_state", gpu, &format!("{labels},state=\"{state}\""))
+    };
+    let text = wait_for_metrics(addr, "allocatable GPUs and the holder's labels", |text| {
+        value(text, &series("vramd_memory_used_bytes", 0, held)).is_some()
+            && value(text, &series("vramd_device_allocatable", 2, "")) == Some(1.0)
+    });
+    for gpu in 0..3 {
+        let labels = if gpu == 0 { held } else { "" };
+        assert_eq!(value(&text, &series("vramd_device_allocatable", gpu, labels)), Some(1.0));
+    }
+    assert_eq!(value(&text, &state(0, held, "allocated")), Some(1.0), "{text}");
+    assert_eq!(value(&text, &state(1, "", "allocated")), Some(1.0));
+    assert_eq!(value(&text, &state(2, "", "used_unallocated")), Some(1.0));
+    assert_eq!(value(&text, &state(2, "", "idle")), Some(0.0));
+    // The shared GPU's device series stay one per device.
+    let shared_used: Vec<&str> = text
+        .lines()
+        .filter(|line| line.starts_with("vramd_memory_used_bytes{gpu=\"1\","))
+        .collect();
+    assert_eq!(shared_used.len(), 1, "{shared_used:?}");
+    assert!(shared_used[0].starts_with(&series("vramd_memory_used_bytes", 1, "")));
+    // A process on the held GPU names its pod once (its own labels, not
+    // the device's twice).
+    let (pid, _) = devices[0].processes[0];
+    let lines = process_lines(&text, "vramd_process_memory_used_bytes", 0, pid);
+    assert_eq!(lines.len(), 1);
+    assert_eq!(lines[0].matches("pod=").count(), 1, "{}", lines[0]);
+    assert!(!text.contains("pod=\"infer-a\",namespace=\"serving\",container=\"server\"} "));
+    // Asked on the periodic refresh (1 s here), not on every lookup.
+    assert!(kubelet.allocatable_calls() >= 1);
+    assert!(kubelet.allocatable_calls() <= kubelet.calls());
 }
 
 /// Through the real NVML path (the fake library): a MIG device allocated by

@@ -659,6 +659,34 @@ fn activity_values_come_through_and_unsupported_ones_stay_absent() {
 /// Issue 15: once start-up is over (10 s) the daemon hands back its freed
 /// start-up heap and unmaps its start-up code; the code it still runs is
 /// mapped again on use, so sampling, readiness and the API go on.
+/// What a sample costs is readable in /metrics: the call's wall time and
+/// the sampler thread's CPU time (one sample in 16), both in buckets from
+/// 1 µs, since a fast sample on NVML costs a few microseconds.
+#[test]
+fn sample_timings_have_microsecond_buckets_and_a_cpu_clock_figure() {
+    let scenario = json!({ "devices": [ device(GPU0, 4 * GIB, json!({})) ] });
+    let driver = FakeDriver::new(&scenario, false);
+    let (mut daemon, addr) = driver.start(&[]);
+    let cpu_count = r#"vramd_sample_cpu_seconds_count{tier="fast"}"#;
+    eventually(Duration::from_secs(30), "CPU times of fast samples", || {
+        sample(&get(addr, "/metrics").text(), cpu_count).is_some_and(|count| count >= 3.0)
+    });
+    let text = get(addr, "/metrics").text();
+    for family in ["vramd_sample_duration_seconds", "vramd_sample_cpu_seconds"] {
+        for tier in ["fast", "slow"] {
+            let lowest = format!("{family}_bucket{{tier=\"{tier}\",le=\"0.000001\"}}");
+            assert!(sample(&text, &lowest).is_some(), "{lowest} in:\n{text}");
+        }
+    }
+    let calls = sample(&text, r#"vramd_sample_duration_seconds_count{tier="fast"}"#).unwrap();
+    let measured = sample(&text, cpu_count).unwrap();
+    // Scraped a moment apart: a few samples may land between the two.
+    assert!(measured <= (calls + 16.0) / 16.0 + 1.0, "{measured} of {calls}");
+    let cpu = sample(&text, r#"vramd_sample_cpu_seconds_sum{tier="fast"}"#).unwrap();
+    assert!(cpu > 0.0, "a sample costs some CPU: {cpu}");
+    assert!(daemon.exited().is_none());
+}
+
 #[test]
 fn sampling_and_serving_go_on_after_start_up_memory_is_released() {
     let scenario = json!({ "devices": [ device(GPU0, 4 * GIB, json!({})) ] });

@@ -84,6 +84,8 @@ pub struct AppState {
     pub streams: Arc<tokio::sync::Semaphore>,
     pub limits: Limits,
     pub ingest: Arc<reports::Ingest>,
+    /// `[metrics]`: how `/metrics` labels device series.
+    pub metrics: Arc<exposition::MetricsConfig>,
 }
 
 impl AppState {
@@ -97,7 +99,15 @@ impl AppState {
     ) -> Self {
         let streams = Arc::new(tokio::sync::Semaphore::new(limits.max_event_streams));
         let ingest = Arc::new(ingest);
-        Self { store, telemetry, analyses, board, streams, limits, ingest }
+        let metrics = Arc::default();
+        Self { store, telemetry, analyses, board, streams, limits, ingest, metrics }
+    }
+
+    /// `/metrics` as `[metrics]` says (the defaults otherwise).
+    #[must_use]
+    pub fn with_metrics(mut self, metrics: exposition::MetricsConfig) -> Self {
+        self.metrics = Arc::new(metrics);
+        self
     }
 }
 
@@ -285,9 +295,14 @@ async fn not_found(request: Request) -> ApiError {
     )
 )]
 pub(crate) async fn metrics(State(state): State<AppState>) -> Result<Response, ApiError> {
-    let body =
-        exposition::render(&state.store, &state.telemetry, &state.analyses.latest(), &state.board)
-            .map_err(ApiError::internal)?;
+    let body = exposition::render(
+        &state.store,
+        &state.telemetry,
+        &state.analyses.latest(),
+        &state.board,
+        &state.metrics,
+    )
+    .map_err(ApiError::internal)?;
     let mut response = body.into_response();
     response
         .headers_mut()

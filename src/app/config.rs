@@ -145,7 +145,8 @@ impl Document for Config {
                 ),
             );
         }
-        if kubernetes.lookup_wait >= sampler.call_timeout {
+        // Only a node that asks the kubelet waits for it.
+        if kubernetes.enabled && kubernetes.lookup_wait >= sampler.call_timeout {
             return conflict(
                 "kubernetes.lookup_wait",
                 "sampler.call_timeout",

@@ -269,7 +269,8 @@ pub async fn run(
             max_event_streams: config.api.max_event_streams.get(),
         },
         intake,
-    );
+    )
+    .with_metrics(config.metrics.clone());
     let ingest_token = state.ingest.token.is_some();
     let app = match web.clone() {
         None => api::router(state),

@@ -42,9 +42,10 @@ pub fn render(
     telemetry: &Telemetry,
     analyses: &AnalysisSnapshot,
     board: &AlertBoard,
+    config: &MetricsConfig,
 ) -> Result<Vec<u8>, TelemetryError> {
     let devices = store.devices();
-    let views = collect(&devices);
+    let views = collect(&devices, config);
     let mut out = device_series(&views);
     alerts::render(&views, analyses, board, &mut out);
     telemetry.encode_into(&mut out)?;
@@ -53,15 +54,20 @@ pub fn render(
 
 /// Renders only the device and process series (deterministic for a given
 /// state; what the golden test pins down).
-pub fn render_devices(store: &HistoryStore) -> Vec<u8> {
-    device_series(&collect(&store.devices()))
+pub fn render_devices(store: &HistoryStore, config: &MetricsConfig) -> Vec<u8> {
+    device_series(&collect(&store.devices(), config))
 }
 
 /// One device as a scrape sees it: its static facts borrowed from history,
 /// copies of its live and probe state (taken once, so the locks are held
-/// only for the copy), and its `gpu`/`uuid` labels.
+/// only for the copy), and its labels.
 struct DeviceView<'a> {
     info: &'a DeviceInfo,
+    /// `gpu`, `uuid` (and a MIG device's instance IDs): what names the
+    /// device, and what series that carry their own pod labels start with.
+    identity: Labels,
+    /// The labels of the device's own series: its identity, and with
+    /// `metrics.device_pod_labels` the one pod holding it.
     labels: Labels,
     live: LiveState,
     probe: ProbeState,
@@ -73,12 +79,12 @@ struct DeviceView<'a> {
     last_success: [Option<crate::model::Timestamp>; 2],
 }
 
-fn collect(devices: &[Arc<DeviceHistory>]) -> Vec<DeviceView<'_>> {
+fn collect<'a>(devices: &'a [Arc<DeviceHistory>], config: &MetricsConfig) -> Vec<DeviceView<'a>> {
     devices
         .iter()
         .map(|device| {
             let info = device.info();
-            let mut labels = Labels::default()
+            let mut identity = Labels::default()
                 .with_uint("gpu", u64::from(info.gpu_index()))
                 .with("uuid", &info.uuid);
             // dcgm-exporter's GPU_I_ID/GPU_I_PROFILE users filter MIG
@@ -86,16 +92,23 @@ fn collect(devices: &[Arc<DeviceHistory>]) -> Vec<DeviceView<'_>> {
             // they add no series.
             if let Some(mig) = &info.mig {
                 if let Some(id) = mig.gpu_instance_id {
-                    labels = labels.with_uint("gpu_instance_id", u64::from(id));
+                    identity = identity.with_uint("gpu_instance_id", u64::from(id));
                 }
                 if let Some(id) = mig.compute_instance_id {
-                    labels = labels.with_uint("compute_instance_id", u64::from(id));
+                    identity = identity.with_uint("compute_instance_id", u64::from(id));
                 }
             }
+            let live = device.live();
+            let holder = config.device_pod_labels.then(|| only_holder(&live)).flatten();
+            let labels = match holder {
+                Some(holder) => holder.label(identity.clone()),
+                None => identity.clone(),
+            };
             DeviceView {
                 info,
+                identity,
                 labels,
-                live: device.live(),
+                live,
                 probe: device.probe(),
                 fast_len: device.fast_len(),
                 slow_len: device.slow_len(),
@@ -105,6 +118,43 @@ fn collect(devices: &[Arc<DeviceHistory>]) -> Vec<DeviceView<'_>> {
             }
         })
         .collect()
+}
+
+/// The one pod the kubelet lists as holding a device, and its container
+/// where that is one too.
+struct Holder<'l> {
+    pod: &'l str,
+    namespace: &'l str,
+    container: Option<&'l str>,
+}
+
+impl Holder<'_> {
+    fn label(&self, identity: Labels) -> Labels {
+        let labels = identity.with("pod", self.pod).with("namespace", self.namespace);
+        match self.container {
+            Some(container) => labels.with("container", container),
+            None => labels,
+        }
+    }
+}
+
+/// The pod holding the device, when exactly one does: a GPU time-sliced
+/// or shared between pods gets none, so pod labels never multiply a
+/// device's series.
+fn only_holder(live: &LiveState) -> Option<Holder<'_>> {
+    let allocations = live.slow.as_ref()?.allocations.as_deref()?;
+    let (first, rest) = allocations.split_first()?;
+    let same_pod =
+        |a: &crate::model::PodAllocation| a.pod == first.pod && a.namespace == first.namespace;
+    if !rest.iter().all(same_pod) {
+        return None;
+    }
+    let one_container = rest.iter().all(|a| a.container == first.container);
+    Some(Holder {
+        pod: &first.pod,
+        namespace: &first.namespace,
+        container: one_container.then_some(&*first.container),
+    })
 }
 
 fn estimate_size(views: &[DeviceView<'_>]) -> usize {

@@ -144,6 +144,22 @@ family!(
     "Containers the kubelet lists as holding this device; 0: allocated to no pod. Absent while the kubelet is not asked or does not answer."
 );
 
+family!(
+    ALLOCATABLE,
+    "vramd_device_allocatable",
+    Gauge,
+    "1 when the kubelet lists this device as one it could allocate to a pod (pod-resources GetAllocatableResources), else 0; absent where the kubelet does not offer that call."
+);
+family!(
+    ALLOCATION_STATE,
+    "vramd_device_allocation_state",
+    Gauge,
+    "1 for the device's Kubernetes state, 0 for the others: allocated (a pod holds it), used_unallocated (processes use it while no pod was given it), idle (neither). Absent while the kubelet does not answer, and on a MIG-enabled GPU (its MIG devices carry it)."
+);
+
+/// The states of `vramd_device_allocation_state`, in exposition order.
+const ALLOCATION_STATES: [&str; 3] = ["allocated", "used_unallocated", "idle"];
+
 /// Every series of this file, allocations first.
 pub(super) fn render(views: &[DeviceView<'_>], out: &mut Vec<u8>) {
     render_allocations(views, out);
@@ -154,12 +170,26 @@ fn render_allocations(views: &[DeviceView<'_>], out: &mut Vec<u8>) {
     super::per_device(out, views, &ALLOCATIONS, |view| {
         view.live.slow.as_ref()?.allocations.as_ref().map(|list| list.len() as f64)
     });
+    super::per_device(out, views, &ALLOCATABLE, |view| {
+        let allocatable = view.live.slow.as_ref()?.details.kubelet_allocatable?;
+        Some(f64::from(u8::from(allocatable)))
+    });
+    {
+        let mut writer = FamilyWriter::new(out, &ALLOCATION_STATE);
+        for view in views {
+            let Some(state) = allocation_state(view) else { continue };
+            for name in ALLOCATION_STATES {
+                let labels = view.labels.clone().with("state", name);
+                writer.int(labels.as_str(), u64::from(name == state));
+            }
+        }
+    }
     let mut writer = FamilyWriter::new(out, &ALLOCATION_INFO);
     for view in views {
         let Some(slow) = view.live.slow.as_ref() else { continue };
         for allocation in slow.allocations.iter().flatten() {
             let mut labels = view
-                .labels
+                .identity
                 .clone_with_room(PROCESS_LABELS_ROOM)
                 .with("pod", &allocation.pod)
                 .with("namespace", &allocation.namespace)
@@ -178,6 +208,23 @@ fn render_allocations(views: &[DeviceView<'_>], out: &mut Vec<u8>) {
     }
 }
 
+/// Which of [`ALLOCATION_STATES`] a device is in, from its latest slow
+/// reading: `None` while the kubelet's allocations or the process list are
+/// unknown, and on a MIG-enabled GPU, whose processes run on MIG devices
+/// that carry their own allocations.
+fn allocation_state(view: &DeviceView<'_>) -> Option<&'static str> {
+    let slow = view.live.slow.as_ref()?;
+    if view.info.mig.is_none() && slow.details.mig_enabled == Some(true) {
+        return None;
+    }
+    let allocations = slow.allocations.as_ref()?;
+    if !allocations.is_empty() {
+        return Some(ALLOCATION_STATES[0]);
+    }
+    let processes = slow.processes.as_ref()?;
+    Some(if processes.is_empty() { ALLOCATION_STATES[2] } else { ALLOCATION_STATES[1] })
+}
+
 /// Bytes reserved beyond the device labels for a process's `pid`,
 /// `process` and pod labels.
 const PROCESS_LABELS_ROOM: usize = 192;
@@ -188,7 +235,7 @@ fn render_processes(views: &[DeviceView<'_>], out: &mut Vec<u8>) {
         .flat_map(|view| {
             let listed = view.live.slow.as_ref().and_then(|slow| slow.processes.as_ref());
             listed.into_iter().flatten().map(move |process| ProcessView {
-                labels: process_labels(&view.labels, process),
+                labels: process_labels(&view.identity, process),
                 process,
             })
         })

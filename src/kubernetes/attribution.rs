@@ -47,6 +47,11 @@ pub struct Attribution {
     /// `None` until the runtime first answers. Kept through later failures:
     /// a container ID never changes owner, so an old entry stays true.
     pub containers: Option<HashMap<String, PodRef>>,
+    /// The GPU device IDs (replica stripped) the kubelet could allocate;
+    /// `None` until it answers that call, and for good when it does not
+    /// offer it. Kept through failures: the set changes only when devices
+    /// are plugged, unplugged or turn unhealthy.
+    pub allocatable: Option<Vec<String>>,
 }
 
 impl Attribution {
@@ -66,6 +71,10 @@ impl Attribution {
             mine.sort_by(|a, b| holder(a).cmp(&holder(b)));
             mine.dedup_by(|a, b| holder(a) == holder(b));
             reading.allocations = Some(mine);
+        }
+        if let Some(allocatable) = &self.allocatable {
+            reading.details.kubelet_allocatable =
+                Some(allocatable.iter().any(|id| device_matches(info, id)));
         }
         let (Some(containers), Some(processes)) = (&self.containers, reading.processes.as_mut())
         else {
@@ -240,6 +249,26 @@ pub fn allocations(
         }
     }
     (kept, dropped)
+}
+
+/// The GPU device IDs in an allocatable-resources answer, replica
+/// stripped and each once (a time-sliced GPU is listed once per replica),
+/// at most `max`, and how many were left out beyond that.
+pub fn allocatable_devices(
+    response: proto::AllocatableResourcesResponse,
+    max: usize,
+) -> (Vec<String>, usize) {
+    let mut ids: Vec<String> = response
+        .devices
+        .iter()
+        .filter(|devices| is_gpu_resource(&devices.resource_name))
+        .flat_map(|devices| devices.device_ids.iter().map(|id| split_replica(id).0.to_owned()))
+        .collect();
+    ids.sort_unstable();
+    ids.dedup();
+    let dropped = ids.len().saturating_sub(max);
+    ids.truncate(max);
+    (ids, dropped)
 }
 
 /// The Kubernetes containers in a runtime answer by (lowercase) container

@@ -38,6 +38,14 @@ pub enum CallError {
     Status { path: PathBuf, method: &'static str, status: Box<tonic::Status> },
 }
 
+impl CallError {
+    /// Whether the server does not offer the method (an older kubelet, or
+    /// one with the method's feature gate off): asking again cannot help.
+    pub fn is_unimplemented(&self) -> bool {
+        matches!(self, Self::Status { status, .. } if status.code() == tonic::Code::Unimplemented)
+    }
+}
+
 /// What was learnt about a refused connect: the socket's ownership and
 /// vramd's identity with the advice, or why they could not be read.
 #[derive(Debug)]
@@ -68,6 +76,22 @@ pub async fn list_pod_resources(
         socket,
         proto::POD_RESOURCES_LIST,
         proto::ListPodResourcesRequest {},
+        deadline,
+        max_message_bytes,
+    )
+    .await
+}
+
+/// Asks the kubelet for every device it could allocate.
+pub async fn get_allocatable_resources(
+    socket: &Path,
+    deadline: Duration,
+    max_message_bytes: usize,
+) -> Result<proto::AllocatableResourcesResponse, CallError> {
+    call(
+        socket,
+        proto::POD_RESOURCES_GET_ALLOCATABLE,
+        proto::AllocatableResourcesRequest {},
         deadline,
         max_message_bytes,
     )

@@ -26,7 +26,7 @@ use std::sync::Arc;
 
 use parking_lot::RwLock;
 use tokio_util::sync::CancellationToken;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use crate::model::{DeviceInfo, SlowReading};
 use crate::telemetry::Telemetry;
@@ -34,10 +34,12 @@ use lookup::Lookups;
 
 pub use access::Refusal;
 pub use attribution::{
-    Attribution, DRA_GPU_DRIVER, DeviceAllocation, PodRef, allocations, containers, device_matches,
-    dra_device_id, is_gpu_resource, share_unchanged, split_replica,
+    Attribution, DRA_GPU_DRIVER, DeviceAllocation, PodRef, allocatable_devices, allocations,
+    containers, device_matches, dra_device_id, is_gpu_resource, share_unchanged, split_replica,
 };
-pub use client::{CallError, DeniedBecause, list_containers, list_pod_resources};
+pub use client::{
+    CallError, DeniedBecause, get_allocatable_resources, list_containers, list_pod_resources,
+};
 pub use config::KubernetesConfig;
 
 /// The `api` label of the kubelet's pod-resources API.
@@ -106,12 +108,15 @@ pub async fn run(
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let (kubelet, runtime) = (ApiState::Unknown, ApiState::Unknown);
     let lookup_interval = settings.lookup_interval;
-    let mut poller = Poller { settings, board, telemetry, kubelet, runtime };
+    let mut poller =
+        Poller { settings, board, telemetry, kubelet, runtime, allocatable_offered: true };
     let mut cooldown = pin!(tokio::time::sleep(std::time::Duration::ZERO));
     loop {
-        tokio::select! {
+        // Only the periodic refresh asks what is allocatable: a lookup is
+        // about a new container, and that set changes only with hardware.
+        let periodic = tokio::select! {
             () = cancel.cancelled() => return,
-            _ = ticker.tick() => {}
+            _ = ticker.tick() => true,
             () = async {
                 (&mut cooldown).await;
                 poller.board.lookups.wanted().await;
@@ -121,11 +126,12 @@ pub async fn run(
                     continue;
                 }
                 poller.telemetry.count_kubernetes_lookup();
+                false
             }
-        }
+        };
         tokio::select! {
             () = cancel.cancelled() => return,
-            () = poller.refresh() => {}
+            () = poller.refresh(periodic) => {}
         }
         cooldown.set(tokio::time::sleep(lookup_interval));
     }
@@ -145,23 +151,36 @@ struct Poller {
     telemetry: Arc<Telemetry>,
     kubelet: ApiState,
     runtime: ApiState,
+    /// False once the kubelet answered `GetAllocatableResources` with
+    /// `Unimplemented`: it is not asked again until the kubelet has been
+    /// seen failing and answering again (restarted, perhaps upgraded).
+    allocatable_offered: bool,
 }
 
 impl Poller {
     /// One refresh of both APIs (concurrently, each under its deadline),
-    /// then one publication.
-    async fn refresh(&mut self) {
+    /// then one publication; `periodic` also asks the kubelet what it
+    /// could allocate.
+    async fn refresh(&mut self, periodic: bool) {
         self.board.lookups.refresh_started();
-        self.ask_and_publish().await;
+        self.ask_and_publish(periodic).await;
         self.board.lookups.refresh_finished();
     }
 
-    async fn ask_and_publish(&mut self) {
+    async fn ask_and_publish(&mut self, periodic: bool) {
         let settings = &self.settings;
         let (max, max_message) = (settings.max_containers.get(), settings.max_message_bytes());
-        let (kubelet, runtime) = tokio::join!(
-            list_pod_resources(&settings.pod_resources_socket, settings.call_timeout, max_message),
-            list_containers(&settings.runtime_socket, settings.call_timeout, max_message),
+        let (socket, deadline) = (&settings.pod_resources_socket, settings.call_timeout);
+        let ask_allocatable = periodic && self.allocatable_offered;
+        let (kubelet, runtime, allocatable) = tokio::join!(
+            list_pod_resources(socket, deadline, max_message),
+            list_containers(&settings.runtime_socket, deadline, max_message),
+            async {
+                match ask_allocatable {
+                    true => Some(get_allocatable_resources(socket, deadline, max_message).await),
+                    false => None,
+                }
+            },
         );
         let previous = self.board.latest();
         let mut next = Attribution::default();
@@ -170,6 +189,11 @@ impl Poller {
                 let (kept, dropped) = allocations(answer, max);
                 warn_dropped(dropped, max, "kubelet listed more GPU allocations");
                 next.allocations = Some(kept);
+                // A kubelet back from a failure may be a new version (an
+                // upgrade restarts it): it may offer what the old did not.
+                if matches!(self.kubelet, ApiState::Failing(_)) {
+                    self.allocatable_offered = true;
+                }
                 self.kubelet = note(&self.telemetry, API_POD_RESOURCES, self.kubelet, None);
             }
             Err(error) => {
@@ -189,6 +213,25 @@ impl Poller {
                 self.runtime = note(&self.telemetry, API_RUNTIME, self.runtime, Some(&error));
             }
         }
+        next.allocatable = match allocatable {
+            Some(Ok(answer)) => {
+                let (ids, dropped) = allocatable_devices(answer, max);
+                warn_dropped(dropped, max, "the kubelet listed more allocatable GPUs");
+                Some(ids)
+            }
+            Some(Err(error)) if error.is_unimplemented() => {
+                info!(error = %error, "the kubelet does not offer GetAllocatableResources; vramd_device_allocatable is not exported");
+                self.allocatable_offered = false;
+                None
+            }
+            // The allocation list's own failure is the one reported; this
+            // set changes only with hardware, so the last answer stands.
+            Some(Err(error)) => {
+                debug!(error = %error, "GetAllocatableResources failed; keeping its last answer");
+                previous.allocatable.clone()
+            }
+            None => previous.allocatable.clone(),
+        };
         self.board.publish(next);
     }
 }

@@ -25,6 +25,9 @@ use std::collections::HashMap;
 
 /// `/v1.PodResourcesLister/List`.
 pub const POD_RESOURCES_LIST: &str = "/v1.PodResourcesLister/List";
+/// `/v1.PodResourcesLister/GetAllocatableResources` (GA in Kubernetes
+/// 1.28; an older kubelet answers `Unimplemented`).
+pub const POD_RESOURCES_GET_ALLOCATABLE: &str = "/v1.PodResourcesLister/GetAllocatableResources";
 /// `/runtime.v1.RuntimeService/ListContainers`.
 pub const RUNTIME_LIST_CONTAINERS: &str = "/runtime.v1.RuntimeService/ListContainers";
 
@@ -37,6 +40,18 @@ pub struct ListPodResourcesRequest {}
 pub struct ListPodResourcesResponse {
     #[prost(message, repeated, tag = "1")]
     pub pod_resources: Vec<PodResources>,
+}
+
+/// `v1.AllocatableResourcesRequest` (no fields).
+#[derive(Clone, PartialEq, ::prost::Message)]
+pub struct AllocatableResourcesRequest {}
+
+/// `v1.AllocatableResourcesResponse`: every device the kubelet could hand
+/// out, allocated or not (cpu_ids = 2 and memory not read).
+#[derive(Clone, PartialEq, ::prost::Message)]
+pub struct AllocatableResourcesResponse {
+    #[prost(message, repeated, tag = "1")]
+    pub devices: Vec<ContainerDevices>,
 }
 
 /// `v1.PodResources` (cpu_ids = 4 and memory = 5 not read).

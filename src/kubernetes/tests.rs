@@ -197,7 +197,7 @@ fn dra_claims_allocate_gpus_with_the_claims_name_and_namespace() {
     assert_eq!(dropped, 0);
     let ids: Vec<&str> = kept.iter().map(|entry| entry.device_id.as_str()).collect();
     assert_eq!(ids, ["nvidia0", MIG]);
-    let attribution = Attribution { allocations: Some(kept), containers: None };
+    let attribution = Attribution { allocations: Some(kept), containers: None, allocatable: None };
     let mut whole = reading(vec![]);
     attribution.join(&gpu(0, GPU0), &mut whole);
     let expected = PodAllocation {
@@ -325,7 +325,8 @@ fn the_join_labels_processes_and_lists_each_devices_allocations() {
         },
         10,
     );
-    let attribution = Attribution { allocations: Some(kept), containers: Some(table) };
+    let attribution =
+        Attribution { allocations: Some(kept), containers: Some(table), allocatable: None };
 
     let mut on_mig = reading(vec![process(7, Some(&"ab".repeat(32))), process(8, None)]);
     attribution.join(&mig(1, MIG), &mut on_mig);
@@ -355,7 +356,8 @@ fn the_join_labels_processes_and_lists_each_devices_allocations() {
     assert_eq!(idle.allocations, Some(vec![]));
 
     // The kubelet never answered: allocations unknown.
-    let unknown = Attribution { allocations: None, containers: Some(HashMap::new()) };
+    let unknown =
+        Attribution { allocations: None, containers: Some(HashMap::new()), allocatable: None };
     let mut reading = reading(vec![]);
     unknown.join(&gpu(0, GPU0), &mut reading);
     assert_eq!(reading.allocations, None);
@@ -363,7 +365,8 @@ fn the_join_labels_processes_and_lists_each_devices_allocations() {
 
 #[test]
 fn a_reports_pod_stays_where_the_runtime_does_not_know_the_container() {
-    let attribution = Attribution { allocations: None, containers: Some(HashMap::new()) };
+    let attribution =
+        Attribution { allocations: None, containers: Some(HashMap::new()), allocatable: None };
     let mut from_report = process(9, Some(&"ef".repeat(32)));
     from_report.details.pod = Some("from-report".into());
     let mut reading = reading(vec![from_report]);
@@ -385,7 +388,8 @@ fn a_refresh_keeps_the_strings_of_unchanged_owners_for_the_processes_it_labels()
         )],
     };
     let label = |table: HashMap<String, PodRef>| {
-        let attribution = Attribution { allocations: None, containers: Some(table) };
+        let attribution =
+            Attribution { allocations: None, containers: Some(table), allocatable: None };
         let mut labelled = reading(vec![process(7, Some(&"ab".repeat(32)))]);
         attribution.join(&gpu(0, GPU0), &mut labelled);
         labelled.processes.unwrap().remove(0).details
@@ -401,4 +405,38 @@ fn a_refresh_keeps_the_strings_of_unchanged_owners_for_the_processes_it_labels()
     let (mut moved, _) = containers(answer("train-1"), 10);
     share_unchanged(&mut moved, Some(&first));
     assert_eq!(label(moved).pod.as_deref(), Some("train-1"));
+}
+
+#[test]
+fn allocatable_gpus_are_listed_once_without_replicas_and_joined_per_device() {
+    let devices = |resource: &str, ids: &[&str]| ContainerDevices {
+        resource_name: resource.to_owned(),
+        device_ids: ids.iter().map(|id| (*id).to_owned()).collect(),
+    };
+    let answer = proto::AllocatableResourcesResponse {
+        devices: vec![
+            devices("nvidia.com/gpu", &[&format!("{GPU0}::0"), &format!("{GPU0}::1")]),
+            devices("nvidia.com/mig-1g.10gb", &[MIG]),
+            devices("example.com/sriov", &["nvidia1"]),
+        ],
+    };
+    let (ids, dropped) = allocatable_devices(answer.clone(), 64);
+    assert_eq!(ids, [GPU0, MIG], "each GPU once, replicas stripped, other resources skipped");
+    assert_eq!(dropped, 0);
+    assert_eq!(allocatable_devices(answer, 1), (vec![GPU0.to_owned()], 1));
+
+    let attribution = Attribution {
+        allocations: None,
+        containers: None,
+        allocatable: Some(vec![GPU0.to_owned()]),
+    };
+    let mut listed = reading(vec![]);
+    attribution.join(&gpu(0, GPU0), &mut listed);
+    assert_eq!(listed.details.kubelet_allocatable, Some(true));
+    let mut other = reading(vec![]);
+    attribution.join(&gpu(1, "GPU-00000000-0000-0000-0000-000000000001"), &mut other);
+    assert_eq!(other.details.kubelet_allocatable, Some(false), "listed by the kubelet: no");
+    let mut unknown = reading(vec![]);
+    Attribution::default().join(&gpu(0, GPU0), &mut unknown);
+    assert_eq!(unknown.details.kubelet_allocatable, None, "not asked: absent, not false");
 }

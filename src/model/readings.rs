@@ -216,6 +216,10 @@ pub struct SlowDetails {
     /// not watched.
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub xid_errors: std::collections::BTreeMap<String, u64>,
+    /// Whether the kubelet lists this device as one it could allocate to a
+    /// pod (pod-resources `GetAllocatableResources`); absent off
+    /// Kubernetes and where the kubelet does not offer that call.
+    pub kubelet_allocatable: Option<bool>,
 }
 
 impl SlowReading {

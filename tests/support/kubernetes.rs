@@ -24,9 +24,11 @@ use tonic::codegen::http;
 use tonic::server::Grpc;
 use tonic_prost::ProstCodec;
 use vramd::kubernetes::proto::{
-    ClaimResource, Container, ContainerDevices, ContainerMetadata, ContainerResources,
-    DynamicResource, ListContainersRequest, ListContainersResponse, ListPodResourcesRequest,
-    ListPodResourcesResponse, POD_RESOURCES_LIST, PodResources, RUNTIME_LIST_CONTAINERS,
+    AllocatableResourcesRequest, AllocatableResourcesResponse, ClaimResource, Container,
+    ContainerDevices, ContainerMetadata, ContainerResources, DynamicResource,
+    ListContainersRequest, ListContainersResponse, ListPodResourcesRequest,
+    ListPodResourcesResponse, POD_RESOURCES_GET_ALLOCATABLE, POD_RESOURCES_LIST, PodResources,
+    RUNTIME_LIST_CONTAINERS,
 };
 
 /// Bytes that are not the expected message: tag 1 as a fixed64 where both
@@ -41,8 +43,13 @@ pub struct Garbage {
 struct Answers {
     pods: ListPodResourcesResponse,
     containers: ListContainersResponse,
+    /// `None`: `GetAllocatableResources` is unimplemented, as on a kubelet
+    /// older than 1.23 or with its feature gate off.
+    allocatable: Option<AllocatableResourcesResponse>,
     garbage: bool,
+    /// List calls (pods or containers) answered.
     calls: usize,
+    allocatable_calls: usize,
 }
 
 /// One fake API server on one unix socket; it answers both methods (a real
@@ -83,9 +90,24 @@ impl FakeApi {
         self.answers.lock().unwrap().containers = ListContainersResponse { containers };
     }
 
+    /// Offers `GetAllocatableResources`, answering these devices.
+    pub fn set_allocatable(&self, devices: Vec<ContainerDevices>) {
+        self.answers.lock().unwrap().allocatable = Some(AllocatableResourcesResponse { devices });
+    }
+
+    /// `GetAllocatableResources` calls answered (or refused) so far.
+    pub fn allocatable_calls(&self) -> usize {
+        self.answers.lock().unwrap().allocatable_calls
+    }
+
     /// From now on, answer with bytes that do not decode as the response.
     pub fn garble(&self) {
         self.answers.lock().unwrap().garbage = true;
+    }
+
+    /// From now on, answer again as before [`FakeApi::garble`].
+    pub fn heal(&self) {
+        self.answers.lock().unwrap().garbage = false;
     }
 
     /// Calls answered so far.
@@ -126,13 +148,27 @@ impl tower::Service<http::Request<Body>> for FakeService {
     fn call(&mut self, request: http::Request<Body>) -> Self::Future {
         let answers = self.answers.clone();
         Box::pin(async move {
-            let (pods, containers, garbage) = {
-                let mut answers = answers.lock().unwrap();
-                answers.calls += 1;
-                (answers.pods.clone(), answers.containers.clone(), answers.garbage)
-            };
             let path = request.uri().path().to_owned();
+            let (pods, containers, allocatable, garbage) = {
+                let mut answers = answers.lock().unwrap();
+                match path.as_str() {
+                    POD_RESOURCES_GET_ALLOCATABLE => answers.allocatable_calls += 1,
+                    _ => answers.calls += 1,
+                }
+                let allocatable = answers.allocatable.clone();
+                (answers.pods.clone(), answers.containers.clone(), allocatable, answers.garbage)
+            };
             let response = match (path.as_str(), garbage) {
+                (POD_RESOURCES_GET_ALLOCATABLE, _) => match allocatable {
+                    Some(allocatable) => {
+                        let codec = ProstCodec::<
+                            AllocatableResourcesResponse,
+                            AllocatableResourcesRequest,
+                        >::default();
+                        Grpc::new(codec).unary(answer(allocatable), request).await
+                    }
+                    None => tonic::Status::unimplemented(path).into_http(),
+                },
                 (POD_RESOURCES_LIST, false) => {
                     let codec =
                         ProstCodec::<ListPodResourcesResponse, ListPodResourcesRequest>::default();

@@ -627,6 +627,18 @@ fn config_retention_needing_too_many_samples_conflicts() {
 }
 
 #[test]
+fn config_a_lookup_wait_beyond_the_slow_call_timeout_conflicts_only_with_kubernetes() {
+    let short = ("VRAMD_SAMPLER__CALL_TIMEOUT", "300ms");
+    // Off Kubernetes nothing waits for a lookup: a short sampler deadline
+    // (the hung-driver tests use one) is no conflict.
+    assert!(load_env(&[short]).is_ok());
+    assert_error(
+        load_env(&[short, ("VRAMD_KUBERNETES__ENABLED", "true")]),
+        &["kubernetes.lookup_wait", "sampler.call_timeout", "must be less than"],
+    );
+}
+
+#[test]
 fn config_peak_window_longer_than_retention_conflicts() {
     assert_error(
         load_env(&[("VRAMD_METRICS__PEAK_WINDOW", "2h")]),

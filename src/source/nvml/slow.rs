@@ -195,6 +195,8 @@ pub(super) fn reading(
             .map(|info| info.utilization.min(100)),
         last_xid_unix_ms: None,
         xid_errors: BTreeMap::new(),
+        // Joined from the kubelet's answer after the read.
+        kubelet_allocatable: None,
     };
     Ok(SlowReading {
         allocations: None,

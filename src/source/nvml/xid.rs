@@ -17,8 +17,14 @@ use tracing::{error, info, warn};
 use crate::clock::ScaledClock;
 use crate::model::Timestamp;
 
-/// How long one wait blocks, so the thread notices it should stop.
-const WAIT_MS: u32 = 500;
+/// How long one wait blocks. The driver's wait returns at the event, so
+/// this only bounds how late the thread notices it should stop, which is
+/// at shutdown, when nothing waits for it. A short wait was a wake-up
+/// twice a second, for a thread that exists to sleep (issue 37: as much
+/// CPU as the whole fast tier).
+const WAIT_MS: u32 = 60_000;
+/// Pause after a wait failed because a GPU is lost.
+const LOST_PAUSE: std::time::Duration = std::time::Duration::from_millis(500);
 /// Distinct codes counted per device; rarer codes beyond go to "other".
 const MAX_CODES_PER_DEVICE: usize = 64;
 
@@ -128,7 +134,7 @@ fn watch(
             Err(NvmlError::Timeout) => {}
             Err(NvmlError::GpuLost) => {
                 // A lost GPU keeps failing waits; pause instead of spinning.
-                std::thread::sleep(std::time::Duration::from_millis(u64::from(WAIT_MS)));
+                std::thread::sleep(LOST_PAUSE);
             }
             Err(other) => {
                 error!(error = %other, "waiting for Xid events failed; stopping the watcher");
