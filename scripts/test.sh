@@ -73,6 +73,13 @@ setup() {
     echo "scripts/test.sh: using $("$PROMETHEUS" --version 2>&1 | head -n 1)"
     ensure_debian_file "$ALERTMANAGER" prometheus-alertmanager prometheus-alertmanager
     echo "scripts/test.sh: using $("$ALERTMANAGER" --version 2>&1 | head -n 1)"
+    # crates/driver-trace/tests/object.rs rebuilds the committed BPF object
+    # from its C source and compares (clang, llvm-strip, libbpf's headers).
+    ensure_debian_file /usr/bin/clang clang
+    ensure_debian_file /usr/bin/llvm-strip llvm
+    [ -f /usr/include/bpf/bpf_helpers.h ] || apt_install libbpf-dev ||
+        setup_die "libbpf's headers are required (Debian: libbpf-dev); install them and rerun"
+    echo "scripts/test.sh: using $(clang --version 2>&1 | head -n 1)"
     # The browser tests/ui.rs drives over the DevTools Protocol.
     ensure_debian_file /usr/bin/chromium chromium
     echo "scripts/test.sh: using $(/usr/bin/chromium --version 2>/dev/null | head -n 1)"

@@ -13,6 +13,7 @@ pub mod app;
 pub mod cli;
 pub mod clock;
 pub mod config;
+pub mod driver_trace;
 pub mod exposition;
 pub mod history;
 pub mod ingest;

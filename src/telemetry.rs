@@ -6,6 +6,10 @@
 //! Depends only on `model` (for [`ErrorKind`]) and `logging` (for its
 //! dropped-line count); the sampler writes, exposition reads.
 
+mod driver_trace;
+
+pub use driver_trace::{DriverTraceReader, DriverTraceReading};
+
 use std::sync::OnceLock;
 use std::time::Duration;
 
@@ -67,6 +71,8 @@ pub struct Telemetry {
     recording: OnceLock<RecordingSeries>,
     /// Set once Kubernetes attribution runs (`kubernetes.enabled`).
     kubernetes: OnceLock<KubernetesSeries>,
+    /// Set at start-up, whatever `driver_trace.mode` (off exports up 0).
+    driver_trace: OnceLock<driver_trace::DriverTraceSeries>,
 }
 
 struct KubernetesSeries {
@@ -224,6 +230,7 @@ impl Telemetry {
             registry,
             recording: OnceLock::new(),
             kubernetes: OnceLock::new(),
+            driver_trace: OnceLock::new(),
         })
     }
 
@@ -246,6 +253,18 @@ impl Telemetry {
         )?;
         // Already checked above; `watch_recording` is called once, at start-up.
         let _ = self.recording.set(RecordingSeries { read, errors, failing });
+        Ok(())
+    }
+
+    /// Exports the driver trace's health (`vramd_driver_trace_*`), read
+    /// through `read` at each encode. Only the first call registers.
+    pub fn watch_driver_trace(&self, read: DriverTraceReader) -> Result<(), TelemetryError> {
+        if self.driver_trace.get().is_some() {
+            return Ok(());
+        }
+        let series = driver_trace::DriverTraceSeries::register(&self.registry, read)?;
+        // Already checked above; called once, at start-up.
+        let _ = self.driver_trace.set(series);
         Ok(())
     }
 
@@ -426,6 +445,9 @@ impl Telemetry {
             let (errors, failing) = (recording.read)();
             recording.errors.inc_by(errors.saturating_sub(recording.errors.get()));
             recording.failing.set(i64::from(failing));
+        }
+        if let Some(series) = self.driver_trace.get() {
+            series.mirror();
         }
         TextEncoder::new().encode(&self.registry.gather(), out)?;
         Ok(())

@@ -18,7 +18,7 @@ use nvidia_ml_fake::harness;
 use serde_json::{Value, json};
 use tempfile::TempDir;
 
-use support::{Deadline, Process, SERVE, get, pause};
+use support::{Process, SERVE, eventually, get, sample};
 
 const GIB: u64 = 1 << 30;
 
@@ -89,24 +89,11 @@ fn device(uuid: &str, used: u64, extra: Value) -> Value {
     device
 }
 
-fn sample(metrics: &str, series: &str) -> Option<f64> {
-    metrics.lines().find_map(|line| line.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
-}
-
 fn up(addr: SocketAddr, gpu: u32, uuid: &str) -> Option<f64> {
     sample(
         &get(addr, "/metrics").text(),
         &format!("vramd_device_up{{gpu=\"{gpu}\",uuid=\"{uuid}\"}}"),
     )
-}
-
-/// Polls `check` until it holds, at most `limit`.
-fn eventually(limit: Duration, what: &str, mut check: impl FnMut() -> bool) {
-    let deadline = Deadline::after(limit);
-    while !check() {
-        assert!(!deadline.passed(), "{what}: not within {limit:?}");
-        pause();
-    }
 }
 
 fn promtool_accepts(metrics: &str) {

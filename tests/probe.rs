@@ -21,7 +21,7 @@ use nvidia_ml_fake::harness as nvml;
 use serde_json::{Value, json};
 use tempfile::TempDir;
 
-use support::{Deadline, Process, SERVE, get, pause};
+use support::{Deadline, Process, SERVE, eventually, get, pause, sample};
 
 const GIB: u64 = 1 << 30;
 const MIB: u64 = 1 << 20;
@@ -276,18 +276,6 @@ fn daemon(fake: &FakeCuda, extra_env: &[(&str, &str)]) -> (Process, std::net::So
     let addr = process.listening();
     process.wait_ready(addr);
     (process, addr, nvml_dir)
-}
-
-fn sample(metrics: &str, series: &str) -> Option<f64> {
-    metrics.lines().find_map(|line| line.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
-}
-
-fn eventually(limit: Duration, what: &str, mut check: impl FnMut() -> bool) {
-    let deadline = Deadline::after(limit);
-    while !check() {
-        assert!(!deadline.passed(), "{what}: not within {limit:?}");
-        pause();
-    }
 }
 
 #[test]

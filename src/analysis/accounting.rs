@@ -102,6 +102,17 @@ pub struct DeviceBreakdown {
     pub fragmented_bytes: u64,
     /// Processes that reported allocator statistics.
     pub processes_with_allocator_stats: usize,
+    /// What the processes with no allocator statistics hold through the
+    /// driver's allocation calls (the driver trace, docs/driver-trace.md):
+    /// for PyTorch without `expandable_segments`, its allocator's
+    /// `reserved`. Absent when the trace sees none of them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub driver_held_bytes: Option<u64>,
+    /// Those processes' NVML usage minus `driver_held_bytes`: contexts and
+    /// libraries outside any allocator. Absent under the same condition, or
+    /// when one of them has no NVML usage.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub outside_driver_allocations_bytes: Option<u64>,
 }
 
 /// Splits a device's memory. `processes_complete` says whether the list
@@ -125,7 +136,27 @@ pub fn device_breakdown(
         allocator_cache_bytes: 0,
         fragmented_bytes: 0,
         processes_with_allocator_stats: 0,
+        driver_held_bytes: None,
+        outside_driver_allocations_bytes: None,
     };
+    // The driver view where no reporter speaks: a reporter's statistics
+    // already split the same bytes, and must not be counted twice.
+    let driver_only = processes
+        .into_iter()
+        .flatten()
+        .filter(|process| process.allocator.is_none())
+        .filter_map(|process| Some((process.details.driver.as_deref()?, process.used_bytes)));
+    let mut outside = Some(0u64);
+    for (driver, used) in driver_only {
+        let held = breakdown.driver_held_bytes.unwrap_or(0);
+        breakdown.driver_held_bytes = Some(held.saturating_add(driver.allocated_bytes));
+        outside = outside
+            .zip(used)
+            .map(|(sum, used)| sum.saturating_add(used.saturating_sub(driver.allocated_bytes)));
+    }
+    if breakdown.driver_held_bytes.is_some() {
+        breakdown.outside_driver_allocations_bytes = outside;
+    }
     for part in processes.into_iter().flatten().filter_map(process_breakdown) {
         breakdown.live_tensors_bytes =
             breakdown.live_tensors_bytes.saturating_add(part.live_tensors_bytes);
@@ -263,5 +294,38 @@ mod tests {
         assert!((cut - 57.0 / 60.0).abs() < 1e-9, "{cut}");
         // Without a summary it is the split ratio, as for PyTorch.
         assert_eq!(fragmentation_ratio(&jax, None), Some(0.0));
+    }
+
+    #[test]
+    fn the_driver_view_counts_only_where_no_reporter_speaks() {
+        let driver = |held: u64| {
+            Some(std::sync::Arc::new(crate::model::DriverStats {
+                allocated_bytes: held,
+                ..Default::default()
+            }))
+        };
+        let mut reported = torch_process(Some(1_500 * MIB));
+        reported.details.driver = driver(1_000 * MIB);
+        let mut traced = torch_process(Some(3_000 * MIB));
+        traced.pid = 8;
+        traced.allocator = None;
+        traced.details.driver = driver(2_200 * MIB);
+        let memory = MemoryInfo {
+            total_bytes: 80_000 * MIB,
+            reserved_bytes: None,
+            used_bytes: 4_500 * MIB,
+            free_bytes: 75_500 * MIB,
+        };
+        let both = [reported.clone(), traced];
+        let breakdown = device_breakdown(&memory, Some(&both), true);
+        assert_eq!(
+            breakdown.driver_held_bytes,
+            Some(2_200 * MIB),
+            "the reporter's bytes not again"
+        );
+        assert_eq!(breakdown.outside_driver_allocations_bytes, Some(800 * MIB));
+        assert_eq!(breakdown.processes_with_allocator_stats, 1);
+        let alone = device_breakdown(&memory, Some(std::slice::from_ref(&reported)), true);
+        assert_eq!((alone.driver_held_bytes, alone.outside_driver_allocations_bytes), (None, None));
     }
 }

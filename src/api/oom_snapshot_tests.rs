@@ -35,7 +35,7 @@ fn state(token: Option<&str>, dir: Option<&Path>, total: u64, upload: u64) -> Ap
                 max_reporters: 8,
             })),
             limits: crate::ingest::ReportLimits { max_devices: 4, max_stats: 64 },
-            oom: crate::ingest::OomIntake::new(100, 8),
+            oom: std::sync::Arc::new(crate::ingest::OomIntake::new(100, 8)),
             oom_hook: None,
             snapshots,
             token: token.map(str::to_owned),

@@ -24,7 +24,7 @@ fn state(token: Option<&str>, store: Arc<HistoryStore>) -> AppState {
                 max_reporters: 8,
             })),
             limits: crate::ingest::ReportLimits { max_devices: 4, max_stats: 64 },
-            oom: crate::ingest::OomIntake::new(2, 8),
+            oom: std::sync::Arc::new(crate::ingest::OomIntake::new(2, 8)),
             oom_hook: None,
             snapshots: None,
             token: token.map(str::to_owned),

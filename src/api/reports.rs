@@ -20,7 +20,8 @@ use super::error::{ApiError, ErrorBody};
 pub struct Ingest {
     pub store: Arc<ReportStore>,
     /// Event ids and the rate limit of OOM events.
-    pub oom: crate::ingest::OomIntake,
+    /// Shared with the driver trace, which numbers its OOM events alike.
+    pub oom: Arc<crate::ingest::OomIntake>,
     /// Called (on a blocking thread) with each stored OOM event and its
     /// device's index: the wiring writes it into a recording.
     pub oom_hook: Option<OomHook>,

@@ -619,7 +619,7 @@ pub(super) fn with_token(token: Option<&str>) -> AppState {
                 max_reporters: 8,
             })),
             limits: crate::ingest::ReportLimits { max_devices: 4, max_stats: 64 },
-            oom: crate::ingest::OomIntake::new(2, 8),
+            oom: std::sync::Arc::new(crate::ingest::OomIntake::new(2, 8)),
             oom_hook: None,
             snapshots: None,
             token: token.map(str::to_owned),

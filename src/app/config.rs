@@ -11,6 +11,7 @@ use crate::alerts::notify::NotifyConfig;
 use crate::analysis::AnalysisConfig;
 use crate::api::ApiConfig;
 use crate::config::{ConfigError, Conflict, Document, KeySpec, LoadOptions, catalogue};
+use crate::driver_trace::DriverTraceConfig;
 use crate::exposition::MetricsConfig;
 use crate::history::HistoryConfig;
 use crate::ingest::IngestConfig;
@@ -43,6 +44,7 @@ pub struct Config {
     pub notify: NotifyConfig,
     pub ingest: IngestConfig,
     pub kubernetes: KubernetesConfig,
+    pub driver_trace: DriverTraceConfig,
 }
 
 /// Most samples `history.retention / sampler.fast_interval` may ask for.
@@ -87,7 +89,8 @@ impl Document for Config {
             .table("alerts", |keys| self.alerts.check(keys))
             .table("notify", |keys| self.notify.check(keys))
             .table("ingest", |keys| self.ingest.check(keys))
-            .table("kubernetes", |keys| self.kubernetes.check(keys));
+            .table("kubernetes", |keys| self.kubernetes.check(keys))
+            .table("driver_trace", |keys| self.driver_trace.check(keys));
     }
 
     fn keys() -> &'static [KeySpec] {

@@ -7,6 +7,7 @@
 //! Depends on every other module; nothing depends on it but `main`.
 
 mod config;
+mod driver_trace;
 pub mod reload;
 mod settings;
 mod sources;
@@ -76,6 +77,8 @@ pub enum AppError {
     WebConfig(crate::server::WebConfigError),
     #[error("a GPU is required (nvml.require_gpu) but none can be used: {reason}")]
     GpuRequired { reason: String },
+    #[error("{0}")]
+    DriverTrace(#[from] crate::driver_trace::StartError),
 }
 
 impl AppError {
@@ -115,9 +118,10 @@ pub async fn run(
     };
     let board =
         config.kubernetes.enabled.then(|| Arc::new(AttributionBoard::new(&config.kubernetes)));
+    let driver_board = driver_trace::prepare(&config)?;
     let source = {
         let config = config.clone();
-        let join = slow_join(intake.store.clone(), board.clone());
+        let join = slow_join(intake.store.clone(), board.clone(), driver_board.clone());
         off_runtime(move || build_source(&config, join)).await??
     };
     let BuiltSource {
@@ -139,6 +143,13 @@ pub async fn run(
         telemetry.watch_recording(Box::new(move || (health.errors(), health.failing())))?;
     }
     let store = Arc::new(HistoryStore::new(history_sizing(&config)));
+    let oom_target = driver_trace::OomTarget {
+        store: store.clone(),
+        ids: intake.oom.clone(),
+        recorder: oom_recorder.clone(),
+    };
+    // Held until `run` returns: dropping it stops the trace's thread.
+    let _driver_trace = driver_trace::start(&config, driver_board, &telemetry, oom_target).await?;
     let bind_failed = |source| AppError::Bind { addr: config.server.listen, source };
     let listener = TcpListener::bind(config.server.listen).await.map_err(bind_failed)?;
     let local = listener.local_addr().map_err(bind_failed)?;

@@ -176,10 +176,10 @@ pub fn report_intake(config: &Config, token: Option<String>) -> api::reports::In
     api::reports::Ingest {
         store: Arc::new(ReportStore::new(ingest.store_limits())),
         limits: ingest.report_limits(),
-        oom: crate::ingest::OomIntake::new(
+        oom: Arc::new(crate::ingest::OomIntake::new(
             ingest.rate_limit_per_second.get(),
             ingest.max_reporters.get(),
-        ),
+        )),
         oom_hook: None,
         snapshots: None,
         token,

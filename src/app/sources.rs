@@ -14,6 +14,7 @@ use super::AppError;
 use super::Config;
 use crate::api::reports::OomHook;
 use crate::clock::{ScaledClock, wall_now};
+use crate::driver_trace::DriverBoard;
 use crate::history::HistoryStore;
 use crate::ingest::{ReportLimits, ReportStore};
 use crate::kubernetes::AttributionBoard;
@@ -129,15 +130,20 @@ pub fn build_source(config: &Config, join: SlowJoin) -> Result<BuiltSource, AppE
 }
 
 /// The one join onto slow readings, in its one order: allocator reports
-/// onto their processes (by device UUID), then Kubernetes pods and
-/// allocations. The sampler's process cap comes after both; neither changes
-/// what it keeps processes by (memory, PID).
+/// onto their processes (by device UUID), the driver trace's statistics
+/// (by PID), then Kubernetes pods and allocations. The sampler's process
+/// cap comes after all; none changes what it keeps processes by (memory,
+/// PID).
 pub(super) fn slow_join(
     reports: Arc<ReportStore>,
     pods: Option<Arc<AttributionBoard>>,
+    driver: Option<Arc<DriverBoard>>,
 ) -> SlowJoin {
     Box::new(move |info, reading| {
         reports.attach(&info.uuid, reading);
+        if let Some(driver) = &driver {
+            driver.join(info, reading);
+        }
         if let Some(pods) = &pods {
             pods.join(info, reading);
         }

@@ -72,6 +72,48 @@ family!(
     "PyTorch caching allocator: inactive_split / reserved; absent when nothing is reserved."
 );
 family!(
+    DRIVER_ALLOCATED,
+    "vramd_process_driver_allocated_bytes",
+    Gauge,
+    "Driver trace: bytes the process holds through libcuda allocations traced since the trace began (cuMemAlloc*, cuMemCreate); for PyTorch without expandable_segments, its allocator's reserved bytes."
+);
+family!(
+    DRIVER_LIVE,
+    "vramd_process_driver_live_allocations",
+    Gauge,
+    "Driver trace: allocations the process holds (counted in vramd_process_driver_allocated_bytes)."
+);
+family!(
+    DRIVER_ALLOCATIONS,
+    "vramd_process_driver_allocations_total",
+    Counter,
+    "Driver trace: libcuda allocation calls of the process that succeeded."
+);
+family!(
+    DRIVER_FREES,
+    "vramd_process_driver_frees_total",
+    Counter,
+    "Driver trace: libcuda free and release calls of the process that succeeded."
+);
+family!(
+    DRIVER_FAILURES,
+    "vramd_process_driver_allocation_failures_total",
+    Counter,
+    "Driver trace: libcuda allocation calls of the process that failed, whatever the error."
+);
+family!(
+    DRIVER_OOMS,
+    "vramd_process_driver_out_of_memory_total",
+    Counter,
+    "Driver trace: libcuda allocation calls of the process that failed with CUDA_ERROR_OUT_OF_MEMORY."
+);
+family!(
+    DRIVER_RETRIES,
+    "vramd_process_driver_allocation_retries_total",
+    Counter,
+    "Driver trace: out-of-memory failures of the process followed shortly by a successful allocation at least as large (a caching allocator that flushed its cache and retried)."
+);
+family!(
     PROCESS_INFO,
     "vramd_process_info",
     Gauge,
@@ -234,6 +276,13 @@ fn render_processes(views: &[DeviceView<'_>], out: &mut Vec<u8>) {
     });
     process_family(out, &processes, &ALLOC_RETRIES, |p| p.allocator.map(|a| a.alloc_retries));
     process_family(out, &processes, &ALLOC_OOMS, |p| p.allocator.map(|a| a.ooms));
+    process_family(out, &processes, &DRIVER_ALLOCATED, |p| driver(p).map(|d| d.allocated_bytes));
+    process_family(out, &processes, &DRIVER_LIVE, |p| driver(p).map(|d| d.live_allocations));
+    process_family(out, &processes, &DRIVER_ALLOCATIONS, |p| driver(p).map(|d| d.allocations));
+    process_family(out, &processes, &DRIVER_FREES, |p| driver(p).map(|d| d.frees));
+    process_family(out, &processes, &DRIVER_FAILURES, |p| driver(p).map(|d| d.allocation_failures));
+    process_family(out, &processes, &DRIVER_OOMS, |p| driver(p).map(|d| d.out_of_memory_failures));
+    process_family(out, &processes, &DRIVER_RETRIES, |p| driver(p).map(|d| d.allocation_retries));
     process_family(out, &processes, &PROCESS_SM_UTIL, |p| {
         p.details.sm_utilization_percent.map(|percent| f64::from(percent) / 100.0)
     });
@@ -269,6 +318,11 @@ fn process_labels(device: &Labels, process: &ProcessInfo) -> Labels {
         }
     }
     labels
+}
+
+/// What the driver trace saw of the process, when it runs.
+fn driver(process: &ProcessInfo) -> Option<&crate::model::DriverStats> {
+    process.details.driver.as_deref()
 }
 
 fn process_family<V: SampleValue>(

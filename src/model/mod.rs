@@ -12,6 +12,7 @@
 //! `Tier`, `RecordMode` and the label enums' `as_str` (`label_as_str!`),
 //! and re-exports the rest.
 
+mod driver;
 mod error_kind;
 mod oom;
 mod probe;
@@ -22,6 +23,7 @@ mod scenario;
 mod shared_str;
 mod time;
 
+pub use driver::{DriverStats, SIZE_BUCKETS};
 pub use error_kind::ErrorKind;
 pub use oom::{OomCause, OomEvent};
 pub use probe::{

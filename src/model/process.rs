@@ -10,6 +10,7 @@
 use serde::{Deserialize, Serialize};
 use strum::IntoStaticStr;
 
+use super::driver::DriverStats;
 use super::readings::percent;
 use super::shared_str::SharedStr;
 
@@ -86,6 +87,11 @@ pub struct ProcessDetails {
     /// `bytes_limit`): the part of the pool not in use is free to that
     /// process, so a full-looking GPU is not pressure by itself.
     pub pool_limit_bytes: Option<u64>,
+    /// What the driver trace saw the process allocate and free through
+    /// `libcuda` (`[driver_trace]`), on the one device it is attributed to.
+    /// Shared: a sample repeats it without copying.
+    #[schema(value_type = Option<DriverStats>)]
+    pub driver: Option<std::sync::Arc<DriverStats>>,
 }
 
 /// What a workload's `torch.cuda.memory_snapshot()` says about one device.

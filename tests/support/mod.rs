@@ -255,3 +255,18 @@ pub fn start_ready<A: AsRef<OsStr>>(args: &[A]) -> (Process, SocketAddr) {
 pub fn get(addr: SocketAddr, path: &str) -> http::Response {
     http::get(addr, path).unwrap_or_else(|error| panic!("{error}"))
 }
+
+/// The value of the exposition line `series value` (the series with all
+/// its labels), if there is one.
+pub fn sample(metrics: &str, series: &str) -> Option<f64> {
+    metrics.lines().find_map(|line| line.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+}
+
+/// Polls `check` until it holds, failing the test after `limit`.
+pub fn eventually(limit: Duration, what: &str, mut check: impl FnMut() -> bool) {
+    let deadline = Deadline::after(limit);
+    while !check() {
+        assert!(!deadline.passed(), "{what}: not within {limit:?}");
+        pause();
+    }
+}

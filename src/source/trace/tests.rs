@@ -137,6 +137,18 @@ fn slow_script(device: u32) -> Vec<Result<SlowReading, SourceError>> {
                                     container: Some("trainer".into()),
                                     snapshot: None,
                                     pool_limit_bytes: Some(40 << 30),
+                                    driver: Some(std::sync::Arc::new(crate::model::DriverStats {
+                                        allocated_bytes: 36 << 30,
+                                        live_allocations: 12,
+                                        allocations: 40,
+                                        frees: 28,
+                                        allocation_failures: 1,
+                                        out_of_memory_failures: 1,
+                                        allocation_retries: 1,
+                                        unmatched_frees: 0,
+                                        untracked_allocations: 0,
+                                        size_buckets: vec![0, 0, 10, 10, 10, 10, 0, 0, 0],
+                                    })),
                                 },
                             },
                             ProcessInfo {

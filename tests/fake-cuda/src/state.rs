@@ -15,6 +15,9 @@ use crate::scenario::{DeviceSpec, Scenario};
 /// An opaque `CUcontext` value: this tag plus the context's id. Never
 /// dereferenced, by anyone.
 const CONTEXT_TAG: usize = 0xC0_0000_0000;
+/// The context of a physical allocation, which belongs to none (context
+/// ids start at 1).
+const NO_CONTEXT: usize = 0;
 /// Device pointers start here (as on a real GPU, never 0).
 const POINTER_BASE: u64 = 0x7f00_0000_0000;
 /// Device pointers advance by at least this (the driver's alignment).
@@ -141,6 +144,18 @@ impl Loaded {
     /// OUT_OF_MEMORY above `max_alloc_bytes` or the free memory.
     pub fn allocate(&mut self, bytes: u64) -> Result<u64, CUresult> {
         let current = *self.contexts.last().ok_or(INVALID_CONTEXT)?;
+        self.allocate_on(current, bytes)
+    }
+
+    /// A physical allocation (`cuMemCreate`) on the device with this
+    /// ordinal, in no context (it outlives any): the same checks as
+    /// [`Self::allocate`]; the handle comes from the pointers' range.
+    pub fn create_physical(&mut self, ordinal: i32, bytes: u64) -> Result<u64, CUresult> {
+        let (device, _) = self.device(ordinal)?;
+        self.allocate_on(ContextEntry { id: NO_CONTEXT, device }, bytes)
+    }
+
+    fn allocate_on(&mut self, current: ContextEntry, bytes: u64) -> Result<u64, CUresult> {
         let spec = &self.scenario.devices[current.device];
         if let Some(code) = spec.alloc_error {
             return Err(code);

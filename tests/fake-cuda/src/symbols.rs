@@ -16,6 +16,11 @@ pub const ALL: &[&str] = &[
     "cuMemGetInfo_v2",
     "cuMemAlloc_v2",
     "cuMemFree_v2",
+    "cuMemAllocPitch_v2",
+    "cuMemAllocAsync",
+    "cuMemFreeAsync",
+    "cuMemCreate",
+    "cuMemRelease",
 ];
 
 /// The functions a device's `hang` may name.

@@ -1,0 +1,154 @@
+//! What the trace publishes and the sampling path reads: each process's
+//! statistics (swapped whole by the tracer thread, read under a short
+//! lock by the join), the PIDs NVML listed (what discovery reads the maps
+//! of), and the trace's health for `/metrics`.
+//!
+//! The join runs on each device's slow-tier thread inside its deadline,
+//! so it only reads published maps; it never waits on the tracer.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use parking_lot::{Mutex, RwLock};
+
+use crate::model::{DeviceInfo, DriverStats, SlowReading};
+
+/// Why a traced call was lost (the `reason` of
+/// `vramd_driver_trace_dropped_events_total`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, strum::IntoStaticStr, strum::VariantArray)]
+#[strum(serialize_all = "snake_case")]
+pub enum DropReason {
+    /// The kernel's ring buffer was full (the tracer behind, or held back
+    /// at `driver_trace.max_events_per_second`).
+    RingFull,
+    /// The kernel's table of calls in flight (one per thread) was full.
+    InFlightFull,
+    /// A new process while `driver_trace.max_processes` were tracked.
+    ProcessLimit,
+    /// An allocation not kept at `driver_trace.max_live_allocations`.
+    LiveAllocationLimit,
+}
+
+impl DropReason {
+    pub const ALL: &[Self] = <Self as strum::VariantArray>::VARIANTS;
+
+    pub fn as_str(self) -> &'static str {
+        self.into()
+    }
+}
+
+/// The trace's own health, written by the tracer thread.
+#[derive(Default)]
+pub struct TraceHealth {
+    up: AtomicBool,
+    libraries: AtomicU64,
+    events: AtomicU64,
+    dropped: [AtomicU64; 4],
+}
+
+impl TraceHealth {
+    pub fn up(&self) -> bool {
+        self.up.load(Ordering::Relaxed)
+    }
+
+    pub fn set_up(&self, up: bool) {
+        self.up.store(up, Ordering::Relaxed);
+    }
+
+    /// libcuda files probed.
+    pub fn libraries(&self) -> u64 {
+        self.libraries.load(Ordering::Relaxed)
+    }
+
+    pub fn set_libraries(&self, count: u64) {
+        self.libraries.store(count, Ordering::Relaxed);
+    }
+
+    /// Traced calls handled, since start.
+    pub fn events(&self) -> u64 {
+        self.events.load(Ordering::Relaxed)
+    }
+
+    pub fn count_events(&self, count: u64) {
+        self.events.fetch_add(count, Ordering::Relaxed);
+    }
+
+    pub fn dropped(&self, reason: DropReason) -> u64 {
+        self.dropped[reason as usize].load(Ordering::Relaxed)
+    }
+
+    /// Sets a drop count read from where it is kept (the kernel's counters,
+    /// the ledger's), so the export mirrors it.
+    pub fn set_dropped(&self, reason: DropReason, total: u64) {
+        self.dropped[reason as usize].store(total, Ordering::Relaxed);
+    }
+}
+
+pub struct DriverBoard {
+    published: RwLock<Arc<HashMap<u32, Arc<DriverStats>>>>,
+    /// PID → the lowest device index that listed it: the one device its
+    /// driver statistics are attributed to (a process on several devices
+    /// is counted once, not once per device).
+    listed: Mutex<HashMap<u32, u32>>,
+    max_listed: usize,
+    pub health: TraceHealth,
+}
+
+impl DriverBoard {
+    pub fn new(max_processes: usize) -> Self {
+        Self {
+            published: RwLock::new(Arc::new(HashMap::new())),
+            listed: Mutex::new(HashMap::new()),
+            max_listed: max_processes,
+            health: TraceHealth::default(),
+        }
+    }
+
+    /// Joins each listed process's driver statistics onto a slow reading,
+    /// on the device it is attributed to.
+    pub fn join(&self, info: &DeviceInfo, reading: &mut SlowReading) {
+        let Some(processes) = reading.processes.as_mut() else { return };
+        let published = self.published.read().clone();
+        let mut listed = self.listed.lock();
+        for process in processes.iter_mut() {
+            let room = listed.len() < self.max_listed;
+            let attributed = match listed.get_mut(&process.pid) {
+                Some(lowest) => {
+                    *lowest = (*lowest).min(info.index);
+                    *lowest == info.index
+                }
+                None if room => {
+                    listed.insert(process.pid, info.index);
+                    true
+                }
+                None => false,
+            };
+            if attributed {
+                process.details.driver = published.get(&process.pid).cloned();
+            }
+        }
+    }
+
+    /// The PIDs NVML listed, for discovery.
+    pub fn listed_pids(&self) -> Vec<u32> {
+        self.listed.lock().keys().copied().collect()
+    }
+
+    /// The device index a process's driver statistics are attributed to.
+    pub fn device_of(&self, pid: u32) -> Option<u32> {
+        self.listed.lock().get(&pid).copied()
+    }
+
+    /// Forgets exited processes.
+    pub fn forget(&self, pids: &[u32]) {
+        let mut listed = self.listed.lock();
+        for pid in pids {
+            listed.remove(pid);
+        }
+    }
+
+    pub fn publish(&self, stats: HashMap<u32, Arc<DriverStats>>) {
+        *self.published.write() = Arc::new(stats);
+    }
+}

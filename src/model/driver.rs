@@ -1,0 +1,54 @@
+//! What the driver trace saw one process do through `libcuda`'s allocation
+//! and free calls (the `driver_trace` module keeps it; a process's
+//! `details.driver` carries it to history, `/metrics` and REST).
+//!
+//! Depends on nothing else in `model`.
+
+use serde::{Deserialize, Serialize};
+
+/// Upper bounds (bytes, inclusive) of the allocation-size histogram's
+/// buckets; a last bucket holds everything larger.
+pub const SIZE_BUCKETS: [u64; 8] =
+    [64 << 10, 1 << 20, 16 << 20, 64 << 20, 256 << 20, 1 << 30, 4 << 30, 16 << 30];
+
+/// One process's driver-level allocations since the trace began. Calls the
+/// process made before the trace attached are unseen: their frees count as
+/// `unmatched_frees`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DriverStats {
+    /// Bytes held through traced allocations not freed yet
+    /// (`cuMemAlloc*` pointers and `cuMemCreate` physical allocations).
+    pub allocated_bytes: u64,
+    /// Allocations held now (counted in `allocated_bytes`).
+    pub live_allocations: u64,
+    /// Allocation calls that succeeded.
+    pub allocations: u64,
+    /// Free and release calls that succeeded (`unmatched_frees` among them).
+    pub frees: u64,
+    /// Allocation calls that failed, whatever the error.
+    pub allocation_failures: u64,
+    /// Of those, the ones that failed with `CUDA_ERROR_OUT_OF_MEMORY`.
+    pub out_of_memory_failures: u64,
+    /// Out-of-memory failures followed, within `driver_trace.oom_retry_window`,
+    /// by a successful allocation at least as large: a caching allocator
+    /// that flushed its cache and retried (PyTorch's `num_alloc_retries`).
+    pub allocation_retries: u64,
+    /// Successful frees of an allocation the trace never saw (made before
+    /// it attached, or not kept at `driver_trace.max_live_allocations`).
+    pub unmatched_frees: u64,
+    /// Successful allocations not kept at `driver_trace.max_live_allocations`:
+    /// their bytes are missing from `allocated_bytes`.
+    pub untracked_allocations: u64,
+    /// Successful allocations by size: `size_buckets[i]` counts those of at
+    /// most 64 KiB, 1 MiB, 16 MiB, 64 MiB, 256 MiB, 1 GiB, 4 GiB, 16 GiB,
+    /// and larger (the last).
+    pub size_buckets: Vec<u64>,
+}
+
+impl DriverStats {
+    /// The histogram bucket of an allocation of `bytes`.
+    pub fn bucket(bytes: u64) -> usize {
+        SIZE_BUCKETS.iter().position(|bound| bytes <= *bound).unwrap_or(SIZE_BUCKETS.len())
+    }
+}
