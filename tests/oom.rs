@@ -141,7 +141,7 @@ fn an_oom_event_alerts_at_the_next_evaluation_and_replays_from_the_recording() {
 #[test]
 fn an_oom_event_alerts_without_waiting_for_the_evaluation_tick() {
     // A 30 s tick: only the event's own evaluation can fire within 5 s.
-    let (mut daemon, addr, uuid, pid) =
+    let (daemon, addr, uuid, pid) =
         simulated_inference(&[("VRAMD_ANALYSIS__EVALUATION_INTERVAL", "30s")]);
     assert!(oom_alert(addr).is_none(), "no OOM before the event");
 
@@ -170,7 +170,7 @@ fn uploaded_snapshots_are_served_within_the_budget_oldest_evicted_first() {
         ("VRAMD_INGEST__MAX_SNAPSHOT_BYTES", "1MiB"),
         ("VRAMD_INGEST__MAX_SNAPSHOT_UPLOAD", "600KiB"),
     ];
-    let (mut daemon, addr, uuid, pid) = simulated_inference(&env);
+    let (daemon, addr, uuid, pid) = simulated_inference(&env);
     assert_eq!(get(addr, "/api/v1/oom-events/1/snapshot").status, 404, "the stale file is gone");
 
     let mut ids = Vec::new();
