@@ -41,7 +41,9 @@ fn leaks_under_the_sawtooth_are_found_and_benign_runs_stay_silent() {
                 assert!(latency <= 12.0 * 60.0, "run {index}: {latency} s after onset");
                 assert_eq!(outcome.leak_false, 0, "run {index}: {:?}", outcome.false_alarms);
             }
-            Label::Growth { .. } => unreachable!("corpus() draws no growth runs"),
+            Label::Growth { .. } | Label::Warmup { .. } => {
+                unreachable!("corpus() draws no growth or warm-up runs")
+            }
         }
     }
 }

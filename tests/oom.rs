@@ -1,6 +1,6 @@
 //! The OOM flight recorder end to end, on the real binary: an OOM event
-//! posted to a running daemon raises `allocator_oom` at the next evaluation
-//! with the event's evidence, is counted in `/metrics`, is written into the
+//! posted to a running daemon raises `allocator_oom` at once (the event
+//! triggers its own evaluation) with the event's evidence, is counted in `/metrics`, is written into the
 //! recording, and fires again when `vramd analyze` replays that recording.
 //! With `ingest.snapshot_dir` set, the snapshots uploaded to events are kept
 //! within their budget, oldest evicted first, and served back.
@@ -47,6 +47,20 @@ fn event(uuid: &str, pid: u64) -> String {
 fn oom_alert(addr: std::net::SocketAddr) -> Option<Value> {
     let alerts = get(addr, "/api/v1/alerts?rule=allocator_oom").json();
     alerts["alerts"].as_array()?.iter().find(|alert| alert["state"] == "firing").cloned()
+}
+
+/// A ready daemon simulating one GPU of steady inference (nothing alerts),
+/// with its address, the device's UUID and the simulated process's PID.
+fn simulated_inference(env: &[(&str, &str)]) -> (Process, std::net::SocketAddr, String, u64) {
+    let args: Vec<&str> =
+        ["--simulate", "steady-inference", "--gpus", "1"].into_iter().chain(SERVE).collect();
+    let mut daemon = Process::spawn(&args, env);
+    let addr = daemon.listening();
+    daemon.wait_ready(addr);
+    let device = get(addr, "/api/v1/devices/0").json();
+    let uuid = device["uuid"].as_str().unwrap().to_owned();
+    let pid = device["processes"][0]["pid"].as_u64().expect("a simulated process");
+    (daemon, addr, uuid, pid)
 }
 
 #[test]
@@ -125,6 +139,26 @@ fn an_oom_event_alerts_at_the_next_evaluation_and_replays_from_the_recording() {
 }
 
 #[test]
+fn an_oom_event_alerts_without_waiting_for_the_evaluation_tick() {
+    // A 30 s tick: only the event's own evaluation can fire within 5 s.
+    let (daemon, addr, uuid, pid) =
+        simulated_inference(&[("VRAMD_ANALYSIS__EVALUATION_INTERVAL", "30s")]);
+    assert!(oom_alert(addr).is_none(), "no OOM before the event");
+
+    let accepted = support::http::post(addr, "/api/v1/oom-events", &event(&uuid, pid)).unwrap();
+    assert_eq!(accepted.status, 202, "{}", accepted.text());
+    // Well under the tick; the 1 s target itself is measured, not asserted.
+    let deadline = Deadline::after(Duration::from_secs(5));
+    while oom_alert(addr).is_none() {
+        assert!(!deadline.passed(), "allocator_oom waited for the 30 s evaluation tick");
+        pause();
+    }
+    daemon.signal("TERM");
+    let stopped = daemon.finish(WAIT);
+    assert_eq!(stopped.status.code(), Some(0), "{}", stopped.stderr);
+}
+
+#[test]
 fn uploaded_snapshots_are_served_within_the_budget_oldest_evicted_first() {
     let dir = tempfile::tempdir().unwrap();
     let snapshots = dir.path().join("snapshots");
@@ -136,14 +170,7 @@ fn uploaded_snapshots_are_served_within_the_budget_oldest_evicted_first() {
         ("VRAMD_INGEST__MAX_SNAPSHOT_BYTES", "1MiB"),
         ("VRAMD_INGEST__MAX_SNAPSHOT_UPLOAD", "600KiB"),
     ];
-    let args: Vec<&str> =
-        ["--simulate", "steady-inference", "--gpus", "1"].into_iter().chain(SERVE).collect();
-    let mut daemon = Process::spawn(&args, &env);
-    let addr = daemon.listening();
-    daemon.wait_ready(addr);
-    let device = get(addr, "/api/v1/devices/0").json();
-    let uuid = device["uuid"].as_str().unwrap().to_owned();
-    let pid = device["processes"][0]["pid"].as_u64().expect("a simulated process");
+    let (daemon, addr, uuid, pid) = simulated_inference(&env);
     assert_eq!(get(addr, "/api/v1/oom-events/1/snapshot").status, 404, "the stale file is gone");
 
     let mut ids = Vec::new();

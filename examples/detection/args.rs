@@ -8,6 +8,7 @@ pub const USAGE: &str = "\
 usage: detection [FLAGS]
   --runs N                 corpus runs per seed (default 200; about 3 benign per leak)
   --growth-runs N          linear-growth runs per seed for the forecast (default 24)
+  --warmup-runs N          benign runs per seed warming up for 1-10 min (default 24)
   --seed S                 the corpus seed (default 1)
   --seeds LIST             pooled figures over several seeds: 1-6, 7,8,9 or 1-3,9
   --jobs N                 seeds played side by side (default 1)
@@ -28,6 +29,8 @@ Figures and their reading: docs/alerts.md, \"Detection benchmark\".";
 pub struct Args {
     pub runs: usize,
     pub growth_runs: usize,
+    /// `--warmup-runs`: benign runs with slow warm-ups (`corpus::warmup_runs`).
+    pub warmup_runs: usize,
     pub seed: u64,
     /// `--seeds`: pooled figures over these seeds instead of one `--seed`.
     pub seeds: Option<Vec<u64>>,
@@ -59,6 +62,7 @@ pub fn parse() -> Args {
     let mut args = Args {
         runs: 200,
         growth_runs: 24,
+        warmup_runs: 24,
         seed: 1,
         seeds: None,
         jobs: 1,
@@ -86,6 +90,7 @@ pub fn parse() -> Args {
         match flag.as_str() {
             "--runs" => args.runs = number(&flag, &value),
             "--growth-runs" => args.growth_runs = number(&flag, &value),
+            "--warmup-runs" => args.warmup_runs = number(&flag, &value),
             "--seed" => args.seed = number(&flag, &value),
             "--seeds" => args.seeds = Some(seed_list(&value)),
             "--jobs" => args.jobs = number::<usize>(&flag, &value).max(1),

@@ -125,5 +125,6 @@ fn short(reason: NotALeak) -> &'static str {
         NotALeak::ReturnsToBaseline => "returns",
         NotALeak::Staircase => "stairs",
         NotALeak::NoNewGround => "regained",
+        NotALeak::Slowing => "slowing",
     }
 }

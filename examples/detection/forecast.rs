@@ -132,11 +132,10 @@ pub fn explain(run: &CorpusRun, analyze: &AnalyzeSettings, fired: Option<f64>) {
             let reserved = memory.reserved_bytes.unwrap_or(0);
             let demand = run.peak_demand(t_s);
             let headroom = (memory.total_bytes - reserved) as f64 - demand as f64;
+            let curve = params.plateau(&mut scratch, &series);
             let tte = chosen.and_then(|(trend, on)| {
-                on.then(|| {
-                    seconds_to_full(capacity, projected, &trend, at, settings.exhaustion_min_fit)
-                })
-                .flatten()
+                let fit = settings.exhaustion_min_fit;
+                on.then(|| seconds_to_full(capacity, projected, &trend, curve, at, fit)).flatten()
             });
             let left = full_s - t_s;
             let fmt = |part: Option<(vramd::analysis::trend::Trend, bool)>| {

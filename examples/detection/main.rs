@@ -58,6 +58,7 @@ fn tweak(settings: &mut vramd::analyze::AnalyzeSettings, params: &[(String, f64)
                 "leak.dip_longest" => leak.dip_longest = seconds(value),
                 "leak.new_ground_spreads" => leak.new_ground_spreads = value,
                 "leak.dips_shortest_window" => leak.dips_shortest_window = seconds(value),
+                "leak.slowing_significance" => leak.slowing_significance = value,
                 _ => {}
             }
         }
@@ -73,6 +74,7 @@ fn tweak(settings: &mut vramd::analyze::AnalyzeSettings, params: &[(String, f64)
             "forecast.early_splits" => forecast.early_splits = value as u32,
             "forecast.early_min_fit" => forecast.early_min_fit = value,
             "forecast.process_share" => forecast.process_share = value,
+            "forecast.slowing_significance" => forecast.slowing_significance = value,
             "forecast.joined_settle" => forecast.joined_settle = seconds(value),
             "trend_window" => settings.analysis.config.trend_window = seconds(value),
             "forecast.min_fit" => settings.analysis.exhaustion_min_fit = value,
@@ -98,6 +100,7 @@ fn corpus_of(seed: u64, args: &Args) -> Vec<CorpusRun> {
     corpus::corpus(seed, args.runs)
         .into_iter()
         .chain(corpus::growth_runs(seed, args.growth_runs))
+        .chain(corpus::warmup_runs(seed, args.warmup_runs))
         .collect()
 }
 
@@ -157,6 +160,7 @@ pub fn print_false_alarms<'a>(
     outcomes: impl Iterator<Item = &'a play::Outcome> + Clone,
     pooled: &str,
 ) {
+    let benign_and_more = outcomes.clone();
     let benign: Vec<_> = outcomes.clone().filter(|o| o.label == Label::Benign).collect();
     let hours: f64 = benign.iter().map(|o| o.played_s).sum::<f64>() / 3600.0;
     let leak_false: usize = benign.iter().map(|o| o.leak_false).sum();
@@ -172,6 +176,23 @@ pub fn print_false_alarms<'a>(
         println!("| {rule} | {count} | {:.2} |", count as f64 / hours.max(1e-9) * 24.0);
     }
     println!("(leak runs: {leak_runs_false} alarms on other processes or before the onset)");
+    let warmups: Vec<_> = outcomes_of_warmups(benign_and_more.clone()).collect();
+    let hours: f64 = warmups.iter().map(|o| o.played_s).sum::<f64>() / 3600.0;
+    let leak: usize = warmups.iter().map(|o| o.leak_false).sum();
+    let forecast: usize = warmups.iter().map(|o| o.forecast_false).sum();
+    let alarmed = warmups.iter().filter(|o| o.leak_false + o.forecast_false > 0).count();
+    println!(
+        "warm-ups of 1-10 min below capacity ({} runs, {hours:.0} device-hours): leak_suspected {leak}, exhaustion_forecast {forecast} ({:.2} per device-day; {alarmed} runs alarmed)",
+        warmups.len(),
+        (leak + forecast) as f64 / hours.max(1e-9) * 24.0
+    );
+}
+
+/// The slow warm-up runs among `outcomes`.
+fn outcomes_of_warmups<'a>(
+    outcomes: impl Iterator<Item = &'a play::Outcome>,
+) -> impl Iterator<Item = &'a play::Outcome> {
+    outcomes.filter(|o| matches!(o.label, Label::Warmup { .. }))
 }
 
 /// On-CPU nanoseconds of this thread: on a machine shared with builds,
@@ -248,7 +269,9 @@ fn main() {
         // forecast's checks; otherwise the leak's.
         let forecast_fired = match run.label {
             corpus::Label::Growth { .. } => Some(outcome.forecast.map(|(fired, _)| fired)),
-            corpus::Label::Benign => outcome.first_false_forecast_s.map(Some),
+            corpus::Label::Benign | corpus::Label::Warmup { .. } => {
+                outcome.first_false_forecast_s.map(Some)
+            }
             corpus::Label::Leak { .. } => None,
         };
         if let Some(fired) = forecast_fired {

@@ -25,6 +25,9 @@ pub struct Outcome {
     /// First `leak_suspected` firing for the labelled leaking process,
     /// seconds since the run's start (at or after the onset).
     pub leak_fired_s: Option<f64>,
+    /// Times the labelled leak's alert resolved after it first fired (the
+    /// leak runs to the end of the run, so each is a page lost and resent).
+    pub leak_resolves: usize,
     /// `leak_suspected` firings that are not the labelled leak.
     pub leak_false: usize,
     /// First `exhaustion_forecast` firing and its forecast (seconds left).
@@ -72,6 +75,7 @@ pub fn play_with(
         played_s: run.duration.as_secs_f64(),
         samples: 0,
         leak_fired_s: None,
+        leak_resolves: 0,
         leak_false: 0,
         forecast: None,
         forecast_false: 0,
@@ -101,8 +105,10 @@ pub fn play_with(
             let seconds = now.duration_since(GOLDEN_ORIGIN).unwrap_or_default().as_secs_f64();
             let snapshot = analyzer.analyse(&store, now);
             for transition in evaluator.evaluate(&snapshot, SourceState::Up, now).transitions {
-                if transition.alert.state == AlertState::Firing {
-                    score(&mut outcome, &transition.alert, seconds);
+                match transition.alert.state {
+                    AlertState::Firing => score(&mut outcome, &transition.alert, seconds),
+                    AlertState::Resolved => count_resolve(&mut outcome, &transition.alert),
+                    _ => {}
                 }
             }
             next_evaluation = now.saturating_add(interval);
@@ -145,6 +151,17 @@ impl Reporter {
     }
 }
 
+/// Counts a resolve of the labelled leak's alert once it has fired.
+fn count_resolve(outcome: &mut Outcome, alert: &vramd::alerts::Alert) {
+    if let Label::Leak { pid, .. } = outcome.label
+        && alert.key.rule == RuleId::LeakSuspected
+        && alert.key.pid == Some(pid)
+        && outcome.leak_fired_s.is_some()
+    {
+        outcome.leak_resolves += 1;
+    }
+}
+
 fn score(outcome: &mut Outcome, alert: &vramd::alerts::Alert, seconds: f64) {
     match alert.key.rule {
         RuleId::LeakSuspected => match outcome.label {
@@ -169,7 +186,7 @@ fn score(outcome: &mut Outcome, alert: &vramd::alerts::Alert, seconds: f64) {
         RuleId::ExhaustionForecast => {
             let growing_from = match outcome.label {
                 Label::Growth { onset, .. } | Label::Leak { onset, .. } => Some(onset),
-                Label::Benign => None,
+                Label::Benign | Label::Warmup { .. } => None,
             };
             if growing_from.is_some_and(|onset| seconds >= onset.as_secs_f64()) {
                 outcome.forecast.get_or_insert((seconds, alert.value));

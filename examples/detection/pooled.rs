@@ -45,16 +45,27 @@ fn leaks(played: &[Played], verbose: bool) {
     println!(
         "\nleak detection, pooled (latency after onset; missed = not fired within 45 min or before the device filled)"
     );
-    println!("| rate | empty_cache | runs | p50 | p95 | max | missed | slowest | per-seed p95 |");
-    println!("|---|---|---|---|---|---|---|---|---|");
+    println!(
+        "| rate | empty_cache | runs | p50 | p95 | max | missed | resolves per leak | slowest | per-seed p95 |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|---|");
     for rate in LEAK_RATES {
         for empty in [false, true] {
             let (mut pooled, mut count, mut per_seed, mut slowest) =
                 (Vec::new(), 0, Vec::new(), None::<(f64, String)>);
             let mut missed_runs = Vec::new();
+            let (mut resolves, mut called) = (0, 0);
             for seed in played {
+                for outcome in seed.outcomes.iter().filter(|outcome| {
+                    matches!(outcome.label, Label::Leak { bytes_per_second, empty_cache, .. }
+                        if bytes_per_second == rate && empty_cache == empty)
+                }) {
+                    resolves += outcome.leak_resolves;
+                    called += usize::from(outcome.leak_fired_s.is_some());
+                }
                 let mut latencies = Vec::new();
                 for (index, latency) in crate::leak_group(&seed.outcomes, rate, empty) {
+                    let resolves = seed.outcomes.get(index).map_or(0, |o| o.leak_resolves);
                     count += 1;
                     let Some(latency) = latency else {
                         missed_runs.push(name(seed.seed, index));
@@ -66,7 +77,7 @@ fn leaks(played: &[Played], verbose: bool) {
                     }
                     if verbose {
                         println!(
-                            "leak run {}: latency {}",
+                            "leak run {}: latency {}, resolved {resolves} times",
                             name(seed.seed, index),
                             minutes(Some(latency))
                         );
@@ -77,7 +88,7 @@ fn leaks(played: &[Played], verbose: bool) {
             }
             let slowest_name = slowest.map_or_else(|| "—".to_owned(), |(_, run)| run);
             println!(
-                "| {:.2} MiB/s | {} | {} | {} | {} | {} | {}{} | {} | {} |",
+                "| {:.2} MiB/s | {} | {} | {} | {} | {} | {}{} | {:.2} | {} | {} |",
                 rate / MIB,
                 if empty { "every step" } else { "no" },
                 count,
@@ -86,6 +97,7 @@ fn leaks(played: &[Played], verbose: bool) {
                 minutes(max(&pooled)),
                 missed_runs.len(),
                 if missed_runs.is_empty() { String::new() } else { format!(" {missed_runs:?}") },
+                resolves as f64 / called.max(1) as f64,
                 slowest_name,
                 per_seed.join(", ")
             );

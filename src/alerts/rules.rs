@@ -8,7 +8,7 @@ use super::RulesConfig;
 use crate::analysis::accounting::{self, fragmentation_ratio};
 use crate::analysis::remediation;
 use crate::analysis::snapshot::{DeviceSnapshot, ProcessFacts};
-use crate::model::{DeviceInfo, Direction, MemoryInfo, RuleId, RuleSettings};
+use crate::model::{DeviceInfo, Direction, MemoryInfo, RuleId, RuleSettings, Severity};
 
 use super::engine::{Observation, Verdict};
 use super::model::{Alert, AlertKey, AlertState};
@@ -330,7 +330,32 @@ fn process_rules(
         Some(comm) => format!("{comm} (pid {})", process.pid),
         None => format!("pid {}", process.pid),
     };
-    if let Some(leak) = &process.leak {
+    if let Some(leak) = process.leak.as_ref().filter(|leak| leak.cache_or_leak) {
+        // Less sure than a leak on allocator evidence: one severity lower.
+        let config = RuleSettings { severity: Severity::Info, ..rules.leak_suspected.rule };
+        out.judge(Draft {
+            device,
+            rule: RuleId::LeakSuspected,
+            config: &config,
+            process: Some((process.pid, process.name.as_deref())),
+            value: leak.evidence.slope_bytes_per_second,
+            text: &|| {
+                (
+                    format!("{} on {name}: reserved memory growing: cache growth or a leak", who()),
+                    format!(
+                        "NVML usage grew {:.1} MiB/s over {}, from {} to {}, in a few large steps; \
+                         with no allocator statistics the cache following the largest batch so \
+                         far cannot be told from a leak.",
+                        leak.evidence.slope_bytes_per_second / MIB,
+                        minutes(leak.evidence.window_seconds),
+                        gib(leak.evidence.baseline_bytes),
+                        gib(leak.evidence.latest_bytes)
+                    ),
+                )
+            },
+            remediation: remediation::CACHE_OR_LEAK,
+        });
+    } else if let Some(leak) = &process.leak {
         out.judge(Draft {
             device,
             rule: RuleId::LeakSuspected,

@@ -71,8 +71,9 @@ pub struct Analyzer {
 }
 
 /// When the trend was estimated, the trend and whether its growth is
-/// sustained, and the recent peak of used memory.
-type TrendMemo = (Timestamp, Option<(Trend, bool)>, Option<(Timestamp, f64)>);
+/// sustained, the recent peak of used memory, and the saturating curve the
+/// floor follows where its rate keeps falling (`trend::saturation`).
+type TrendMemo = (Timestamp, Option<(Trend, bool)>, Option<(Timestamp, f64)>, Option<(f64, f64)>);
 
 /// One device's state between passes.
 #[derive(Default)]
@@ -159,7 +160,7 @@ impl Analyzer {
         let settings = &self.settings;
         let live = device.live();
         let memory = live.fast.as_ref().and_then(|fast| fast.memory);
-        let trend_due = memo.trend.is_none_or(|(estimated, _, _)| {
+        let trend_due = memo.trend.is_none_or(|(estimated, _, _, _)| {
             now.duration_since(estimated).is_none_or(|age| age >= settings.trend_check_interval)
         });
         if trend_due {
@@ -181,22 +182,29 @@ impl Analyzer {
             let slope = estimate.map_or(0.0, |(trend, _)| trend.slope_per_second);
             let window = settings.forecast.peak_window;
             let peak = projected_peak(&self.used_buffer, window, slope);
-            memo.trend = Some((now, estimate, peak));
+            // Only growth that would be forecast is followed along a curve.
+            let curve = estimate
+                .is_some_and(|(_, sustained)| sustained)
+                .then(|| settings.forecast.plateau(&mut self.scratch, &self.used_buffer))
+                .flatten();
+            memo.trend = Some((now, estimate, peak, curve));
         }
-        let trend = memo.trend.and_then(|(_, trend, _)| trend.map(|(trend, _)| trend));
+        let trend = memo.trend.and_then(|(_, trend, _, _)| trend.map(|(trend, _)| trend));
         // Only growth that goes on is forecast: a warm-up levelling off or a
         // second job's step is no deadline.
-        let sustained = memo.trend.is_some_and(|(_, trend, _)| trend.is_some_and(|(_, on)| on));
+        let sustained = memo.trend.is_some_and(|(_, trend, _, _)| trend.is_some_and(|(_, on)| on));
         let exhaustion = match (memory, trend.as_ref()) {
             (Some(memory), Some(trend)) if sustained => {
                 // Memory runs out at the top of a step, not at a random
                 // sample: count from the recent peak, carried on to now.
                 let peak = memo
                     .trend
-                    .and_then(|(_, _, peak)| peak)
+                    .and_then(|(_, _, peak, _)| peak)
                     .unwrap_or((now, memory.used_bytes as f64));
                 let capacity = memory.used_bytes.saturating_add(memory.free_bytes);
-                seconds_to_full(capacity, peak, trend, now, settings.exhaustion_min_fit)
+                let curve = memo.trend.and_then(|(_, _, _, curve)| curve);
+                let fit = settings.exhaustion_min_fit;
+                seconds_to_full(capacity, peak, trend, curve, now, fit)
             }
             _ => None,
         };

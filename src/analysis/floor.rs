@@ -60,6 +60,12 @@ pub struct Dips {
     pub depth: f64,
     /// Longest time from the fall to the step back, seconds.
     pub longest_seconds: f64,
+    /// Also leave out a fall at the window's end that has not stepped back
+    /// yet (or only at its last point), while it is younger than
+    /// `longest_seconds`: for holding a leak already suspected, whose
+    /// evaluation phase must not resolve it the minute it starts. A fall
+    /// that stays down longer is a return, and resolves it then.
+    pub open_at_end: bool,
 }
 
 /// A line through a window's floor and how it rises.
@@ -77,7 +83,8 @@ pub struct FloorLine {
     pub spread: f64,
     /// Quarter medians of the floor, oldest first.
     pub quarters: [f64; 4],
-    /// Lowest floor in the window's first tenth, bytes.
+    /// Lowest floor in the window's first tenth (holding a leak: of its
+    /// kept floor), bytes.
     pub baseline: f64,
     /// Lowest floor in the window's second half, bytes.
     pub late_low: f64,
@@ -227,7 +234,17 @@ impl FloorScratch {
                 .map(|&(_, y)| y)
                 .fold(f64::INFINITY, f64::min)
         };
-        let baseline = lowest(&|share| share <= 0.1);
+        // Holding a leak, the first tenth of what is left: with a dip the
+        // window opened in left out, the floor begins where the dip ends.
+        // (The raising judgement keeps the window's first tenth, which
+        // such a window leaves empty, so it reads as a return: tuned so.)
+        let kept_from = match dips {
+            Some(dips) if dips.open_at_end => {
+                self.points.first().map_or(0.0, |&(x, _)| x / span_seconds)
+            }
+            _ => 0.0,
+        };
+        let baseline = lowest(&|share| share <= kept_from + 0.1);
         let late_low = lowest(&|share| share >= 0.5);
         let levels = self.distinct_levels();
         Some(FloorLine {
@@ -463,7 +480,16 @@ fn mask_dips(points: &mut Vec<(f64, f64)>, dips: Dips) -> bool {
         while level(points, back).is_some_and(|level| level <= before - dips.depth) {
             back += 1;
         }
-        let Some(mut after) = level(points, back) else { break };
+        let Some(mut after) = level(points, back) else {
+            let open = points.last().is_some_and(|&(end, _)| end - fell_at <= dips.longest_seconds);
+            if dips.open_at_end && open {
+                for point in &mut points[index..] {
+                    point.1 = f64::NAN;
+                }
+                removed = true;
+            }
+            break;
+        };
         // The step back may leave one bucket half way: its minimum holds
         // the phase's tail or the climb out of it, below where the floor
         // stood, while the next one stands there again.

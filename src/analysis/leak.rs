@@ -3,7 +3,7 @@
 //! Owns: the leak rules below (each window's tests in `rules`), their
 //! parameters and findings, which windows are judged and in what order,
 //! and the choice of which figure to follow. Depends on: `model`,
-//! `analysis::{series, floor}` and its own `rules`,
+//! `analysis::{series, floor, trend::saturation}` and its own `rules`,
 //! `sequential` and `trace`. Pure; no I/O, no clocks: windows are the
 //! series' own timestamps.
 //!
@@ -30,7 +30,14 @@
 //!    stays) or a warm-up that levels off puts its rise elsewhere;
 //! 4. the second half's lowest floor stays above the baseline (the lowest
 //!    floor of the first tenth) plus `return_share` of the growth: memory
-//!    that comes back is not leaked.
+//!    that comes back is not leaked;
+//! 6. (before any window, for a leak not yet suspected) the floor's rate
+//!    does not fall over the life of a process that started inside the
+//!    series, unless the longest covered window's rate rises (a leak
+//!    setting in after the warm-up): the newer half's
+//!    rate short of the older half's by `slowing_significance` times the
+//!    floor's noise over a half, on a curve whose time constant is at most
+//!    the full `window`, is a warm-up levelling off (`trend::saturation`).
 //!
 //! Rule 2 has a second way (`leak::sequential`, every window but the
 //! shortest): the CUSUM of the floor's bucket minima above the window's
@@ -88,6 +95,7 @@ use crate::model::Timestamp;
 
 use super::floor::{FloorLine, FloorScratch, Highest};
 use super::series::{PidSeries, ProcessMetric};
+use super::trend::saturation::halves;
 use rules::{climbing_still, dips, holds, holds_on_quarters, judge_window};
 
 /// A process whose first sample is this close to the window's start was
@@ -116,6 +124,9 @@ pub enum NotALeak {
     /// A younger process's longest window only regained where its floor
     /// stood before it (out of an evaluation dip, or back up a ramp).
     NoNewGround,
+    /// Rule 6: the floor's rate keeps falling (over the process's life, or
+    /// the longest window): a warm-up levelling off, however slowly.
+    Slowing,
 }
 
 /// A leak in a series, before it is tied to a process.
@@ -155,6 +166,11 @@ impl LeakEvidence {
 pub struct LeakFinding {
     pub evidence: LeakEvidence,
     pub metric: ProcessMetric,
+    /// NVML usage only, risen in a few large steps ([`rises_in_steps`]):
+    /// the caching allocator following the largest batch so far looks
+    /// just so, and without allocator statistics it cannot be told from a
+    /// leak.
+    pub cache_or_leak: bool,
 }
 
 /// The rules applied window by window, saying why the longest covered one
@@ -258,13 +274,30 @@ fn assess(
     if prior_is_whole {
         scratch.keep_as_prior();
     }
+    // Rule 6 on the whole life of a process that started inside the
+    // series: a warm-up of minutes slows over its life long before a short
+    // window sees it.
+    let life_slowing = !held
+        && started.is_some()
+        && density::buckets(series, first, params)
+            .and_then(|buckets| scratch.line(series, first, buckets))
+            .is_some()
+        && slows(scratch, params) == Some(Rate::Falls);
     // Not judged where the window holds too few observations (`density`).
     let longest_buckets =
         density::buckets(series, longest_from, params).ok_or(NotALeak::NoTrend)?;
     let longest = scratch.line(series, longest_from, longest_buckets).ok_or(NotALeak::NoTrend)?;
     let longest_new_ground =
         prior_is_whole.then(|| new_ground(scratch, &longest, longest_from, longest_window, params));
-    let verdict = if longest_new_ground == Some(false) {
+    // A leak already suspected is let go by the hold rules, not by this.
+    // Unless the longest window's own rate rises: growth begun after a
+    // warm-up (a leak setting in) is judged on its own. An older process's
+    // window alone is not judged so: evaluation dips and a leak's onset
+    // inside it shape its halves more than any warm-up does.
+    let slowing = life_slowing && slows(scratch, params) != Some(Rate::Rises);
+    let verdict = if slowing {
+        Err(NotALeak::Slowing)
+    } else if longest_new_ground == Some(false) {
         Err(NotALeak::NoNewGround)
     } else {
         judge_window(scratch, &longest, longest_window, params)
@@ -279,21 +312,35 @@ fn assess(
     // left out: a dip's low is no return, and the climb out of one no
     // climb that came back (seed 57, a leak held back four minutes).
     let mut came_back = None;
+    if slowing {
+        return verdict;
+    }
     if let Err(reason) = verdict
         && reason != NotALeak::NoNewGround
     {
-        let masked = match without_dips(scratch, series, longest_span, params, &mut trace, None) {
-            Masked::Judged(Ok(evidence), _) => return Ok(evidence),
-            Masked::Judged(Err(reason), masked) => {
-                came_back = Some(
-                    reason == NotALeak::ReturnsToBaseline
-                        && !climbing_still(scratch.points(), &masked, params),
-                );
-                true
-            }
-            Masked::NoLine => true,
-            Masked::NothingLeftOut => false,
-        };
+        let masked =
+            match without_dips(scratch, series, longest_span, held, params, &mut trace, None) {
+                Masked::Judged(Ok(evidence), _) => return Ok(evidence),
+                // A suspected leak is held on the floor the raising judgement
+                // read: an evaluation's low, in the second half of the window
+                // for most of every cycle, is no return of what leaked.
+                Masked::Judged(Err(_), masked)
+                    if held
+                        && (holds(&masked, params)
+                            || holds_on_quarters(scratch.points(), &masked, params)) =>
+                {
+                    return Ok(LeakEvidence::from_line(&masked));
+                }
+                Masked::Judged(Err(reason), masked) => {
+                    came_back = Some(
+                        reason == NotALeak::ReturnsToBaseline
+                            && !climbing_still(scratch.points(), &masked, params),
+                    );
+                    true
+                }
+                Masked::NoLine => true,
+                Masked::NothingLeftOut => false,
+            };
         if masked {
             // The rest reads the whole floor, dips and all: the same line
             // as `longest`, read again into the scratch.
@@ -323,8 +370,12 @@ fn assess(
         let Some(line) = buckets.and_then(|buckets| scratch.line(series, from, buckets)) else {
             continue;
         };
-        if held && held_on.is_none() && window > params.shortest_window && holds(&line, params) {
-            held_on = Some(line);
+        if held && held_on.is_none() && window > params.shortest_window {
+            held_on = if holds(&line, params) {
+                Some(line)
+            } else {
+                held_without_dips(scratch, series, (from, buckets, window), params, &mut trace)
+            };
         }
         let new_ground = new_ground(scratch, &line, from, window, params);
         // The shortest window sees only the newest climb; the history
@@ -347,7 +398,8 @@ fn assess(
         }
         if let (Some(Err(_)), Some(buckets)) = (judged, buckets) {
             let span = Span { from, buckets, window };
-            let masked = without_dips(scratch, series, span, params, &mut trace, Some(new_ground));
+            let masked =
+                without_dips(scratch, series, span, false, params, &mut trace, Some(new_ground));
             if let Masked::Judged(Ok(evidence), _) = masked {
                 return Ok(evidence);
             }
@@ -373,6 +425,54 @@ fn assess(
     verdict
 }
 
+/// How a floor's rate changed from its older half to its newer one.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Rate {
+    Falls,
+    Rises,
+}
+
+/// Rule 6 on the floor `scratch` holds: whether its newer half grows more
+/// slowly, or faster, than its older half by `slowing_significance` times
+/// its noise over a half (`trend::saturation`), a fall also asking for a
+/// time constant no longer than the full `window`; `None` where neither.
+/// A leak keeps its rate.
+fn slows(scratch: &mut FloorScratch, params: &LeakParams) -> Option<Rate> {
+    let mut buffer = Vec::new();
+    let halves = halves(scratch.points(), &mut buffer)?;
+    let (significance, floor) = (params.slowing_significance, params.noise_floor_bytes);
+    // A curve whose time constant outlasts the full window is a line to
+    // this detector (a rate a percent lower over a precise floor).
+    let levels_within_window =
+        halves.plateau().is_some_and(|(tau, _)| tau <= params.window.as_secs_f64());
+    if halves.slowing(significance, floor) && levels_within_window {
+        Some(Rate::Falls)
+    } else {
+        halves.speeding(significance, floor).then_some(Rate::Rises)
+    }
+}
+
+/// A shorter window on which a suspected leak holds once its dips, one
+/// still open at its end too, are left out; the scratch holds `line`'s
+/// points again afterwards (`from`, `buckets`, `window`: the window's).
+fn held_without_dips(
+    scratch: &mut FloorScratch,
+    series: &[(Timestamp, u64)],
+    (from, buckets, window): (Timestamp, Option<usize>, Duration),
+    params: &LeakParams,
+    trace: &mut Trace<'_>,
+) -> Option<FloorLine> {
+    let buckets = buckets?;
+    let span = Span { from, buckets, window };
+    let held = match without_dips(scratch, series, span, true, params, trace, None) {
+        Masked::Judged(_, masked) => holds(&masked, params).then_some(masked),
+        Masked::NothingLeftOut => return None,
+        Masked::NoLine => None,
+    };
+    scratch.line(series, from, buckets);
+    held
+}
+
 /// Where a window begins, how many floor buckets it holds, and its length.
 #[derive(Clone, Copy)]
 struct Span {
@@ -395,16 +495,20 @@ enum Masked {
 /// A window whose own judgement failed, judged again on its floor with
 /// evaluation dips left out where it is long enough
 /// (`dips_shortest_window`) and holds any: a dip's low is no return, and
-/// the steps down into it and back up are no levelling off.
+/// the steps down into it and back up are no levelling off. `held` (a
+/// leak already suspected, on the longest window) also leaves out a dip
+/// still open at the window's end.
 fn without_dips(
     scratch: &mut FloorScratch,
     series: &[(Timestamp, u64)],
     span: Span,
+    held: bool,
     params: &LeakParams,
     trace: &mut Trace<'_>,
     new_ground: Option<bool>,
 ) -> Masked {
-    let Some(dips) = dips(params).filter(|_| span.window >= params.dips_shortest_window) else {
+    let Some(dips) = dips(params, held).filter(|_| span.window >= params.dips_shortest_window)
+    else {
         return Masked::NothingLeftOut;
     };
     // Where no dip would be left out, the floor between dips is the floor
@@ -463,9 +567,30 @@ pub fn detect_process_leak(
 ) -> Option<LeakFinding> {
     let (metric, values) = process.preferred()?;
     let start = process.since.map_or(Start::Window(from), Start::Listed);
-    assess(scratch, values, start, held, params, Trace(None))
-        .ok()
-        .map(|evidence| LeakFinding { evidence, metric })
+    let evidence = assess(scratch, values, start, held, params, Trace(None)).ok()?;
+    // Judged on the whole series (the full window, or the process's life):
+    // its buckets hold many of the allocator's segments each, so a leak
+    // rising segment by segment is a ramp there.
+    let cache_or_leak = metric == ProcessMetric::NvmlUsed
+        && values.first().is_some_and(|&(first, _)| {
+            scratch.line(values, first, params.buckets).is_some()
+                && rises_in_steps(scratch.points(), params.staircase_levels)
+        });
+    Some(LeakFinding { evidence, metric, cache_or_leak })
+}
+
+/// Whether a floor's rise came in a few steps: its `steps` largest
+/// bucket-to-bucket rises make up three quarters of all its rises. A ramp
+/// spreads its rise over every bucket (the largest quarter of them hold a
+/// third of it); a cache growing to each new largest batch holds level
+/// between a handful of jumps.
+pub fn rises_in_steps(points: &[(f64, f64)], steps: usize) -> bool {
+    let mut rises: Vec<f64> =
+        points.windows(2).map(|pair| pair[1].1 - pair[0].1).filter(|&rise| rise > 0.0).collect();
+    let total: f64 = rises.iter().sum();
+    rises.sort_unstable_by(|a, b| b.total_cmp(a));
+    let largest: f64 = rises.iter().take(steps).sum();
+    total > 0.0 && largest >= 0.75 * total
 }
 
 mod density;
@@ -478,6 +603,10 @@ pub use params::LeakParams;
 use trace::Trace;
 pub use trace::WindowJudgement;
 
+#[cfg(test)]
+mod hold_tests;
+#[cfg(test)]
+mod shape_tests;
 #[cfg(test)]
 mod tests;
 

@@ -30,6 +30,9 @@ pub const LEAK: &str = "look for tensors kept alive across iterations: accumulat
 or metrics without .item() or .detach(), lists or dicts of outputs that grow every step, \
 caches keyed by input, and references held by hooks or closures";
 
+/// NVML usage risen in a few large steps, no allocator statistics.
+pub const CACHE_OR_LEAK: &str = "attach the reporter to tell them apart (clients/python: allocator statistics show whether allocated memory grows, a leak, or only the cache the allocator keeps for the largest batch so far, which stays and is no leak)";
+
 /// An inference process holding autograd state it never uses.
 pub const INFERENCE_AUTOGRAD: &str = "run inference under torch.inference_mode() (or \
 torch.no_grad()) so no autograd graph or saved activations are kept";
@@ -48,5 +51,6 @@ mod tests {
         }
         assert!(LEAK.contains(".item()") && LEAK.contains(".detach()"));
         assert!(INFERENCE_AUTOGRAD.contains("inference_mode()"));
+        assert!(CACHE_OR_LEAK.starts_with("attach the reporter to tell them apart"));
     }
 }

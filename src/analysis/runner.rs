@@ -1,5 +1,6 @@
 //! The daemon's analysis loop: every `analysis.evaluation_interval` of
-//! source time, one [`Analyzer`] pass over history (off the async
+//! source time, and at once when history asks for a judgement (an OOM
+//! event arrived), one [`Analyzer`] pass over history (off the async
 //! workers), published on the [`AnalysisBoard`] and handed on as a
 //! [`Pass`] to whoever judges it (the alert runner).
 //!
@@ -79,6 +80,10 @@ pub async fn run(
                 continue;
             }
             _ = ticker.tick() => {}
+            // An OOM event is judged now, not at the next tick; the trend
+            // and leak checks keep their own cadence, so an extra pass
+            // changes nothing else.
+            () = store.judgement_requested() => {}
         }
         // Before the first discovery attempt ends, the source is not known
         // to be down.

@@ -106,6 +106,11 @@ pub struct ForecastParams {
     /// cache filling are growth that levels off, and a job's own trend over
     /// its first minutes calls it sustained (`analysis::process_growth`).
     pub joined_settle: std::time::Duration,
+    /// How far, in the floor's noise, growth over the newer half of a
+    /// window must fall short of the older half's for the forecast to
+    /// follow a saturating curve instead of a line (4, the leak
+    /// detector's `slowing_significance`: the same evidence).
+    pub slowing_significance: f64,
 }
 
 impl Default for ForecastParams {
@@ -122,6 +127,7 @@ impl Default for ForecastParams {
             early_min_fit: 0.9,
             process_share: 0.9,
             joined_settle: std::time::Duration::from_secs(3 * 60),
+            slowing_significance: 4.0,
         }
     }
 }
@@ -254,12 +260,44 @@ impl ForecastParams {
         Some(Judged { trend, sustained, levelling })
     }
 
+    /// The saturating curve the floor of `series` follows where its rate
+    /// keeps falling: judged on the whole window, its newest half and
+    /// quarter (a job's warm-up may fill only the newest minutes), the
+    /// shortest whose newer half grows more slowly than its older by
+    /// `slowing_significance` times the floor's noise gives the time
+    /// constant and the rise still to come (`saturation`). `None` for
+    /// growth that keeps its rate, which is forecast along its line.
+    pub fn plateau(
+        &self,
+        scratch: &mut super::floor::FloorScratch,
+        series: &[(Timestamp, u64)],
+    ) -> Option<(f64, f64)> {
+        let (&(first, _), &(last, _)) = (series.first()?, series.last()?);
+        let span = last.duration_since(first)?;
+        let mut buffer = Vec::new();
+        (0..3).rev().find_map(|halvings| {
+            let from = last.saturating_sub(span / (1 << halvings));
+            let window = series.get(series.partition_point(|&(at, _)| at < from)..)?;
+            scratch.line(window, from, self.buckets)?;
+            let halves = saturation::halves(scratch.points(), &mut buffer)?;
+            halves
+                .slowing(self.slowing_significance, SLOWING_NOISE_FLOOR)
+                .then(|| halves.plateau())
+                .flatten()
+        })
+    }
+
     /// Whether `longer`'s slope is within `consistent_share` of
     /// `shorter`'s (both growing).
     fn consistent(&self, longer: &Trend, shorter: &Trend) -> bool {
         longer.slope_per_second >= self.consistent_share * shorter.slope_per_second
     }
 }
+
+/// Noise below which a device's floor counts as this noisy anyway (2 MiB,
+/// as the leak detector's `noise_floor_bytes`): a perfectly quiet floor
+/// does not make a few KiB of slowing a curve.
+const SLOWING_NOISE_FLOOR: f64 = 2.0 * 1_048_576.0;
 
 /// The most recent windows [`ForecastParams::trend`] judges.
 const MAX_SPLITS: usize = 4;
@@ -328,6 +366,7 @@ pub(super) fn median(values: &mut [f64]) -> Option<f64> {
 }
 
 pub mod exhaustion;
+pub mod saturation;
 
 #[cfg(test)]
 mod tests;

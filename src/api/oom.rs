@@ -4,7 +4,7 @@
 //! An event is checked like an allocator report (loopback or token, JSON,
 //! body limit, rate, bounds), joined to the NVML process that raised it,
 //! stamped with the device's newest sample time and kept in the device's
-//! bounded ring in history, where the next analysis pass finds it.
+//! bounded ring in history, which asks the analysis for a pass at once.
 
 use std::sync::Arc;
 
@@ -45,7 +45,7 @@ pub struct OomAccepted {
     description = "Sent by a workload's reporter the moment an allocation fails (PyTorch's OOM \
 observer). Checked like an allocator report; joined to the NVML process whose host PID, or \
 namespace PID, is `reporter.pid`; kept in the device's ring (`ingest.max_oom_events`) and \
-raises `allocator_oom` at the next evaluation (docs/alerts.md).",
+raises `allocator_oom` at once: the event triggers an evaluation of its own (docs/alerts.md).",
     request_body(
         content = crate::ingest::oom::OomDocument,
         content_type = "application/json",
@@ -106,7 +106,7 @@ pub async fn post(State(state): State<AppState>, request: Request) -> Result<Res
     // clock must not put its OOM outside the window the rules look at.
     event.received_at = live.newest_at().unwrap_or(event.at);
     event.id = state.ingest.oom.next_id();
-    let stored = device.record_oom(event);
+    let stored = state.store.record_oom(&device, event);
     if let Some(hook) = state.ingest.oom_hook.clone() {
         let index = device.info().index;
         let event = stored.clone();

@@ -176,7 +176,7 @@ pub(super) async fn replay_oom_events(
             if device.newest_at().is_none_or(|newest| newest < event.received_at) {
                 break;
             }
-            device.record_oom(event.clone());
+            store.record_oom(device, event.clone());
             pending.pop_front();
         }
     }

@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use parking_lot::RwLock;
 
-use crate::model::{DeviceInfo, Timestamp};
+use crate::model::{DeviceInfo, OomEvent, Timestamp};
 
 pub use config::HistoryConfig;
 pub use device::{DeviceHistory, LiveState, ReadFailure, Sizing};
@@ -48,11 +48,35 @@ pub struct HistoryStore {
     sizing: Sizing,
     devices: RwLock<Vec<Arc<DeviceHistory>>>,
     cycle_completed: AtomicBool,
+    /// Signalled when something arrived that must be judged before the
+    /// next analysis tick (an OOM event); one stored permit, so a burst
+    /// asks for one pass.
+    urgent: tokio::sync::Notify,
 }
 
 impl HistoryStore {
     pub fn new(sizing: Sizing) -> Self {
-        Self { sizing, devices: RwLock::new(Vec::new()), cycle_completed: AtomicBool::new(false) }
+        Self {
+            sizing,
+            devices: RwLock::new(Vec::new()),
+            cycle_completed: AtomicBool::new(false),
+            urgent: tokio::sync::Notify::new(),
+        }
+    }
+
+    /// Keeps `event` in `device`'s ring and asks for an analysis pass now:
+    /// an allocation that failed is alerted within a second, not at the
+    /// next `analysis.evaluation_interval` tick.
+    pub fn record_oom(&self, device: &DeviceHistory, event: OomEvent) -> Arc<OomEvent> {
+        let stored = device.record_oom(event);
+        self.urgent.notify_one();
+        stored
+    }
+
+    /// Completes once something was recorded that must be judged now
+    /// ([`Self::record_oom`]) since the previous time it completed.
+    pub async fn judgement_requested(&self) {
+        self.urgent.notified().await;
     }
 
     /// Replaces the device list with freshly discovered devices and returns

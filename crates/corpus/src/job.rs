@@ -71,6 +71,10 @@ pub(super) struct Job {
     pub growth: Option<Growth>,
     /// Share of the cache in split segments.
     pub split_share: f64,
+    /// A slow warm-up of the floor itself after the load (a large model's
+    /// caches, a curriculum ramping up): bytes it levels off at above
+    /// `base`, and its time constant in seconds.
+    pub climb: Option<(u64, f64)>,
 }
 
 /// What the job holds at one instant.
@@ -100,7 +104,10 @@ impl Job {
             return None;
         }
         let age = t_s - self.start_s;
-        let grown = self.grown(t_s);
+        let climbed = self.climb.map_or(0, |(bytes, tau)| {
+            (bytes as f64 * (1.0 - (-(age - self.load_s).max(0.0) / tau.max(1.0)).exp())) as u64
+        });
+        let grown = self.grown(t_s).saturating_add(climbed);
         let (floor, amplitude, peak_floor) = if age < self.load_s {
             let weights = (self.base as f64 * 0.35 * age / self.load_s.max(1.0)) as u64;
             (weights, 0, weights)
@@ -183,6 +190,7 @@ pub(super) fn example() -> Job {
         checkpoint: None,
         growth: None,
         split_share: 0.2,
+        climb: None,
     }
 }
 

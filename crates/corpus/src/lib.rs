@@ -56,6 +56,10 @@ pub enum Label {
     /// The primary job grows linearly from `onset` until the device is full
     /// at `full` (both since the run's start).
     Growth { onset: Duration, bytes_per_second: f64, full: Duration },
+    /// Nothing leaks: after its load the primary job's floor approaches a
+    /// plateau `climb_bytes` higher, below the capacity, with time constant
+    /// `tau` ([`warmup_runs`]).
+    Warmup { tau: Duration, climb_bytes: u64 },
 }
 
 /// One labelled run: a single simulated H100 from [`GOLDEN_ORIGIN`].
@@ -91,11 +95,21 @@ pub fn growth_runs(seed: u64, runs: usize) -> Vec<CorpusRun> {
     (0..runs as u64).map(|index| CorpusRun::draw(seed ^ 0x6772_6f77, index, Kind::Growth)).collect()
 }
 
+/// `runs` benign runs whose primary job warms up slowly (time constants of
+/// 1–10 min, 4–30 GiB) to a plateau below the capacity: the corpus's other
+/// warm-ups (the cache's, 15–150 s) are shorter than those of real jobs
+/// loading large models or ramping curricula. Drawn apart from [`corpus`],
+/// so that corpus's runs are unchanged.
+pub fn warmup_runs(seed: u64, runs: usize) -> Vec<CorpusRun> {
+    (0..runs as u64).map(|index| CorpusRun::draw(seed ^ 0x7761_726d, index, Kind::Warmup)).collect()
+}
+
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Kind {
     Benign,
     Leak { rate: f64, empty_cache: bool },
     Growth,
+    Warmup,
 }
 
 impl Kind {
@@ -165,6 +179,7 @@ impl CorpusRun {
             checkpoint: None,
             growth: None,
             split_share: draw.between(0.05, 0.4),
+            climb: None,
         };
         if draw.chance(0.5) {
             let period_s = draw.between(600.0, 1_800.0);
@@ -194,7 +209,7 @@ impl CorpusRun {
         let mut label = Label::Benign;
         let mut duration = BENIGN_RUN;
         match kind {
-            Kind::Benign => {
+            Kind::Benign | Kind::Warmup => {
                 if let Some(end) = ends_early {
                     primary.end_s = end;
                 }
@@ -226,11 +241,31 @@ impl CorpusRun {
                 };
             }
         }
+        let warmup = (kind == Kind::Warmup)
+            .then(|| (draw.log_mib(4_096.0, 30_720.0), draw.between(60.0, 600.0)));
         jobs.push(primary);
         jobs.extend(second);
         let mut run = CorpusRun { seed, label, duration, jobs, tenants };
+        if let Some((climb, tau)) = warmup {
+            run.warm_up_below_capacity(climb, tau);
+        }
         run.cut_at_full();
         run
+    }
+
+    /// Gives the primary job a warm-up of `climb` bytes (less where the
+    /// device would not hold it: its plateau stays a tenth of the device
+    /// below the capacity) with time constant `tau` seconds.
+    fn warm_up_below_capacity(&mut self, climb: u64, tau: f64) {
+        let capacity = H100_80GB.capacity_bytes();
+        let end = self.duration.as_secs();
+        let peak = (0..=end / 5).map(|step| self.peak_demand((step * 5) as f64)).max().unwrap_or(0);
+        let room = (capacity / 10 * 9).saturating_sub(peak);
+        let climb = climb.min(room);
+        if let Some(primary) = self.jobs.first_mut() {
+            primary.climb = Some((climb, tau));
+        }
+        self.label = Label::Warmup { tau: Duration::from_secs_f64(tau), climb_bytes: climb };
     }
 
     /// A run whose peak usage would not fit the device ends there: the job
@@ -455,6 +490,18 @@ mod tests {
                 }
                 assert_eq!(run.slow_at(at), slow);
             }
+        }
+    }
+
+    #[test]
+    fn warm_up_runs_level_off_below_the_capacity_and_are_played_in_full() {
+        for run in warmup_runs(5, 6) {
+            let Label::Warmup { tau, climb_bytes } = run.label else { panic!("{:?}", run.label) };
+            assert!((60.0..=600.0).contains(&tau.as_secs_f64()), "{run:?}");
+            assert!(climb_bytes > 0, "{run:?}");
+            assert_eq!(run.duration, BENIGN_RUN, "not cut: the plateau fits");
+            let capacity = H100_80GB.capacity_bytes();
+            assert!(run.peak_demand(run.duration.as_secs_f64() - 1.0) < capacity / 10 * 9 + MIB);
         }
     }
 

@@ -96,7 +96,8 @@ fn points_mib(levels: &[f64]) -> Vec<(f64, f64)> {
         .collect()
 }
 
-const HALF_GIB_DIPS: Dips = Dips { depth: 512.0 * 1_048_576.0, longest_seconds: 480.0 };
+const HALF_GIB_DIPS: Dips =
+    Dips { depth: 512.0 * 1_048_576.0, longest_seconds: 480.0, open_at_end: false };
 
 #[test]
 fn a_dip_whose_step_back_straddles_a_bucket_is_left_out() {

@@ -119,6 +119,13 @@ pub struct LeakParams {
     /// dips lined up by chance (benign alarms at seeds 2 and 4, an earlier
     /// pass); at 8 minutes now it moved nothing.
     pub dips_shortest_window: Duration,
+    /// Rule 6: how far, in the floor's noise over a half window, the
+    /// newer half's growth must fall short of the older half's for the
+    /// floor to be slowing, a warm-up levelling off (4; 5, rule 2's
+    /// `min_significance`, let a 10-minute warm-up of 10 GiB under a
+    /// 3 GiB sawtooth through at minute 8, tests/trace_shapes.rs). The
+    /// forecast's `slowing_significance` is the same evidence.
+    pub slowing_significance: f64,
 }
 
 impl LeakParams {
@@ -145,6 +152,7 @@ impl LeakParams {
             dip_longest: Duration::from_secs(8 * 60),
             dips_shortest_window: window / 2,
             new_ground_spreads: 2.0,
+            slowing_significance: 4.0,
         }
     }
 }

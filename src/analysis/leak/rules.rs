@@ -72,10 +72,14 @@ pub(super) fn climbing_still(points: &[(f64, f64)], line: &FloorLine, params: &L
     })
 }
 
-/// The dips to leave out of the floor, if that is on.
-pub(super) fn dips(params: &LeakParams) -> Option<Dips> {
-    let dips =
-        Dips { depth: params.dip_depth_bytes, longest_seconds: params.dip_longest.as_secs_f64() };
+/// The dips to leave out of the floor, if that is on; `held` (a leak
+/// already suspected) also leaves out one still open at the window's end.
+pub(super) fn dips(params: &LeakParams, held: bool) -> Option<Dips> {
+    let dips = Dips {
+        depth: params.dip_depth_bytes,
+        longest_seconds: params.dip_longest.as_secs_f64(),
+        open_at_end: held,
+    };
     (dips.depth.is_finite() && dips.depth > 0.0).then_some(dips)
 }
 

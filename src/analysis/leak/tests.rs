@@ -210,17 +210,24 @@ fn a_leak_that_stops_resolves() {
 
 #[test]
 fn memory_back_at_its_baseline_resolves_a_held_leak() {
+    // Freed back to its baseline at minute 20: held while the fall could
+    // still be an evaluation phase stepping back (`dip_longest`), resolved
+    // once it stayed down longer.
     let values =
         sawtooth(
             SECONDS,
             2.0 * GIB,
             |t| {
-                if t < 1_500.0 { 20.0 * GIB + MIB * t } else { 20.0 * GIB }
+                if t < 1_200.0 { 20.0 * GIB + MIB * t } else { 20.0 * GIB }
             },
         );
-    let verdict =
-        assess_leak(&mut FloorScratch::default(), &values, at(0), true, &LeakParams::default());
-    assert!(verdict.is_err(), "{verdict:?}");
+    let params = LeakParams::default();
+    let mut scratch = FloorScratch::default();
+    let mut verdict =
+        |minutes: usize| assess_leak(&mut scratch, &values[..=minutes * 60], at(0), true, &params);
+    assert!(verdict(25).is_ok(), "five minutes down may be an evaluation dip");
+    let resolved = verdict(29);
+    assert!(resolved.is_err(), "{resolved:?}");
 }
 
 #[test]

@@ -92,11 +92,14 @@ pub fn projected_peak(
 /// Seconds until the projected peak (`peak` at `peak_at`, carried on to
 /// `now` at the trend's rate) reaches `capacity_bytes`: only for growth
 /// whose fit is at least `min_fit`. Zero once the peak is at or past the
-/// capacity.
+/// capacity. `None` where the floor follows a saturating `curve` (time
+/// constant, rise still to come: `saturation`) whose plateau stays below
+/// the capacity: a warm-up levelling off.
 pub fn seconds_to_full(
     capacity_bytes: u64,
     (peak_at, peak): (Timestamp, f64),
     trend: &Trend,
+    curve: Option<(f64, f64)>,
     now: Timestamp,
     min_fit: f64,
 ) -> Option<f64> {
@@ -106,5 +109,10 @@ pub fn seconds_to_full(
     }
     let since_s = now.unix_millis().saturating_sub(peak_at.unix_millis()).max(0) as f64 / 1000.0;
     let headroom = capacity_bytes as f64 - (peak + slope * since_s);
-    Some((headroom / slope).max(0.0))
+    // The line where the curve reaches the capacity too: sooner, and on
+    // growth runs the curve's time constant is still unsteady when the
+    // line's forecast is already within a few percent.
+    let levels_off_below =
+        curve.is_some_and(|curve| super::saturation::seconds_to_rise(curve, headroom).is_none());
+    (!levels_off_below).then(|| (headroom / slope).max(0.0))
 }

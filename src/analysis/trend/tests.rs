@@ -211,9 +211,38 @@ fn seconds_to_full_counts_from_the_peak_carried_on_to_now() {
     let capacity = (80.0 * 1024.0 * MIB) as u64;
     let peak = (at(600.0), 80.0 * 1024.0 * MIB - 6_000.0 * MIB);
     // 6000 MiB of headroom at 10 MiB/s, 15 s after the peak was taken.
-    let left = exhaustion::seconds_to_full(capacity, peak, &trend, at(615.0), 0.8).unwrap();
+    let left = exhaustion::seconds_to_full(capacity, peak, &trend, None, at(615.0), 0.8).unwrap();
     assert!((left - 585.0).abs() < 1e-6, "{left}");
-    assert_eq!(exhaustion::seconds_to_full(capacity, peak, &trend, at(1_300.0), 0.8), Some(0.0));
+    assert_eq!(
+        exhaustion::seconds_to_full(capacity, peak, &trend, None, at(1_300.0), 0.8),
+        Some(0.0)
+    );
     let poor = Trend { fit: 0.5, ..trend };
-    assert_eq!(exhaustion::seconds_to_full(capacity, peak, &poor, at(615.0), 0.8), None);
+    assert_eq!(exhaustion::seconds_to_full(capacity, peak, &poor, None, at(615.0), 0.8), None);
+}
+
+#[test]
+fn a_warm_up_is_followed_to_its_plateau_and_a_line_is_not() {
+    use super::saturation::{halves, seconds_to_rise};
+    let mut buffer = Vec::new();
+    // 30 GiB approached with a 5-minute time constant, seen for 4 minutes.
+    let (gib, tau) = (1_073_741_824.0, 300.0);
+    let curve: Vec<(f64, f64)> = (0..24)
+        .map(|i| f64::from(i) * 10.0)
+        .map(|t| (t, 30.0 * gib * (1.0 - (-t / tau).exp())))
+        .collect();
+    let split = halves(&curve, &mut buffer).unwrap();
+    assert!(split.slowing(4.0, 2.0 * 1_048_576.0), "{split:?}");
+    let (fitted_tau, remaining) = split.plateau().unwrap();
+    assert!((fitted_tau - tau).abs() < 0.1 * tau, "{fitted_tau}");
+    let left = 30.0 * gib * (-230.0 / tau).exp();
+    assert!((remaining - left).abs() < 0.1 * left, "{remaining} vs {left}");
+    // The plateau is 30 GiB: 50 GiB of headroom is never reached.
+    assert_eq!(seconds_to_rise((fitted_tau, remaining), 50.0 * gib), None);
+    assert!(seconds_to_rise((fitted_tau, remaining), 0.5 * left).is_some());
+    // A line keeps its rate: no curve.
+    let line: Vec<(f64, f64)> =
+        (0..24).map(|i| (f64::from(i) * 10.0, f64::from(i) * 1e8)).collect();
+    let split = halves(&line, &mut buffer).unwrap();
+    assert!(!split.slowing(4.0, 2.0 * 1_048_576.0));
 }
