@@ -17,6 +17,10 @@ pub struct SamplerConfig {
     pub fast_interval: Duration,
     /// how often processes, clocks, power and health are read
     pub slow_interval: Duration,
+    // A training step of exactly the slow interval would be seen at one
+    // phase only, its floor read by luck (issue 32).
+    /// each slow read starts this much at most after its tick, at random, so reads see every phase of a periodic job; 0 reads on the tick
+    pub slow_jitter: Duration,
     /// deadline of one driver call; a later answer is discarded
     pub call_timeout: Duration,
     /// processes kept per device and sample, largest first
@@ -38,6 +42,7 @@ impl Default for SamplerConfig {
         Self {
             fast_interval: ms(250),
             slow_interval: secs(1),
+            slow_jitter: secs(1),
             call_timeout: secs(2),
             max_processes_per_device: non_zero(64),
             discovery_retry_max: secs(60),
@@ -52,6 +57,8 @@ impl SamplerConfig {
         keys.duration("fast_interval", self.fast_interval, ms(10), hours(1));
         keys.duration("slow_interval", self.slow_interval, ms(100), hours(1))
             .note(", at least sampler.fast_interval");
+        keys.duration("slow_jitter", self.slow_jitter, Duration::ZERO, hours(1))
+            .note(", used up to sampler.slow_interval");
         keys.duration("call_timeout", self.call_timeout, ms(1), mins(1));
         keys.count(
             "max_processes_per_device",

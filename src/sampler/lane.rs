@@ -33,6 +33,12 @@ pub(crate) trait Lane: Sync {
     /// Source time between the tier's ticks.
     fn interval(&self, settings: &SamplerSettings) -> Duration;
 
+    /// Source time a tick may start after its grid point, at random (a
+    /// tier on a thread of its own; a crew's shared thread keeps its grid).
+    fn jitter(&self, _settings: &SamplerSettings) -> Duration {
+        Duration::ZERO
+    }
+
     /// Starts sampling `shared`'s device on this tier's thread.
     fn start<'a>(&self, shared: &'a Arc<TierShared>, fleet: &'a Arc<Fleet>) -> Started<'a>;
 
@@ -97,6 +103,10 @@ impl Lane for Slow {
 
     fn interval(&self, settings: &SamplerSettings) -> Duration {
         settings.slow_interval
+    }
+
+    fn jitter(&self, settings: &SamplerSettings) -> Duration {
+        settings.slow_jitter
     }
 
     fn start<'a>(&self, shared: &'a Arc<TierShared>, fleet: &'a Arc<Fleet>) -> Started<'a> {

@@ -58,6 +58,8 @@ pub(crate) struct TierShared {
     lane: &'static dyn Lane,
     /// Real time between ticks.
     pub(crate) period: Duration,
+    /// Real time a tick may start after its grid point, at random.
+    pub(crate) jitter: Duration,
     /// The promise /readyz checks: the next step within one period, its
     /// call's deadline, and as much again for a busy machine (at least 1 s).
     patience: Duration,
@@ -112,6 +114,10 @@ async fn run_tier(
     fleet: Arc<Fleet>,
 ) {
     let period = context.settings.real(lane.interval(&context.settings));
+    let jitter = match lane.jitter(&context.settings) {
+        jitter if jitter.is_zero() => Duration::ZERO,
+        jitter => context.settings.real(jitter).min(period),
+    };
     let patience = period
         .saturating_add(context.settings.call_timeout)
         .saturating_add(period.max(Duration::from_secs(1)));
@@ -126,6 +132,7 @@ async fn run_tier(
         first_cycle,
         lane,
         period,
+        jitter,
         patience,
         state: Mutex::new(TierState::default()),
         thread: OnceLock::new(),

@@ -69,6 +69,9 @@ fn pace(shared: &TierShared, handle: &Handle) {
         shared.set_thread(std::thread::current());
     }
     let mut ticker = Ticker::new(context, context.origin, shared.period, handle);
+    if let Ticker::Thread(grid) = &mut ticker {
+        grid.jitter = shared.jitter;
+    }
     while ticker.wait(&context.cancel, &|| context.cancel.is_cancelled()) {
         if sample_at(shared, Instant::now()) {
             break;
@@ -137,24 +140,38 @@ impl<'a> Ticker<'a> {
 
 /// Ticks every `period` from `next`; a tick missed (a slow call, a busy
 /// machine) is skipped, not caught up on, like `MissedTickBehavior::Skip`.
+/// With a `jitter`, each wake-up comes a random time up to it after its
+/// grid point; the grid itself never moves, so the rate is the period's.
 pub(crate) struct Grid {
     next: Instant,
     period: Duration,
+    pub(crate) jitter: Duration,
+    /// The current grid point's delay, drawn once per tick.
+    delay: Option<Duration>,
+    rng: fastrand::Rng,
 }
 
 impl Grid {
     fn new(origin: Instant, period: Duration) -> Self {
-        Self { next: origin, period }
+        Self {
+            next: origin,
+            period,
+            jitter: Duration::ZERO,
+            delay: None,
+            rng: fastrand::Rng::new(),
+        }
     }
 
-    /// Sleeps to the next grid point; false once `stopping` says so. Asks
-    /// it once per tick and after an early wake.
+    /// Sleeps to the next grid point (and its delay); false once
+    /// `stopping` says so. Asks it once per tick and after an early wake.
     fn wait(&mut self, stopping: &dyn Fn() -> bool) -> bool {
         let mut woken = false;
         loop {
             let now = Instant::now();
-            if now >= self.next {
+            let wake = self.next + self.delay();
+            if now >= wake {
                 self.next = self.after(now);
+                self.delay = None;
                 return !stopping();
             }
             // Before the tick: the unpark at cancel (given before or during
@@ -162,9 +179,20 @@ impl Grid {
             if woken && stopping() {
                 return false;
             }
-            std::thread::park_timeout(self.next - now);
+            std::thread::park_timeout(wake - now);
             woken = true;
         }
+    }
+
+    /// The current tick's delay after its grid point: uniform below
+    /// `jitter`, drawn once per tick.
+    fn delay(&mut self) -> Duration {
+        let jitter = u64::try_from(self.jitter.as_nanos()).unwrap_or(u64::MAX);
+        let rng = &mut self.rng;
+        *self.delay.get_or_insert_with(|| match jitter {
+            0 => Duration::ZERO,
+            span => Duration::from_nanos(rng.u64(0..span)),
+        })
     }
 
     /// The first grid point after `now` (at or past `self.next`).
@@ -204,6 +232,34 @@ mod grid_tests {
     use tokio::time::Instant;
 
     use super::Grid;
+
+    #[test]
+    fn jittered_ticks_see_every_phase_and_keep_the_rate() {
+        let origin = Instant::now();
+        let period = Duration::from_secs(1);
+        let mut grid = Grid::new(origin, period);
+        grid.jitter = period;
+        grid.rng = fastrand::Rng::with_seed(7);
+        let mut phases = Vec::new();
+        for tick in 0..200_u32 {
+            let point = grid.next;
+            assert_eq!(point, origin + period * tick, "the grid itself never moves");
+            let delay = grid.delay();
+            assert!(delay < period, "{delay:?}");
+            assert_eq!(grid.delay(), delay, "one draw per tick");
+            phases.push(delay.as_millis() / 100);
+            // The wake-up, as `wait` takes it.
+            grid.next = grid.after(point + delay);
+            grid.delay = None;
+        }
+        // A 1 s training step sampled every 1 s: every tenth of its phase
+        // is seen, not one phase forever.
+        for decile in 0..10 {
+            assert!(phases.contains(&decile), "phase {decile} never seen: {phases:?}");
+        }
+        let mut plain = Grid::new(origin, period);
+        assert_eq!(plain.delay(), Duration::ZERO, "no jitter: on the tick");
+    }
 
     #[test]
     fn a_late_tick_skips_to_the_next_grid_point() {
