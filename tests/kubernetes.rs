@@ -214,14 +214,16 @@ fn pods_label_devices_and_processes_and_failures_never_stop_sampling() {
     let text = wait_for_metrics(addr, "the garbled kubelet", |text| {
         value(text, up) == Some(0.0) && value(text, garbled).is_some_and(|n| n >= 1.0)
     });
-    let text = if text.contains("vramd_device_allocation_info") {
-        wait_for_metrics(addr, "allocations withdrawn", |text| {
-            !text.contains("vramd_device_allocation_info")
-        })
-    } else {
-        text
+    // Each device's next slow reading withdraws its own allocations (the
+    // count too, not just the info series), whenever that reading comes.
+    let withdrawn = |text: &str| {
+        !text.contains("vramd_device_allocation_info")
+            && !text.contains("vramd_device_allocations{")
     };
-    assert!(!text.contains("vramd_device_allocations{"));
+    let text = match withdrawn(&text) {
+        true => text,
+        false => wait_for_metrics(addr, "allocations withdrawn", withdrawn),
+    };
     assert!(
         process_lines(&text, "vramd_process_info", 0, train_pid)[0].contains("pod=\"train-0\"")
     );
