@@ -393,3 +393,20 @@ def test_invalid_arguments_raise_at_start(kwargs):
     with pytest.raises((ValueError, TypeError)):
         vramd_reporter.start(**kwargs)
     assert not any(t.name == "vramd-reporter" for t in threading.enumerate())
+
+
+def test_report_gaps_vary_around_the_interval_so_every_step_phase_is_seen():
+    # A 1 s training step, reported on a fixed 1 s timer, is seen at one
+    # phase forever: the phases of 400 gaps drawn as the thread draws them
+    # cover the whole step, and their mean stays the interval.
+    reporter = vramd_reporter._reporter.Reporter(interval=1.0)
+    reporter._random.seed(7)
+    gaps = [reporter._next_gap() for _ in range(400)]
+    assert all(0.5 <= gap <= 1.5 for gap in gaps)
+    assert abs(sum(gaps) / len(gaps) - 1.0) < 0.05
+    phases = set()
+    at = 0.0
+    for gap in gaps:
+        at += gap
+        phases.add(int((at % 1.0) * 10))
+    assert phases == set(range(10))

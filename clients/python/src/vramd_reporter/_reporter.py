@@ -6,6 +6,7 @@ import atexit
 import logging
 import math
 import os
+import random
 import sys
 import threading
 import time
@@ -120,6 +121,7 @@ class Reporter:
         self._failures = _Failures()
         self._idle_reasons_said: set = set()
         self._backoff = 0.0
+        self._random = random.Random()
         self._next_snapshot = 0.0
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._run, name="vramd-reporter", daemon=True)
@@ -167,10 +169,19 @@ class Reporter:
                     earliest = self._tick()
                 except Exception:  # a bug here must neither kill reporting silently nor escape
                     self._failures.fail("internal", "unexpected error in the reporter thread", exc_info=True)
-                next_at = max(started + self.interval, earliest)
+                next_at = max(started + self._next_gap(), earliest)
                 self._stopping.wait(max(0.0, next_at - time.monotonic()))
         except Exception:  # pragma: no cover - last line of defence
             pass
+
+    def _next_gap(self) -> float:
+        """Seconds to the next report: ``interval`` on average, drawn from 0.5 to 1.5 times it.
+
+        A training step of exactly ``interval`` seconds, reported on a fixed
+        timer, would be seen at one phase of the step only; vramd judges the
+        memory floor from these values, so a fixed phase makes that floor luck.
+        """
+        return self.interval * self._random.uniform(0.5, 1.5)
 
     def _tick(self) -> float:
         """One report; returns the earliest monotonic time for the next one (0: no constraint)."""
