@@ -388,18 +388,20 @@ fn allocatable_gpus_and_pod_labels_on_device_series() {
     let state = |gpu: usize, labels: &str, state: &str| {
         series("vramd_device_allocation_state", gpu, &format!("{labels},state=\"{state}\""))
     };
-    let text = wait_for_metrics(addr, "allocatable GPUs and the holder's labels", |text| {
-        value(text, &series("vramd_memory_used_bytes", 0, held)).is_some()
-            && value(text, &series("vramd_device_allocatable", 2, "")) == Some(1.0)
+    // Each device shows it from its own next slow reading.
+    let expected = [
+        series("vramd_device_allocatable", 0, held),
+        series("vramd_device_allocatable", 1, ""),
+        series("vramd_device_allocatable", 2, ""),
+        state(0, held, "allocated"),
+        state(1, "", "allocated"),
+        state(2, "", "used_unallocated"),
+    ];
+    let text = wait_for_metrics(addr, "allocatable GPUs, states and the holder's labels", |text| {
+        expected.iter().all(|series| value(text, series) == Some(1.0))
     });
-    for gpu in 0..3 {
-        let labels = if gpu == 0 { held } else { "" };
-        assert_eq!(value(&text, &series("vramd_device_allocatable", gpu, labels)), Some(1.0));
-    }
-    assert_eq!(value(&text, &state(0, held, "allocated")), Some(1.0), "{text}");
-    assert_eq!(value(&text, &state(1, "", "allocated")), Some(1.0));
-    assert_eq!(value(&text, &state(2, "", "used_unallocated")), Some(1.0));
     assert_eq!(value(&text, &state(2, "", "idle")), Some(0.0));
+    assert_eq!(value(&text, &state(0, held, "idle")), Some(0.0));
     // The shared GPU's device series stay one per device.
     let shared_used: Vec<&str> = text
         .lines()
