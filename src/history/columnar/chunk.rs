@@ -21,6 +21,14 @@ use crate::model::{AllocatorStats, Timestamp};
 use super::super::points::{ProcessPoint, SlowPoint};
 use super::codec::{BitReader, BitWriter, bit_length, read_series, write_series};
 
+/// Consecutive lists (numbered among the listed samples) that hold one
+/// process at one position.
+struct PositionRun {
+    first: u32,
+    count: u32,
+    position: u32,
+}
+
 /// Samples in `[first, last]`, encoded.
 pub struct SlowChunk {
     first: Timestamp,
@@ -64,33 +72,61 @@ impl SlowChunk {
             out.write_bit(point.processes().is_some());
         }
 
+        // Where each process is in the lists, as runs over consecutive
+        // lists at one position (one run per process while the list keeps
+        // its order), and each list's layout, shared while it repeats: no
+        // copy of the processes' figures is made, however many.
+        let lists: Vec<&Arc<[ProcessPoint]>> =
+            points.iter().filter_map(SlowPoint::shared_processes).collect();
         let mut roster: Vec<u32> = Vec::new();
         let mut slot_of: HashMap<u32, usize> = HashMap::new();
-        let mut per_process: Vec<Vec<ProcessPoint>> = Vec::new();
-        let mut layouts: Vec<Vec<usize>> = Vec::new();
-        for list in points.iter().filter_map(SlowPoint::processes) {
-            let layout = list
+        let mut runs: Vec<Vec<PositionRun>> = Vec::new();
+        let mut layouts: Vec<Arc<[usize]>> = Vec::with_capacity(lists.len());
+        for (index, list) in lists.iter().enumerate() {
+            let index = index as u32;
+            let layout: Vec<usize> = list
                 .iter()
-                .map(|process| {
+                .enumerate()
+                .map(|(position, process)| {
                     let slot = *slot_of.entry(process.pid).or_insert_with(|| {
                         roster.push(process.pid);
-                        per_process.push(Vec::new());
+                        runs.push(Vec::new());
                         roster.len() - 1
                     });
-                    if let Some(series) = per_process.get_mut(slot) {
-                        series.push(*process);
+                    if let Some(series) = runs.get_mut(slot) {
+                        let position = position as u32;
+                        match series.last_mut() {
+                            Some(run)
+                                if run.position == position && run.first + run.count == index =>
+                            {
+                                run.count += 1;
+                            }
+                            _ => series.push(PositionRun { first: index, count: 1, position }),
+                        }
                     }
                     slot
                 })
                 .collect();
+            let layout = match layouts.last() {
+                Some(previous) if **previous == *layout => previous.clone(),
+                _ => Arc::from(layout),
+            };
             layouts.push(layout);
         }
         out.write_number(roster.len() as u64);
         let pids: Vec<u64> = roster.iter().map(|&pid| u64::from(pid)).collect();
         write_series(&mut out, &pids, &mut scratch);
-        write_layouts(&mut out, layouts.iter().map(Vec::as_slice), roster.len());
-        for series in &per_process {
-            write_figures(&mut out, series, &mut scratch);
+        write_layouts(&mut out, layouts.iter().map(|layout| &layout[..]), roster.len());
+        let mut series = Vec::new();
+        for process_runs in &runs {
+            series.clear();
+            for run in process_runs {
+                for index in run.first..run.first + run.count {
+                    let list = lists.get(index as usize).map(|list| &list[..]).unwrap_or(&[]);
+                    series.extend(list.get(run.position as usize).copied());
+                }
+            }
+            write_figures(&mut out, &series, &mut scratch);
         }
         Some(Self { first, last, len: points.len(), bytes: out.finish() })
     }
