@@ -301,11 +301,14 @@ if part fill; then
 fi
 
 # rss_after BINARY RETENTION_S OUT: VmRSS readings into OUT once rings of
-# RETENTION_S at 10 ms / 100 ms are full of moving processes.
+# RETENTION_S at 10 ms / 100 ms are full of moving processes. The peak
+# window (1 min by default) may not exceed the retention.
 rss_after() {
+    local peak=()
+    (($2 >= 60)) || peak=(VRAMD_METRICS__PEAK_WINDOW="$2s")
     start_daemon "$1" "$WORK/moving.json" \
         VRAMD_SAMPLER__FAST_INTERVAL=10ms VRAMD_SAMPLER__SLOW_INTERVAL=100ms \
-        VRAMD_HISTORY__RETENTION="$2s"
+        VRAMD_HISTORY__RETENTION="$2s" "${peak[@]}"
     sleep $(($2 + 10))
     for _ in $(seq "$RSS_SAMPLES"); do
         status_kib VmRSS >>"$3"
