@@ -167,6 +167,58 @@ fn snapshot(c: &mut Criterion) {
     group.finish();
 }
 
+/// The analyzer's reads of the slow tier at 8 × 64 scale on one device:
+/// every pass visits what arrived since the last (a few samples), and a
+/// window read whole (a leak window's first fill, or process growth after
+/// a flat spell) walks 30 minutes of process lists. Every process's
+/// figures move on every sample, so no list is shared.
+fn slow_reads(c: &mut Criterion) {
+    let mut group = c.benchmark_group("history/slow_read_64_moving");
+    let hour = Duration::from_secs(3_600);
+    let sizing =
+        Sizing::for_retention(hour, fixtures::FAST, fixtures::SLOW, Duration::from_secs(60));
+    let device = Arc::new(DeviceHistory::new(fixtures::info(0), sizing));
+    let played = fixtures::fill(
+        std::slice::from_ref(&device),
+        hour + Duration::from_secs(300),
+        fixtures::FAST,
+        |_, at| fast_reading(at.unix_millis(), 0),
+        |_, at| {
+            let second = fixtures::second(at);
+            let mut reading = slow_reading(at.unix_millis(), 64);
+            for (slot, process) in reading.processes.iter_mut().flatten().enumerate() {
+                let wobble = (second.wrapping_mul(2_654_435_761) + slot as u64 * 7_919) % 32;
+                process.used_bytes = Some(6 * GIB + wobble * 2 * MIB);
+            }
+            reading
+        },
+    );
+    let newest = played.end.unwrap_or_else(fixtures::start);
+    let recent = newest.saturating_sub(Duration::from_secs(5));
+    let window = newest.saturating_sub(Duration::from_secs(1_800));
+    group.bench_function("visit_last_5s", |b| {
+        b.iter(|| {
+            let mut seen = 0usize;
+            device.visit_recent_slow(recent, newest, |point| {
+                seen += point.processes().map_or(0, <[_]>::len);
+            });
+            black_box(seen)
+        })
+    });
+    group.throughput(Throughput::Elements(1_801));
+    group.bench_function("window_30min", |b| {
+        b.iter(|| {
+            let snapshot = device.slow_snapshot();
+            let seen: usize = snapshot
+                .range(window, newest)
+                .map(|point| point.processes().map_or(0, |list| list.len()))
+                .sum();
+            black_box(seen)
+        })
+    });
+    group.finish();
+}
+
 fn config() -> Criterion {
     // Short runs: the benchmark machine has 2 cores shared with builds.
     Criterion::default()
@@ -185,7 +237,7 @@ fn cpu_config() -> Criterion<CpuTime> {
 criterion_group! {
     name = benches;
     config = config();
-    targets = record, query, snapshot
+    targets = record, query, snapshot, slow_reads
 }
 criterion_group! {
     name = benches_cpu;

@@ -1,29 +1,59 @@
-//! Resident memory of full history rings, by processes per GPU: fills a
-//! `HistoryStore` sized for the defaults (1 h at 250 ms fast / 1 s slow) for
-//! 8 GPUs past capacity, in a fresh child process per case, and prints how
-//! much VmRSS grew. Checks the bytes-per-sample model in docs/performance.md
-//! without running the daemon, and shows the cases the simulator cannot
-//! produce (many processes per GPU).
+//! Resident memory of full history rings: fills a `HistoryStore` sized as
+//! the daemon sizes it for 8 GPUs past capacity, in a fresh child process
+//! per case, and prints how much VmRSS grew and what one stored
+//! process-sample costs. Shows the cases the simulator cannot produce
+//! (many processes per GPU, every process's figures moving).
 //!
-//! `cargo bench --bench history_memory` (a few seconds; not criterion).
+//! Scenarios:
+//! - `constant`: every process's figures hold still, sample after sample
+//!   (what `scripts/bench-sampler.sh` used to fill the rings with);
+//! - `moving`: every process's figures change on every sample, as on a
+//!   training host: NVML `used` moves by whole 2 MiB pages, the allocator's
+//!   live bytes by 512-byte blocks, reserved every 30 s, inactive split
+//!   every 10 s;
+//! - `moving-nvml`: every process's NVML `used` changes on every sample
+//!   and there are no allocator reports (the fake NVML scenario of the
+//!   benchmark scripts).
+//!
+//! Sizings: `1h`, the defaults (1 h at 250 ms fast / 1 s slow, the slow
+//! tier kept as long as the alert rules read it); `120s`, rings of 120 s at
+//! 10 ms fast / 100 ms slow.
+//!
+//! Bytes per process-sample: (growth of the case − growth of the same
+//! sizing with no processes) / (GPUs × processes × slow samples kept).
+//!
+//! `cargo bench --bench history_memory` (a minute; not criterion).
 
 use std::process::Command;
 use std::time::Duration;
 
 #[path = "support/mod.rs"]
 mod support;
-use support::fixtures::{self, FAST, GIB, MIB};
+use support::fixtures::{self, GIB, MIB};
 
-use vramd::history::Sizing;
-use vramd::model::ProcessInfo;
+use vramd::history::{HistoryStore, Sizing};
+use vramd::model::{AllocatorStats, ProcessInfo, Timestamp};
+use vramd::play::{self, ProcessCap, Schedule};
 
 const GPUS: u32 = 8;
-const CHILD_ENV: &str = "VRAMD_HISTORY_MEMORY_PROCESSES";
-const CASES: [u32; 5] = [0, 4, 8, 16, 64];
+const CHILD_ENV: &str = "VRAMD_HISTORY_MEMORY_CASE";
+/// (sizing, scenario, processes per GPU); each sizing's 0-process case
+/// first, as the others are measured against it.
+const CASES: [(&str, &str, u32); 9] = [
+    ("1h", "constant", 0),
+    ("1h", "constant", 64),
+    ("1h", "moving", 64),
+    ("1h", "moving-nvml", 64),
+    ("1h", "constant", 256),
+    ("1h", "moving", 256),
+    ("120s", "constant", 0),
+    ("120s", "moving", 64),
+    ("120s", "moving-nvml", 64),
+];
 
 fn main() {
-    match std::env::var(CHILD_ENV).ok().and_then(|value| value.parse::<u32>().ok()) {
-        Some(processes) => child(processes),
+    match std::env::var(CHILD_ENV).ok() {
+        Some(case) => child(&case),
         None => parent(),
     }
 }
@@ -33,76 +63,109 @@ fn parent() {
         eprintln!("cannot find this executable; nothing measured");
         return;
     };
+    println!("{GPUS} GPUs, rings filled past capacity (growth of VmRSS, MiB)");
     println!(
-        "8 GPUs, default sizing, rings filled past capacity; every process with allocator stats"
+        "{:>6}  {:>12}  {:>9}  {:>12}  {:>13}  {:>11}  {:>14}",
+        "sizing", "scenario", "processes", "slow kept", "history MiB", "RSS MiB", "B/proc-sample"
     );
-    println!(
-        "{:>13}  {:>14}  {:>14}  {:>16}",
-        "processes/GPU", "history (MiB)", "model (MiB)", "RSS after (MiB)"
-    );
-    for processes in CASES {
-        match Command::new(&exe).env(CHILD_ENV, processes.to_string()).output() {
-            Ok(output) if output.status.success() => {
-                print!("{}", String::from_utf8_lossy(&output.stdout));
+    let mut empty_growth = std::collections::HashMap::new();
+    for (sizing, scenario, processes) in CASES {
+        let case = format!("{sizing}:{scenario}:{processes}");
+        let output = match Command::new(&exe).env(CHILD_ENV, &case).output() {
+            Ok(output) if output.status.success() => output,
+            Ok(output) => {
+                eprintln!("{case}: child failed: {}", String::from_utf8_lossy(&output.stderr));
+                continue;
             }
-            Ok(output) => eprintln!(
-                "case {processes}: child failed: {}",
-                String::from_utf8_lossy(&output.stderr)
-            ),
-            Err(error) => eprintln!("case {processes}: cannot run child: {error}"),
+            Err(error) => {
+                eprintln!("{case}: cannot run child: {error}");
+                continue;
+            }
+        };
+        let text = String::from_utf8_lossy(&output.stdout);
+        let figures: Vec<u64> =
+            text.split_whitespace().filter_map(|word| word.parse().ok()).collect();
+        let [growth_kib, rss_kib, slow_kept] = figures[..] else {
+            eprintln!("{case}: unexpected output {text:?}");
+            continue;
+        };
+        if processes == 0 {
+            empty_growth.insert(sizing, growth_kib);
         }
+        let per_sample = empty_growth.get(sizing).filter(|_| processes > 0).map(|&empty| {
+            let stored = u64::from(GPUS) * u64::from(processes) * slow_kept;
+            growth_kib.saturating_sub(empty) as f64 * 1024.0 / stored as f64
+        });
+        println!(
+            "{:>6}  {:>12}  {:>9}  {:>12}  {:>13.1}  {:>11.1}  {:>14}",
+            sizing,
+            scenario,
+            processes,
+            slow_kept,
+            growth_kib as f64 / 1024.0,
+            rss_kib as f64 / 1024.0,
+            per_sample.map_or("-".to_owned(), |bytes| format!("{bytes:.2}"))
+        );
     }
 }
 
-fn child(processes: u32) {
-    let sizing = fixtures::default_sizing();
+/// The sizing and its fast and slow intervals.
+fn sizing(name: &str) -> (Sizing, Duration, Duration) {
+    let config = vramd::app::Config::default();
+    let (retention, fast, slow) = match name {
+        "120s" => (Duration::from_secs(120), Duration::from_millis(10), Duration::from_millis(100)),
+        _ => (Duration::from_secs(3_600), fixtures::FAST, fixtures::SLOW),
+    };
+    let sizing = Sizing::for_retention(retention, fast, slow, Duration::from_secs(60))
+        .with_slow_retention(config.alerts.rules.slow_history_needed(), slow);
+    (sizing, fast, slow)
+}
+
+fn child(case: &str) {
+    let mut parts = case.split(':');
+    let (Some(sizing_name), Some(scenario), Some(Ok(processes))) =
+        (parts.next(), parts.next(), parts.next().map(str::parse::<u32>))
+    else {
+        eprintln!("bad case {case:?}");
+        std::process::exit(2);
+    };
+    let (sizing, fast, slow) = sizing(sizing_name);
     let before = rss_kib();
-    let (store, devices) = fixtures::store(GPUS);
-    // The default retention and a full chunk (256 slow samples) past it,
-    // so both rings have wrapped and evicted; one device after another, as
-    // interleaving them would measure the heap's fragmentation too.
+    let store = HistoryStore::new(sizing);
+    let devices = store.set_devices((0..GPUS).map(fixtures::info).collect());
+    // Both rings past capacity by a chunk, so they have wrapped and
+    // evicted; one device after another, as interleaving them would
+    // measure the heap's fragmentation too.
+    let retention = fast.saturating_mul(sizing.fast_capacity as u32);
+    let duration = retention.saturating_add(slow.saturating_mul(256));
     for (gpu, device) in (0..GPUS).zip(&devices) {
-        fixtures::fill(
+        let schedule = Schedule { from: fixtures::start(), duration, fast, slow };
+        play::play(
             std::slice::from_ref(device),
-            Duration::from_secs(3_600 + 256),
-            FAST,
+            schedule,
+            ProcessCap(processes.max(1) as usize),
             |_, at| {
                 let used = 40 * GIB + (at.unix_millis().unsigned_abs() / 250 % 97) * MIB;
-                fixtures::fast_reading(at, used, 0.83, 0.41)
+                Ok(fixtures::fast_reading(at, used, 0.83, 0.41))
             },
             |_, at| {
-                let second = fixtures::second(at);
-                let list = (0..processes).map(|slot| process(gpu, slot, second)).collect();
-                fixtures::slow_reading(at, list)
+                let sample = sample_number(at, slow);
+                let list =
+                    (0..processes).map(|slot| process(scenario, gpu, slot, sample)).collect();
+                Ok(fixtures::slow_reading(at, list))
             },
+            |_| {},
         );
     }
     let after = rss_kib();
-    let mib = |kib: u64| kib as f64 / 1024.0;
-    println!(
-        "{:>13}  {:>14.1}  {:>14.1}  {:>16.1}",
-        processes,
-        mib(after.saturating_sub(before)),
-        model_bytes(sizing, processes) as f64 / (1024.0 * 1024.0),
-        mib(after)
-    );
+    let slow_kept = devices.first().map_or(0, |device| device.slow_len());
+    println!("{} {} {}", after.saturating_sub(before), after, slow_kept);
     drop(store);
 }
 
-/// docs/performance.md's model: chunks of 256 points plus one open chunk,
-/// and per slow sample one shared allocation of the process list (16-byte
-/// header, 72 bytes per process, glibc rounding to 16 with 8 bytes of
-/// overhead).
-fn model_bytes(sizing: Sizing, processes: u32) -> u64 {
-    let chunked = |capacity: usize, point: u64| {
-        let chunks = capacity.div_ceil(256) as u64;
-        chunks * (256 * point + 16) + 256 * point
-    };
-    let list = if processes == 0 { 16 } else { 16 + 72 * u64::from(processes) };
-    let list_alloc = (list + 8).div_ceil(16) * 16;
-    let fast = chunked(sizing.fast_capacity, 56);
-    let slow = chunked(sizing.slow_capacity, 24) + sizing.slow_capacity as u64 * list_alloc;
-    u64::from(GPUS) * (fast + slow)
+fn sample_number(at: Timestamp, slow: Duration) -> u64 {
+    let elapsed = (at.unix_millis() - fixtures::START_MS).unsigned_abs();
+    elapsed / u64::try_from(slow.as_millis()).unwrap_or(1).max(1)
 }
 
 fn rss_kib() -> u64 {
@@ -116,9 +179,42 @@ fn rss_kib() -> u64 {
         .unwrap_or(0)
 }
 
-fn process(gpu: u32, slot: u32, second: u64) -> ProcessInfo {
-    let reserved = 700 * MIB + u64::from(gpu * 131 + slot * 17) * MIB;
-    // Allocated wobbles each second, as live tensors do.
-    let allocated = reserved * 3 / 4 + (second % 13) * MIB;
-    fixtures::process(100_000 + gpu * 1_000 + slot, reserved, allocated)
+/// A well-mixed number from a sample and a process, so moving figures do
+/// not follow a pattern a codec could exploit and a real host would not.
+fn mix(sample: u64, pid: u32) -> u64 {
+    let mut x = sample.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ u64::from(pid).rotate_left(32);
+    x ^= x >> 30;
+    x = x.wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    x ^= x >> 27;
+    x = x.wrapping_mul(0x94D0_49BB_1331_11EB);
+    x ^ (x >> 31)
+}
+
+fn process(scenario: &str, gpu: u32, slot: u32, sample: u64) -> ProcessInfo {
+    let pid = 100_000 + gpu * 1_000 + slot;
+    let base = 700 * MIB + u64::from(gpu * 131 + slot * 17) * MIB;
+    match scenario {
+        "moving" => {
+            let reserved = base + ((sample / 30 + u64::from(slot)) % 4) * 128 * MIB;
+            let allocated = reserved / 2 + (mix(sample, pid) % 16_384) * 512;
+            ProcessInfo {
+                used_bytes: Some(reserved + 500 * MIB + (mix(sample, !pid) % 32) * 2 * MIB),
+                allocator: Some(AllocatorStats {
+                    allocated_bytes: allocated,
+                    reserved_bytes: reserved,
+                    active_bytes: allocated + 16 * MIB,
+                    inactive_split_bytes: ((sample / 10 + u64::from(slot)) % 16) * MIB,
+                    alloc_retries: sample / 600,
+                    ooms: 0,
+                }),
+                ..fixtures::process(pid, reserved, allocated)
+            }
+        }
+        "moving-nvml" => ProcessInfo {
+            used_bytes: Some(base + (mix(sample, pid) % 32) * 2 * MIB),
+            allocator: None,
+            ..fixtures::process(pid, base, base / 2)
+        },
+        _ => fixtures::process(pid, base, base * 3 / 4),
+    }
 }

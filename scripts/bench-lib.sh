@@ -50,15 +50,20 @@ stop_daemon() {
 # PER_GPU compute processes taken in order from the SLEEPERS array (real
 # PIDs, so /proc reads are real), process N using (N + 1) * SLOT_BYTES;
 # device HANG_GPU (none by default) sleeps 10 min in its memory call.
+# With MOVING_STEP_BYTES set (environment), every process's usage moves on
+# every call by 0-31 steps of that size (the moving-process scenario).
 fake_nvml_scenario() {
     local gpus=$1 per_gpu=$2 slot_bytes=$3 hang=${4:--1}
-    local gpu slot pid sep devices="" procs faults
+    local gpu slot pid sep devices="" procs faults moving=""
+    if [[ -n "${MOVING_STEP_BYTES:-}" ]]; then
+        moving=", \"moving_step_bytes\": $MOVING_STEP_BYTES"
+    fi
     for ((gpu = 0; gpu < gpus; gpu++)); do
         procs=""
         for ((slot = 0; slot < per_gpu; slot++)); do
             pid=${SLEEPERS[$((gpu * per_gpu + slot))]}
             sep=${procs:+,}
-            procs+="$sep{\"pid\": $pid, \"used_bytes\": $(((slot + 1) * slot_bytes))}"
+            procs+="$sep{\"pid\": $pid, \"used_bytes\": $(((slot + 1) * slot_bytes))$moving}"
         done
         faults=""
         if ((gpu == hang)); then

@@ -24,12 +24,16 @@
 # slow 100 ms with history.retention FILL_RETENTION s (192: the points the
 # defaults keep for 1 h). Then RSS_SAMPLES readings of VmRSS, VmHWM, and
 # METRICS_REQUESTS timed GETs of /metrics (curl time_total; median, min-max).
+# Mode `moving` is `pods` with every process's NVML usage moving on every
+# call (MOVING_STEP_BYTES, 2 MiB pages by default: the fake's
+# `moving_step_bytes`), as on a training host, where `pods` keeps it still.
 # The machine is shared, so the load average is printed with the figures.
 #
 # Everything binds 127.0.0.1, every wait is bounded, and the daemon, the
 # poster and the sleepers are killed on exit. Tunables (environment): PORT
 # (19697), GPUS (8), PROCESSES_PER_GPU (64), PODS (100), REPORT_EVERY (10),
-# MODES ("plain stats pods": no reports / reports without pod / with pod),
+# MODES ("plain stats pods moving": no reports / reports without pod / with
+# pod / with pod and moving usage), MOVING_STEP_BYTES (2097152),
 # FILL_RETENTION (192), RSS_SAMPLES (5), METRICS_REQUESTS (21), SKIP_BUILD=1
 # to use the existing target/release/{vramd,libnvidia_ml_fake.so}. Needs curl.
 #
@@ -48,7 +52,8 @@ REPORT_EVERY=${REPORT_EVERY:-10}
 FILL_RETENTION=${FILL_RETENTION:-192}
 RSS_SAMPLES=${RSS_SAMPLES:-5}
 METRICS_REQUESTS=${METRICS_REQUESTS:-21}
-MODES=${MODES:-plain stats pods}
+MODES=${MODES:-plain stats pods moving}
+MOVING_STEP_BYTES_ARG=${MOVING_STEP_BYTES:-2097152}
 
 WORK=$(mktemp -d)
 PID=""
@@ -91,7 +96,10 @@ for _ in $(seq "$TOTAL"); do
     SLEEPERS+=("$!")
     disown "$!"
 done
-fake_nvml_scenario "$GPUS" "$PROCESSES_PER_GPU" 16777216 >"$WORK/full.json"
+MOVING_STEP_BYTES="" fake_nvml_scenario "$GPUS" "$PROCESSES_PER_GPU" 16777216 >"$WORK/full.json"
+MOVING_STEP_BYTES=$MOVING_STEP_BYTES_ARG fake_nvml_scenario "$GPUS" "$PROCESSES_PER_GPU" 16777216 \
+    >"$WORK/moving.json"
+SCENARIO_FILE="$WORK/full.json"
 
 # start_daemon: fill-part intervals; waits for /readyz.
 start_daemon() {
@@ -99,7 +107,7 @@ start_daemon() {
     port=$(free_port "$PORT")
     ADDR="127.0.0.1:$port"
     env -u VRAMD_SERVER__LISTEN VRAMD_NVML__LIBRARY_PATH="$LIB" \
-        FAKE_NVML_SCENARIO="$WORK/full.json" \
+        FAKE_NVML_SCENARIO="$SCENARIO_FILE" \
         VRAMD_SAMPLER__FAST_INTERVAL=10ms VRAMD_SAMPLER__SLOW_INTERVAL=100ms \
         VRAMD_HISTORY__RETENTION="${FILL_RETENTION}s" \
         "$BIN" --config config/vramd.toml --log-level warn --listen "$ADDR" \
@@ -175,9 +183,12 @@ mib() { awk -v k="$1" 'BEGIN { printf "%.1f", k / 1024 }'; }
 
 declare -A HWM=() BYTES=() ALLOC_BYTES=() LINES=() POD_LINES=()
 for mode in $MODES; do
-    [[ $mode == plain || $mode == stats || $mode == pods ]] || die "unknown mode $mode"
+    [[ $mode == plain || $mode == stats || $mode == pods || $mode == moving ]] ||
+        die "unknown mode $mode"
     WITH_POD=0
-    [[ $mode != pods ]] || WITH_POD=1
+    [[ $mode != pods && $mode != moving ]] || WITH_POD=1
+    SCENARIO_FILE="$WORK/full.json"
+    [[ $mode != moving ]] || SCENARIO_FILE="$WORK/moving.json"
     : >"$WORK/$mode.rss"
     : >"$WORK/$mode.time"
     log "$mode: $GPUS GPUs x $PROCESSES_PER_GPU processes, rings filled in ${FILL_RETENTION} s"
@@ -209,7 +220,7 @@ done
 
 for mode in $MODES; do
     want=0
-    [[ $mode != pods ]] || want=$TOTAL
+    [[ $mode != pods && $mode != moving ]] || want=$TOTAL
     ((POD_LINES[$mode] == want)) \
         || die "$mode: vramd_process_info carries pod= on ${POD_LINES[$mode]} of $TOTAL processes, expected $want"
 done
@@ -223,6 +234,7 @@ for mode in $MODES; do
         plain) printf '\nno reports\n' ;;
         stats) printf '\nreports without pod (allocator series, no pod labels)\n' ;;
         pods) printf '\nreports with pod (vramd_process_info with pod=: %s)\n' "${POD_LINES[pods]}" ;;
+        moving) printf '\nreports with pod, every process moving (pod=: %s)\n' "${POD_LINES[moving]}" ;;
     esac
     read -r m lo hi < <(stats <"$WORK/$mode.rss")
     printf '  VmRSS, rings full:       %s MiB (%s-%s); VmHWM %s MiB\n' \

@@ -29,6 +29,12 @@
 #         1,921), filled in 192 s: fast 10 ms and slow 100 ms intervals with
 #         history.retention 192 s (fast ring 19,201 points, i.e. ~1.8 MiB
 #         more than the 1 h default over 8 GPUs: a conservative figure).
+#   moving: `fill` with every process's NVML usage moving on every call
+#         (MOVING_STEP_BYTES, 2 MiB pages: the fake's `moving_step_bytes`),
+#         as on a training host, where `fill` keeps sizes still; then the
+#         scaled-down case: rings of 120 s at 10 ms / 100 ms, and the
+#         history's share of it as VmRSS with 120 s rings less VmRSS with
+#         2 s rings (the fast ring included).
 #   idle: VmRSS of a daemon with one GPU and no processes, default intervals,
 #         after IDLE_SECONDS.
 #   allocs (not in the default PARTS): heap allocations (malloc, calloc,
@@ -51,7 +57,8 @@
 # SETTLE_SECONDS (5), FLOOR_SETTLE_SECONDS (2), PERF_STAT (1; 0 reads
 # the CPU share from /proc ticks even where perf works), IDLE_SECONDS (15),
 # RSS_SAMPLES (5), ALLOC_SECONDS (20), ALLOC_WINDOWS (2),
-# PARTS ("cost fill idle"; "allocs" on request), FLOOR (the reference binary,
+# MOVING_STEP_BYTES (2097152), PARTS ("cost fill moving idle"; "allocs" on
+# request), FLOOR (the reference binary,
 # default target/release/examples/nvml-floor), SKIP_BUILD=1 to use the
 # existing target/release/{vramd, libnvidia_ml_fake.so, examples/nvml-floor}.
 # Needs curl.
@@ -73,7 +80,8 @@ IDLE_SECONDS=${IDLE_SECONDS:-15}
 RSS_SAMPLES=${RSS_SAMPLES:-5}
 FLOOR_SETTLE_SECONDS=${FLOOR_SETTLE_SECONDS:-2}
 FLOOR=${FLOOR:-target/release/examples/nvml-floor}
-PARTS=${PARTS:-cost fill idle}
+PARTS=${PARTS:-cost fill moving idle}
+MOVING_STEP_BYTES_ARG=${MOVING_STEP_BYTES:-2097152}
 FILL_RETENTION=192
 
 WORK=$(mktemp -d)
@@ -124,7 +132,8 @@ done
 # scenario GPUS PROCESSES: GPUS devices with PROCESSES compute processes
 # each (real PIDs, steady sizes).
 scenario() { fake_nvml_scenario "$1" "$2" 16777216; }
-scenario "$GPUS" "$PROCESSES_PER_GPU" >"$WORK/full.json"
+MOVING_STEP_BYTES="" scenario "$GPUS" "$PROCESSES_PER_GPU" >"$WORK/full.json"
+MOVING_STEP_BYTES=$MOVING_STEP_BYTES_ARG scenario "$GPUS" "$PROCESSES_PER_GPU" >"$WORK/moving.json"
 scenario 1 0 >"$WORK/idle.json"
 
 # start_daemon BINARY SCENARIO [VAR=VALUE ...]: waits for /readyz.
@@ -233,6 +242,7 @@ fi
 for n in $(seq ${#BINS[@]}); do
     : >"$WORK/$n.cpu" ; : >"$WORK/$n.fast" ; : >"$WORK/$n.slow" ; : >"$WORK/$n.per"
     : >"$WORK/$n.rss" ; : >"$WORK/$n.idle" ; : >"$WORK/$n.allocs"
+    : >"$WORK/$n.moving" ; : >"$WORK/$n.moving120" ; : >"$WORK/$n.moving2"
     : >"$WORK/$n.threads" ; : >"$WORK/$n.floor.cpu" ; : >"$WORK/$n.floor.threads"
     : >"$WORK/$n.above" ; : >"$WORK/$n.perf-threads" ; : >"$WORK/$n.floor.perf-threads"
 done
@@ -287,6 +297,33 @@ if part fill; then
         done
         hwm[n]=$(status_kib VmHWM)
         stop_daemon
+    done
+fi
+
+# rss_after BINARY RETENTION_S OUT: VmRSS readings into OUT once rings of
+# RETENTION_S at 10 ms / 100 ms are full of moving processes. The peak
+# window (1 min by default) may not exceed the retention.
+rss_after() {
+    local peak=()
+    (($2 >= 60)) || peak=(VRAMD_METRICS__PEAK_WINDOW="$2s")
+    start_daemon "$1" "$WORK/moving.json" \
+        VRAMD_SAMPLER__FAST_INTERVAL=10ms VRAMD_SAMPLER__SLOW_INTERVAL=100ms \
+        VRAMD_HISTORY__RETENTION="$2s" "${peak[@]}"
+    sleep $(($2 + 10))
+    for _ in $(seq "$RSS_SAMPLES"); do
+        status_kib VmRSS >>"$3"
+        sleep 2
+    done
+    stop_daemon
+}
+
+if part moving; then
+    for n in $(seq ${#BINS[@]}); do
+        log "moving, binary $n: rings of 1 h at the defaults' sizes, every process moving"
+        rss_after "${BINS[$((n - 1))]}" "$FILL_RETENTION" "$WORK/$n.moving"
+        log "moving, binary $n: rings of 120 s, then of 2 s"
+        rss_after "${BINS[$((n - 1))]}" 120 "$WORK/$n.moving120"
+        rss_after "${BINS[$((n - 1))]}" 2 "$WORK/$n.moving2"
     done
 fi
 
@@ -370,6 +407,15 @@ for n in $(seq ${#BINS[@]}); do
         read -r m lo hi < <(stats <"$WORK/$n.rss")
         printf '  VmRSS, rings full:                 %s MiB (%s-%s); VmHWM %s MiB\n' \
             "$(mib "$m")" "$(mib "$lo")" "$(mib "$hi")" "$(mib "${hwm[n]}")"
+    fi
+    if part moving; then
+        read -r m lo hi < <(stats <"$WORK/$n.moving")
+        printf '  VmRSS, rings full, moving:         %s MiB (%s-%s)\n' \
+            "$(mib "$m")" "$(mib "$lo")" "$(mib "$hi")"
+        read -r full _ _ < <(stats <"$WORK/$n.moving120")
+        read -r short _ _ < <(stats <"$WORK/$n.moving2")
+        printf '  VmRSS, 120 s / 2 s rings, moving:  %s / %s MiB; history %s MiB\n' \
+            "$(mib "$full")" "$(mib "$short")" "$(mib $((full - short)))"
     fi
     if part allocs; then
         read -r m lo hi < <(cut -d' ' -f1 "$WORK/$n.allocs" | stats)

@@ -53,7 +53,7 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
-use crate::history::{DeviceHistory, SlowPoint, Stamped};
+use crate::history::{DeviceHistory, SlowPoint};
 use crate::model::Timestamp;
 
 use super::floor::FloorScratch;
@@ -163,7 +163,7 @@ impl ProcessGrowth {
                     return;
                 }
                 for sample in snapshot.range(resume.unwrap_or(from), to) {
-                    self.add(sample);
+                    self.add(&sample);
                 }
             }
         }

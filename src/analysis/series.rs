@@ -11,7 +11,7 @@
 
 use std::collections::VecDeque;
 
-use crate::history::{FastPoint, SlowPoint, Snapshot, Stamped};
+use crate::history::{FastPoint, SlowPoint, Snapshot};
 use crate::model::Timestamp;
 
 /// Which per-process figure a series follows.

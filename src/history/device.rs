@@ -10,6 +10,7 @@ use std::collections::VecDeque;
 
 use crate::model::{DeviceInfo, ErrorKind, FastReading, OomEvent, SlowReading, Timestamp};
 
+use super::columnar::{SlowRing, SlowSnapshot};
 use super::peak::PeakTracker;
 use super::points::{FastPoint, ProcessPoint, SlowPoint};
 use super::probe::ProbeState;
@@ -113,7 +114,7 @@ impl LiveState {
 pub struct DeviceHistory {
     info: DeviceInfo,
     fast: Ring<FastPoint>,
-    slow: Ring<SlowPoint>,
+    slow: SlowRing,
     /// The process list stored last, shared by the next point when equal.
     last_processes: Mutex<Option<Arc<[ProcessPoint]>>>,
     live: Mutex<LiveState>,
@@ -131,7 +132,7 @@ impl DeviceHistory {
         Self {
             info,
             fast: Ring::new(sizing.fast_capacity),
-            slow: Ring::new(sizing.slow_capacity),
+            slow: SlowRing::new(sizing.slow_capacity),
             last_processes: Mutex::new(None),
             live: Mutex::new(LiveState::default()),
             peak: Mutex::new(PeakTracker::new(sizing.peak_window)),
@@ -274,13 +275,14 @@ impl DeviceHistory {
         self.fast.snapshot()
     }
 
-    pub fn slow_snapshot(&self) -> Snapshot<SlowPoint> {
+    pub fn slow_snapshot(&self) -> SlowSnapshot {
         self.slow.snapshot()
     }
 
-    /// Visits the slow-tier samples with `from <= at <= to` under the ring's
-    /// lock, which holds the sampler's writes back meanwhile: the visitor
-    /// must only copy out what it needs.
+    /// Visits the slow-tier samples with `from <= at <= to`. The newest
+    /// (not yet sealed into a chunk) are visited under the ring's lock,
+    /// which holds the sampler's writes back meanwhile: the visitor must
+    /// only copy out what it needs.
     pub fn visit_recent_slow(&self, from: Timestamp, to: Timestamp, visit: impl FnMut(&SlowPoint)) {
         self.slow.visit_recent(from, to, visit);
     }

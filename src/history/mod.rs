@@ -5,6 +5,7 @@
 //! flag. Depends on: `model`. Knows nothing of sources, analysis or HTTP;
 //! the sampler writes here and everything downstream only reads.
 
+mod columnar;
 mod config;
 mod device;
 mod peak;
@@ -21,6 +22,7 @@ use parking_lot::RwLock;
 
 use crate::model::{DeviceInfo, OomEvent, Timestamp};
 
+pub use columnar::{SLOW_CHUNK_LEN, SLOW_MERGED_LEN, SlowSnapshot};
 pub use config::HistoryConfig;
 pub use device::{DeviceHistory, LiveState, ReadFailure, Sizing};
 pub use peak::PeakTracker;

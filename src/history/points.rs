@@ -112,6 +112,15 @@ pub struct ProcessPoint {
 }
 
 impl ProcessPoint {
+    /// A process's figures as a stored chunk gives them back.
+    pub(super) fn new(
+        pid: u32,
+        used_bytes: Option<u64>,
+        allocator: Option<AllocatorStats>,
+    ) -> Self {
+        Self { pid, used: used_bytes.unwrap_or(0), has_used: used_bytes.is_some(), allocator }
+    }
+
     pub fn used_bytes(&self) -> Option<u64> {
         self.has_used.then_some(self.used)
     }
@@ -132,8 +141,9 @@ impl From<&ProcessInfo> for ProcessPoint {
     }
 }
 
-/// One slow-tier sample. Processes are shared, so copying a point for a
-/// snapshot never copies the list.
+/// One slow-tier sample as recorded. Processes are shared, so copying a
+/// point never copies the list. The ring keeps the newest samples in this
+/// form and seals older ones into compressed columns (`columnar`).
 #[derive(Clone, Debug, PartialEq)]
 pub struct SlowPoint {
     at: Timestamp,
@@ -144,6 +154,19 @@ pub struct SlowPoint {
 }
 
 impl SlowPoint {
+    /// A sample as a stored chunk gives it back.
+    pub(super) fn from_parts(
+        at: Timestamp,
+        processes: Option<Arc<[ProcessPoint]>>,
+        capped: bool,
+    ) -> Self {
+        Self { at, processes, capped }
+    }
+
+    pub fn at(&self) -> Timestamp {
+        self.at
+    }
+
     pub fn processes(&self) -> Option<&[ProcessPoint]> {
         self.processes.as_deref()
     }

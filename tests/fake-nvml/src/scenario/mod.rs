@@ -159,6 +159,10 @@ pub struct ProcessSpec {
     pub after_ms: u64,
     /// … and only until this many ms after it.
     pub until_ms: Option<u64>,
+    /// When set, the usage moves from call to call, as an allocator's
+    /// does: `used_bytes` plus a pseudo-random 0..32 steps of this many
+    /// bytes, drawn from the process and the millisecond of the call.
+    pub moving_step_bytes: Option<u64>,
 }
 
 /// Percentages of one process's utilization samples.
