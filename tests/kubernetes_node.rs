@@ -23,9 +23,8 @@ use std::time::{Duration, Instant};
 use fake::{
     ContainerProcess, FakeApi, GPU0, GPU1, MIG, claimed_pod, container, pod, process_info, value,
 };
-use nvidia_ml_fake::harness;
 use serde_json::json;
-use support::{Deadline, Process, SERVE, get, pause};
+use support::{Deadline, Process, get, pause};
 
 const POD_UID: &str = "0b7c3a52-1c4e-4f7a-9d61-2a1f1e0c9b11";
 const SHOWS_WITHIN: Duration = Duration::from_secs(30);
@@ -48,32 +47,22 @@ fn scenario(processes: &[(u32, u64)]) -> serde_json::Value {
 }
 
 /// The daemon on the fake NVML library with `scenario`, attributing from
-/// the two sockets; `extra` adds (or overrides) settings.
+/// the two fake APIs: [`fake::start_on_fake_driver`] at the default
+/// refresh interval (what the lookup is measured against) and a 1 s call
+/// timeout; `extra` adds (or overrides) settings.
 fn spawn_on_nvml(
     dir: &Path,
     scenario: &serde_json::Value,
-    kubelet: &Path,
-    runtime: &Path,
+    kubelet: &FakeApi,
+    runtime: &FakeApi,
     extra: &[(&str, &str)],
 ) -> (Process, SocketAddr) {
-    let built = harness::build_fake_library(false).unwrap_or_else(|error| panic!("{error}"));
-    let library = harness::install_as_libnvidia(dir, &built);
-    let scenario = harness::write_scenario(dir, scenario);
     let mut env = vec![
-        ("VRAMD_NVML__LIBRARY_PATH", library.to_str().unwrap()),
-        (harness::SCENARIO_ENV, scenario.to_str().unwrap()),
-        ("VRAMD_SAMPLER__FAST_INTERVAL", "100ms"),
-        ("VRAMD_SAMPLER__SLOW_INTERVAL", "200ms"),
-        ("VRAMD_KUBERNETES__ENABLED", "true"),
-        ("VRAMD_KUBERNETES__POD_RESOURCES_SOCKET", kubelet.to_str().unwrap()),
-        ("VRAMD_KUBERNETES__RUNTIME_SOCKET", runtime.to_str().unwrap()),
+        ("VRAMD_KUBERNETES__REFRESH_INTERVAL", "10s"),
         ("VRAMD_KUBERNETES__CALL_TIMEOUT", "1s"),
     ];
     env.extend_from_slice(extra);
-    let mut daemon = Process::spawn(&SERVE, &env);
-    let addr = daemon.listening();
-    daemon.wait_ready(addr);
-    (daemon, addr)
+    fake::start_on_fake_driver(dir, scenario, kubelet, runtime, &env)
 }
 
 /// Scrapes until `pid` shows; returns its first line and the scrape.
@@ -110,8 +99,8 @@ fn a_process_in_a_new_container_is_labelled_on_its_first_scrape() {
     let (_daemon, addr) = spawn_on_nvml(
         dir.path(),
         &scenario(&[(worker.pid, appears_after_ms)]),
-        &kubelet.socket,
-        &runtime.socket,
+        &kubelet,
+        &runtime,
         &[("VRAMD_KUBERNETES__REFRESH_INTERVAL", "1h"), ("VRAMD_KUBERNETES__LOOKUP_WAIT", "1s")],
     );
     let deadline = Deadline::after(SHOWS_WITHIN);
@@ -158,8 +147,7 @@ fn gke_ids_and_dra_claims_hold_their_devices() {
         pod("small", "dev", "notebook", "nvidia.com/gpu", &["nvidia1/gi9"]),
         claimed_pod("dra-0", "research", "gpu-claim", &["gpu-0"]),
     ]);
-    let (_daemon, addr) =
-        spawn_on_nvml(dir.path(), &scenario, &kubelet.socket, &runtime.socket, &[]);
+    let (_daemon, addr) = spawn_on_nvml(dir.path(), &scenario, &kubelet, &runtime, &[]);
     // (uuid, pod, namespace, replica) of each allocation GKE's IDs make.
     let expected = [
         (GPU0, "shared-a", "ml", Some("0")),
@@ -237,7 +225,7 @@ fn first_labelled_scrape_and_poll_load() {
         ];
         env.extend_from_slice(extra);
         let (_daemon, addr) =
-            spawn_on_nvml(dir.path(), &scenario(&appear), &kubelet.socket, &runtime.socket, &env);
+            spawn_on_nvml(dir.path(), &scenario(&appear), &kubelet, &runtime, &env);
         let started = Instant::now();
         let mut first_seen: Vec<Option<Instant>> = vec![None; workers.len()];
         let mut labelled = vec![None; workers.len()];
