@@ -69,9 +69,15 @@ pub(super) async fn start(
     let Some(board) = board else { return Ok(None) };
     let settings = config.driver_trace.clone();
     let sink = ooms.sink(board.clone());
-    let started = tokio::task::spawn_blocking(move || driver_trace::start(&settings, board, sink))
-        .await
-        .map_err(|error| AppError::Startup(error.to_string()))?;
+    // Loading BPF programs is kernel work that should take milliseconds; a
+    // kernel that does not answer must not hold start-up (and sampling)
+    // back for ever: past the deadline the trace is treated as failing to
+    // start, its thread left to finish or not.
+    let loading = tokio::task::spawn_blocking(move || driver_trace::start(&settings, board, sink));
+    let started = match tokio::time::timeout(START_DEADLINE, loading).await {
+        Ok(joined) => joined.map_err(|error| AppError::Startup(error.to_string()))?,
+        Err(_) => Err(driver_trace::StartError::TimedOut { after: START_DEADLINE }),
+    };
     match started {
         Ok(handle) => {
             info!("driver trace on: probing libcuda in the processes NVML lists");
@@ -84,6 +90,10 @@ pub(super) async fn start(
         }
     }
 }
+
+/// Longest the tracer's start (loading and attaching its BPF programs) may
+/// take before vramd goes on without it.
+const START_DEADLINE: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// Where an out-of-memory failure the process did not retry goes: an OOM
 /// event on the device the process is attributed to, numbered with the

@@ -34,6 +34,8 @@ pub enum StartError {
     Load(#[source] ::driver_trace::TraceError),
     #[error("starting the driver trace's thread: {0}")]
     Thread(#[source] std::io::Error),
+    #[error("loading the driver trace's BPF programs did not finish within {after:?}")]
+    TimedOut { after: std::time::Duration },
 }
 
 /// What the configuration and the privileges decide.
