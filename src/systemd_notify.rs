@@ -1,7 +1,9 @@
 //! systemd's service notification protocol, spoken to a `Type=notify`
 //! unit's manager: `READY=1` once sampling is live, `WATCHDOG=1` only while
-//! it keeps up, `STATUS=` lines saying why not, and `STOPPING=1` on
-//! shutdown, so systemd restarts a daemon whose sampler has wedged.
+//! it keeps up, `STATUS=` lines saying why not, `RELOADING=1` … `READY=1`
+//! around a configuration reload (so `systemctl reload` waits for it and
+//! the unit's status says how it ended), and `STOPPING=1` on shutdown, so
+//! systemd restarts a daemon whose sampler has wedged.
 //!
 //! Owns: reading `NOTIFY_SOCKET` (a path, or an abstract name written with
 //! a leading `@`), `WATCHDOG_USEC` and `WATCHDOG_PID`; sending datagrams;
@@ -30,6 +32,10 @@ pub struct Notifier {
     socket: UnixDatagram,
     address: SocketAddr,
     failed: AtomicBool,
+    /// `READY=1` has been sent: only then may a reload say `RELOADING=1`
+    /// and end with `READY=1` (before it, `READY=1` would claim sampling
+    /// that has not started).
+    announced: AtomicBool,
 }
 
 impl Notifier {
@@ -66,7 +72,12 @@ impl Notifier {
         // A manager whose queue is full must not hold a task: the message
         // is dropped instead.
         socket.set_nonblocking(true)?;
-        Ok(Self { socket, address, failed: AtomicBool::new(false) })
+        Ok(Self {
+            socket,
+            address,
+            failed: AtomicBool::new(false),
+            announced: AtomicBool::new(false),
+        })
     }
 
     /// Sends one message (newline-separated `KEY=value` lines); never
@@ -79,6 +90,36 @@ impl Notifier {
                 warn!(error = %error, "cannot notify systemd; dropping notifications that fail (logged once)");
             }
         }
+    }
+
+    /// Says a configuration reload has begun, stamped with the monotonic
+    /// clock as `Type=notify-reload` units require; returns whether it was
+    /// said, which is whether [`Notifier::reloaded`] must follow. Nothing
+    /// is said before the daemon was first announced ready.
+    pub fn reloading(&self) -> bool {
+        if !self.announced.load(Ordering::Acquire) {
+            return false;
+        }
+        let now = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
+        let micros = u64::try_from(now.tv_sec).unwrap_or(0).saturating_mul(1_000_000)
+            + u64::try_from(now.tv_nsec / 1_000).unwrap_or(0);
+        self.send(&format!(
+            "RELOADING=1\nMONOTONIC_USEC={micros}\nSTATUS=reloading the configuration\n"
+        ));
+        true
+    }
+
+    /// Ends a reload [`Notifier::reloading`] announced: `READY=1` and a
+    /// status line that keeps the outcome visible in `systemctl status`
+    /// (until readiness next changes).
+    pub fn reloaded(&self, refusal: Option<&str>) {
+        let status = match refusal {
+            None => "sampling; configuration reloaded".to_owned(),
+            Some(reason) => {
+                format!("sampling; reload refused, running configuration kept: {reason}")
+            }
+        };
+        self.send(&format!("READY=1\nSTATUS={status}\n"));
     }
 }
 
@@ -121,6 +162,7 @@ pub async fn run(
         if answer.is_ok() {
             if !announced {
                 announced = true;
+                notifier.announced.store(true, Ordering::Release);
                 message.push_str("READY=1\n");
                 info!(watchdog = ?watchdog, "told systemd the daemon is ready");
             }
@@ -213,6 +255,35 @@ mod tests {
                 "STATUS=not ready: behind\n",
                 "STATUS=sampling\nWATCHDOG=1\n",
             ]
+        );
+        assert!(notifier.announced.load(Ordering::Acquire));
+    }
+
+    #[test]
+    fn a_reload_is_announced_only_after_ready_and_ends_ready_with_its_outcome() {
+        let (_dir, socket, path) = listener();
+        let notifier = Notifier::open(&path).unwrap();
+        assert!(!notifier.reloading(), "before READY=1 nothing is said");
+        notifier.announced.store(true, Ordering::Release);
+        assert!(notifier.reloading());
+        let begun = receive(&socket);
+        let stamp: u64 = begun
+            .lines()
+            .find_map(|line| line.strip_prefix("MONOTONIC_USEC="))
+            .unwrap()
+            .parse()
+            .unwrap();
+        let now = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
+        let now_micros = u64::try_from(now.tv_sec).unwrap() * 1_000_000;
+        assert!(
+            stamp <= now_micros + 1_000_000 && stamp + 5_000_000 > now_micros,
+            "{stamp} vs {now_micros}"
+        );
+        assert!(begun.starts_with("RELOADING=1\n"), "{begun}");
+        notifier.reloaded(Some("alerts.evaluation_interval: must be positive"));
+        assert_eq!(
+            receive(&socket),
+            "READY=1\nSTATUS=sampling; reload refused, running configuration kept: alerts.evaluation_interval: must be positive\n"
         );
     }
 }

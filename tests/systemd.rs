@@ -73,3 +73,55 @@ fn an_unusable_notify_socket_never_stops_the_daemon() {
         .count();
     assert_eq!(warned, 1, "logged once, not once per message:\n{}", daemon.stderr());
 }
+
+#[test]
+fn a_reload_is_bracketed_by_reloading_and_ready_with_its_outcome_in_the_status() {
+    let mut socket = NotifySocket::new();
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("vramd.toml");
+    std::fs::write(&config, "[alerts.memory_high]\nthreshold = 0.9\nclear = 0.8\n").unwrap();
+    let mut args: Vec<String> = SERVE.iter().map(|arg| (*arg).to_owned()).collect();
+    args.extend(["--simulate", "idle", "--config"].map(String::from));
+    args.push(config.to_string_lossy().into_owned());
+    let mut daemon = Process::spawn(&args, &[("NOTIFY_SOCKET", socket.path())]);
+    daemon.listening();
+    assert!(socket.wait_for(WAIT, |seen| count(seen, "READY=1") == 1), "{:?}", socket.received);
+
+    std::fs::write(&config, "[alerts.memory_high]\nthreshold = 0.95\nclear = 0.8\n").unwrap();
+    daemon.signal("HUP");
+    assert!(
+        socket.wait_for(WAIT, |seen| count(seen, "READY=1") == 2),
+        "no READY=1 after the reload: {:?}\n{}",
+        socket.received,
+        daemon.stderr()
+    );
+    let reload: Vec<&String> =
+        socket.received.iter().skip_while(|m| !m.contains("RELOADING=1")).collect();
+    assert!(
+        reload.len() >= 2,
+        "RELOADING=1 comes before the second READY=1: {:?}",
+        socket.received
+    );
+    assert!(reload[0].lines().any(|line| line.starts_with("MONOTONIC_USEC=")), "{}", reload[0]);
+    let done = reload.iter().find(|m| m.lines().any(|l| l == "READY=1")).unwrap();
+    assert!(done.contains("STATUS=sampling; configuration reloaded"), "{done}");
+
+    // A refused reload also ends ready (the running configuration stays),
+    // and says why in the unit's status.
+    std::fs::write(&config, "[alerts.memory_high]\nthreshold = 0.5\nclear = 0.9\n").unwrap();
+    daemon.signal("HUP");
+    assert!(
+        socket.wait_for(WAIT, |seen| count(seen, "READY=1") == 3),
+        "no READY=1 after the refused reload: {:?}",
+        socket.received
+    );
+    let refused = socket.received.iter().rev().find(|m| m.lines().any(|l| l == "READY=1")).unwrap();
+    assert!(
+        refused.contains("STATUS=sampling; reload refused, running configuration kept: "),
+        "{refused}"
+    );
+    assert!(refused.contains("memory_high"), "the refusal names the key: {refused}");
+    assert_eq!(socket.count("RELOADING=1"), 2);
+    daemon.signal("TERM");
+    assert!(daemon.finish(WAIT).status.success());
+}

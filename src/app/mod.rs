@@ -246,7 +246,8 @@ pub async fn run(
         config.clone(),
         reload_steps(reload.log_level, pipeline, web.clone()),
         telemetry.clone(),
-    );
+    )
+    .with_systemd(systemd.clone());
     tokio::spawn(reloader.run(reload.hangups, cancel.clone()));
     intake.oom_hook = oom_recorder;
     if !replayed_ooms.is_empty() {

@@ -11,7 +11,8 @@
 //! that fails anywhere changes nothing: no step commits before every step
 //! has prepared.
 //!
-//! Depends on `config`, `signals`, `telemetry`, `clock`, and in `steps` on
+//! Depends on `config`, `signals`, `telemetry`, `clock`, `systemd_notify`
+//! (a reload is bracketed by `RELOADING=1` and `READY=1`), and in `steps` on
 //! `logging`, `alerts` (runner settings, notifiers) and the analysis
 //! settings type. Never on the
 //! sources, the sampler or history: a reload leaves sampling alone, so a
@@ -27,6 +28,7 @@ use super::super::Config;
 use super::keys;
 use crate::config::{self, ConfigError, LoadOptions};
 use crate::signals::Hangups;
+use crate::systemd_notify::Notifier;
 use crate::telemetry::Telemetry;
 
 /// How long reading and checking a configuration may take (a file on a hung
@@ -101,6 +103,8 @@ pub struct Reloader {
     /// The read abandoned at its deadline, while it still runs: at most
     /// one blocked thread, however many SIGHUPs follow.
     abandoned: Option<tokio::task::JoinHandle<Prepared>>,
+    /// The service manager, told when a reload begins and how it ended.
+    systemd: Option<Arc<Notifier>>,
 }
 
 /// What a reload's blocking part hands back.
@@ -122,7 +126,16 @@ impl Reloader {
             telemetry,
             deadline: RELOAD_DEADLINE,
             abandoned: None,
+            systemd: None,
         }
+    }
+
+    /// Tells `systemd` when each reload begins and ends, so that
+    /// `systemctl reload` returns once the reload is done (under
+    /// `Type=notify-reload`) and `systemctl status` shows a refusal.
+    pub fn with_systemd(mut self, systemd: Option<Arc<Notifier>>) -> Self {
+        self.systemd = systemd;
+        self
     }
 
     /// Reloads on each hangup until `cancel` or until the hangups end.
@@ -143,7 +156,11 @@ impl Reloader {
 
     /// One reload: read, check, apply; logs and counts the result.
     pub async fn reload(&mut self) -> Result<Outcome, ReloadError> {
+        let told = self.systemd.clone().filter(|systemd| systemd.reloading());
         let result = self.try_reload().await;
+        if let Some(systemd) = told {
+            systemd.reloaded(result.as_ref().err().map(ToString::to_string).as_deref());
+        }
         let now = crate::clock::wall_now();
         self.telemetry.record_config_load(result.is_ok(), true, now);
         match &result {
