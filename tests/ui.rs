@@ -100,7 +100,7 @@ fn the_live_page_draws_every_gpu_and_shows_the_leak_alert_without_console_errors
     for (gpu, total, sum, parts) in &bars {
         assert!(*total > 0, "GPU {gpu} has no total");
         assert_eq!(sum, total, "GPU {gpu}'s bar parts add up to {sum}, not its total {total}");
-        assert_eq!(*parts, 6, "GPU {gpu}: the six parts of the waterfall");
+        assert_eq!(*parts, 7, "GPU {gpu}: the seven parts of the waterfall");
     }
     let label = page.evaluate("document.querySelector('svg.bar').getAttribute('aria-label')");
     assert!(label.as_str().unwrap().contains("live tensors"), "bar's accessible name: {label}");
@@ -142,6 +142,75 @@ fn the_live_page_draws_every_gpu_and_shows_the_leak_alert_without_console_errors
             drawn: performance.getEntriesByName('vramd-data-drawn')[0]?.startTime})",
     );
     eprintln!("page timing (ms since navigation): {}", timing.as_str().unwrap_or_default());
+}
+
+const GIB: u64 = 1 << 30;
+
+/// Ten minutes of one 80 GiB GPU holding one process that no reporter
+/// speaks for but the driver trace saw hold 16 of its 20 GiB.
+fn driver_traced_trace(dir: &std::path::Path) -> PathBuf {
+    const TOTAL: u64 = 80 * GIB;
+    let (used, held) = (20 * GIB, 16 * GIB);
+    let start: i64 = 1_767_225_600_000;
+    let mut lines = vec![json!({
+        "format": "vramd-trace", "version": 1, "source": "nvml",
+        "devices": [{ "index": 0, "uuid": "GPU-0000aaaa-0000-0000-0000-000000000001", "name": "NVIDIA H100 80GB HBM3" }],
+    })];
+    let driver = json!({
+        "allocated_bytes": held, "live_allocations": 8, "allocations": 40, "frees": 32,
+        "allocation_failures": 1, "out_of_memory_failures": 1, "allocation_retries": 1,
+        "unmatched_frees": 0, "untracked_allocations": 0, "size_buckets": [0, 0, 0, 0, 0, 0, 40, 0, 0],
+    });
+    for second in 0..600_i64 {
+        let at = start + second * 1_000;
+        lines.push(json!({
+            "record": "fast", "device": 0, "at": at,
+            "memory": { "total_bytes": TOTAL, "reserved_bytes": 0, "used_bytes": used, "free_bytes": TOTAL - used },
+        }));
+        lines.push(json!({
+            "record": "slow", "device": 0, "at": at,
+            "processes": [{ "pid": 4242, "name": "python3", "used_bytes": used, "details": { "driver": driver } }],
+        }));
+    }
+    let path = dir.join("driver.ndjson");
+    let text: Vec<String> = lines.iter().map(Value::to_string).collect();
+    std::fs::write(&path, text.join("\n") + "\n").unwrap();
+    path
+}
+
+/// A process seen only by the driver trace: its driver-held bytes are a
+/// part of the bar of their own (not "outside any allocator") and a cell of
+/// its row, whose title says what the trace counted.
+#[test]
+fn the_live_page_draws_the_driver_traced_bytes_of_a_process_without_a_reporter() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = driver_traced_trace(dir.path());
+    let mut daemon =
+        Process::spawn(&[&SERVE[..], &["--replay", trace.to_str().unwrap()]].concat(), &[]);
+    let addr = daemon.listening();
+    daemon.wait_ready(addr);
+    let (_profile, _browser, mut page) = open(addr);
+    assert!(
+        page.wait_for("document.querySelector('tr[data-pid=\"4242\"]') !== null", DRAWN),
+        "the process is not drawn; status: {}",
+        page.evaluate("document.getElementById('status').textContent")
+    );
+    let mut part = |segment: &str| {
+        let bytes = page.evaluate(&format!(
+            "document.querySelector('svg.bar rect[data-segment=\"{segment}\"]').dataset.bytes"
+        ));
+        bytes.as_str().unwrap().parse::<u64>().unwrap()
+    };
+    assert_eq!(part("traced"), 16 * GIB, "the driver-held bytes are their own part");
+    assert_eq!(part("outside"), 4 * GIB, "the rest of the process's use is outside");
+    let cell =
+        page.evaluate("document.querySelector('tr[data-pid=\"4242\"] td:last-child').textContent");
+    assert_eq!(cell, json!("16.0 GiB"));
+    let title =
+        page.evaluate("document.querySelector('tr[data-pid=\"4242\"] td:last-child').title");
+    assert!(title.as_str().unwrap().contains("1 out-of-memory failures (1 retried)"), "{title}");
+    let errors = page.errors();
+    assert!(errors.is_empty(), "console errors: {errors:#?}");
 }
 
 /// Behind the web configuration's TLS and basic auth the page works as a

@@ -9,6 +9,7 @@ const SVG = "http://www.w3.org/2000/svg";
 const SEGMENTS = [
   ["driver", "driver-reserved"],
   ["outside", "outside any allocator"],
+  ["traced", "driver allocations, no reporter"],
   ["live", "live tensors"],
   ["cache", "allocator cache"],
   ["fragmented", "fragmented"],
@@ -88,11 +89,18 @@ function waterfall(accounting, memory) {
   const cache = accounting ? accounting.allocator_cache_bytes : 0;
   const fragmented = accounting ? Math.min(accounting.fragmented_bytes, cache) : 0;
   const inAllocator = Math.min(live + cache, used);
+  // The driver trace's view of processes no reporter speaks for: bytes held
+  // through cuMemAlloc*/cuMemCreate (PyTorch's reserved), not in any
+  // reporter's figures, so it splits what would be "outside" otherwise.
+  const held = accounting && accounting.driver_held_bytes !== undefined && accounting.driver_held_bytes !== null
+    ? accounting.driver_held_bytes : 0;
+  const traced = Math.min(held, used - inAllocator);
   return {
     total,
     parts: {
       driver: Math.max(total - used - free, 0),
-      outside: used - inAllocator,
+      outside: used - inAllocator - traced,
+      traced,
       live: Math.min(live, inAllocator),
       cache: Math.max(inAllocator - Math.min(live, inAllocator) - fragmented, 0),
       fragmented: Math.min(fragmented, inAllocator - Math.min(live, inAllocator)),
@@ -178,11 +186,18 @@ function markers(detail) {
   return list;
 }
 
+// What the driver trace counted for one process, for the driver-held cell.
+function driverSummary(driver) {
+  return driver.live_allocations + " live allocations; " + driver.allocations + " allocations, " +
+    driver.frees + " frees, " + driver.out_of_memory_failures + " out-of-memory failures (" +
+    driver.allocation_retries + " retried)";
+}
+
 function processTable(device, detail) {
   const processes = (detail && detail.processes) || [];
   const key = device.uuid;
-  const headings = ["PID", "Name", "Pod", "Namespace", "Container", "Used", "Live tensors", "Cache", "Fragmented", "Outside allocator"];
-  const numeric = new Set([0, 5, 6, 7, 8, 9]);
+  const headings = ["PID", "Name", "Pod", "Namespace", "Container", "Used", "Live tensors", "Cache", "Fragmented", "Outside allocator", "Driver-held"];
+  const numeric = new Set([0, 5, 6, 7, 8, 9, 10]);
   const table = el("table", {},
     el("caption", {}, "Processes on GPU " + device.index + " (" + processes.length +
       (detail && detail.processes_dropped ? ", " + detail.processes_dropped + " not listed" : "") + ")"),
@@ -193,8 +208,11 @@ function processTable(device, detail) {
     const breakdown = process.breakdown || {};
     const cells = [process.pid, process.name || "–", process.pod || "–", process.namespace || "–", process.container || "–",
       bytes(process.used_bytes), bytes(breakdown.live_tensors_bytes), bytes(breakdown.allocator_cache_bytes),
-      bytes(breakdown.fragmented_bytes), bytes(breakdown.outside_allocator_bytes)];
-    body.append(el("tr", {}, ...cells.map((text, i) => el("td", { class: numeric.has(i) ? "num" : null }, text))));
+      bytes(breakdown.fragmented_bytes), bytes(breakdown.outside_allocator_bytes),
+      process.driver ? bytes(process.driver.allocated_bytes) : "–"];
+    const row = el("tr", { "data-pid": String(process.pid) }, ...cells.map((text, i) => el("td", { class: numeric.has(i) ? "num" : null }, text)));
+    if (process.driver) row.lastChild.title = driverSummary(process.driver);
+    body.append(row);
   }
   table.append(body);
   const details = el("details", { "data-uuid": key }, el("summary", {}, processes.length + " processes"), el("div", { class: "scroll" }, table));
