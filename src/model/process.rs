@@ -17,6 +17,7 @@ use super::shared_str::SharedStr;
 /// One process holding memory on one device.
 #[serde_with::skip_serializing_none]
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct ProcessInfo {
     /// Host PID, as the driver reports it.
     pub pid: u32,

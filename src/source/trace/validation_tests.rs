@@ -121,6 +121,14 @@ fn unknown_and_malformed_records_are_refused() {
     assert!(
         matches!(&reason, LineError::BadRecord { record: "fast", reason } if reason.contains("gpu_utilisation"))
     );
+    // Inside a process too: a driver object written beside `details`
+    // instead of in it must not vanish.
+    let typo = r#"{"record":"slow","device":0,"at":5,"processes":[{"pid":7,"driver":{}}]}"#;
+    let reason = refused(&[HEADER, typo], 2);
+    assert!(
+        matches!(&reason, LineError::BadRecord { record: "slow", reason } if reason.contains("driver")),
+        "{reason}"
+    );
     let reason = refused(&[HEADER, r#"{"record":"slow","device":0}"#], 2);
     assert!(
         matches!(&reason, LineError::BadRecord { record: "slow", reason } if reason.contains("at"))
