@@ -4,7 +4,9 @@
 //! loader; docs/driver-trace.md).
 //!
 //! Owns: `[driver_trace]` and the decision whether the trace runs
-//! ([`decide`]: mode and privilege), the per-process accounting (`ledger`),
+//! ([`decide`]: mode and privilege), the per-process and per-device
+//! accounting (`ledger`, with `contexts`: which device each thread's
+//! allocations land on),
 //! the discovery of the libcuda files the listed processes map
 //! (`discover`), the tracer's thread (`runner`), and the [`DriverBoard`]
 //! whose join puts each process's statistics on slow readings (through the
@@ -14,6 +16,7 @@
 
 mod board;
 mod config;
+mod contexts;
 mod discover;
 mod ledger;
 mod runner;
