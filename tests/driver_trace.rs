@@ -84,6 +84,7 @@ fn start_daemon_on(dir: &std::path::Path, uuids: &[&str], pids: &[u32]) -> (Proc
         ("VRAMD_SAMPLER__SLOW_INTERVAL", "200ms"),
         ("VRAMD_DRIVER_TRACE__MODE", "on"),
         ("VRAMD_DRIVER_TRACE__DISCOVERY_INTERVAL", "200ms"),
+        ("VRAMD_ANALYSIS__EVALUATION_INTERVAL", "250ms"),
     ];
     let mut daemon = Process::spawn(&SERVE, &env);
     let addr = daemon.listening();
@@ -223,6 +224,25 @@ fn the_daemon_counts_exactly_what_each_process_allocated_and_freed() {
         (json!(late.pid), json!(GIB))
     );
 
+    // The late one's retry, which no reporter told: allocator_retries
+    // fires for it, from the driver's evidence, and for it alone.
+    let retries_firing = || -> Vec<Value> {
+        let alerts = get(addr, "/api/v1/alerts").json();
+        let alerts = alerts["alerts"].as_array().cloned().unwrap_or_default();
+        alerts
+            .into_iter()
+            .filter(|alert| alert["rule"] == "allocator_retries" && alert["state"] == "firing")
+            .collect()
+    };
+    eventually(Duration::from_secs(20), "allocator_retries fires for the late process", || {
+        !retries_firing().is_empty()
+    });
+    let fired = retries_firing();
+    assert_eq!(fired.len(), 1, "{fired:?}");
+    assert_eq!(fired[0]["value"], 1.0, "{fired:?}");
+    let description = fired[0]["description"].as_str().unwrap();
+    assert!(description.contains("driver trace"), "{description}");
+    assert_eq!(fired[0]["pid"], late.pid, "{fired:?}");
     drop(daemon);
 }
 
