@@ -6,7 +6,7 @@
 //! daemon started; the other loads its own copy of libcuda (another file)
 //! only after the daemon runs, so the daemon must find that file later.
 //!
-//! Needs root (or CAP_BPF + CAP_PERFMON), a kernel with BPF and uprobes,
+//! Needs root (or CAP_SYS_ADMIN + CAP_SYS_PTRACE), a kernel with BPF and uprobes,
 //! and python3; without them each test is skipped, saying why.
 
 // A test crate: a panic here is a failed test, not a failed daemon.
@@ -320,7 +320,7 @@ fn mode_on_without_the_privilege_fails_start_up_naming_what_is_missing() {
     let output = Process::spawn_command(&mut command, &env).finish(Duration::from_secs(20));
     assert_eq!(output.status.code(), Some(1), "{}", output.stderr);
     assert!(
-        output.stderr.contains("CAP_BPF and CAP_PERFMON"),
+        output.stderr.contains("lacks CAP_SYS_ADMIN and CAP_SYS_PTRACE"),
         "names what is missing: {}",
         output.stderr
     );

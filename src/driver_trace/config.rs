@@ -25,8 +25,8 @@ use crate::setting::{ByteSize, Form, KIB, Keys, MIB, hours, ms, non_zero, secs};
 #[serde(rename_all = "snake_case")]
 #[strum(serialize_all = "snake_case")]
 pub enum TraceMode {
-    /// On when the daemon holds the privilege (root, or CAP_BPF and
-    /// CAP_PERFMON), else off with one log line.
+    /// On when the daemon holds the privilege (root, or CAP_SYS_ADMIN and
+    /// CAP_SYS_PTRACE), else off with one log line.
     #[default]
     Auto,
     /// On; start-up fails (exit 1) without the privilege, naming what is missing.

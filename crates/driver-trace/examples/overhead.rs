@@ -2,7 +2,7 @@
 //! calls the fake libcuda's `cuMemAlloc_v2`/`cuMemFree_v2` (traced) and
 //! `cuMemGetInfo_v2` (not traced) in a loop, once untraced and once with
 //! the trace attached and its events drained, and prints the mean time per
-//! call of each. Root (or CAP_BPF + CAP_PERFMON) only.
+//! call of each. Root (or CAP_SYS_ADMIN + CAP_SYS_PTRACE) only.
 //!
 //!   scripts/bench-driver-trace.sh [ITERATIONS]
 

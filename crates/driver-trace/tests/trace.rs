@@ -1,6 +1,6 @@
 //! The BPF programs pass this kernel's verifier, attach to the fake
 //! libcuda and report exactly the calls a program made, with their
-//! results. Needs root (or CAP_BPF + CAP_PERFMON) and python3: without
+//! results. Needs root (or CAP_SYS_ADMIN + CAP_SYS_PTRACE) and python3: without
 //! them the test is skipped, saying so.
 
 // A test crate: a panic here is a failed test.
