@@ -56,7 +56,7 @@ pub struct DriverTraceConfig {
     pub max_contexts: NonZeroUsize,
     /// traced calls handled per second; beyond, they wait in the ring buffer, which drops (and counts) what does not fit
     pub max_events_per_second: NonZeroUsize,
-    /// size of the kernel's ring buffer of traced calls (32 bytes each, 40 with its header), rounded up to a power of two
+    /// size of the kernel's ring buffer of traced calls (32 bytes each, 40 with its header), rounded up to a power of two; it counts twice in the daemon's RSS (the kernel maps it twice)
     pub ring_buffer_bytes: ByteSize,
     /// distinct libcuda files (device and inode) probed, or tried and refused, at most
     pub max_libraries: NonZeroUsize,
@@ -74,7 +74,7 @@ impl Default for DriverTraceConfig {
             max_live_allocations: non_zero(65_536),
             max_contexts: non_zero(256),
             max_events_per_second: non_zero(200_000),
-            ring_buffer_bytes: ByteSize(4 * MIB),
+            ring_buffer_bytes: ByteSize(MIB),
             max_libraries: non_zero(16),
             oom_retry_window: ms(250),
             discovery_interval: secs(1),
