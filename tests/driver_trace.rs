@@ -304,6 +304,76 @@ fn a_process_on_two_devices_has_each_devices_bytes_counted_on_that_device() {
 }
 
 #[test]
+fn a_process_whose_reporter_speaks_is_judged_by_its_reporter_alone() {
+    if let Some(reason) = unable() {
+        eprintln!("SKIP: {reason}");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let cuda_scenario = cuda_fake::harness::write_scenario(
+        dir.path(),
+        &json!({ "devices": [ { "total_bytes": 4 * GIB, "context_bytes": 0 } ] }),
+    );
+    let mut cuda = CudaProgram::start(&cuda_scenario).unwrap();
+    let library = libcuda_copy(dir.path(), "reported");
+    for command in [format!("load {}", library.display()), "init".into()] {
+        assert_eq!(cuda.call(&command).unwrap(), "ok", "{command}");
+    }
+    let (daemon, addr) = start_daemon(dir.path(), &[cuda.pid]);
+    let metrics = || get(addr, "/metrics").text();
+    eventually(Duration::from_secs(20), "the libcuda is probed", || {
+        sample(&metrics(), "vramd_driver_trace_libraries") == Some(1.0)
+    });
+    // Its reporter speaks: no retry, no OOM, by its own count.
+    let report = json!({
+        "version": 1,
+        "reporter": { "pid": cuda.pid, "hostname": "e2e" },
+        "at": vramd::clock::wall_now().to_rfc3339(),
+        "devices": [ { "uuid": GPU0, "index": 0, "memory_stats": {
+            "allocated_bytes.all.current": GIB, "reserved_bytes.all.current": 3 * GIB,
+            "active_bytes.all.current": GIB, "inactive_split_bytes.all.current": 0,
+            "num_alloc_retries": 0, "num_ooms": 0 } } ],
+    });
+    let posted = support::http::post(addr, "/api/v1/allocator-reports", &report.to_string());
+    assert_eq!(posted.unwrap().status, 202);
+    let reported =
+        format!("vramd_allocator_reserved_bytes{{gpu=\"0\",uuid=\"{GPU0}\",pid=\"{}\"", cuda.pid);
+    eventually(Duration::from_secs(10), "the report joins the process", || {
+        metrics().contains(&reported)
+    });
+    // What the driver sees meanwhile: a retry after a flush, then an
+    // out-of-memory failure never retried.
+    assert_eq!(cuda.call("context 0").unwrap(), "ok");
+    let cache = cuda.allocate(&format!("alloc {}", 3 * GIB)).unwrap().unwrap();
+    assert_eq!(cuda.allocate(&format!("alloc {}", 2 * GIB)).unwrap(), Err(2));
+    assert_eq!(cuda.call(&format!("free {cache}")).unwrap(), "ok");
+    cuda.allocate(&format!("alloc {}", 2 * GIB)).unwrap().unwrap();
+    assert_eq!(cuda.allocate(&format!("alloc {}", 8 * GIB)).unwrap(), Err(2));
+    eventually(Duration::from_secs(20), "the trace saw both failures", || {
+        let text = metrics();
+        process_value(&text, "vramd_process_driver_out_of_memory_total", cuda.pid) == Some(2.0)
+            && process_value(&text, "vramd_process_driver_allocation_retries_total", cuda.pid)
+                == Some(1.0)
+    });
+    // Past the retry window and several evaluations: the reporter's
+    // evidence stands alone, the driver's is not added to it.
+    std::thread::sleep(Duration::from_secs(2));
+    let events = get(addr, "/api/v1/oom-events").json();
+    let raised =
+        events["events"].as_array().unwrap().iter().filter(|e| e["pid"] == cuda.pid).count();
+    assert_eq!(raised, 0, "the reporter posts its own OOM events: {events}");
+    let alerts = get(addr, "/api/v1/alerts").json();
+    let retries = alerts["alerts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|alert| alert["rule"] == "allocator_retries" && alert["pid"] == cuda.pid)
+        .count();
+    assert_eq!(retries, 0, "num_alloc_retries says 0: {alerts}");
+    drop(daemon);
+}
+
+#[test]
 fn mode_on_without_the_privilege_fails_start_up_naming_what_is_missing() {
     let env = [("VRAMD_DRIVER_TRACE__MODE", "on"), ("VRAMD_SOURCE__SIMULATE", "idle")];
     let mut command = std::process::Command::new(support::BIN);

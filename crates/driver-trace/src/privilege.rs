@@ -15,7 +15,8 @@ const CAP_SYS_PTRACE: u32 = 19;
 const CAP_SYS_ADMIN: u32 = 21;
 
 /// Each capability tracing needs, and its name.
-const NEEDED: [(u32, &str); 2] = [(CAP_SYS_ADMIN, "CAP_SYS_ADMIN"), (CAP_SYS_PTRACE, "CAP_SYS_PTRACE")];
+const NEEDED: [(u32, &str); 2] =
+    [(CAP_SYS_ADMIN, "CAP_SYS_ADMIN"), (CAP_SYS_PTRACE, "CAP_SYS_PTRACE")];
 
 /// What the process holds, and what it lacks for tracing.
 #[derive(Clone, Debug, PartialEq, Eq)]
