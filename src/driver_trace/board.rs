@@ -23,7 +23,8 @@ pub enum DropReason {
     /// The kernel's ring buffer was full (the tracer behind, or held back
     /// at `driver_trace.max_events_per_second`).
     RingFull,
-    /// The kernel's table of calls in flight (one per thread) was full.
+    /// Two threads sharing a slot of the kernel's array of allocation
+    /// calls in flight allocated at once: the earlier call is lost.
     InFlightFull,
     /// A new process while `driver_trace.max_processes` were tracked.
     ProcessLimit,

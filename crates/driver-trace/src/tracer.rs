@@ -117,7 +117,8 @@ pub struct Attached {
 pub struct Counters {
     /// Events lost because the ring buffer was full (user space too slow).
     pub ring_full: u64,
-    /// Calls lost because the per-thread in-flight table was full.
+    /// Allocation calls lost because another thread sharing their
+    /// in-flight slot (thread id modulo 16384) allocated at the same time.
     pub in_flight_full: u64,
     /// Returns without a saved entry (a probe attached mid-call).
     pub unpaired_returns: u64,
