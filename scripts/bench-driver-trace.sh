@@ -2,7 +2,7 @@
 # The driver trace's overhead per traced call (issue 33: at most 2 us per
 # allocation call, nothing on calls that are not traced): a C loop over the
 # fake libcuda, untraced then traced (crates/driver-trace/examples/overhead.rs).
-# Needs root (or CAP_BPF + CAP_PERFMON) and cc.
+# Needs root (or CAP_SYS_ADMIN + CAP_SYS_PTRACE) and cc.
 #   scripts/bench-driver-trace.sh [ITERATIONS]      (default 200000)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."

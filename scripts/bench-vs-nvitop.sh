@@ -5,7 +5,9 @@
 # processes. nvitop-exporter (PyPI, pinned below) runs from a virtual
 # environment under target/ and loads the same fake library through
 # LD_LIBRARY_PATH; vramd runs its release binary with the default
-# configuration. The two run one after the other, A B A B, REPS times, and
+# configuration, except that its driver trace is off
+# (VRAMD_DRIVER_TRACE__MODE=off: nvitop traces nothing, and as root `auto`
+# would load the BPF programs and their ring buffer). The two run one after the other, A B A B, REPS times, and
 # each run measures:
 #   rss_start  VmRSS START_SECONDS after the exporter first answers;
 #   idle_cpu   its CPU share (utime + stime from /proc, 10 ms ticks) over
@@ -87,6 +89,7 @@ start() {
     case $which in
         vramd)
             env -u VRAMD_SERVER__LISTEN VRAMD_NVML__LIBRARY_PATH="$LIB" \
+                VRAMD_DRIVER_TRACE__MODE=off \
                 FAKE_NVML_SCENARIO="$WORK/host.json" "$@" target/release/vramd \
                 --config config/vramd.toml --log-level warn --listen "$ADDR" \
                 >"$WORK/$which.log" 2>&1 &

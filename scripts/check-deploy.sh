@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Checks every deployment artifact under deploy/ with real tools:
 #
-#   systemd     deploy/systemd/vramd.service, vramd.sysusers.conf
+#   systemd     deploy/systemd/vramd.service, vramd.sysusers.conf, driver-trace.conf
 #     - systemd-analyze verify (on a copy whose ExecStart points at the
 #       vramd binary under test: verify insists that the binary exists);
 #       any warning fails, since verify exits 0 on unknown keys and bad values
@@ -179,6 +179,26 @@ if security_unit >"$WORK/out" 2>&1; then
 else
     fail "systemd: systemd-analyze security --offline=yes (at most $MAX_EXPOSURE)" "$WORK/out"
 fi
+
+# The opt-in driver-trace drop-in, loaded beside a copy of the unit as
+# systemd would load it: systemd must accept every line of it (a warning
+# naming it fails), and it must grant what the trace needs and no more
+# than docs/deploy.md says.
+drop_in_unit() {
+    local dir="$WORK/unit-trace" output
+    mkdir -p "$dir/vramd.service.d"
+    cp "$WORK/unit/vramd.service" "$dir/"
+    cp deploy/systemd/driver-trace.conf "$dir/vramd.service.d/"
+    output="$(systemd-analyze security --offline=yes --no-pager "$dir/vramd.service" 2>&1)" ||
+        { echo "$output"; return 1; }
+    if grep "driver-trace.conf" <<<"$output"; then return 1; fi
+    grep -Eq "CapabilityBoundingSet=~CAP_SYS_ADMIN +Service has administrator" <<<"$output" ||
+        { echo "the drop-in does not grant CAP_SYS_ADMIN"; return 1; }
+    grep -Eq "CapabilityBoundingSet=~CAP_SYS_PTRACE +Service has ptrace" <<<"$output" ||
+        { echo "the drop-in does not grant CAP_SYS_PTRACE"; return 1; }
+    grep -E "Overall exposure" <<<"$output"
+}
+check "systemd: the driver-trace drop-in (deploy/systemd/driver-trace.conf) loads with the unit and grants CAP_SYS_ADMIN and CAP_SYS_PTRACE" drop_in_unit
 
 sysusers() {
     local root="$WORK/sysroot"

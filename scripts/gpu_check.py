@@ -52,9 +52,10 @@ def vramd_device(base, index):
         return json.load(response)
 
 
-def start_vramd(binary):
+def start_vramd(binary, extra=None):
     env = {k: v for k, v in os.environ.items() if not k.startswith("VRAMD_")}
     env.update({"VRAMD_SAMPLER__FAST_INTERVAL": "100ms", "VRAMD_SAMPLER__SLOW_INTERVAL": "500ms"})
+    env.update(extra or {})
     daemon = subprocess.Popen([binary, "--listen", "127.0.0.1:0", "--log-format", "json"],
                               env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 60

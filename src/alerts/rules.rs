@@ -422,10 +422,17 @@ fn process_rules(
                     format!(
                         "{who} on {name}: allocator had to flush its cache {retries} time(s)"
                     ),
-                    format!(
-                        "num_alloc_retries rose by {retries} within {}: allocations only succeeded after freeing the whole cache, the step before an OOM.",
-                        minutes(rules.allocator_retries.window.as_secs_f64())
-                    ),
+                    if process.retries_from_driver {
+                        format!(
+                            "the driver trace saw {retries} allocation(s) within {} fail with CUDA_ERROR_OUT_OF_MEMORY and succeed when retried after frees: the cache was flushed to make room, the step before an OOM.",
+                            minutes(rules.allocator_retries.window.as_secs_f64())
+                        )
+                    } else {
+                        format!(
+                            "num_alloc_retries rose by {retries} within {}: allocations only succeeded after freeing the whole cache, the step before an OOM.",
+                            minutes(rules.allocator_retries.window.as_secs_f64())
+                        )
+                    },
                 )
             },
             remediation: remediation::ALLOCATION_PRESSURE,

@@ -24,6 +24,7 @@ fn process(allocated: u64, reserved: u64, pool_limit: Option<u64>) -> ProcessFac
         snapshot: None,
         pool_limit_bytes: pool_limit,
         retries_in_window: None,
+        retries_from_driver: false,
         ooms_in_window: None,
         leak: None,
     }

@@ -15,6 +15,7 @@ use crate::history::{DeviceHistory, HistoryStore};
 use crate::model::Timestamp;
 
 use super::AnalysisConfig;
+use super::driver_retries::DriverRetries;
 use super::floor::FloorScratch;
 use super::leak::{LeakFinding, LeakParams, detect_process_leak};
 use super::pressure::{PressureInput, PressureThresholds, pressure};
@@ -91,6 +92,8 @@ struct DeviceMemo {
     /// Allocator counter steps, kept up to date from the samples that
     /// arrived since the previous pass.
     counters: CounterTrack,
+    /// The driver trace's retries of processes no reporter speaks for.
+    driver_retries: DriverRetries,
     /// (at, cumulative Xid count), to count new ones.
     xid_totals: VecDeque<(Timestamp, u64)>,
 }
@@ -213,6 +216,7 @@ impl Analyzer {
         // looks at its own, longer window only when it is due.
         memo.counters.update(device, now, settings.retries_window.max(settings.oom_window));
         let counters = memo.counters.increases(now, settings.retries_window, settings.oom_window);
+        memo.driver_retries.update(live.slow.as_deref(), settings.retries_window);
         // Borrowed from the shared latest reading: cloning every process's
         // strings on every pass was a tenth of an offline run.
         let latest_processes: &[crate::model::ProcessInfo] =
@@ -255,6 +259,12 @@ impl Analyzer {
         }
         let cached_leaks = memo.leaks.as_ref().map(|(_, findings)| findings);
         for &(pid, retries, ooms) in &counters {
+            // A reporter's counter, else the driver's: never both.
+            let driver_retries = match retries {
+                Some(_) => None,
+                None => memo.driver_retries.in_window(pid, now, settings.retries_window),
+            };
+            let retries = retries.or(driver_retries);
             retries_total = add(retries_total, retries);
             ooms_total = add(ooms_total, ooms);
             let leak = cached_leaks.and_then(|findings| findings.get(&pid)).cloned();
@@ -276,6 +286,7 @@ impl Analyzer {
                 snapshot: latest.and_then(|process| process.details.snapshot),
                 pool_limit_bytes: latest.and_then(|process| process.details.pool_limit_bytes),
                 retries_in_window: retries,
+                retries_from_driver: driver_retries.is_some(),
                 ooms_in_window: ooms,
                 leak,
             });

@@ -11,6 +11,7 @@
 pub mod accounting;
 pub mod analyzer;
 mod config;
+mod driver_retries;
 pub mod floor;
 pub mod leak;
 pub mod pressure;

@@ -68,6 +68,8 @@ pub struct ProcessFacts {
     /// A preallocated pool's ceiling (JAX `bytes_limit`), if reported.
     pub pool_limit_bytes: Option<u64>,
     pub retries_in_window: Option<u64>,
+    /// Whether those retries are the driver trace's (no reporter speaks).
+    pub retries_from_driver: bool,
     pub ooms_in_window: Option<u64>,
     pub leak: Option<LeakFinding>,
 }

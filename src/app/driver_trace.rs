@@ -17,7 +17,7 @@ use crate::driver_trace::{
 };
 use crate::history::HistoryStore;
 use crate::ingest::OomIntake;
-use crate::model::OomEvent;
+use crate::model::{DriverOomEvidence, OomEvent, ProcessHolding};
 use crate::source::SourceSelection;
 use crate::telemetry::{DriverTraceReading, Telemetry};
 
@@ -112,7 +112,7 @@ pub const DRIVER_TRACE_REPORTER: &str = "driver-trace";
 impl OomTarget {
     fn sink(self, board: Arc<DriverBoard>) -> OomSink {
         Box::new(move |oom: DriverOom| {
-            let Some(index) = board.device_of(oom.pid) else { return };
+            let Some(index) = board.device_of(oom.pid, oom.device) else { return };
             let devices = self.store.devices();
             let Some(device) = devices.iter().find(|device| device.info().index == index) else {
                 return;
@@ -127,6 +127,16 @@ impl OomTarget {
             if reported {
                 return;
             }
+            let others = processes
+                .into_iter()
+                .flatten()
+                .filter(|process| process.pid != oom.pid)
+                .map(|process| ProcessHolding {
+                    pid: process.pid,
+                    used_bytes: process.used_bytes,
+                    driver_held_bytes: process.details.driver.as_ref().map(|d| d.allocated_bytes),
+                })
+                .collect();
             let at = wall_now();
             let event = OomEvent {
                 id: self.ids.next_id(),
@@ -147,6 +157,7 @@ impl OomTarget {
                 stats: None,
                 snapshot: None,
                 snapshot_path: None,
+                driver: Some(DriverOomEvidence { held_bytes: oom.held_bytes, others }),
             };
             info!(
                 pid = oom.pid,

@@ -6,12 +6,13 @@
 //! The join runs on each device's slow-tier thread inside its deadline,
 //! so it only reads published maps; it never waits on the tracer.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use parking_lot::{Mutex, RwLock};
 
+use super::ledger::ByDevice;
 use crate::model::{DeviceInfo, DriverStats, SlowReading};
 
 /// Why a traced call was lost (the `reason` of
@@ -22,7 +23,8 @@ pub enum DropReason {
     /// The kernel's ring buffer was full (the tracer behind, or held back
     /// at `driver_trace.max_events_per_second`).
     RingFull,
-    /// The kernel's table of calls in flight (one per thread) was full.
+    /// Two threads sharing a slot of the kernel's array of allocation
+    /// calls in flight allocated at once: the earlier call is lost.
     InFlightFull,
     /// A new process while `driver_trace.max_processes` were tracked.
     ProcessLimit,
@@ -86,11 +88,12 @@ impl TraceHealth {
 }
 
 pub struct DriverBoard {
-    published: RwLock<Arc<HashMap<u32, Arc<DriverStats>>>>,
-    /// PID → the lowest device index that listed it: the one device its
-    /// driver statistics are attributed to (a process on several devices
-    /// is counted once, not once per device).
-    listed: Mutex<HashMap<u32, u32>>,
+    published: RwLock<Arc<HashMap<u32, Arc<ByDevice>>>>,
+    /// PID → the device indices that list it. A process's calls count on
+    /// the device they named; those on no known device, or on an ordinal
+    /// no listing device has (a process that sees a subset of the devices),
+    /// on the lowest listing one.
+    listed: Mutex<HashMap<u32, BTreeSet<u32>>>,
     max_listed: usize,
     pub health: TraceHealth,
 }
@@ -105,28 +108,28 @@ impl DriverBoard {
         }
     }
 
-    /// Joins each listed process's driver statistics onto a slow reading,
-    /// on the device it is attributed to.
+    /// Joins each listed process's driver statistics on this device onto
+    /// a slow reading.
     pub fn join(&self, info: &DeviceInfo, reading: &mut SlowReading) {
         let Some(processes) = reading.processes.as_mut() else { return };
         let published = self.published.read().clone();
         let mut listed = self.listed.lock();
+        let here: HashSet<u32> = processes.iter().map(|process| process.pid).collect();
+        for (pid, devices) in listed.iter_mut() {
+            if !here.contains(pid) {
+                devices.remove(&info.index);
+            }
+        }
         for process in processes.iter_mut() {
             let room = listed.len() < self.max_listed;
-            let attributed = match listed.get_mut(&process.pid) {
-                Some(lowest) => {
-                    *lowest = (*lowest).min(info.index);
-                    *lowest == info.index
-                }
-                None if room => {
-                    listed.insert(process.pid, info.index);
-                    true
-                }
-                None => false,
+            let devices = match listed.get_mut(&process.pid) {
+                Some(devices) => devices,
+                None if room => listed.entry(process.pid).or_default(),
+                None => continue,
             };
-            if attributed {
-                process.details.driver = published.get(&process.pid).cloned();
-            }
+            devices.insert(info.index);
+            let Some(calls) = published.get(&process.pid) else { continue };
+            process.details.driver = on_device(calls, devices, info.index).map(Arc::new);
         }
     }
 
@@ -135,9 +138,13 @@ impl DriverBoard {
         self.listed.lock().keys().copied().collect()
     }
 
-    /// The device index a process's driver statistics are attributed to.
-    pub fn device_of(&self, pid: u32) -> Option<u32> {
-        self.listed.lock().get(&pid).copied()
+    /// The device index a process's calls on `device` (a CUDA ordinal, or
+    /// none known) count on: that device when it lists the process, else
+    /// the lowest that does.
+    pub fn device_of(&self, pid: u32, device: Option<u32>) -> Option<u32> {
+        let listed = self.listed.lock();
+        let devices = listed.get(&pid)?;
+        device.filter(|device| devices.contains(device)).or_else(|| devices.first().copied())
     }
 
     /// Forgets exited processes.
@@ -148,7 +155,27 @@ impl DriverBoard {
         }
     }
 
-    pub fn publish(&self, stats: HashMap<u32, Arc<DriverStats>>) {
+    pub fn publish(&self, stats: HashMap<u32, Arc<ByDevice>>) {
         *self.published.write() = Arc::new(stats);
     }
+}
+
+/// What of a process's calls counts on device `index`, given the devices
+/// that list it; `None` when nothing does.
+fn on_device(calls: &ByDevice, listing: &BTreeSet<u32>, index: u32) -> Option<DriverStats> {
+    let lowest = listing.first() == Some(&index);
+    let mut total: Option<DriverStats> = None;
+    for (device, stats) in calls {
+        let counts_here = match device {
+            Some(device) if listing.contains(device) => *device == index,
+            _ => lowest,
+        };
+        if counts_here {
+            match &mut total {
+                Some(total) => total.absorb(stats),
+                None => total = Some(stats.clone()),
+            }
+        }
+    }
+    total
 }

@@ -25,8 +25,8 @@ use crate::setting::{ByteSize, Form, KIB, Keys, MIB, hours, ms, non_zero, secs};
 #[serde(rename_all = "snake_case")]
 #[strum(serialize_all = "snake_case")]
 pub enum TraceMode {
-    /// On when the daemon holds the privilege (root, or CAP_BPF and
-    /// CAP_PERFMON), else off with one log line.
+    /// On when the daemon holds the privilege (root, or CAP_SYS_ADMIN and
+    /// CAP_SYS_PTRACE), else off with one log line.
     #[default]
     Auto,
     /// On; start-up fails (exit 1) without the privilege, naming what is missing.
@@ -52,9 +52,11 @@ pub struct DriverTraceConfig {
     pub max_processes: NonZeroUsize,
     /// live allocations kept per process; further ones are counted but not kept (their bytes are missing)
     pub max_live_allocations: NonZeroUsize,
+    /// contexts, and threads with a current context, followed per process to tell which device an allocation is on; beyond, a thread's allocations count on the process's lowest listed device
+    pub max_contexts: NonZeroUsize,
     /// traced calls handled per second; beyond, they wait in the ring buffer, which drops (and counts) what does not fit
     pub max_events_per_second: NonZeroUsize,
-    /// size of the kernel's ring buffer of traced calls (48 bytes each), rounded up to a power of two
+    /// size of the kernel's ring buffer of traced calls (32 bytes each, 40 with its header), rounded up to a power of two; it counts twice in the daemon's RSS (the kernel maps it twice)
     pub ring_buffer_bytes: ByteSize,
     /// distinct libcuda files (device and inode) probed, or tried and refused, at most
     pub max_libraries: NonZeroUsize,
@@ -70,8 +72,9 @@ impl Default for DriverTraceConfig {
             mode: TraceMode::Auto,
             max_processes: non_zero(1024),
             max_live_allocations: non_zero(65_536),
+            max_contexts: non_zero(256),
             max_events_per_second: non_zero(200_000),
-            ring_buffer_bytes: ByteSize(4 * MIB),
+            ring_buffer_bytes: ByteSize(MIB),
             max_libraries: non_zero(16),
             oom_retry_window: ms(250),
             discovery_interval: secs(1),
@@ -85,6 +88,7 @@ impl DriverTraceConfig {
         keys.words("mode", Form::Choice(modes), "\"auto\", \"on\" or \"off\"");
         keys.count("max_processes", self.max_processes.get() as u64, 1, 100_000);
         keys.count("max_live_allocations", self.max_live_allocations.get() as u64, 1, 10_000_000);
+        keys.count("max_contexts", self.max_contexts.get() as u64, 1, 65_536);
         keys.count("max_events_per_second", self.max_events_per_second.get() as u64, 1, 10_000_000);
         keys.size("ring_buffer_bytes", self.ring_buffer_bytes, 4 * KIB, 1024 * MIB);
         keys.count("max_libraries", self.max_libraries.get() as u64, 1, 1024);

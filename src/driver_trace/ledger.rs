@@ -1,14 +1,18 @@
-//! The accounting of traced calls per process: live allocations (pointer
-//! or handle → bytes), bytes held, counts and the size histogram, within
-//! `driver_trace.max_processes` and `driver_trace.max_live_allocations`,
-//! each overflow counted. Pure: no I/O, no clock.
+//! The accounting of traced calls per process and device: live
+//! allocations (pointer or handle → device and bytes), bytes held, counts
+//! and the size histogram, within `driver_trace.max_processes` and
+//! `driver_trace.max_live_allocations`, each overflow counted. An
+//! allocation's device is its thread's current context's (`contexts`), a
+//! physical one's the device it names, a free's that of what it frees.
+//! Pure: no I/O, no clock.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
 use ::driver_trace::{Event, EventKind};
 
+use super::contexts::Contexts;
 use crate::model::{DriverStats, SIZE_BUCKETS};
 
 /// `CUDA_ERROR_OUT_OF_MEMORY`.
@@ -18,6 +22,8 @@ const OUT_OF_MEMORY: i32 = 2;
 pub struct LedgerLimits {
     pub max_processes: usize,
     pub max_live_allocations: usize,
+    /// Contexts, and threads with a current context, kept per process.
+    pub max_contexts: usize,
 }
 
 /// Events the ledger could not keep, since start.
@@ -41,19 +47,42 @@ enum Held {
 impl Held {
     fn of(event: &Event) -> Held {
         match event.kind {
-            EventKind::Alloc | EventKind::Free => Held::Pointer(event.address),
             EventKind::Create | EventKind::Release => Held::Handle(event.address),
+            _ => Held::Pointer(event.address),
         }
     }
 }
 
+/// A process's statistics on each device its calls named; `None`: calls
+/// whose device is not known (no current context seen).
+pub type ByDevice = BTreeMap<Option<u32>, DriverStats>;
+
+/// An out-of-memory failure not retried yet: when it was handled (the
+/// ledger's clock), its size and device, and what the process held there
+/// at that moment.
+#[derive(Clone, Copy)]
+struct PendingOom {
+    at: Duration,
+    requested_bytes: u64,
+    device: Option<u32>,
+    held_bytes: u64,
+}
+
 #[derive(Default)]
 struct ProcessLedger {
-    live: HashMap<Held, u64>,
-    stats: DriverStats,
-    /// The first out-of-memory failure not retried yet: when it was
-    /// handled (the ledger's clock) and its size.
-    pending_oom: Option<(Duration, u64)>,
+    live: HashMap<Held, (Option<u32>, u64)>,
+    devices: ByDevice,
+    contexts: Contexts,
+    pending_oom: Option<PendingOom>,
+}
+
+impl ProcessLedger {
+    fn stats(&mut self, device: Option<u32>) -> &mut DriverStats {
+        self.devices.entry(device).or_insert_with(|| DriverStats {
+            size_buckets: vec![0; SIZE_BUCKETS.len() + 1],
+            ..DriverStats::default()
+        })
+    }
 }
 
 /// An out-of-memory failure the process did not retry successfully within
@@ -61,8 +90,11 @@ struct ProcessLedger {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct DriverOom {
     pub pid: u32,
+    /// The device the failed call was made on, when known.
+    pub device: Option<u32>,
     pub requested_bytes: u64,
-    /// What the process held through the driver then.
+    /// What the process held through the driver on that device when the
+    /// allocation failed.
     pub held_bytes: u64,
 }
 
@@ -87,55 +119,87 @@ impl Ledger {
                 self.overflow.processes += 1;
                 return;
             }
-            None => self.processes.entry(event.pid).or_insert_with(|| ProcessLedger {
-                stats: DriverStats {
-                    size_buckets: vec![0; SIZE_BUCKETS.len() + 1],
-                    ..DriverStats::default()
-                },
-                ..ProcessLedger::default()
-            }),
+            None => self.processes.entry(event.pid).or_default(),
         };
-        let stats = &mut process.stats;
+        if process.contexts.apply(event, self.limits.max_contexts) {
+            return;
+        }
         if event.kind.allocates() {
-            if !event.succeeded() {
-                stats.allocation_failures += 1;
-                if event.result == OUT_OF_MEMORY {
-                    stats.out_of_memory_failures += 1;
-                    process.pending_oom.get_or_insert((now, event.size));
-                }
-                return;
-            }
-            stats.allocations += 1;
-            if process.pending_oom.is_some_and(|(_, requested)| event.size >= requested) {
-                process.pending_oom = None;
-                stats.allocation_retries += 1;
-            }
-            if let Some(bucket) = stats.size_buckets.get_mut(DriverStats::bucket(event.size)) {
-                *bucket += 1;
-            }
-            if process.live.len() >= self.limits.max_live_allocations {
-                stats.untracked_allocations += 1;
-                self.overflow.live_allocations += 1;
-                return;
-            }
-            // The driver never hands out a live address twice; if it seems
-            // to (a free the trace missed), the newer size is the truth.
-            if let Some(stale) = process.live.insert(Held::of(event), event.size) {
-                stats.allocated_bytes = stats.allocated_bytes.saturating_sub(stale);
-                stats.live_allocations = stats.live_allocations.saturating_sub(1);
-            }
-            stats.allocated_bytes = stats.allocated_bytes.saturating_add(event.size);
-            stats.live_allocations += 1;
-        } else if event.succeeded() {
+            let device = match event.kind {
+                EventKind::Create => event.device,
+                _ => process.contexts.device_of_thread(event.tid),
+            };
+            Self::allocated(process, event, device, now, self.limits, &mut self.overflow);
+        } else if event.kind.frees() && event.succeeded() {
             // A failed free gave nothing back.
-            stats.frees += 1;
             match process.live.remove(&Held::of(event)) {
-                Some(bytes) => {
+                Some((device, bytes)) => {
+                    let stats = process.stats(device);
+                    stats.frees += 1;
                     stats.allocated_bytes = stats.allocated_bytes.saturating_sub(bytes);
                     stats.live_allocations = stats.live_allocations.saturating_sub(1);
                 }
-                None => stats.unmatched_frees += 1,
+                None => {
+                    let device = process.contexts.device_of_thread(event.tid);
+                    let stats = process.stats(device);
+                    stats.frees += 1;
+                    stats.unmatched_frees += 1;
+                }
             }
+        }
+    }
+
+    fn allocated(
+        process: &mut ProcessLedger,
+        event: &Event,
+        device: Option<u32>,
+        now: Duration,
+        limits: LedgerLimits,
+        overflow: &mut Overflow,
+    ) {
+        if !event.succeeded() {
+            let stats = process.stats(device);
+            stats.allocation_failures += 1;
+            if event.result == OUT_OF_MEMORY {
+                stats.out_of_memory_failures += 1;
+                let held_bytes = stats.allocated_bytes;
+                process.pending_oom.get_or_insert(PendingOom {
+                    at: now,
+                    requested_bytes: event.size,
+                    device,
+                    held_bytes,
+                });
+            }
+            return;
+        }
+        let retried = process
+            .pending_oom
+            .is_some_and(|oom| oom.device == device && event.size >= oom.requested_bytes);
+        if retried {
+            process.pending_oom = None;
+        }
+        let full = process.live.len() >= limits.max_live_allocations;
+        let stats = process.stats(device);
+        stats.allocations += 1;
+        stats.allocation_retries += u64::from(retried);
+        if let Some(bucket) = stats.size_buckets.get_mut(DriverStats::bucket(event.size)) {
+            *bucket += 1;
+        }
+        if full {
+            stats.untracked_allocations += 1;
+            overflow.live_allocations += 1;
+            return;
+        }
+        stats.allocated_bytes = stats.allocated_bytes.saturating_add(event.size);
+        stats.live_allocations += 1;
+        // The driver never hands out a live address twice; if it seems to
+        // (a free the trace missed), the newer size is the truth.
+        if let Some((stale_device, stale)) =
+            process.live.insert(Held::of(event), (device, event.size))
+        {
+            let stats = process.stats(stale_device);
+            stats.allocated_bytes = stats.allocated_bytes.saturating_sub(stale);
+            stats.live_allocations = stats.live_allocations.saturating_sub(1);
         }
     }
 
@@ -144,14 +208,15 @@ impl Ledger {
     pub fn unretried_ooms(&mut self, now: Duration, window: Duration) -> Vec<DriverOom> {
         let mut ooms = Vec::new();
         for (pid, process) in &mut self.processes {
-            if let Some((at, requested_bytes)) = process.pending_oom
-                && now.saturating_sub(at) >= window
+            if let Some(oom) = process.pending_oom
+                && now.saturating_sub(oom.at) >= window
             {
                 process.pending_oom = None;
                 ooms.push(DriverOom {
                     pid: *pid,
-                    requested_bytes,
-                    held_bytes: process.stats.allocated_bytes,
+                    device: oom.device,
+                    requested_bytes: oom.requested_bytes,
+                    held_bytes: oom.held_bytes,
                 });
             }
         }
@@ -171,11 +236,11 @@ impl Ledger {
         self.overflow
     }
 
-    /// Every tracked process's statistics, as published to the join.
-    pub fn snapshot(&self) -> HashMap<u32, Arc<DriverStats>> {
+    /// Every tracked process's statistics by device, as published to the join.
+    pub fn snapshot(&self) -> HashMap<u32, Arc<ByDevice>> {
         self.processes
             .iter()
-            .map(|(pid, process)| (*pid, Arc::new(process.stats.clone())))
+            .map(|(pid, process)| (*pid, Arc::new(process.devices.clone())))
             .collect()
     }
 }
@@ -185,11 +250,16 @@ mod tests {
     use super::*;
 
     fn event(pid: u32, kind: EventKind, result: i32, size: u64, address: u64) -> Event {
-        Event { timestamp_ns: 0, pid, tid: pid, kind, result, size, address, device: None }
+        Event { pid, tid: pid, kind, result, size, address, device: None }
     }
 
     fn ledger(max_processes: usize, max_live_allocations: usize) -> Ledger {
-        Ledger::new(LedgerLimits { max_processes, max_live_allocations })
+        Ledger::new(LedgerLimits { max_processes, max_live_allocations, max_contexts: 8 })
+    }
+
+    /// The process's statistics on no known device (no context seen).
+    fn unplaced(ledger: &Ledger, pid: u32) -> DriverStats {
+        ledger.snapshot()[&pid][&None].clone()
     }
 
     #[test]
@@ -203,22 +273,25 @@ mod tests {
             event(1, EventKind::Free, 0, 0, 0x1000),
             event(1, EventKind::Free, 1, 0, 0x9999),
             event(1, EventKind::Free, 0, 0, 0x7777),
-            event(1, EventKind::Create, 0, 2 << 20, 0x1000),
+            Event { device: Some(1), ..event(1, EventKind::Create, 0, 2 << 20, 0x1000) },
             event(2, EventKind::Alloc, 0, 512, 0x1000),
         ] {
             ledger.apply(&event, Duration::ZERO);
         }
         let stats = ledger.snapshot();
-        let first = &stats[&1];
+        let mut first = stats[&1][&None].clone();
+        first.absorb(&stats[&1][&Some(1)]);
+        assert_eq!(stats[&1][&Some(1)].allocated_bytes, 2 << 20, "cuMemCreate names its device");
         assert_eq!(first.allocated_bytes, (3 << 30) + (2 << 20), "a handle is not a pointer");
         assert_eq!(first.live_allocations, 2);
         assert_eq!((first.allocations, first.frees, first.unmatched_frees), (3, 2, 1));
         assert_eq!((first.allocation_failures, first.out_of_memory_failures), (2, 1));
         assert_eq!(first.allocation_retries, 0, "the 64 GiB request was never retried");
         assert_eq!(first.size_buckets, [0, 1, 1, 0, 0, 0, 1, 0, 0]);
-        assert_eq!(stats[&2].allocated_bytes, 512);
+        assert_eq!(stats[&2][&None].allocated_bytes, 512);
         ledger.apply(&event(1, EventKind::Release, 0, 0, 0x1000), Duration::ZERO);
-        assert_eq!(ledger.snapshot()[&1].allocated_bytes, 3 << 30);
+        assert_eq!(unplaced(&ledger, 1).allocated_bytes, 3 << 30);
+        assert_eq!(ledger.snapshot()[&1][&Some(1)].allocated_bytes, 0);
         ledger.forget(1);
         assert_eq!(ledger.pids().collect::<Vec<_>>(), [2]);
     }
@@ -229,7 +302,7 @@ mod tests {
         for (pid, address) in [(1, 0x1000), (1, 0x2000), (2, 0x1000)] {
             ledger.apply(&event(pid, EventKind::Alloc, 0, 100, address), Duration::ZERO);
         }
-        let stats = &ledger.snapshot()[&1];
+        let stats = &unplaced(&ledger, 1);
         assert_eq!(
             (stats.allocated_bytes, stats.allocations, stats.untracked_allocations),
             (100, 2, 1)
@@ -248,16 +321,65 @@ mod tests {
         ledger.apply(&event(1, EventKind::Alloc, 2, 4 << 30, 0), at(10));
         ledger.apply(&event(1, EventKind::Free, 0, 0, 0x1000), at(11));
         ledger.apply(&event(1, EventKind::Alloc, 0, 4 << 30, 0x2000), at(12));
-        // pid 2: fails, then only a smaller allocation succeeds: an OOM.
+        // pid 2: holds 2 MiB, fails, then only a smaller allocation
+        // succeeds: an OOM, with what it held when it failed.
+        ledger.apply(&event(2, EventKind::Alloc, 0, 2 << 20, 0x5000), at(19));
         ledger.apply(&event(2, EventKind::Alloc, 2, 8 << 30, 0), at(20));
         ledger.apply(&event(2, EventKind::Alloc, 2, 8 << 30, 0), at(21));
         ledger.apply(&event(2, EventKind::Alloc, 0, 1 << 20, 0x3000), at(22));
         assert_eq!(ledger.unretried_ooms(at(200), window), [], "inside the window");
         let ooms = ledger.unretried_ooms(at(300), window);
-        assert_eq!(ooms, [DriverOom { pid: 2, requested_bytes: 8 << 30, held_bytes: 1 << 20 }]);
+        assert_eq!(
+            ooms,
+            [DriverOom { pid: 2, device: None, requested_bytes: 8 << 30, held_bytes: 2 << 20 }]
+        );
         assert_eq!(ledger.unretried_ooms(at(900), window), [], "reported once");
-        let stats = ledger.snapshot();
-        assert_eq!((stats[&1].allocation_retries, stats[&2].allocation_retries), (1, 0));
-        assert_eq!(stats[&2].out_of_memory_failures, 2);
+        let (first, second) = (unplaced(&ledger, 1), unplaced(&ledger, 2));
+        assert_eq!((first.allocation_retries, second.allocation_retries), (1, 0));
+        assert_eq!(second.out_of_memory_failures, 2);
+    }
+
+    #[test]
+    fn each_call_counts_on_the_device_of_its_threads_current_context() {
+        let mut ledger = ledger(8, 8);
+        let on = |tid: u32, kind: EventKind, address: u64, device: Option<u32>| Event {
+            tid,
+            device,
+            ..event(1, kind, 0, 0, address)
+        };
+        let alloc = |tid: u32, result: i32, size: u64, address: u64| Event {
+            tid,
+            ..event(1, EventKind::Alloc, result, size, address)
+        };
+        for call in [
+            on(10, EventKind::ContextCreate, 0xc0, Some(0)),
+            on(10, EventKind::PrimaryContext, 0xc1, Some(1)),
+            alloc(10, 0, 100, 0x1000),
+            on(10, EventKind::PushCurrent, 0xc1, None),
+            alloc(10, 0, 300, 0x2000),
+            alloc(10, 2, 900, 0),
+            alloc(10, 0, 700, 0x4000),
+            on(10, EventKind::PopCurrent, 0, None),
+            // Another thread frees what the first allocated on device 1.
+            on(11, EventKind::Free, 0x2000, None),
+            alloc(11, 0, 50, 0x3000),
+        ] {
+            ledger.apply(&call, Duration::ZERO);
+        }
+        let devices = &ledger.snapshot()[&1];
+        let held = |device: Option<u32>| {
+            devices
+                .get(&device)
+                .map(|stats| (stats.allocated_bytes, stats.allocations, stats.frees))
+        };
+        assert_eq!(held(Some(0)), Some((100, 1, 0)));
+        assert_eq!(held(Some(1)), Some((700, 2, 1)), "freed on the device it was allocated on");
+        assert_eq!(held(None), Some((50, 1, 0)), "a thread with no current context");
+        assert_eq!(devices[&Some(1)].out_of_memory_failures, 1);
+        let ooms = ledger.unretried_ooms(Duration::from_secs(1), Duration::from_millis(250));
+        assert_eq!(
+            ooms,
+            [DriverOom { pid: 1, device: Some(1), requested_bytes: 900, held_bytes: 300 }]
+        );
     }
 }

@@ -4,7 +4,9 @@
 //! loader; docs/driver-trace.md).
 //!
 //! Owns: `[driver_trace]` and the decision whether the trace runs
-//! ([`decide`]: mode and privilege), the per-process accounting (`ledger`),
+//! ([`decide`]: mode and privilege), the per-process and per-device
+//! accounting (`ledger`, with `contexts`: which device each thread's
+//! allocations land on),
 //! the discovery of the libcuda files the listed processes map
 //! (`discover`), the tracer's thread (`runner`), and the [`DriverBoard`]
 //! whose join puts each process's statistics on slow readings (through the
@@ -14,6 +16,7 @@
 
 mod board;
 mod config;
+mod contexts;
 mod discover;
 mod ledger;
 mod runner;
@@ -27,7 +30,7 @@ pub use runner::{OomSink, TraceHandle, start};
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
     #[error(
-        "driver_trace.mode is \"on\" but vramd lacks {missing} (run as root, or grant CAP_BPF and CAP_PERFMON)"
+        "driver_trace.mode is \"on\" but vramd lacks {missing} (run as root, or grant CAP_SYS_ADMIN and CAP_SYS_PTRACE: uprobes need CAP_SYS_ADMIN, CAP_BPF and CAP_PERFMON are not enough; docs/deploy.md)"
     )]
     Privilege { missing: String },
     #[error("loading the driver trace's BPF programs: {0}")]
@@ -70,9 +73,9 @@ mod tests {
 
     #[test]
     fn on_without_privilege_names_what_is_missing_and_auto_degrades() {
-        let lacking = Privileges { missing: vec!["CAP_BPF", "CAP_PERFMON"] };
+        let lacking = Privileges { missing: vec!["CAP_SYS_ADMIN", "CAP_SYS_PTRACE"] };
         let error = decide(TraceMode::On, &lacking).unwrap_err().to_string();
-        assert!(error.contains("CAP_BPF and CAP_PERFMON"), "{error}");
+        assert!(error.contains("CAP_SYS_ADMIN and CAP_SYS_PTRACE"), "{error}");
         assert!(matches!(decide(TraceMode::Auto, &lacking), Ok(Decision::Skip(Some(_)))));
         assert_eq!(decide(TraceMode::Off, &lacking).unwrap(), Decision::Skip(None));
         let root = Privileges { missing: vec![] };

@@ -70,6 +70,7 @@ pub fn start(
         ledger: Ledger::new(LedgerLimits {
             max_processes: config.max_processes.get(),
             max_live_allocations: config.max_live_allocations.get(),
+            max_contexts: config.max_contexts.get(),
         }),
         board,
         config: config.clone(),

@@ -142,6 +142,7 @@ pub fn parse(body: &[u8], max_stats: usize) -> Result<OomEvent, ReportError> {
         stats,
         snapshot: raw.snapshot,
         snapshot_path: raw.snapshot_path,
+        driver: None,
     })
 }
 

@@ -47,6 +47,29 @@ pub struct DriverStats {
 }
 
 impl DriverStats {
+    /// Adds another part of the same process's statistics (those of
+    /// another device, or of calls on no known device) to these.
+    pub fn absorb(&mut self, other: &DriverStats) {
+        self.allocated_bytes = self.allocated_bytes.saturating_add(other.allocated_bytes);
+        self.live_allocations = self.live_allocations.saturating_add(other.live_allocations);
+        self.allocations = self.allocations.saturating_add(other.allocations);
+        self.frees = self.frees.saturating_add(other.frees);
+        self.allocation_failures =
+            self.allocation_failures.saturating_add(other.allocation_failures);
+        self.out_of_memory_failures =
+            self.out_of_memory_failures.saturating_add(other.out_of_memory_failures);
+        self.allocation_retries = self.allocation_retries.saturating_add(other.allocation_retries);
+        self.unmatched_frees = self.unmatched_frees.saturating_add(other.unmatched_frees);
+        self.untracked_allocations =
+            self.untracked_allocations.saturating_add(other.untracked_allocations);
+        if self.size_buckets.len() < other.size_buckets.len() {
+            self.size_buckets.resize(other.size_buckets.len(), 0);
+        }
+        for (mine, theirs) in self.size_buckets.iter_mut().zip(&other.size_buckets) {
+            *mine = mine.saturating_add(*theirs);
+        }
+    }
+
     /// The histogram bucket of an allocation of `bytes`.
     pub fn bucket(bytes: u64) -> usize {
         SIZE_BUCKETS.iter().position(|bound| bytes <= *bound).unwrap_or(SIZE_BUCKETS.len())

@@ -25,7 +25,7 @@ mod time;
 
 pub use driver::{DriverStats, SIZE_BUCKETS};
 pub use error_kind::ErrorKind;
-pub use oom::{OomCause, OomEvent};
+pub use oom::{DriverOomEvidence, OomCause, OomEvent, ProcessHolding};
 pub use probe::{
     HeadroomSearch, HeadroomStop, ProbeFailure, ProbeFailureKind, ProbeReading, ProbeSkipReason,
 };

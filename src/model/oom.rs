@@ -54,6 +54,34 @@ pub struct OomEvent {
     /// Where the reporter wrote its allocator snapshot (its own file system).
     #[schema(max_length = 4096)]
     pub snapshot_path: Option<String>,
+    /// What the driver trace knew, for an OOM it raised (`hostname`
+    /// `driver-trace`: no reporter speaks for the process).
+    pub driver: Option<DriverOomEvidence>,
+}
+
+/// The driver trace's evidence of an OOM: what the failing process held
+/// through the driver on the device, and what every other process on the
+/// device held, as the trace and NVML last saw them.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DriverOomEvidence {
+    /// Bytes the process held through traced allocations on the device
+    /// when the allocation failed.
+    pub held_bytes: u64,
+    /// Every other process the device listed then.
+    pub others: Vec<ProcessHolding>,
+}
+
+/// What one process held on a device.
+#[serde_with::skip_serializing_none]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ProcessHolding {
+    pub pid: u32,
+    /// NVML's figure for the process.
+    pub used_bytes: Option<u64>,
+    /// What it held through traced allocations, when the trace follows it.
+    pub driver_held_bytes: Option<u64>,
 }
 
 /// Why an allocation failed, judged from the event's numbers.
@@ -137,6 +165,7 @@ mod tests {
             }),
             snapshot: None,
             snapshot_path: None,
+            driver: None,
         }
     }
 

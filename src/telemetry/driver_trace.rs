@@ -48,7 +48,7 @@ impl DriverTraceSeries {
             dropped: counter_vec(
                 registry,
                 "vramd_driver_trace_dropped_events_total",
-                "Traced calls lost, by reason: ring_full (the kernel's ring buffer was full: the trace behind or held at driver_trace.max_events_per_second), in_flight_full (too many threads in a call at once), process_limit (driver_trace.max_processes), live_allocation_limit (driver_trace.max_live_allocations).",
+                "Traced calls lost, by reason: ring_full (the kernel's ring buffer was full: the trace behind or held at driver_trace.max_events_per_second), in_flight_full (an allocation call lost to another thread that shares its in-flight slot, both allocating at once), process_limit (driver_trace.max_processes), live_allocation_limit (driver_trace.max_live_allocations).",
                 &["reason"],
             )?,
             read,

@@ -2,7 +2,7 @@
 //! calls the fake libcuda's `cuMemAlloc_v2`/`cuMemFree_v2` (traced) and
 //! `cuMemGetInfo_v2` (not traced) in a loop, once untraced and once with
 //! the trace attached and its events drained, and prints the mean time per
-//! call of each. Root (or CAP_BPF + CAP_PERFMON) only.
+//! call of each. Root (or CAP_SYS_ADMIN + CAP_SYS_PTRACE) only.
 //!
 //!   scripts/bench-driver-trace.sh [ITERATIONS]
 
@@ -14,14 +14,15 @@ use std::time::Duration;
 
 use driver_trace::{LoadOptions, Tracer};
 
-/// Runs the program; (ns per traced call, ns per untraced call).
+/// Runs the program; ns per call of: the allocation and free pair, the
+/// untraced call, the allocation alone, the free alone.
 fn run(
     program: &Path,
     library: &Path,
     scenario: &Path,
     iterations: &str,
     tracer: Option<&mut Tracer>,
-) -> (f64, f64) {
+) -> [f64; 4] {
     let mut child = Command::new(program)
         .arg(library)
         .arg(iterations)
@@ -40,8 +41,8 @@ fn run(
     let output = child.wait_with_output().unwrap();
     assert!(output.status.success(), "{}", output.status);
     let text = String::from_utf8(output.stdout).unwrap();
-    let mut numbers = text.split_whitespace().map(|word| word.parse::<f64>().unwrap());
-    (numbers.next().unwrap(), numbers.next().unwrap())
+    let numbers: Vec<f64> = text.split_whitespace().map(|word| word.parse().unwrap()).collect();
+    numbers.try_into().unwrap()
 }
 
 fn main() {
@@ -56,16 +57,18 @@ fn main() {
     tracer.attach(library).unwrap();
     let traced = run(program, library, scenario, &iterations, Some(&mut tracer));
     println!("calls per loop: {iterations}");
-    println!(
-        "alloc/free call:      untraced {:8.1} ns, traced {:8.1} ns, overhead {:8.1} ns",
-        untraced.0,
-        traced.0,
-        traced.0 - untraced.0
-    );
-    println!(
-        "cuMemGetInfo_v2 call: untraced {:8.1} ns, traced {:8.1} ns, overhead {:8.1} ns (not probed)",
-        untraced.1,
-        traced.1,
-        traced.1 - untraced.1
-    );
+    for (label, at) in [
+        ("alloc/free call:     ", 0),
+        ("cuMemAlloc_v2 call:  ", 2),
+        ("cuMemFree_v2 call:   ", 3),
+        ("cuMemGetInfo_v2 call:", 1),
+    ] {
+        println!(
+            "{label} untraced {:8.1} ns, traced {:8.1} ns, overhead {:8.1} ns{}",
+            untraced[at],
+            traced[at],
+            traced[at] - untraced[at],
+            if at == 1 { " (not probed)" } else { "" }
+        );
+    }
 }

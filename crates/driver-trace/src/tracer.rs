@@ -11,30 +11,51 @@ use aya::{Ebpf, EbpfLoader};
 
 use crate::event::{EVENT_SIZE, Event};
 
-/// One probed function: its symbol and the entry program that reads its
-/// arguments (every one also gets the shared return program).
+/// One probed function: its symbol, the entry program that reads its
+/// arguments, and whether the shared return program reads its result
+/// (allocations only: a free's arguments say all vramd needs).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Probe {
     pub symbol: &'static str,
     pub entry: &'static str,
+    pub returns: bool,
 }
 
-/// Every function traced, with its entry program.
+/// Every function traced, with its entry program: the allocation and free
+/// calls, then the context calls that say which device a `cuMemAlloc*`
+/// lands on.
 pub const PROBES: &[Probe] = &[
-    Probe { symbol: "cuMemAlloc_v2", entry: "alloc_enter" },
-    Probe { symbol: "cuMemAllocPitch_v2", entry: "pitch_enter" },
-    Probe { symbol: "cuMemAllocAsync", entry: "alloc_enter" },
-    Probe { symbol: "cuMemAllocFromPoolAsync", entry: "alloc_enter" },
-    Probe { symbol: "cuMemAllocManaged", entry: "alloc_enter" },
-    Probe { symbol: "cuMemFree_v2", entry: "free_enter" },
-    Probe { symbol: "cuMemFreeAsync", entry: "free_enter" },
-    Probe { symbol: "cuMemCreate", entry: "create_enter" },
-    Probe { symbol: "cuMemRelease", entry: "release_enter" },
+    Probe { symbol: "cuMemAlloc_v2", entry: "alloc_enter", returns: true },
+    Probe { symbol: "cuMemAllocPitch_v2", entry: "pitch_enter", returns: true },
+    Probe { symbol: "cuMemAllocAsync", entry: "alloc_enter", returns: true },
+    Probe { symbol: "cuMemAllocFromPoolAsync", entry: "alloc_enter", returns: true },
+    Probe { symbol: "cuMemAllocManaged", entry: "alloc_enter", returns: true },
+    Probe { symbol: "cuMemFree_v2", entry: "free_enter", returns: false },
+    Probe { symbol: "cuMemFreeAsync", entry: "free_enter", returns: false },
+    Probe { symbol: "cuMemCreate", entry: "create_enter", returns: true },
+    Probe { symbol: "cuMemRelease", entry: "release_enter", returns: false },
+    Probe { symbol: "cuCtxCreate_v2", entry: "context_enter", returns: true },
+    Probe { symbol: "cuDevicePrimaryCtxRetain", entry: "primary_enter", returns: true },
+    Probe { symbol: "cuCtxSetCurrent", entry: "set_current_enter", returns: false },
+    Probe { symbol: "cuCtxPushCurrent_v2", entry: "push_current_enter", returns: false },
+    Probe { symbol: "cuCtxPopCurrent_v2", entry: "pop_current_enter", returns: false },
+    Probe { symbol: "cuCtxDestroy_v2", entry: "context_destroy_enter", returns: false },
 ];
 
-const RETURN_PROGRAM: &str = "call_return";
-const ENTRY_PROGRAMS: &[&str] =
-    &["alloc_enter", "pitch_enter", "create_enter", "free_enter", "release_enter"];
+const RETURN_PROGRAM: &str = "alloc_return";
+const ENTRY_PROGRAMS: &[&str] = &[
+    "alloc_enter",
+    "pitch_enter",
+    "create_enter",
+    "free_enter",
+    "release_enter",
+    "context_enter",
+    "primary_enter",
+    "set_current_enter",
+    "push_current_enter",
+    "pop_current_enter",
+    "context_destroy_enter",
+];
 
 /// Sizes of the kernel-side tables, fixed at load.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -80,8 +101,12 @@ pub enum TraceError {
 /// What attaching to one library did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Attached {
-    /// The symbols probed (entry and return).
+    /// The symbols probed.
     pub functions: Vec<&'static str>,
+    /// Of those, the ones with a return probe too: allocations, whose
+    /// result and new address only the return says. A free is reported
+    /// from its entry alone, at half the cost.
+    pub returning: Vec<&'static str>,
     /// The symbols not probed, each with why (older drivers lack the
     /// asynchronous and virtual-memory calls).
     pub skipped: Vec<(&'static str, String)>,
@@ -92,7 +117,8 @@ pub struct Attached {
 pub struct Counters {
     /// Events lost because the ring buffer was full (user space too slow).
     pub ring_full: u64,
-    /// Calls lost because the per-thread in-flight table was full.
+    /// Allocation calls lost because another thread sharing their
+    /// in-flight slot (thread id modulo 16384) allocated at the same time.
     pub in_flight_full: u64,
     /// Returns without a saved entry (a probe attached mid-call).
     pub unpaired_returns: u64,
@@ -143,17 +169,27 @@ impl Tracer {
         for probe in PROBES {
             // The return probe first: an entry without its return would
             // leave the thread's in-flight slot taken.
-            let outcome = uprobe(&mut self.ebpf, RETURN_PROGRAM)?
-                .attach(probe.symbol, library, UProbeScope::AllProcesses)
-                .and_then(|_| {
-                    // The return probe stays if the entry fails: a return
-                    // without its entry is only counted.
-                    let entry = uprobe(&mut self.ebpf, probe.entry)
-                        .map_err(|_| aya::programs::ProgramError::UnexpectedProgramType)?;
-                    entry.attach(probe.symbol, library, UProbeScope::AllProcesses)
-                });
+            let returned = if probe.returns {
+                uprobe(&mut self.ebpf, RETURN_PROGRAM)?
+                    .attach(probe.symbol, library, UProbeScope::AllProcesses)
+                    .map(|_| ())
+            } else {
+                Ok(())
+            };
+            let outcome = returned.and_then(|()| {
+                // The return probe stays if the entry fails: a return
+                // without its entry is only counted.
+                let entry = uprobe(&mut self.ebpf, probe.entry)
+                    .map_err(|_| aya::programs::ProgramError::UnexpectedProgramType)?;
+                entry.attach(probe.symbol, library, UProbeScope::AllProcesses)
+            });
             match outcome {
-                Ok(_) => attached.functions.push(probe.symbol),
+                Ok(_) => {
+                    attached.functions.push(probe.symbol);
+                    if probe.returns {
+                        attached.returning.push(probe.symbol);
+                    }
+                }
                 Err(error) => attached.skipped.push((probe.symbol, error.to_string())),
             }
         }

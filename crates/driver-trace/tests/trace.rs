@@ -1,6 +1,6 @@
 //! The BPF programs pass this kernel's verifier, attach to the fake
 //! libcuda and report exactly the calls a program made, with their
-//! results. Needs root (or CAP_BPF + CAP_PERFMON) and python3: without
+//! results. Needs root (or CAP_SYS_ADMIN + CAP_SYS_PTRACE) and python3: without
 //! them the test is skipped, saying so.
 
 // A test crate: a panic here is a failed test.
@@ -64,10 +64,28 @@ fn every_allocation_call_is_reported_with_its_result() {
             "cuMemFree_v2",
             "cuMemFreeAsync",
             "cuMemCreate",
-            "cuMemRelease"
+            "cuMemRelease",
+            "cuCtxCreate_v2",
+            "cuDevicePrimaryCtxRetain",
+            "cuCtxSetCurrent",
+            "cuCtxPushCurrent_v2",
+            "cuCtxPopCurrent_v2",
+            "cuCtxDestroy_v2"
         ],
         "the fake lacks cuMemAllocFromPoolAsync and cuMemAllocManaged: {:?}",
         attached.skipped
+    );
+    assert_eq!(
+        attached.returning,
+        [
+            "cuMemAlloc_v2",
+            "cuMemAllocPitch_v2",
+            "cuMemAllocAsync",
+            "cuMemCreate",
+            "cuCtxCreate_v2",
+            "cuDevicePrimaryCtxRetain"
+        ],
+        "frees are reported from their entry alone"
     );
 
     let mut cuda = CudaProgram::start(&scenario).unwrap();
@@ -82,14 +100,21 @@ fn every_allocation_call_is_reported_with_its_result() {
     assert_eq!(cuda.call(&format!("release {handle}")).unwrap(), "ok");
     assert_eq!(cuda.call("free 12345").unwrap(), "err 1", "never allocated");
     assert_eq!(cuda.call(&format!("free {pitched}")).unwrap(), "ok");
+    let primary = cuda.allocate("primary 1").unwrap().unwrap();
+    assert_eq!(cuda.call(&format!("push {primary}")).unwrap(), "ok");
+    let own = cuda.allocate("pop").unwrap().unwrap();
+    assert_eq!(own, primary);
+    assert_eq!(cuda.call(&format!("set {primary}")).unwrap(), "ok");
 
-    let seen: Vec<(EventKind, i32, u64, u64, Option<u32>)> = events_of(&mut tracer, cuda.pid, 10)
+    let seen: Vec<(EventKind, i32, u64, u64, Option<u32>)> = events_of(&mut tracer, cuda.pid, 15)
         .iter()
         .map(|event| (event.kind, event.result, event.size, event.address, event.device))
         .collect();
     assert_eq!(
         seen,
         [
+            // `open` made a context on device 0 (the fake's first handle).
+            (EventKind::ContextCreate, 0, 0, 0xC0_0000_0001, Some(0)),
             (EventKind::Alloc, 0, 1000, first, None),
             (EventKind::Alloc, 2, 2147483648, 0, None),
             (EventKind::Alloc, 0, 4096, second, None),
@@ -98,8 +123,13 @@ fn every_allocation_call_is_reported_with_its_result() {
             (EventKind::Free, 0, 0, first, None),
             (EventKind::Free, 0, 0, second, None),
             (EventKind::Release, 0, 0, handle, None),
-            (EventKind::Free, 1, 0, 12345, None),
+            // Sent from its entry: the driver's refusal is not seen.
+            (EventKind::Free, 0, 0, 12345, None),
             (EventKind::Free, 0, 0, pitched, None),
+            (EventKind::PrimaryContext, 0, 0, primary, Some(1)),
+            (EventKind::PushCurrent, 0, 0, primary, None),
+            (EventKind::PopCurrent, 0, 0, 0, None),
+            (EventKind::SetCurrent, 0, 0, primary, None),
         ]
     );
     assert_eq!(tracer.counters().unwrap(), driver_trace::Counters::default(), "nothing dropped");

@@ -15,6 +15,7 @@
 
 pub mod codes;
 pub mod ffi_context;
+pub mod ffi_current;
 pub mod ffi_device;
 pub mod ffi_util;
 pub mod ffi_vmm;

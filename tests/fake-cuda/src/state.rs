@@ -1,9 +1,10 @@
 //! The library's process-global state between a successful `cuInit` and the
 //! end of the process: the scenario, each device's free memory, the live
-//! contexts (a stack whose top is current) and the live allocations.
+//! contexts, the stack of current ones (its top is current) and the live
+//! allocations.
 //!
-//! One stack for the whole process, not one per thread: enough for the probe,
-//! which uses one context on one thread. The lock is never held while a call
+//! One stack for the whole process, not one per thread: enough for the probe
+//! and the driver-trace programs, which switch contexts on one thread. The lock is never held while a call
 //! sleeps or hangs.
 
 use std::collections::HashMap;
@@ -27,8 +28,12 @@ pub struct Loaded {
     pub scenario: Scenario,
     /// Current free bytes per device.
     free: Vec<u64>,
-    /// Live contexts, oldest first; the last one is current.
+    /// Live contexts, oldest first.
     contexts: Vec<ContextEntry>,
+    /// Ids of the current context stack; the last one is current.
+    stack: Vec<usize>,
+    /// Each device's primary context, once retained: (id, references).
+    primary: HashMap<usize, (usize, u32)>,
     allocations: HashMap<u64, Allocation>,
     next_context: usize,
     next_pointer: u64,
@@ -67,6 +72,8 @@ pub fn install(scenario: Scenario) {
             scenario,
             free,
             contexts: Vec::new(),
+            stack: Vec::new(),
+            primary: HashMap::new(),
             allocations: HashMap::new(),
             next_context: 1,
             next_pointer: POINTER_BASE,
@@ -94,8 +101,58 @@ impl Loaded {
 
     /// The current context's device; INVALID_CONTEXT when there is none.
     pub fn current_device(&self) -> Result<(usize, &DeviceSpec), CUresult> {
-        let current = self.contexts.last().ok_or(INVALID_CONTEXT)?;
+        let current = self.current()?;
         Ok((current.device, &self.scenario.devices[current.device]))
+    }
+
+    fn current(&self) -> Result<ContextEntry, CUresult> {
+        let id = self.stack.last().ok_or(INVALID_CONTEXT)?;
+        self.contexts.iter().find(|entry| entry.id == *id).copied().ok_or(INVALID_CONTEXT)
+    }
+
+    /// The id of a live context's handle; INVALID_CONTEXT for another.
+    fn id_of(&self, handle: usize) -> Result<usize, CUresult> {
+        let entry = self.contexts.iter().find(|entry| (CONTEXT_TAG | entry.id) == handle);
+        entry.map(|entry| entry.id).ok_or(INVALID_CONTEXT)
+    }
+
+    /// Makes the context with this handle current, in place of the current
+    /// one (`cuCtxSetCurrent`); a null handle unbinds the current one.
+    pub fn set_current(&mut self, handle: usize) -> Result<(), CUresult> {
+        if handle == 0 {
+            self.stack.pop();
+            return Ok(());
+        }
+        let id = self.id_of(handle)?;
+        self.stack.pop();
+        self.stack.push(id);
+        Ok(())
+    }
+
+    /// Pushes the context with this handle (`cuCtxPushCurrent_v2`).
+    pub fn push_current(&mut self, handle: usize) -> Result<(), CUresult> {
+        let id = self.id_of(handle)?;
+        self.stack.push(id);
+        Ok(())
+    }
+
+    /// Pops the current context and returns its handle (`cuCtxPopCurrent_v2`).
+    pub fn pop_current(&mut self) -> Result<usize, CUresult> {
+        let id = self.stack.pop().ok_or(INVALID_CONTEXT)?;
+        Ok(CONTEXT_TAG | id)
+    }
+
+    /// The device's primary context, created (not made current) at its
+    /// first retain (`cuDevicePrimaryCtxRetain`).
+    pub fn retain_primary(&mut self, device: usize) -> Result<usize, CUresult> {
+        if let Some((id, references)) = self.primary.get_mut(&device) {
+            *references += 1;
+            return Ok(*id);
+        }
+        let id = self.create_context(device)?;
+        self.stack.pop();
+        self.primary.insert(device, (id, 1));
+        Ok(id)
     }
 
     /// (free, total) of the current context's device.
@@ -115,6 +172,7 @@ impl Loaded {
         let id = self.next_context;
         self.next_context += 1;
         self.contexts.push(ContextEntry { id, device });
+        self.stack.push(id);
         Ok(id)
     }
 
@@ -127,6 +185,7 @@ impl Loaded {
             .position(|entry| (CONTEXT_TAG | entry.id) == handle)
             .ok_or(INVALID_CONTEXT)?;
         let entry = self.contexts.remove(position);
+        self.stack.retain(|id| *id != entry.id);
         let spec = &self.scenario.devices[entry.device];
         let mut returned = spec.context_bytes;
         self.allocations.retain(|_, allocation| {
@@ -143,7 +202,7 @@ impl Loaded {
     /// Allocates in the current context: INVALID_VALUE for 0 bytes,
     /// OUT_OF_MEMORY above `max_alloc_bytes` or the free memory.
     pub fn allocate(&mut self, bytes: u64) -> Result<u64, CUresult> {
-        let current = *self.contexts.last().ok_or(INVALID_CONTEXT)?;
+        let current = self.current()?;
         self.allocate_on(current, bytes)
     }
 
