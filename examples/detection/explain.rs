@@ -11,7 +11,9 @@
 use std::time::Duration;
 
 use vramd::analysis::floor::FloorScratch;
-use vramd::analysis::leak::{LeakParams, NotALeak, Start, WindowJudgement, assess_leak_traced};
+use vramd::analysis::leak::{
+    LeakParams, NotALeak, Prior, Start, WindowJudgement, assess_leak_traced,
+};
 use vramd::source::simulator::GOLDEN_ORIGIN;
 use vramd_corpus::{CorpusRun, Label};
 
@@ -38,7 +40,7 @@ pub fn explain(
     println!("{run:?}");
     let mut series = Vec::new();
     let mut scratch = FloorScratch::default();
-    let mut held = false;
+    let mut prior = Prior::Nothing;
     let mut judged = Vec::new();
     let (check_s, onset_s) = (check.as_secs().max(1), onset.as_secs());
     let first_s = first_check.as_secs();
@@ -60,9 +62,9 @@ pub fn explain(
         // The analyzer knows when the process was first listed: so does this.
         let start =
             series.first().map_or(Start::Window(from), |&(listed, _)| Start::Listed(listed));
-        let verdict = assess_leak_traced(&mut scratch, window, start, held, params, &mut judged);
-        held = verdict.is_ok();
-        let mut lines = String::new();
+        let verdict = assess_leak_traced(&mut scratch, window, start, prior, params, &mut judged);
+        prior = prior.after(&verdict);
+        let mut lines = life_halves(&mut scratch, window);
         for record in &judged {
             lines.push_str(&describe(record));
         }
@@ -127,4 +129,27 @@ fn short(reason: NotALeak) -> &'static str {
         NotALeak::NoNewGround => "regained",
         NotALeak::Slowing => "slowing",
     }
+}
+
+/// Rule 6's evidence on the whole series judged (the process's life where
+/// it began inside the window): each half's rate (MiB/s), the floor's
+/// noise (MiB) and the slowing in noises.
+fn life_halves(scratch: &mut FloorScratch, window: &[(vramd::model::Timestamp, u64)]) -> String {
+    let Some(&(first, _)) = window.first() else { return String::new() };
+    if scratch.line(window, first, 24).is_none() {
+        return String::new();
+    }
+    let mut buffer = Vec::new();
+    let Some(halves) = vramd::analysis::trend::saturation::halves(scratch.points(), &mut buffer)
+    else {
+        return String::new();
+    };
+    let lost = (halves.first_rate - halves.second_rate) * halves.half_seconds;
+    format!(
+        " life {:.2}->{:.2} noise {:.0} slow {:.1}",
+        halves.first_rate / MIB,
+        halves.second_rate / MIB,
+        halves.noise / MIB,
+        lost / halves.noise.max(2.0 * MIB)
+    )
 }
