@@ -3,7 +3,9 @@
 //! NVML usage without) at the slow tier's 1 Hz and prints, at every leak
 //! check after the onset, the verdict and every window the detector judged,
 //! in its order, as it recorded them (`leak::assess_leak_traced`: the real
-//! code's judgements, not a copy of its rules). The checks fall where the
+//! code's judgements, not a copy of its rules), after rule 6's evidence on
+//! the whole series judged (`life`: each half's rate, the noise, the
+//! slowing in noises). The checks fall where the
 //! analyzer's do in the benchmark (the first evaluation, then every check
 //! interval), so the verdicts are the ones the alert saw; the benchmark's
 //! own firing time is printed last.
@@ -52,7 +54,7 @@ pub fn explain(
         if let Some(value) = value {
             series.push((at, value));
         }
-        if second < onset_s || second < first_s || !(second - first_s).is_multiple_of(check_s) {
+        if second < first_s || !(second - first_s).is_multiple_of(check_s) {
             continue;
         }
         let from = at.saturating_sub(params.window);
@@ -63,8 +65,13 @@ pub fn explain(
         let start =
             series.first().map_or(Start::Window(from), |&(listed, _)| Start::Listed(listed));
         let verdict = assess_leak_traced(&mut scratch, window, start, prior, params, &mut judged);
+        // Judged before the onset too: each check hands its verdict to the
+        // next, as the analyzer's do (`leak::Prior`).
         prior = prior.after(&verdict);
-        let mut lines = life_halves(&mut scratch, window);
+        if second < onset_s {
+            continue;
+        }
+        let mut lines = life_halves(&mut scratch, window, params.buckets);
         for record in &judged {
             lines.push_str(&describe(record));
         }
@@ -134,9 +141,13 @@ fn short(reason: NotALeak) -> &'static str {
 /// Rule 6's evidence on the whole series judged (the process's life where
 /// it began inside the window): each half's rate (MiB/s), the floor's
 /// noise (MiB) and the slowing in noises.
-fn life_halves(scratch: &mut FloorScratch, window: &[(vramd::model::Timestamp, u64)]) -> String {
+fn life_halves(
+    scratch: &mut FloorScratch,
+    window: &[(vramd::model::Timestamp, u64)],
+    buckets: usize,
+) -> String {
     let Some(&(first, _)) = window.first() else { return String::new() };
-    if scratch.line(window, first, 24).is_none() {
+    if scratch.line(window, first, buckets).is_none() {
         return String::new();
     }
     let mut buffer = Vec::new();
