@@ -101,6 +101,7 @@ fn corpus_of(seed: u64, args: &Args) -> Vec<CorpusRun> {
         .into_iter()
         .chain(corpus::growth_runs(seed, args.growth_runs))
         .chain(corpus::warmup_runs(seed, args.warmup_runs))
+        .chain(corpus::stepped_runs(seed, args.stepped_runs))
         .collect()
 }
 

@@ -93,6 +93,9 @@ fn classes(played: &[Played]) {
             .flat_map(|seed| &seed.outcomes)
             .filter(|outcome| Class::of(&outcome.label) == class)
             .collect();
+        if outcomes.is_empty() {
+            continue;
+        }
         let hours: f64 = outcomes.iter().map(|o| o.played_s).sum::<f64>() / 3600.0;
         let per_day = |count: usize| count as f64 / hours.max(1e-9) * 24.0;
         let leak_false = outcomes.iter().map(|o| o.leak_false).sum();

@@ -22,7 +22,9 @@
 //! a notebook that grabs and frees chunks, an opaque process). One run in
 //! four leaks, at 0.25, 1, 4 or 16 MiB/s in turn, with and without
 //! `empty_cache()`; [`growth_runs`] grow linearly at 20–80 MiB/s until the
-//! device is full.
+//! device is full; [`warmup_runs`] warm up for minutes to a plateau below
+//! the capacity; [`stepped_runs`] step every 0.5, 1 or 2 s from a fixed
+//! phase, which sampling once a second sees at a phase that only drifts.
 
 mod allocator;
 mod job;
@@ -69,6 +71,8 @@ pub struct CorpusRun {
     pub label: Label,
     /// How long the run is played.
     pub duration: Duration,
+    /// The primary job's step period where it is fixed ([`stepped_runs`]).
+    pub step_period: Option<f64>,
     jobs: Vec<Job>,
     tenants: Vec<Tenant>,
 }
@@ -93,6 +97,35 @@ pub fn corpus(seed: u64, runs: usize) -> Vec<CorpusRun> {
 /// `runs` runs that grow linearly at 20–80 MiB/s until the device is full.
 pub fn growth_runs(seed: u64, runs: usize) -> Vec<CorpusRun> {
     (0..runs as u64).map(|index| CorpusRun::draw(seed ^ 0x6772_6f77, index, Kind::Growth)).collect()
+}
+
+/// Step periods of training loops that are commonly exact, seconds: the
+/// slow tier and the reporter sample every second.
+pub const STEP_PERIODS: [f64; 3] = [0.5, 1.0, 2.0];
+
+/// `runs` runs whose primary job steps with a period of 0.5, 1 or 2 s
+/// (within 20 parts per million) from a fixed phase, so that sampling
+/// once a second catches each step at a phase that only drifts: the floor
+/// a bucket minimum finds then depends on where that phase lies. Every
+/// other run leaks, at the corpus's rates in turn; the rest are benign.
+/// Drawn apart, so the other runs of a seed are unchanged.
+pub fn stepped_runs(seed: u64, runs: usize) -> Vec<CorpusRun> {
+    (0..runs as u64)
+        .map(|index| {
+            let leak = index % 2 == 1;
+            let rate = LEAK_RATES.get((index / 2 % 4) as usize).copied().unwrap_or(MIB_F);
+            let kind = if leak { Kind::Leak { rate, empty_cache: false } } else { Kind::Benign };
+            let mut run = CorpusRun::draw(seed ^ 0x7374_6570, index, kind);
+            let period = STEP_PERIODS.get((index / 8 % 3) as usize).copied().unwrap_or(1.0);
+            let mut draw = Draw { seed: seed ^ 0x7374_6570, run: index, next: 1_000 };
+            let step = (period * (1.0 + draw.between(-2e-5, 2e-5)), draw.unit());
+            if let Some(primary) = run.jobs.first_mut() {
+                primary.step = Some(step);
+            }
+            run.step_period = Some(period);
+            run
+        })
+        .collect()
 }
 
 /// `runs` benign runs whose primary job warms up slowly (time constants of
@@ -180,6 +213,7 @@ impl CorpusRun {
             growth: None,
             split_share: draw.between(0.05, 0.4),
             climb: None,
+            step: None,
         };
         if draw.chance(0.5) {
             let period_s = draw.between(600.0, 1_800.0);
@@ -245,7 +279,7 @@ impl CorpusRun {
             .then(|| (draw.log_mib(4_096.0, 30_720.0), draw.between(60.0, 600.0)));
         jobs.push(primary);
         jobs.extend(second);
-        let mut run = CorpusRun { seed, label, duration, jobs, tenants };
+        let mut run = CorpusRun { seed, label, duration, step_period: None, jobs, tenants };
         if let Some((climb, tau)) = warmup {
             run.warm_up_below_capacity(climb, tau);
         }
@@ -351,7 +385,9 @@ impl CorpusRun {
         let mut out = Vec::with_capacity(self.jobs.len() + self.tenants.len());
         for job in &self.jobs {
             let key = [u64::from(job.pid), t_ms];
-            let phase = noise::unit(self.seed, Stream::Allocated, &key);
+            let phase = job
+                .step_phase(t_s)
+                .unwrap_or_else(|| noise::unit(self.seed, Stream::Allocated, &key));
             // A step's shape changes every few seconds, not every sample.
             let shape = noise::symmetric(self.seed, Stream::Reserved, &[key[0], t_ms / 3_000]);
             let Some(memory) = job.memory(t_s, phase, shape) else { continue };
@@ -502,6 +538,16 @@ mod tests {
             assert_eq!(run.duration, BENIGN_RUN, "not cut: the plateau fits");
             let capacity = H100_80GB.capacity_bytes();
             assert!(run.peak_demand(run.duration.as_secs_f64() - 1.0) < capacity / 10 * 9 + MIB);
+        }
+    }
+
+    #[test]
+    fn stepped_runs_leak_every_other_run_at_every_period() {
+        let runs = stepped_runs(5, 24);
+        let leaks = runs.iter().filter(|run| matches!(run.label, Label::Leak { .. })).count();
+        assert_eq!(leaks, 12);
+        for period in STEP_PERIODS {
+            assert!(runs.iter().any(|run| run.step_period == Some(period)), "{period}");
         }
     }
 
