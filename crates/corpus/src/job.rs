@@ -79,6 +79,10 @@ pub(super) struct Job {
     /// the samples catch them at a phase that only drifts; `None`: each
     /// sample at a phase of its own.
     pub step: Option<(f64, f64)>,
+    /// The cache following the largest batch so far: at each (seconds
+    /// since the job's start, bytes) reserved memory grows by that much
+    /// and keeps it (without `empty_cache()`).
+    pub cache_steps: Vec<(f64, u64)>,
 }
 
 /// What the job holds at one instant.
@@ -151,9 +155,16 @@ impl Job {
                 Some((phase, bytes)) if phase.happened(age) && age >= self.load_s => bytes,
                 _ => 0,
             };
+            let largest_batches: u64 = self
+                .cache_steps
+                .iter()
+                .filter(|&&(at, _)| at <= age)
+                .map(|&(_, bytes)| bytes)
+                .sum();
             let high_water = segments_for(peak_floor, self.mix)
                 .saturating_add(segments_for(transient, self.mix))
-                .saturating_add(kept);
+                .saturating_add(kept)
+                .saturating_add(largest_batches);
             high_water.max(segments_for(allocated, self.mix))
         };
         let cache = reserved.saturating_sub(allocated);
@@ -202,6 +213,7 @@ pub(super) fn example() -> Job {
         split_share: 0.2,
         climb: None,
         step: None,
+        cache_steps: Vec::new(),
     }
 }
 

@@ -24,7 +24,10 @@
 //! `empty_cache()`; [`growth_runs`] grow linearly at 20–80 MiB/s until the
 //! device is full; [`warmup_runs`] warm up for minutes to a plateau below
 //! the capacity; [`stepped_runs`] step every 0.5, 1 or 2 s from a fixed
-//! phase, which sampling once a second sees at a phase that only drifts.
+//! phase, which sampling once a second sees at a phase that only drifts;
+//! [`dipping_runs`] leak through evaluation dips every 15–20 min;
+//! [`running_max_runs`] grow reserved memory, NVML only, in a few large
+//! irregular steps as the cache follows the largest batch so far.
 
 mod allocator;
 mod job;
@@ -128,6 +131,56 @@ pub fn stepped_runs(seed: u64, runs: usize) -> Vec<CorpusRun> {
         .collect()
 }
 
+/// `runs` leak runs, at 0.25 and 1 MiB/s in turn, whose job pauses for
+/// an evaluation every 15–20 min for 1.5–3 min (the floor dropping by a
+/// sixteenth of the job while it runs): one leak must stay one alert
+/// through its dips. Drawn apart, so the other runs of a seed are
+/// unchanged.
+pub fn dipping_runs(seed: u64, runs: usize) -> Vec<CorpusRun> {
+    let seed = seed ^ 0x6469_7073;
+    (0..runs as u64)
+        .map(|index| {
+            let rate = if index % 2 == 0 { 0.25 * MIB_F } else { MIB_F };
+            let mut run = CorpusRun::draw(seed, index, Kind::Leak { rate, empty_cache: false });
+            let mut draw = Draw { seed, run: index, next: 1_000 };
+            let period_s = draw.between(900.0, 1_200.0);
+            let duration_s = draw.between(90.0, 180.0);
+            let offset_s = draw.between(60.0, period_s);
+            if let Some(primary) = run.jobs.first_mut() {
+                primary.eval = Some(Phase { period_s, duration_s, offset_s });
+            }
+            run
+        })
+        .collect()
+}
+
+/// `runs` benign runs, NVML only, whose reserved memory follows the
+/// largest batch so far: three to six irregular steps of 0.25–2.5 GiB in
+/// the first hour, held after (no `empty_cache()`). Without allocator
+/// statistics that is cache growth or a leak, not a leak. Drawn apart, so
+/// the other runs of a seed are unchanged.
+pub fn running_max_runs(seed: u64, runs: usize) -> Vec<CorpusRun> {
+    let seed = seed ^ 0x6d61_7872;
+    (0..runs as u64)
+        .map(|index| {
+            let mut run = CorpusRun::draw(seed, index, Kind::Benign);
+            let mut draw = Draw { seed, run: index, next: 1_000 };
+            let count = 3 + (draw.unit() * 4.0) as usize;
+            let mut steps: Vec<(f64, u64)> = (0..count)
+                .map(|_| (draw.between(300.0, 3_600.0), draw.log_mib(256.0, 2_560.0)))
+                .collect();
+            steps.sort_by(|a, b| a.0.total_cmp(&b.0));
+            if let Some(primary) = run.jobs.first_mut() {
+                primary.reports = false;
+                primary.empty_cache = false;
+                primary.cache_steps = steps;
+            }
+            run.cut_at_full();
+            run
+        })
+        .collect()
+}
+
 /// `runs` benign runs whose primary job warms up slowly (time constants of
 /// 1–10 min, 4–30 GiB) to a plateau below the capacity: the corpus's other
 /// warm-ups (the cache's, 15–150 s) are shorter than those of real jobs
@@ -214,6 +267,7 @@ impl CorpusRun {
             split_share: draw.between(0.05, 0.4),
             climb: None,
             step: None,
+            cache_steps: Vec::new(),
         };
         if draw.chance(0.5) {
             let period_s = draw.between(600.0, 1_800.0);
@@ -548,6 +602,26 @@ mod tests {
         assert_eq!(leaks, 12);
         for period in STEP_PERIODS {
             assert!(runs.iter().any(|run| run.step_period == Some(period)), "{period}");
+        }
+    }
+
+    #[test]
+    fn dipping_runs_leak_through_evaluations_and_running_maxima_step_up_unseen() {
+        for run in dipping_runs(5, 4) {
+            assert!(matches!(run.label, Label::Leak { .. }), "{run:?}");
+            let eval = run.jobs.first().and_then(|job| job.eval).expect("evaluations");
+            assert!((900.0..=1_200.0).contains(&eval.period_s), "{eval:?}");
+        }
+        for run in running_max_runs(5, 4) {
+            assert_eq!(run.label, Label::Benign);
+            let primary = run.jobs.first().expect("a job");
+            assert!(!primary.reports && (3..=6).contains(&primary.cache_steps.len()));
+            // Reserved holds each step once taken: NVML usage only grows.
+            let at = |s: f64| primary.memory(s, 0.0, 0.0).map_or(0, |m| m.nvml_used);
+            let last = primary.cache_steps.last().map_or(0.0, |&(t, _)| t);
+            if last + 60.0 < primary.end_s {
+                assert!(at(last + 60.0) > at(250.0), "{run:?}");
+            }
         }
     }
 
