@@ -397,6 +397,10 @@ fn young_warm_ups_under_a_large_sawtooth_raise_nothing() {
     // young process's life, "sped up" by its scatter while the life's rate
     // fell by ten noises; the rate's fall at minute 5 stood under two.
     // The first half hour: the tail beyond is docs/alerts.md's open case.
+    // These recorded counterparts stayed silent before the fix too (this
+    // trace's phases are not the corpus's); the corpus runs themselves,
+    // which did not, are tests/detection.rs's
+    // `slow_warm_ups_that_raised_leaks_stay_silent`.
     for (climb, tau, activation) in
         [(19.0, 467.0, 2.5), (12.0, 479.0, 3.0), (11.0, 506.0, 4.0), (6.0, 338.0, 2.5)]
     {
