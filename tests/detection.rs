@@ -116,3 +116,25 @@ fn a_slow_leak_between_long_evaluation_phases_is_called_within_the_target() {
     assert!(latency <= 15.0 * 60.0, "{latency} s after onset");
     assert_eq!(outcome.leak_false, 0, "{:?}", outcome.false_alarms);
 }
+
+#[test]
+fn slow_warm_ups_that_raised_leaks_stay_silent() {
+    // Warm-ups of 5.5–9 minutes' time constant to a plateau below the
+    // capacity, each of which raised `leak_suspected` before rule 6 was
+    // handed from check to check (issue 32, docs/alerts.md "Warm-ups"): a
+    // young process's short window speeding up by its scatter (seeds 2:7,
+    // 3:12), a call made before the slowing stood out (5:17, 6:10), and a
+    // tail whose slowing faded into the scatter (3:7, 4:22, 6:22).
+    let config = Config::default();
+    for (seed, index) in [(2, 7), (3, 12), (5, 17), (6, 10), (3, 7), (4, 22), (6, 22)] {
+        let run = &corpus::warmup_runs(seed, index + 1)[index];
+        assert!(matches!(run.label, Label::Warmup { .. }), "{:?}", run.label);
+        let outcome = play::play(run, &config);
+        assert_eq!(
+            (outcome.leak_false, outcome.forecast_false),
+            (0, 0),
+            "run {seed}:{index}: {:?}",
+            outcome.false_alarms
+        );
+    }
+}

@@ -389,6 +389,29 @@ fn warm_ups_of_any_length_levelling_off_below_capacity_raise_nothing() {
 }
 
 #[test]
+fn young_warm_ups_under_a_large_sawtooth_raise_nothing() {
+    // The corpus's warm-up runs that still raised `leak_suspected` 6-18
+    // minutes in (seeds 2, 3 and 5): a 12 GiB model, +6 to +19 GiB more
+    // with a time constant of 5.5-8.5 minutes, under a 2.5-4 GiB
+    // sawtooth, its allocator reporting. A short window, most of the
+    // young process's life, "sped up" by its scatter while the life's rate
+    // fell by ten noises; the rate's fall at minute 5 stood under two.
+    // The first half hour: the tail beyond is docs/alerts.md's open case.
+    // These recorded counterparts stayed silent before the fix too (this
+    // trace's phases are not the corpus's); the corpus runs themselves,
+    // which did not, are tests/detection.rs's
+    // `slow_warm_ups_that_raised_leaks_stay_silent`.
+    for (climb, tau, activation) in
+        [(19.0, 467.0, 2.5), (12.0, 479.0, 3.0), (11.0, 506.0, 4.0), (6.0, 338.0, 2.5)]
+    {
+        let job =
+            Job { base: 12.0 * GIB, activation: activation * GIB, ..warming(climb, tau, true) };
+        let what = format!("+{climb} GiB, tau {tau} s, sawtooth {activation} GiB");
+        assert_silent(&what, &trace(&[job], 1_800, None, &plain));
+    }
+}
+
+#[test]
 fn a_leak_after_a_long_warm_up_is_still_called() {
     // +10 GiB with a 5-minute time constant, then 4 MiB/s from minute 30.
     let job = Job { leak: Some((1_800.0, 4.0 * MIB)), ..warming(10.0, 300.0, false) };

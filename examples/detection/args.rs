@@ -9,6 +9,11 @@ usage: detection [FLAGS]
   --runs N                 corpus runs per seed (default 200; about 3 benign per leak)
   --growth-runs N          linear-growth runs per seed for the forecast (default 24)
   --warmup-runs N          benign runs per seed warming up for 1-10 min (default 24)
+  --stepped-runs N         runs per seed stepping every 0.5, 1 or 2 s at a fixed phase,
+                           every other one leaking (default 0)
+  --dipping-runs N         leak runs per seed with evaluation dips every 15-20 min (default 0)
+  --running-max-runs N     benign NVML-only runs whose cache steps up to each largest
+                           batch (default 0)
   --seed S                 the corpus seed (default 1)
   --seeds LIST             pooled figures over several seeds: 1-6, 7,8,9 or 1-3,9
   --jobs N                 seeds played side by side (default 1)
@@ -31,6 +36,13 @@ pub struct Args {
     pub growth_runs: usize,
     /// `--warmup-runs`: benign runs with slow warm-ups (`corpus::warmup_runs`).
     pub warmup_runs: usize,
+    /// `--stepped-runs`: runs whose steps are commensurate with the
+    /// sampling (`corpus::stepped_runs`).
+    pub stepped_runs: usize,
+    /// `--dipping-runs`: leaks through evaluation dips (`corpus::dipping_runs`).
+    pub dipping_runs: usize,
+    /// `--running-max-runs`: NVML-only cache steps (`corpus::running_max_runs`).
+    pub running_max_runs: usize,
     pub seed: u64,
     /// `--seeds`: pooled figures over these seeds instead of one `--seed`.
     pub seeds: Option<Vec<u64>>,
@@ -63,6 +75,9 @@ pub fn parse() -> Args {
         runs: 200,
         growth_runs: 24,
         warmup_runs: 24,
+        stepped_runs: 0,
+        dipping_runs: 0,
+        running_max_runs: 0,
         seed: 1,
         seeds: None,
         jobs: 1,
@@ -91,6 +106,9 @@ pub fn parse() -> Args {
             "--runs" => args.runs = number(&flag, &value),
             "--growth-runs" => args.growth_runs = number(&flag, &value),
             "--warmup-runs" => args.warmup_runs = number(&flag, &value),
+            "--stepped-runs" => args.stepped_runs = number(&flag, &value),
+            "--dipping-runs" => args.dipping_runs = number(&flag, &value),
+            "--running-max-runs" => args.running_max_runs = number(&flag, &value),
             "--seed" => args.seed = number(&flag, &value),
             "--seeds" => args.seeds = Some(seed_list(&value)),
             "--jobs" => args.jobs = number::<usize>(&flag, &value).max(1),

@@ -3,7 +3,9 @@
 //! NVML usage without) at the slow tier's 1 Hz and prints, at every leak
 //! check after the onset, the verdict and every window the detector judged,
 //! in its order, as it recorded them (`leak::assess_leak_traced`: the real
-//! code's judgements, not a copy of its rules). The checks fall where the
+//! code's judgements, not a copy of its rules), after rule 6's evidence on
+//! the whole series judged (`life`: each half's rate, the noise, the
+//! slowing in noises). The checks fall where the
 //! analyzer's do in the benchmark (the first evaluation, then every check
 //! interval), so the verdicts are the ones the alert saw; the benchmark's
 //! own firing time is printed last.
@@ -11,7 +13,9 @@
 use std::time::Duration;
 
 use vramd::analysis::floor::FloorScratch;
-use vramd::analysis::leak::{LeakParams, NotALeak, Start, WindowJudgement, assess_leak_traced};
+use vramd::analysis::leak::{
+    LeakParams, NotALeak, Prior, Start, WindowJudgement, assess_leak_traced,
+};
 use vramd::source::simulator::GOLDEN_ORIGIN;
 use vramd_corpus::{CorpusRun, Label};
 
@@ -38,7 +42,7 @@ pub fn explain(
     println!("{run:?}");
     let mut series = Vec::new();
     let mut scratch = FloorScratch::default();
-    let mut held = false;
+    let mut prior = Prior::Nothing;
     let mut judged = Vec::new();
     let (check_s, onset_s) = (check.as_secs().max(1), onset.as_secs());
     let first_s = first_check.as_secs();
@@ -50,7 +54,7 @@ pub fn explain(
         if let Some(value) = value {
             series.push((at, value));
         }
-        if second < onset_s || second < first_s || !(second - first_s).is_multiple_of(check_s) {
+        if second < first_s || !(second - first_s).is_multiple_of(check_s) {
             continue;
         }
         let from = at.saturating_sub(params.window);
@@ -60,9 +64,14 @@ pub fn explain(
         // The analyzer knows when the process was first listed: so does this.
         let start =
             series.first().map_or(Start::Window(from), |&(listed, _)| Start::Listed(listed));
-        let verdict = assess_leak_traced(&mut scratch, window, start, held, params, &mut judged);
-        held = verdict.is_ok();
-        let mut lines = String::new();
+        let verdict = assess_leak_traced(&mut scratch, window, start, prior, params, &mut judged);
+        // Judged before the onset too: each check hands its verdict to the
+        // next, as the analyzer's do (`leak::Prior`).
+        prior = prior.after(&verdict);
+        if second < onset_s {
+            continue;
+        }
+        let mut lines = life_halves(&mut scratch, window, params.buckets);
         for record in &judged {
             lines.push_str(&describe(record));
         }
@@ -127,4 +136,31 @@ fn short(reason: NotALeak) -> &'static str {
         NotALeak::NoNewGround => "regained",
         NotALeak::Slowing => "slowing",
     }
+}
+
+/// Rule 6's evidence on the whole series judged (the process's life where
+/// it began inside the window): each half's rate (MiB/s), the floor's
+/// noise (MiB) and the slowing in noises.
+fn life_halves(
+    scratch: &mut FloorScratch,
+    window: &[(vramd::model::Timestamp, u64)],
+    buckets: usize,
+) -> String {
+    let Some(&(first, _)) = window.first() else { return String::new() };
+    if scratch.line(window, first, buckets).is_none() {
+        return String::new();
+    }
+    let mut buffer = Vec::new();
+    let Some(halves) = vramd::analysis::trend::saturation::halves(scratch.points(), &mut buffer)
+    else {
+        return String::new();
+    };
+    let lost = (halves.first_rate - halves.second_rate) * halves.half_seconds;
+    format!(
+        " life {:.2}->{:.2} noise {:.0} slow {:.1}",
+        halves.first_rate / MIB,
+        halves.second_rate / MIB,
+        halves.noise / MIB,
+        lost / halves.noise.max(2.0 * MIB)
+    )
 }

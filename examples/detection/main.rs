@@ -101,6 +101,9 @@ fn corpus_of(seed: u64, args: &Args) -> Vec<CorpusRun> {
         .into_iter()
         .chain(corpus::growth_runs(seed, args.growth_runs))
         .chain(corpus::warmup_runs(seed, args.warmup_runs))
+        .chain(corpus::stepped_runs(seed, args.stepped_runs))
+        .chain(corpus::dipping_runs(seed, args.dipping_runs))
+        .chain(corpus::running_max_runs(seed, args.running_max_runs))
         .collect()
 }
 

@@ -1,6 +1,9 @@
 //! Figures pooled over several seeds' corpora (`--seeds`): one seed holds
 //! about six runs per leak group, so its "p95" is that group's slowest run
 //! and swings on one draw; pooling gives quantiles that mean something.
+//! The report opens with one row per class of run (benign, slow warm-ups,
+//! each leak rate, linear growth): latency, misses, resolves per leak,
+//! false alarms per device-day of each rule, forecast lead and error.
 //! Reads what `main.rs` played; plays nothing itself.
 
 use std::time::Duration;
@@ -27,6 +30,7 @@ fn min(values: &[f64]) -> Option<f64> {
 }
 
 pub fn report(played: &[Played], verbose: bool) {
+    classes(played);
     leaks(played, verbose);
     false_alarms(played, verbose);
     forecasts(played, verbose);
@@ -38,6 +42,125 @@ pub fn report(played: &[Played], verbose: bool) {
             samples as f64 / cpu / 1e6
         ),
         None => println!("\nthroughput: {samples} samples (no /proc/thread-self/schedstat)"),
+    }
+}
+
+/// The corpus's classes of run, as the figures ask for them.
+#[derive(Clone, Copy, PartialEq)]
+enum Class {
+    Benign,
+    Warmup,
+    Leak(f64),
+    Growth,
+}
+
+impl Class {
+    fn of(label: &Label) -> Self {
+        match *label {
+            Label::Benign => Class::Benign,
+            Label::Warmup { .. } => Class::Warmup,
+            Label::Leak { bytes_per_second, .. } => Class::Leak(bytes_per_second),
+            Label::Growth { .. } => Class::Growth,
+        }
+    }
+
+    fn name(self) -> String {
+        match self {
+            Class::Benign => "benign".to_owned(),
+            Class::Warmup => "warm-up, τ 1–10 min, below capacity".to_owned(),
+            Class::Leak(rate) => format!("leak {:.2} MiB/s", rate / MIB),
+            Class::Growth => "linear growth to full, 20–80 MiB/s".to_owned(),
+        }
+    }
+}
+
+/// One row per class: latency after the onset (leaks), misses, resolves
+/// per called leak, false alarms per device-day of each rule (alarms not
+/// about the labelled leak or growth), and the forecast's lead and
+/// time-to-exhaustion error (growth).
+fn classes(played: &[Played]) {
+    println!("\nper class, pooled");
+    println!(
+        "| class | runs | device-hours | latency p50 / p95 | missed | resolves per leak | false leak_suspected per day | false exhaustion_forecast per day | forecast lead p50 / min | TTE error p50 / p95 |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|---|");
+    let mut order = vec![Class::Benign, Class::Warmup];
+    order.extend(LEAK_RATES.map(Class::Leak));
+    order.push(Class::Growth);
+    for class in order {
+        let outcomes: Vec<_> = played
+            .iter()
+            .flat_map(|seed| &seed.outcomes)
+            .filter(|outcome| Class::of(&outcome.label) == class)
+            .collect();
+        if outcomes.is_empty() {
+            continue;
+        }
+        let hours: f64 = outcomes.iter().map(|o| o.played_s).sum::<f64>() / 3600.0;
+        let per_day = |count: usize| count as f64 / hours.max(1e-9) * 24.0;
+        let leak_false = outcomes.iter().map(|o| o.leak_false).sum();
+        let forecast_false = outcomes.iter().map(|o| o.forecast_false).sum();
+        let (mut latencies, mut missed, mut resolves, mut called) = (Vec::new(), 0, 0, 0);
+        let (mut leads, mut errors) = (Vec::new(), Vec::new());
+        for outcome in &outcomes {
+            match outcome.label {
+                Label::Leak { onset, .. } => match outcome.leak_fired_s {
+                    Some(fired) => {
+                        latencies.push(fired - onset.as_secs_f64());
+                        resolves += outcome.leak_resolves;
+                        called += 1;
+                    }
+                    None => missed += 1,
+                },
+                Label::Growth { full, .. } => match outcome.forecast {
+                    Some((fired, forecast)) => {
+                        let lead = full.as_secs_f64() - fired;
+                        leads.push(lead);
+                        errors.push((forecast - lead).abs() / lead.max(1.0));
+                    }
+                    None => missed += 1,
+                },
+                Label::Benign | Label::Warmup { .. } => {}
+            }
+        }
+        let leak = matches!(class, Class::Leak(_));
+        let growth = class == Class::Growth;
+        println!(
+            "| {} | {} | {hours:.0} | {} | {} | {} | {:.2} | {:.2} | {} | {} |",
+            class.name(),
+            outcomes.len(),
+            if leak {
+                format!(
+                    "{} / {}",
+                    minutes(quantile(&mut latencies.clone(), 0.5)),
+                    minutes(quantile(&mut latencies, 0.95))
+                )
+            } else {
+                "—".to_owned()
+            },
+            if leak || growth { missed.to_string() } else { "—".to_owned() },
+            if leak {
+                format!("{:.2}", resolves as f64 / called.max(1) as f64)
+            } else {
+                "—".to_owned()
+            },
+            per_day(leak_false),
+            per_day(forecast_false),
+            if growth {
+                format!("{} / {}", minutes(quantile(&mut leads.clone(), 0.5)), minutes(min(&leads)))
+            } else {
+                "—".to_owned()
+            },
+            if growth {
+                format!(
+                    "{} / {}",
+                    percent(quantile(&mut errors.clone(), 0.5)),
+                    percent(quantile(&mut errors, 0.95))
+                )
+            } else {
+                "—".to_owned()
+            },
+        );
     }
 }
 

@@ -8,7 +8,7 @@
 //! `history` (read-only), `model` and the pure functions beside it; knows
 //! nothing of alert rules, configuration or HTTP.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::time::Duration;
 
 use crate::history::{DeviceHistory, HistoryStore};
@@ -17,7 +17,7 @@ use crate::model::Timestamp;
 use super::AnalysisConfig;
 use super::driver_retries::DriverRetries;
 use super::floor::FloorScratch;
-use super::leak::{LeakFinding, LeakParams, detect_process_leak};
+use super::leak::{LeakFinding, LeakParams, Prior, detect_process_leak};
 use super::pressure::{PressureInput, PressureThresholds, pressure};
 use super::process_growth::ProcessGrowth;
 use super::series;
@@ -84,6 +84,9 @@ struct DeviceMemo {
     trend: Option<TrendMemo>,
     /// When leaks were last assessed, and the findings by PID.
     leaks: Option<(Timestamp, HashMap<u32, LeakFinding>)>,
+    /// Processes the last leak check found warming up (rule 6): held as
+    /// warm-ups while their rate keeps falling (`leak::Prior`).
+    warming: HashSet<u32>,
     /// Every process's usage over the trend window, slid check by check,
     /// for the growth read process by process.
     process_growth: ProcessGrowth,
@@ -122,6 +125,7 @@ impl Analyzer {
             memo.process_growth = ProcessGrowth::default();
             if leaks_changed {
                 memo.leaks = None;
+                memo.warming.clear();
                 memo.process_windows = series::ProcessWindows::default();
             }
         }
@@ -243,14 +247,25 @@ impl Analyzer {
                         memo.leaks.take().map(|(_, findings)| findings).unwrap_or_default();
                     let scratch = &mut self.scratch;
                     let mut findings = HashMap::new();
+                    let warming = &mut memo.warming;
+                    let mut still_warming = HashSet::new();
                     windows.visit_processes(&mut self.process_buffer, |process| {
-                        let held = previous.contains_key(&process.pid);
-                        if let Some(finding) =
-                            detect_process_leak(scratch, process, from, held, params)
-                        {
+                        let prior = if previous.contains_key(&process.pid) {
+                            Prior::Held
+                        } else if warming.contains(&process.pid) {
+                            Prior::WarmingUp
+                        } else {
+                            Prior::Nothing
+                        };
+                        let verdict = detect_process_leak(scratch, process, from, prior, params);
+                        if prior.after(&verdict) == Prior::WarmingUp {
+                            still_warming.insert(process.pid);
+                        }
+                        if let Ok(finding) = verdict {
                             findings.insert(process.pid, finding);
                         }
                     });
+                    *warming = still_warming;
                     findings
                 }
                 None => HashMap::new(),

@@ -75,6 +75,14 @@ pub(super) struct Job {
     /// caches, a curriculum ramping up): bytes it levels off at above
     /// `base`, and its time constant in seconds.
     pub climb: Option<(u64, f64)>,
+    /// Steps of a fixed period (seconds) from a fixed phase (0..1), where
+    /// the samples catch them at a phase that only drifts; `None`: each
+    /// sample at a phase of its own.
+    pub step: Option<(f64, f64)>,
+    /// The cache following the largest batch so far: at each (seconds
+    /// since the job's start, bytes) reserved memory grows by that much
+    /// and keeps it (without `empty_cache()`).
+    pub cache_steps: Vec<(f64, u64)>,
 }
 
 /// What the job holds at one instant.
@@ -147,9 +155,16 @@ impl Job {
                 Some((phase, bytes)) if phase.happened(age) && age >= self.load_s => bytes,
                 _ => 0,
             };
+            let largest_batches: u64 = self
+                .cache_steps
+                .iter()
+                .filter(|&&(at, _)| at <= age)
+                .map(|&(_, bytes)| bytes)
+                .sum();
             let high_water = segments_for(peak_floor, self.mix)
                 .saturating_add(segments_for(transient, self.mix))
-                .saturating_add(kept);
+                .saturating_add(kept)
+                .saturating_add(largest_batches);
             high_water.max(segments_for(allocated, self.mix))
         };
         let cache = reserved.saturating_sub(allocated);
@@ -159,6 +174,12 @@ impl Job {
             inactive_split: (cache as f64 * self.split_share) as u64,
             nvml_used: reserved.saturating_add(self.outside),
         })
+    }
+
+    /// The phase of the step a sample at `t_s` catches, where the job's
+    /// steps have a fixed period; `None` otherwise.
+    pub fn step_phase(&self, t_s: f64) -> Option<f64> {
+        self.step.map(|(period, phase)| ((t_s - self.start_s) / period.max(1e-3) + phase).fract())
     }
 
     /// The NVML usage at the top of a step: what runs out first.
@@ -191,6 +212,8 @@ pub(super) fn example() -> Job {
         growth: None,
         split_share: 0.2,
         climb: None,
+        step: None,
+        cache_steps: Vec::new(),
     }
 }
 
@@ -227,5 +250,16 @@ mod tests {
         let after = job.memory(1_600.0, 0.0, 0.0).unwrap().allocated;
         assert_eq!(after - before, 1_000 * MIB);
         assert!(job.memory(7_200.0, 0.0, 0.0).is_none(), "ended");
+    }
+
+    #[test]
+    fn steps_of_the_sampling_period_are_caught_at_a_phase_that_only_drifts() {
+        // A 1 s step a fifty-thousandth long: one sample a second sees a
+        // phase that moves 0.072 an hour, not one drawn afresh.
+        let job = Job { step: Some((1.000_02, 0.3)), ..example() };
+        let phases: Vec<f64> = (0..3_600).map(|t| job.step_phase(f64::from(t)).unwrap()).collect();
+        let spread = phases.iter().fold(0.0_f64, |most, &p| most.max((p - 0.3).abs()));
+        assert!(spread < 0.08, "{spread}");
+        assert_eq!(example().step_phase(10.0), None);
     }
 }

@@ -22,9 +22,15 @@
 //! a notebook that grabs and frees chunks, an opaque process). One run in
 //! four leaks, at 0.25, 1, 4 or 16 MiB/s in turn, with and without
 //! `empty_cache()`; [`growth_runs`] grow linearly at 20–80 MiB/s until the
-//! device is full.
+//! device is full; [`warmup_runs`] warm up for minutes to a plateau below
+//! the capacity; [`stepped_runs`] step every 0.5, 1 or 2 s from a fixed
+//! phase, which sampling once a second sees at a phase that only drifts;
+//! [`dipping_runs`] leak through evaluation dips every 15–20 min;
+//! [`running_max_runs`] grow reserved memory, NVML only, in a few large
+//! irregular steps as the cache follows the largest batch so far.
 
 mod allocator;
+mod classes;
 mod job;
 
 use std::time::Duration;
@@ -35,6 +41,7 @@ use vramd::source::simulator::devices::{self, GIB, H100_80GB, MIB};
 use vramd::source::simulator::noise::{self, Stream};
 
 use allocator::SizeMix;
+pub use classes::{STEP_PERIODS, dipping_runs, running_max_runs, stepped_runs, warmup_runs};
 use job::{Growth, Job, Phase};
 
 /// Leak rates the corpus cycles through, bytes per second.
@@ -69,6 +76,8 @@ pub struct CorpusRun {
     pub label: Label,
     /// How long the run is played.
     pub duration: Duration,
+    /// The primary job's step period where it is fixed ([`stepped_runs`]).
+    pub step_period: Option<f64>,
     jobs: Vec<Job>,
     tenants: Vec<Tenant>,
 }
@@ -93,15 +102,6 @@ pub fn corpus(seed: u64, runs: usize) -> Vec<CorpusRun> {
 /// `runs` runs that grow linearly at 20–80 MiB/s until the device is full.
 pub fn growth_runs(seed: u64, runs: usize) -> Vec<CorpusRun> {
     (0..runs as u64).map(|index| CorpusRun::draw(seed ^ 0x6772_6f77, index, Kind::Growth)).collect()
-}
-
-/// `runs` benign runs whose primary job warms up slowly (time constants of
-/// 1–10 min, 4–30 GiB) to a plateau below the capacity: the corpus's other
-/// warm-ups (the cache's, 15–150 s) are shorter than those of real jobs
-/// loading large models or ramping curricula. Drawn apart from [`corpus`],
-/// so that corpus's runs are unchanged.
-pub fn warmup_runs(seed: u64, runs: usize) -> Vec<CorpusRun> {
-    (0..runs as u64).map(|index| CorpusRun::draw(seed ^ 0x7761_726d, index, Kind::Warmup)).collect()
 }
 
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -180,6 +180,8 @@ impl CorpusRun {
             growth: None,
             split_share: draw.between(0.05, 0.4),
             climb: None,
+            step: None,
+            cache_steps: Vec::new(),
         };
         if draw.chance(0.5) {
             let period_s = draw.between(600.0, 1_800.0);
@@ -245,7 +247,7 @@ impl CorpusRun {
             .then(|| (draw.log_mib(4_096.0, 30_720.0), draw.between(60.0, 600.0)));
         jobs.push(primary);
         jobs.extend(second);
-        let mut run = CorpusRun { seed, label, duration, jobs, tenants };
+        let mut run = CorpusRun { seed, label, duration, step_period: None, jobs, tenants };
         if let Some((climb, tau)) = warmup {
             run.warm_up_below_capacity(climb, tau);
         }
@@ -351,7 +353,9 @@ impl CorpusRun {
         let mut out = Vec::with_capacity(self.jobs.len() + self.tenants.len());
         for job in &self.jobs {
             let key = [u64::from(job.pid), t_ms];
-            let phase = noise::unit(self.seed, Stream::Allocated, &key);
+            let phase = job
+                .step_phase(t_s)
+                .unwrap_or_else(|| noise::unit(self.seed, Stream::Allocated, &key));
             // A step's shape changes every few seconds, not every sample.
             let shape = noise::symmetric(self.seed, Stream::Reserved, &[key[0], t_ms / 3_000]);
             let Some(memory) = job.memory(t_s, phase, shape) else { continue };
@@ -502,6 +506,36 @@ mod tests {
             assert_eq!(run.duration, BENIGN_RUN, "not cut: the plateau fits");
             let capacity = H100_80GB.capacity_bytes();
             assert!(run.peak_demand(run.duration.as_secs_f64() - 1.0) < capacity / 10 * 9 + MIB);
+        }
+    }
+
+    #[test]
+    fn stepped_runs_leak_every_other_run_at_every_period() {
+        let runs = stepped_runs(5, 24);
+        let leaks = runs.iter().filter(|run| matches!(run.label, Label::Leak { .. })).count();
+        assert_eq!(leaks, 12);
+        for period in STEP_PERIODS {
+            assert!(runs.iter().any(|run| run.step_period == Some(period)), "{period}");
+        }
+    }
+
+    #[test]
+    fn dipping_runs_leak_through_evaluations_and_running_maxima_step_up_unseen() {
+        for run in dipping_runs(5, 4) {
+            assert!(matches!(run.label, Label::Leak { .. }), "{run:?}");
+            let eval = run.jobs.first().and_then(|job| job.eval).expect("evaluations");
+            assert!((900.0..=1_200.0).contains(&eval.period_s), "{eval:?}");
+        }
+        for run in running_max_runs(5, 4) {
+            assert_eq!(run.label, Label::Benign);
+            let primary = run.jobs.first().expect("a job");
+            assert!(!primary.reports && (3..=6).contains(&primary.cache_steps.len()));
+            // Reserved holds each step once taken: NVML usage only grows.
+            let at = |s: f64| primary.memory(s, 0.0, 0.0).map_or(0, |m| m.nvml_used);
+            let last = primary.cache_steps.last().map_or(0.0, |&(t, _)| t);
+            if last + 60.0 < primary.end_s {
+                assert!(at(last + 60.0) > at(250.0), "{run:?}");
+            }
         }
     }
 

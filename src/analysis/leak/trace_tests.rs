@@ -12,8 +12,14 @@ fn traced(
 ) -> (Result<LeakEvidence, NotALeak>, Vec<WindowJudgement>) {
     let mut trace = Vec::new();
     let mut scratch = FloorScratch::default();
-    let verdict =
-        assess_leak_traced(&mut scratch, values, Start::Window(at(0)), false, params, &mut trace);
+    let verdict = assess_leak_traced(
+        &mut scratch,
+        values,
+        Start::Window(at(0)),
+        Prior::Nothing,
+        params,
+        &mut trace,
+    );
     (verdict, trace)
 }
 

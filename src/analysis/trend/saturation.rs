@@ -88,6 +88,24 @@ impl Halves {
         gained >= significance * self.noise.max(noise_floor)
     }
 
+    /// Whether the newer half grows faster than `rate` by as much as
+    /// [`Halves::speeding`] asks: growth beyond what a curve followed so
+    /// far still adds.
+    pub fn rises_above(&self, rate: f64, significance: f64, noise_floor: f64) -> bool {
+        let gained = (self.second_rate - rate) * self.half_seconds;
+        gained >= significance * self.noise.max(noise_floor)
+    }
+
+    /// The rate at the window's end: the saturating curve's where the rate
+    /// fell (nothing where it fell to nothing), the newer half's otherwise.
+    pub fn rate_at_end(&self) -> f64 {
+        match self.plateau() {
+            Some((tau, remaining)) => remaining / tau,
+            None if self.second_rate <= 0.0 && self.first_rate > 0.0 => 0.0,
+            None => self.second_rate,
+        }
+    }
+
     /// The saturating exponential through the two rates, where the rate
     /// fell: (time constant in seconds, rise still to come from the
     /// window's end in bytes). `None` for a rate that did not fall.

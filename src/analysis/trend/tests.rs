@@ -246,3 +246,22 @@ fn a_warm_up_is_followed_to_its_plateau_and_a_line_is_not() {
     let split = halves(&line, &mut buffer).unwrap();
     assert!(!split.slowing(4.0, 2.0 * 1_048_576.0));
 }
+
+#[test]
+fn a_falling_rate_is_carried_to_the_window_end_and_new_growth_stands_above_it() {
+    use super::saturation::Halves;
+    // Rates 8 and 4 over 10-minute halves: the curve halves its rate every
+    // 10 minutes, so 5 minutes past the newer half's middle it grows at
+    // 4 / sqrt(2).
+    let halves = Halves { first_rate: 8.0, second_rate: 4.0, half_seconds: 600.0, noise: 100.0 };
+    assert!((halves.rate_at_end() - 4.0 / 2.0_f64.sqrt()).abs() < 1e-9);
+    // Growth at 4 above that rate, over a half of 600 s, stands 24 noises
+    // of 100 out; at 0.01 above it does not.
+    let window = Halves { first_rate: 4.0, second_rate: 4.0 + 4.0 / 2.0_f64.sqrt(), ..halves };
+    assert!(window.rises_above(halves.rate_at_end(), 4.0, 1.0));
+    let window = Halves { second_rate: 0.01 + 4.0 / 2.0_f64.sqrt(), ..window };
+    assert!(!window.rises_above(halves.rate_at_end(), 4.0, 1.0));
+    // A rate fallen to nothing has levelled off; a steady one stays.
+    assert_eq!(Halves { second_rate: 0.0, ..halves }.rate_at_end(), 0.0);
+    assert_eq!(Halves { first_rate: 4.0, ..halves }.rate_at_end(), 4.0);
+}

@@ -1,0 +1,96 @@
+//! Rule 6 of the leak detector: growth whose rate keeps falling is a
+//! warm-up, not a leak, and what the previous check said of it.
+//!
+//! Owns: [`Prior`] (the verdict a check hands the next), how much of a
+//! fall rule 6 asks for ([`Proof`]), and whether a window's growth is new
+//! on top of a warm-up. Depends on `analysis::{floor, trend::saturation}`
+//! and the leak parameters. Pure; no I/O, no clocks.
+//!
+//! Why a prior: a warm-up's slowing stands out of the floor's scatter
+//! while it is steep and fades into it as it levels off, so a test of the
+//! newest window alone calls its tail a leak once its slowing no longer
+//! stands out; a leak's hold asks less than its call for the same reason.
+
+use super::super::floor::FloorScratch;
+use super::super::trend::saturation::{Halves, halves};
+use super::{LeakParams, NotALeak};
+
+/// What the previous check said of a process: the evidence it has to
+/// overturn.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Prior {
+    /// Nothing, or no leak for another reason.
+    #[default]
+    Nothing,
+    /// A leak, suspected or already alerted on: kept by the hold rules.
+    Held,
+    /// A warm-up levelling off (rule 6): still one while its rate keeps
+    /// falling, however little that now stands out of the scatter.
+    WarmingUp,
+}
+
+impl Prior {
+    /// The prior for the next check after `verdict` on one that had
+    /// `self`: a warm-up stays one until a leak is called (a check that
+    /// found no growth at all is no evidence that it ended).
+    pub fn after<T>(self, verdict: &Result<T, NotALeak>) -> Self {
+        match verdict {
+            Ok(_) => Prior::Held,
+            Err(NotALeak::Slowing) => Prior::WarmingUp,
+            Err(_) if self == Prior::WarmingUp => Prior::WarmingUp,
+            Err(_) => Prior::Nothing,
+        }
+    }
+}
+
+/// How much of a fall rule 6 asks for.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Proof {
+    /// `slowing_significance` times the floor's noise over a half.
+    Significant,
+    /// Any fall to a curve that levels off within the window: growth not
+    /// yet shown to keep its rate (a young process's, a warm-up's tail).
+    AnyFall,
+}
+
+/// Rule 6 on a floor's `halves`: its newer half grows more slowly than
+/// its older half, by `slowing_significance` times its noise over a half
+/// (`trend::saturation`) or by any amount with [`Proof::AnyFall`], to a
+/// curve whose time constant is no longer than the full `window`. A leak
+/// keeps its rate.
+pub(super) fn falls(halves: &Halves, params: &LeakParams, proof: Proof) -> bool {
+    // A curve whose time constant outlasts the full window is a line to
+    // this detector (a rate a percent lower over a precise floor). A rate
+    // fallen to nothing has levelled off already.
+    let levels_within_window = halves.first_rate > 0.0
+        && (halves.second_rate <= 0.0
+            || halves.plateau().is_some_and(|(tau, _)| tau <= params.window.as_secs_f64()));
+    levels_within_window
+        && match proof {
+            Proof::Significant => {
+                halves.slowing(params.slowing_significance, params.noise_floor_bytes)
+            }
+            Proof::AnyFall => true,
+        }
+}
+
+/// Whether the floor `scratch` holds (the longest covered window) grows
+/// faster in its newer half than in its older one and, where the window
+/// is not the whole series (`life_is_window`), faster than the warm-up the
+/// process's `life` follows grows by now, each by `slowing_significance`
+/// times the window's noise over a half: a leak setting in after a
+/// warm-up. Judged against the window alone, a young process's 2- or
+/// 4-minute window, most of its life, "sped up" by its scatter while its
+/// life's rate fell by ten noises (seed 2, warm-up run 7).
+pub(super) fn new_growth(
+    scratch: &FloorScratch,
+    life: &Halves,
+    life_is_window: bool,
+    params: &LeakParams,
+    buffer: &mut Vec<f64>,
+) -> bool {
+    let Some(window) = halves(scratch.points(), buffer) else { return false };
+    let (significance, floor) = (params.slowing_significance, params.noise_floor_bytes);
+    window.speeding(significance, floor)
+        && (life_is_window || window.rises_above(life.rate_at_end(), significance, floor))
+}
