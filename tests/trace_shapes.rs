@@ -428,8 +428,9 @@ fn a_leak_after_a_long_warm_up_is_still_called() {
 fn an_nvml_only_cache_following_the_largest_batch_is_not_called_a_leak() {
     // No reporter: reserved memory grows in a few large irregular steps
     // as ever larger batches come, then holds. Without allocator figures
-    // that is cache growth or a leak: said so, at a lower severity, with
-    // the way to tell them apart.
+    // that is cache growth or a leak: said so under its own rule
+    // (`reserved_growth`, severity info), never `leak_suspected`, with the
+    // way to tell them apart.
     const STEPS: [(f64, f64); 5] = [
         (420.0, 1.5 * GIB),
         (610.0, 0.75 * GIB),
@@ -439,12 +440,13 @@ fn an_nvml_only_cache_following_the_largest_batch_is_not_called_a_leak() {
     ];
     let job = Job { cache_steps: &STEPS, reports: false, ..Job::steady(4242, 0.0, 4_000.0, 20.0) };
     let report = replay(&trace(&[job], 3_600, None, &plain));
+    let table = analyze::render_table(&report);
     for entry in &report.timeline {
         let alert = &entry.transition.alert;
-        if alert.key.rule != RuleId::LeakSuspected {
+        assert_ne!(alert.key.rule, RuleId::LeakSuspected, "called a leak: {table}");
+        if alert.key.rule != RuleId::ReservedGrowth {
             continue;
         }
-        let table = analyze::render_table(&report);
         assert_eq!(alert.severity, vramd::alerts::Severity::Info, "{table}");
         assert!(alert.summary.contains("cache growth or a leak"), "{table}");
         assert!(alert.remediation.starts_with("attach the reporter to tell them apart"), "{table}");

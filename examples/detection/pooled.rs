@@ -81,9 +81,9 @@ impl Class {
 fn classes(played: &[Played]) {
     println!("\nper class, pooled");
     println!(
-        "| class | runs | device-hours | latency p50 / p95 | missed | resolves per leak | false leak_suspected per day | false exhaustion_forecast per day | forecast lead p50 / min | TTE error p50 / p95 |"
+        "| class | runs | device-hours | latency p50 / p95 | missed | resolves per leak | false leak_suspected per day | false exhaustion_forecast per day | reserved_growth (info) per day | forecast lead p50 / min | TTE error p50 / p95 |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|");
     let mut order = vec![Class::Benign, Class::Warmup];
     order.extend(LEAK_RATES.map(Class::Leak));
     order.push(Class::Growth);
@@ -100,6 +100,7 @@ fn classes(played: &[Played]) {
         let per_day = |count: usize| count as f64 / hours.max(1e-9) * 24.0;
         let leak_false = outcomes.iter().map(|o| o.leak_false).sum();
         let forecast_false = outcomes.iter().map(|o| o.forecast_false).sum();
+        let reserved_growth = outcomes.iter().map(|o| o.reserved_growth).sum();
         let (mut latencies, mut missed, mut resolves, mut called) = (Vec::new(), 0, 0, 0);
         let (mut leads, mut errors) = (Vec::new(), Vec::new());
         for outcome in &outcomes {
@@ -126,7 +127,7 @@ fn classes(played: &[Played]) {
         let leak = matches!(class, Class::Leak(_));
         let growth = class == Class::Growth;
         println!(
-            "| {} | {} | {hours:.0} | {} | {} | {} | {:.2} | {:.2} | {} | {} |",
+            "| {} | {} | {hours:.0} | {} | {} | {} | {:.2} | {:.2} | {:.2} | {} | {} |",
             class.name(),
             outcomes.len(),
             if leak {
@@ -146,6 +147,7 @@ fn classes(played: &[Played]) {
             },
             per_day(leak_false),
             per_day(forecast_false),
+            per_day(reserved_growth),
             if growth {
                 format!("{} / {}", minutes(quantile(&mut leads.clone(), 0.5)), minutes(min(&leads)))
             } else {

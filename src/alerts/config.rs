@@ -29,6 +29,8 @@ pub struct RulesConfig {
     pub memory_high: RuleSettings,
     pub exhaustion_forecast: ForecastRule,
     pub leak_suspected: WindowRule,
+    /// judged on `leak_suspected.window`, by the same detector
+    pub reserved_growth: RuleSettings,
     pub allocator_fragmentation_high: FragmentationRule,
     pub allocator_retries: WindowRule,
     pub allocator_oom: WindowRule,
@@ -79,6 +81,7 @@ impl Default for AlertsConfig {
                     min_fit: 0.8,
                 },
                 leak_suspected: window(RuleId::LeakSuspected, mins(30)),
+                reserved_growth: of(RuleId::ReservedGrowth),
                 allocator_fragmentation_high: FragmentationRule {
                     rule: of(RuleId::AllocatorFragmentationHigh),
                     min_reserved: ByteSize(2 * GIB),
@@ -118,6 +121,9 @@ impl AlertsConfig {
             check_rule(keys, RuleId::LeakSuspected, &rules.leak_suspected.rule);
             keys.duration("window", rules.leak_suspected.window, mins(1), hours(24))
                 .summary("window the growth of a process is measured over".to_owned());
+        });
+        keys.table("reserved_growth", |keys| {
+            check_rule(keys, RuleId::ReservedGrowth, &rules.reserved_growth);
         });
         keys.table("allocator_fragmentation_high", |keys| {
             let rule = &rules.allocator_fragmentation_high;

@@ -8,7 +8,7 @@ use super::RulesConfig;
 use crate::analysis::accounting::{self, fragmentation_ratio};
 use crate::analysis::remediation;
 use crate::analysis::snapshot::{DeviceSnapshot, ProcessFacts};
-use crate::model::{DeviceInfo, Direction, MemoryInfo, RuleId, RuleSettings, Severity};
+use crate::model::{DeviceInfo, Direction, MemoryInfo, RuleId, RuleSettings};
 
 use super::engine::{Observation, Verdict};
 use super::model::{Alert, AlertKey, AlertState};
@@ -331,12 +331,10 @@ fn process_rules(
         None => format!("pid {}", process.pid),
     };
     if let Some(leak) = process.leak.as_ref().filter(|leak| leak.cache_or_leak) {
-        // Less sure than a leak on allocator evidence: one severity lower.
-        let config = RuleSettings { severity: Severity::Info, ..rules.leak_suspected.rule };
         out.judge(Draft {
             device,
-            rule: RuleId::LeakSuspected,
-            config: &config,
+            rule: RuleId::ReservedGrowth,
+            config: &rules.reserved_growth,
             process: Some((process.pid, process.name.as_deref())),
             value: leak.evidence.slope_bytes_per_second,
             text: &|| {

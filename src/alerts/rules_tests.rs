@@ -5,7 +5,7 @@ use crate::alerts::engine::Verdict;
 use crate::analysis::snapshot::DeviceFacts;
 use crate::analysis::summary::DeviceAnalysis;
 
-use crate::model::{AllocatorStats, Timestamp};
+use crate::model::{AllocatorStats, Severity, Timestamp};
 
 const GIB: u64 = 1 << 30;
 
@@ -184,4 +184,36 @@ fn spans_read_as_people_say_them_never_zero_minutes() {
     assert_eq!(super::minutes(90.0), "2 min");
     assert_eq!(super::minutes(720.0), "12 min");
     assert_eq!(super::minutes(5400.0), "1.5 h");
+}
+
+/// The rules a process with `leak` raises, with their severities.
+fn process_observations(leak: crate::analysis::leak::LeakFinding) -> Vec<(RuleId, Severity)> {
+    let (snapshot, _) = snapshot(ProcessFacts { leak: Some(leak), ..process(GIB, GIB, None) });
+    let mut out = Observations::all();
+    let rules = crate::alerts::AlertsConfig::default().rules;
+    let holder = &snapshot.facts.processes[0];
+    process_rules(&rules, &snapshot.facts.info, "GPU 0", holder, &[], &mut out);
+    out.into_vec()
+        .into_iter()
+        .filter(|observation| observation.verdict == Verdict::Breached)
+        .map(|observation| (observation.key.rule, observation.severity))
+        .collect()
+}
+
+#[test]
+fn growth_in_a_few_steps_without_allocator_figures_is_reserved_growth_not_a_leak() {
+    use crate::analysis::leak::{LeakEvidence, LeakFinding};
+    use crate::analysis::series::ProcessMetric;
+    let evidence = LeakEvidence {
+        slope_bytes_per_second: 1_048_576.0,
+        fit: 0.9,
+        window_seconds: 1_800.0,
+        growth_bytes: 2 * GIB,
+        baseline_bytes: 10 * GIB,
+        latest_bytes: 12 * GIB,
+    };
+    let steps = LeakFinding { evidence, metric: ProcessMetric::NvmlUsed, cache_or_leak: true };
+    assert_eq!(process_observations(steps), [(RuleId::ReservedGrowth, Severity::Info)]);
+    let ramp = LeakFinding { cache_or_leak: false, ..steps };
+    assert_eq!(process_observations(ramp), [(RuleId::LeakSuspected, Severity::Warning)]);
 }

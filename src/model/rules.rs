@@ -34,6 +34,7 @@ pub enum RuleId {
     MemoryHigh,
     ExhaustionForecast,
     LeakSuspected,
+    ReservedGrowth,
     AllocatorFragmentationHigh,
     AllocatorRetries,
     AllocatorOom,
@@ -150,7 +151,7 @@ impl RuleId {
     pub const fn spec(self) -> RuleSpec {
         use Direction::{Above, Below};
         use RuleUnit::{Bytes, BytesPerSecond, Count, Ratio, Seconds};
-        use Severity::{Critical, Warning};
+        use Severity::{Critical, Info, Warning};
         match self {
             RuleId::MemoryHigh => spec(
                 ("memory_high", "used / total memory"),
@@ -178,6 +179,21 @@ impl RuleId {
                 (131_072.0, 65_536.0),
                 60,
                 Warning,
+            ),
+            // The leak detector's growth where no allocator statistics
+            // speak and NVML's usage rose in a few large steps: a cache
+            // following the largest batch so far looks the same, so it is
+            // not called a leak. The leak's thresholds, one severity lower.
+            RuleId::ReservedGrowth => spec(
+                (
+                    "reserved_growth",
+                    "a process's growth in a few large steps with no allocator statistics, in bytes per second",
+                ),
+                BytesPerSecond,
+                Above,
+                (131_072.0, 65_536.0),
+                60,
+                Info,
             ),
             RuleId::AllocatorFragmentationHigh => spec(
                 ("allocator_fragmentation_high", "a process's inactive split / reserved memory"),

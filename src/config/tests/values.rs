@@ -50,6 +50,7 @@ fn config_alerts_defaults() {
                 min_fit: 0.8,
             },
             leak_suspected: window(rule(131_072.0, 65_536.0, 60, Severity::Warning), minutes(30)),
+            reserved_growth: rule(131_072.0, 65_536.0, 60, Severity::Info),
             allocator_fragmentation_high: FragmentationRule {
                 rule: rule(0.25, 0.15, 300, Severity::Warning),
                 min_reserved: ByteSize(2 << 30),
