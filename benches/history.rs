@@ -216,6 +216,20 @@ fn slow_reads(c: &mut Criterion) {
             black_box(seen)
         })
     });
+    // What process growth reads of such a window: every process's NVML
+    // usage, at every sample.
+    group.bench_function("window_30min_used", |b| {
+        b.iter(|| {
+            let snapshot = device.slow_snapshot();
+            let mut total = 0u64;
+            for point in snapshot.range(window, newest) {
+                for process in point.processes().into_iter().flatten() {
+                    total = total.wrapping_add(process.used_bytes().unwrap_or(0));
+                }
+            }
+            black_box(total)
+        })
+    });
     group.finish();
 }
 
