@@ -14,6 +14,10 @@ use std::collections::VecDeque;
 use crate::history::{FastPoint, SlowPoint, Snapshot};
 use crate::model::Timestamp;
 
+use figure::{DecodeScratch, FigureSeries};
+
+mod figure;
+
 /// Which per-process figure a series follows.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, strum::IntoStaticStr)]
 #[serde(rename_all = "snake_case")]
@@ -66,9 +70,10 @@ pub fn device_used_into(
 /// cost: a sample's time is kept once for every process in it, and a
 /// process's figure as runs of one value over consecutive samples (the
 /// common case: the same size sample after sample, or between two
-/// allocator reports). A run is 16 bytes, as one point was, so a figure
-/// that changes on every sample costs no more than before. The detector
-/// reads plain points, rebuilt per process by [`ProcessWindows::processes`].
+/// allocator reports), older runs sealed into encoded chunks (`figure`):
+/// a figure that moves on every sample costs a few bytes a sample, not the
+/// 16 of a point. The detector reads plain points, rebuilt per process by
+/// [`ProcessWindows::visit_processes`].
 #[derive(Debug, Default)]
 pub struct ProcessWindows {
     /// The newest sample added.
@@ -83,6 +88,7 @@ pub struct ProcessWindows {
     /// read whole (not cut by the process cap): a process it left out had
     /// exited.
     last_whole_list: Option<u32>,
+    scratch: DecodeScratch,
 }
 
 /// One process's figures in the window, oldest first; a sample that did
@@ -114,15 +120,7 @@ impl PidSeries {
     }
 }
 
-/// `len` consecutive samples from sequence number `start` with one value.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Run {
-    start: u32,
-    len: u32,
-    value: u64,
-}
-
-/// [`PidSeries`] as stored: runs instead of points.
+/// [`PidSeries`] as stored: runs and chunks instead of points.
 #[derive(Debug, Default)]
 struct PidRuns {
     pid: u32,
@@ -130,34 +128,8 @@ struct PidRuns {
     since: Option<Timestamp>,
     /// The sequence number of the newest sample that listed the process.
     listed: u32,
-    allocated: Vec<Run>,
-    used: Vec<Run>,
-}
-
-/// Appends sample `seq`'s `value`, extending the last run when it is the
-/// same value on the sample just before.
-fn push_value(runs: &mut Vec<Run>, seq: u32, value: u64) {
-    if let Some(last) = runs.last_mut()
-        && last.value == value
-        && last.start.checked_add(last.len) == Some(seq)
-    {
-        last.len += 1;
-        return;
-    }
-    runs.push(Run { start: seq, len: 1, value });
-}
-
-/// Drops the samples numbered below `first`, cutting a run that straddles it.
-fn trim_runs(runs: &mut Vec<Run>, first: u32) {
-    let gone =
-        runs.partition_point(|run| u64::from(run.start) + u64::from(run.len) <= u64::from(first));
-    runs.drain(..gone);
-    if let Some(run) = runs.first_mut()
-        && run.start < first
-    {
-        run.len -= first - run.start;
-        run.start = first;
-    }
+    allocated: FigureSeries,
+    used: FigureSeries,
 }
 
 impl ProcessWindows {
@@ -224,13 +196,13 @@ impl ProcessWindows {
             // of one window each, 512 of them at 8 × 64).
             if let Some(stats) = process.allocator() {
                 if entry.allocated.is_empty() {
-                    entry.used = Vec::new();
+                    entry.used.clear();
                 }
-                push_value(&mut entry.allocated, seq, stats.allocated_bytes);
+                entry.allocated.push(seq, stats.allocated_bytes);
             } else if entry.allocated.is_empty()
                 && let Some(used) = process.used_bytes()
             {
-                push_value(&mut entry.used, seq, used);
+                entry.used.push(seq, used);
             }
         }
     }
@@ -243,8 +215,8 @@ impl ProcessWindows {
         // `old` is at most the number of samples numbered, which fit u32.
         self.first_seq = self.first_seq.saturating_add(u32::try_from(old).unwrap_or(u32::MAX));
         for entry in &mut self.pids {
-            trim_runs(&mut entry.allocated, self.first_seq);
-            trim_runs(&mut entry.used, self.first_seq);
+            entry.allocated.trim(self.first_seq);
+            entry.used.trim(self.first_seq);
         }
         self.pids.retain(|entry| !(entry.allocated.is_empty() && entry.used.is_empty()));
     }
@@ -255,11 +227,13 @@ impl ProcessWindows {
     /// analyzer uses.
     #[cfg(test)]
     pub fn processes(&self) -> impl Iterator<Item = PidSeries> + '_ {
-        self.pids.iter().map(|entry| PidSeries {
-            pid: entry.pid,
-            since: entry.since,
-            allocated: self.points(&entry.allocated),
-            used: self.points(&entry.used),
+        let times: Vec<Timestamp> = self.times.iter().copied().collect();
+        self.pids.iter().map(move |entry| {
+            let mut scratch = DecodeScratch::default();
+            let mut series = PidSeries { pid: entry.pid, since: entry.since, ..PidSeries::default() };
+            entry.allocated.points_into(&times, self.first_seq, &mut scratch, &mut series.allocated);
+            entry.used.points_into(&times, self.first_seq, &mut scratch, &mut series.used);
+            series
         })
     }
 
@@ -276,44 +250,16 @@ impl ProcessWindows {
         // (a figure that changes every second), and walking the ring's two
         // halves run by run cost more than copying the points.
         let times: &[Timestamp] = self.times.make_contiguous();
+        let scratch = &mut self.scratch;
         for entry in &self.pids {
             buffer.pid = entry.pid;
             buffer.since = entry.since;
-            points_from(times, self.first_seq, &entry.allocated, &mut buffer.allocated);
-            points_from(times, self.first_seq, &entry.used, &mut buffer.used);
+            entry.allocated.points_into(times, self.first_seq, scratch, &mut buffer.allocated);
+            entry.used.points_into(times, self.first_seq, scratch, &mut buffer.used);
             visit(buffer);
         }
     }
 
-    #[cfg(test)]
-    fn points(&self, runs: &[Run]) -> Vec<(Timestamp, u64)> {
-        let total: u64 = runs.iter().map(|run| u64::from(run.len)).sum();
-        let mut points = Vec::with_capacity(usize::try_from(total).unwrap_or(0));
-        for run in runs {
-            let offset = run.start.saturating_sub(self.first_seq) as usize;
-            let times = self.times.range(offset.min(self.times.len())..).take(run.len as usize);
-            points.extend(times.map(|&at| (at, run.value)));
-        }
-        points
-    }
-}
-
-/// `runs` as points into `points` (cleared first), `times` holding the
-/// time of every sample from sequence number `first_seq` on: the same
-/// points as the tests' `ProcessWindows::points`.
-fn points_from(
-    times: &[Timestamp],
-    first_seq: u32,
-    runs: &[Run],
-    points: &mut Vec<(Timestamp, u64)>,
-) {
-    points.clear();
-    for run in runs {
-        let start = (run.start.saturating_sub(first_seq) as usize).min(times.len());
-        let end = start.saturating_add(run.len as usize).min(times.len());
-        let Some(run_times) = times.get(start..end) else { continue };
-        points.extend(run_times.iter().map(|&at| (at, run.value)));
-    }
 }
 
 /// What a monotonic counter gained from `previous` to `current`; a drop

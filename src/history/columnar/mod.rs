@@ -15,7 +15,7 @@
 //! Depends on: `history::points`, `model::Timestamp`.
 
 mod chunk;
-mod codec;
+pub mod codec;
 
 use std::collections::VecDeque;
 use std::sync::Arc;
