@@ -16,8 +16,8 @@ use support::fixtures;
 
 use vramd::analysis::floor::FloorScratch;
 use vramd::analysis::leak::{LeakParams, assess_leak, detect_process_leak};
-use vramd::analysis::series::{PidSeries, ProcessWindows};
 use vramd::analysis::pressure::{PressureInput, PressureThresholds, pressure};
+use vramd::analysis::series::{LEAK_FIGURES, PidSeries, ProcessWindows};
 use vramd::analysis::trend::ForecastParams;
 use vramd::model::Timestamp;
 
@@ -100,12 +100,14 @@ fn leak(c: &mut Criterion) {
 fn process_windows(c: &mut Criterion) {
     let mut group = c.benchmark_group("process_windows_64_moving");
     let window = std::time::Duration::from_secs(1_800);
-    let (device, newest) =
-        fixtures::moving_device(64, window + std::time::Duration::from_secs(60));
+    let (device, newest) = fixtures::moving_device(64, window + std::time::Duration::from_secs(60));
     let from = newest.saturating_sub(window);
     let fill = || {
         let mut windows = ProcessWindows::default();
-        device.visit_recent_slow(windows.resume_at(from), newest, |sample| windows.add(sample));
+        // As the analyzer fills them: only the two figures kept decoded.
+        device.visit_recent_slow_figures(windows.resume_at(from), newest, LEAK_FIGURES, |sample| {
+            windows.add_figures(sample)
+        });
         windows.trim(from);
         windows
     };

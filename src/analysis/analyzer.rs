@@ -232,7 +232,9 @@ impl Analyzer {
                     // search of the whole window per process.
                     let windows = &mut memo.process_windows;
                     let resume = windows.resume_at(from);
-                    device.visit_recent_slow(resume, now, |sample| windows.add(sample));
+                    device.visit_recent_slow_figures(resume, now, series::LEAK_FIGURES, |sample| {
+                        windows.add_figures(sample)
+                    });
                     windows.trim(from);
                     // A leak already suspected is held until it stops.
                     let previous =

@@ -11,7 +11,7 @@
 
 use std::collections::VecDeque;
 
-use crate::history::{FastPoint, SlowPoint, Snapshot};
+use crate::history::{FastPoint, FigureRow, FigureSample, ProcessFigure, SlowPoint, Snapshot};
 use crate::model::Timestamp;
 
 use figure::{DecodeScratch, FigureSeries};
@@ -58,6 +58,11 @@ pub fn device_used_into(
         }
     }
 }
+
+/// The figures the leak windows keep of each process, in
+/// [`FigureRow::values`] order: allocator `allocated` (present exactly
+/// when the sample has allocator statistics) and NVML usage.
+pub const LEAK_FIGURES: [ProcessFigure; 2] = [ProcessFigure::Allocated, ProcessFigure::NvmlUsed];
 
 /// Every process's leak figures over a sliding window, kept between
 /// passes: each pass appends only the slow-tier samples that arrived since
@@ -144,24 +149,48 @@ impl ProcessWindows {
     /// Adds one slow-tier sample newer than every one added before. A
     /// sample whose process list could not be read adds nothing.
     pub fn add(&mut self, sample: &SlowPoint) {
-        let at = sample.at();
+        let rows: Option<Vec<FigureRow<2>>> = sample.processes().map(|list| {
+            let row = |process| LEAK_FIGURES.map(|figure: ProcessFigure| figure.of(process));
+            list.iter()
+                .map(|process| FigureRow { pid: process.pid, values: row(process) })
+                .collect()
+        });
+        self.add_figures(&FigureSample {
+            at: sample.at(),
+            capped: sample.capped(),
+            processes: rows.as_deref(),
+        });
+    }
+
+    /// [`ProcessWindows::add`] for a sample read with
+    /// [`LEAK_FIGURES`], which is how the analyzer reads them: a first
+    /// fill of the window then decodes only those two figures of the
+    /// stored samples.
+    pub fn add_figures(&mut self, sample: &FigureSample<'_, 2>) {
+        let at = sample.at;
         let next =
             u32::try_from(self.times.len()).ok().and_then(|len| self.first_seq.checked_add(len));
         let Some(seq) = next else {
             // Sequence numbers ran out (4·10⁹ samples, years at the
             // fastest slow tier): start the window afresh rather than wrap.
             *self = Self::default();
-            return self.add(sample);
+            return self.add_figures(sample);
         };
         self.scanned_to = Some(self.scanned_to.map_or(at, |scanned| scanned.max(at)));
-        let Some(processes) = sample.processes() else { return };
+        let Some(processes) = sample.processes else { return };
         let whole_before = self.last_whole_list;
-        if !sample.capped() {
+        if !sample.capped {
             self.last_whole_list = Some(seq);
         }
         self.times.push_back(at);
-        for process in processes {
-            let slot = match self.pids.iter().position(|entry| entry.pid == process.pid) {
+        for (position, process) in processes.iter().enumerate() {
+            // Lists mostly keep their order from sample to sample: the same
+            // position first, rather than a search per process.
+            let found = match self.pids.get(position) {
+                Some(entry) if entry.pid == process.pid => Some(position),
+                _ => self.pids.iter().position(|entry| entry.pid == process.pid),
+            };
+            let slot = match found {
                 Some(slot) => slot,
                 None => {
                     let fresh = PidRuns {
@@ -194,13 +223,14 @@ impl ProcessWindows {
             // (`preferred`), so its NVML series would never be read: not
             // keeping it halves what a reporting process costs (two series
             // of one window each, 512 of them at 8 × 64).
-            if let Some(stats) = process.allocator() {
+            let [allocated, used] = process.values;
+            if let Some(allocated) = allocated {
                 if entry.allocated.is_empty() {
                     entry.used.clear();
                 }
-                entry.allocated.push(seq, stats.allocated_bytes);
+                entry.allocated.push(seq, allocated);
             } else if entry.allocated.is_empty()
-                && let Some(used) = process.used_bytes()
+                && let Some(used) = used
             {
                 entry.used.push(seq, used);
             }
@@ -230,8 +260,14 @@ impl ProcessWindows {
         let times: Vec<Timestamp> = self.times.iter().copied().collect();
         self.pids.iter().map(move |entry| {
             let mut scratch = DecodeScratch::default();
-            let mut series = PidSeries { pid: entry.pid, since: entry.since, ..PidSeries::default() };
-            entry.allocated.points_into(&times, self.first_seq, &mut scratch, &mut series.allocated);
+            let mut series =
+                PidSeries { pid: entry.pid, since: entry.since, ..PidSeries::default() };
+            entry.allocated.points_into(
+                &times,
+                self.first_seq,
+                &mut scratch,
+                &mut series.allocated,
+            );
             entry.used.points_into(&times, self.first_seq, &mut scratch, &mut series.used);
             series
         })
@@ -259,7 +295,6 @@ impl ProcessWindows {
             visit(buffer);
         }
     }
-
 }
 
 /// What a monotonic counter gained from `previous` to `current`; a drop

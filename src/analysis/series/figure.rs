@@ -114,9 +114,9 @@ impl FigureSeries {
     pub fn trim(&mut self, first: u32) {
         let gone = self.sealed.partition_point(|chunk| chunk.end <= first);
         self.sealed.drain(..gone);
-        let gone = self.open.partition_point(|run| {
-            u64::from(run.start) + u64::from(run.len) <= u64::from(first)
-        });
+        let gone = self
+            .open
+            .partition_point(|run| u64::from(run.start) + u64::from(run.len) <= u64::from(first));
         self.open.drain(..gone);
         if let Some(run) = self.open.first_mut()
             && run.start < first
@@ -216,7 +216,8 @@ mod tests {
         for i in 0..1_000u32 {
             series.push(i, value(u64::from(i)));
         }
-        let expected: Vec<_> = (0..1_000u32).map(|i| (times[i as usize], value(i.into()))).collect();
+        let expected: Vec<_> =
+            (0..1_000u32).map(|i| (times[i as usize], value(i.into()))).collect();
         assert_eq!(points(&series, &times, 0), expected);
         let (bytes, open) = series.footprint();
         assert!(open < CHUNK_RUNS);

@@ -209,9 +209,47 @@ proptest! {
         prop_assert_eq!(snapshot.count_in(from, to), expected.len());
         let mut visited = Vec::new();
         ring.visit_recent(from, to, |p| visited.push(p.clone()));
-        prop_assert_eq!(visited, expected);
+        prop_assert_eq!(&visited, &expected);
+
+        // Figure readers see the same samples, each figure as the whole
+        // sample holds it, whichever figures are asked for.
+        let rows = |figures| -> Vec<FigureRead<3>> {
+            expected
+                .iter()
+                .map(|p| (p.at(), p.capped(), p.processes().map(|list| {
+                    let mut rows = Vec::new();
+                    figures::rows_of(list, figures, &mut rows);
+                    rows
+                })))
+                .collect()
+        };
+        for figures in FIGURE_CHOICES {
+            let mut read = Vec::new();
+            snapshot.visit_figures(from, to, figures, |sample| read.push(owned(sample)));
+            prop_assert_eq!(&read, &rows(figures));
+            read.clear();
+            ring.visit_recent_figures(from, to, figures, |sample| read.push(owned(sample)));
+            prop_assert_eq!(&read, &rows(figures));
+        }
     }
 }
+
+type FigureRead<const N: usize> = (Timestamp, bool, Option<Vec<FigureRow<N>>>);
+
+fn owned<const N: usize>(sample: &FigureSample<'_, N>) -> FigureRead<N> {
+    (sample.at, sample.capped, sample.processes.map(<[_]>::to_vec))
+}
+
+/// Every figure at least once, alone and beside others (active with and
+/// without allocated, which it is stored against).
+const FIGURE_CHOICES: [[ProcessFigure; 3]; 3] = {
+    use ProcessFigure::*;
+    [
+        [NvmlUsed, Allocated, Active],
+        [Active, Reserved, Ooms],
+        [InactiveSplit, AllocRetries, NvmlUsed],
+    ]
+};
 
 #[test]
 fn samples_sharing_one_list_are_sealed_a_merged_chunk_at_a_time() {
