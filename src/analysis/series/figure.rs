@@ -212,7 +212,7 @@ mod tests {
     fn a_moving_figure_reads_back_every_point_in_a_few_bytes_each() {
         let times = times(1_000);
         let mut series = FigureSeries::default();
-        let value = |i: u64| (4 << 30) + (i * 2_654_435_761 >> 3) % 16_384 * 512;
+        let value = |i: u64| (4 << 30) + ((i * 2_654_435_761) >> 3) % 16_384 * 512;
         for i in 0..1_000u32 {
             series.push(i, value(u64::from(i)));
         }

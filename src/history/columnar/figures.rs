@@ -191,7 +191,7 @@ fn read_process<const N: usize>(
     let mut allocated = Vec::new();
     for column in 0..6 {
         let wanted = figures.iter().any(|figure| figure.allocator_column() == Some(column));
-        if !wanted && !(column == 0 && active_wanted) {
+        if !(wanted || (column == 0 && active_wanted)) {
             skip_series(input, stats_count)?;
             continue;
         }
