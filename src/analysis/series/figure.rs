@@ -47,6 +47,9 @@ struct Sealed {
     /// One past the sequence number of its last point.
     end: u32,
     runs: u32,
+    /// Whether its runs are one point each without gaps (a figure that
+    /// moves on every sample): then its points are read without them.
+    dense: bool,
     bytes: Box<[u8]>,
 }
 
@@ -99,11 +102,14 @@ impl FigureSeries {
         let values: Vec<u64> = self.open.iter().map(|run| run.value).collect();
         let mut out = BitWriter::default();
         let mut scratch = Vec::new();
-        write_series(&mut out, &gaps, &mut scratch);
-        write_series(&mut out, &lens, &mut scratch);
-        write_series(&mut out, &values, &mut scratch);
         let runs = u32::try_from(self.open.len()).unwrap_or(u32::MAX);
-        self.sealed.push(Sealed { first, end, runs, bytes: out.finish() });
+        let dense = end.wrapping_sub(first) == runs;
+        if !dense {
+            write_series(&mut out, &gaps, &mut scratch);
+            write_series(&mut out, &lens, &mut scratch);
+        }
+        write_series(&mut out, &values, &mut scratch);
+        self.sealed.push(Sealed { first, end, runs, dense, bytes: out.finish() });
         // Released rather than kept: a figure that then holds still needs
         // one run, not a chunk's worth of room.
         self.open = Vec::new();
@@ -137,16 +143,6 @@ impl FigureSeries {
         points: &mut Vec<(Timestamp, u64)>,
     ) {
         points.clear();
-        let mut push_run = |run: Run| {
-            // Clipped to the window: a sealed chunk may straddle its start.
-            let skip = first_seq.saturating_sub(run.start);
-            let len = run.len.saturating_sub(skip) as usize;
-            let start = run.start.saturating_add(skip).wrapping_sub(first_seq) as usize;
-            let end = start.saturating_add(len).min(times.len());
-            if let Some(run_times) = times.get(start.min(end)..end) {
-                points.extend(run_times.iter().map(|&at| (at, run.value)));
-            }
-        };
         for chunk in &self.sealed {
             // Encoded by `seal` in this process: a chunk that does not
             // decode is a bug, and its points are left out rather than
@@ -154,17 +150,26 @@ impl FigureSeries {
             if chunk.decode(scratch).is_none() {
                 continue;
             }
+            if chunk.dense {
+                // A point a sample: the values beside the samples' times.
+                let skip = first_seq.saturating_sub(chunk.first);
+                let start = chunk.first.saturating_add(skip).wrapping_sub(first_seq) as usize;
+                let values = scratch.values.get(skip as usize..).unwrap_or(&[]);
+                let times = times.get(start.min(times.len())..).unwrap_or(&[]);
+                points.extend(times.iter().zip(values).map(|(&at, &value)| (at, value)));
+                continue;
+            }
             let mut start = chunk.first;
             let DecodeScratch { gaps, lens, values } = &*scratch;
             for ((&gap, &len), &value) in gaps.iter().zip(lens).zip(values) {
                 start = start.wrapping_add(gap as u32);
                 let len = len as u32;
-                push_run(Run { start, len, value });
+                push_run(times, first_seq, Run { start, len, value }, points);
                 start = start.wrapping_add(len);
             }
         }
         for &run in &self.open {
-            push_run(run);
+            push_run(times, first_seq, run, points);
         }
     }
 
@@ -181,11 +186,26 @@ impl FigureSeries {
     }
 }
 
+/// `run`'s points from sample `first_seq` on, `times` holding the time
+/// of every sample from `first_seq` on.
+fn push_run(times: &[Timestamp], first_seq: u32, run: Run, points: &mut Vec<(Timestamp, u64)>) {
+    // Clipped to the window: a sealed chunk may straddle its start.
+    let skip = first_seq.saturating_sub(run.start);
+    let len = run.len.saturating_sub(skip) as usize;
+    let start = run.start.saturating_add(skip).wrapping_sub(first_seq) as usize;
+    let end = start.saturating_add(len).min(times.len());
+    if let Some(run_times) = times.get(start.min(end)..end) {
+        points.extend(run_times.iter().map(|&at| (at, run.value)));
+    }
+}
+
 impl Sealed {
     fn decode(&self, scratch: &mut DecodeScratch) -> Option<()> {
         let runs = self.runs as usize;
         let mut input = BitReader::new(&self.bytes);
-        for column in [&mut scratch.gaps, &mut scratch.lens, &mut scratch.values] {
+        let columns = [&mut scratch.gaps, &mut scratch.lens, &mut scratch.values];
+        let skip = if self.dense { 2 } else { 0 };
+        for column in columns.into_iter().skip(skip) {
             column.clear();
             read_series(&mut input, runs, column)?;
         }
@@ -222,6 +242,9 @@ mod tests {
         let (bytes, open) = series.footprint();
         assert!(open < CHUNK_RUNS);
         assert!(bytes <= 1_000 * 2, "{bytes} bytes for {} sealed points", 1_000 - open);
+        // Trimmed inside a sealed chunk: exactly the points from there on.
+        series.trim(100);
+        assert_eq!(points(&series, &times, 100), expected[100..]);
     }
 
     #[test]

@@ -118,6 +118,46 @@ impl<'a> BitReader<'a> {
         Some(value)
     }
 
+    /// Appends `count` fields of `width` bits (`width <= 56`): a packed
+    /// series' residues, read in one loop that loads each field's bytes
+    /// once and checks the length once (this is most of a decode).
+    pub fn read_packed(&mut self, width: u32, count: usize, out: &mut Vec<u64>) -> Option<()> {
+        let bits = count.checked_mul(width as usize)?;
+        if self.position.checked_add(bits)? > self.bytes.len() * 8 {
+            return None;
+        }
+        if width == 0 {
+            out.extend(std::iter::repeat_n(0, count));
+            return Some(());
+        }
+        if width > 56 {
+            for _ in 0..count {
+                out.push(self.read(width)?);
+            }
+            return Some(());
+        }
+        let mask = (1u64 << width) - 1;
+        out.reserve(count);
+        let mut position = self.position;
+        // The fields whose 8-byte window lies inside the bytes; the last
+        // few are read bit by bit.
+        let whole = self.bytes.len().saturating_sub(7) * 8;
+        let mut done = 0;
+        while done < count && position + width as usize <= whole {
+            let byte = position / 8;
+            let mut word = [0u8; 8];
+            word.copy_from_slice(self.bytes.get(byte..byte + 8)?);
+            out.push((u64::from_le_bytes(word) >> (position % 8)) & mask);
+            position += width as usize;
+            done += 1;
+        }
+        self.position = position;
+        for _ in done..count {
+            out.push(self.read(width)?);
+        }
+        Some(())
+    }
+
     /// Moves past `bits` bits; `None` when fewer are left.
     pub fn skip(&mut self, bits: usize) -> Option<()> {
         let position = self.position.checked_add(bits)?;
@@ -340,9 +380,7 @@ pub fn read_series(input: &mut BitReader<'_>, count: usize, out: &mut Vec<u64>) 
     }
     // Residues first, in place; patched; then turned into values.
     let start = out.len();
-    for _ in 0..residues {
-        out.push(input.read(header.packed)?);
-    }
+    input.read_packed(header.packed, residues, out)?;
     let position_width = bit_length(residues as u64);
     let high_width = header.width - header.packed;
     for _ in 0..header.exceptions {
