@@ -102,16 +102,11 @@ impl<'a> BitReader<'a> {
         let byte = self.position / 8;
         let offset = (self.position % 8) as u32;
         if width + offset <= 64 {
+            let tail = self.bytes.get(byte..).unwrap_or(&[]);
+            let take = tail.len().min(8);
             let mut word = [0u8; 8];
-            match self.bytes.get(byte..byte + 8) {
-                Some(window) => word.copy_from_slice(window),
-                None => {
-                    let tail = self.bytes.get(byte..).unwrap_or(&[]);
-                    let take = tail.len().min(8);
-                    if let (Some(into), Some(from)) = (word.get_mut(..take), tail.get(..take)) {
-                        into.copy_from_slice(from);
-                    }
-                }
+            if let (Some(into), Some(from)) = (word.get_mut(..take), tail.get(..take)) {
+                into.copy_from_slice(from);
             }
             let word = u64::from_le_bytes(word) >> offset;
             self.position = end;
