@@ -92,24 +92,16 @@ impl<'a> BitReader<'a> {
 
     pub fn read(&mut self, width: u32) -> Option<u64> {
         let width = width.min(64);
-        let end = self.position.checked_add(width as usize)?;
-        if end > self.bytes.len() * 8 {
-            return None;
-        }
-        // Every field of up to 56 bits fits one 8-byte load, zero-padded
-        // past the end: the fields at a stream's end (a chunk's last
-        // values, read at every decode) take the same path as the others.
+        // Most fields fit one unaligned 8-byte load.
         let byte = self.position / 8;
         let offset = (self.position % 8) as u32;
-        if width + offset <= 64 {
-            let tail = self.bytes.get(byte..).unwrap_or(&[]);
-            let take = tail.len().min(8);
+        if width + offset <= 64
+            && let Some(window) = self.bytes.get(byte..byte + 8)
+        {
             let mut word = [0u8; 8];
-            if let (Some(into), Some(from)) = (word.get_mut(..take), tail.get(..take)) {
-                into.copy_from_slice(from);
-            }
+            word.copy_from_slice(window);
             let word = u64::from_le_bytes(word) >> offset;
-            self.position = end;
+            self.position += width as usize;
             return Some(if width == 64 { word } else { word & ((1u64 << width) - 1) });
         }
         let mut value = 0u64;
