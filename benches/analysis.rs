@@ -10,9 +10,14 @@ use std::hint::black_box;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 
+#[path = "support/mod.rs"]
+mod support;
+use support::fixtures;
+
 use vramd::analysis::floor::FloorScratch;
-use vramd::analysis::leak::{LeakParams, assess_leak};
+use vramd::analysis::leak::{LeakParams, assess_leak, detect_process_leak};
 use vramd::analysis::pressure::{PressureInput, PressureThresholds, pressure};
+use vramd::analysis::series::{LEAK_FIGURES, PidSeries, ProcessWindows};
 use vramd::analysis::trend::ForecastParams;
 use vramd::model::Timestamp;
 
@@ -88,5 +93,51 @@ fn leak(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, trend, pressure_rules, leak);
+/// The leak windows of one device with 64 processes whose figures all move
+/// on every sample, over the default 30-minute window at 1 Hz: what every
+/// leak check reads (`visit`), with the detection it feeds, and the first
+/// fill from the history (a daemon's first check, or one after a gap).
+fn process_windows(c: &mut Criterion) {
+    let mut group = c.benchmark_group("process_windows_64_moving");
+    let window = std::time::Duration::from_secs(1_800);
+    let (device, newest) = fixtures::moving_device(64, window + std::time::Duration::from_secs(60));
+    let from = newest.saturating_sub(window);
+    let fill = || {
+        let mut windows = ProcessWindows::default();
+        // As the analyzer fills them: only the two figures kept decoded.
+        device.visit_recent_slow_figures(windows.resume_at(from), newest, LEAK_FIGURES, |sample| {
+            windows.add_figures(sample)
+        });
+        windows.trim(from);
+        windows
+    };
+    let mut windows = fill();
+    let mut buffer = PidSeries::default();
+    group.throughput(Throughput::Elements(64 * 1_801));
+    group.bench_function("visit_30min", |b| {
+        b.iter(|| {
+            let mut points = 0usize;
+            windows.visit_processes(&mut buffer, |process| {
+                points += process.preferred().map_or(0, |(_, series)| series.len());
+            });
+            black_box(points)
+        })
+    });
+    let (params, mut scratch) = (LeakParams::default(), FloorScratch::default());
+    group.bench_function("visit_and_detect_30min", |b| {
+        b.iter(|| {
+            let mut found = 0usize;
+            windows.visit_processes(&mut buffer, |process| {
+                found += usize::from(
+                    detect_process_leak(&mut scratch, process, from, false, &params).is_some(),
+                );
+            });
+            black_box(found)
+        })
+    });
+    group.bench_function("fill_30min", |b| b.iter(|| black_box(fill().resume_at(from))));
+    group.finish();
+}
+
+criterion_group!(benches, trend, pressure_rules, leak, process_windows);
 criterion_main!(benches);

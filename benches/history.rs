@@ -17,7 +17,7 @@ mod support;
 use support::cpu_time::CpuTime;
 use support::fixtures::{self, GIB, MIB, START_MS};
 
-use vramd::history::{DeviceHistory, Sizing, WindowAnswer, WindowQuery};
+use vramd::history::{DeviceHistory, ProcessFigure, Sizing, WindowAnswer, WindowQuery};
 use vramd::model::{FastReading, SlowReading, Timestamp};
 
 /// A fast reading `i` samples in: used memory wobbles around 52 GiB, and
@@ -214,6 +214,33 @@ fn slow_reads(c: &mut Criterion) {
                 .map(|point| point.processes().map_or(0, |list| list.len()))
                 .sum();
             black_box(seen)
+        })
+    });
+    // What process growth reads of such a window: every process's NVML
+    // usage, at every sample.
+    group.bench_function("window_30min_used", |b| {
+        b.iter(|| {
+            let snapshot = device.slow_snapshot();
+            let mut total = 0u64;
+            for point in snapshot.range(window, newest) {
+                for process in point.processes().into_iter().flatten() {
+                    total = total.wrapping_add(process.used_bytes().unwrap_or(0));
+                }
+            }
+            black_box(total)
+        })
+    });
+    // The same read through the figure reader: NVML usage decoded alone.
+    group.bench_function("window_30min_used_figure", |b| {
+        b.iter(|| {
+            let snapshot = device.slow_snapshot();
+            let mut total = 0u64;
+            snapshot.visit_figures(window, newest, [ProcessFigure::NvmlUsed], |sample| {
+                for row in sample.processes.into_iter().flatten() {
+                    total = total.wrapping_add(row.values[0].unwrap_or(0));
+                }
+            });
+            black_box(total)
         })
     });
     group.finish();

@@ -142,7 +142,7 @@ start_daemon() {
     shift 2
     port=$(free_port "$PORT")
     ADDR="127.0.0.1:$port"
-    env -u VRAMD_SERVER__LISTEN VRAMD_NVML__LIBRARY_PATH="$LIB" \
+    env -u VRAMD_SERVER__LISTEN VRAMD_NVML__LIBRARY_PATH="$LIB" VRAMD_DRIVER_TRACE__MODE=off \
         FAKE_NVML_SCENARIO="$scenario" "$@" \
         "$bin" --config config/vramd.toml --log-level warn --listen "$ADDR" \
         >"$WORK/daemon.log" 2>&1 &

@@ -124,3 +124,40 @@ pub fn store(gpus: u32) -> (HistoryStore, Vec<Arc<DeviceHistory>>) {
     let devices = store.set_devices((0..gpus).map(info).collect());
     (store, devices)
 }
+
+/// `count` PyTorch processes at `at` whose figures all move on every
+/// sample, as on a training host: NVML usage by 0–31 whole 2 MiB pages,
+/// live bytes anywhere in 8 MiB at 512-byte blocks, active 16 MiB above
+/// live, reserved every 30 s, the inactive split every 10 s.
+pub fn moving_processes(at: Timestamp, count: u32) -> SlowReading {
+    let second = second(at);
+    let list = (0..count)
+        .map(|slot| {
+            let mix = second.wrapping_mul(2_654_435_761).wrapping_add(u64::from(slot) * 7_919);
+            let reserved = 5 * GIB + (second / 30 % 4) * 128 * MIB;
+            let allocated = 4 * GIB + (mix >> 3) % 16_384 * 512;
+            let mut process = process(41_000 + slot, reserved, allocated);
+            process.used_bytes = Some(6 * GIB + mix % 32 * 2 * MIB);
+            if let Some(stats) = process.allocator.as_mut() {
+                stats.inactive_split_bytes = (second / 10 % 7) * 3 * MIB;
+            }
+            process
+        })
+        .collect();
+    slow_reading(at, list)
+}
+
+/// One device whose slow tier holds `duration` of [`moving_processes`]
+/// at 1 s (fast tier at the default interval, holding still), as the
+/// daemon's default sizing keeps them; returns it with its newest sample's time.
+pub fn moving_device(processes: u32, duration: Duration) -> (Arc<DeviceHistory>, Timestamp) {
+    let device = Arc::new(DeviceHistory::new(info(0), default_sizing()));
+    let played = fill(
+        std::slice::from_ref(&device),
+        duration,
+        FAST,
+        |_, at| fast_reading(at, 52 * GIB, 0.5, 0.5),
+        |_, at| moving_processes(at, processes),
+    );
+    (device, played.end.unwrap_or_else(start))
+}

@@ -11,7 +11,7 @@
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::time::Duration;
 
-use crate::history::{DeviceHistory, HistoryStore};
+use crate::history::{DeviceHistory, HistoryStore, ProcessFigure};
 use crate::model::Timestamp;
 
 use super::AnalysisConfig;
@@ -240,7 +240,9 @@ impl Analyzer {
                     // search of the whole window per process.
                     let windows = &mut memo.process_windows;
                     let resume = windows.resume_at(from);
-                    device.visit_recent_slow(resume, now, |sample| windows.add(sample));
+                    device.visit_recent_slow_figures(resume, now, series::LEAK_FIGURES, |sample| {
+                        windows.add_figures(sample)
+                    });
                     windows.trim(from);
                     // A leak already suspected is held until it stops.
                     let previous =
@@ -436,13 +438,15 @@ impl CounterTrack {
             None => now.saturating_sub(keep),
         };
         // Only what arrived since the last pass: a few samples, read under
-        // the ring's lock rather than through a snapshot.
+        // the ring's lock rather than through a snapshot; and of a longer
+        // first read, only the two counters of each process are decoded.
         let pids = &mut self.pids;
         let mut newest_seen = self.scanned_to;
-        device.visit_recent_slow(from, now, |point| {
-            let at = crate::history::Stamped::at(point);
+        let counters = [ProcessFigure::AllocRetries, ProcessFigure::Ooms];
+        device.visit_recent_slow_figures(from, now, counters, |sample| {
+            let at = sample.at;
             newest_seen = Some(newest_seen.map_or(at, |seen| seen.max(at)));
-            for process in point.processes().into_iter().flatten() {
+            for process in sample.processes.into_iter().flatten() {
                 let slot = match pids.iter().position(|entry| entry.pid == process.pid) {
                     Some(slot) => slot,
                     None => {
@@ -457,8 +461,9 @@ impl CounterTrack {
                 };
                 let Some(entry) = pids.get_mut(slot) else { continue };
                 entry.last_seen = at;
-                let Some(stats) = process.allocator() else { continue };
-                let current = (stats.alloc_retries, stats.ooms);
+                // Both present exactly when the sample has allocator statistics.
+                let [Some(retries), Some(ooms)] = process.values else { continue };
+                let current = (retries, ooms);
                 if let Some((retries, ooms)) = entry.last {
                     let step = (
                         series::counter_step(retries, current.0),

@@ -53,7 +53,7 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
-use crate::history::{DeviceHistory, SlowPoint};
+use crate::history::{DeviceHistory, FigureSample, ProcessFigure};
 use crate::model::Timestamp;
 
 use super::floor::FloorScratch;
@@ -149,7 +149,9 @@ impl ProcessGrowth {
             // What arrived since the last check: a few lists, read under
             // the ring's lock (only copies out).
             Some(resume) if to.duration_since(resume).is_none_or(|span| span <= LOCKED_READ) => {
-                device.visit_recent_slow(resume, to, |sample| self.add(sample));
+                device.visit_recent_slow_figures(resume, to, [ProcessFigure::NvmlUsed], |sample| {
+                    self.add(sample)
+                });
             }
             // The whole window, or the lists since a flat spell: from a
             // snapshot, so the sampler's writes are not held up meanwhile.
@@ -162,9 +164,13 @@ impl ProcessGrowth {
                 if too_many {
                     return;
                 }
-                for sample in snapshot.range(resume.unwrap_or(from), to) {
-                    self.add(&sample);
-                }
+                // Only the processes' NVML usage is decoded, not whole lists.
+                snapshot.visit_figures(
+                    resume.unwrap_or(from),
+                    to,
+                    [ProcessFigure::NvmlUsed],
+                    |sample| self.add(sample),
+                );
             }
         }
         while self.lists.front().is_some_and(|&(at, _)| at < from) {
@@ -184,12 +190,12 @@ impl ProcessGrowth {
         }
     }
 
-    fn add(&mut self, sample: &SlowPoint) {
-        let at = sample.at();
+    fn add(&mut self, sample: &FigureSample<'_, 1>) {
+        let at = sample.at;
         self.scanned_to = Some(at);
-        let Some(processes) = sample.processes() else { return };
+        let Some(processes) = sample.processes else { return };
         let list = self.first_list + self.lists.len() as u64;
-        self.lists.push_back((at, sample.capped()));
+        self.lists.push_back((at, sample.capped));
         for (position, process) in processes.iter().enumerate() {
             // Lists keep their order from sample to sample: try the same
             // position first.
@@ -217,7 +223,7 @@ impl ProcessGrowth {
                 entry.since = list;
             }
             entry.listed = list;
-            if let Some(used) = process.used_bytes() {
+            if let [Some(used)] = process.values {
                 entry.points.push((at, used));
             }
         }

@@ -11,8 +11,12 @@
 
 use std::collections::VecDeque;
 
-use crate::history::{FastPoint, SlowPoint, Snapshot};
+use crate::history::{FastPoint, FigureRow, FigureSample, ProcessFigure, SlowPoint, Snapshot};
 use crate::model::Timestamp;
+
+use figure::{DecodeScratch, FigureSeries};
+
+mod figure;
 
 /// Which per-process figure a series follows.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, strum::IntoStaticStr)]
@@ -55,6 +59,11 @@ pub fn device_used_into(
     }
 }
 
+/// The figures the leak windows keep of each process, in
+/// [`FigureRow::values`] order: allocator `allocated` (present exactly
+/// when the sample has allocator statistics) and NVML usage.
+pub const LEAK_FIGURES: [ProcessFigure; 2] = [ProcessFigure::Allocated, ProcessFigure::NvmlUsed];
+
 /// Every process's leak figures over a sliding window, kept between
 /// passes: each pass appends only the slow-tier samples that arrived since
 /// the previous one and drops those that left the window, rather than
@@ -66,9 +75,10 @@ pub fn device_used_into(
 /// cost: a sample's time is kept once for every process in it, and a
 /// process's figure as runs of one value over consecutive samples (the
 /// common case: the same size sample after sample, or between two
-/// allocator reports). A run is 16 bytes, as one point was, so a figure
-/// that changes on every sample costs no more than before. The detector
-/// reads plain points, rebuilt per process by [`ProcessWindows::processes`].
+/// allocator reports), older runs sealed into encoded chunks (`figure`):
+/// a figure that moves on every sample costs a few bytes a sample, not the
+/// 16 of a point. The detector reads plain points, rebuilt per process by
+/// [`ProcessWindows::visit_processes`].
 #[derive(Debug, Default)]
 pub struct ProcessWindows {
     /// The newest sample added.
@@ -83,6 +93,7 @@ pub struct ProcessWindows {
     /// read whole (not cut by the process cap): a process it left out had
     /// exited.
     last_whole_list: Option<u32>,
+    scratch: DecodeScratch,
 }
 
 /// One process's figures in the window, oldest first; a sample that did
@@ -114,15 +125,7 @@ impl PidSeries {
     }
 }
 
-/// `len` consecutive samples from sequence number `start` with one value.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Run {
-    start: u32,
-    len: u32,
-    value: u64,
-}
-
-/// [`PidSeries`] as stored: runs instead of points.
+/// [`PidSeries`] as stored: runs and chunks instead of points.
 #[derive(Debug, Default)]
 struct PidRuns {
     pid: u32,
@@ -130,34 +133,8 @@ struct PidRuns {
     since: Option<Timestamp>,
     /// The sequence number of the newest sample that listed the process.
     listed: u32,
-    allocated: Vec<Run>,
-    used: Vec<Run>,
-}
-
-/// Appends sample `seq`'s `value`, extending the last run when it is the
-/// same value on the sample just before.
-fn push_value(runs: &mut Vec<Run>, seq: u32, value: u64) {
-    if let Some(last) = runs.last_mut()
-        && last.value == value
-        && last.start.checked_add(last.len) == Some(seq)
-    {
-        last.len += 1;
-        return;
-    }
-    runs.push(Run { start: seq, len: 1, value });
-}
-
-/// Drops the samples numbered below `first`, cutting a run that straddles it.
-fn trim_runs(runs: &mut Vec<Run>, first: u32) {
-    let gone =
-        runs.partition_point(|run| u64::from(run.start) + u64::from(run.len) <= u64::from(first));
-    runs.drain(..gone);
-    if let Some(run) = runs.first_mut()
-        && run.start < first
-    {
-        run.len -= first - run.start;
-        run.start = first;
-    }
+    allocated: FigureSeries,
+    used: FigureSeries,
 }
 
 impl ProcessWindows {
@@ -172,24 +149,48 @@ impl ProcessWindows {
     /// Adds one slow-tier sample newer than every one added before. A
     /// sample whose process list could not be read adds nothing.
     pub fn add(&mut self, sample: &SlowPoint) {
-        let at = sample.at();
+        let rows: Option<Vec<FigureRow<2>>> = sample.processes().map(|list| {
+            let row = |process| LEAK_FIGURES.map(|figure: ProcessFigure| figure.of(process));
+            list.iter()
+                .map(|process| FigureRow { pid: process.pid, values: row(process) })
+                .collect()
+        });
+        self.add_figures(&FigureSample {
+            at: sample.at(),
+            capped: sample.capped(),
+            processes: rows.as_deref(),
+        });
+    }
+
+    /// [`ProcessWindows::add`] for a sample read with
+    /// [`LEAK_FIGURES`], which is how the analyzer reads them: a first
+    /// fill of the window then decodes only those two figures of the
+    /// stored samples.
+    pub fn add_figures(&mut self, sample: &FigureSample<'_, 2>) {
+        let at = sample.at;
         let next =
             u32::try_from(self.times.len()).ok().and_then(|len| self.first_seq.checked_add(len));
         let Some(seq) = next else {
             // Sequence numbers ran out (4·10⁹ samples, years at the
             // fastest slow tier): start the window afresh rather than wrap.
             *self = Self::default();
-            return self.add(sample);
+            return self.add_figures(sample);
         };
         self.scanned_to = Some(self.scanned_to.map_or(at, |scanned| scanned.max(at)));
-        let Some(processes) = sample.processes() else { return };
+        let Some(processes) = sample.processes else { return };
         let whole_before = self.last_whole_list;
-        if !sample.capped() {
+        if !sample.capped {
             self.last_whole_list = Some(seq);
         }
         self.times.push_back(at);
-        for process in processes {
-            let slot = match self.pids.iter().position(|entry| entry.pid == process.pid) {
+        for (position, process) in processes.iter().enumerate() {
+            // Lists mostly keep their order from sample to sample: the same
+            // position first, rather than a search per process.
+            let found = match self.pids.get(position) {
+                Some(entry) if entry.pid == process.pid => Some(position),
+                _ => self.pids.iter().position(|entry| entry.pid == process.pid),
+            };
+            let slot = match found {
                 Some(slot) => slot,
                 None => {
                     let fresh = PidRuns {
@@ -222,15 +223,16 @@ impl ProcessWindows {
             // (`preferred`), so its NVML series would never be read: not
             // keeping it halves what a reporting process costs (two series
             // of one window each, 512 of them at 8 × 64).
-            if let Some(stats) = process.allocator() {
+            let [allocated, used] = process.values;
+            if let Some(allocated) = allocated {
                 if entry.allocated.is_empty() {
-                    entry.used = Vec::new();
+                    entry.used.clear();
                 }
-                push_value(&mut entry.allocated, seq, stats.allocated_bytes);
+                entry.allocated.push(seq, allocated);
             } else if entry.allocated.is_empty()
-                && let Some(used) = process.used_bytes()
+                && let Some(used) = used
             {
-                push_value(&mut entry.used, seq, used);
+                entry.used.push(seq, used);
             }
         }
     }
@@ -243,8 +245,8 @@ impl ProcessWindows {
         // `old` is at most the number of samples numbered, which fit u32.
         self.first_seq = self.first_seq.saturating_add(u32::try_from(old).unwrap_or(u32::MAX));
         for entry in &mut self.pids {
-            trim_runs(&mut entry.allocated, self.first_seq);
-            trim_runs(&mut entry.used, self.first_seq);
+            entry.allocated.trim(self.first_seq);
+            entry.used.trim(self.first_seq);
         }
         self.pids.retain(|entry| !(entry.allocated.is_empty() && entry.used.is_empty()));
     }
@@ -255,11 +257,19 @@ impl ProcessWindows {
     /// analyzer uses.
     #[cfg(test)]
     pub fn processes(&self) -> impl Iterator<Item = PidSeries> + '_ {
-        self.pids.iter().map(|entry| PidSeries {
-            pid: entry.pid,
-            since: entry.since,
-            allocated: self.points(&entry.allocated),
-            used: self.points(&entry.used),
+        let times: Vec<Timestamp> = self.times.iter().copied().collect();
+        self.pids.iter().map(move |entry| {
+            let mut scratch = DecodeScratch::default();
+            let mut series =
+                PidSeries { pid: entry.pid, since: entry.since, ..PidSeries::default() };
+            entry.allocated.points_into(
+                &times,
+                self.first_seq,
+                &mut scratch,
+                &mut series.allocated,
+            );
+            entry.used.points_into(&times, self.first_seq, &mut scratch, &mut series.used);
+            series
         })
     }
 
@@ -276,43 +286,14 @@ impl ProcessWindows {
         // (a figure that changes every second), and walking the ring's two
         // halves run by run cost more than copying the points.
         let times: &[Timestamp] = self.times.make_contiguous();
+        let scratch = &mut self.scratch;
         for entry in &self.pids {
             buffer.pid = entry.pid;
             buffer.since = entry.since;
-            points_from(times, self.first_seq, &entry.allocated, &mut buffer.allocated);
-            points_from(times, self.first_seq, &entry.used, &mut buffer.used);
+            entry.allocated.points_into(times, self.first_seq, scratch, &mut buffer.allocated);
+            entry.used.points_into(times, self.first_seq, scratch, &mut buffer.used);
             visit(buffer);
         }
-    }
-
-    #[cfg(test)]
-    fn points(&self, runs: &[Run]) -> Vec<(Timestamp, u64)> {
-        let total: u64 = runs.iter().map(|run| u64::from(run.len)).sum();
-        let mut points = Vec::with_capacity(usize::try_from(total).unwrap_or(0));
-        for run in runs {
-            let offset = run.start.saturating_sub(self.first_seq) as usize;
-            let times = self.times.range(offset.min(self.times.len())..).take(run.len as usize);
-            points.extend(times.map(|&at| (at, run.value)));
-        }
-        points
-    }
-}
-
-/// `runs` as points into `points` (cleared first), `times` holding the
-/// time of every sample from sequence number `first_seq` on: the same
-/// points as the tests' `ProcessWindows::points`.
-fn points_from(
-    times: &[Timestamp],
-    first_seq: u32,
-    runs: &[Run],
-    points: &mut Vec<(Timestamp, u64)>,
-) {
-    points.clear();
-    for run in runs {
-        let start = (run.start.saturating_sub(first_seq) as usize).min(times.len());
-        let end = start.saturating_add(run.len as usize).min(times.len());
-        let Some(run_times) = times.get(start..end) else { continue };
-        points.extend(run_times.iter().map(|&at| (at, run.value)));
     }
 }
 

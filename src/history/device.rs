@@ -10,7 +10,7 @@ use std::collections::VecDeque;
 
 use crate::model::{DeviceInfo, ErrorKind, FastReading, OomEvent, SlowReading, Timestamp};
 
-use super::columnar::{SlowRing, SlowSnapshot};
+use super::columnar::{FigureSample, ProcessFigure, SlowRing, SlowSnapshot};
 use super::peak::PeakTracker;
 use super::points::{FastPoint, ProcessPoint, SlowPoint};
 use super::probe::ProbeState;
@@ -285,6 +285,19 @@ impl DeviceHistory {
     /// only copy out what it needs.
     pub fn visit_recent_slow(&self, from: Timestamp, to: Timestamp, visit: impl FnMut(&SlowPoint)) {
         self.slow.visit_recent(from, to, visit);
+    }
+
+    /// [`DeviceHistory::visit_recent_slow`] reading only `figures` of each
+    /// process: what a reader of a long window that follows one or two
+    /// figures uses, as the rest of a sealed chunk is skipped undecoded.
+    pub fn visit_recent_slow_figures<const N: usize>(
+        &self,
+        from: Timestamp,
+        to: Timestamp,
+        figures: [ProcessFigure; N],
+        visit: impl FnMut(&FigureSample<'_, N>),
+    ) {
+        self.slow.visit_recent_figures(from, to, figures, visit);
     }
 
     pub fn fast_len(&self) -> usize {

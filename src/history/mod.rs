@@ -22,7 +22,9 @@ use parking_lot::RwLock;
 
 use crate::model::{DeviceInfo, OomEvent, Timestamp};
 
-pub use columnar::{SLOW_CHUNK_LEN, SLOW_MERGED_LEN, SlowSnapshot};
+pub use columnar::{
+    FigureRow, FigureSample, ProcessFigure, SLOW_CHUNK_LEN, SLOW_MERGED_LEN, SlowSnapshot, codec,
+};
 pub use config::HistoryConfig;
 pub use device::{DeviceHistory, LiveState, ReadFailure, Sizing};
 pub use peak::PeakTracker;

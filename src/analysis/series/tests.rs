@@ -148,8 +148,8 @@ fn unchanged_figures_are_stored_once_and_read_back_point_by_point() {
     // must stay, while a sample without a process list is no gap. (A
     // process left out of a read list altogether starts a new life: see
     // `a_pid_left_out_of_a_read_list_starts_a_new_life`.)
-    assert_eq!(windows.pids[0].allocated.len(), 2);
-    assert_eq!(windows.pids[1].used.len(), 50);
+    assert_eq!(windows.pids[0].allocated.runs(), 2);
+    assert_eq!(windows.pids[1].used.runs(), 50);
     // Read back once per sample, allocator figures as NVML usage: a value
     // that holds is still observed (its plateau ends at the newest sample,
     // so a leak that stopped is seen to have stopped).
@@ -170,7 +170,7 @@ fn unchanged_figures_are_stored_once_and_read_back_point_by_point() {
     assert_eq!(first[0], (ts(30_000), 40));
     let (_, second) = read[1].preferred().unwrap();
     assert_eq!(second.len(), 35);
-    assert_eq!(windows.pids[0].allocated.len(), 2);
+    assert_eq!(windows.pids[0].allocated.runs(), 2);
     windows.trim(ts(80_100));
     let read: Vec<PidSeries> = windows.processes().collect();
     assert_eq!(read[0].preferred().unwrap().1.first(), Some(&(ts(81_000), 50)));

@@ -34,7 +34,7 @@ pub struct SlowChunk {
     first: Timestamp,
     last: Timestamp,
     len: usize,
-    bytes: Box<[u8]>,
+    pub(super) bytes: Box<[u8]>,
 }
 
 /// The stored chunk did not decode: a bug in this module, never input.
@@ -52,7 +52,7 @@ fn stamp_to_bits(at: Timestamp) -> u64 {
     at.unix_millis() as u64
 }
 
-fn bits_to_stamp(bits: u64) -> Timestamp {
+pub(super) fn bits_to_stamp(bits: u64) -> Timestamp {
     Timestamp::from_unix_millis(bits as i64)
 }
 
@@ -199,21 +199,21 @@ impl SlowChunk {
 
 /// Everything before the per-process figures, read; `input` is left at
 /// the first process's figures.
-struct Header<'a> {
-    input: BitReader<'a>,
-    len: usize,
-    times: Vec<u64>,
-    capped: Vec<bool>,
-    listed: Vec<bool>,
-    pids: Vec<u32>,
+pub(super) struct Header<'a> {
+    pub input: BitReader<'a>,
+    pub len: usize,
+    pub times: Vec<u64>,
+    pub capped: Vec<bool>,
+    pub listed: Vec<bool>,
+    pub pids: Vec<u32>,
     /// Per listed sample, its roster entries in list order.
-    layouts: Vec<Arc<[usize]>>,
+    pub layouts: Vec<Arc<[usize]>>,
     /// Per roster entry, the samples that list it.
-    counts: Vec<usize>,
+    pub counts: Vec<usize>,
 }
 
 impl<'a> Header<'a> {
-    fn read(bytes: &'a [u8]) -> Option<Self> {
+    pub fn read(bytes: &'a [u8]) -> Option<Self> {
         let mut input = BitReader::new(bytes);
         let len = read_len(&mut input)?;
         let mut times = Vec::with_capacity(len);
@@ -406,7 +406,7 @@ fn write_presence(out: &mut BitWriter, present: &[bool]) {
     }
 }
 
-fn read_presence(input: &mut BitReader<'_>, count: usize) -> Option<Vec<bool>> {
+pub(super) fn read_presence(input: &mut BitReader<'_>, count: usize) -> Option<Vec<bool>> {
     match input.read(2)? {
         PRESENT_ALL => Some(vec![true; count]),
         PRESENT_NONE => Some(vec![false; count]),

@@ -1,17 +1,23 @@
 //! Bit-level encoding of integer series: what a sealed chunk of the slow
-//! tier is made of.
+//! tier is made of, and the analyzer's leak windows once sealed.
 //!
 //! A series (one figure of one process over a chunk, or the chunk's sample
 //! times) is stored as its first value and then, for every further value,
-//! a residue: the difference from the previous value (order 1), or the
-//! difference of that difference from the previous one (order 2, for
-//! steady growth and regular timestamps). The residues share their
-//! trailing zero bits (sizes move in whole pages or allocator blocks), so
-//! those are stored once as a shift; what remains is zigzag-mapped to
-//! unsigned and bit-packed at the width of the largest one. A series that
-//! never changes is its value alone. The encoder tries both orders and
-//! keeps the smaller. Why this over Gorilla's XOR or byte varints:
-//! `docs/performance.md`, "History memory when processes move".
+//! a residue: the difference from the previous value (delta), the
+//! difference of that difference from the previous one (delta of delta,
+//! for steady growth and regular timestamps), or the value less the
+//! series' smallest (frame, for a figure that wanders inside a band, such
+//! as live bytes over a training step, whose differences span twice the
+//! band). The residues share their trailing zero bits (sizes move in whole
+//! pages or allocator blocks), so those are stored once as a shift; what
+//! remains (zigzag-mapped to unsigned where it has a sign) is bit-packed at
+//! the width that costs least, and the few residues wider than that (a
+//! reserved pool's jump among small moves) keep their high bits apart with
+//! their positions. A series that moves now and then is then its moves
+//! alone (packed width 0), and one that never changes its value alone. The
+//! encoder tries every mode and keeps the smallest. Why this over
+//! Gorilla's XOR or byte varints: `docs/performance.md`, "History memory
+//! when processes move".
 //!
 //! Arithmetic wraps, so every `u64` (and every `i64` cast to one) round-trips.
 //!
@@ -112,6 +118,52 @@ impl<'a> BitReader<'a> {
         Some(value)
     }
 
+    /// Appends `count` fields of `width` bits (`width <= 56`): a packed
+    /// series' residues, read in one loop that loads each field's bytes
+    /// once and checks the length once (this is most of a decode).
+    pub fn read_packed(&mut self, width: u32, count: usize, out: &mut Vec<u64>) -> Option<()> {
+        let bits = count.checked_mul(width as usize)?;
+        if self.position.checked_add(bits)? > self.bytes.len() * 8 {
+            return None;
+        }
+        if width == 0 {
+            out.extend(std::iter::repeat_n(0, count));
+            return Some(());
+        }
+        if width > 56 {
+            for _ in 0..count {
+                out.push(self.read(width)?);
+            }
+            return Some(());
+        }
+        let mask = (1u64 << width) - 1;
+        out.reserve(count);
+        let mut position = self.position;
+        // The fields whose 8-byte window lies inside the bytes; the last
+        // few are read bit by bit.
+        let whole = self.bytes.len().saturating_sub(7) * 8;
+        let mut done = 0;
+        while done < count && position + width as usize <= whole {
+            let byte = position / 8;
+            let mut word = [0u8; 8];
+            word.copy_from_slice(self.bytes.get(byte..byte + 8)?);
+            out.push((u64::from_le_bytes(word) >> (position % 8)) & mask);
+            position += width as usize;
+            done += 1;
+        }
+        self.position = position;
+        for _ in done..count {
+            out.push(self.read(width)?);
+        }
+        Some(())
+    }
+
+    /// Moves past `bits` bits; `None` when fewer are left.
+    pub fn skip(&mut self, bits: usize) -> Option<()> {
+        let position = self.position.checked_add(bits)?;
+        (position <= self.bytes.len() * 8).then(|| self.position = position)
+    }
+
     pub fn read_bit(&mut self) -> Option<bool> {
         self.read(1).map(|bit| bit == 1)
     }
@@ -138,33 +190,103 @@ fn unzigzag(value: u64) -> i64 {
     ((value >> 1) as i64) ^ -((value & 1) as i64)
 }
 
-/// The residues of `values` at `order` (1: differences, 2: differences of
-/// differences, after the first difference), one per value after the
-/// first (order 1) or the second (order 2).
-fn residues(values: &[u64], order: u8, out: &mut Vec<i64>) {
-    out.clear();
-    let mut previous_delta = None;
-    for pair in values.windows(2) {
-        let delta = pair[1].wrapping_sub(pair[0]) as i64;
-        match (order, previous_delta) {
-            (1, _) => out.push(delta),
-            (_, Some(previous)) => out.push(delta.wrapping_sub(previous)),
-            (_, None) => {}
+/// How a varying series' residues are taken.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Mode {
+    /// Each value less the series' smallest (after the first): for a
+    /// figure that wanders inside a band (live bytes over a training
+    /// step), whose differences span twice the band.
+    Frame = 0,
+    /// Differences from the value before.
+    Delta = 1,
+    /// Differences of differences: regular timestamps, steady growth.
+    DeltaOfDelta = 2,
+}
+
+/// A varying series' residues, as they will be written: unsigned, their
+/// common trailing zeros shifted out.
+struct Residues {
+    mode: Mode,
+    /// The first difference (order 2) or the smallest value (frame).
+    base: u64,
+    shift: u32,
+    /// Bits of the widest residue.
+    width: u32,
+    /// Bits packed per residue; wider ones are exceptions whose high
+    /// bits are stored apart with their positions.
+    packed: u32,
+    values: Vec<u64>,
+}
+
+impl Residues {
+    fn of(values: &[u64], mode: Mode) -> Self {
+        let mut raw: Vec<u64> = Vec::with_capacity(values.len());
+        let mut base = 0;
+        match mode {
+            Mode::Frame => {
+                let rest = values.get(1..).unwrap_or(&[]);
+                base = rest.iter().copied().min().unwrap_or(0);
+                raw.extend(rest.iter().map(|&value| value - base));
+            }
+            Mode::Delta => raw.extend(values.windows(2).map(|pair| pair[1].wrapping_sub(pair[0]))),
+            Mode::DeltaOfDelta => {
+                let mut previous = None;
+                for pair in values.windows(2) {
+                    let delta = pair[1].wrapping_sub(pair[0]);
+                    match previous {
+                        Some(previous) => raw.push(delta.wrapping_sub(previous)),
+                        None => base = delta,
+                    }
+                    previous = Some(delta);
+                }
+            }
         }
-        previous_delta = Some(delta);
+        let shift = raw.iter().filter(|&&r| r != 0).map(|r| r.trailing_zeros()).min().unwrap_or(0);
+        let signed = mode != Mode::Frame;
+        for residue in &mut raw {
+            *residue = if signed { zigzag((*residue as i64) >> shift) } else { *residue >> shift };
+        }
+        let width = raw.iter().map(|&r| bit_length(r)).max().unwrap_or(0);
+        // Packed at the width that costs least once the wider residues are
+        // stored apart: a reserved pool's rare jump then no longer widens
+        // every residue of the chunk to its size.
+        let mut at_length = [0usize; 65];
+        for &residue in &raw {
+            at_length[bit_length(residue) as usize] += 1;
+        }
+        let position_width = bit_length(raw.len() as u64);
+        let mut wider = 0usize;
+        let mut best = (u64::MAX, width);
+        for packed in (0..=width).rev() {
+            let cost = raw.len() as u64 * u64::from(packed)
+                + wider as u64 * u64::from(position_width + width - packed)
+                + if packed < width { 7 + u64::from(bit_length(wider as u64)) } else { 0 };
+            if cost < best.0 {
+                best = (cost, packed);
+            }
+            wider += at_length[packed as usize];
+        }
+        Self { mode, base, shift, width, packed: best.1, values: raw }
+    }
+
+    fn exceptions(&self) -> impl Iterator<Item = (usize, u64)> + '_ {
+        self.values.iter().copied().enumerate().filter(|&(_, r)| bit_length(r) > self.packed)
+    }
+
+    /// Bits this takes written, but for what every mode writes.
+    fn cost(&self) -> u64 {
+        let position_width = bit_length(self.values.len() as u64);
+        let exceptions = self.exceptions().count() as u64;
+        let base = if self.mode == Mode::Delta { 0 } else { 7 + u64::from(bit_length(self.base)) };
+        base + self.values.len() as u64 * u64::from(self.packed)
+            + exceptions * u64::from(position_width + self.width - self.packed)
+            + 7
+            + if self.packed < self.width { 7 + u64::from(bit_length(exceptions)) } else { 0 }
     }
 }
 
-/// The shared trailing zeros of `residues` and the width each takes once
-/// shifted and zigzagged.
-fn shift_and_width(residues: &[i64]) -> (u32, u32) {
-    let shift = residues.iter().filter(|&&r| r != 0).map(|r| r.trailing_zeros()).min().unwrap_or(0);
-    let widest = residues.iter().map(|&r| zigzag(r >> shift)).max().unwrap_or(0);
-    (shift, bit_length(widest))
-}
-
 /// Writes a series; its length is not written (the reader knows it).
-pub fn write_series(out: &mut BitWriter, values: &[u64], scratch: &mut Vec<i64>) {
+pub fn write_series(out: &mut BitWriter, values: &[u64], _scratch: &mut Vec<i64>) {
     let Some(&first) = values.first() else { return };
     if values.iter().all(|&value| value == first) {
         out.write_bit(false);
@@ -173,45 +295,66 @@ pub fn write_series(out: &mut BitWriter, values: &[u64], scratch: &mut Vec<i64>)
     }
     out.write_bit(true);
     out.write_number(first);
-    residues(values, 1, scratch);
-    let (mut shift, mut width) = shift_and_width(scratch);
-    let mut order_two = false;
-    let mut second = Vec::new();
-    residues(values, 2, &mut second);
-    let (shift2, width2) = shift_and_width(&second);
-    // Order 2 pays for its first difference in full.
-    let first_delta = values.get(1).map_or(0, |&next| zigzag(next.wrapping_sub(first) as i64));
-    let cost = |width: u32, count: usize| u64::from(width) * count as u64;
-    if cost(width2, second.len()) + u64::from(bit_length(first_delta)) + 7
-        < cost(width, scratch.len())
-    {
-        (order_two, shift, width) = (true, shift2, width2);
-        std::mem::swap(scratch, &mut second);
+    let best = [Mode::Delta, Mode::DeltaOfDelta, Mode::Frame]
+        .into_iter()
+        .map(|mode| Residues::of(values, mode))
+        .min_by_key(Residues::cost);
+    let Some(residues) = best else { return };
+    out.write(residues.mode as u64, 2);
+    if residues.mode != Mode::Delta {
+        out.write_number(residues.base);
     }
-    out.write_bit(order_two);
-    if order_two {
-        out.write_number(first_delta);
+    out.write(u64::from(residues.shift), 6);
+    out.write(u64::from(residues.width), 7);
+    out.write(u64::from(residues.packed), 7);
+    let exceptions: Vec<(usize, u64)> = residues.exceptions().collect();
+    // Packed at full width there can be none.
+    if residues.packed < residues.width {
+        out.write_number(exceptions.len() as u64);
     }
-    out.write(u64::from(shift), 6);
-    out.write(u64::from(width), 7);
-    // A figure that moves now and then (reserved bytes, a counter) has
-    // mostly zero residues: then only the others, with their positions.
-    let position_width = bit_length(scratch.len() as u64);
-    let moves = scratch.iter().filter(|&&residue| residue != 0).count();
-    let sparse = 14 + moves as u64 * u64::from(position_width + width);
-    let sparse_is_smaller = sparse < cost(width, scratch.len());
-    out.write_bit(sparse_is_smaller);
-    if sparse_is_smaller {
-        out.write_number(moves as u64);
-        for (position, &residue) in scratch.iter().enumerate().filter(|(_, r)| **r != 0) {
-            out.write(position as u64, position_width);
-            out.write(zigzag(residue >> shift), width);
-        }
-    } else {
-        for &residue in scratch.iter() {
-            out.write(zigzag(residue >> shift), width);
-        }
+    for &residue in &residues.values {
+        out.write(residue, residues.packed);
     }
+    let position_width = bit_length(residues.values.len() as u64);
+    let high_width = residues.width - residues.packed;
+    for (position, residue) in exceptions {
+        out.write(position as u64, position_width);
+        out.write(residue >> residues.packed, high_width);
+    }
+}
+
+/// A varying series' header, read.
+struct Header {
+    mode: Mode,
+    base: u64,
+    shift: u32,
+    width: u32,
+    packed: u32,
+    exceptions: usize,
+}
+
+fn read_header(input: &mut BitReader<'_>) -> Option<Header> {
+    let mode = match input.read(2)? {
+        0 => Mode::Frame,
+        1 => Mode::Delta,
+        2 => Mode::DeltaOfDelta,
+        _ => return None,
+    };
+    let base = if mode == Mode::Delta { 0 } else { input.read_number()? };
+    let shift = u32::try_from(input.read(6)?).ok()?;
+    let width = u32::try_from(input.read(7)?).ok()?;
+    let packed = u32::try_from(input.read(7)?).ok()?;
+    if width > 64 || packed > width {
+        return None;
+    }
+    let exceptions = if packed < width { usize::try_from(input.read_number()?).ok()? } else { 0 };
+    Some(Header { mode, base, shift, width, packed, exceptions })
+}
+
+/// Residues of a series of `count` values (after the first, and the
+/// second in order 2).
+fn residue_count(count: usize, mode: Mode) -> Option<usize> {
+    count.checked_sub(if mode == Mode::DeltaOfDelta { 2 } else { 1 })
 }
 
 /// Reads `count` values written by [`write_series`] into `out` (appended).
@@ -219,55 +362,81 @@ pub fn read_series(input: &mut BitReader<'_>, count: usize, out: &mut Vec<u64>) 
     if count == 0 {
         return Some(());
     }
-    let start = out.len();
     let varies = input.read_bit()?;
     let first = input.read_number()?;
-    out.push(first);
     if !varies {
-        out.extend(std::iter::repeat_n(first, count - 1));
+        out.extend(std::iter::repeat_n(first, count));
         return Some(());
     }
-    let order_two = input.read_bit()?;
-    let first_delta = if order_two { Some(unzigzag(input.read_number()?)) } else { None };
-    let shift = u32::try_from(input.read(6)?).ok()?;
-    let width = u32::try_from(input.read(7)?).ok()?;
-    if width > 64 {
+    let header = read_header(input)?;
+    let residues = residue_count(count, header.mode)?;
+    if header.exceptions > residues {
         return None;
     }
-    let mut value = first;
-    let mut delta = 0i64;
-    if let Some(first_delta) = first_delta {
-        delta = first_delta;
-        value = value.wrapping_add(delta as u64);
-        out.push(value);
+    out.reserve(count);
+    out.push(first);
+    if header.mode == Mode::DeltaOfDelta {
+        out.push(first.wrapping_add(header.base));
     }
-    let residues = count - (out.len() - start);
-    let sparse = input.read_bit()?;
+    // Residues first, in place; patched; then turned into values.
+    let start = out.len();
+    input.read_packed(header.packed, residues, out)?;
     let position_width = bit_length(residues as u64);
-    let mut moves = if sparse { input.read_number()? } else { 0 };
-    let mut next_move = None;
-    for position in 0..residues {
-        let zigzagged = if !sparse {
-            input.read(width)?
-        } else {
-            if next_move.is_none() && moves > 0 {
-                moves -= 1;
-                next_move = Some((input.read(position_width)?, input.read(width)?));
+    let high_width = header.width - header.packed;
+    for _ in 0..header.exceptions {
+        let position = usize::try_from(input.read(position_width)?).ok()?;
+        let high = input.read(high_width)?;
+        let slot = out.get_mut(start.checked_add(position)?)?;
+        *slot |= high.checked_shl(header.packed).unwrap_or(0);
+    }
+    let shift = header.shift;
+    let residues = out.get_mut(start..)?;
+    match header.mode {
+        Mode::Frame => {
+            for value in residues {
+                *value = header.base.wrapping_add(*value << shift);
             }
-            match next_move {
-                Some((at, value)) if at == position as u64 => {
-                    next_move = None;
-                    value
-                }
-                _ => 0,
+        }
+        Mode::Delta => {
+            let mut value = first;
+            for residue in residues {
+                value = value.wrapping_add((unzigzag(*residue) << shift) as u64);
+                *residue = value;
             }
-        };
-        let residue = unzigzag(zigzagged) << shift;
-        delta = if order_two { delta.wrapping_add(residue) } else { residue };
-        value = value.wrapping_add(delta as u64);
-        out.push(value);
+        }
+        Mode::DeltaOfDelta => {
+            let mut delta = header.base;
+            let mut value = first.wrapping_add(delta);
+            for residue in residues {
+                delta = delta.wrapping_add((unzigzag(*residue) << shift) as u64);
+                value = value.wrapping_add(delta);
+                *residue = value;
+            }
+        }
     }
     Some(())
+}
+
+/// Moves past a series of `count` values written by [`write_series`]
+/// without decoding it: its packed residues are skipped whole, its
+/// exceptions by their count. What a reader that wants one figure of a
+/// chunk pays for the others.
+pub fn skip_series(input: &mut BitReader<'_>, count: usize) -> Option<()> {
+    if count == 0 {
+        return Some(());
+    }
+    let varies = input.read_bit()?;
+    input.read_number()?;
+    if !varies {
+        return Some(());
+    }
+    let header = read_header(input)?;
+    let residues = residue_count(count, header.mode)?;
+    let position_width = bit_length(residues as u64);
+    let packed = residues.checked_mul(header.packed as usize)?;
+    let apart =
+        header.exceptions.checked_mul((position_width + header.width - header.packed) as usize)?;
+    input.skip(packed.checked_add(apart)?)
 }
 
 #[cfg(test)]
@@ -283,8 +452,11 @@ mod tests {
         let bytes = writer.finish();
         let mut reader = BitReader::new(&bytes);
         let mut out = Vec::new();
+        let mut skipping = reader.clone();
         read_series(&mut reader, values.len(), &mut out).unwrap();
         assert_eq!(reader.read_number(), Some(0xDEAD), "the series ends where it should");
+        skip_series(&mut skipping, values.len()).unwrap();
+        assert_eq!(skipping.read_number(), Some(0xDEAD), "a skip ends where a read does");
         (out, bytes.len())
     }
 

@@ -15,7 +15,8 @@
 //! Depends on: `history::points`, `model::Timestamp`.
 
 mod chunk;
-mod codec;
+pub mod codec;
+mod figures;
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -28,6 +29,7 @@ use super::points::SlowPoint;
 use super::ring::OutOfOrder;
 
 use chunk::SlowChunk;
+pub use figures::{FigureRow, FigureSample, ProcessFigure};
 
 /// Different process lists kept as recorded before they are sealed into
 /// a chunk: few, as each is stored whole (72 bytes a process).
@@ -172,6 +174,41 @@ impl SlowRing {
         open.iter().for_each(visit);
     }
 
+    /// [`SlowRing::visit_recent`] reading only `figures` of each process
+    /// (`figures`): a range that reaches into sealed chunks decodes only
+    /// those series of them, outside the lock.
+    pub fn visit_recent_figures<const N: usize>(
+        &self,
+        from: Timestamp,
+        to: Timestamp,
+        figures: [ProcessFigure; N],
+        mut visit: impl FnMut(&FigureSample<'_, N>),
+    ) {
+        let mut rows = Vec::new();
+        let state = self.state.lock();
+        let first_chunk = state.sealed.partition_point(|chunk| chunk.last() < from);
+        let sealed: Vec<Arc<SlowChunk>> = state
+            .sealed
+            .iter()
+            .skip(first_chunk)
+            .take_while(|chunk| chunk.first() <= to)
+            .cloned()
+            .collect();
+        let in_range = |point: &&SlowPoint| point.at() >= from && point.at() <= to;
+        if sealed.is_empty() {
+            for point in state.open.iter().filter(in_range) {
+                figures::visit_point(point, figures, &mut rows, &mut visit);
+            }
+            return;
+        }
+        let open: Vec<SlowPoint> = state.open.iter().filter(in_range).cloned().collect();
+        drop(state);
+        visit_sealed_figures(&sealed, from, to, figures, &mut visit);
+        for point in &open {
+            figures::visit_point(point, figures, &mut rows, &mut visit);
+        }
+    }
+
     /// A consistent, lock-free view of the current contents.
     pub fn snapshot(&self) -> SlowSnapshot {
         let state = self.state.lock();
@@ -198,6 +235,28 @@ impl SlowSnapshot {
             .flat_map(|chunk| chunk.decode().unwrap_or_default());
         let open = self.open.iter().cloned();
         sealed.chain(open).filter(move |point| point.at() >= from && point.at() <= to)
+    }
+
+    /// [`SlowSnapshot::range`] reading only `figures` of each process, as
+    /// [`SlowRing::visit_recent_figures`] does.
+    pub fn visit_figures<const N: usize>(
+        &self,
+        from: Timestamp,
+        to: Timestamp,
+        figures: [ProcessFigure; N],
+        mut visit: impl FnMut(&FigureSample<'_, N>),
+    ) {
+        let sealed: Vec<Arc<SlowChunk>> = self
+            .chunks
+            .iter()
+            .filter(|chunk| chunk.last() >= from && chunk.first() <= to)
+            .cloned()
+            .collect();
+        visit_sealed_figures(&sealed, from, to, figures, &mut visit);
+        let mut rows = Vec::new();
+        for point in self.open.iter().filter(|point| point.at() >= from && point.at() <= to) {
+            figures::visit_point(point, figures, &mut rows, &mut visit);
+        }
     }
 
     /// Every sample, oldest first.
@@ -244,6 +303,20 @@ impl SlowSnapshot {
         self.chunks.iter().fold((0, 0), |(bytes, samples), chunk| {
             (bytes + chunk.encoded_bytes(), samples + chunk.len())
         })
+    }
+}
+
+fn visit_sealed_figures<const N: usize>(
+    sealed: &[Arc<SlowChunk>],
+    from: Timestamp,
+    to: Timestamp,
+    figures: [ProcessFigure; N],
+    visit: &mut impl FnMut(&FigureSample<'_, N>),
+) {
+    for chunk in sealed {
+        // Encoded by this module: a chunk that does not decode is a bug,
+        // and its samples are left out rather than made up, as `range` does.
+        let _ = chunk.visit_figures(figures, from, to, visit);
     }
 }
 
