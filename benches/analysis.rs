@@ -15,7 +15,7 @@ mod support;
 use support::fixtures;
 
 use vramd::analysis::floor::FloorScratch;
-use vramd::analysis::leak::{LeakParams, assess_leak, detect_process_leak};
+use vramd::analysis::leak::{LeakParams, Prior, assess_leak, detect_process_leak};
 use vramd::analysis::pressure::{PressureInput, PressureThresholds, pressure};
 use vramd::analysis::series::{LEAK_FIGURES, PidSeries, ProcessWindows};
 use vramd::analysis::trend::ForecastParams;
@@ -129,7 +129,8 @@ fn process_windows(c: &mut Criterion) {
             let mut found = 0usize;
             windows.visit_processes(&mut buffer, |process| {
                 found += usize::from(
-                    detect_process_leak(&mut scratch, process, from, false, &params).is_some(),
+                    detect_process_leak(&mut scratch, process, from, Prior::Nothing, &params)
+                        .is_ok(),
                 );
             });
             black_box(found)
