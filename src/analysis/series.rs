@@ -226,7 +226,10 @@ impl ProcessWindows {
                 if entry.allocated.is_empty() {
                     entry.used = Vec::new();
                 }
-                push_value(&mut entry.allocated, seq, stats.allocated_bytes);
+                // The interval's lowest `allocated` where the reporter sends
+                // it: a step as long as the sampling period, seen at one
+                // phase, would otherwise set the floor by luck.
+                push_value(&mut entry.allocated, seq, stats.floor_allocated_bytes());
             } else if entry.allocated.is_empty()
                 && let Some(used) = process.used_bytes()
             {

@@ -362,6 +362,7 @@ impl CorpusRun {
                 inactive_split_bytes: memory.inactive_split,
                 alloc_retries: 0,
                 ooms: 0,
+                interval: None,
             });
             out.push(ProcessInfo {
                 pid: job.pid,
@@ -440,6 +441,7 @@ impl Tenant {
                     inactive_split_bytes: 0,
                     alloc_retries: 0,
                     ooms: 0,
+                    interval: None,
                 });
                 info
             }

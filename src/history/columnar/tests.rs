@@ -22,6 +22,7 @@ fn stats(seed: u64) -> AllocatorStats {
         inactive_split_bytes: seed / 7,
         alloc_retries: seed % 5,
         ooms: 0,
+        interval: None,
     }
 }
 
@@ -35,6 +36,7 @@ fn any_stats() -> impl Strategy<Value = AllocatorStats> {
                 inactive_split_bytes,
                 alloc_retries: retries,
                 ooms,
+                interval: None,
             }
         },
     )
