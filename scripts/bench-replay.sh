@@ -16,17 +16,19 @@ source scripts/bench-lib.sh
 runs=${1:-3}
 scenario=${2:-training-fragmentation}
 cargo build --release --quiet --bin vramd --example write-trace
-bin=${BIN:-target/release/vramd}
+bin=$(realpath "${BIN:-target/release/vramd}")
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
-trace=${KEEP:-$work/trace.ndjson}
+trace=$(realpath -m "${KEEP:-$work/trace.ndjson}")
 if [[ ! -s "$trace" ]]; then
     target/release/examples/write-trace --out "$trace" --scenario "$scenario" --gpus 8 --hours 6
 fi
 echo "trace: $(stat -c %s "$trace") bytes, $(($(wc -l <"$trace") - 1)) records ($scenario, 8 GPUs x 6 h)"
 echo "binary: $bin; load: $(cut -d' ' -f1-3 /proc/loadavg)"
 for run in $(seq "$runs"); do
-    /usr/bin/time -v "$bin" analyze --replay "$trace" --json >"$work/report.json" 2>"$work/time.txt"
+    # From the scratch directory: the repository's config/vramd.toml would be
+    # read, and an older binary (BIN) refuses keys added since.
+    (cd "$work" && /usr/bin/time -v "$bin" analyze --replay "$trace" --json >report.json 2>time.txt)
     samples=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["samples"])' "$work/report.json")
     read -r wall user sys rss < <(awk -F': ' '
         /Elapsed \(wall clock\)/ { n = split($2, p, ":"); w = 0; for (i = 1; i <= n; i++) w = w * 60 + p[i] }
