@@ -47,7 +47,11 @@ fn parse_args() -> Result<Args, String> {
     if args.out.as_os_str().is_empty() {
         return Err("--out FILE is required".to_owned());
     }
-    if args.fast_ms == 0 || args.slow_ms < args.fast_ms || !(args.hours > 0.0) {
+    if args.fast_ms == 0
+        || args.slow_ms < args.fast_ms
+        || !args.hours.is_finite()
+        || args.hours <= 0.0
+    {
         return Err("need 0 < --fast-ms <= --slow-ms and --hours above 0".to_owned());
     }
     Ok(args)
