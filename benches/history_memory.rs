@@ -206,6 +206,7 @@ fn process(scenario: &str, gpu: u32, slot: u32, sample: u64) -> ProcessInfo {
                     inactive_split_bytes: ((sample / 10 + u64::from(slot)) % 16) * MIB,
                     alloc_retries: sample / 600,
                     ooms: 0,
+                    interval: None,
                 }),
                 ..fixtures::process(pid, reserved, allocated)
             }

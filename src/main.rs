@@ -22,7 +22,7 @@ use vramd::logging::LogFormat;
 use vramd::logging::{LevelControl, LogGuard, LogSink};
 use vramd::source::SourceSelection;
 use vramd::source::cuda::{ProbeAnswer, ProbeArgs, render_text};
-use vramd::source::trace::Replay;
+use vramd::source::trace::{StreamOptions, TraceStream};
 
 /// How long the runtime waits for blocking source calls at exit; a call
 /// stuck in the driver must not keep the process alive.
@@ -171,13 +171,15 @@ fn analyze(config: &Config, args: AnalyzeArgs) -> ExitCode {
         SourceSelection::Simulate(simulator) => {
             offline_analysis::simulate(&settings, simulator, args.duration)
         }
-        SourceSelection::Replay { path } => Replay::open_bounded(
-            path,
-            config.source.max_trace_line_bytes.as_usize(),
-            config.source.max_trace_bytes.get(),
-        )
-        .map_err(offline_analysis::AnalyzeError::Trace)
-        .map(|trace| offline_analysis::replay(&settings, &trace)),
+        SourceSelection::Replay { path } => {
+            let options = StreamOptions {
+                max_line_bytes: config.source.max_trace_line_bytes.as_usize(),
+                reorder_records: config.source.replay_reorder_records.get(),
+            };
+            TraceStream::open(path, options)
+                .map_err(offline_analysis::AnalyzeError::Trace)
+                .and_then(|trace| offline_analysis::replay_stream(&settings, trace))
+        }
         SourceSelection::Driver => Err(offline_analysis::AnalyzeError::NoInput),
     };
     let report = match report {

@@ -80,6 +80,7 @@ pub fn process(pid: u32, reserved: u64, allocated: u64) -> ProcessInfo {
             inactive_split_bytes: (reserved - allocated) / 3,
             alloc_retries: 0,
             ooms: 0,
+            interval: None,
         }),
         details: Default::default(),
     }

@@ -20,6 +20,7 @@ fn process(allocated: u64, reserved: u64, pool_limit: Option<u64>) -> ProcessFac
             inactive_split_bytes: 0,
             alloc_retries: 0,
             ooms: 0,
+            interval: None,
         }),
         snapshot: None,
         pool_limit_bytes: pool_limit,

@@ -210,6 +210,7 @@ mod tests {
                 inactive_split_bytes: 150 * MIB,
                 alloc_retries: 0,
                 ooms: 0,
+                interval: None,
             }),
             details: Default::default(),
         }
@@ -236,6 +237,7 @@ mod tests {
             inactive_split_bytes: 0,
             alloc_retries: 0,
             ooms: 0,
+            interval: None,
         };
         assert_eq!(split_fragmentation_ratio(&empty), None);
         let parts =
@@ -282,6 +284,7 @@ mod tests {
             inactive_split_bytes: 0,
             alloc_retries: 0,
             ooms: 0,
+            interval: None,
         };
         let summary = |largest| crate::model::SnapshotSummary {
             segments: 1,

@@ -128,6 +128,7 @@ mod tests {
             inactive_split_bytes: 0,
             alloc_retries: 5,
             ooms: 0,
+            interval: None,
         });
         retries.update(Some(&reading(100, vec![traced(1, 0), reported.clone()])), keep);
         retries.update(Some(&reading(110, vec![traced(1, 2), reported])), keep);

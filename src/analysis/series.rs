@@ -62,7 +62,8 @@ pub fn device_used_into(
 /// The figures the leak windows keep of each process, in
 /// [`FigureRow::values`] order: allocator `allocated` (present exactly
 /// when the sample has allocator statistics) and NVML usage.
-pub const LEAK_FIGURES: [ProcessFigure; 2] = [ProcessFigure::Allocated, ProcessFigure::NvmlUsed];
+pub const LEAK_FIGURES: [ProcessFigure; 2] =
+    [ProcessFigure::AllocatedFloor, ProcessFigure::NvmlUsed];
 
 /// Every process's leak figures over a sliding window, kept between
 /// passes: each pass appends only the slow-tier samples that arrived since
@@ -228,6 +229,10 @@ impl ProcessWindows {
                 if entry.allocated.is_empty() {
                     entry.used.clear();
                 }
+                // `LEAK_FIGURES` reads the interval's lowest `allocated`
+                // where the reporter sends it: a step as long as the
+                // sampling period, seen at one phase, would otherwise set
+                // the floor by luck.
                 entry.allocated.push(seq, allocated);
             } else if entry.allocated.is_empty()
                 && let Some(used) = used

@@ -101,7 +101,7 @@ impl Stamped for FastPoint {
     }
 }
 
-/// One process in a slow-tier sample: 64 bytes. The name is not stored per
+/// One process in a slow-tier sample: 104 bytes. The name is not stored per
 /// sample; it lives in the latest reading.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ProcessPoint {
@@ -325,7 +325,10 @@ mod tests {
     #[test]
     fn stored_points_stay_compact() {
         assert_eq!(std::mem::size_of::<FastPoint>(), 48);
-        assert!(std::mem::size_of::<ProcessPoint>() <= 72);
+        // 64 bytes before the allocator's interval range (issue 32), 40 more
+        // with it; only a process's newest samples are kept as points, older
+        // ones sealed into columns (`columnar`).
+        assert!(std::mem::size_of::<ProcessPoint>() <= 104);
         // Timestamp, shared list, and whether the process cap cut it.
         assert!(std::mem::size_of::<SlowPoint>() <= 32);
     }

@@ -83,7 +83,10 @@ struct DeviceDocument {
     /// `active_bytes.all.current`, `inactive_split_bytes.all.current`,
     /// `num_alloc_retries` and `num_ooms`, all required unless the
     /// dictionary is empty (an allocator never used); allocated must not
-    /// exceed reserved.
+    /// exceed reserved. Optional, all four or none: the range over the
+    /// reporter's interval, `allocated_bytes.all.interval_min` and
+    /// `_max`, `reserved_bytes.all.interval_min` and `_max`, each holding
+    /// the current value.
     #[schema(schema_with = memory_stats_schema)]
     memory_stats: BTreeMap<String, Value>,
     /// A summary of `torch.cuda.memory_snapshot()` for this device.

@@ -375,3 +375,44 @@ async fn oom_reporters_beyond_the_bound_are_refused_for_the_second() {
     );
     intake.admit(&event_from(3), now + Duration::from_secs(1)).unwrap();
 }
+
+/// A report with the interval's range of `allocated` and `reserved`.
+fn report_with_range(range: [u64; 4], keys: usize) -> Value {
+    let mut value = report(7, "2026-01-01T00:00:10.000Z");
+    let stats = &mut value["devices"][0]["memory_stats"];
+    for (key, figure) in super::validate::INTERVAL_KEYS.iter().zip(range).take(keys) {
+        stats[*key] = json!(figure);
+    }
+    value
+}
+
+#[test]
+fn the_interval_range_is_read_when_sent_and_absent_from_older_reporters() {
+    let range = [5 * GIB, 7 * GIB, 8 * GIB, 8 * GIB];
+    let stats = parsed(&report_with_range(range, 4)).unwrap().devices[0].stats.unwrap();
+    let read = stats.interval.unwrap();
+    assert_eq!(
+        [
+            read.allocated_min_bytes,
+            read.allocated_max_bytes,
+            read.reserved_min_bytes,
+            read.reserved_max_bytes
+        ],
+        range
+    );
+    assert_eq!(stats.floor_allocated_bytes(), 5 * GIB, "the floor reads the interval's minimum");
+    let older = parsed(&report(7, "2026-01-01T00:00:10.000Z")).unwrap().devices[0].stats.unwrap();
+    assert_eq!(older.interval, None);
+    assert_eq!(older.floor_allocated_bytes(), 6 * GIB, "without a range, the point sample");
+}
+
+#[test]
+fn an_interval_range_that_is_partial_or_excludes_the_current_value_is_refused() {
+    let error = parsed(&report_with_range([5 * GIB, 7 * GIB, 8 * GIB, 8 * GIB], 2)).unwrap_err();
+    assert!(error.to_string().contains("reserved_bytes.all.interval_min"), "{error}");
+    // Allocated is 6 GiB now; a range of 7..9 GiB cannot have held it.
+    let error = parsed(&report_with_range([7 * GIB, 9 * GIB, 8 * GIB, 8 * GIB], 4)).unwrap_err();
+    assert!(error.to_string().contains("allocated range"), "{error}");
+    let error = parsed(&report_with_range([5 * GIB, 7 * GIB, 9 * GIB, 8 * GIB], 4)).unwrap_err();
+    assert!(error.to_string().contains("reserved range"), "{error}");
+}

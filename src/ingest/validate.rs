@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
-use crate::model::{AllocatorStats, SnapshotSummary};
+use crate::model::{AllocatorRange, AllocatorStats, SnapshotSummary};
 
 /// The document version this vramd reads, of reports and OOM events alike.
 pub const VERSION: u64 = 1;
@@ -56,6 +56,14 @@ pub(super) const ACTIVE: &str = "active_bytes.all.current";
 pub(super) const INACTIVE_SPLIT: &str = "inactive_split_bytes.all.current";
 pub(super) const RETRIES: &str = "num_alloc_retries";
 pub(super) const OOMS: &str = "num_ooms";
+/// The interval's range of `allocated` and `reserved` (`vramd_reporter`
+/// 0.3 on): optional, but all four or none.
+pub(super) const INTERVAL_KEYS: [&str; 4] = [
+    "allocated_bytes.all.interval_min",
+    "allocated_bytes.all.interval_max",
+    "reserved_bytes.all.interval_min",
+    "reserved_bytes.all.interval_max",
+];
 
 /// Reads a version-1 document of type `T`. The version is checked first,
 /// so a future document gets the clearer error rather than a complaint
@@ -213,6 +221,7 @@ fn stats_of(
         inactive_split_bytes: get(INACTIVE_SPLIT)?,
         alloc_retries: get(RETRIES)?,
         ooms: get(OOMS)?,
+        interval: interval_of(stats, &get)?,
     };
     if parsed.allocated_bytes > parsed.reserved_bytes {
         return Err(ReportError::Inconsistent {
@@ -223,6 +232,25 @@ fn stats_of(
             ),
         });
     }
+    if let Some(range) = parsed.interval {
+        let around = |name: &str, min: u64, current: u64, max: u64| {
+            (min > current || current > max).then(|| ReportError::Inconsistent {
+                uuid: uuid.to_owned(),
+                reason: format!(
+                    "the interval's {name} range {min}..{max} does not hold the current {current}"
+                ),
+            })
+        };
+        let (allocated, reserved) = (parsed.allocated_bytes, parsed.reserved_bytes);
+        let ranges = [
+            ("allocated", range.allocated_min_bytes, allocated, range.allocated_max_bytes),
+            ("reserved", range.reserved_min_bytes, reserved, range.reserved_max_bytes),
+        ];
+        if let Some(error) = ranges.into_iter().find_map(|(n, min, c, max)| around(n, min, c, max))
+        {
+            return Err(error);
+        }
+    }
     if !parsed.is_consistent() {
         return Err(ReportError::Inconsistent {
             uuid: uuid.to_owned(),
@@ -230,6 +258,25 @@ fn stats_of(
         });
     }
     Ok(Some(parsed))
+}
+
+/// The interval's range when the report carries one: none of its four
+/// keys (an older reporter) is `None`; some but not all is an error naming
+/// the first missing.
+fn interval_of(
+    stats: &BTreeMap<String, Value>,
+    get: &impl Fn(&'static str) -> Result<u64, ReportError>,
+) -> Result<Option<AllocatorRange>, ReportError> {
+    if !INTERVAL_KEYS.iter().any(|key| stats.contains_key(*key)) {
+        return Ok(None);
+    }
+    let [allocated_min, allocated_max, reserved_min, reserved_max] = INTERVAL_KEYS;
+    Ok(Some(AllocatorRange {
+        allocated_min_bytes: get(allocated_min)?,
+        allocated_max_bytes: get(allocated_max)?,
+        reserved_min_bytes: get(reserved_min)?,
+        reserved_max_bytes: get(reserved_max)?,
+    }))
 }
 
 /// Why a figure past [`MAX_EXACT`] is refused, wherever it stands.

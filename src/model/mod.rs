@@ -30,7 +30,8 @@ pub use probe::{
     HeadroomSearch, HeadroomStop, ProbeFailure, ProbeFailureKind, ProbeReading, ProbeSkipReason,
 };
 pub use process::{
-    AllocatorStats, ProcessDetails, ProcessInfo, ProcessKind, ProcessRole, SnapshotSummary,
+    AllocatorRange, AllocatorStats, ProcessDetails, ProcessInfo, ProcessKind, ProcessRole,
+    SnapshotSummary,
 };
 pub use readings::{
     Bar1Memory, ComputeMode, DeviceInfo, EccCounters, FastReading, MemoryInfo, MigInfo,

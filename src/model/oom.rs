@@ -162,6 +162,7 @@ mod tests {
                 inactive_split_bytes: 1_500 * MIB,
                 alloc_retries: 1,
                 ooms: 1,
+                interval: None,
             }),
             snapshot: None,
             snapshot_path: None,

@@ -165,9 +165,37 @@ pub struct AllocatorStats {
     pub alloc_retries: u64,
     /// `num_ooms`: out-of-memory errors raised. Monotonic.
     pub ooms: u64,
+    /// The lowest and highest `allocated` and `reserved` over the
+    /// reporter's interval, where it sends them (`vramd_reporter` 0.3 on);
+    /// absent from older reporters and NVML-only sources.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interval: Option<AllocatorRange>,
+}
+
+/// The range `allocated` and `reserved` covered over one reporting
+/// interval, sampled between reports (or at the training loop's step
+/// hook): a training step that lasts exactly the interval is seen at every
+/// phase, not at the one the timer happens to catch.
+///
+/// Invariant kept by every source: each minimum is at most the current
+/// value, which is at most the maximum.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AllocatorRange {
+    pub allocated_min_bytes: u64,
+    pub allocated_max_bytes: u64,
+    pub reserved_min_bytes: u64,
+    pub reserved_max_bytes: u64,
 }
 
 impl AllocatorStats {
+    /// The `allocated` figure a memory floor is built from: the interval's
+    /// minimum where the reporter sent one, else the current value (one
+    /// point, whose phase in a training step is luck).
+    pub fn floor_allocated_bytes(&self) -> u64 {
+        self.interval.map_or(self.allocated_bytes, |range| range.allocated_min_bytes)
+    }
+
     /// Whether the invariants documented on the type hold.
     pub fn is_consistent(&self) -> bool {
         self.allocated_bytes <= self.reserved_bytes
@@ -189,6 +217,7 @@ mod tests {
             inactive_split_bytes: 5,
             alloc_retries: 0,
             ooms: 0,
+            interval: None,
         };
         assert!(stats.is_consistent());
         stats.allocated_bytes = 30;

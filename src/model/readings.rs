@@ -107,7 +107,10 @@ fn ratio<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Option<f64
 }
 
 /// What the fast tier reads: cheap calls, sampled several times a second.
+// Unknown fields refused: a trace's misspelt field must not vanish
+// (`source::trace` reads a recorded line straight into this type).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct FastReading {
     pub at: Timestamp,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -121,8 +124,10 @@ pub struct FastReading {
 }
 
 /// What the slow tier reads: calls that are expensive or take driver locks.
+// Unknown fields refused, as for `FastReading`.
 #[serde_with::skip_serializing_none]
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct SlowReading {
     pub at: Timestamp,
     /// Processes holding memory on the device; `None` when the list could

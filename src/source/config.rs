@@ -36,9 +36,11 @@ pub struct SourceConfig {
     /// longest accepted line of a replayed trace
     #[serde(rename = "max_trace_line")]
     pub max_trace_line_bytes: ByteSize,
-    /// largest replayed trace file; its records are all held in memory
+    /// largest replayed trace file; its records are all held in memory (vramd analyze streams a trace instead)
     #[serde(rename = "max_trace_size")]
     pub max_trace_bytes: ByteSize,
+    /// records vramd analyze --replay holds to put a trace in time order across devices; later ones are counted
+    pub replay_reorder_records: NonZeroUsize,
 }
 
 impl Default for SourceConfig {
@@ -52,6 +54,7 @@ impl Default for SourceConfig {
             speed: 1.0,
             max_trace_line_bytes: ByteSize(MIB),
             max_trace_bytes: ByteSize(GIB),
+            replay_reorder_records: non_zero(4096),
         }
     }
 }
@@ -74,6 +77,7 @@ impl SourceConfig {
         keys.number("speed", false, speed, "number, above 0, at most 10000", valid);
         keys.size("max_trace_line", self.max_trace_line_bytes, KIB, 64 * MIB);
         keys.size("max_trace_size", self.max_trace_bytes, MIB, 64 * GIB);
+        keys.count("replay_reorder_records", self.replay_reorder_records.get() as u64, 1, 1 << 20);
     }
 
     /// The source the keys select; `source.simulate` wins over

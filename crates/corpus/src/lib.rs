@@ -366,6 +366,7 @@ impl CorpusRun {
                 inactive_split_bytes: memory.inactive_split,
                 alloc_retries: 0,
                 ooms: 0,
+                interval: None,
             });
             out.push(ProcessInfo {
                 pid: job.pid,
@@ -444,6 +445,7 @@ impl Tenant {
                     inactive_split_bytes: 0,
                     alloc_retries: 0,
                     ooms: 0,
+                    interval: None,
                 });
                 info
             }

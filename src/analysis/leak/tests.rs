@@ -248,6 +248,7 @@ fn process(pid: u32, used: Option<u64>, allocated: Option<u64>) -> ProcessInfo {
             inactive_split_bytes: 0,
             alloc_retries: 0,
             ooms: 0,
+            interval: None,
         }),
         details: Default::default(),
     }

@@ -32,6 +32,7 @@ fn process(pid: u32, used: Option<u64>, allocated: Option<u64>, retries: u64) ->
             inactive_split_bytes: 0,
             alloc_retries: retries,
             ooms: 0,
+            interval: None,
         }),
         details: Default::default(),
     }

@@ -16,7 +16,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use crate::model::{AllocatorStats, Timestamp};
+use crate::model::{AllocatorRange, AllocatorStats, Timestamp};
 
 use super::super::points::{ProcessPoint, SlowPoint};
 use super::codec::{BitReader, BitWriter, bit_length, read_series, write_series};
@@ -383,6 +383,21 @@ fn merge_figures(
         }
         write_series(out, &values, scratch);
     }
+    present.clear();
+    let mut range_counts = Vec::with_capacity(readers.len());
+    for ((input, _), &count) in readers.iter_mut().zip(&counts) {
+        let part = read_presence(input, count)?;
+        range_counts.push(part.iter().filter(|&&p| p).count());
+        present.extend(part);
+    }
+    write_presence(out, &present);
+    for _ in RANGE_FIELDS {
+        values.clear();
+        for ((input, _), &count) in readers.iter_mut().zip(&range_counts) {
+            read_series(input, count, &mut values)?;
+        }
+        write_series(out, &values, scratch);
+    }
     Some(())
 }
 
@@ -427,6 +442,17 @@ const ALLOCATOR_FIELDS: [Field; 6] = [
     |stats| stats.ooms,
 ];
 
+type RangeField = fn(&AllocatorRange) -> u64;
+
+/// The interval's range (issue 32), stored after the allocator figures,
+/// present or absent per sample that has allocator figures.
+const RANGE_FIELDS: [RangeField; 4] = [
+    |range| range.allocated_min_bytes,
+    |range| range.allocated_max_bytes,
+    |range| range.reserved_min_bytes,
+    |range| range.reserved_max_bytes,
+];
+
 fn write_figures(out: &mut BitWriter, series: &[ProcessPoint], scratch: &mut Vec<i64>) {
     let used: Vec<Option<u64>> = series.iter().map(ProcessPoint::used_bytes).collect();
     write_presence(out, &used.iter().map(Option::is_some).collect::<Vec<_>>());
@@ -438,6 +464,13 @@ fn write_figures(out: &mut BitWriter, series: &[ProcessPoint], scratch: &mut Vec
     for field in ALLOCATOR_FIELDS {
         column.clear();
         column.extend(present.iter().map(field));
+        write_series(out, &column, scratch);
+    }
+    write_presence(out, &present.iter().map(|stats| stats.interval.is_some()).collect::<Vec<_>>());
+    let ranges: Vec<AllocatorRange> = present.iter().filter_map(|stats| stats.interval).collect();
+    for field in RANGE_FIELDS {
+        column.clear();
+        column.extend(ranges.iter().map(field));
         write_series(out, &column, scratch);
     }
 }
@@ -453,6 +486,32 @@ fn read_figures(input: &mut BitReader<'_>, pid: u32, count: usize) -> Option<Vec
         read_series(input, stats_count, column)?;
     }
     let [allocated, reserved, active_over, inactive, retries, ooms] = columns;
+    let range_present = read_presence(input, stats_count)?;
+    let range_count = range_present.iter().filter(|&&p| p).count();
+    let mut range_columns: [Vec<u64>; 4] = Default::default();
+    for column in &mut range_columns {
+        read_series(input, range_count, column)?;
+    }
+    let [allocated_min, allocated_max, reserved_min, reserved_max] = range_columns;
+    let mut ranges =
+        allocated_min.into_iter().zip(allocated_max).zip(reserved_min).zip(reserved_max).map(
+            |(
+                ((allocated_min_bytes, allocated_max_bytes), reserved_min_bytes),
+                reserved_max_bytes,
+            )| {
+                AllocatorRange {
+                    allocated_min_bytes,
+                    allocated_max_bytes,
+                    reserved_min_bytes,
+                    reserved_max_bytes,
+                }
+            },
+        );
+    let intervals: Option<Vec<Option<AllocatorRange>>> = range_present
+        .into_iter()
+        .map(|has_range| if has_range { ranges.next().map(Some) } else { Some(None) })
+        .collect();
+    let mut intervals = intervals?.into_iter();
     let mut stats = allocated
         .into_iter()
         .zip(reserved)
@@ -468,6 +527,7 @@ fn read_figures(input: &mut BitReader<'_>, pid: u32, count: usize) -> Option<Vec
                 inactive_split_bytes: inactive,
                 alloc_retries: retries,
                 ooms,
+                interval: intervals.next().flatten(),
             }
         });
     let mut used = used.into_iter();

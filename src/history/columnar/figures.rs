@@ -22,6 +22,10 @@ pub enum ProcessFigure {
     NvmlUsed,
     /// Allocator `allocated_bytes.all.current`.
     Allocated,
+    /// The lowest `allocated` of the reporter's interval where it sends
+    /// one, else `allocated` ([`crate::model::AllocatorStats::floor_allocated_bytes`]):
+    /// what a floor is read from.
+    AllocatedFloor,
     /// Allocator `reserved_bytes.all.current`.
     Reserved,
     /// Allocator `active_bytes.all.current`.
@@ -43,6 +47,7 @@ impl ProcessFigure {
         let stats = process.allocator()?;
         Some(match self {
             Self::NvmlUsed | Self::Allocated => stats.allocated_bytes,
+            Self::AllocatedFloor => stats.floor_allocated_bytes(),
             Self::Reserved => stats.reserved_bytes,
             Self::Active => stats.active_bytes,
             Self::InactiveSplit => stats.inactive_split_bytes,
@@ -55,7 +60,7 @@ impl ProcessFigure {
     /// order); `None` for NVML usage.
     fn allocator_column(self) -> Option<usize> {
         match self {
-            Self::NvmlUsed => None,
+            Self::NvmlUsed | Self::AllocatedFloor => None,
             Self::Allocated => Some(0),
             Self::Reserved => Some(1),
             Self::Active => Some(2),
@@ -186,18 +191,21 @@ fn read_process<const N: usize>(
     }
     let stats_present = read_presence(input, count)?;
     let stats_count = stats_present.iter().filter(|&&present| present).count();
-    // Active is stored less allocated, so it needs allocated decoded too.
+    // Active is stored less allocated, and the floor is allocated where no
+    // interval minimum was sent: both need allocated decoded too.
     let active_wanted = figures.contains(&ProcessFigure::Active);
+    let floor_wanted = figures.contains(&ProcessFigure::AllocatedFloor);
+    let allocated_needed = active_wanted || floor_wanted;
     let mut allocated = Vec::new();
     for column in 0..6 {
         let wanted = figures.iter().any(|figure| figure.allocator_column() == Some(column));
-        if !(wanted || (column == 0 && active_wanted)) {
+        if !(wanted || (column == 0 && allocated_needed)) {
             skip_series(input, stats_count)?;
             continue;
         }
         decoded.clear();
         read_series(input, stats_count, decoded)?;
-        if column == 0 && active_wanted {
+        if column == 0 && allocated_needed {
             allocated.clone_from(decoded);
         }
         if column == 2 {
@@ -208,6 +216,34 @@ fn read_process<const N: usize>(
         fill(rows, &stats_present, decoded, figures, |figure| {
             figure.allocator_column() == Some(column)
         });
+    }
+    // The interval's range (min and max of allocated, then of reserved),
+    // present or not per sample with allocator figures (`chunk`'s layout).
+    let range_present = read_presence(input, stats_count)?;
+    let range_count = range_present.iter().filter(|&&present| present).count();
+    if floor_wanted {
+        decoded.clear();
+        read_series(input, range_count, decoded)?;
+        let mut minima = decoded.iter();
+        let floors: Option<Vec<u64>> = range_present
+            .iter()
+            .zip(&allocated)
+            .map(
+                |(&has_range, &allocated)| {
+                    if has_range { minima.next().copied() } else { Some(allocated) }
+                },
+            )
+            .collect();
+        fill(rows, &stats_present, &floors?, figures, |figure| {
+            figure == ProcessFigure::AllocatedFloor
+        });
+        for _ in 1..4 {
+            skip_series(input, range_count)?;
+        }
+    } else {
+        for _ in 0..4 {
+            skip_series(input, range_count)?;
+        }
     }
     Some(())
 }

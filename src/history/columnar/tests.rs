@@ -22,12 +22,19 @@ fn stats(seed: u64) -> AllocatorStats {
         inactive_split_bytes: seed / 7,
         alloc_retries: seed % 5,
         ooms: 0,
+        interval: None,
     }
 }
 
 fn any_stats() -> impl Strategy<Value = AllocatorStats> {
-    (any::<u64>(), any::<u64>(), any::<u64>(), any::<u64>(), any::<u64>(), any::<u64>()).prop_map(
-        |(allocated_bytes, reserved_bytes, active_bytes, inactive_split_bytes, retries, ooms)| {
+    let figures =
+        (any::<u64>(), any::<u64>(), any::<u64>(), any::<u64>(), any::<u64>(), any::<u64>());
+    let interval = proptest::option::of((any::<u64>(), any::<u64>(), any::<u64>(), any::<u64>()));
+    (figures, interval).prop_map(
+        |(
+            (allocated_bytes, reserved_bytes, active_bytes, inactive_split_bytes, retries, ooms),
+            interval,
+        )| {
             AllocatorStats {
                 allocated_bytes,
                 reserved_bytes,
@@ -35,6 +42,21 @@ fn any_stats() -> impl Strategy<Value = AllocatorStats> {
                 inactive_split_bytes,
                 alloc_retries: retries,
                 ooms,
+                interval: interval.map(
+                    |(
+                        allocated_min_bytes,
+                        allocated_max_bytes,
+                        reserved_min_bytes,
+                        reserved_max_bytes,
+                    )| {
+                        crate::model::AllocatorRange {
+                            allocated_min_bytes,
+                            allocated_max_bytes,
+                            reserved_min_bytes,
+                            reserved_max_bytes,
+                        }
+                    },
+                ),
             }
         },
     )
@@ -242,9 +264,10 @@ fn owned<const N: usize>(sample: &FigureSample<'_, N>) -> FigureRead<N> {
 
 /// Every figure at least once, alone and beside others (active with and
 /// without allocated, which it is stored against).
-const FIGURE_CHOICES: [[ProcessFigure; 3]; 3] = {
+const FIGURE_CHOICES: [[ProcessFigure; 3]; 4] = {
     use ProcessFigure::*;
     [
+        [AllocatedFloor, NvmlUsed, Reserved],
         [NvmlUsed, Allocated, Active],
         [Active, Reserved, Ooms],
         [InactiveSplit, AllocRetries, NvmlUsed],
@@ -304,6 +327,7 @@ fn training(samples: u64, processes: u32) -> Vec<SlowPoint> {
                         inactive_split_bytes: ((sample / 10 + u64::from(slot)) % 16) * MIB,
                         alloc_retries: sample / 600,
                         ooms: 0,
+                        interval: None,
                     };
                     let used = reserved + 500 * MIB + (mix(sample, !pid) % 32) * 2 * MIB;
                     ProcessPoint::new(pid, Some(used), Some(stats))

@@ -134,6 +134,7 @@ impl Torch {
             inactive_split_bytes: noise::fraction_of(cache, self.fragmented_share),
             alloc_retries: self.alloc_retries,
             ooms: self.ooms,
+            interval: None,
         };
         SimProcess {
             pid,

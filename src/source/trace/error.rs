@@ -57,6 +57,19 @@ pub enum TraceError {
          its records are held in memory: raise the limit or replay a shorter trace"
     )]
     TooLarge { path: String, size: u64, max: u64 },
+    /// The thread that reads a streamed trace could not be started.
+    #[error("cannot start the thread reading the trace {path}: {source}")]
+    Thread {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The thread reading a streamed trace ended without finishing it.
+    #[error("{path}: the thread reading the trace stopped before its end")]
+    ReaderStopped { path: String },
+    /// Records of a trace written in one go that could not be written.
+    #[error("{path}: {failed} records could not be written")]
+    Incomplete { path: String, failed: u64 },
     /// The file has no lines at all, so not even a header.
     #[error("{path}: the file is empty; a trace starts with a header line")]
     Empty { path: String },
@@ -82,6 +95,9 @@ impl TraceError {
             | TraceError::Rotate { .. }
             | TraceError::Open { .. }
             | TraceError::Empty { .. }
+            | TraceError::Thread { .. }
+            | TraceError::Incomplete { .. }
+            | TraceError::ReaderStopped { .. }
             | TraceError::TooLarge { .. } => None,
         }
     }

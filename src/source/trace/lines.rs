@@ -10,7 +10,7 @@ use std::io::{BufRead, Read};
 /// One line as read: its bytes without the newline, and whether a newline
 /// ended it (only the last line of a file may lack one).
 pub(super) struct RawLine<'a> {
-    pub bytes: &'a [u8],
+    pub bytes: &'a mut [u8],
     pub terminated: bool,
 }
 
@@ -45,14 +45,17 @@ impl<R: BufRead> BoundedLines<R> {
         if read == 0 {
             return Ok(None);
         }
-        match self.buffer.split_last() {
-            Some((b'\n', content)) => Ok(Some(RawLine { bytes: content, terminated: true })),
-            // No newline within max + 1 bytes: more than max bytes of content
-            // (the file may even end right there; still too long).
-            _ if self.buffer.len() > self.max => Err(LineReadError::TooLong),
-            // Fewer bytes than the limit and no newline: the end of the file.
-            _ => Ok(Some(RawLine { bytes: &self.buffer, terminated: false })),
+        if self.buffer.last() == Some(&b'\n') {
+            self.buffer.pop();
+            return Ok(Some(RawLine { bytes: &mut self.buffer, terminated: true }));
         }
+        // No newline within max + 1 bytes: more than max bytes of content
+        // (the file may even end right there; still too long).
+        if self.buffer.len() > self.max {
+            return Err(LineReadError::TooLong);
+        }
+        // Fewer bytes than the limit and no newline: the end of the file.
+        Ok(Some(RawLine { bytes: &mut self.buffer, terminated: false }))
     }
 }
 

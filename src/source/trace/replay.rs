@@ -10,18 +10,14 @@
 //! sampler's business and timestamps come from the records.
 
 use std::collections::HashMap;
-use std::fs::File;
-use std::io::BufReader;
 use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use super::error::{LineError, TraceError};
-use super::format::{self, TraceHeader, TraceRecord};
-use super::line;
-use super::lines::{BoundedLines, LineReadError};
+use super::format::{TraceHeader, TraceRecord};
+use super::reader::{RecordCheck, TraceLines};
 use crate::model::{
     DeviceInfo, FastReading, OomEvent, ProbeFailure, ProbeFailureKind, ProbeReading, SlowReading,
-    Timestamp,
 };
 use crate::source::probe::{ProbeRequest, Prober};
 use crate::source::{DeviceSource, SourceError, Tier};
@@ -45,8 +41,6 @@ pub struct Replay {
 struct Lane {
     positions: Vec<u32>,
     next: AtomicUsize,
-    /// The newest reading's timestamp, for the ordering check while loading.
-    latest: Option<Timestamp>,
 }
 
 impl Replay {
@@ -68,45 +62,15 @@ impl Replay {
         max_line_bytes: usize,
         max_file_bytes: u64,
     ) -> Result<Replay, TraceError> {
-        let shown = path.display().to_string();
-        let file =
-            File::open(path).map_err(|source| TraceError::Open { path: shown.clone(), source })?;
-        let too_large =
-            |size| TraceError::TooLarge { path: shown.clone(), size, max: max_file_bytes };
-        let size = file.metadata().map(|metadata| metadata.len()).unwrap_or(0);
-        if size > max_file_bytes {
-            return Err(too_large(size));
+        let mut lines = TraceLines::open(path, max_line_bytes, max_file_bytes)?;
+        let header = lines.header()?;
+        let mut check = RecordCheck::new(&header);
+        let mut loader = Loader::new(header);
+        while let Some(record) = lines.next_record()? {
+            check.check(&record).map_err(|reason| lines.in_line(reason))?;
+            loader.accept(record).map_err(|reason| lines.in_line(reason))?;
         }
-        let mut lines = BoundedLines::new(BufReader::new(file), max_line_bytes);
-        let mut loader = Loader::default();
-        let mut number: u64 = 0;
-        let mut read: u64 = 0;
-        loop {
-            number = number.saturating_add(1);
-            let in_line = |reason| TraceError::Line { path: shown.clone(), line: number, reason };
-            let line = match lines.next_line() {
-                Ok(Some(line)) => line,
-                Ok(None) => break,
-                Err(LineReadError::TooLong) => {
-                    return Err(in_line(LineError::TooLong { max: max_line_bytes }));
-                }
-                Err(LineReadError::Io(source)) => {
-                    return Err(TraceError::Read { path: shown.clone(), line: number, source });
-                }
-            };
-            read = read.saturating_add(line.bytes.len() as u64 + 1);
-            if read > max_file_bytes.saturating_add(1) {
-                return Err(too_large(read));
-            }
-            let text = std::str::from_utf8(line.bytes).map_err(|_| in_line(LineError::NotUtf8))?;
-            loader.accept(text).map_err(|reason| match reason {
-                LineError::Json { reason } if !line.terminated => {
-                    in_line(LineError::Truncated { reason })
-                }
-                reason => in_line(reason),
-            })?;
-        }
-        loader.finish().ok_or(TraceError::Empty { path: shown })
+        Ok(loader.finish())
     }
 
     /// The trace's header line.
@@ -199,49 +163,34 @@ impl Prober for Replay {
     }
 }
 
-/// The trace while its file is read: `None` until the header line.
-#[derive(Default)]
-struct Loader(Option<Replay>);
+/// The trace while its file is read, its records checked already.
+struct Loader(Replay);
 
 impl Loader {
-    fn accept(&mut self, text: &str) -> Result<(), LineError> {
-        if text.trim_ascii().is_empty() {
-            return Err(LineError::Blank);
-        }
-        let Some(replay) = &mut self.0 else {
-            let header = format::parse_header(text)?;
-            let tiers = [Some(Tier::Fast), Some(Tier::Slow), None];
-            let lanes = header
-                .devices
-                .iter()
-                .flat_map(|device| tiers.map(|tier| ((device.index, tier), Lane::default())))
-                .collect();
-            self.0 = Some(Replay { header, records: Vec::new(), lanes, ooms: Vec::new() });
-            return Ok(());
-        };
-        let record = line::parse_record(text)?;
+    fn new(header: TraceHeader) -> Self {
+        let tiers = [Some(Tier::Fast), Some(Tier::Slow), None];
+        let lanes = header
+            .devices
+            .iter()
+            .flat_map(|device| tiers.map(|tier| ((device.index, tier), Lane::default())))
+            .collect();
+        Loader(Replay { header, records: Vec::new(), lanes, ooms: Vec::new() })
+    }
+
+    fn accept(&mut self, record: TraceRecord) -> Result<(), LineError> {
+        let replay = &mut self.0;
         let (device, tier) = (record.device(), record.tier());
         let position = u32::try_from(replay.records.len())
             .map_err(|_| LineError::TooManyRecords { max: u64::from(u32::MAX) })?;
-        let unknown = LineError::UnknownDevice { index: device };
         let positions = if let TraceRecord::Oom { .. } = record {
-            // No lane: events arrive over HTTP, in the order they were
-            // written rather than strictly by time, and are handed out by
-            // `oom_events`, not one per call.
-            if !replay.lanes.contains_key(&(device, Some(Tier::Fast))) {
-                return Err(unknown);
-            }
+            // No lane: events are handed out by `oom_events`, not one per
+            // call.
             &mut replay.ooms
         } else {
-            let lane = replay.lanes.get_mut(&(device, tier)).ok_or(unknown)?;
-            if let Some(at) = record.at() {
-                if let Some(previous) = lane.latest
-                    && at < previous
-                {
-                    return Err(LineError::OutOfOrder { tier, device, at, previous });
-                }
-                lane.latest = Some(at);
-            }
+            let lane = replay
+                .lanes
+                .get_mut(&(device, tier))
+                .ok_or(LineError::UnknownDevice { index: device })?;
             &mut lane.positions
         };
         positions.push(position);
@@ -249,10 +198,10 @@ impl Loader {
         Ok(())
     }
 
-    fn finish(self) -> Option<Replay> {
-        let mut replay = self.0?;
+    fn finish(self) -> Replay {
+        let mut replay = self.0;
         replay.records.shrink_to_fit();
         replay.lanes.values_mut().for_each(|lane| lane.positions.shrink_to_fit());
-        Some(replay)
+        replay
     }
 }

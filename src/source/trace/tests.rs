@@ -122,6 +122,7 @@ fn slow_script(device: u32) -> Vec<Result<SlowReading, SourceError>> {
                                     inactive_split_bytes: 2 << 30,
                                     alloc_retries: u64::from(step),
                                     ooms: 1,
+                                    interval: None,
                                 }),
                                 details: ProcessDetails {
                                     kind: Some(ProcessKind::Compute),

@@ -11,6 +11,7 @@ import logging
 import math
 import os
 import socket
+import threading
 import uuid as _uuid
 from typing import Any, Dict, Iterable, Mapping, Optional
 
@@ -127,6 +128,61 @@ def summarise_snapshot(segments: Iterable[Mapping[str, Any]]) -> Dict[int, Dict[
     return summaries
 
 
+ALLOCATED = "allocated_bytes.all.current"
+RESERVED = "reserved_bytes.all.current"
+# The interval's range vramd reads (all four or none), beside the raw stats.
+INTERVAL_KEYS = (
+    "allocated_bytes.all.interval_min",
+    "allocated_bytes.all.interval_max",
+    "reserved_bytes.all.interval_min",
+    "reserved_bytes.all.interval_max",
+)
+
+
+class IntervalRange:
+    """The lowest and highest ``allocated`` and ``reserved`` per device since the last report.
+
+    Fed by the reporter's sub-samples between reports and by
+    :func:`vramd_reporter.step`; read and reset by each report. Why: a training
+    step as long as the report interval is seen at one phase of the step only,
+    and vramd builds its memory floor from these figures, so a point sample
+    would make the floor a matter of luck. Safe to feed from any thread.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._ranges: Dict[int, list] = {}
+
+    def observe(self, index: int, allocated: int, reserved: int) -> None:
+        with self._lock:
+            seen = self._ranges.get(index)
+            if seen is None:
+                self._ranges[index] = [allocated, allocated, reserved, reserved]
+            else:
+                seen[0] = min(seen[0], allocated)
+                seen[1] = max(seen[1], allocated)
+                seen[2] = min(seen[2], reserved)
+                seen[3] = max(seen[3], reserved)
+
+    def observe_torch(self, cuda: Any) -> None:
+        """One sample of every visible device's current figures (one ``memory_stats`` call each)."""
+        for index in range(int(cuda.device_count())):
+            stats = cuda.memory_stats(index)
+            allocated, reserved = stats.get(ALLOCATED), stats.get(RESERVED)
+            if isinstance(allocated, int) and isinstance(reserved, int):
+                self.observe(index, allocated, reserved)
+
+    def take(self, index: int, stats: Dict[str, Any]) -> None:
+        """Adds the range since the last report, the current figures included, to ``stats``; resets it."""
+        allocated, reserved = stats.get(ALLOCATED), stats.get(RESERVED)
+        if not (isinstance(allocated, int) and isinstance(reserved, int)):
+            return
+        self.observe(index, allocated, reserved)
+        with self._lock:
+            seen = self._ranges.pop(index)
+        stats.update(zip(INTERVAL_KEYS, seen))
+
+
 class ReportBuilder:
     """Builds reports; remembers device UUIDs and which devices it already warned about."""
 
@@ -156,6 +212,7 @@ class ReportBuilder:
         snapshot: bool = False,
         now: Optional[_dt.datetime] = None,
         require_initialized: bool = False,
+        ranges: Optional[IntervalRange] = None,
     ) -> Optional[Dict[str, Any]]:
         """One report for every visible CUDA device that has a UUID.
 
@@ -163,7 +220,9 @@ class ReportBuilder:
         this process yet (so the reporter never initialises CUDA itself).
         Raises CudaUnavailable when CUDA is not available, and whatever torch
         raises while collecting statistics. A failing snapshot does not fail
-        the report: it is left out and recorded in ``snapshot_error``.
+        the report: it is left out and recorded in ``snapshot_error``. With
+        ``ranges``, each device's statistics carry the range of ``allocated`` and
+        ``reserved`` since the last report (``INTERVAL_KEYS``).
         """
         cuda = torch.cuda
         if require_initialized:
@@ -178,13 +237,10 @@ class ReportBuilder:
             device_uuid = self._uuid(torch, index)
             if device_uuid is None:
                 continue
-            devices.append(
-                {
-                    "uuid": device_uuid,
-                    "index": index,
-                    "memory_stats": filter_stats(cuda.memory_stats(index)),
-                }
-            )
+            stats = filter_stats(cuda.memory_stats(index))
+            if ranges is not None:
+                ranges.take(index, stats)
+            devices.append({"uuid": device_uuid, "index": index, "memory_stats": stats})
 
         self.snapshot_error = None
         if snapshot and devices:

@@ -16,7 +16,7 @@ from typing import Any, Callable, Dict, Optional
 
 from . import _http, _jax
 from ._oom import OomCapture
-from ._report import CudaUnavailable, ReportBuilder
+from ._report import CudaUnavailable, IntervalRange, ReportBuilder
 
 log = logging.getLogger("vramd_reporter")
 
@@ -103,8 +103,18 @@ class Reporter:
         snapshot_interval: Optional[float] = 60.0,
         token: Optional[str] = None,
         timeout: float = 2.0,
+        samples_per_interval: int = 4,
     ) -> None:
         self.url = _check_url(url)
+        if isinstance(samples_per_interval, bool) or not isinstance(samples_per_interval, int):
+            raise TypeError("samples_per_interval must be an int, got %r" % (samples_per_interval,))
+        if not 0 <= samples_per_interval <= 100:
+            raise ValueError("samples_per_interval must be within 0..100, got %r" % (samples_per_interval,))
+        #: Samples of ``allocated`` and ``reserved`` taken between two reports
+        #: (0: only the report's own and :meth:`step`'s).
+        self.samples_per_interval = samples_per_interval
+        #: The range since the last report, which each report carries.
+        self.ranges = IntervalRange()
         self.interval = _seconds("interval", interval)
         self.snapshot_interval = None if snapshot_interval is None else _seconds("snapshot_interval", snapshot_interval)
         self.timeout = _seconds("timeout", timeout)
@@ -135,7 +145,32 @@ class Reporter:
         )
 
     def _settings(self) -> tuple:
-        return (self.url, self.interval, self.snapshot_interval, self._token, self.timeout)
+        return (self.url, self.interval, self.snapshot_interval, self._token, self.timeout, self.samples_per_interval)
+
+    def step(self) -> None:
+        """Record the current ``allocated`` and ``reserved`` of every visible device into the interval's range.
+
+        Call it from the training loop (once per step, at the point of the
+        step where memory is lowest or highest, or both) to make the range
+        exact whatever the step's length; each call costs one
+        ``torch.cuda.memory_stats`` per visible device (tens of microseconds).
+        Never raises; does nothing before the workload imported torch and
+        initialised CUDA.
+        """
+        try:
+            self._sample()
+        except Exception:  # never into the training loop
+            pass
+
+    def _sample(self) -> None:
+        torch = sys.modules.get("torch")
+        cuda = getattr(torch, "cuda", None) if torch is not None else None
+        if cuda is None:
+            return
+        is_initialized = getattr(cuda, "is_initialized", None)
+        if is_initialized is not None and not is_initialized():
+            return
+        self.ranges.observe_torch(cuda)
 
     @property
     def running(self) -> bool:
@@ -170,9 +205,26 @@ class Reporter:
                 except Exception:  # a bug here must neither kill reporting silently nor escape
                     self._failures.fail("internal", "unexpected error in the reporter thread", exc_info=True)
                 next_at = max(started + self._next_gap(), earliest)
-                self._stopping.wait(max(0.0, next_at - time.monotonic()))
+                self._wait_sampling(next_at)
         except Exception:  # pragma: no cover - last line of defence
             pass
+
+    def _wait_sampling(self, next_at: float) -> None:
+        """Wait until ``next_at``, sampling the allocator ``samples_per_interval`` times an interval meanwhile."""
+        gap = self.interval / self.samples_per_interval if self.samples_per_interval else None
+        while not self._stopping.is_set():
+            left = next_at - time.monotonic()
+            if left <= 0.0:
+                return
+            if gap is None or gap >= left:
+                self._stopping.wait(left)
+                return
+            if self._stopping.wait(gap):
+                return
+            try:
+                self._sample()
+            except Exception as error:
+                self._failures.fail("torch", "sampling allocator statistics failed: %r" % (error,))
 
     def _next_gap(self) -> float:
         """Seconds to the next report: ``interval`` on average, drawn from 0.5 to 1.5 times it.
@@ -200,7 +252,9 @@ class Reporter:
         now = time.monotonic()
         snapshot_due = self.snapshot_interval is not None and now >= self._next_snapshot
         try:
-            report = self._builder.build(torch, snapshot=snapshot_due, require_initialized=True)
+            report = self._builder.build(
+                torch, snapshot=snapshot_due, require_initialized=True, ranges=self.ranges
+            )
         except CudaUnavailable:
             self._failures.fail("cuda-unavailable", "CUDA is not available in this process; nothing to report")
             return 0.0
@@ -334,6 +388,7 @@ def start(
     max_snapshots: int = 3,
     max_snapshot_bytes: int = 4 << 30,
     upload_snapshot: bool = False,
+    samples_per_interval: int = 4,
 ) -> Reporter:
     """Start reporting to vramd on one daemon thread; returns the running reporter.
 
@@ -345,6 +400,10 @@ def start(
     ``ingest.snapshot_dir`` set) each dumped snapshot is also PUT to the
     event on the OOM thread's posting thread, for the memory viewer.
 
+    Between reports the thread samples ``allocated`` and ``reserved``
+    ``samples_per_interval`` times an interval, and each report carries their
+    range since the last (see :func:`step` for an exact one).
+
     A second call while a reporter runs returns that reporter (its settings
     stay). Invalid arguments raise ValueError/TypeError here, at call time;
     nothing raises later.
@@ -352,14 +411,14 @@ def start(
     global _current, _atexit_registered
     with _lock:
         if _current is not None and _current.running:
-            candidate = Reporter(url, interval, snapshot_interval, token, timeout)  # validates the arguments
+            candidate = Reporter(url, interval, snapshot_interval, token, timeout, samples_per_interval)  # validates the arguments
             if candidate._settings() != _current._settings():
                 log.warning(
                     "vramd_reporter: start() called again with other settings; the running reporter (%s) is kept",
                     _current.url,
                 )
             return _current
-        reporter = Reporter(url, interval, snapshot_interval, token, timeout)
+        reporter = Reporter(url, interval, snapshot_interval, token, timeout, samples_per_interval)
         if oom_capture:
             reporter.oom = OomCapture(
                 reporter.url,
@@ -378,6 +437,17 @@ def start(
             atexit.register(_stop_at_exit)
             _atexit_registered = True
         return reporter
+
+
+def step() -> None:
+    """Record the allocator's current figures into the running reporter's interval range.
+
+    Optional: call it once per training step (see :meth:`Reporter.step`).
+    Does nothing without a running reporter; never raises.
+    """
+    reporter = _current
+    if reporter is not None:
+        reporter.step()
 
 
 def stop(timeout: Optional[float] = 5.0) -> bool:
