@@ -192,9 +192,12 @@ fn score(outcome: &mut Outcome, alert: &vramd::alerts::Alert, seconds: f64) {
         RuleId::ReservedGrowth => {
             let the_leak = matches!(outcome.label, Label::Leak { pid, onset, .. }
                 if alert.key.pid == Some(pid) && seconds >= onset.as_secs_f64());
+            // Linear growth until the device is full is a leak too.
+            let growing = matches!(outcome.label, Label::Growth { onset, .. }
+                if seconds >= onset.as_secs_f64());
             if the_leak {
                 outcome.leak_fired_s.get_or_insert(seconds);
-            } else {
+            } else if !growing {
                 outcome.reserved_growth += 1;
                 outcome.false_alarms.push(format!(
                     "{:.1} min reserved_growth pid {:?}: {}",

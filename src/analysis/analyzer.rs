@@ -264,6 +264,7 @@ impl Analyzer {
                             still_warming.insert(process.pid);
                         }
                         if let Ok(finding) = verdict {
+                            let finding = finding.after(previous.get(&process.pid));
                             findings.insert(process.pid, finding);
                         }
                     });

@@ -181,6 +181,20 @@ pub struct LeakFinding {
     pub cache_or_leak: bool,
 }
 
+impl LeakFinding {
+    /// This check's finding for a process whose leak `held` was found by the
+    /// last one: once called a leak, it is not demoted to "cache growth or
+    /// a leak" by a later window's shape, which would resolve one alert and
+    /// raise another (`reserved_growth`) for the same growth. The other way
+    /// is an upgrade, and happens at most once.
+    pub fn after(mut self, held: Option<&LeakFinding>) -> Self {
+        if held.is_some_and(|held| !held.cache_or_leak) {
+            self.cache_or_leak = false;
+        }
+        self
+    }
+}
+
 /// The rules applied window by window, saying why the longest covered one
 /// failed. `window_start` is where the caller's window began (a first sample
 /// later than that is the process's start); `held` says the leak is already

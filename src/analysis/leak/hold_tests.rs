@@ -73,3 +73,24 @@ fn a_held_leak_that_stops_is_let_go_despite_its_dips() {
     assert!(verdicts.iter().any(|&held| held), "never called: {verdicts:?}");
     assert_eq!(verdicts.last(), Some(&false), "held 40 minutes after it stopped: {verdicts:?}");
 }
+
+#[test]
+fn a_called_leak_is_never_demoted_to_cache_growth_but_may_be_upgraded() {
+    let evidence = LeakEvidence {
+        slope_bytes_per_second: MIB,
+        fit: 0.9,
+        window_seconds: 1_800.0,
+        growth_bytes: 1 << 30,
+        baseline_bytes: 10 << 30,
+        latest_bytes: 11 << 30,
+    };
+    let leak = LeakFinding { evidence, metric: ProcessMetric::NvmlUsed, cache_or_leak: false };
+    let steps = LeakFinding { cache_or_leak: true, ..leak };
+    // A held leak keeps its name when a later window rose in steps.
+    assert!(!steps.after(Some(&leak)).cache_or_leak);
+    // Growth first said to be cache or a leak becomes a leak on a ramp.
+    assert!(!leak.after(Some(&steps)).cache_or_leak);
+    // Steps stay steps while nothing stronger was said, held or new.
+    assert!(steps.after(Some(&steps)).cache_or_leak);
+    assert!(steps.after(None).cache_or_leak);
+}
