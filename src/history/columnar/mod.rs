@@ -151,14 +151,7 @@ impl SlowRing {
     /// reaches into sealed chunks is read outside it.
     pub fn visit_recent(&self, from: Timestamp, to: Timestamp, mut visit: impl FnMut(&SlowPoint)) {
         let state = self.state.lock();
-        let first_chunk = state.sealed.partition_point(|chunk| chunk.last() < from);
-        let sealed: Vec<Arc<SlowChunk>> = state
-            .sealed
-            .iter()
-            .skip(first_chunk)
-            .take_while(|chunk| chunk.first() <= to)
-            .cloned()
-            .collect();
+        let sealed = sealed_between(&state.sealed, from, to);
         let in_range = |point: &&SlowPoint| point.at() >= from && point.at() <= to;
         if sealed.is_empty() {
             state.open.iter().filter(in_range).for_each(visit);
@@ -186,14 +179,7 @@ impl SlowRing {
     ) {
         let mut rows = Vec::new();
         let state = self.state.lock();
-        let first_chunk = state.sealed.partition_point(|chunk| chunk.last() < from);
-        let sealed: Vec<Arc<SlowChunk>> = state
-            .sealed
-            .iter()
-            .skip(first_chunk)
-            .take_while(|chunk| chunk.first() <= to)
-            .cloned()
-            .collect();
+        let sealed = sealed_between(&state.sealed, from, to);
         let in_range = |point: &&SlowPoint| point.at() >= from && point.at() <= to;
         if sealed.is_empty() {
             for point in state.open.iter().filter(in_range) {
@@ -318,6 +304,17 @@ fn visit_sealed_figures<const N: usize>(
         // and its samples are left out rather than made up, as `range` does.
         let _ = chunk.visit_figures(figures, from, to, visit);
     }
+}
+
+/// The sealed chunks holding samples of `from..=to`, to be decoded after
+/// the ring's lock is dropped.
+fn sealed_between(
+    sealed: &VecDeque<Arc<SlowChunk>>,
+    from: Timestamp,
+    to: Timestamp,
+) -> Vec<Arc<SlowChunk>> {
+    let first_chunk = sealed.partition_point(|chunk| chunk.last() < from);
+    sealed.iter().skip(first_chunk).take_while(|chunk| chunk.first() <= to).cloned().collect()
 }
 
 #[cfg(test)]
