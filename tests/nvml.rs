@@ -1,121 +1,26 @@
 //! The real NVML code path (`nvml-wrapper` → `libnvidia-ml.so.1`) of the
 //! built daemon, against the fake driver library built from
-//! `tests/fake-nvml`, driven by scenario files.
+//! `tests/fake-nvml`, driven by scenario files: what the driver says, lost
+//! and hung devices, older drivers, reports joined to NVML processes.
+//! MIG layouts are in `tests/nvml_mig.rs`, the daemon's own upkeep on this
+//! path in `tests/nvml_daemon.rs`.
 
 // A test crate: a panic here is a failed test, not a failed daemon.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 #![allow(clippy::disallowed_types)]
 
+#[path = "support/fake_driver.rs"]
+mod fake_driver;
 mod support;
 
-use std::io::Write;
-use std::net::SocketAddr;
-use std::path::PathBuf;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
-use nvidia_ml_fake::harness;
-use serde_json::{Value, json};
+use serde_json::json;
 use tempfile::TempDir;
 
-use support::{Process, SERVE, eventually, get, sample};
-
-const GIB: u64 = 1 << 30;
-
-/// A temporary directory holding a copy of the fake library and a scenario.
-struct FakeDriver {
-    dir: TempDir,
-    library: PathBuf,
-    scenario: PathBuf,
-}
-
-impl FakeDriver {
-    fn new(scenario: &Value, legacy: bool) -> Self {
-        let built = harness::build_fake_library(legacy).unwrap_or_else(|error| panic!("{error}"));
-        let dir = TempDir::new().unwrap();
-        let library = harness::install_as_libnvidia(dir.path(), &built);
-        let scenario = harness::write_scenario(dir.path(), scenario);
-        Self { dir, library, scenario }
-    }
-
-    /// Starts the daemon on this driver and waits until it is ready.
-    fn start(&self, extra_env: &[(&str, &str)]) -> (Process, SocketAddr) {
-        let (mut daemon, addr) = self.start_listening(extra_env);
-        daemon.wait_ready(addr);
-        (daemon, addr)
-    }
-
-    /// Starts the daemon on this driver and waits until it listens (a
-    /// driver that hangs from the start never lets it become ready).
-    fn start_listening(&self, extra_env: &[(&str, &str)]) -> (Process, SocketAddr) {
-        let library = self.library.to_str().unwrap().to_owned();
-        let scenario = self.scenario.to_str().unwrap().to_owned();
-        let mut env = vec![
-            ("VRAMD_NVML__LIBRARY_PATH", library.as_str()),
-            (harness::SCENARIO_ENV, scenario.as_str()),
-            ("VRAMD_SAMPLER__FAST_INTERVAL", "100ms"),
-            ("VRAMD_SAMPLER__SLOW_INTERVAL", "200ms"),
-        ];
-        env.extend_from_slice(extra_env);
-        let mut daemon = Process::spawn(&SERVE, &env);
-        let addr = daemon.listening();
-        let _ = &self.dir;
-        (daemon, addr)
-    }
-}
-
-fn device(uuid: &str, used: u64, extra: Value) -> Value {
-    let mut device = json!({
-        "uuid": uuid,
-        "name": "NVIDIA H100 80GB HBM3",
-        "pci_bus_id": "00000000:17:00.0",
-        "memory": { "total_bytes": 80 * GIB, "reserved_bytes": GIB / 2, "used_bytes": used },
-        "utilization": { "gpu": 87, "memory": 41 },
-        "temperature_c": 64,
-        "power_usage_mw": 412_000,
-        "power_limit_mw": 700_000,
-        "clocks": { "graphics_mhz": 1980, "sm_mhz": 1980, "memory_mhz": 2619, "video_mhz": 1755 },
-        "throttle_reasons": 4,
-        "persistence_mode": true,
-        "compute_mode": "default",
-        "bar1": { "total_bytes": 128 * GIB, "used_bytes": 8 << 20 },
-        "processes": { "compute": [], "graphics": [], "mps": [] },
-    });
-    if let (Some(target), Some(extra)) = (device.as_object_mut(), extra.as_object()) {
-        for (key, value) in extra {
-            target.insert(key.clone(), value.clone());
-        }
-    }
-    device
-}
-
-fn up(addr: SocketAddr, gpu: u32, uuid: &str) -> Option<f64> {
-    sample(
-        &get(addr, "/metrics").text(),
-        &format!("vramd_device_up{{gpu=\"{gpu}\",uuid=\"{uuid}\"}}"),
-    )
-}
-
-fn promtool_accepts(metrics: &str) {
-    let mut child = Command::new("promtool")
-        .args(["check", "metrics"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("promtool is needed: run scripts/test.sh, which installs it");
-    child.stdin.take().unwrap().write_all(metrics.as_bytes()).unwrap();
-    let output = child.wait_with_output().unwrap();
-    let report = format!(
-        "{}{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    assert!(output.status.success() && report.trim().is_empty(), "promtool:\n{report}");
-}
-
-const GPU0: &str = "GPU-8f6a2c1e-0000-4d7b-9a1e-3b5c7d9e1f20";
-const GPU1: &str = "GPU-1b2c3d4e-1111-4d7b-9a1e-3b5c7d9e1f21";
+use fake_driver::{FakeDriver, GIB, GPU0, GPU1, device, promtool_accepts, up};
+use support::{eventually, get, sample};
 
 #[test]
 fn the_real_nvml_path_reports_what_the_driver_says() {
@@ -366,139 +271,6 @@ fn an_older_driver_without_newer_symbols_leaves_those_values_absent() {
 }
 
 #[test]
-fn mig_devices_are_monitored_as_devices_of_their_own() {
-    const MIG: &str = "MIG-5c2a1d3e-0000-5f6a-8b9c-0d1e2f3a4b5c";
-    let scenario = json!({
-        "devices": [
-            device(GPU0, 4 * GIB, json!({
-                "mig": {
-                    "enabled": true,
-                    "pending": true,
-                    "max_devices": 7,
-                    "devices": [ {
-                        "uuid": MIG,
-                        "name": "NVIDIA H100 80GB HBM3 MIG 3g.40gb",
-                        "gpu_instance_id": 1,
-                        "compute_instance_id": 0,
-                        "profile": "3g.40gb",
-                        "memory": { "total_bytes": 40 * GIB, "used_bytes": GIB },
-                        "processes": { "compute": [ { "pid": 5151, "used_bytes": GIB } ] },
-                    } ],
-                },
-            })),
-        ],
-    });
-    let driver = FakeDriver::new(&scenario, false);
-    let (daemon, addr) = driver.start(&[]);
-    let devices = get(addr, "/api/v1/devices").json();
-    let listed = devices["devices"].as_array().unwrap();
-    assert_eq!(listed.len(), 2, "the GPU and its MIG device: {devices}");
-    let mig = listed.iter().find(|d| d["uuid"] == MIG).unwrap();
-    assert_eq!(mig["mig"]["parent_uuid"], GPU0);
-    assert_eq!(mig["mig"]["profile"], "3g.40gb");
-    assert_eq!(mig["mig"]["gpu_instance_id"], 1, "{mig}");
-    assert_eq!(mig["mig"]["compute_instance_id"], 0, "{mig}");
-    let gpu = listed.iter().find(|d| d["uuid"] == GPU0).unwrap();
-    assert!(gpu.get("mig").is_none(), "a whole GPU has no instance ids: {gpu}");
-
-    eventually(Duration::from_secs(10), "the MIG device's processes are listed", || {
-        let detail = get(addr, &format!("/api/v1/devices/{MIG}")).json();
-        detail["processes"].as_array().is_some_and(|p| p.iter().any(|p| p["pid"] == 5151))
-    });
-    let metrics = get(addr, "/metrics").text();
-    // dcgm-exporter users filter MIG series by instance: every series of
-    // the MIG device carries its GPU-instance and compute-instance ids.
-    let labels =
-        format!("{{gpu=\"0\",uuid=\"{MIG}\",gpu_instance_id=\"1\",compute_instance_id=\"0\"}}");
-    assert_eq!(
-        sample(&metrics, &format!("vramd_memory_total_bytes{labels}")),
-        Some((40 * GIB) as f64)
-    );
-    assert_eq!(sample(&metrics, &format!("vramd_memory_used_bytes{labels}")), Some(GIB as f64));
-    assert!(
-        metrics.lines().any(|line| line.starts_with("vramd_device_info")
-            && line.contains(MIG)
-            && line.contains("mig_profile=\"3g.40gb\"")
-            && line.contains(&format!("parent_uuid=\"{GPU0}\""))),
-        "{metrics}"
-    );
-    assert_eq!(
-        sample(&metrics, &format!("vramd_mig_mode{{gpu=\"0\",uuid=\"{GPU0}\"}}")),
-        Some(1.0)
-    );
-    promtool_accepts(&metrics);
-    drop(daemon);
-}
-
-#[test]
-fn a_mig_reconfiguration_is_followed_without_a_restart() {
-    const OLD: &str = "MIG-5c2a1d3e-0000-5f6a-8b9c-0d1e2f3a4b5c";
-    const NEW_A: &str = "MIG-6d3b2e4f-1111-5f6a-8b9c-0d1e2f3a4b5c";
-    const NEW_B: &str = "MIG-7e4c3f5a-2222-5f6a-8b9c-0d1e2f3a4b5c";
-    let trigger_dir = TempDir::new().unwrap();
-    let trigger = trigger_dir.path().join("reconfigure");
-    let instance = |uuid: &str, gi: u32, profile: &str, used: u64| {
-        json!({
-            "uuid": uuid,
-            "gpu_instance_id": gi,
-            "profile": profile,
-            "memory": { "total_bytes": 10 * GIB, "used_bytes": used },
-        })
-    };
-    let scenario = json!({
-        "devices": [
-            device(GPU0, 4 * GIB, json!({
-                "mig": {
-                    "enabled": true,
-                    "devices": [ instance(OLD, 1, "3g.40gb", GIB) ],
-                    "reconfigured": {
-                        "when_file_exists": trigger,
-                        "devices": [
-                            instance(NEW_A, 7, "1g.10gb", 2 * GIB),
-                            instance(NEW_B, 8, "1g.10gb", 3 * GIB),
-                        ],
-                    },
-                },
-            })),
-        ],
-    });
-    let driver = FakeDriver::new(&scenario, false);
-    let (daemon, addr) = driver.start(&[]);
-    let used = |metrics: &str, uuid: &str, gi: u32| {
-        let labels = format!(
-            "{{gpu=\"0\",uuid=\"{uuid}\",gpu_instance_id=\"{gi}\",compute_instance_id=\"0\"}}"
-        );
-        sample(metrics, &format!("vramd_memory_used_bytes{labels}"))
-    };
-    eventually(Duration::from_secs(10), "the first layout is sampled", || {
-        used(&get(addr, "/metrics").text(), OLD, 1) == Some(GIB as f64)
-    });
-
-    std::fs::write(&trigger, b"").unwrap();
-    eventually(Duration::from_secs(15), "the new MIG devices are sampled", || {
-        let metrics = get(addr, "/metrics").text();
-        used(&metrics, NEW_A, 7) == Some((2 * GIB) as f64)
-            && used(&metrics, NEW_B, 8) == Some((3 * GIB) as f64)
-    });
-    let metrics = get(addr, "/metrics").text();
-    assert!(!metrics.contains(OLD), "the removed MIG device's series are gone:\n{metrics}");
-    assert_eq!(sample(&metrics, "vramd_mig_reconfigurations_total{gpu=\"0\"}"), Some(1.0));
-    assert_eq!(
-        sample(&metrics, &format!("vramd_device_up{{gpu=\"0\",uuid=\"{GPU0}\"}}")),
-        Some(1.0),
-        "the parent GPU kept sampling"
-    );
-    let devices = get(addr, "/api/v1/devices").json();
-    let mut uuids: Vec<&str> =
-        devices["devices"].as_array().unwrap().iter().filter_map(|d| d["uuid"].as_str()).collect();
-    uuids.sort_unstable();
-    assert_eq!(uuids, [GPU0, NEW_A, NEW_B], "{devices}");
-    assert_eq!(get(addr, &format!("/api/v1/devices/{OLD}")).status, 404);
-    promtool_accepts(&metrics);
-    drop(daemon);
-}
-
-#[test]
 fn an_allocator_report_joins_the_nvml_process_it_came_from() {
     let me = std::process::id();
     let scenario = json!({
@@ -654,95 +426,4 @@ fn activity_values_come_through_and_unsupported_ones_stay_absent() {
     drop(daemon);
     let _ = probe.kill();
     let _ = probe.wait();
-}
-
-/// Issue 15: once start-up is over (10 s) the daemon hands back its freed
-/// start-up heap and unmaps its start-up code; the code it still runs is
-/// mapped again on use, so sampling, readiness and the API go on.
-/// What a sample costs is readable in /metrics: the call's wall time and
-/// the sampler thread's CPU time (one sample in 16), both in buckets from
-/// 1 µs, since a fast sample on NVML costs a few microseconds.
-#[test]
-fn sample_timings_have_microsecond_buckets_and_a_cpu_clock_figure() {
-    let scenario = json!({ "devices": [ device(GPU0, 4 * GIB, json!({})) ] });
-    let driver = FakeDriver::new(&scenario, false);
-    let (mut daemon, addr) = driver.start(&[]);
-    let cpu_count = r#"vramd_sample_cpu_seconds_count{tier="fast"}"#;
-    eventually(Duration::from_secs(30), "CPU times of fast samples", || {
-        sample(&get(addr, "/metrics").text(), cpu_count).is_some_and(|count| count >= 3.0)
-    });
-    let text = get(addr, "/metrics").text();
-    for family in ["vramd_sample_duration_seconds", "vramd_sample_cpu_seconds"] {
-        for tier in ["fast", "slow"] {
-            let lowest = format!("{family}_bucket{{tier=\"{tier}\",le=\"0.000001\"}}");
-            assert!(sample(&text, &lowest).is_some(), "{lowest} in:\n{text}");
-        }
-    }
-    let calls = sample(&text, r#"vramd_sample_duration_seconds_count{tier="fast"}"#).unwrap();
-    let measured = sample(&text, cpu_count).unwrap();
-    // Scraped a moment apart: a few samples may land between the two.
-    assert!(measured <= (calls + 16.0) / 16.0 + 1.0, "{measured} of {calls}");
-    let cpu = sample(&text, r#"vramd_sample_cpu_seconds_sum{tier="fast"}"#).unwrap();
-    assert!(cpu > 0.0, "a sample costs some CPU: {cpu}");
-    assert!(daemon.exited().is_none());
-}
-
-#[test]
-fn sampling_and_serving_go_on_after_start_up_memory_is_released() {
-    let scenario = json!({ "devices": [ device(GPU0, 4 * GIB, json!({})) ] });
-    let driver = FakeDriver::new(&scenario, false);
-    let (mut daemon, addr) = driver.start(&[("VRAMD_LOG__LEVEL", "info,vramd::app=debug")]);
-    eventually(Duration::from_secs(30), "start-up memory released", || {
-        daemon.log().iter().any(|line| line["message"] == "start-up code unmapped")
-    });
-    let released = daemon
-        .log()
-        .iter()
-        .find(|line| line["message"] == "start-up code unmapped")
-        .and_then(|line| line["bytes"].as_u64());
-    assert!(released.is_some_and(|bytes| bytes > 0), "{}", daemon.stderr());
-    let fast = r#"vramd_sample_duration_seconds_count{tier="fast"}"#;
-    let before = sample(&get(addr, "/metrics").text(), fast).unwrap();
-    eventually(Duration::from_secs(10), "fast samples after the release", || {
-        sample(&get(addr, "/metrics").text(), fast).is_some_and(|count| count > before)
-    });
-    assert_eq!(get(addr, "/readyz").status, 200);
-    assert_eq!(get(addr, "/api/v1/devices").status, 200);
-    assert!(daemon.exited().is_none(), "the daemon keeps running");
-    assert!(!daemon.stderr().contains("panicked"), "{}", daemon.stderr());
-}
-
-#[test]
-fn a_driver_call_that_hangs_starves_systemds_watchdog() {
-    let scenario = json!({
-        "devices": [device(GPU0, 4 * GIB, json!({
-            "faults": { "sleep_ms": { "nvmlDeviceGetMemoryInfo_v2": 60_000 } },
-        }))],
-    });
-    let driver = FakeDriver::new(&scenario, false);
-    let mut socket = support::systemd::NotifySocket::new();
-    let env = [
-        ("NOTIFY_SOCKET", socket.path()),
-        ("WATCHDOG_USEC", "200000"),
-        ("VRAMD_SAMPLER__CALL_TIMEOUT", "300ms"),
-    ];
-    let (daemon, addr) = driver.start_listening(&env);
-    let behind = "STATUS=not ready: the sampler has fallen behind on 1 device tier";
-    assert!(
-        socket.wait_for(support::WAIT, |seen| support::systemd::count(seen, behind) > 0),
-        "no STATUS line saying the sampler fell behind: {:?}",
-        socket.received
-    );
-    // Ten watchdog periods: a daemon feeding it regardless would have sent
-    // about twenty pings by now.
-    socket.collect_for(Duration::from_secs(2));
-    let since_behind: Vec<&String> =
-        socket.received.iter().skip_while(|m| !m.lines().any(|l| l == behind)).collect();
-    assert!(
-        since_behind.iter().all(|m| !m.contains("WATCHDOG=1") && !m.contains("STATUS=sampling")),
-        "the watchdog was fed while the sampler was stuck: {:?}",
-        socket.received
-    );
-    assert_eq!(get(addr, "/readyz").status, 503, "the same truth as /readyz");
-    drop(daemon);
 }
