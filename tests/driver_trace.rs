@@ -256,10 +256,7 @@ fn a_process_on_two_devices_has_each_devices_bytes_counted_on_that_device() {
     let cuda_scenario =
         cuda_fake::harness::write_scenario(dir.path(), &json!({ "devices": [{}, {}] }));
     let mut cuda = CudaProgram::start(&cuda_scenario).unwrap();
-    let library = libcuda_copy(dir.path(), "two");
-    for command in [format!("load {}", library.display()), "init".into()] {
-        assert_eq!(cuda.call(&command).unwrap(), "ok", "{command}");
-    }
+    cuda.load(&libcuda_copy(dir.path(), "two")).unwrap();
     let (daemon, addr) = start_daemon_on(dir.path(), &[GPU0, GPU1], &[cuda.pid]);
     let metrics = || get(addr, "/metrics").text();
     eventually(Duration::from_secs(20), "the libcuda is probed", || {
@@ -315,10 +312,7 @@ fn a_process_whose_reporter_speaks_is_judged_by_its_reporter_alone() {
         &json!({ "devices": [ { "total_bytes": 4 * GIB, "context_bytes": 0 } ] }),
     );
     let mut cuda = CudaProgram::start(&cuda_scenario).unwrap();
-    let library = libcuda_copy(dir.path(), "reported");
-    for command in [format!("load {}", library.display()), "init".into()] {
-        assert_eq!(cuda.call(&command).unwrap(), "ok", "{command}");
-    }
+    cuda.load(&libcuda_copy(dir.path(), "reported")).unwrap();
     let (daemon, addr) = start_daemon(dir.path(), &[cuda.pid]);
     let metrics = || get(addr, "/metrics").text();
     eventually(Duration::from_secs(20), "the libcuda is probed", || {

@@ -251,31 +251,7 @@ async fn device_document(store: Arc<HistoryStore>, index: u32) -> String {
 #[tokio::test]
 async fn device_document_matches_the_golden_file() {
     let store = store_after(ScenarioKind::TrainingFragmentation, 1, Duration::from_secs(900));
-    let state = AppState::new(
-        store,
-        Arc::new(Telemetry::new("simulator").unwrap()),
-        Arc::new(AnalysisBoard::default()),
-        Arc::new(AlertBoard::new(16, 1)),
-        Limits {
-            request_timeout: Duration::from_secs(5),
-            snapshot_upload_timeout: Duration::from_secs(300),
-            max_request_body_bytes: 1024,
-            max_concurrent_requests: 4,
-            max_concurrent_scrapes: 4,
-            max_history_points: 1_000,
-            retention: Duration::from_secs(3_600),
-            max_event_streams: 2,
-        },
-        vramd::app::report_intake(&vramd::app::Config::default(), None),
-    );
-    let response = api::router(state)
-        .oneshot(Request::builder().uri("/api/v1/devices/0").body(Body::empty()).unwrap())
-        .await
-        .unwrap();
-    let body = response.into_body().collect().await.unwrap().to_bytes();
-    let value: serde_json::Value = serde_json::from_slice(&body).unwrap();
-    let mut pretty = serde_json::to_string_pretty(&value).unwrap();
-    pretty.push('\n');
+    let pretty = device_document(store, 0).await;
     check_golden("device-training-fragmentation.json", &pretty);
 }
 

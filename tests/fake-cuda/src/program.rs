@@ -59,10 +59,21 @@ impl CudaProgram {
         self.read_line()
     }
 
+    /// Loads `library` and initialises it, with no context yet (a program
+    /// that picks its own contexts).
+    pub fn load(&mut self, library: &Path) -> Result<(), String> {
+        self.expect_ok(&[format!("load {}", library.display()), "init".into()])
+    }
+
     /// Loads `library`, initialises it and creates a context on device 0.
     pub fn open(&mut self, library: &Path) -> Result<(), String> {
-        for command in [format!("load {}", library.display()), "init".into(), "context 0".into()] {
-            let answer = self.call(&command)?;
+        self.load(library)?;
+        self.expect_ok(&["context 0".into()])
+    }
+
+    fn expect_ok(&mut self, commands: &[String]) -> Result<(), String> {
+        for command in commands {
+            let answer = self.call(command)?;
             if answer != "ok" {
                 return Err(format!("{command}: {answer}"));
             }
