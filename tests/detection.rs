@@ -138,3 +138,20 @@ fn slow_warm_ups_that_raised_leaks_stay_silent() {
         );
     }
 }
+
+#[test]
+fn leaks_that_flapped_through_evaluation_dips_are_one_alert() {
+    // Each let go and raised again while still leaking, before a called
+    // leak was held on what earlier checks carried (`leak::hold`): seed 1
+    // run 32 (0.25 MiB/s, called on an 8-minute window, let go at an
+    // evaluation's step back 15 minutes in) and seed 3 run 80 (0.25 MiB/s
+    // with `empty_cache()`, let go four times at evaluation dips).
+    let config = Config::default();
+    for (seed, index) in [(1, 32), (3, 80)] {
+        let run = &corpus::corpus(seed, index + 1)[index];
+        assert!(matches!(run.label, Label::Leak { .. }), "{seed}:{index} {:?}", run.label);
+        let outcome = play::play(run, &config);
+        assert!(outcome.leak_fired_s.is_some(), "{seed}:{index} missed");
+        assert_eq!(outcome.leak_resolves, 0, "{seed}:{index} let go while leaking");
+    }
+}

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use vramd::analysis::floor::FloorScratch;
 use vramd::analysis::leak::{
-    LeakParams, NotALeak, Prior, Start, WindowJudgement, assess_leak_traced,
+    Hold, LeakParams, NotALeak, Prior, Start, WindowJudgement, assess_held_traced,
 };
 use vramd::source::simulator::GOLDEN_ORIGIN;
 use vramd_corpus::{CorpusRun, Label};
@@ -43,6 +43,7 @@ pub fn explain(
     let mut series = Vec::new();
     let mut scratch = FloorScratch::default();
     let mut prior = Prior::Nothing;
+    let mut held: Option<Hold> = None;
     let mut judged = Vec::new();
     let (check_s, onset_s) = (check.as_secs().max(1), onset.as_secs());
     let first_s = first_check.as_secs();
@@ -64,10 +65,20 @@ pub fn explain(
         // The analyzer knows when the process was first listed: so does this.
         let start =
             series.first().map_or(Start::Window(from), |&(listed, _)| Start::Listed(listed));
-        let verdict = assess_leak_traced(&mut scratch, window, start, prior, params, &mut judged);
-        // Judged before the onset too: each check hands its verdict to the
-        // next, as the analyzer's do (`leak::Prior`).
+        let verdict = assess_held_traced(
+            &mut scratch,
+            window,
+            start,
+            held.as_ref(),
+            prior,
+            params,
+            &mut judged,
+        );
+        // Judged before the onset too: each check hands its verdict and a
+        // held leak's carried hold to the next, as the analyzer's do
+        // (`leak::Prior`, `leak::Hold`).
         prior = prior.after(&verdict);
+        held = verdict.as_ref().ok().map(|&(_, hold)| hold);
         if second < onset_s {
             continue;
         }
@@ -76,7 +87,8 @@ pub fn explain(
             lines.push_str(&describe(record));
         }
         let verdict = match verdict {
-            Ok(evidence) => format!("LEAK {:.0}s", evidence.window_seconds),
+            Ok((_, hold)) if hold.confirmed_at != at => "HELD (carried)".to_owned(),
+            Ok((evidence, _)) => format!("LEAK {:.0}s", evidence.window_seconds),
             Err(reason) => format!("{reason:?}"),
         };
         println!("{:6.1} min {verdict:<18}{lines}", (second - onset_s) as f64 / 60.0);
@@ -91,7 +103,7 @@ pub fn explain(
 }
 
 /// One window's record: its span (`*` where judged with evaluation dips
-/// left out), rules 3 and 4 and the new-ground and history-of-returns
+/// left out, `~` the hold carried from the last check, `leak::hold`), rules 3 and 4 and the new-ground and history-of-returns
 /// tests, upper case where they pass (R keeps rising, B not back at its
 /// baseline, N new ground, H no history of returns; `-` where the test
 /// does not apply to the window), the verdict (`LEAK`, why not, or `skip`
@@ -112,7 +124,13 @@ fn describe(record: &WindowJudgement) -> String {
     format!(
         " [{}s{} {}{}{}{} {verdict} slope {:.2} sig {:.1} cu {:.1} q {q0:.0}/{q1:.0}/{q2:.0}/{q3:.0} lv {}]",
         record.window.as_secs(),
-        if record.dips_left_out { "*" } else { "" },
+        if record.carried {
+            "~"
+        } else if record.dips_left_out {
+            "*"
+        } else {
+            ""
+        },
         flag(Some(record.keeps_rising), 'R'),
         flag(Some(!record.returns_to_baseline), 'B'),
         flag(record.new_ground, 'N'),

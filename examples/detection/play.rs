@@ -27,9 +27,14 @@ pub struct Outcome {
     /// `reserved_growth` for it counts too (NVML alone cannot say more than
     /// "cache growth or a leak", which is what the issue asks it to say).
     pub leak_fired_s: Option<f64>,
-    /// Times the labelled leak's alert resolved after it first fired (the
-    /// leak runs to the end of the run, so each is a page lost and resent).
+    /// Times the labelled leak's firing alert resolved with no other alert
+    /// for it taking over (the leak runs to the end of the run, so each is
+    /// a let-go: a page lost and resent).
     pub leak_resolves: usize,
+    /// Times its `reserved_growth` resolved as `leak_suspected` took over
+    /// in the same evaluation (pending or firing): the same growth said
+    /// more strongly, not a let-go.
+    pub leak_upgrades: usize,
     /// `leak_suspected` firings that are not the labelled leak.
     pub leak_false: usize,
     /// `reserved_growth` (info: "cache growth or a leak", NVML only)
@@ -81,6 +86,7 @@ pub fn play_with(
         samples: 0,
         leak_fired_s: None,
         leak_resolves: 0,
+        leak_upgrades: 0,
         leak_false: 0,
         reserved_growth: 0,
         forecast: None,
@@ -110,10 +116,15 @@ pub fn play_with(
             let now = next_evaluation;
             let seconds = now.duration_since(GOLDEN_ORIGIN).unwrap_or_default().as_secs_f64();
             let snapshot = analyzer.analyse(&store, now);
-            for transition in evaluator.evaluate(&snapshot, SourceState::Up, now).transitions {
+            let transitions = evaluator.evaluate(&snapshot, SourceState::Up, now).transitions;
+            for transition in &transitions {
                 match transition.alert.state {
                     AlertState::Firing => score(&mut outcome, &transition.alert, seconds),
-                    AlertState::Resolved => count_resolve(&mut outcome, &transition.alert),
+                    // A pending alert dropped before its `for` was never
+                    // heard of by a notifier: no resolve.
+                    AlertState::Resolved if transition.from == Some(AlertState::Firing) => {
+                        count_resolve(&mut outcome, &transition.alert, &transitions);
+                    }
                     _ => {}
                 }
             }
@@ -157,13 +168,31 @@ impl Reporter {
     }
 }
 
-/// Counts a resolve of the labelled leak's alert once it has fired.
-fn count_resolve(outcome: &mut Outcome, alert: &vramd::alerts::Alert) {
-    if let Label::Leak { pid, .. } = outcome.label
-        && matches!(alert.key.rule, RuleId::LeakSuspected | RuleId::ReservedGrowth)
-        && alert.key.pid == Some(pid)
-        && outcome.leak_fired_s.is_some()
+/// Counts a resolve of the labelled leak's firing alert once it has
+/// fired: an upgrade where `leak_suspected` for the same process starts or
+/// fires in the same evaluation (`transitions`), a let-go otherwise.
+fn count_resolve(
+    outcome: &mut Outcome,
+    alert: &vramd::alerts::Alert,
+    transitions: &[vramd::alerts::Transition],
+) {
+    let Label::Leak { pid, .. } = outcome.label else { return };
+    if !matches!(alert.key.rule, RuleId::LeakSuspected | RuleId::ReservedGrowth)
+        || alert.key.pid != Some(pid)
+        || outcome.leak_fired_s.is_none()
     {
+        return;
+    }
+    let taken_over = alert.key.rule == RuleId::ReservedGrowth
+        && transitions.iter().any(|other| {
+            other.alert.key.rule == RuleId::LeakSuspected
+                && other.alert.key.pid == Some(pid)
+                && other.alert.key.uuid == alert.key.uuid
+                && matches!(other.alert.state, AlertState::Pending | AlertState::Firing)
+        });
+    if taken_over {
+        outcome.leak_upgrades += 1;
+    } else {
         outcome.leak_resolves += 1;
     }
 }

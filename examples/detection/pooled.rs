@@ -81,9 +81,9 @@ impl Class {
 fn classes(played: &[Played]) {
     println!("\nper class, pooled");
     println!(
-        "| class | runs | device-hours | latency p50 / p95 | missed | resolves per leak | false leak_suspected per day | false exhaustion_forecast per day | reserved_growth (info) per day | forecast lead p50 / min | TTE error p50 / p95 |"
+        "| class | runs | device-hours | latency p50 / p95 | missed | resolves per leak | upgrades per leak | false leak_suspected per day | false exhaustion_forecast per day | reserved_growth (info) per day | forecast lead p50 / min | TTE error p50 / p95 |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
     let mut order = vec![Class::Benign, Class::Warmup];
     order.extend(LEAK_RATES.map(Class::Leak));
     order.push(Class::Growth);
@@ -102,6 +102,7 @@ fn classes(played: &[Played]) {
         let forecast_false = outcomes.iter().map(|o| o.forecast_false).sum();
         let reserved_growth = outcomes.iter().map(|o| o.reserved_growth).sum();
         let (mut latencies, mut missed, mut resolves, mut called) = (Vec::new(), 0, 0, 0);
+        let mut upgrades = 0;
         let (mut leads, mut errors) = (Vec::new(), Vec::new());
         for outcome in &outcomes {
             match outcome.label {
@@ -109,6 +110,7 @@ fn classes(played: &[Played]) {
                     Some(fired) => {
                         latencies.push(fired - onset.as_secs_f64());
                         resolves += outcome.leak_resolves;
+                        upgrades += outcome.leak_upgrades;
                         called += 1;
                     }
                     None => missed += 1,
@@ -127,7 +129,7 @@ fn classes(played: &[Played]) {
         let leak = matches!(class, Class::Leak(_));
         let growth = class == Class::Growth;
         println!(
-            "| {} | {} | {hours:.0} | {} | {} | {} | {:.2} | {:.2} | {:.2} | {} | {} |",
+            "| {} | {} | {hours:.0} | {} | {} | {} | {} | {:.2} | {:.2} | {:.2} | {} | {} |",
             class.name(),
             outcomes.len(),
             if leak {
@@ -142,6 +144,11 @@ fn classes(played: &[Played]) {
             if leak || growth { missed.to_string() } else { "—".to_owned() },
             if leak {
                 format!("{:.2}", resolves as f64 / called.max(1) as f64)
+            } else {
+                "—".to_owned()
+            },
+            if leak {
+                format!("{:.2}", upgrades as f64 / called.max(1) as f64)
             } else {
                 "—".to_owned()
             },
@@ -171,26 +178,30 @@ fn leaks(played: &[Played], verbose: bool) {
         "\nleak detection, pooled (latency after onset; missed = not fired within 45 min or before the device filled)"
     );
     println!(
-        "| rate | empty_cache | runs | p50 | p95 | max | missed | resolves per leak | slowest | per-seed p95 |"
+        "| rate | empty_cache | runs | p50 | p95 | max | missed | resolves per leak | upgrades per leak | slowest | per-seed p95 |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|");
     for rate in LEAK_RATES {
         for empty in [false, true] {
             let (mut pooled, mut count, mut per_seed, mut slowest) =
                 (Vec::new(), 0, Vec::new(), None::<(f64, String)>);
             let mut missed_runs = Vec::new();
-            let (mut resolves, mut called) = (0, 0);
+            let (mut resolves, mut upgrades, mut called) = (0, 0, 0);
             for seed in played {
                 for outcome in seed.outcomes.iter().filter(|outcome| {
                     matches!(outcome.label, Label::Leak { bytes_per_second, empty_cache, .. }
                         if bytes_per_second == rate && empty_cache == empty)
                 }) {
                     resolves += outcome.leak_resolves;
+                    upgrades += outcome.leak_upgrades;
                     called += usize::from(outcome.leak_fired_s.is_some());
                 }
                 let mut latencies = Vec::new();
                 for (index, latency) in crate::leak_group(&seed.outcomes, rate, empty) {
-                    let resolves = seed.outcomes.get(index).map_or(0, |o| o.leak_resolves);
+                    let (resolves, upgrades) = seed
+                        .outcomes
+                        .get(index)
+                        .map_or((0, 0), |o| (o.leak_resolves, o.leak_upgrades));
                     count += 1;
                     let Some(latency) = latency else {
                         missed_runs.push(name(seed.seed, index));
@@ -202,7 +213,7 @@ fn leaks(played: &[Played], verbose: bool) {
                     }
                     if verbose {
                         println!(
-                            "leak run {}: latency {}, resolved {resolves} times",
+                            "leak run {}: latency {}, resolved {resolves} times, upgraded {upgrades}",
                             name(seed.seed, index),
                             minutes(Some(latency))
                         );
@@ -213,7 +224,7 @@ fn leaks(played: &[Played], verbose: bool) {
             }
             let slowest_name = slowest.map_or_else(|| "—".to_owned(), |(_, run)| run);
             println!(
-                "| {:.2} MiB/s | {} | {} | {} | {} | {} | {}{} | {:.2} | {} | {} |",
+                "| {:.2} MiB/s | {} | {} | {} | {} | {} | {}{} | {:.2} | {:.2} | {} | {} |",
                 rate / MIB,
                 if empty { "every step" } else { "no" },
                 count,
@@ -223,6 +234,7 @@ fn leaks(played: &[Played], verbose: bool) {
                 missed_runs.len(),
                 if missed_runs.is_empty() { String::new() } else { format!(" {missed_runs:?}") },
                 resolves as f64 / called.max(1) as f64,
+                upgrades as f64 / called.max(1) as f64,
                 slowest_name,
                 per_seed.join(", ")
             );

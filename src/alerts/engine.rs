@@ -84,18 +84,39 @@ impl Engine {
     /// rules looked at that is breached or has a pending or firing alert
     /// (any other changes nothing: `rules::Observations` leaves it out); a
     /// kept alert whose key is absent is treated as clear (its process
-    /// exited, its rule was disabled, its device is gone).
+    /// exited, its rule was disabled, its device is gone), unless it is
+    /// being handed over to its upgrade ([`RuleId::upgraded_to`]): then it
+    /// stays firing while the upgrade is pending, and resolves in the
+    /// evaluation the upgrade fires.
     pub fn evaluate(&mut self, now: Timestamp, observations: Vec<Observation>) -> Vec<Transition> {
         let mut transitions = Vec::new();
         let mut seen = std::collections::BTreeSet::new();
+        // Subjects whose condition still holds (breached, or between clear
+        // and threshold): an alert handed over to one of them stays.
+        let mut holding = std::collections::BTreeSet::new();
         for observation in observations {
             seen.insert(observation.key.clone());
+            if observation.verdict != Verdict::Clear {
+                holding.insert(observation.key.clone());
+            }
             self.apply(now, observation, &mut transitions);
         }
         let unseen: Vec<AlertKey> =
             self.alerts.keys().filter(|key| !seen.contains(*key)).cloned().collect();
         for key in unseen {
-            self.clear(now, &key, &mut transitions);
+            let upgrade = key.rule.upgraded_to().map(|rule| AlertKey { rule, ..key.clone() });
+            let state = upgrade
+                .as_ref()
+                .and_then(|upgrade| self.alerts.get(upgrade))
+                .map(|alert| alert.state);
+            let upgrade_holds = upgrade.is_some_and(|upgrade| holding.contains(&upgrade));
+            match state {
+                Some(AlertState::Firing) => self.hand_over(now, &key, &mut transitions),
+                // The upgrade waits out its `for`, or was dropped in its
+                // hysteresis: the condition holds, so its alert does too.
+                _ if upgrade_holds && self.is_firing(&key) => {}
+                _ => self.clear(now, &key, &mut transitions),
+            }
         }
         self.expire(now);
         transitions
@@ -150,6 +171,22 @@ impl Engine {
                 }
             }
         }
+    }
+
+    fn is_firing(&self, key: &AlertKey) -> bool {
+        self.alerts.get(key).is_some_and(|alert| alert.state == AlertState::Firing)
+    }
+
+    /// Resolves `key`'s alert as its upgrade fires, saying so: a resolved
+    /// notification that reads as "the problem went away" would be false.
+    fn hand_over(&mut self, now: Timestamp, key: &AlertKey, transitions: &mut Vec<Transition>) {
+        if let (Some(rule), Some(alert)) = (key.rule.upgraded_to(), self.alerts.get_mut(key))
+            && alert.state == AlertState::Firing
+        {
+            alert.description =
+                format!("{} Superseded by {rule} for the same process.", alert.description);
+        }
+        self.clear(now, key, transitions);
     }
 
     fn clear(&mut self, now: Timestamp, key: &AlertKey, transitions: &mut Vec<Transition>) {
@@ -335,6 +372,50 @@ mod tests {
         engine.evaluate(at(20), vec![observation(RuleId::MemoryHigh, Verdict::Breached, 60)]);
         let unseen = engine.evaluate(at(30), vec![]);
         assert_eq!(states(&unseen), vec![(Some(AlertState::Pending), AlertState::Resolved)]);
+    }
+
+    #[test]
+    fn an_upgrade_takes_over_its_alert_without_a_gap_or_a_second_alert() {
+        // `reserved_growth` firing; the same process's growth then reads as
+        // a leak: the rules say `leak_suspected` (for 60 s) instead.
+        let mut engine = engine();
+        let process = |rule, verdict| Observation {
+            key: AlertKey { rule, uuid: "GPU-0".into(), pid: Some(7) },
+            ..observation(rule, verdict, 60)
+        };
+        engine.evaluate(at(0), vec![process(RuleId::ReservedGrowth, Verdict::Breached)]);
+        engine.evaluate(at(60), vec![process(RuleId::ReservedGrowth, Verdict::Breached)]);
+        let firing = |engine: &Engine| -> Vec<RuleId> {
+            engine.firing().map(|alert| alert.key.rule).collect()
+        };
+        assert_eq!(firing(&engine), [RuleId::ReservedGrowth]);
+        let pending =
+            engine.evaluate(at(90), vec![process(RuleId::LeakSuspected, Verdict::Breached)]);
+        assert_eq!(states(&pending), [(None, AlertState::Pending)]);
+        assert_eq!(firing(&engine), [RuleId::ReservedGrowth], "no gap while the upgrade waits");
+        let upgraded =
+            engine.evaluate(at(150), vec![process(RuleId::LeakSuspected, Verdict::Breached)]);
+        let rules: Vec<_> = upgraded.iter().map(|t| (t.alert.key.rule, t.alert.state)).collect();
+        assert_eq!(
+            rules,
+            [
+                (RuleId::LeakSuspected, AlertState::Firing),
+                (RuleId::ReservedGrowth, AlertState::Resolved)
+            ],
+            "handed over in one evaluation"
+        );
+        assert!(upgraded[1].alert.description.contains("Superseded by leak_suspected"));
+        assert_eq!(firing(&engine), [RuleId::LeakSuspected]);
+        // An upgrade that never fires leaves nothing behind it: the growth
+        // stopped, and the alert resolves as any other.
+        let mut engine = super::tests::engine();
+        engine.evaluate(at(0), vec![process(RuleId::ReservedGrowth, Verdict::Breached)]);
+        engine.evaluate(at(60), vec![process(RuleId::ReservedGrowth, Verdict::Breached)]);
+        engine.evaluate(at(90), vec![process(RuleId::LeakSuspected, Verdict::Breached)]);
+        let ended = engine.evaluate(at(120), vec![]);
+        let rules: Vec<_> = ended.iter().map(|t| (t.alert.key.rule, t.alert.state)).collect();
+        assert!(rules.contains(&(RuleId::ReservedGrowth, AlertState::Resolved)), "{rules:?}");
+        assert!(firing(&engine).is_empty());
     }
 
     #[test]

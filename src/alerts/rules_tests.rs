@@ -203,7 +203,7 @@ fn process_observations(leak: crate::analysis::leak::LeakFinding) -> Vec<(RuleId
 
 #[test]
 fn growth_in_a_few_steps_without_allocator_figures_is_reserved_growth_not_a_leak() {
-    use crate::analysis::leak::{LeakEvidence, LeakFinding};
+    use crate::analysis::leak::{Hold, LeakEvidence, LeakFinding};
     use crate::analysis::series::ProcessMetric;
     let evidence = LeakEvidence {
         slope_bytes_per_second: 1_048_576.0,
@@ -213,7 +213,9 @@ fn growth_in_a_few_steps_without_allocator_figures_is_reserved_growth_not_a_leak
         baseline_bytes: 10 * GIB,
         latest_bytes: 12 * GIB,
     };
-    let steps = LeakFinding { evidence, metric: ProcessMetric::NvmlUsed, cache_or_leak: true };
+    let hold = Hold::confirmed(&evidence, Timestamp::from_unix_millis(0), None);
+    let metric = ProcessMetric::NvmlUsed;
+    let steps = LeakFinding { evidence, metric, cache_or_leak: true, hold };
     assert_eq!(process_observations(steps), [(RuleId::ReservedGrowth, Severity::Info)]);
     let ramp = LeakFinding { cache_or_leak: false, ..steps };
     assert_eq!(process_observations(ramp), [(RuleId::LeakSuspected, Severity::Warning)]);

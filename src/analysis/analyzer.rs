@@ -17,7 +17,7 @@ use crate::model::Timestamp;
 use super::AnalysisConfig;
 use super::driver_retries::DriverRetries;
 use super::floor::FloorScratch;
-use super::leak::{LeakFinding, LeakParams, Prior, detect_process_leak};
+use super::leak::{LeakFinding, LeakParams, Prior, detect_held_leak};
 use super::pressure::{PressureInput, PressureThresholds, pressure};
 use super::process_growth::ProcessGrowth;
 use super::series;
@@ -252,19 +252,20 @@ impl Analyzer {
                     let warming = &mut memo.warming;
                     let mut still_warming = HashSet::new();
                     windows.visit_processes(&mut self.process_buffer, |process| {
-                        let prior = if previous.contains_key(&process.pid) {
+                        let held = previous.get(&process.pid);
+                        let prior = if held.is_some() {
                             Prior::Held
                         } else if warming.contains(&process.pid) {
                             Prior::WarmingUp
                         } else {
                             Prior::Nothing
                         };
-                        let verdict = detect_process_leak(scratch, process, from, prior, params);
+                        let verdict = detect_held_leak(scratch, process, from, held, prior, params);
                         if prior.after(&verdict) == Prior::WarmingUp {
                             still_warming.insert(process.pid);
                         }
                         if let Ok(finding) = verdict {
-                            let finding = finding.after(previous.get(&process.pid));
+                            let finding = finding.after(held);
                             findings.insert(process.pid, finding);
                         }
                     });

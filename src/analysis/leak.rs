@@ -4,7 +4,7 @@
 //! parameters and findings, which windows are judged and in what order,
 //! and the choice of which figure to follow. Depends on: `model`,
 //! `analysis::{series, floor, trend::saturation}` and its own `rules`,
-//! `sequential` and `trace`. Pure; no I/O, no clocks: windows are the
+//! `sequential`, `hold` and `trace`. Pure; no I/O, no clocks: windows are the
 //! series' own timestamps.
 //!
 //! The detector judges the floor of the series (`analysis::floor`: bucket
@@ -90,6 +90,15 @@
 //! does: a leak that began after that window's middle); so it resolves
 //! once the leak stops (the slope falls away) or memory returns to its
 //! baseline, without flapping in between.
+//!
+//! Where every window fails a leak held at two checks or more, it is held
+//! on what those checks carried (`leak::hold`, [`Hold`]): within
+//! `dip_longest` of the last check whose windows showed it, while its
+//! floor with dips left out still rises at the hold slope and stands
+//! above the carried baseline by more than `return_share` of the carried
+//! growth. A young leak called on a short window is otherwise let go by
+//! the first dip or kept step that breaks that window, the longer ones
+//! not yet showing it (one alert resolved and raised again).
 //!
 //! Which figure: `allocated` (live tensors) for processes that report
 //! allocator statistics, since their NVML usage includes a cache that grows
@@ -179,6 +188,9 @@ pub struct LeakFinding {
     /// just so, and without allocator statistics it cannot be told from a
     /// leak.
     pub cache_or_leak: bool,
+    /// What the next check holds it on where no window shows it
+    /// ([`hold::bridge`]).
+    pub hold: Hold,
 }
 
 impl LeakFinding {
@@ -233,6 +245,55 @@ pub fn assess_leak_traced(
     trace: &mut Vec<WindowJudgement>,
 ) -> Result<LeakEvidence, NotALeak> {
     assess(scratch, series, start, prior, params, Trace(Some(trace)))
+}
+
+/// [`assess_leak_traced`] for a leak the previous check held with `held`
+/// (the analyzer's judgement, which the benchmark's `--explain` follows):
+/// where no window shows it, it is still held on the carried evidence
+/// ([`hold::bridge`], recorded as a window with dips left out). The hold
+/// the next check carries comes with the evidence.
+pub fn assess_held_traced(
+    scratch: &mut FloorScratch,
+    series: &[(Timestamp, u64)],
+    start: Start,
+    held: Option<&Hold>,
+    prior: Prior,
+    params: &LeakParams,
+    trace: &mut Vec<WindowJudgement>,
+) -> Result<(LeakEvidence, Hold), NotALeak> {
+    assess_carried(scratch, series, start, held, prior, params, Trace(Some(trace)))
+}
+
+/// [`assess`] with what a held leak carried from the last check
+/// (`held`): the window rules first, the carried hold where they fail.
+fn assess_carried(
+    scratch: &mut FloorScratch,
+    series: &[(Timestamp, u64)],
+    start: Start,
+    held: Option<&Hold>,
+    prior: Prior,
+    params: &LeakParams,
+    mut trace: Trace<'_>,
+) -> Result<(LeakEvidence, Hold), NotALeak> {
+    let verdict = assess(scratch, series, start, prior, params, trace.reborrow());
+    let now = series.last().map(|&(at, _)| at).ok_or(NotALeak::NoTrend)?;
+    let reason = match verdict {
+        Ok(evidence) => return Ok((evidence, Hold::confirmed(&evidence, now, held))),
+        Err(reason) => reason,
+    };
+    // A warm-up's slowing (rule 6) lets a suspected leak go by design, and
+    // a process too young or too sparsely seen has no floor to hold on.
+    let bridgeable = !matches!(reason, NotALeak::Slowing | NotALeak::TooShort | NotALeak::NoTrend);
+    let Some(&hold) = held.filter(|_| bridgeable && prior == Prior::Held) else {
+        return Err(reason);
+    };
+    let (line, span, holds) = hold::bridge(scratch, series, &hold, params).ok_or(reason)?;
+    trace.window(scratch, &line, span, params, |record| {
+        record.dips_left_out = true;
+        record.carried = true;
+        record.verdict = Some(if holds { Ok(()) } else { Err(reason) });
+    });
+    if holds { Ok((LeakEvidence::from_line(&line), hold)) } else { Err(reason) }
 }
 
 fn assess(
@@ -586,9 +647,26 @@ pub fn detect_process_leak(
     prior: Prior,
     params: &LeakParams,
 ) -> Result<LeakFinding, NotALeak> {
+    detect_held_leak(scratch, process, from, None, prior, params)
+}
+
+/// [`detect_process_leak`] for a process whose leak the previous check
+/// found (`held`, with `prior` [`Prior::Held`]): where no window shows it
+/// any more, it is held on what that finding carried ([`LeakFinding::hold`])
+/// while its floor still rises and has not come back.
+pub fn detect_held_leak(
+    scratch: &mut FloorScratch,
+    process: &PidSeries,
+    from: Timestamp,
+    held: Option<&LeakFinding>,
+    prior: Prior,
+    params: &LeakParams,
+) -> Result<LeakFinding, NotALeak> {
     let (metric, values) = process.preferred().ok_or(NotALeak::NoTrend)?;
     let start = process.since.map_or(Start::Window(from), Start::Listed);
-    let evidence = assess(scratch, values, start, prior, params, Trace(None))?;
+    let carried = held.map(|held| &held.hold);
+    let (evidence, hold) =
+        assess_carried(scratch, values, start, carried, prior, params, Trace(None))?;
     // Judged on the whole series (the full window, or the process's life):
     // its buckets hold many of the allocator's segments each, so a leak
     // rising segment by segment is a ramp there.
@@ -597,7 +675,7 @@ pub fn detect_process_leak(
             scratch.line(values, first, params.buckets).is_some()
                 && rises_in_steps(scratch.points(), params.staircase_levels)
         });
-    Ok(LeakFinding { evidence, metric, cache_or_leak })
+    Ok(LeakFinding { evidence, metric, cache_or_leak, hold })
 }
 
 /// Whether a floor's rise came in a few steps: its `steps` largest
@@ -615,12 +693,14 @@ pub fn rises_in_steps(points: &[(f64, f64)], steps: usize) -> bool {
 }
 
 mod density;
+pub mod hold;
 mod params;
 mod rules;
 pub mod sequential;
 mod trace;
 mod warmup;
 
+pub use hold::Hold;
 pub use params::LeakParams;
 use trace::Trace;
 pub use trace::WindowJudgement;

@@ -259,6 +259,20 @@ impl RuleId {
         }
     }
 
+    /// The rule that says the same of the same subject more strongly, if
+    /// any: growth said as `reserved_growth` ("cache growth or a leak") is
+    /// upgraded to `leak_suspected` once it reads as a leak. A firing alert
+    /// of this rule is handed over, not dropped: it stays firing while its
+    /// upgrade is pending and resolves in the evaluation the upgrade fires
+    /// (`alerts::engine`), so the process never goes without an alert in
+    /// between, nor has two at once.
+    pub const fn upgraded_to(self) -> Option<RuleId> {
+        match self {
+            RuleId::ReservedGrowth => Some(RuleId::LeakSuspected),
+            _ => None,
+        }
+    }
+
     /// The rule's name, as in [`RuleSpec::name`].
     pub const fn as_str(self) -> &'static str {
         self.spec().name

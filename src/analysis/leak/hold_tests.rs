@@ -72,6 +72,9 @@ fn a_held_leak_that_stops_is_let_go_despite_its_dips() {
     let verdicts = checks(&values, 1_800, 130 * 60);
     assert!(verdicts.iter().any(|&held| held), "never called: {verdicts:?}");
     assert_eq!(verdicts.last(), Some(&false), "held 40 minutes after it stopped: {verdicts:?}");
+    // The hold carried from check to check lets it go too.
+    let verdicts = carried_checks(&values, 1_800, 130 * 60, true);
+    assert_eq!(verdicts.last(), Some(&false), "carried 40 minutes after it stopped: {verdicts:?}");
 }
 
 #[test]
@@ -84,7 +87,9 @@ fn a_called_leak_is_never_demoted_to_cache_growth_but_may_be_upgraded() {
         baseline_bytes: 10 << 30,
         latest_bytes: 11 << 30,
     };
-    let leak = LeakFinding { evidence, metric: ProcessMetric::NvmlUsed, cache_or_leak: false };
+    let hold = Hold::confirmed(&evidence, at(0), None);
+    let metric = ProcessMetric::NvmlUsed;
+    let leak = LeakFinding { evidence, metric, cache_or_leak: false, hold };
     let steps = LeakFinding { cache_or_leak: true, ..leak };
     // A held leak keeps its name when a later window rose in steps.
     assert!(!steps.after(Some(&leak)).cache_or_leak);
@@ -93,4 +98,62 @@ fn a_called_leak_is_never_demoted_to_cache_growth_but_may_be_upgraded() {
     // Steps stay steps while nothing stronger was said, held or new.
     assert!(steps.after(Some(&steps)).cache_or_leak);
     assert!(steps.after(None).cache_or_leak);
+}
+
+/// [`checks`] as the analyzer makes them, each handing the next the hold
+/// it carries (`carry`; without, only whether the leak was held).
+fn carried_checks(
+    values: &[(Timestamp, u64)],
+    first: usize,
+    last: usize,
+    carry: bool,
+) -> Vec<bool> {
+    let params = LeakParams::default();
+    let window = params.window.as_secs() as usize;
+    let mut scratch = FloorScratch::default();
+    let (mut prior, mut hold) = (Prior::Nothing, None::<Hold>);
+    let mut trace = Vec::new();
+    (first..=last)
+        .step_by(30)
+        .map(|end| {
+            let from = end.saturating_sub(window);
+            let slice = &values[from..=end];
+            let start = Start::Listed(at(0));
+            let carried = hold.as_ref().filter(|_| carry);
+            let verdict =
+                assess_held_traced(&mut scratch, slice, start, carried, prior, &params, &mut trace);
+            prior = prior.after(&verdict);
+            hold = verdict.ok().map(|(_, hold)| hold);
+            hold.is_some()
+        })
+        .collect()
+}
+
+#[test]
+fn a_young_leak_called_on_a_short_window_is_held_through_a_dip() {
+    // Flat for 40 minutes under a 2 GiB sawtooth, then 1 MiB/s; a 2-minute
+    // evaluation frees 1.5 GiB 7 minutes in, when the leak was called on a
+    // short window and the 30-minute one is still mostly flat.
+    let onset = 2_400.0;
+    let values = sawtooth(70 * 60, 2.0 * GIB, |t| {
+        let evaluating = (onset + 420.0..onset + 540.0).contains(&t);
+        20.0 * GIB + MIB * (t - onset).max(0.0) - if evaluating { 1.5 * GIB } else { 0.0 }
+    });
+    let verdicts = carried_checks(&values, 2_400, 70 * 60, true);
+    assert!(verdicts.iter().any(|&held| held), "never called: {verdicts:?}");
+    assert_eq!(resolves(&verdicts), 0, "let go while leaking: {verdicts:?}");
+}
+
+#[test]
+fn memory_back_at_its_baseline_lets_a_carried_hold_go() {
+    // 1 MiB/s for 20 minutes from minute 10, then freed back to its
+    // baseline: let go within `dip_longest` and a check or two of the
+    // fall, the carried hold included.
+    let values = sawtooth(50 * 60, 2.0 * GIB, |t| {
+        if (600.0..1_800.0).contains(&t) { 20.0 * GIB + MIB * (t - 600.0) } else { 20.0 * GIB }
+    });
+    let verdicts = carried_checks(&values, 600, 50 * 60, true);
+    let at_minute = |minute: usize| verdicts[(minute * 60 - 600) / 30];
+    assert!(at_minute(29), "never called: {verdicts:?}");
+    assert!(!at_minute(40), "held 10 minutes after memory came back: {verdicts:?}");
 }

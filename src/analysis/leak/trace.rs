@@ -25,6 +25,9 @@ pub struct WindowJudgement {
     /// Judged on the floor with evaluation dips left out (the full
     /// window's second look, `floor::Dips`).
     pub dips_left_out: bool,
+    /// The hold carried from the last check that showed the leak
+    /// (`leak::hold::bridge`), judged where every window failed.
+    pub carried: bool,
     /// Slope of the floor, bytes/s.
     pub slope_bytes_per_second: f64,
     /// The rise over the window in spreads of the floor (rule 2).
@@ -67,6 +70,7 @@ impl WindowJudgement {
         Self {
             window,
             dips_left_out: false,
+            carried: false,
             slope_bytes_per_second: line.slope,
             significance: line.significance(params.noise_floor_bytes),
             cusum,
@@ -85,6 +89,11 @@ impl WindowJudgement {
 pub(super) struct Trace<'a>(pub(super) Option<&'a mut Vec<WindowJudgement>>);
 
 impl Trace<'_> {
+    /// The same trace, lent to a callee.
+    pub(super) fn reborrow(&mut self) -> Trace<'_> {
+        Trace(self.0.as_deref_mut())
+    }
+
     /// Records the window `scratch` holds now, built by `fill` from its
     /// plain record; nothing (not even the CUSUM) is computed when off.
     pub(super) fn window(
