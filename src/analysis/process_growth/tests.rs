@@ -97,6 +97,7 @@ fn listed_every(
                 power_limit_watts: None,
                 details: Default::default(),
                 allocations: None,
+                processes_left_out: 0,
             };
             let dropped = usize::from(capped(t));
             history.record_slow(slow, dropped).unwrap_or_else(|_| panic!("in order"));
