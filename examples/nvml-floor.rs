@@ -132,7 +132,7 @@ fn run() -> Result<(), String> {
             tick(origin, period, &stop, || {
                 let mut failed = 0;
                 for (device, seen) in devices.iter().zip(&mut last_seen) {
-                    let started = std::time::Instant::now();
+                    let started = Instant::now();
                     failed += read_slow(device, seen);
                     let took = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
                     nanos.fetch_add(took, Ordering::Relaxed);
