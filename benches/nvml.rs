@@ -181,7 +181,8 @@ impl Setup {
             if devices.len() != 1 {
                 return Err(format!("{name}: expected 1 device, found {}", devices.len()));
             }
-            let slow = source.read_slow(0).map_err(|error| format!("{name}: {error}"))?;
+            let slow =
+                source.read_slow(0, PROCESSES).map_err(|error| format!("{name}: {error}"))?;
             let listed = slow.processes.as_ref().map_or(0, Vec::len);
             if listed != PROCESSES {
                 return Err(format!("{name}: {listed} processes listed, expected {PROCESSES}"));
@@ -262,7 +263,7 @@ fn slow(c: &mut Criterion, setup: &Setup) {
     let mut group = c.benchmark_group("nvml/slow_64_processes");
     for (name, source) in &setup.sources {
         group.bench_function(format!("vramd_read_slow/{name}"), |b| {
-            b.iter(|| black_box(source.read_slow(0)))
+            b.iter(|| black_box(source.read_slow(0, PROCESSES)))
         });
     }
     let nvml = &setup.nvml;

@@ -20,7 +20,8 @@
 //! per fast and per slow tick. It reads no `/proc` (vramd reads a process's
 //! identity once per PID lifetime; the benchmark's processes never change).
 //! Answers are dropped; an error is counted and printed at exit, so a floor
-//! that failed to sample cannot pass for a cheap one.
+//! that failed to sample cannot pass for a cheap one. At exit it prints the
+//! mean wall time of one device's slow read (NVML's share of a slow sample).
 //!
 //! Usage: nvml-floor [--library PATH] [--fast-ms 10] [--slow-ms 1000]
 //! [--seconds N] [--no-xid]. The library defaults to
@@ -117,8 +118,13 @@ fn run() -> Result<(), String> {
         let (stop, errors) = (stop.clone(), errors.clone());
         spawn("floor-xid", move || watch_xid(nvml, count, &stop, &errors))?;
     }
+    // Wall time of every device's slow read, summed, and how many: what
+    // `scripts/bench-sampler.sh` takes as NVML's own share of a slow sample.
+    let slow_nanos = Arc::new(AtomicU64::new(0));
+    let slow_reads = Arc::new(AtomicU64::new(0));
     let slow = {
         let (devices, stop, errors) = (devices.clone(), stop.clone(), errors.clone());
+        let (nanos, reads) = (slow_nanos.clone(), slow_reads.clone());
         let period = options.slow;
         spawn("floor-slow", move || {
             let mut last_seen = vec![None; devices.len()];
@@ -126,7 +132,11 @@ fn run() -> Result<(), String> {
             tick(origin, period, &stop, || {
                 let mut failed = 0;
                 for (device, seen) in devices.iter().zip(&mut last_seen) {
+                    let started = Instant::now();
                     failed += read_slow(device, seen);
+                    let took = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
+                    nanos.fetch_add(took, Ordering::Relaxed);
+                    reads.fetch_add(1, Ordering::Relaxed);
                 }
                 if std::mem::take(&mut first) {
                     // Unsupported values fail here and are absent in vramd:
@@ -153,6 +163,9 @@ fn run() -> Result<(), String> {
     });
     slow.thread().unpark();
     let _ = slow.join();
+    let reads = slow_reads.load(Ordering::Relaxed);
+    let mean_us = slow_nanos.load(Ordering::Relaxed) as f64 / 1000.0 / reads.max(1) as f64;
+    eprintln!("nvml-floor: slow device read mean {mean_us:.1} us over {reads} reads");
     eprintln!("nvml-floor: done, {} failed calls", errors.load(Ordering::Relaxed));
     Ok(())
 }

@@ -35,6 +35,17 @@
 #         scaled-down case: rings of 120 s at 10 ms / 100 ms, and the
 #         history's share of it as VmRSS with 120 s rings less VmRSS with
 #         2 s rings (the fast ring included).
+#   slowmoving: the slow sample's cost at the default intervals with every
+#         process moving, in two cases: PROCESSES_PER_GPU processes, and
+#         WIDE_PROCESSES_PER_GPU (256) under the default cap of 64 (so 192
+#         a device are listed and left out). Over SLOW_WINDOWS windows of
+#         SLOW_SECONDS, each case's floor (nvml-floor, same scenario, 1 Hz
+#         slow: the mean wall time of its device reads, the same NVML calls)
+#         then each binary: the mean slow sample duration
+#         (vramd_sample_duration_seconds: the source call, wall clock, the
+#         joins included), vramd above NVML (that duration less the floor's
+#         read) and the mean slow sample CPU time (vramd_sample_cpu_seconds:
+#         the thread's CPU from wake-up to stored, one sample in 16).
 #   idle: VmRSS of a daemon with one GPU and no processes, default intervals,
 #         after IDLE_SECONDS.
 #   allocs (not in the default PARTS): heap allocations (malloc, calloc,
@@ -56,8 +67,10 @@
 # GPUS (8), PROCESSES_PER_GPU (64), CPU_SECONDS (20), CPU_WINDOWS (3),
 # SETTLE_SECONDS (5), FLOOR_SETTLE_SECONDS (2), PERF_STAT (1; 0 reads
 # the CPU share from /proc ticks even where perf works), IDLE_SECONDS (15),
-# RSS_SAMPLES (5), ALLOC_SECONDS (20), ALLOC_WINDOWS (2),
-# MOVING_STEP_BYTES (2097152), PARTS ("cost fill moving idle"; "allocs" on
+# RSS_SAMPLES (5), ALLOC_SECONDS (20), ALLOC_WINDOWS (2), SLOW_SECONDS (30),
+# SLOW_WINDOWS (2), WIDE_PROCESSES_PER_GPU (256),
+# MOVING_STEP_BYTES (2097152), PARTS ("cost fill moving slowmoving idle";
+# "allocs" on
 # request), FLOOR (the reference binary,
 # default target/release/examples/nvml-floor), SKIP_BUILD=1 to use the
 # existing target/release/{vramd, libnvidia_ml_fake.so, examples/nvml-floor}.
@@ -80,7 +93,10 @@ IDLE_SECONDS=${IDLE_SECONDS:-15}
 RSS_SAMPLES=${RSS_SAMPLES:-5}
 FLOOR_SETTLE_SECONDS=${FLOOR_SETTLE_SECONDS:-2}
 FLOOR=${FLOOR:-target/release/examples/nvml-floor}
-PARTS=${PARTS:-cost fill moving idle}
+PARTS=${PARTS:-cost fill moving slowmoving idle}
+SLOW_SECONDS=${SLOW_SECONDS:-30}
+SLOW_WINDOWS=${SLOW_WINDOWS:-2}
+WIDE_PROCESSES_PER_GPU=${WIDE_PROCESSES_PER_GPU:-256}
 MOVING_STEP_BYTES_ARG=${MOVING_STEP_BYTES:-2097152}
 FILL_RETENTION=192
 
@@ -114,7 +130,7 @@ for bin in "${@:-target/release/vramd}"; do
     BINS+=("$WORK/vramd-$n")
     log "binary $n: $bin"
 done
-if part cost; then
+if part cost || part slowmoving; then
     if [[ "${SKIP_BUILD:-0}" != 1 ]]; then
         log "cargo build --release --example nvml-floor"
         cargo build --release --example nvml-floor --quiet >&2
@@ -123,7 +139,11 @@ if part cost; then
     cp "$FLOOR" "$WORK/nvml-floor"
 fi
 
-for _ in $(seq $((GPUS * PROCESSES_PER_GPU))); do
+SLEEPERS_PER_GPU=$PROCESSES_PER_GPU
+if part slowmoving && ((WIDE_PROCESSES_PER_GPU > SLEEPERS_PER_GPU)); then
+    SLEEPERS_PER_GPU=$WIDE_PROCESSES_PER_GPU
+fi
+for _ in $(seq $((GPUS * SLEEPERS_PER_GPU))); do
     sleep 3600 &
     SLEEPERS+=("$!")
     disown "$!"
@@ -134,6 +154,7 @@ done
 scenario() { fake_nvml_scenario "$1" "$2" 16777216; }
 MOVING_STEP_BYTES="" scenario "$GPUS" "$PROCESSES_PER_GPU" >"$WORK/full.json"
 MOVING_STEP_BYTES=$MOVING_STEP_BYTES_ARG scenario "$GPUS" "$PROCESSES_PER_GPU" >"$WORK/moving.json"
+MOVING_STEP_BYTES=$MOVING_STEP_BYTES_ARG scenario "$GPUS" "$WIDE_PROCESSES_PER_GPU" >"$WORK/wide.json"
 scenario 1 0 >"$WORK/idle.json"
 
 # start_daemon BINARY SCENARIO [VAR=VALUE ...]: waits for /readyz.
@@ -156,14 +177,24 @@ start_daemon() {
 }
 
 metrics() { curl -sf --max-time 5 "http://$ADDR/metrics"; }
+# histogram_sums METRIC:TIER ...: "sum count" of each histogram's series
+# for that tier, in order, from one scrape.
+histogram_sums() {
+    metrics | awk -v wanted="$*" '
+        BEGIN { n = split(wanted, want, " ") }
+        /^vramd_sample_[a-z_]*_(sum|count)[{]/ {
+            for (i = 1; i <= n; i++) {
+                split(want[i], part, ":")
+                if (index($1, part[1] "_sum{") == 1 && $1 ~ ("tier=\"" part[2] "\"")) sum[i] = $NF
+                if (index($1, part[1] "_count{") == 1 && $1 ~ ("tier=\"" part[2] "\"")) count[i] = $NF
+            }
+        }
+        END { for (i = 1; i <= n; i++) printf "%s%s %s", (i > 1) ? " " : "", sum[i] + 0, count[i] + 0
+              printf "\n" }'
+}
 # duration_sums: "fast_sum fast_count slow_sum slow_count"
 duration_sums() {
-    metrics | awk '
-        /^vramd_sample_duration_seconds_sum[{].*tier="fast"/ { fs = $NF }
-        /^vramd_sample_duration_seconds_count[{].*tier="fast"/ { fc = $NF }
-        /^vramd_sample_duration_seconds_sum[{].*tier="slow"/ { ss = $NF }
-        /^vramd_sample_duration_seconds_count[{].*tier="slow"/ { sc = $NF }
-        END { printf "%s %s %s %s\n", fs + 0, fc + 0, ss + 0, sc + 0 }'
+    histogram_sums vramd_sample_duration_seconds:fast vramd_sample_duration_seconds:slow
 }
 cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$PID/stat"; }
 # threads: per thread name (tokio's workers share one), "name voluntary
@@ -245,7 +276,12 @@ for n in $(seq ${#BINS[@]}); do
     : >"$WORK/$n.moving" ; : >"$WORK/$n.moving120" ; : >"$WORK/$n.moving2"
     : >"$WORK/$n.threads" ; : >"$WORK/$n.floor.cpu" ; : >"$WORK/$n.floor.threads"
     : >"$WORK/$n.above" ; : >"$WORK/$n.perf-threads" ; : >"$WORK/$n.floor.perf-threads"
+    for case in moving wide; do
+        : >"$WORK/$n.slow-$case" ; : >"$WORK/$n.slow-$case.above" ; : >"$WORK/$n.slow-$case.cpu"
+    done
 done
+: >"$WORK/floor.slow-moving" ; : >"$WORK/floor.slow-wide"
+
 
 if part cost; then
     # Window by window, each binary after a floor window of its own: the
@@ -324,6 +360,47 @@ if part moving; then
         log "moving, binary $n: rings of 120 s, then of 2 s"
         rss_after "${BINS[$((n - 1))]}" 120 "$WORK/$n.moving120"
         rss_after "${BINS[$((n - 1))]}" 2 "$WORK/$n.moving2"
+    done
+fi
+
+# slow_sums: "duration_sum duration_count cpu_sum cpu_count" of the slow tier.
+slow_sums() {
+    histogram_sums vramd_sample_duration_seconds:slow vramd_sample_cpu_seconds:slow
+}
+# mean_us SUM0 SUM1 COUNT0 COUNT1: the mean in microseconds over a window.
+mean_us() {
+    awk -v a="$1" -v b="$2" -v c="$3" -v d="$4" \
+        'BEGIN { printf "%.1f\n", (d > c) ? 1e6 * (b - a) / (d - c) : 0 }'
+}
+
+if part slowmoving; then
+    for window in $(seq "$SLOW_WINDOWS"); do
+        for case in moving wide; do
+            per_gpu=$PROCESSES_PER_GPU
+            [[ $case == wide ]] && per_gpu=$WIDE_PROCESSES_PER_GPU
+            log "slowmoving, window $window, $GPUS GPUs x $per_gpu moving processes (cap 64): floor"
+            FAKE_NVML_SCENARIO="$WORK/$case.json" "$WORK/nvml-floor" --library "$LIB" \
+                --fast-ms 250 --slow-ms 1000 --seconds "$SLOW_SECONDS" >"$WORK/floor.log" 2>&1 ||
+                { cat "$WORK/floor.log" >&2; die "nvml-floor failed"; }
+            awk '/slow device read mean/ { print $6 }' "$WORK/floor.log" >>"$WORK/floor.slow-$case"
+            floor=$(tail -1 "$WORK/floor.slow-$case")
+            for n in $(seq ${#BINS[@]}); do
+                start_daemon "${BINS[$((n - 1))]}" "$WORK/$case.json"
+                sleep "$SETTLE_SECONDS"
+                read -r ds0 dc0 cs0 cc0 < <(slow_sums)
+                sleep "$SLOW_SECONDS"
+                read -r ds1 dc1 cs1 cc1 < <(slow_sums)
+                stop_daemon
+                mean_us "$ds0" "$ds1" "$dc0" "$dc1" >>"$WORK/$n.slow-$case"
+                mean_us "$cs0" "$cs1" "$cc0" "$cc1" >>"$WORK/$n.slow-$case.cpu"
+                awk -v a="$(tail -1 "$WORK/$n.slow-$case")" -v b="$floor" \
+                    'BEGIN { printf "%.1f\n", a - b }' >>"$WORK/$n.slow-$case.above"
+                log "  binary $n: slow sample $(tail -1 "$WORK/$n.slow-$case") us" \
+                    "(floor's read $floor us, above $(tail -1 "$WORK/$n.slow-$case.above") us)," \
+                    "CPU $(tail -1 "$WORK/$n.slow-$case.cpu") us over $((cc1 - cc0)) samples;" \
+                    "load $(cut -d' ' -f1 /proc/loadavg)"
+            done
+        done
     done
 fi
 
@@ -422,6 +499,20 @@ for n in $(seq ${#BINS[@]}); do
         printf '  allocations per slow sample:       %s (%s-%s), slow threads\n' "$m" "$lo" "$hi"
         read -r m lo hi < <(cut -d' ' -f2 "$WORK/$n.allocs" | stats)
         printf '  allocations per second, process:   %s (%s-%s)\n' "$m" "$lo" "$hi"
+    fi
+    if part slowmoving; then
+        for case in moving wide; do
+            label="$PROCESSES_PER_GPU moving"
+            [[ $case == wide ]] && label="$WIDE_PROCESSES_PER_GPU moving, cap 64"
+            read -r m lo hi < <(stats <"$WORK/$n.slow-$case")
+            read -r fm _ _ < <(stats <"$WORK/floor.slow-$case")
+            printf '  slow sample, %s/GPU: %s us (%s-%s); floor read %s us\n' \
+                "$label" "$m" "$lo" "$hi" "$fm"
+            read -r m lo hi < <(stats <"$WORK/$n.slow-$case.above")
+            printf '    above NVML: %s us (%s-%s)' "$m" "$lo" "$hi"
+            read -r m lo hi < <(stats <"$WORK/$n.slow-$case.cpu")
+            printf '; CPU per slow sample %s us (%s-%s)\n' "$m" "$lo" "$hi"
+        done
     fi
     if part idle; then
         read -r m lo hi < <(stats <"$WORK/$n.idle")

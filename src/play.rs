@@ -198,8 +198,10 @@ impl DeviceSource for SimulatorAt {
         self.simulator.fast_at(index, self.at())
     }
 
-    fn read_slow(&self, index: u32) -> Result<SlowReading, SourceError> {
-        self.simulator.slow_at(index, self.at())
+    fn read_slow(&self, index: u32, max_processes: usize) -> Result<SlowReading, SourceError> {
+        let mut reading = self.simulator.slow_at(index, self.at())?;
+        reading.cap_processes(max_processes);
+        Ok(reading)
     }
 }
 
@@ -230,7 +232,8 @@ pub fn record_simulator(
             let _ = recorder.read_fast(index);
             written += 1;
             if step % slow_every == 0 {
-                let _ = recorder.read_slow(index);
+                // Uncapped: a play applies its own cap to what it reads.
+                let _ = recorder.read_slow(index, usize::MAX);
                 written += 1;
             }
         }
@@ -258,8 +261,9 @@ fn record_slow(
 ) {
     match result {
         Ok(mut reading) => {
-            let dropped = reading.cap_processes(max);
-            let _ = device.record_slow(reading, dropped);
+            reading.cap_processes(max);
+            let left_out = reading.processes_left_out;
+            let _ = device.record_slow(reading, left_out);
         }
         Err(error) => device.record_slow_failure(error.kind(), error.to_string()),
     }

@@ -52,6 +52,7 @@ fn slow(at: Timestamp) -> SlowReading {
         power_usage_watts: None,
         power_limit_watts: None,
         details: Default::default(),
+        processes_left_out: 0,
     }
 }
 
@@ -107,7 +108,7 @@ impl DeviceSource for Scripted {
         self.fast.lock().pop_front().unwrap_or(Err(SourceError::UnknownDevice { index }))
     }
 
-    fn read_slow(&self, index: u32) -> Result<SlowReading, SourceError> {
+    fn read_slow(&self, index: u32, _: usize) -> Result<SlowReading, SourceError> {
         self.slow.lock().pop_front().unwrap_or(Err(SourceError::UnknownDevice { index }))
     }
 }
@@ -135,7 +136,7 @@ fn a_trace_plays_back_in_file_order_with_its_errors() {
     };
     let trace = recorded(source, |recorder| {
         recorder.read_fast(0).unwrap();
-        recorder.read_slow(0).unwrap();
+        recorder.read_slow(0, usize::MAX).unwrap();
         recorder.read_fast(0).unwrap();
         recorder.read_fast(0).unwrap_err();
     });
@@ -182,7 +183,7 @@ fn a_replay_applies_the_process_cap_the_sampler_applied() {
     };
     let trace = recorded(source, |recorder| {
         recorder.read_fast(0).unwrap();
-        recorder.read_slow(0).unwrap();
+        recorder.read_slow(0, usize::MAX).unwrap();
     });
     let store = HistoryStore::new(sizing());
     play_trace(&trace, &store, ProcessCap(2), |_| {});

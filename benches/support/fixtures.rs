@@ -95,6 +95,7 @@ pub fn slow_reading(at: Timestamp, processes: Vec<ProcessInfo>) -> SlowReading {
         power_usage_watts: Some(412.5),
         power_limit_watts: Some(700.0),
         details: Default::default(),
+        processes_left_out: 0,
     }
 }
 

@@ -100,6 +100,7 @@ mod tests {
             power_limit_watts: None,
             details: Default::default(),
             allocations: None,
+            processes_left_out: 0,
         }
     }
 

@@ -57,10 +57,12 @@ use crate::history::{DeviceHistory, FigureSample, ProcessFigure};
 use crate::model::Timestamp;
 
 use super::floor::FloorScratch;
+use super::series::figure::{DecodeScratch, FigureSeries};
 use super::trend::{ForecastParams, Trend};
 
 /// The most process lists the reading holds for one device: one point per
-/// process and list (16 bytes; 1.8 MiB at 64 processes). A trend window of
+/// process and list (a few bits each in sealed chunks, 16 bytes while a
+/// check decodes them: 1.8 MiB at 64 processes). A trend window of
 /// more lists (`analysis.trend_window` of over 30 min at a 1 s slow tier)
 /// leaves the forecast on the device floor.
 pub const MAX_LISTS: usize = 1_800;
@@ -74,7 +76,9 @@ const LOCKED_READ: Duration = Duration::from_secs(60);
 /// arrived since the last one and drops those that left the window
 /// (reading the whole window's lists at every check was a tenth of an
 /// offline run of 8 shared GPUs). Bounded by the window: one point per
-/// process and list.
+/// process and list, kept in the leak windows' compact series (a process
+/// whose usage moves every list costs about a byte a point, not 16) and
+/// decoded for the check that reads them.
 #[derive(Debug, Default)]
 pub struct ProcessGrowth {
     /// The newest sample read.
@@ -85,6 +89,7 @@ pub struct ProcessGrowth {
     /// The number of `lists[0]`; lists are numbered as read.
     first_list: u64,
     series: Vec<ProcessSeries>,
+    scratch: DecodeScratch,
 }
 
 #[derive(Debug, Default)]
@@ -99,6 +104,9 @@ struct ProcessSeries {
     /// Whether it joined inside the window (set by `rate`): a second job
     /// starting, or a PID listed again after a gap.
     joined: bool,
+    /// Its usage by list number, kept between checks.
+    usage: FigureSeries,
+    /// Its usage decoded with the lists' times, only while `rate` runs.
     points: Vec<(Timestamp, u64)>,
 }
 
@@ -139,6 +147,13 @@ impl ProcessGrowth {
     /// over `from..=to`: the samples newer than the last one read, or the
     /// whole window when the last one read has left it.
     pub fn gather(&mut self, device: &DeviceHistory, from: Timestamp, to: Timestamp) {
+        // Numbered afresh long before a list number outgrows a series'
+        // `u32` (once in 13 years at a 100 ms slow interval): the window is
+        // then read again whole.
+        let next = self.first_list + self.lists.len() as u64;
+        if next > u64::from(u32::MAX) - 4 * MAX_LISTS as u64 {
+            *self = Self::default();
+        }
         let resume = match self.scanned_to {
             Some(scanned) if scanned >= from => {
                 Some(scanned.saturating_add(Duration::from_millis(1)))
@@ -180,8 +195,7 @@ impl ProcessGrowth {
         let first_list = self.first_list;
         self.series.retain(|entry| entry.listed >= first_list);
         for entry in &mut self.series {
-            let gone = entry.points.partition_point(|&(at, _)| at < from);
-            entry.points.drain(..gone);
+            entry.usage.trim(list_number(first_list));
         }
         // Lists grew denser since the window was counted (a reload of the
         // slow interval): let go, and the next check counts again.
@@ -219,12 +233,12 @@ impl ProcessGrowth {
             // Missing from a list in between: perhaps another process
             // under a reused PID, so its series starts afresh.
             if entry.listed + 1 < list {
-                entry.points.clear();
+                entry.usage.clear();
                 entry.since = list;
             }
             entry.listed = list;
             if let [Some(used)] = process.values {
-                entry.points.push((at, used));
+                entry.usage.push(list_number(list), used);
             }
         }
     }
@@ -259,10 +273,27 @@ impl ProcessGrowth {
         used: &[(Timestamp, u64)],
         device: Option<(Trend, bool)>,
     ) -> Option<Option<(Trend, bool)>> {
-        let &(newest, _) = self.lists.back()?;
         if self.lists.iter().any(|&(_, capped)| capped) {
             return None;
         }
+        let times: Vec<Timestamp> = self.lists.iter().map(|&(at, _)| at).collect();
+        let first = list_number(self.first_list);
+        for process in &mut self.series {
+            process.usage.points_into(&times, first, &mut self.scratch, &mut process.points);
+        }
+        let rate = self.rate_decoded(Judging { params, scratch, cleaned, used, device });
+        // Released, not kept: the decoded points are what the compact
+        // series saves between checks.
+        for process in &mut self.series {
+            process.points = Vec::new();
+        }
+        rate
+    }
+
+    /// [`ProcessGrowth::rate`] once the points are decoded.
+    fn rate_decoded(&mut self, judging: Judging<'_>) -> Option<Option<(Trend, bool)>> {
+        let Judging { params, scratch, cleaned, used, device } = judging;
+        let &(newest, _) = self.lists.back()?;
         let last_list = self.first_list + self.lists.len() as u64 - 1;
         let first_list = self.first_list;
         let &(window_start, _) = used.first()?;
@@ -332,6 +363,52 @@ impl ProcessGrowth {
         }
         Some(params.trend(scratch, cleaned))
     }
+}
+
+/// What [`ProcessGrowth::rate`] was handed, passed on once the points are
+/// decoded.
+struct Judging<'a> {
+    params: &'a ForecastParams,
+    scratch: &'a mut FloorScratch,
+    cleaned: &'a mut Vec<(Timestamp, u64)>,
+    used: &'a [(Timestamp, u64)],
+    device: Option<(Trend, bool)>,
+}
+
+#[cfg(test)]
+impl ProcessGrowth {
+    /// Bytes its series hold between checks: sealed chunks, open runs
+    /// (16 bytes each) and decoded points (none once a check is over).
+    fn stored_bytes(&self) -> usize {
+        let point = std::mem::size_of::<(Timestamp, u64)>();
+        self.series
+            .iter()
+            .map(|process| {
+                let (sealed, open) = process.usage.footprint();
+                sealed + 16 * open + point * process.points.capacity()
+            })
+            .sum()
+    }
+
+    fn points(&self) -> usize {
+        let times: Vec<Timestamp> = self.lists.iter().map(|&(at, _)| at).collect();
+        let mut scratch = DecodeScratch::default();
+        let mut points = Vec::new();
+        let first = list_number(self.first_list);
+        self.series
+            .iter()
+            .map(|process| {
+                process.usage.points_into(&times, first, &mut scratch, &mut points);
+                points.len()
+            })
+            .sum()
+    }
+}
+
+/// A list's number in a process's series; `gather` numbers lists afresh
+/// before they outgrow it.
+fn list_number(list: u64) -> u32 {
+    u32::try_from(list).unwrap_or(u32::MAX)
 }
 
 /// Takes from each point of `series` what `lists` (a process's usage,

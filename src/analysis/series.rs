@@ -16,7 +16,7 @@ use crate::model::Timestamp;
 
 use figure::{DecodeScratch, FigureSeries};
 
-mod figure;
+pub(crate) mod figure;
 
 /// Which per-process figure a series follows.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, strum::IntoStaticStr)]

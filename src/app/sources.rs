@@ -61,7 +61,6 @@ pub fn build_source(config: &Config, join: SlowJoin) -> Result<BuiltSource, AppE
                 pcie_throughput: config.nvml.pcie_throughput,
                 max_cmdline_bytes: config.nvml.max_cmdline_bytes.as_usize(),
                 xid_events: config.nvml.xid_events,
-                max_processes: config.sampler.max_processes_per_device.get(),
                 ..NvmlSettings::default()
             });
             (Arc::new(nvml), None, Some(Arc::new(ChildProber::current_binary())), Vec::new())

@@ -276,6 +276,7 @@ mod tests {
             power_usage_watts: None,
             power_limit_watts: None,
             details: Default::default(),
+            processes_left_out: 0,
         }
     }
 
@@ -316,6 +317,7 @@ mod tests {
             power_usage_watts: None,
             power_limit_watts: None,
             details: Default::default(),
+            processes_left_out: 0,
         };
         let point = SlowPoint::from(&reading);
         let pids: Vec<u32> = point.processes().unwrap().iter().map(|p| p.pid).collect();

@@ -128,6 +128,7 @@ fn reading(at_seconds: i64, processes: Vec<ProcessInfo>) -> SlowReading {
         power_usage_watts: None,
         power_limit_watts: None,
         details: Default::default(),
+        processes_left_out: 0,
     }
 }
 

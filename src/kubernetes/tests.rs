@@ -82,6 +82,7 @@ fn reading(processes: Vec<ProcessInfo>) -> SlowReading {
         power_limit_watts: None,
         details: Default::default(),
         allocations: None,
+        processes_left_out: 0,
     }
 }
 

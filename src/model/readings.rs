@@ -143,6 +143,16 @@ pub struct SlowReading {
     /// `None` when the kubelet was not asked or did not answer (an empty
     /// list: it answered, and no pod holds the device).
     pub allocations: Option<Vec<PodAllocation>>,
+    /// Processes the source listed but left out of `processes` under the
+    /// per-device cap (`sampler.max_processes_per_device`): the source cuts
+    /// before reading each process's identity and joining its reports, so
+    /// the cap saves that work, and a trace records what was cut.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub processes_left_out: usize,
+}
+
+fn is_zero(count: &usize) -> bool {
+    *count == 0
 }
 
 /// One container the kubelet's pod-resources API lists as holding a device.
@@ -229,21 +239,32 @@ pub struct SlowDetails {
 
 impl SlowReading {
     /// Keeps the `max` processes using the most memory (unknown usage last,
-    /// [`ProcessInfo::cap_order`]) and returns how many were left out: the
-    /// one cap the sampler and every replay apply, so a replay keeps the
-    /// processes the live daemon kept.
+    /// [`ProcessInfo::cap_order`]), adds those left out to
+    /// `processes_left_out` and returns how many this call left out: the
+    /// one cap every source applies before its per-process work, and every
+    /// replay again, so a replay keeps the processes the live daemon kept.
     pub fn cap_processes(&mut self, max: usize) -> usize {
-        let Some(processes) = self.processes.as_mut() else {
-            return 0;
-        };
-        if processes.len() <= max {
-            return 0;
-        }
-        processes.sort_by(ProcessInfo::cap_order);
-        let dropped = processes.len() - max;
-        processes.truncate(max);
+        let dropped =
+            self.processes.as_mut().map_or(0, |processes| keep_by_cap_order(processes, max));
+        self.processes_left_out = self.processes_left_out.saturating_add(dropped);
         dropped
     }
+}
+
+/// Keeps the `max` first processes in [`ProcessInfo::cap_order`] (in that
+/// order) and returns how many it left out. Selects before it sorts, so a
+/// long list is not sorted whole to keep a few.
+pub fn keep_by_cap_order(processes: &mut Vec<ProcessInfo>, max: usize) -> usize {
+    if processes.len() <= max {
+        return 0;
+    }
+    if max > 0 {
+        processes.select_nth_unstable_by(max - 1, ProcessInfo::cap_order);
+    }
+    let dropped = processes.len() - max;
+    processes.truncate(max);
+    processes.sort_unstable_by(ProcessInfo::cap_order);
+    dropped
 }
 
 impl SlowDetails {

@@ -119,10 +119,13 @@ impl Lane for Slow {
         let cap = shared.context.settings.max_processes_per_device.get();
         shared.read_and_store(
             started,
-            |source: &dyn DeviceSource, index| source.read_slow(index),
+            |source: &dyn DeviceSource, index| source.read_slow(index, cap),
             |device, mut reading: SlowReading| {
-                let dropped = reading.cap_processes(cap);
-                device.record_slow(reading, dropped)
+                // The source has cut already; a source that did not is cut
+                // here (an O(1) check otherwise).
+                reading.cap_processes(cap);
+                let left_out = reading.processes_left_out;
+                device.record_slow(reading, left_out)
             },
         )
     }

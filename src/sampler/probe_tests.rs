@@ -142,6 +142,7 @@ fn store(free_gib: &[u64], mode: Option<ComputeMode>) -> Arc<HistoryStore> {
             power_usage_watts: None,
             power_limit_watts: None,
             details,
+            processes_left_out: 0,
         };
         device.record_slow(slow, 0).unwrap();
     }

@@ -100,7 +100,7 @@ impl DeviceSource for FakeSource {
         })
     }
 
-    fn read_slow(&self, index: u32) -> Result<SlowReading, SourceError> {
+    fn read_slow(&self, index: u32, _: usize) -> Result<SlowReading, SourceError> {
         if self.slow_ended {
             return Err(SourceError::TraceEnded { index, tier: crate::source::Tier::Slow });
         }
@@ -122,6 +122,7 @@ impl DeviceSource for FakeSource {
             power_usage_watts: None,
             power_limit_watts: None,
             details: Default::default(),
+            processes_left_out: 0,
         })
     }
 }
@@ -485,6 +486,7 @@ fn cap_keeps_unknown_usage_last() {
         power_usage_watts: None,
         power_limit_watts: None,
         details: Default::default(),
+        processes_left_out: 0,
     };
     assert_eq!(reading.cap_processes(2), 1);
     let pids: Vec<u32> = reading.processes.iter().flatten().map(|p| p.pid).collect();

@@ -61,9 +61,10 @@ impl<S: DeviceSource> DeviceSource for Joiner<S> {
     }
 
     /// A reading of a device not (yet) listed is returned as read: the
-    /// sampler reads only devices it listed through this source.
-    fn read_slow(&self, index: u32) -> Result<SlowReading, SourceError> {
-        let mut reading = self.inner.read_slow(index)?;
+    /// sampler reads only devices it listed through this source. The join
+    /// sees only the processes the cap kept.
+    fn read_slow(&self, index: u32, max_processes: usize) -> Result<SlowReading, SourceError> {
+        let mut reading = self.inner.read_slow(index, max_processes)?;
         // The listing's lock is not held during the join, so a relisting
         // (a MIG reconfiguration) never waits on it.
         let info = self.devices.read().iter().find(|device| device.index == index).cloned();
@@ -102,9 +103,9 @@ mod tests {
         };
         let uuid = Some(joiner.inner.devices().unwrap()[1].uuid.clone());
         // Not listed through the joiner yet: returned as read.
-        assert!(names(joiner.read_slow(1).unwrap()).iter().all(|name| *name != uuid));
+        assert!(names(joiner.read_slow(1, 64).unwrap()).iter().all(|name| *name != uuid));
         assert_eq!(joiner.devices().unwrap().len(), 2);
-        assert!(names(joiner.read_slow(1).unwrap()).iter().all(|name| *name == uuid));
+        assert!(names(joiner.read_slow(1, 64).unwrap()).iter().all(|name| *name == uuid));
         assert!(joiner.read_fast(1).is_ok());
         assert_eq!(joiner.name(), "simulator");
     }

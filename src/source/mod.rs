@@ -37,8 +37,13 @@ pub trait DeviceSource: Send + Sync + 'static {
     /// Reads the fast tier (memory, utilization) of the device at `index`.
     fn read_fast(&self, index: u32) -> Result<FastReading, SourceError>;
 
-    /// Reads the slow tier (processes, temperature, power, …) of the device.
-    fn read_slow(&self, index: u32) -> Result<SlowReading, SourceError>;
+    /// Reads the slow tier (processes, temperature, power, …) of the device,
+    /// keeping at most `max_processes` processes in
+    /// [`crate::model::ProcessInfo::cap_order`] (the rest counted in
+    /// `processes_left_out`). A source cuts as early as it can, before any
+    /// per-process work (a `/proc` read, a join), so processes past the cap
+    /// cost only their listing.
+    fn read_slow(&self, index: u32, max_processes: usize) -> Result<SlowReading, SourceError>;
 
     /// Changes whenever the devices this source would list differ from its
     /// last listing (a MIG reconfiguration); the sampler then lists again.
@@ -62,8 +67,8 @@ impl<T: DeviceSource + ?Sized> DeviceSource for Arc<T> {
         (**self).read_fast(index)
     }
 
-    fn read_slow(&self, index: u32) -> Result<SlowReading, SourceError> {
-        (**self).read_slow(index)
+    fn read_slow(&self, index: u32, max_processes: usize) -> Result<SlowReading, SourceError> {
+        (**self).read_slow(index, max_processes)
     }
 
     fn layout_generation(&self) -> u64 {

@@ -344,6 +344,7 @@ impl CorpusRun {
             power_usage_watts: None,
             power_limit_watts: None,
             details: Default::default(),
+            processes_left_out: 0,
         }
     }
 

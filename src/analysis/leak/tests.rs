@@ -280,6 +280,7 @@ fn reading(t: usize, processes: Vec<ProcessInfo>) -> SlowReading {
         power_usage_watts: None,
         power_limit_watts: None,
         details: Default::default(),
+        processes_left_out: 0,
     }
 }
 

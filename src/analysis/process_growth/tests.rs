@@ -97,6 +97,7 @@ fn listed_every(
                 power_limit_watts: None,
                 details: Default::default(),
                 allocations: None,
+                processes_left_out: 0,
             };
             let dropped = usize::from(capped(t));
             history.record_slow(slow, dropped).unwrap_or_else(|_| panic!("in order"));
@@ -305,4 +306,37 @@ fn a_window_of_more_lists_than_the_bound_leaves_the_device_floor_in_charge() {
     assert_eq!(by_process, None);
     let (_, by_process) = estimates(&device(processes, |_| false));
     assert!(by_process.is_some());
+}
+
+#[test]
+fn a_window_of_moving_processes_costs_a_few_bits_a_point_between_checks() {
+    // 64 processes whose usage moves by whole 2 MiB pages on every list,
+    // the fake NVML's moving scenario, over the 600-list window.
+    let page = 2.0 * MIB;
+    let moving = |t: f64| -> Vec<(u32, f64)> {
+        (0..64_u32)
+            .map(|pid| {
+                let step = ((u64::from(pid + 1) * 2_654_435_761) ^ (t as u64 * 40_503)) % 32;
+                (100 + pid, GIB + page * (step as f64 + f64::from(pid)))
+            })
+            .collect()
+    };
+    let history = device(moving, |_| false);
+    let (from, to) = (at(0.0), at(WINDOW_S as f64));
+    let mut growth = ProcessGrowth::default();
+    growth.gather(&history, from, to);
+    let points = growth.points();
+    assert_eq!(points, 64 * (WINDOW_S as usize + 1), "every process's usage on every list");
+    let per_point = growth.stored_bytes() as f64 / points as f64;
+    assert!(per_point < 2.0, "{per_point:.2} B a point, against 16 kept as recorded");
+
+    let params = ForecastParams::default();
+    let (mut scratch, mut cleaned, mut used) = (FloorScratch::default(), Vec::new(), Vec::new());
+    crate::analysis::series::device_used_into(&history.fast_snapshot(), from, to, &mut used);
+    let floor = params.trend(&mut scratch, &used);
+    growth.rate(&params, &mut scratch, &mut cleaned, &used, floor);
+    assert!(
+        growth.stored_bytes() as f64 / (points as f64) < 2.0,
+        "the points a check decodes are let go after it"
+    );
 }

@@ -47,6 +47,7 @@ fn slow(millis: i64, processes: Option<Vec<ProcessInfo>>) -> SlowPoint {
         power_usage_watts: None,
         power_limit_watts: None,
         details: Default::default(),
+        processes_left_out: 0,
     })
 }
 
@@ -278,6 +279,7 @@ fn a_pid_left_out_only_of_lists_the_process_cap_cut_keeps_its_life() {
             power_usage_watts: None,
             power_limit_watts: None,
             details: Default::default(),
+            processes_left_out: 0,
         };
         SlowPoint::sharing(&reading, None, true)
     };

@@ -6,8 +6,12 @@
 //! appeared. A PID still listed is not read again; a new PID costs one read
 //! of its `stat` and then its identity files, or only the `stat` when
 //! another device already knows that PID with that start time (the identity
-//! is then shared); a PID that leaves the list is forgotten with it. So each device holds at most the processes its list
-//! kept (`sampler.max_processes_per_device`), for at most the listed devices.
+//! is then shared); a PID that leaves the list is forgotten with it. A PID
+//! still listed but left out by the cap keeps its identity without a read,
+//! so processes of similar sizes trading places at the cap's edge are not
+//! read again each time they come back. So each device holds at most twice
+//! the processes its list keeps (`sampler.max_processes_per_device`), for at
+//! most the listed devices.
 //!
 //! What the cache hands out is shared, never copied: the identity is an
 //! `Arc`, its strings `SharedStr`s, so each sample's process list carries
@@ -50,11 +54,24 @@ impl Identities {
     /// The identities of `pids`, the device's whole (already capped) list,
     /// in the same order. Never fails: a process that cannot be read has an
     /// empty identity, not kept, so it is tried again next time.
+    #[cfg(test)]
     pub(super) fn of(&self, device: u32, pids: &[u32]) -> Vec<Arc<ProcessIdentity>> {
+        self.of_capped(device, pids, &[])
+    }
+
+    /// [`Identities::of`] the `kept` PIDs, also keeping (never reading) the
+    /// known identities of up to as many `left_out` PIDs: listed, but not
+    /// kept by the cap this time.
+    pub(super) fn of_capped(
+        &self,
+        device: u32,
+        pids: &[u32],
+        left_out: &[u32],
+    ) -> Vec<Arc<ProcessIdentity>> {
         // Taken out rather than locked: a device's slow reads never overlap,
         // and other devices must not wait on this one's /proc reads.
         let mut known = self.devices.lock().remove(&device).unwrap_or_default();
-        let mut kept = HashMap::with_capacity(pids.len());
+        let mut kept = HashMap::with_capacity(2 * pids.len());
         let identities = pids
             .iter()
             .map(|&pid| {
@@ -66,6 +83,8 @@ impl Identities {
                 identity
             })
             .collect();
+        let carried = left_out.iter().filter_map(|&pid| Some((pid, known.remove(&pid)?)));
+        kept.extend(carried.take(pids.len()));
         self.devices.lock().insert(device, kept);
         identities
     }
@@ -96,7 +115,7 @@ impl Identities {
     }
 
     #[cfg(test)]
-    fn start_time_of(&self, device: u32, pid: u32) -> Option<u64> {
+    pub(super) fn start_time_of(&self, device: u32, pid: u32) -> Option<u64> {
         self.devices.lock().get(&device)?.get(&pid).map(|known| known.start_time)
     }
 }

@@ -49,10 +49,6 @@ pub struct NvmlSettings {
     pub xid_events: bool,
     /// Root of the proc filesystem (`/proc`; benchmarks point elsewhere).
     pub proc_root: PathBuf,
-    /// Processes per device whose identity is read from /proc: the
-    /// sampler's cap (`sampler.max_processes_per_device`), which keeps the
-    /// same ones.
-    pub max_processes: usize,
 }
 
 impl Default for NvmlSettings {
@@ -63,7 +59,6 @@ impl Default for NvmlSettings {
             max_cmdline_bytes: 256,
             xid_events: true,
             proc_root: PathBuf::from("/proc"),
-            max_processes: 64,
         }
     }
 }
@@ -196,13 +191,11 @@ impl NvmlSource {
         })
     }
 
-    fn read_slow_from(&self, index: u32) -> Result<SlowReading, SourceError> {
+    fn read_slow_from(&self, index: u32, max: usize) -> Result<SlowReading, SourceError> {
         let device = self.device(index)?;
-        let identified = self.settings.max_processes;
-        let mut processes =
-            slow::processes(index, &device, &self.absent, &self.identities, identified)
-                .map_err(|error| driver_error(index, "running_processes_v3", error))?;
-        if let Some(listed) = processes.as_mut() {
+        let mut processes = slow::processes(index, &device, &self.absent, &self.identities, max)
+            .map_err(|error| driver_error(index, "running_processes_v3", error))?;
+        if let Some((listed, _)) = processes.as_mut() {
             self.activity
                 .annotate(index, &device, &self.absent, listed)
                 .map_err(|error| driver_error(index, "process_utilization", error))?;
@@ -311,8 +304,8 @@ impl DeviceSource for NvmlSource {
         self.read_fast_from(index).inspect_err(|error| self.distrust(index, error))
     }
 
-    fn read_slow(&self, index: u32) -> Result<SlowReading, SourceError> {
-        self.read_slow_from(index).inspect_err(|error| self.distrust(index, error))
+    fn read_slow(&self, index: u32, max_processes: usize) -> Result<SlowReading, SourceError> {
+        self.read_slow_from(index, max_processes).inspect_err(|error| self.distrust(index, error))
     }
 
     fn layout_generation(&self) -> u64 {

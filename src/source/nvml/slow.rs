@@ -17,7 +17,7 @@ use super::identities::Identities;
 use crate::clock::ScaledClock;
 use crate::model::{
     Bar1Memory, ComputeMode, EccCounters, ProcessDetails, ProcessInfo, ProcessKind, ProcessRole,
-    RemappedRows, RetiredPages, SlowDetails, SlowReading,
+    RemappedRows, RetiredPages, SlowDetails, SlowReading, keep_by_cap_order,
 };
 use crate::source::cuda::role as probe_role;
 use crate::source::procfs::ProcessIdentity;
@@ -29,17 +29,16 @@ use crate::source::procfs::ProcessIdentity;
 const REMAPPED_ROW_FIELDS: [FieldId; 4] = [FieldId(142), FieldId(143), FieldId(144), FieldId(145)];
 
 /// Lists the processes on a device: compute, graphics and MPS clients,
-/// merged by PID, in the process cap's order, with their identity from
-/// /proc for the `identified` first ones (those the cap keeps; the rest are
-/// dropped by the sampler, so reading /proc for them would be wasted).
-/// `None` when no list could be read at all.
+/// merged by PID, the `max` first in the process cap's order kept with
+/// their identity from /proc, and how many were left out. `None` when no
+/// list could be read at all.
 pub(super) fn processes(
     index: u32,
     device: &Device<'_>,
     absent: &AbsentLog,
     identities: &Identities,
-    identified: usize,
-) -> Result<Option<Vec<ProcessInfo>>, NvmlError> {
+    max: usize,
+) -> Result<Option<(Vec<ProcessInfo>, usize)>, NvmlError> {
     let lists = [
         (
             ProcessKind::Compute,
@@ -57,35 +56,65 @@ pub(super) fn processes(
     if lists.iter().all(|(_, list)| list.is_none()) {
         return Ok(None);
     }
-    let mut merged: BTreeMap<u32, ProcessInfo> = BTreeMap::new();
-    for (kind, list) in lists {
-        for process in list.into_iter().flatten() {
+    let listed = lists.into_iter().flat_map(|(kind, list)| {
+        list.into_iter().flatten().map(move |process| {
             let used = match process.used_gpu_memory {
                 UsedGpuMemory::Used(bytes) => Some(bytes),
                 UsedGpuMemory::Unavailable => None,
             };
-            merged
-                .entry(process.pid)
-                .and_modify(|known| {
-                    known.used_bytes = known.used_bytes.max(used);
-                    known.details.kind = Some(merge_kind(known.details.kind, kind));
-                })
-                .or_insert_with(|| ProcessInfo {
-                    pid: process.pid,
-                    name: None,
-                    used_bytes: used,
-                    allocator: None,
-                    details: ProcessDetails { kind: Some(kind), ..ProcessDetails::default() },
-                });
+            (process.pid, kind, used)
+        })
+    });
+    Ok(Some(keep_and_identify(index, merge(listed), identities, max)))
+}
+
+/// One entry per PID: the largest usage any list gave it, and the kinds of
+/// work it was listed for.
+fn merge(listed: impl Iterator<Item = (u32, ProcessKind, Option<u64>)>) -> Vec<ProcessInfo> {
+    let mut processes: Vec<ProcessInfo> = listed
+        .map(|(pid, kind, used_bytes)| ProcessInfo {
+            pid,
+            name: None,
+            used_bytes,
+            allocator: None,
+            details: ProcessDetails { kind: Some(kind), ..ProcessDetails::default() },
+        })
+        .collect();
+    // Stable: a PID's entries keep the lists' order (compute first), which
+    // `merge_kind` reads.
+    processes.sort_by_key(|process| process.pid);
+    processes.dedup_by(|later, kept| {
+        if later.pid != kept.pid {
+            return false;
         }
-    }
-    let mut processes: Vec<ProcessInfo> = merged.into_values().collect();
-    processes.sort_by(ProcessInfo::cap_order);
-    let kept = processes.len().min(identified);
-    let pids: Vec<u32> = processes.iter().take(kept).map(|process| process.pid).collect();
-    let own_pid = std::process::id();
-    identify(&mut processes, &identities.of(index, &pids), own_pid);
-    Ok(Some(processes))
+        kept.used_bytes = kept.used_bytes.max(later.used_bytes);
+        if let Some(seen) = later.details.kind {
+            kept.details.kind = Some(merge_kind(kept.details.kind, seen));
+        }
+        true
+    });
+    processes
+}
+
+/// Keeps the `max` first processes in the cap's order and reads /proc for
+/// those alone: a process the cap leaves out costs its listing, nothing
+/// more. Returns the kept processes and how many were left out.
+fn keep_and_identify(
+    index: u32,
+    mut processes: Vec<ProcessInfo>,
+    identities: &Identities,
+    max: usize,
+) -> (Vec<ProcessInfo>, usize) {
+    let listed: Vec<u32> = match processes.len() > max {
+        true => processes.iter().map(|process| process.pid).collect(),
+        false => Vec::new(),
+    };
+    let left_out = keep_by_cap_order(&mut processes, max);
+    let kept: Vec<u32> = processes.iter().map(|process| process.pid).collect();
+    // Every listed PID as a left-out one: the kept ones are taken first.
+    let identities = identities.of_capped(index, &kept, &listed);
+    identify(&mut processes, &identities, std::process::id());
+    (processes, left_out)
 }
 
 /// Puts each identity on its process (the first `identities.len()` ones).
@@ -122,9 +151,13 @@ pub(super) fn reading(
     device: &Device<'_>,
     absent: &AbsentLog,
     pcie_throughput: bool,
-    processes: Option<Vec<ProcessInfo>>,
+    processes: Option<(Vec<ProcessInfo>, usize)>,
     clock: &ScaledClock,
 ) -> Result<SlowReading, NvmlError> {
+    let (processes, processes_left_out) = match processes {
+        Some((kept, left_out)) => (Some(kept), left_out),
+        None => (None, 0),
+    };
     let watts = |milliwatts: u32| f64::from(milliwatts) / 1000.0;
     let temperature = device.temperature(TemperatureSensor::Gpu);
     let temperature_celsius = absent.value(index, "temperature", temperature)?.map(f64::from);
@@ -206,6 +239,7 @@ pub(super) fn reading(
         power_usage_watts,
         power_limit_watts,
         details,
+        processes_left_out,
     })
 }
 
@@ -278,6 +312,81 @@ mod tests {
         let mut processes = vec![listed(10, used_bytes)];
         identify(&mut processes, &identities.of(0, &[10]), 1);
         processes
+    }
+
+    /// A proc root where each of `pids` is a `worker` process.
+    fn proc_root(pids: impl IntoIterator<Item = u32>) -> TempDir {
+        let root = TempDir::new().unwrap();
+        for pid in pids {
+            let dir = root.path().join(pid.to_string());
+            fs::create_dir_all(&dir).unwrap();
+            fs::write(dir.join("comm"), "worker\n").unwrap();
+            fs::write(dir.join("cmdline"), "worker\0").unwrap();
+            let stat =
+                format!("{pid} (worker) S 1 1 1 0 -1 4194560 0 0 0 0 0 0 0 0 20 0 1 0 500 0");
+            fs::write(dir.join("stat"), stat).unwrap();
+        }
+        root
+    }
+
+    fn pids(processes: &[ProcessInfo]) -> Vec<u32> {
+        processes.iter().map(|process| process.pid).collect()
+    }
+
+    #[test]
+    fn under_the_cap_only_the_kept_processes_are_read_from_proc() {
+        let root = proc_root(1000..1256);
+        let identities = Identities::new(ProcReader::new(root.path(), 64));
+        // Sizes in no order, so the kept ones are not simply the first listed.
+        let size = |pid: u32| u64::from(pid.wrapping_mul(2_654_435_761) % 4096) << 20;
+        let listed: Vec<ProcessInfo> = (1000..1256).map(|pid| listed(pid, size(pid))).collect();
+        let mut expected = listed.clone();
+        expected.sort_by(ProcessInfo::cap_order);
+        expected.truncate(64);
+
+        let (kept, left_out) = keep_and_identify(0, listed, &identities, 64);
+        assert_eq!(left_out, 192);
+        assert_eq!(pids(&kept), pids(&expected), "the 64 first in the cap's order, in that order");
+        assert!(kept.iter().all(|process| process.name.as_deref() == Some("worker")));
+        let read: Vec<u32> =
+            (1000..1256).filter(|&pid| identities.start_time_of(0, pid).is_some()).collect();
+        let mut kept_pids = pids(&kept);
+        kept_pids.sort_unstable();
+        assert_eq!(read, kept_pids, "/proc was read for the kept processes alone");
+    }
+
+    #[test]
+    fn a_process_back_above_the_cap_keeps_its_identity_without_a_new_read() {
+        let root = proc_root([1, 2, 3]);
+        let identities = Identities::new(ProcReader::new(root.path(), 64));
+        let sample = |sizes: [u64; 3]| {
+            let listed = (1..=3).zip(sizes).map(|(pid, size)| listed(pid, size)).collect();
+            keep_and_identify(0, listed, &identities, 2)
+        };
+        assert_eq!(pids(&sample([30, 20, 10]).0), [1, 2]);
+        assert_eq!(pids(&sample([30, 10, 20]).0), [1, 3], "2 is listed but left out");
+        // Unreadable from now on: only what is kept can name it.
+        fs::remove_dir_all(root.path().join("2")).unwrap();
+        let (kept, left_out) = sample([30, 40, 20]);
+        assert_eq!((pids(&kept), left_out), (vec![2, 1], 1));
+        assert_eq!(kept[0].name.as_deref(), Some("worker"), "not read again");
+    }
+
+    #[test]
+    fn a_pid_in_several_lists_is_one_process_with_its_largest_usage() {
+        let merged = merge(
+            [
+                (7, ProcessKind::Compute, Some(10)),
+                (3, ProcessKind::Compute, None),
+                (7, ProcessKind::Graphics, Some(30)),
+                (7, ProcessKind::Mps, None),
+            ]
+            .into_iter(),
+        );
+        assert_eq!(pids(&merged), [3, 7]);
+        assert_eq!(merged[1].used_bytes, Some(30));
+        assert_eq!(merged[1].details.kind, Some(ProcessKind::ComputeAndGraphics));
+        assert_eq!(merged[0].used_bytes, None, "unknown usage stays unknown");
     }
 
     #[test]

@@ -218,6 +218,7 @@ impl Simulator {
             3_600_000_000 * (u64::from(index) + 1) + (mean_watts * gpu.t_ms as f64).round() as u64;
         Ok(SlowReading {
             allocations: None,
+            processes_left_out: 0,
             at,
             processes: Some(processes),
             temperature_celsius: Some(temperature),
@@ -341,8 +342,10 @@ impl DeviceSource for Simulator {
         self.fast_at(index, self.clock.now())
     }
 
-    fn read_slow(&self, index: u32) -> Result<SlowReading, SourceError> {
+    fn read_slow(&self, index: u32, max_processes: usize) -> Result<SlowReading, SourceError> {
         let mut reading = self.slow_at(index, self.clock.now())?;
+        // Before the container IDs: those are per-process work.
+        reading.cap_processes(max_processes);
         let processes = reading.processes.as_deref_mut().unwrap_or_default();
         if self.reports_allocator {
             for process in processes.iter_mut() {

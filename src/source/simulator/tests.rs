@@ -243,7 +243,7 @@ fn device_source_face_reads_at_the_clock_time() {
     assert_eq!(uuids.len(), 8);
     let fast = sim.read_fast(0).unwrap();
     assert!(fast.at >= sim.origin() && fast.at <= clock.now());
-    let slow = sim.read_slow(7).unwrap();
+    let slow = sim.read_slow(7, 64).unwrap();
     assert!(slow.processes.unwrap().len() >= 3);
 }
 

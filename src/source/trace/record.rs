@@ -389,8 +389,8 @@ impl<S: DeviceSource> DeviceSource for Recorder<S> {
         self.record(index, Tier::Fast, result, |reading| (reading.at, Line::fast(index, reading)))
     }
 
-    fn read_slow(&self, index: u32) -> Result<SlowReading, SourceError> {
-        let result = self.inner.read_slow(index);
+    fn read_slow(&self, index: u32, max_processes: usize) -> Result<SlowReading, SourceError> {
+        let result = self.inner.read_slow(index, max_processes);
         self.record(index, Tier::Slow, result, |reading| (reading.at, Line::slow(index, reading)))
     }
 }
@@ -423,7 +423,7 @@ mod tests {
                 memory_bandwidth_utilization: None,
             })
         }
-        fn read_slow(&self, index: u32) -> Result<SlowReading, SourceError> {
+        fn read_slow(&self, index: u32, _: usize) -> Result<SlowReading, SourceError> {
             Err(SourceError::UnknownDevice { index })
         }
     }

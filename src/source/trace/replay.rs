@@ -132,9 +132,15 @@ impl DeviceSource for Replay {
         }
     }
 
-    fn read_slow(&self, index: u32) -> Result<SlowReading, SourceError> {
+    /// The cap is applied again: a trace recorded under a higher cap (or
+    /// before the source cut) replays as the sampler would keep it.
+    fn read_slow(&self, index: u32, max_processes: usize) -> Result<SlowReading, SourceError> {
         match self.take(index, Some(Tier::Slow))? {
-            Some(TraceRecord::Slow { reading, .. }) => Ok(reading.as_ref().clone()),
+            Some(TraceRecord::Slow { reading, .. }) => {
+                let mut reading = reading.as_ref().clone();
+                reading.cap_processes(max_processes);
+                Ok(reading)
+            }
             Some(TraceRecord::Error { error, .. }) => Err(error.clone()),
             _ => Err(SourceError::TraceEnded { index, tier: Tier::Slow }),
         }

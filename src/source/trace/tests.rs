@@ -39,7 +39,7 @@ impl DeviceSource for Scripted {
         queue.pop_front().unwrap_or(Err(SourceError::Unavailable { reason: "script over".into() }))
     }
 
-    fn read_slow(&self, index: u32) -> Result<SlowReading, SourceError> {
+    fn read_slow(&self, index: u32, _: usize) -> Result<SlowReading, SourceError> {
         let mut slow = self.slow.lock();
         let queue = slow.get_mut(&index).ok_or(SourceError::UnknownDevice { index })?;
         queue.pop_front().unwrap_or(Err(SourceError::Unavailable { reason: "script over".into() }))
@@ -106,6 +106,7 @@ fn slow_script(device: u32) -> Vec<Result<SlowReading, SourceError>> {
                 }
                 _ => Ok(SlowReading {
                     allocations: None,
+                    processes_left_out: 0,
                     at: Timestamp::from_unix_millis(START + 1000 * i64::from(step)),
                     processes: match step % 3 {
                         0 => None,
@@ -208,7 +209,7 @@ fn a_recorded_trace_replays_the_same_results_in_the_same_order_then_ends() {
                 Ok(reading) => TraceRecord::Fast { device: d, reading },
                 Err(error) => TraceRecord::Error { device: d, tier: Tier::Fast, error },
             });
-            let slow = recorder.read_slow(d);
+            let slow = recorder.read_slow(d, usize::MAX);
             assert_eq!(slow, slow_script(d)[step]);
             expected_records.push(match slow {
                 Ok(reading) => TraceRecord::Slow { device: d, reading: Box::new(reading) },
@@ -227,7 +228,7 @@ fn a_recorded_trace_replays_the_same_results_in_the_same_order_then_ends() {
     for d in [1, 0] {
         for (step, (fast, slow)) in fast_script(d).into_iter().zip(slow_script(d)).enumerate() {
             assert_eq!(replay.read_fast(d), fast, "device {d} fast step {step}");
-            assert_eq!(replay.read_slow(d), slow, "device {d} slow step {step}");
+            assert_eq!(replay.read_slow(d, usize::MAX), slow, "device {d} slow step {step}");
         }
         for _ in 0..2 {
             assert_eq!(
@@ -235,7 +236,7 @@ fn a_recorded_trace_replays_the_same_results_in_the_same_order_then_ends() {
                 Err(SourceError::TraceEnded { index: d, tier: Tier::Fast })
             );
             assert_eq!(
-                replay.read_slow(d),
+                replay.read_slow(d, usize::MAX),
                 Err(SourceError::TraceEnded { index: d, tier: Tier::Slow })
             );
         }
@@ -253,7 +254,7 @@ fn recording_a_replay_writes_the_same_records_and_not_its_end() {
     for d in 0..2 {
         for _ in 0..STEPS {
             let _ = recorder.read_fast(d);
-            let _ = recorder.read_slow(d);
+            let _ = recorder.read_slow(d, usize::MAX);
         }
     }
     drop(recorder);
@@ -266,7 +267,7 @@ fn recording_a_replay_writes_the_same_records_and_not_its_end() {
     for d in 0..2 {
         for _ in 0..=STEPS {
             let _ = recorder.read_fast(d);
-            let _ = recorder.read_slow(d);
+            let _ = recorder.read_slow(d, usize::MAX);
         }
     }
     assert_eq!(recorder.read_fast(0), Err(SourceError::TraceEnded { index: 0, tier: Tier::Fast }));

@@ -42,7 +42,10 @@ fn a_trace_with_only_a_header_has_its_devices_and_no_records() {
     assert_eq!(replay.header().source, "simulator");
     assert_eq!(replay.devices().unwrap().iter().map(|d| d.index).collect::<Vec<_>>(), [0, 3]);
     assert!(replay.records().is_empty());
-    assert_eq!(replay.read_slow(3), Err(SourceError::TraceEnded { index: 3, tier: Tier::Slow }));
+    assert_eq!(
+        replay.read_slow(3, 64),
+        Err(SourceError::TraceEnded { index: 3, tier: Tier::Slow })
+    );
     // No trailing newline is fine too.
     assert!(open(HEADER, 4096).is_ok());
 }
