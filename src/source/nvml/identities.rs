@@ -27,6 +27,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use parking_lot::Mutex;
 
@@ -38,17 +39,20 @@ struct Known {
     /// tells this process from a later one with the same PID.
     start_time: u64,
     identity: Arc<ProcessIdentity>,
+    /// The sample that last kept it ([`Identities::of_capped`]'s sweep).
+    generation: u64,
 }
 
 /// Identities by device, then by PID.
 pub(super) struct Identities {
     reader: ProcReader,
     devices: Mutex<HashMap<u32, HashMap<u32, Known>>>,
+    generation: AtomicU64,
 }
 
 impl Identities {
     pub(super) fn new(reader: ProcReader) -> Self {
-        Self { reader, devices: Mutex::new(HashMap::new()) }
+        Self { reader, devices: Mutex::new(HashMap::new()), generation: AtomicU64::new(0) }
     }
 
     /// The identities of `pids`, the device's whole (already capped) list,
@@ -71,21 +75,39 @@ impl Identities {
         // Taken out rather than locked: a device's slow reads never overlap,
         // and other devices must not wait on this one's /proc reads.
         let mut known = self.devices.lock().remove(&device).unwrap_or_default();
-        let mut kept = HashMap::with_capacity(2 * pids.len());
+        // Updated in place, not rebuilt: each sample marks what it keeps and
+        // sweeps the rest, so a steady list costs no allocation or rehash.
+        let generation = self.generation.fetch_add(1, Ordering::Relaxed).wrapping_add(1);
         let identities = pids
             .iter()
             .map(|&pid| {
-                let entry = known.remove(&pid).or_else(|| self.read(pid));
-                let identity = entry.as_ref().map_or_else(Arc::default, |e| e.identity.clone());
-                if let Some(entry) = entry {
-                    kept.insert(pid, entry);
+                if let Some(entry) = known.get_mut(&pid) {
+                    entry.generation = generation;
+                    return entry.identity.clone();
                 }
-                identity
+                match self.read(pid, generation) {
+                    Some(entry) => {
+                        let identity = entry.identity.clone();
+                        known.insert(pid, entry);
+                        identity
+                    }
+                    None => Arc::default(),
+                }
             })
             .collect();
-        let carried = left_out.iter().filter_map(|&pid| Some((pid, known.remove(&pid)?)));
-        kept.extend(carried.take(pids.len()));
-        self.devices.lock().insert(device, kept);
+        // At most as many carried as kept, the first the cut left out.
+        let mut carried = 0;
+        for pid in left_out {
+            if carried == pids.len() {
+                break;
+            }
+            if let Some(entry) = known.get_mut(pid) {
+                entry.generation = generation;
+                carried += 1;
+            }
+        }
+        known.retain(|_, entry| entry.generation == generation);
+        self.devices.lock().insert(device, known);
         identities
     }
 
@@ -94,7 +116,7 @@ impl Identities {
         self.devices.lock().retain(|device, _| listed(*device));
     }
 
-    fn read(&self, pid: u32) -> Option<Known> {
+    fn read(&self, pid: u32, generation: u64) -> Option<Known> {
         let start_time = self.reader.start_time(pid)?;
         // A process on several GPUs (one rank driving two, a notebook) is
         // read once and its identity shared.
@@ -105,13 +127,16 @@ impl Identities {
                 .map(|k| k.identity.clone())
         });
         if let Some(identity) = shared {
-            return Some(Known { start_time, identity });
+            return Some(Known { start_time, identity, generation });
         }
         let identity = self.reader.identify(pid);
         // Read again after the identity files: a process that exited (and
         // whose PID was reused) in between would give a mix of two.
-        (self.reader.start_time(pid)? == start_time)
-            .then(|| Known { start_time, identity: Arc::new(identity) })
+        (self.reader.start_time(pid)? == start_time).then(|| Known {
+            start_time,
+            identity: Arc::new(identity),
+            generation,
+        })
     }
 
     #[cfg(test)]
