@@ -60,8 +60,6 @@ impl std::ops::Deref for AnalysisSettings {
 pub struct Analyzer {
     settings: AnalysisSettings,
     scratch: FloorScratch,
-    /// Reused between passes: the used-memory window of one device.
-    used_buffer: Vec<(Timestamp, u64)>,
     /// Reused between leak checks: one process's leak window as points.
     process_buffer: series::PidSeries,
     /// Reused between trend checks: a device's used memory without the
@@ -87,6 +85,8 @@ struct DeviceMemo {
     /// Processes the last leak check found warming up (rule 6): held as
     /// warm-ups while their rate keeps falling (`leak::Prior`).
     warming: HashSet<u32>,
+    /// The device's used memory over the trend window, slid check by check.
+    used: series::UsedWindow,
     /// Every process's usage over the trend window, slid check by check,
     /// for the growth read process by process.
     process_growth: ProcessGrowth,
@@ -106,7 +106,6 @@ impl Analyzer {
         Self {
             settings,
             scratch: FloorScratch::default(),
-            used_buffer: Vec::new(),
             process_buffer: series::PidSeries::default(),
             cleaned_buffer: Vec::new(),
             memos: HashMap::new(),
@@ -174,25 +173,26 @@ impl Analyzer {
             // Snapshots copy the open chunk of a ring: only taken when due.
             let fast = device.fast_snapshot();
             let window_start = now.saturating_sub(settings.trend_window);
-            series::device_used_into(&fast, window_start, now, &mut self.used_buffer);
-            let floor = settings.forecast.trend(&mut self.scratch, &self.used_buffer);
+            memo.used.slide(&fast, window_start, now);
+            let used = memo.used.points();
+            let floor = settings.forecast.trend(&mut self.scratch, used);
             // Read process by process where that may apply.
             let processes = &mut memo.process_growth;
             let by_process = ProcessGrowth::worth_reading(device, &settings.forecast, floor)
                 .then(|| {
                     processes.gather(device, window_start, now);
                     let (scratch, cleaned) = (&mut self.scratch, &mut self.cleaned_buffer);
-                    processes.rate(&settings.forecast, scratch, cleaned, &self.used_buffer, floor)
+                    processes.rate(&settings.forecast, scratch, cleaned, used, floor)
                 })
                 .flatten();
             let estimate = by_process.unwrap_or(floor);
             let slope = estimate.map_or(0.0, |(trend, _)| trend.slope_per_second);
             let window = settings.forecast.peak_window;
-            let peak = projected_peak(&self.used_buffer, window, slope);
+            let peak = projected_peak(used, window, slope);
             // Only growth that would be forecast is followed along a curve.
             let curve = estimate
                 .is_some_and(|(_, sustained)| sustained)
-                .then(|| settings.forecast.plateau(&mut self.scratch, &self.used_buffer))
+                .then(|| settings.forecast.plateau(&mut self.scratch, used))
                 .flatten();
             memo.trend = Some((now, estimate, peak, curve));
         }

@@ -59,6 +59,73 @@ pub fn device_used_into(
     }
 }
 
+/// Device `used` over the trend window, kept between trend checks: each
+/// check reads only the samples that arrived since the previous one and
+/// drops those that left the window. Copying the whole window (7 200
+/// points at 4 Hz) at every check was the largest part of an offline
+/// replay's trend work. The points are always exactly those of
+/// [`device_used_into`] over the same window; where that cannot be known
+/// (the window grew, time went back, the ring no longer reaches back to
+/// the window's start, or no longer holds the newest point kept), the
+/// window is read whole again.
+#[derive(Clone, Debug, Default)]
+pub struct UsedWindow {
+    /// Oldest first; those before `start` have left the window.
+    points: Vec<(Timestamp, u64)>,
+    start: usize,
+    /// The start of the window last read.
+    from: Option<Timestamp>,
+}
+
+impl UsedWindow {
+    /// The window's points, oldest first.
+    pub fn points(&self) -> &[(Timestamp, u64)] {
+        self.points.get(self.start..).unwrap_or(&[])
+    }
+
+    /// Moves the window to `from <= at <= to` of `snapshot`.
+    pub fn slide(&mut self, snapshot: &Snapshot<FastPoint>, from: Timestamp, to: Timestamp) {
+        // Samples older than the ring's oldest were dropped from it: where
+        // the ring still reaches before `from`, none of the window's were.
+        let reaches_back = snapshot
+            .range(Timestamp::EARLIEST, Timestamp::LATEST)
+            .next()
+            .is_some_and(|oldest| oldest.at() < from);
+        let resume = self.points().last().map(|&(at, _)| at).filter(|&newest| {
+            reaches_back
+                && newest <= to
+                && self.from.is_some_and(|previous| previous <= from)
+                && snapshot.count_in(newest, newest) > 0
+        });
+        self.from = Some(from);
+        let Some(newest) = resume else {
+            self.start = 0;
+            device_used_into(snapshot, from, to, &mut self.points);
+            return;
+        };
+        // History takes no sample older than its newest, so what arrived
+        // since is at or after the newest point kept; samples at that very
+        // time are read again, in case more came at it.
+        let kept = self.points.partition_point(|&(at, _)| at < newest);
+        self.points.truncate(kept);
+        for slice in snapshot.range_slices(newest, to) {
+            self.points.reserve(slice.len());
+            self.points.extend(
+                slice.iter().filter_map(|point| point.used_bytes().map(|used| (point.at(), used))),
+            );
+        }
+        let start = self.points.partition_point(|&(at, _)| at < from);
+        // Moved down once half the buffer has left the window: a copy per
+        // half window, not per check.
+        if start > self.points.len() / 2 {
+            self.points.drain(..start);
+            self.start = 0;
+        } else {
+            self.start = start;
+        }
+    }
+}
+
 /// The figures the leak windows keep of each process, in
 /// [`FigureRow::values`] order: allocator `allocated` (present exactly
 /// when the sample has allocator statistics) and NVML usage.

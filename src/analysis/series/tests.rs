@@ -299,3 +299,42 @@ fn a_pid_left_out_only_of_lists_the_process_cap_cut_keeps_its_life() {
     let (_, values) = seven.preferred().unwrap();
     assert_eq!(values, [(ts(5_000), 100)], "a new life after a whole list left it out");
 }
+
+/// The trend window slid check by check holds, at every check, exactly the
+/// points of reading the whole window again: through samples at one time
+/// arriving across checks, absent memory, a ring too short for the window,
+/// a window that grows and time that goes back.
+#[test]
+fn a_slid_used_window_equals_the_whole_window_read_again() {
+    for capacity in [40, 400] {
+        let ring = Ring::new(capacity);
+        let mut window = UsedWindow::default();
+        let mut state = 7_u64;
+        let mut next = move |bound: u64| {
+            state = state
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            (state >> 33) % bound
+        };
+        let mut at = 0_i64;
+        let mut length = 30_000_i64;
+        for check in 0..400 {
+            for _ in 0..next(12) {
+                // Some samples share a time; some have no memory reading.
+                at += [0, 250, 250, 1_000][next(4) as usize];
+                let used = (next(5) != 0).then(|| next(1_000));
+                ring.push(fast(at, used)).unwrap();
+            }
+            if check % 97 == 0 {
+                length += 10_000;
+            }
+            let to = if check % 53 == 0 { ts(at - 500) } else { ts(at) };
+            let from = ts(to.unix_millis() - length);
+            let snapshot = ring.snapshot();
+            window.slide(&snapshot, from, to);
+            let mut whole = Vec::new();
+            device_used_into(&snapshot, from, to, &mut whole);
+            assert_eq!(window.points(), &whole[..], "check {check}, ring of {capacity}");
+        }
+    }
+}
