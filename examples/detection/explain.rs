@@ -64,10 +64,10 @@ pub fn explain(
         // The analyzer knows when the process was first listed: so does this.
         let start =
             series.first().map_or(Start::Window(from), |&(listed, _)| Start::Listed(listed));
-        let verdict = assess_leak_traced(&mut scratch, window, start, prior, params, &mut judged);
         // Judged before the onset too: each check hands its verdict to the
         // next, as the analyzer's do (`leak::Prior`).
-        prior = prior.after(&verdict);
+        let verdict =
+            assess_leak_traced(&mut scratch, window, start, &mut prior, params, &mut judged);
         if second < onset_s {
             continue;
         }

@@ -206,8 +206,8 @@ pub fn assess_leak(
     held: bool,
     params: &LeakParams,
 ) -> Result<LeakEvidence, NotALeak> {
-    let prior = if held { Prior::Held } else { Prior::Nothing };
-    assess(scratch, series, Start::Window(window_start), prior, params, Trace(None))
+    let mut prior = if held { Prior::Held } else { Prior::Nothing };
+    assess(scratch, series, Start::Window(window_start), &mut prior, params, Trace(None))
 }
 
 /// Where a process's windows are covered from.
@@ -224,24 +224,44 @@ pub enum Start {
 /// [`assess_leak`], recording into `trace` every window it judged, in the
 /// order it judged them ([`WindowJudgement`]): why a leak is or is not
 /// called, from the detector itself (the benchmark's `--explain`).
+/// `prior` is replaced by what this check hands the next.
 pub fn assess_leak_traced(
     scratch: &mut FloorScratch,
     series: &[(Timestamp, u64)],
     start: Start,
-    prior: Prior,
+    prior: &mut Prior,
     params: &LeakParams,
     trace: &mut Vec<WindowJudgement>,
 ) -> Result<LeakEvidence, NotALeak> {
     assess(scratch, series, start, prior, params, Trace(Some(trace)))
 }
 
+/// The rules, with `prior` replaced by what this check hands the next
+/// (`Prior::after`, with the warm-up curve this check fitted).
 fn assess(
+    scratch: &mut FloorScratch,
+    series: &[(Timestamp, u64)],
+    start: Start,
+    prior: &mut Prior,
+    params: &LeakParams,
+    trace: Trace<'_>,
+) -> Result<LeakEvidence, NotALeak> {
+    let mut fitted = None;
+    let verdict = assess_once(scratch, series, start, *prior, params, trace, &mut fitted);
+    *prior = prior.after(&verdict, fitted);
+    verdict
+}
+
+/// The rules; `fitted` is set to the curve of a warm-up whose slowing
+/// this check found standing out of the scatter.
+fn assess_once(
     scratch: &mut FloorScratch,
     series: &[(Timestamp, u64)],
     start: Start,
     prior: Prior,
     params: &LeakParams,
     mut trace: Trace<'_>,
+    fitted: &mut Option<Curve>,
 ) -> Result<LeakEvidence, NotALeak> {
     let held = prior == Prior::Held;
     let (Some(&(first, _)), Some(&(now, _))) = (series.first(), series.last()) else {
@@ -312,8 +332,7 @@ fn assess(
     // seeds 1-6); there the significant fall lets a suspected leak go.
     let whole_life =
         started.is_some_and(|started| first.duration_since(started).is_none_or(|d| d <= tolerance));
-    let proof =
-        if prior == Prior::WarmingUp && !whole_life { Proof::AnyFall } else { Proof::Significant };
+    let proof = if prior.warming_up() && !whole_life { Proof::AnyFall } else { Proof::Significant };
     // A young process's leak is let go by rule 6 too (its life's rate
     // falling as a warm-up's must to be called one): one called on a short
     // window minutes into a warm-up whose slowing did not yet stand out
@@ -327,6 +346,28 @@ fn assess(
             .and_then(|buckets| scratch.line(series, first, buckets))
             .is_some();
     let life = life.then(|| halves(scratch.points(), &mut buffer)).flatten();
+    // The curve a significant fall fits, for the checks after this one:
+    // the tail's own halves soon measure equal rates (the scatter of
+    // bucket minima under a sawtooth of gigabytes swamps a rate that falls
+    // tenfold over the window; seed 1, warm-up run 2 at minute 64: 0.49 and
+    // 0.47 MiB/s), while the floor still only follows that curve.
+    *fitted = life
+        .filter(|life| falls(life, params, Proof::Significant))
+        .and_then(|life| Curve::fitted(&life, now));
+    // A warm-up found before, on a process older than the series, whose
+    // window rose no more than its curve still rose over it and stays
+    // under its plateau: the longest window is the warm-up's tail. A leak
+    // after it rises where the curve has nothing left (or speeds up,
+    // `new_growth` below); the shorter windows are judged as ever, so a
+    // fast leak is not held back by a curve an early fit got wrong (a
+    // 16 MiB/s leak waited 7.6 min at seed 4, run 108, while only the
+    // newest quarter of the full window had risen).
+    let under = match prior {
+        Prior::WarmingUp(Some(curve)) if !whole_life => {
+            life.is_some_and(|life| follows(&curve, &life, (first, now), params))
+        }
+        _ => false,
+    };
     let life_slowing = life.is_some_and(|life| falls(&life, params, proof));
     // Not judged where the window holds too few observations (`density`).
     let longest_buckets =
@@ -340,10 +381,11 @@ fn assess(
     // window alone is not judged so: evaluation dips and a leak's onset
     // inside it shape its halves more than any warm-up does.
     let life_is_window = first >= longest_from;
-    let slowing = life_slowing
-        && !life
-            .is_some_and(|life| new_growth(scratch, &life, life_is_window, params, &mut buffer));
-    let verdict = if slowing {
+    let rises_anew = (life_slowing || under)
+        && life.is_some_and(|life| new_growth(scratch, &life, life_is_window, params, &mut buffer));
+    let slowing = life_slowing && !rises_anew;
+    let tail = under && !life_slowing && !rises_anew;
+    let verdict = if slowing || tail {
         Err(NotALeak::Slowing)
     } else if longest_new_ground == Some(false) {
         Err(NotALeak::NoNewGround)
@@ -365,6 +407,7 @@ fn assess(
     }
     if let Err(reason) = verdict
         && reason != NotALeak::NoNewGround
+        && !tail
     {
         let masked =
             match without_dips(scratch, series, longest_span, held, params, &mut trace, None) {
@@ -578,15 +621,20 @@ fn new_ground(
 
 /// Looks for a leak in one process's window (`from` is where the window
 /// began), following its [`PidSeries::preferred`] figure; `prior` is what
-/// the previous check said of it (see the module doc).
+/// the previous check said of it (see the module doc), replaced by what
+/// this one says for the next.
 pub fn detect_process_leak(
     scratch: &mut FloorScratch,
     process: &PidSeries,
     from: Timestamp,
-    prior: Prior,
+    prior: &mut Prior,
     params: &LeakParams,
 ) -> Result<LeakFinding, NotALeak> {
-    let (metric, values) = process.preferred().ok_or(NotALeak::NoTrend)?;
+    let Some((metric, values)) = process.preferred() else {
+        let verdict = Err(NotALeak::NoTrend);
+        *prior = prior.after(&verdict, None);
+        return verdict;
+    };
     let start = process.since.map_or(Start::Window(from), Start::Listed);
     let evidence = assess(scratch, values, start, prior, params, Trace(None))?;
     // Judged on the whole series (the full window, or the process's life):
@@ -624,8 +672,8 @@ mod warmup;
 pub use params::LeakParams;
 use trace::Trace;
 pub use trace::WindowJudgement;
-pub use warmup::Prior;
-use warmup::{Proof, falls, new_growth};
+pub use warmup::{Curve, Prior};
+use warmup::{Proof, falls, follows, new_growth};
 
 #[cfg(test)]
 mod hold_tests;
