@@ -45,6 +45,8 @@ pub struct Curve {
     pub remaining: f64,
     /// Its time constant, seconds.
     pub tau: f64,
+    /// The floor's noise when it was fitted (one point's σ, bytes).
+    pub noise: f64,
 }
 
 impl Curve {
@@ -52,7 +54,8 @@ impl Curve {
     /// at `now`; `None` where the rate did not fall.
     pub(super) fn fitted(halves: &Halves, now: Timestamp) -> Option<Self> {
         let (tau, remaining) = halves.curve_at_end()?;
-        Some(Curve { fitted_at: now, level: halves.end_level, remaining, tau: tau.max(1.0) })
+        let (level, noise) = (halves.end_level, halves.noise);
+        Some(Curve { fitted_at: now, level, remaining, tau: tau.max(1.0), noise })
     }
 
     /// The level it heads for, bytes.
@@ -100,9 +103,11 @@ impl Prior {
 
 /// Whether a window from `from` to `now` (`window`: its halves) rose no
 /// more than `curve` still rose over it, and stays under its plateau, each
-/// within `slowing_significance` times the window's noise, as much as a
-/// fall must stand out to be one: the tail of the warm-up the curve
-/// follows. A leak after a warm-up rises where the curve has nothing left
+/// within `slowing_significance` times the noise (the window's, or the
+/// curve's own where less: evaluation dips scatter a later window by
+/// gigabytes, and held a 0.25 MiB/s leak as a tail for 45 min at seed 28,
+/// run 112), as much as a fall must stand out to be one: the tail of the
+/// warm-up the curve follows. A leak after a warm-up rises where the curve has nothing left
 /// to rise, and passes its plateau.
 pub(super) fn follows(
     curve: &Curve,
@@ -110,7 +115,8 @@ pub(super) fn follows(
     (from, now): (Timestamp, Timestamp),
     params: &LeakParams,
 ) -> bool {
-    let margin = params.slowing_significance * window.noise.max(params.noise_floor_bytes);
+    let noise = window.noise.min(curve.noise).max(params.noise_floor_bytes);
+    let margin = params.slowing_significance * noise;
     let expected = curve.left_at(from, window.start_level) - curve.left_at(now, window.end_level);
     window.end_level - window.start_level <= expected.max(0.0) + margin
         && window.end_level <= curve.plateau() + margin
