@@ -126,8 +126,13 @@ fn a_leak_past_a_warm_up_s_plateau_is_called() {
 
 #[test]
 fn a_warm_up_stays_one_until_a_leak_is_called() {
-    let curve =
-        |remaining: f64| Curve { fitted_at: at(0), level: 20.0 * GIB, remaining, tau: 300.0 };
+    let curve = |remaining: f64| Curve {
+        fitted_at: at(0),
+        level: 20.0 * GIB,
+        remaining,
+        tau: 300.0,
+        noise: 30.0 * MIB,
+    };
     let plateau = Some(curve(10.0 * GIB));
     let warming = Prior::Nothing.after::<()>(&Err(NotALeak::Slowing), plateau);
     assert_eq!(warming, Prior::WarmingUp(plateau));
