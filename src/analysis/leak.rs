@@ -45,7 +45,12 @@
 //!    one as a leak is held on less than called it. A suspected leak of a
 //!    process whose whole life lies in the series is let go by the
 //!    significant fall: called on a short window minutes into a warm-up, it
-//!    was otherwise kept by the hold rules alone.
+//!    was otherwise kept by the hold rules alone. The curve a significant
+//!    fall over a whole life fits is carried in the prior
+//!    (`leak::Curve`): on a process older than the series, a longest
+//!    window that rose no more than that curve still rose over it and
+//!    stays under its plateau is the warm-up's tail, whose halves no
+//!    longer show the fall; the shorter windows are judged as ever.
 //!
 //! Rule 2 has a second way (`leak::sequential`, every window but the
 //! shortest): the CUSUM of the floor's bucket minima above the window's

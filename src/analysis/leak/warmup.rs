@@ -1,9 +1,10 @@
 //! Rule 6 of the leak detector: growth whose rate keeps falling is a
 //! warm-up, not a leak, and what the previous check said of it.
 //!
-//! Owns: [`Prior`] (the verdict a check hands the next), how much of a
-//! fall rule 6 asks for ([`Proof`]), and whether a window's growth is new
-//! on top of a warm-up. Depends on `analysis::{floor, trend::saturation}`
+//! Owns: [`Prior`] (the verdict a check hands the next) and the warm-up
+//! [`Curve`] it carries, how much of a fall rule 6 asks for ([`Proof`]),
+//! whether a window's growth is new on top of a warm-up, and whether a
+//! window past the warm-up's start still follows its curve (its tail). Depends on `analysis::{floor, trend::saturation}`
 //! and the leak parameters. Pure; no I/O, no clocks.
 //!
 //! Why a prior: a warm-up's slowing stands out of the floor's scatter
