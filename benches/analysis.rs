@@ -129,7 +129,7 @@ fn process_windows(c: &mut Criterion) {
             let mut found = 0usize;
             windows.visit_processes(&mut buffer, |process| {
                 found += usize::from(
-                    detect_process_leak(&mut scratch, process, from, Prior::Nothing, &params)
+                    detect_process_leak(&mut scratch, process, from, &mut Prior::Nothing, &params)
                         .is_ok(),
                 );
             });

@@ -25,6 +25,8 @@ usage: detection [FLAGS]
   --report-interval D      allocator reports this often, not at every slow sample
   --param NAME=VALUE       an analysis constant, for tuning (seconds, bytes)
   --explain RUN            one run's leak or forecast checks, then stop
+  --point-reports          reporters send point figures only, no interval range
+                           (as reporters before 0.3 did)
   --pid P                  with --explain: this process's checks from the run's start
   --verbose                every run's figures
   --help                   this text
@@ -39,6 +41,9 @@ pub struct Args {
     /// `--stepped-runs`: runs whose steps are commensurate with the
     /// sampling (`corpus::stepped_runs`).
     pub stepped_runs: usize,
+    /// `--point-reports`: reporters send no interval range
+    /// (`CorpusRun::point_reports`).
+    pub point_reports: bool,
     /// `--dipping-runs`: leaks through evaluation dips (`corpus::dipping_runs`).
     pub dipping_runs: usize,
     /// `--running-max-runs`: NVML-only cache steps (`corpus::running_max_runs`).
@@ -76,6 +81,7 @@ pub fn parse() -> Args {
         growth_runs: 24,
         warmup_runs: 24,
         stepped_runs: 0,
+        point_reports: false,
         dipping_runs: 0,
         running_max_runs: 0,
         seed: 1,
@@ -93,6 +99,10 @@ pub fn parse() -> Args {
         match flag.as_str() {
             "--verbose" => {
                 args.verbose = true;
+                continue;
+            }
+            "--point-reports" => {
+                args.point_reports = true;
                 continue;
             }
             "--help" | "-h" => {

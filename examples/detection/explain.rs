@@ -65,19 +65,18 @@ pub fn explain(
         // The analyzer knows when the process was first listed: so does this.
         let start =
             series.first().map_or(Start::Window(from), |&(listed, _)| Start::Listed(listed));
+        // Judged before the onset too: each check hands its verdict and a
+        // held leak's carried hold to the next, as the analyzer's do
+        // (`leak::Prior`, `leak::Hold`).
         let verdict = assess_held_traced(
             &mut scratch,
             window,
             start,
             held.as_ref(),
-            prior,
+            &mut prior,
             params,
             &mut judged,
         );
-        // Judged before the onset too: each check hands its verdict and a
-        // held leak's carried hold to the next, as the analyzer's do
-        // (`leak::Prior`, `leak::Hold`).
-        prior = prior.after(&verdict);
         held = verdict.as_ref().ok().map(|&(_, hold)| hold);
         if second < onset_s {
             continue;

@@ -24,6 +24,7 @@ mod forecast;
 mod play;
 mod pooled;
 mod sampling;
+mod stepped;
 
 use std::time::Duration;
 
@@ -104,6 +105,7 @@ fn corpus_of(seed: u64, args: &Args) -> Vec<CorpusRun> {
         .chain(corpus::stepped_runs(seed, args.stepped_runs))
         .chain(corpus::dipping_runs(seed, args.dipping_runs))
         .chain(corpus::running_max_runs(seed, args.running_max_runs))
+        .map(|run| if args.point_reports { run.point_reports() } else { run })
         .collect()
 }
 
@@ -247,6 +249,7 @@ fn main() {
         );
         let played = play_seeds(seeds, &args, &config);
         pooled::report(&played, args.verbose);
+        stepped::report(&played);
         return;
     }
     println!(

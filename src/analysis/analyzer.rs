@@ -8,7 +8,7 @@
 //! `history` (read-only), `model` and the pure functions beside it; knows
 //! nothing of alert rules, configuration or HTTP.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::time::Duration;
 
 use crate::history::{DeviceHistory, HistoryStore, ProcessFigure};
@@ -17,7 +17,7 @@ use crate::model::Timestamp;
 use super::AnalysisConfig;
 use super::driver_retries::DriverRetries;
 use super::floor::FloorScratch;
-use super::leak::{LeakFinding, LeakParams, Prior, detect_held_leak};
+use super::leak::{Curve, LeakFinding, LeakParams, Prior, detect_held_leak};
 use super::pressure::{PressureInput, PressureThresholds, pressure};
 use super::process_growth::ProcessGrowth;
 use super::series;
@@ -82,9 +82,10 @@ struct DeviceMemo {
     trend: Option<TrendMemo>,
     /// When leaks were last assessed, and the findings by PID.
     leaks: Option<(Timestamp, HashMap<u32, LeakFinding>)>,
-    /// Processes the last leak check found warming up (rule 6): held as
-    /// warm-ups while their rate keeps falling (`leak::Prior`).
-    warming: HashSet<u32>,
+    /// Processes the last leak check found warming up (rule 6), with the
+    /// curve last fitted to their floor: held as warm-ups while their rate
+    /// keeps falling or their floor follows that curve (`leak::Prior`).
+    warming: HashMap<u32, Option<Curve>>,
     /// The device's used memory over the trend window, slid check by check.
     used: series::UsedWindow,
     /// Every process's usage over the trend window, slid check by check,
@@ -250,19 +251,20 @@ impl Analyzer {
                     let scratch = &mut self.scratch;
                     let mut findings = HashMap::new();
                     let warming = &mut memo.warming;
-                    let mut still_warming = HashSet::new();
+                    let mut still_warming = HashMap::new();
                     windows.visit_processes(&mut self.process_buffer, |process| {
                         let held = previous.get(&process.pid);
-                        let prior = if held.is_some() {
+                        let mut prior = if held.is_some() {
                             Prior::Held
-                        } else if warming.contains(&process.pid) {
-                            Prior::WarmingUp
+                        } else if let Some(&curve) = warming.get(&process.pid) {
+                            Prior::WarmingUp(curve)
                         } else {
                             Prior::Nothing
                         };
-                        let verdict = detect_held_leak(scratch, process, from, held, prior, params);
-                        if prior.after(&verdict) == Prior::WarmingUp {
-                            still_warming.insert(process.pid);
+                        let verdict =
+                            detect_held_leak(scratch, process, from, held, &mut prior, params);
+                        if let Prior::WarmingUp(curve) = prior {
+                            still_warming.insert(process.pid, curve);
                         }
                         if let Ok(finding) = verdict {
                             let finding = finding.after(held);

@@ -45,7 +45,12 @@
 //!    one as a leak is held on less than called it. A suspected leak of a
 //!    process whose whole life lies in the series is let go by the
 //!    significant fall: called on a short window minutes into a warm-up, it
-//!    was otherwise kept by the hold rules alone.
+//!    was otherwise kept by the hold rules alone. The curve a significant
+//!    fall over a whole life fits is carried in the prior
+//!    (`leak::Curve`): on a process older than the series, a longest
+//!    window that rose no more than that curve still rose over it and
+//!    stays under its plateau is the warm-up's tail, whose halves no
+//!    longer show the fall; the shorter windows are judged as ever.
 //!
 //! Rule 2 has a second way (`leak::sequential`, every window but the
 //! shortest): the CUSUM of the floor's bucket minima above the window's
@@ -218,8 +223,8 @@ pub fn assess_leak(
     held: bool,
     params: &LeakParams,
 ) -> Result<LeakEvidence, NotALeak> {
-    let prior = if held { Prior::Held } else { Prior::Nothing };
-    assess(scratch, series, Start::Window(window_start), prior, params, Trace(None))
+    let mut prior = if held { Prior::Held } else { Prior::Nothing };
+    assess(scratch, series, Start::Window(window_start), &mut prior, params, Trace(None))
 }
 
 /// Where a process's windows are covered from.
@@ -236,11 +241,12 @@ pub enum Start {
 /// [`assess_leak`], recording into `trace` every window it judged, in the
 /// order it judged them ([`WindowJudgement`]): why a leak is or is not
 /// called, from the detector itself (the benchmark's `--explain`).
+/// `prior` is replaced by what this check hands the next.
 pub fn assess_leak_traced(
     scratch: &mut FloorScratch,
     series: &[(Timestamp, u64)],
     start: Start,
-    prior: Prior,
+    prior: &mut Prior,
     params: &LeakParams,
     trace: &mut Vec<WindowJudgement>,
 ) -> Result<LeakEvidence, NotALeak> {
@@ -257,7 +263,7 @@ pub fn assess_held_traced(
     series: &[(Timestamp, u64)],
     start: Start,
     held: Option<&Hold>,
-    prior: Prior,
+    prior: &mut Prior,
     params: &LeakParams,
     trace: &mut Vec<WindowJudgement>,
 ) -> Result<(LeakEvidence, Hold), NotALeak> {
@@ -266,15 +272,18 @@ pub fn assess_held_traced(
 
 /// [`assess`] with what a held leak carried from the last check
 /// (`held`): the window rules first, the carried hold where they fail.
+/// `prior` is replaced by what this check hands the next: a leak held on
+/// the carried evidence stays [`Prior::Held`].
 fn assess_carried(
     scratch: &mut FloorScratch,
     series: &[(Timestamp, u64)],
     start: Start,
     held: Option<&Hold>,
-    prior: Prior,
+    prior: &mut Prior,
     params: &LeakParams,
     mut trace: Trace<'_>,
 ) -> Result<(LeakEvidence, Hold), NotALeak> {
+    let was_held = *prior == Prior::Held;
     let verdict = assess(scratch, series, start, prior, params, trace.reborrow());
     let now = series.last().map(|&(at, _)| at).ok_or(NotALeak::NoTrend)?;
     let reason = match verdict {
@@ -284,7 +293,7 @@ fn assess_carried(
     // A warm-up's slowing (rule 6) lets a suspected leak go by design, and
     // a process too young or too sparsely seen has no floor to hold on.
     let bridgeable = !matches!(reason, NotALeak::Slowing | NotALeak::TooShort | NotALeak::NoTrend);
-    let Some(&hold) = held.filter(|_| bridgeable && prior == Prior::Held) else {
+    let Some(&hold) = held.filter(|_| bridgeable && was_held) else {
         return Err(reason);
     };
     let (line, span, holds) = hold::bridge(scratch, series, &hold, params).ok_or(reason)?;
@@ -293,16 +302,39 @@ fn assess_carried(
         record.carried = true;
         record.verdict = Some(if holds { Ok(()) } else { Err(reason) });
     });
-    if holds { Ok((LeakEvidence::from_line(&line), hold)) } else { Err(reason) }
+    if !holds {
+        return Err(reason);
+    }
+    *prior = Prior::Held;
+    Ok((LeakEvidence::from_line(&line), hold))
 }
 
+/// The rules, with `prior` replaced by what this check hands the next
+/// (`Prior::after`, with the warm-up curve this check fitted).
 fn assess(
+    scratch: &mut FloorScratch,
+    series: &[(Timestamp, u64)],
+    start: Start,
+    prior: &mut Prior,
+    params: &LeakParams,
+    trace: Trace<'_>,
+) -> Result<LeakEvidence, NotALeak> {
+    let mut fitted = None;
+    let verdict = assess_once(scratch, series, start, *prior, params, trace, &mut fitted);
+    *prior = prior.after(&verdict, fitted);
+    verdict
+}
+
+/// The rules; `fitted` is set to the curve of a warm-up whose slowing
+/// this check found standing out of the scatter.
+fn assess_once(
     scratch: &mut FloorScratch,
     series: &[(Timestamp, u64)],
     start: Start,
     prior: Prior,
     params: &LeakParams,
     mut trace: Trace<'_>,
+    fitted: &mut Option<Curve>,
 ) -> Result<LeakEvidence, NotALeak> {
     let held = prior == Prior::Held;
     let (Some(&(first, _)), Some(&(now, _))) = (series.first(), series.last()) else {
@@ -373,8 +405,7 @@ fn assess(
     // seeds 1-6); there the significant fall lets a suspected leak go.
     let whole_life =
         started.is_some_and(|started| first.duration_since(started).is_none_or(|d| d <= tolerance));
-    let proof =
-        if prior == Prior::WarmingUp && !whole_life { Proof::AnyFall } else { Proof::Significant };
+    let proof = if prior.warming_up() && !whole_life { Proof::AnyFall } else { Proof::Significant };
     // A young process's leak is let go by rule 6 too (its life's rate
     // falling as a warm-up's must to be called one): one called on a short
     // window minutes into a warm-up whose slowing did not yet stand out
@@ -388,6 +419,34 @@ fn assess(
             .and_then(|buckets| scratch.line(series, first, buckets))
             .is_some();
     let life = life.then(|| halves(scratch.points(), &mut buffer)).flatten();
+    // The curve a significant fall over the process's life fits, for the
+    // checks after this one:
+    // the tail's own halves soon measure equal rates (the scatter of
+    // bucket minima under a sawtooth of gigabytes swamps a rate that falls
+    // tenfold over the window; seed 1, warm-up run 2 at minute 64: 0.49 and
+    // 0.47 MiB/s), while the floor still only follows that curve.
+    // Fitted only over a whole life: a window of an older process that
+    // reads as slowing (its halves under a dip or scatter, or a leak's
+    // own) fits a curve that has a leak's rate left to rise by, and kept
+    // a 0.25 MiB/s leak held as that curve's tail (seed 28, runs 112 and
+    // 176).
+    *fitted = life
+        .filter(|life| whole_life && falls(life, params, Proof::Significant))
+        .and_then(|life| Curve::fitted(&life, now));
+    // A warm-up found before, on a process older than the series, whose
+    // window rose no more than its curve still rose over it and stays
+    // under its plateau: the longest window is the warm-up's tail. A leak
+    // after it rises where the curve has nothing left (or speeds up,
+    // `new_growth` below); the shorter windows are judged as ever, so a
+    // fast leak is not held back by a curve an early fit got wrong (a
+    // 16 MiB/s leak waited 7.6 min at seed 4, run 108, while only the
+    // newest quarter of the full window had risen).
+    let under = match prior {
+        Prior::WarmingUp(Some(curve)) if !whole_life => {
+            life.is_some_and(|life| follows(&curve, &life, (first, now), params))
+        }
+        _ => false,
+    };
     let life_slowing = life.is_some_and(|life| falls(&life, params, proof));
     // Not judged where the window holds too few observations (`density`).
     let longest_buckets =
@@ -401,10 +460,11 @@ fn assess(
     // window alone is not judged so: evaluation dips and a leak's onset
     // inside it shape its halves more than any warm-up does.
     let life_is_window = first >= longest_from;
-    let slowing = life_slowing
-        && !life
-            .is_some_and(|life| new_growth(scratch, &life, life_is_window, params, &mut buffer));
-    let verdict = if slowing {
+    let rises_anew = (life_slowing || under)
+        && life.is_some_and(|life| new_growth(scratch, &life, life_is_window, params, &mut buffer));
+    let slowing = life_slowing && !rises_anew;
+    let tail = under && !life_slowing && !rises_anew;
+    let verdict = if slowing || tail {
         Err(NotALeak::Slowing)
     } else if longest_new_ground == Some(false) {
         Err(NotALeak::NoNewGround)
@@ -426,6 +486,7 @@ fn assess(
     }
     if let Err(reason) = verdict
         && reason != NotALeak::NoNewGround
+        && !tail
     {
         let masked =
             match without_dips(scratch, series, longest_span, held, params, &mut trace, None) {
@@ -639,12 +700,13 @@ fn new_ground(
 
 /// Looks for a leak in one process's window (`from` is where the window
 /// began), following its [`PidSeries::preferred`] figure; `prior` is what
-/// the previous check said of it (see the module doc).
+/// the previous check said of it (see the module doc), replaced by what
+/// this one says for the next.
 pub fn detect_process_leak(
     scratch: &mut FloorScratch,
     process: &PidSeries,
     from: Timestamp,
-    prior: Prior,
+    prior: &mut Prior,
     params: &LeakParams,
 ) -> Result<LeakFinding, NotALeak> {
     detect_held_leak(scratch, process, from, None, prior, params)
@@ -659,10 +721,14 @@ pub fn detect_held_leak(
     process: &PidSeries,
     from: Timestamp,
     held: Option<&LeakFinding>,
-    prior: Prior,
+    prior: &mut Prior,
     params: &LeakParams,
 ) -> Result<LeakFinding, NotALeak> {
-    let (metric, values) = process.preferred().ok_or(NotALeak::NoTrend)?;
+    let Some((metric, values)) = process.preferred() else {
+        let verdict = Err(NotALeak::NoTrend);
+        *prior = prior.after(&verdict, None);
+        return verdict;
+    };
     let start = process.since.map_or(Start::Window(from), Start::Listed);
     let carried = held.map(|held| &held.hold);
     let (evidence, hold) =
@@ -704,8 +770,8 @@ pub use hold::Hold;
 pub use params::LeakParams;
 use trace::Trace;
 pub use trace::WindowJudgement;
-pub use warmup::Prior;
-use warmup::{Proof, falls, new_growth};
+pub use warmup::{Curve, Prior};
+use warmup::{Proof, falls, follows, new_growth};
 
 #[cfg(test)]
 mod hold_tests;

@@ -28,6 +28,15 @@
 //! [`dipping_runs`] leak through evaluation dips every 15–20 min;
 //! [`running_max_runs`] grow reserved memory, NVML only, in a few large
 //! irregular steps as the cache follows the largest batch so far.
+//!
+//! A job that reports sends what the Python reporter sends by default: its
+//! figures at the report, and the lowest and highest `allocated` and
+//! `reserved` of the `samples_per_interval` (4) samples it took evenly
+//! through the interval (1 s) before it, the report's own included. So a
+//! step as long as the sampling period is seen at four phases a report,
+//! not at the one that only drifts. (Other tenants' reporters are older
+//! ones: point figures only. With the benchmark's `--report-interval`, a
+//! report still carries the range of the second before it.)
 
 mod allocator;
 mod classes;
@@ -52,6 +61,12 @@ const BENIGN_RUN: Duration = Duration::from_secs(2 * 3600);
 /// How long a leak is played after its onset (unless the device fills).
 const LEAK_PLAYED: Duration = Duration::from_secs(45 * 60);
 const UNATTRIBUTED: u64 = 4 * MIB;
+/// How often a job's reporter reports, milliseconds: the Python reporter's
+/// default `interval` (1 s), as the benchmark's slow tier takes them.
+const REPORT_INTERVAL_MS: u64 = 1_000;
+/// Allocator samples per report, the report's own included: the Python
+/// reporter's default `samples_per_interval`, taken evenly between reports.
+const SAMPLES_PER_INTERVAL: u64 = 4;
 
 /// What a run is, for scoring.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -78,6 +93,9 @@ pub struct CorpusRun {
     pub duration: Duration,
     /// The primary job's step period where it is fixed ([`stepped_runs`]).
     pub step_period: Option<f64>,
+    /// Whether its jobs' reporters send the interval range (the Python
+    /// reporter's default since 0.3), not point figures only.
+    sends_range: bool,
     jobs: Vec<Job>,
     tenants: Vec<Tenant>,
 }
@@ -247,7 +265,15 @@ impl CorpusRun {
             .then(|| (draw.log_mib(4_096.0, 30_720.0), draw.between(60.0, 600.0)));
         jobs.push(primary);
         jobs.extend(second);
-        let mut run = CorpusRun { seed, label, duration, step_period: None, jobs, tenants };
+        let mut run = CorpusRun {
+            seed,
+            label,
+            duration,
+            step_period: None,
+            sends_range: true,
+            jobs,
+            tenants,
+        };
         if let Some((climb, tau)) = warmup {
             run.warm_up_below_capacity(climb, tau);
         }
@@ -350,24 +376,17 @@ impl CorpusRun {
 
     fn processes_at(&self, at: Timestamp) -> Vec<ProcessInfo> {
         let t_ms = at.unix_millis().saturating_sub(GOLDEN_ORIGIN.unix_millis()).max(0) as u64;
-        let t_s = t_ms as f64 / 1000.0;
         let mut out = Vec::with_capacity(self.jobs.len() + self.tenants.len());
         for job in &self.jobs {
-            let key = [u64::from(job.pid), t_ms];
-            let phase = job
-                .step_phase(t_s)
-                .unwrap_or_else(|| noise::unit(self.seed, Stream::Allocated, &key));
-            // A step's shape changes every few seconds, not every sample.
-            let shape = noise::symmetric(self.seed, Stream::Reserved, &[key[0], t_ms / 3_000]);
-            let Some(memory) = job.memory(t_s, phase, shape) else { continue };
-            let allocator = job.reports.then_some(vramd::model::AllocatorStats {
+            let Some(memory) = self.job_at(job, t_ms) else { continue };
+            let allocator = job.reports.then(|| vramd::model::AllocatorStats {
                 allocated_bytes: memory.allocated,
                 reserved_bytes: memory.reserved,
                 active_bytes: memory.allocated,
                 inactive_split_bytes: memory.inactive_split,
                 alloc_retries: 0,
                 ooms: 0,
-                interval: None,
+                interval: self.sends_range.then(|| self.interval_range(job, t_ms, memory)),
             });
             out.push(ProcessInfo {
                 pid: job.pid,
@@ -381,6 +400,56 @@ impl CorpusRun {
             out.push(tenant.at(self.seed, t_ms));
         }
         out
+    }
+}
+
+impl CorpusRun {
+    /// The same run with reporters that send point figures only, as those
+    /// before 0.3 did: a step as long as the sampling period is seen at the
+    /// one phase each report catches.
+    pub fn point_reports(self) -> Self {
+        CorpusRun { sends_range: false, ..self }
+    }
+
+    /// `job`'s memory at `t_ms` (since the run's start), caught at the
+    /// phase of its step a sample then sees.
+    fn job_at(&self, job: &Job, t_ms: u64) -> Option<job::JobMemory> {
+        let t_s = t_ms as f64 / 1000.0;
+        let key = [u64::from(job.pid), t_ms];
+        let phase =
+            job.step_phase(t_s).unwrap_or_else(|| noise::unit(self.seed, Stream::Allocated, &key));
+        // A step's shape changes every few seconds, not every sample.
+        let shape = noise::symmetric(self.seed, Stream::Reserved, &[key[0], t_ms / 3_000]);
+        job.memory(t_s, phase, shape)
+    }
+
+    /// The range a reporter sends with the report at `t_ms` (`now`, its
+    /// figures): the lowest and highest `allocated` and `reserved` of the
+    /// samples it took since the last report, evenly spaced through the
+    /// interval, and of the report's own.
+    fn interval_range(
+        &self,
+        job: &Job,
+        t_ms: u64,
+        now: job::JobMemory,
+    ) -> vramd::model::AllocatorRange {
+        let gap = REPORT_INTERVAL_MS / SAMPLES_PER_INTERVAL;
+        let earlier = (1..SAMPLES_PER_INTERVAL)
+            .filter_map(|k| t_ms.checked_sub(k * gap))
+            .filter_map(|at| self.job_at(job, at));
+        let mut range = vramd::model::AllocatorRange {
+            allocated_min_bytes: now.allocated,
+            allocated_max_bytes: now.allocated,
+            reserved_min_bytes: now.reserved,
+            reserved_max_bytes: now.reserved,
+        };
+        for seen in earlier {
+            range.allocated_min_bytes = range.allocated_min_bytes.min(seen.allocated);
+            range.allocated_max_bytes = range.allocated_max_bytes.max(seen.allocated);
+            range.reserved_min_bytes = range.reserved_min_bytes.min(seen.reserved);
+            range.reserved_max_bytes = range.reserved_max_bytes.max(seen.reserved);
+        }
+        range
     }
 }
 
@@ -498,6 +567,42 @@ mod tests {
                 assert_eq!(run.slow_at(at), slow);
             }
         }
+    }
+
+    #[test]
+    fn reports_carry_the_range_of_the_samples_through_their_interval() {
+        // A 1 s step from a fixed phase: one sample a second sees one phase
+        // of it, the reporter's four a report see a quarter of a step apart.
+        let run = (1..20)
+            .flat_map(|seed| stepped_runs(seed, 16))
+            .find(|run| run.step_period == Some(1.0) && run.jobs[0].reports)
+            .expect("a reporting job stepping every second");
+        let job = &run.jobs[0];
+        let (mut point_floor, mut range_floor) = (u64::MAX, u64::MAX);
+        for second in 600..660 {
+            let at = GOLDEN_ORIGIN.saturating_add(Duration::from_secs(second));
+            let slow = run.slow_at(at);
+            let stats = slow
+                .processes
+                .iter()
+                .flatten()
+                .find(|process| process.pid == job.pid)
+                .and_then(|process| process.allocator)
+                .expect("the job reports");
+            let range = stats.interval.expect("a range with every report");
+            assert!(range.allocated_min_bytes <= stats.allocated_bytes);
+            assert!(stats.allocated_bytes <= range.allocated_max_bytes);
+            assert!(range.reserved_min_bytes <= stats.reserved_bytes);
+            assert!(stats.reserved_bytes <= range.reserved_max_bytes);
+            point_floor = point_floor.min(stats.allocated_bytes);
+            range_floor = range_floor.min(range.allocated_min_bytes);
+        }
+        // The lowest of four phases a quarter apart lies within a quarter
+        // step of the trough; the one phase a point sees may lie anywhere.
+        let trough = job.memory(630.0, 0.0, 0.0).expect("running").allocated;
+        let peak = job.memory(630.0, job.peak_phase, 0.0).expect("running").allocated;
+        assert!(range_floor <= point_floor);
+        assert!(range_floor < trough + (peak - trough) / 2, "{range_floor} vs {trough}..{peak}");
     }
 
     #[test]

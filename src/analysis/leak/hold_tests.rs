@@ -120,9 +120,15 @@ fn carried_checks(
             let slice = &values[from..=end];
             let start = Start::Listed(at(0));
             let carried = hold.as_ref().filter(|_| carry);
-            let verdict =
-                assess_held_traced(&mut scratch, slice, start, carried, prior, &params, &mut trace);
-            prior = prior.after(&verdict);
+            let verdict = assess_held_traced(
+                &mut scratch,
+                slice,
+                start,
+                carried,
+                &mut prior,
+                &params,
+                &mut trace,
+            );
             hold = verdict.ok().map(|(_, hold)| hold);
             hold.is_some()
         })

@@ -155,7 +155,7 @@ fn a_process_listed_just_before_the_window_is_judged_on_it_only_past_its_warm_up
             &mut FloorScratch::default(),
             window,
             start,
-            Prior::Nothing,
+            &mut Prior::Nothing,
             &params,
             &mut windows,
         );
@@ -301,7 +301,7 @@ fn a_leaking_process_is_found_in_history() {
     let mut scratch = FloorScratch::default();
     let find = |scratch: &mut FloorScratch, pid: u32| {
         let process = windows.processes().find(|process| process.pid == pid)?;
-        detect_process_leak(scratch, &process, at(0), Prior::Nothing, &params).ok()
+        detect_process_leak(scratch, &process, at(0), &mut Prior::Nothing, &params).ok()
     };
     let finding = find(&mut scratch, 7).unwrap();
     assert_eq!(finding.metric, ProcessMetric::AllocatorAllocated);
@@ -592,7 +592,7 @@ fn a_leak_between_evaluation_dips_is_called_before_the_full_window_is_covered() 
             &mut FloorScratch::default(),
             &values,
             Start::Window(from),
-            Prior::Nothing,
+            &mut Prior::Nothing,
             params,
             &mut windows,
         );
@@ -622,7 +622,7 @@ fn a_young_process_s_climb_out_of_an_evaluation_dip_is_no_new_ground() {
             &mut FloorScratch::default(),
             values,
             start,
-            Prior::Nothing,
+            &mut Prior::Nothing,
             &LeakParams::default(),
             &mut windows,
         );
@@ -659,7 +659,7 @@ fn a_dip_after_a_leak_began_near_the_window_s_middle_does_not_hide_it() {
         &mut FloorScratch::default(),
         &values,
         Start::Window(at(0)),
-        Prior::Nothing,
+        &mut Prior::Nothing,
         &LeakParams::default(),
         &mut windows,
     );

@@ -16,7 +16,7 @@ fn traced(
         &mut scratch,
         values,
         Start::Window(at(0)),
-        Prior::Nothing,
+        &mut Prior::Nothing,
         params,
         &mut trace,
     );

@@ -1,9 +1,10 @@
 //! Rule 6 of the leak detector: growth whose rate keeps falling is a
 //! warm-up, not a leak, and what the previous check said of it.
 //!
-//! Owns: [`Prior`] (the verdict a check hands the next), how much of a
-//! fall rule 6 asks for ([`Proof`]), and whether a window's growth is new
-//! on top of a warm-up. Depends on `analysis::{floor, trend::saturation}`
+//! Owns: [`Prior`] (the verdict a check hands the next) and the warm-up
+//! [`Curve`] it carries, how much of a fall rule 6 asks for ([`Proof`]),
+//! whether a window's growth is new on top of a warm-up, and whether a
+//! window past the warm-up's start still follows its curve (its tail). Depends on `analysis::{floor, trend::saturation}`
 //! and the leak parameters. Pure; no I/O, no clocks.
 //!
 //! Why a prior: a warm-up's slowing stands out of the floor's scatter
@@ -14,10 +15,11 @@
 use super::super::floor::FloorScratch;
 use super::super::trend::saturation::{Halves, halves};
 use super::{LeakParams, NotALeak};
+use crate::model::Timestamp;
 
 /// What the previous check said of a process: the evidence it has to
 /// overturn.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub enum Prior {
     /// Nothing, or no leak for another reason.
     #[default]
@@ -25,22 +27,100 @@ pub enum Prior {
     /// A leak, suspected or already alerted on: kept by the hold rules.
     Held,
     /// A warm-up levelling off (rule 6): still one while its rate keeps
-    /// falling, however little that now stands out of the scatter.
-    WarmingUp,
+    /// falling, however little that now stands out of the scatter, or
+    /// while its floor stays under the plateau its curve was last seen
+    /// heading for (`None` until a check fitted one).
+    WarmingUp(Option<Curve>),
+}
+
+/// The saturating curve a warm-up followed, as the last check whose
+/// slowing stood out of the scatter fitted it: the tail beyond, whose
+/// slowing no longer does, still follows it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Curve {
+    /// The check that fitted it.
+    pub fitted_at: Timestamp,
+    /// Where the floor stood then, bytes.
+    pub level: f64,
+    /// The rise it still had to go then, bytes.
+    pub remaining: f64,
+    /// Its time constant, seconds.
+    pub tau: f64,
+    /// The floor's noise when it was fitted (one point's σ, bytes).
+    pub noise: f64,
+}
+
+impl Curve {
+    /// The curve through `halves`' rates, from the end of a window ending
+    /// at `now`; `None` where the rate did not fall.
+    pub(super) fn fitted(halves: &Halves, now: Timestamp) -> Option<Self> {
+        let (tau, remaining) = halves.curve_at_end()?;
+        let (level, noise) = (halves.end_level, halves.noise);
+        Some(Curve { fitted_at: now, level, remaining, tau: tau.max(1.0), noise })
+    }
+
+    /// The level it heads for, bytes.
+    pub fn plateau(&self) -> f64 {
+        self.level + self.remaining
+    }
+
+    /// The rise it has left at `at`, bytes: its remaining rise then, at
+    /// most what lies between `level` (where the floor stood then) and its
+    /// plateau.
+    fn left_at(&self, at: Timestamp, level: f64) -> f64 {
+        let after = match at.duration_since(self.fitted_at) {
+            Some(later) => later.as_secs_f64(),
+            None => -self.fitted_at.duration_since(at).unwrap_or_default().as_secs_f64(),
+        };
+        let left = self.remaining * (-after / self.tau).exp();
+        left.min((self.plateau() - level).max(0.0))
+    }
 }
 
 impl Prior {
     /// The prior for the next check after `verdict` on one that had
-    /// `self`: a warm-up stays one until a leak is called (a check that
-    /// found no growth at all is no evidence that it ended).
-    pub fn after<T>(self, verdict: &Result<T, NotALeak>) -> Self {
-        match verdict {
-            Ok(_) => Prior::Held,
-            Err(NotALeak::Slowing) => Prior::WarmingUp,
-            Err(_) if self == Prior::WarmingUp => Prior::WarmingUp,
-            Err(_) => Prior::Nothing,
+    /// `self`, where this check fitted `fitted` (a significant fall): a
+    /// warm-up stays one until a leak is called (a check that found no
+    /// growth at all is no evidence that it ended), with the newest plateau
+    /// a significant fall showed.
+    pub fn after<T>(self, verdict: &Result<T, NotALeak>, fitted: Option<Curve>) -> Self {
+        let kept = match self {
+            Prior::WarmingUp(plateau) => plateau,
+            Prior::Nothing | Prior::Held => None,
+        };
+        match (verdict, self) {
+            (Ok(_), _) => Prior::Held,
+            (Err(NotALeak::Slowing), _) => Prior::WarmingUp(fitted.or(kept)),
+            (Err(_), Prior::WarmingUp(_)) => Prior::WarmingUp(kept),
+            (Err(_), Prior::Nothing | Prior::Held) => Prior::Nothing,
         }
     }
+
+    /// Whether this is a warm-up's prior, with or without a plateau.
+    pub fn warming_up(&self) -> bool {
+        matches!(self, Prior::WarmingUp(_))
+    }
+}
+
+/// Whether a window from `from` to `now` (`window`: its halves) rose no
+/// more than `curve` still rose over it, and stays under its plateau, each
+/// within `slowing_significance` times the noise (the window's, or the
+/// curve's own where less: evaluation dips scatter a later window by
+/// gigabytes, and held a 0.25 MiB/s leak as a tail for 45 min at seed 28,
+/// run 112), as much as a fall must stand out to be one: the tail of the
+/// warm-up the curve follows. A leak after a warm-up rises where the curve has nothing left
+/// to rise, and passes its plateau.
+pub(super) fn follows(
+    curve: &Curve,
+    window: &Halves,
+    (from, now): (Timestamp, Timestamp),
+    params: &LeakParams,
+) -> bool {
+    let noise = window.noise.min(curve.noise).max(params.noise_floor_bytes);
+    let margin = params.slowing_significance * noise;
+    let expected = curve.left_at(from, window.start_level) - curve.left_at(now, window.end_level);
+    window.end_level - window.start_level <= expected.max(0.0) + margin
+        && window.end_level <= curve.plateau() + margin
 }
 
 /// How much of a fall rule 6 asks for.

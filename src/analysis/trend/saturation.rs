@@ -30,6 +30,12 @@ pub struct Halves {
     /// Scatter of one floor point about the curve (≈ one σ, bytes), from
     /// second differences, which a line or a gentle curve leaves at zero.
     pub noise: f64,
+    /// Where the floor stands at the window's end, bytes: the median of
+    /// the newer half's points carried to the end at that half's rate, so
+    /// one low or high bucket does not move it.
+    pub end_level: f64,
+    /// Where it stood at the window's start, from the older half alike.
+    pub start_level: f64,
 }
 
 /// Fewer floor points than this in a half give no rate.
@@ -50,11 +56,18 @@ pub fn halves(points: &[(f64, f64)], buffer: &mut Vec<f64>) -> Option<Halves> {
     let first_rate = local_rate(older, buffer)?;
     let second_rate = local_rate(newer, buffer)?;
     buffer.clear();
+    buffer.extend(newer.iter().map(|&(x, y)| y + second_rate * (end - x)));
+    let end_level = median(buffer)?;
+    buffer.clear();
+    buffer.extend(older.iter().map(|&(x, y)| y - first_rate * (x - start)));
+    let start_level = median(buffer)?;
+    buffer.clear();
     // A second difference of three neighbours is (a - 2b + c), whose σ is
     // √6 times one point's.
     buffer.extend(points.windows(3).map(|w| (w[0].1 - 2.0 * w[1].1 + w[2].1).abs()));
     let noise = MAD_TO_SIGMA * median(buffer)? / 6.0_f64.sqrt();
-    Some(Halves { first_rate, second_rate, half_seconds: (end - start) / 2.0, noise })
+    let half_seconds = (end - start) / 2.0;
+    Some(Halves { first_rate, second_rate, half_seconds, noise, end_level, start_level })
 }
 
 /// The median slope between neighbouring floor points up to a quarter of
@@ -103,6 +116,19 @@ impl Halves {
             Some((tau, remaining)) => remaining / tau,
             None if self.second_rate <= 0.0 && self.first_rate > 0.0 => 0.0,
             None => self.second_rate,
+        }
+    }
+
+    /// The saturating curve from the window's end: (time constant in
+    /// seconds, rise still to come in bytes; nothing where the rate fell to
+    /// nothing). `None` for a rate that did not fall.
+    pub fn curve_at_end(&self) -> Option<(f64, f64)> {
+        match self.plateau() {
+            Some(curve) => Some(curve),
+            None if self.second_rate <= 0.0 && self.first_rate > 0.0 => {
+                Some((self.half_seconds, 0.0))
+            }
+            None => None,
         }
     }
 

@@ -253,7 +253,14 @@ fn a_falling_rate_is_carried_to_the_window_end_and_new_growth_stands_above_it() 
     // Rates 8 and 4 over 10-minute halves: the curve halves its rate every
     // 10 minutes, so 5 minutes past the newer half's middle it grows at
     // 4 / sqrt(2).
-    let halves = Halves { first_rate: 8.0, second_rate: 4.0, half_seconds: 600.0, noise: 100.0 };
+    let halves = Halves {
+        first_rate: 8.0,
+        second_rate: 4.0,
+        half_seconds: 600.0,
+        noise: 100.0,
+        end_level: 0.0,
+        start_level: 0.0,
+    };
     assert!((halves.rate_at_end() - 4.0 / 2.0_f64.sqrt()).abs() < 1e-9);
     // Growth at 4 above that rate, over a half of 600 s, stands 24 noises
     // of 100 out; at 0.01 above it does not.
