@@ -1,4 +1,4 @@
-use super::rules::{judge, sequential};
+use super::rules::{holds, holds_on_quarters, judge, sequential};
 use super::*;
 use crate::analysis::series::ProcessWindows;
 use crate::history::SlowPoint;
