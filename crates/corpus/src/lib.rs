@@ -34,7 +34,10 @@
 //! `reserved` of the `samples_per_interval` (4) samples it took evenly
 //! through the interval (1 s) before it, the report's own included. So a
 //! step as long as the sampling period is seen at four phases a report,
-//! not at the one that only drifts. (Other tenants' reporters are older
+//! not at the one that only drifts; and, as the Python reporter draws each
+//! gap between reports from 0.5-1.5 times its interval, the report a
+//! sample finds was sent at a point of the interval before it drawn
+//! afresh each second, not at the sample's instant. (Other tenants' reporters are older
 //! ones: point figures only. With the benchmark's `--report-interval`, a
 //! report still carries the range of the second before it.)
 
@@ -64,6 +67,9 @@ const UNATTRIBUTED: u64 = 4 * MIB;
 /// How often a job's reporter reports, milliseconds: the Python reporter's
 /// default `interval` (1 s), as the benchmark's slow tier takes them.
 const REPORT_INTERVAL_MS: u64 = 1_000;
+
+/// Tells the report-time draws from the corpus's other draws.
+const REPORT_TIME_KEY: u64 = 0x5245_5054;
 /// Allocator samples per report, the report's own included: the Python
 /// reporter's default `samples_per_interval`, taken evenly between reports.
 const SAMPLES_PER_INTERVAL: u64 = 4;
@@ -379,14 +385,27 @@ impl CorpusRun {
         let mut out = Vec::with_capacity(self.jobs.len() + self.tenants.len());
         for job in &self.jobs {
             let Some(memory) = self.job_at(job, t_ms) else { continue };
+            // The newest report the sample finds was sent at a time of its
+            // own: the Python reporter draws each gap from 0.5-1.5 times
+            // its interval, so its reports (and the samples between them)
+            // meet a step at phases that do not drift with the sampler's.
+            // Older reporters' reports are taken at the sample's instant.
+            let reported = if self.sends_range {
+                let at = self.report_time(job, t_ms);
+                self.job_at(job, at).map_or((t_ms, memory), |seen| (at, seen))
+            } else {
+                (t_ms, memory)
+            };
             let allocator = job.reports.then(|| vramd::model::AllocatorStats {
-                allocated_bytes: memory.allocated,
-                reserved_bytes: memory.reserved,
-                active_bytes: memory.allocated,
-                inactive_split_bytes: memory.inactive_split,
+                allocated_bytes: reported.1.allocated,
+                reserved_bytes: reported.1.reserved,
+                active_bytes: reported.1.allocated,
+                inactive_split_bytes: reported.1.inactive_split,
                 alloc_retries: 0,
                 ooms: 0,
-                interval: self.sends_range.then(|| self.interval_range(job, t_ms, memory)),
+                interval: self
+                    .sends_range
+                    .then(|| self.interval_range(job, reported.0, reported.1)),
             });
             out.push(ProcessInfo {
                 pid: job.pid,
@@ -421,6 +440,14 @@ impl CorpusRun {
         // A step's shape changes every few seconds, not every sample.
         let shape = noise::symmetric(self.seed, Stream::Reserved, &[key[0], t_ms / 3_000]);
         job.memory(t_s, phase, shape)
+    }
+
+    /// When the newest report a sample at `t_ms` finds was sent: within
+    /// the interval before it, at a point drawn afresh each interval.
+    fn report_time(&self, job: &Job, t_ms: u64) -> u64 {
+        let key = [u64::from(job.pid), t_ms / REPORT_INTERVAL_MS, REPORT_TIME_KEY];
+        let back = noise::unit(self.seed, Stream::Corpus, &key) * REPORT_INTERVAL_MS as f64;
+        t_ms.saturating_sub(back as u64)
     }
 
     /// The range a reporter sends with the report at `t_ms` (`now`, its
@@ -603,6 +630,37 @@ mod tests {
         let peak = job.memory(630.0, job.peak_phase, 0.0).expect("running").allocated;
         assert!(range_floor <= point_floor);
         assert!(range_floor < trough + (peak - trough) / 2, "{range_floor} vs {trough}..{peak}");
+    }
+
+    #[test]
+    fn reports_meet_a_step_as_long_as_the_sampling_at_phases_that_do_not_drift() {
+        // The sampler reads every second, on a grid; the Python reporter
+        // draws each gap from 0.5-1.5 s. Its reports seen by a minute of
+        // samples must land at many phases of a 1 s step, where point
+        // figures taken at the samples' own instants see one.
+        let run = (1..20)
+            .flat_map(|seed| stepped_runs(seed, 16))
+            .find(|run| run.step_period == Some(1.0) && run.jobs[0].reports)
+            .expect("a reporting job stepping every second");
+        let job = &run.jobs[0];
+        let trough = job.memory(630.0, 0.0, 0.0).expect("running").allocated;
+        let peak = job.memory(630.0, job.peak_phase, 0.0).expect("running").allocated;
+        let middle = trough + (peak - trough) / 2;
+        // How many of a minute's reports caught the step's lower half.
+        let low = |run: &CorpusRun| -> usize {
+            (600..660)
+                .filter_map(|second| {
+                    let at = GOLDEN_ORIGIN.saturating_add(Duration::from_secs(second));
+                    let processes = run.slow_at(at).processes?;
+                    let process = processes.into_iter().find(|p| p.pid == job.pid)?;
+                    Some(process.allocator?.allocated_bytes)
+                })
+                .filter(|&allocated| allocated < middle)
+                .count()
+        };
+        let (jittered, fixed) = (low(&run), low(&run.clone().point_reports()));
+        assert!((10..=50).contains(&jittered), "{jittered} of 60 reports in the lower half");
+        assert!(fixed <= 3 || fixed >= 57, "one phase, one half: {fixed} of 60");
     }
 
     #[test]
