@@ -12,6 +12,7 @@ use vramd::app::Config;
 use vramd::history::HistoryStore;
 use vramd::model::RuleId;
 use vramd::source::simulator::GOLDEN_ORIGIN;
+use vramd::source::simulator::noise::{self, Stream};
 use vramd_corpus::{CorpusRun, Label};
 
 /// What one run made the rules say.
@@ -78,6 +79,7 @@ pub fn play_with(
     let fast = config.sampler.fast_interval;
     let slow_every = (config.sampler.slow_interval.as_nanos() / fast.as_nanos().max(1)).max(1);
     let steps = run.duration.as_nanos() / fast.as_nanos().max(1);
+    let jitter = config.sampler.slow_jitter.min(config.sampler.slow_interval);
     let interval = config.analysis.evaluation_interval;
     let mut next_evaluation = GOLDEN_ORIGIN.saturating_add(interval);
     let mut outcome = Outcome {
@@ -102,7 +104,10 @@ pub fn play_with(
             let _ = device.record_fast(run.fast_at(at));
             outcome.samples += 1;
             if step % slow_every == 0 {
-                let mut slow = run.slow_at(at);
+                // Read as the sampler reads: up to `sampler.slow_jitter`
+                // after its tick, at random, so a periodic job is seen at
+                // every phase (the daemon's default, 1 s).
+                let mut slow = run.slow_at(at.saturating_add(slow_jitter(run, step, jitter)));
                 if let Some(reporter) = reporter.as_mut() {
                     reporter.join(&mut slow);
                 }
@@ -256,3 +261,13 @@ fn score(outcome: &mut Outcome, alert: &vramd::alerts::Alert, seconds: f64) {
         _ => {}
     }
 }
+
+/// Where in `[0, jitter)` after its tick the slow read of `step` falls:
+/// drawn per run and step, so runs stay reproducible.
+fn slow_jitter(run: &CorpusRun, step: u128, jitter: Duration) -> Duration {
+    let key = [run.key(), step as u64, SLOW_JITTER_KEY];
+    jitter.mul_f64(noise::unit(run.seed, Stream::Corpus, &key))
+}
+
+/// Tells the slow-read jitter's draws from the corpus's own.
+const SLOW_JITTER_KEY: u64 = 0x534c_4a54;

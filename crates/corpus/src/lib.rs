@@ -343,6 +343,12 @@ impl CorpusRun {
         devices::device_info(&H100_80GB, self.seed, 0)
     }
 
+    /// A number telling this run from the seed's others (its first job's
+    /// PID, drawn per run), for draws a player makes of its own.
+    pub fn key(&self) -> u64 {
+        self.jobs.first().map_or(0, |job| u64::from(job.pid))
+    }
+
     /// The fast tier at `at` (scenario time from [`GOLDEN_ORIGIN`]).
     pub fn fast_at(&self, at: Timestamp) -> FastReading {
         let used = self
