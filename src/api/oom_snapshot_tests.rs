@@ -15,7 +15,7 @@ use serde_json::Value;
 use tower::ServiceExt;
 
 use super::super::tests::{
-    assert_error, filled_store, get, get_json, oom_body, post_json, state_with_intake,
+    assert_error, filled_store, get, get_json, ingest, oom_body, post_json, state_with_intake,
 };
 use crate::api::{AppState, reports, router};
 use crate::ingest::{SnapshotLimits, SnapshotStore};
@@ -26,22 +26,7 @@ fn state(token: Option<&str>, dir: Option<&Path>, total: u64, upload: u64) -> Ap
             SnapshotLimits { max_total_bytes: total, max_upload_bytes: upload, max_files: 16 };
         Arc::new(SnapshotStore::open(dir, limits).unwrap())
     });
-    state_with_intake(
-        filled_store(),
-        reports::Ingest {
-            store: Arc::new(crate::ingest::ReportStore::new(crate::ingest::StoreLimits {
-                ttl: Duration::from_secs(30),
-                rate_limit_per_second: 100,
-                max_reporters: 8,
-            })),
-            limits: crate::ingest::ReportLimits { max_devices: 4, max_stats: 64 },
-            oom: std::sync::Arc::new(crate::ingest::OomIntake::new(100, 8)),
-            oom_hook: None,
-            snapshots,
-            token: token.map(str::to_owned),
-            token_failures: crate::api::FailureBudget::new(10, 1024),
-        },
-    )
+    state_with_intake(filled_store(), reports::Ingest { snapshots, ..ingest(token, 100, 10) })
 }
 
 /// Posts an OOM event and answers its id.

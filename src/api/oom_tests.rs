@@ -2,35 +2,19 @@
 //! bound, filters, and `allocator_oom` raised by an event at the next pass.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use axum::http::StatusCode;
 use serde_json::Value;
 
 use super::super::tests::{
-    assert_error, filled_store, get, get_json, oom_body, post_json, state_with_intake,
+    assert_error, filled_store, get, get_json, ingest, oom_body, post_json, state_with_intake,
 };
-use crate::api::{AppState, reports};
+use crate::api::AppState;
 use crate::history::HistoryStore;
 use crate::model::RuleId;
 
 fn state(token: Option<&str>, store: Arc<HistoryStore>) -> AppState {
-    state_with_intake(
-        store,
-        reports::Ingest {
-            store: Arc::new(crate::ingest::ReportStore::new(crate::ingest::StoreLimits {
-                ttl: Duration::from_secs(30),
-                rate_limit_per_second: 2,
-                max_reporters: 8,
-            })),
-            limits: crate::ingest::ReportLimits { max_devices: 4, max_stats: 64 },
-            oom: std::sync::Arc::new(crate::ingest::OomIntake::new(2, 8)),
-            oom_hook: None,
-            snapshots: None,
-            token: token.map(str::to_owned),
-            token_failures: crate::api::FailureBudget::new(10, 1024),
-        },
-    )
+    state_with_intake(store, ingest(token, 2, 10))
 }
 
 async fn post(

@@ -194,20 +194,28 @@ pub(super) async fn post_json(
 }
 
 pub(super) fn with_token(token: Option<&str>) -> AppState {
-    state_with_intake(
-        filled_store(),
-        reports::Ingest {
-            store: Arc::new(crate::ingest::ReportStore::new(crate::ingest::StoreLimits {
-                ttl: Duration::from_secs(30),
-                rate_limit_per_second: 2,
-                max_reporters: 8,
-            })),
-            limits: crate::ingest::ReportLimits { max_devices: 4, max_stats: 64 },
-            oom: std::sync::Arc::new(crate::ingest::OomIntake::new(2, 8)),
-            oom_hook: None,
-            snapshots: None,
-            token: token.map(str::to_owned),
-            token_failures: crate::api::FailureBudget::new(3, 1024),
-        },
-    )
+    state_with_intake(filled_store(), ingest(token, 2, 3))
+}
+
+/// Report and OOM intake for tests: 8 reporters, `rate_per_second` each,
+/// `token` (if any) with a budget of `failure_budget` wrong tokens, no
+/// snapshot store.
+pub(super) fn ingest(
+    token: Option<&str>,
+    rate_per_second: usize,
+    failure_budget: u32,
+) -> reports::Ingest {
+    reports::Ingest {
+        store: Arc::new(crate::ingest::ReportStore::new(crate::ingest::StoreLimits {
+            ttl: Duration::from_secs(30),
+            rate_limit_per_second: rate_per_second,
+            max_reporters: 8,
+        })),
+        limits: crate::ingest::ReportLimits { max_devices: 4, max_stats: 64 },
+        oom: Arc::new(crate::ingest::OomIntake::new(rate_per_second, 8)),
+        oom_hook: None,
+        snapshots: None,
+        token: token.map(str::to_owned),
+        token_failures: crate::api::FailureBudget::new(failure_budget, 1024),
+    }
 }
