@@ -87,16 +87,7 @@ fn the_false_alarms_found_on_unseen_seeds_stay_silent() {
         (35, 107),
         (56, 33),
     ];
-    for (seed, index) in runs {
-        let run = &corpus::corpus(seed, index + 1)[index];
-        let outcome = play::play(run, &config);
-        assert_eq!(
-            (outcome.leak_false, outcome.forecast_false),
-            (0, 0),
-            "run {seed}:{index}: {:?}",
-            outcome.false_alarms
-        );
-    }
+    assert_silent(&config, runs, corpus::corpus);
 }
 
 #[test]
@@ -126,17 +117,12 @@ fn slow_warm_ups_that_raised_leaks_stay_silent() {
     // 3:12), a call made before the slowing stood out (5:17, 6:10), and a
     // tail whose slowing faded into the scatter (3:7, 4:22, 6:22).
     let config = Config::default();
-    for (seed, index) in [(2, 7), (3, 12), (5, 17), (6, 10), (3, 7), (4, 22), (6, 22)] {
+    let runs = [(2, 7), (3, 12), (5, 17), (6, 10), (3, 7), (4, 22), (6, 22)];
+    for (seed, index) in runs {
         let run = &corpus::warmup_runs(seed, index + 1)[index];
         assert!(matches!(run.label, Label::Warmup { .. }), "{:?}", run.label);
-        let outcome = play::play(run, &config);
-        assert_eq!(
-            (outcome.leak_false, outcome.forecast_false),
-            (0, 0),
-            "run {seed}:{index}: {:?}",
-            outcome.false_alarms
-        );
     }
+    assert_silent(&config, runs, corpus::warmup_runs);
 }
 
 #[test]
@@ -153,5 +139,24 @@ fn leaks_that_flapped_through_evaluation_dips_are_one_alert() {
         let outcome = play::play(run, &config);
         assert!(outcome.leak_fired_s.is_some(), "{seed}:{index} missed");
         assert_eq!(outcome.leak_resolves, 0, "{seed}:{index} let go while leaking");
+    }
+}
+
+/// Plays run `index` of `draw(seed, index + 1)` for each `(seed, index)`:
+/// neither `leak_suspected` nor `exhaustion_forecast` may fire falsely.
+fn assert_silent(
+    config: &Config,
+    runs: impl IntoIterator<Item = (u64, usize)>,
+    draw: fn(u64, usize) -> Vec<corpus::CorpusRun>,
+) {
+    for (seed, index) in runs {
+        let run = &draw(seed, index + 1)[index];
+        let outcome = play::play(run, config);
+        assert_eq!(
+            (outcome.leak_false, outcome.forecast_false),
+            (0, 0),
+            "run {seed}:{index}: {:?}",
+            outcome.false_alarms
+        );
     }
 }
