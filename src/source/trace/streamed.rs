@@ -1,0 +1,417 @@
+//! The daemon's replay of a recorded trace (`vramd --replay`), streamed:
+//! the file is checked once at start-up, then read again on a thread of its
+//! own that hands each record to a bounded queue per lane (see `queues`),
+//! so memory is bounded by `source.replay_queue_records`, not by the trace.
+//!
+//! Owns: [`StreamedReplay`] (a [`DeviceSource`] and [`Prober`]),
+//! [`ReplayOptions`] and [`OomFeed`]. Depends only on `model` and `source`;
+//! knows nothing of history, sampler or HTTP.
+//!
+//! Each `read_fast(i)` returns the next fast record of device `i` in file
+//! order (a recorded error as the `Err` it was), whatever the time between
+//! calls, as the whole-trace [`Replay`](super::Replay) does: a replay
+//! reproduces the recorded sequence exactly; pacing is the sampler's
+//! business and timestamps come from the records.
+//!
+//! The check at start-up is a full reading of the file that keeps nothing
+//! but whether it has probe outcomes and OOM events: a bad line still stops
+//! the daemon before it serves, naming the line, as it did when the whole
+//! trace was loaded. The streaming reading can then fail only if the file
+//! changes or cannot be read part-way; that is logged once and every
+//! later read of a lane it fed answers `Unavailable`, as a driver that went
+//! away would (see docs/trace-format.md).
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use tracing::error;
+
+use super::error::TraceError;
+use super::format::{TraceHeader, TraceRecord};
+use super::queues::{Feeder, Pushed, Queues, Taken};
+use super::reader::{RecordCheck, TraceLines};
+use crate::model::{
+    DeviceInfo, FastReading, OomEvent, ProbeFailure, ProbeFailureKind, ProbeReading, SlowReading,
+};
+use crate::source::probe::{ProbeRequest, Prober};
+use crate::source::{DeviceSource, SourceError, Tier};
+
+/// How a trace is replayed by the daemon.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReplayOptions {
+    /// `source.max_trace_line`.
+    pub max_line_bytes: usize,
+    /// `source.max_trace_size`.
+    pub max_file_bytes: u64,
+    /// `source.replay_queue_records`: records read ahead per lane.
+    pub queue_records: usize,
+    /// Whether probe outcomes are handed out (`probe.enabled`); when not,
+    /// they are read past rather than queued for nobody.
+    pub answer_probes: bool,
+}
+
+/// Which queue a record goes to: one per device and tier, one per device
+/// for probe outcomes, one for every OOM event (handed out in file order).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum LaneKey {
+    Tier(u32, Tier),
+    Probe(u32),
+    Oom,
+}
+
+impl LaneKey {
+    fn of(record: &TraceRecord) -> LaneKey {
+        let device = record.device();
+        match record {
+            TraceRecord::Fast { .. } => LaneKey::Tier(device, Tier::Fast),
+            TraceRecord::Slow { .. } => LaneKey::Tier(device, Tier::Slow),
+            TraceRecord::Error { tier, .. } => LaneKey::Tier(device, *tier),
+            TraceRecord::Probe { .. } => LaneKey::Probe(device),
+            TraceRecord::Oom { .. } => LaneKey::Oom,
+        }
+    }
+}
+
+/// What the reading threads share: the file, its lanes and their queues.
+struct Shared {
+    path: PathBuf,
+    options: ReplayOptions,
+    lanes: HashMap<LaneKey, usize>,
+    queues: Queues,
+}
+
+impl Shared {
+    fn lane_of(&self, record: &TraceRecord) -> Option<usize> {
+        self.lanes.get(&LaneKey::of(record)).copied()
+    }
+}
+
+/// A trace replayed as a [`DeviceSource`], read as the sampler asks.
+pub struct StreamedReplay {
+    header: TraceHeader,
+    has_probe_records: bool,
+    shared: Arc<Shared>,
+}
+
+impl StreamedReplay {
+    /// Checks the whole trace at `path` (any problem is an error naming the
+    /// line, so a bad trace stops the daemon at start-up), then starts the
+    /// thread that streams it.
+    pub fn open(path: &Path, options: ReplayOptions) -> Result<StreamedReplay, TraceError> {
+        let survey = survey(path, &options)?;
+        let mut keys = Vec::new();
+        for device in &survey.header.devices {
+            keys.push(LaneKey::Tier(device.index, Tier::Fast));
+            keys.push(LaneKey::Tier(device.index, Tier::Slow));
+            if options.answer_probes && survey.probes {
+                keys.push(LaneKey::Probe(device.index));
+            }
+        }
+        if survey.ooms {
+            keys.push(LaneKey::Oom);
+        }
+        let lanes: HashMap<_, _> = keys.into_iter().enumerate().map(|(at, key)| (key, at)).collect();
+        let queues = Queues::new(lanes.len(), options.queue_records);
+        let shared = Arc::new(Shared { path: path.to_owned(), options, lanes, queues });
+        let mut lines = TraceLines::open(path, options.max_line_bytes, options.max_file_bytes)?;
+        let header = lines.header()?;
+        let check = RecordCheck::new(&header);
+        let feeding = shared.clone();
+        std::thread::Builder::new()
+            .name("vramd-replay-read".to_owned())
+            .spawn(move || feed_main(lines, check, &feeding))
+            .map_err(|source| TraceError::Thread { path: path.display().to_string(), source })?;
+        Ok(StreamedReplay { header, has_probe_records: survey.probes, shared })
+    }
+
+    pub fn header(&self) -> &TraceHeader {
+        &self.header
+    }
+
+    /// Whether the trace holds any probe record (recorded with the CUDA
+    /// probe on); only then does the replay answer the probe.
+    pub fn has_probe_records(&self) -> bool {
+        self.has_probe_records
+    }
+
+    /// The trace's OOM events in file order, or `None` when it has none.
+    pub fn oom_feed(&self) -> Option<OomFeed> {
+        let lane = *self.shared.lanes.get(&LaneKey::Oom)?;
+        Some(OomFeed { shared: self.shared.clone(), lane })
+    }
+
+    /// Records read ahead of the sampler now, over every queue.
+    pub fn buffered_records(&self) -> usize {
+        self.shared.queues.buffered()
+    }
+
+    /// The most records ever read ahead at once, over every queue: at most
+    /// `queue_records` per lane, whatever the trace's length.
+    pub fn peak_buffered_records(&self) -> usize {
+        self.shared.queues.peak_buffered()
+    }
+
+    #[cfg(test)]
+    pub(super) fn queues(&self) -> &Queues {
+        &self.shared.queues
+    }
+
+    #[cfg(test)]
+    pub(super) fn lane(&self, index: u32, tier: Tier) -> Option<usize> {
+        self.shared.lanes.get(&LaneKey::Tier(index, tier)).copied()
+    }
+
+    /// The next record of `key`'s lane; `Ok(None)` once it is used up,
+    /// `Err(reason)` when reading the trace failed before its end.
+    fn take(&self, key: LaneKey) -> Result<Option<TraceRecord>, String> {
+        let Some(&lane) = self.shared.lanes.get(&key) else { return Ok(None) };
+        match self.shared.queues.take(lane) {
+            Taken::Record(record) => Ok(Some(record)),
+            Taken::Failed(reason) => Err(reason),
+            Taken::Ended | Taken::NotYet => Ok(None),
+        }
+    }
+
+    fn take_tier(&self, index: u32, tier: Tier) -> Result<Option<TraceRecord>, SourceError> {
+        if !self.shared.lanes.contains_key(&LaneKey::Tier(index, tier)) {
+            return Err(SourceError::UnknownDevice { index });
+        }
+        self.take(LaneKey::Tier(index, tier)).map_err(|reason| SourceError::Unavailable {
+            reason: format!("the replayed trace could not be read further: {reason}"),
+        })
+    }
+}
+
+impl Drop for StreamedReplay {
+    fn drop(&mut self) {
+        self.shared.queues.close();
+    }
+}
+
+impl std::fmt::Debug for StreamedReplay {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StreamedReplay").field("path", &self.shared.path).finish_non_exhaustive()
+    }
+}
+
+impl DeviceSource for StreamedReplay {
+    fn name(&self) -> &'static str {
+        "replay"
+    }
+
+    fn devices(&self) -> Result<Vec<DeviceInfo>, SourceError> {
+        Ok(self.header.devices.clone())
+    }
+
+    fn read_fast(&self, index: u32) -> Result<FastReading, SourceError> {
+        fast_answer(self.take_tier(index, Tier::Fast)?, index)
+    }
+
+    fn read_slow(&self, index: u32, max_processes: usize) -> Result<SlowReading, SourceError> {
+        slow_answer(self.take_tier(index, Tier::Slow)?, index, max_processes)
+    }
+}
+
+/// Hands out each device's recorded probe outcomes in file order, one per
+/// call, as the scheduler asks (the recording's skips are decided again).
+impl Prober for StreamedReplay {
+    fn name(&self) -> &'static str {
+        "replay"
+    }
+
+    fn probe(
+        &self,
+        device: &DeviceInfo,
+        _request: &ProbeRequest,
+    ) -> Result<ProbeReading, ProbeFailure> {
+        match self.take(LaneKey::Probe(device.index)) {
+            Ok(record) => probe_answer(record, device.index),
+            Err(reason) => Err(ProbeFailure::new(
+                ProbeFailureKind::TraceEnded,
+                format!("the replayed trace could not be read further: {reason}"),
+            )),
+        }
+    }
+}
+
+/// The answer to a fast read given the lane's next record (`None`: ended).
+pub(super) fn fast_answer(
+    record: Option<TraceRecord>,
+    index: u32,
+) -> Result<FastReading, SourceError> {
+    match record {
+        Some(TraceRecord::Fast { reading, .. }) => Ok(reading),
+        Some(TraceRecord::Error { error, .. }) => Err(error),
+        // Lanes hold only their own tier, so this is the end of the lane.
+        _ => Err(SourceError::TraceEnded { index, tier: Tier::Fast }),
+    }
+}
+
+/// The answer to a slow read. The cap is applied again: a trace recorded
+/// under a higher cap (or before the source cut) replays as the sampler
+/// would keep it.
+pub(super) fn slow_answer(
+    record: Option<TraceRecord>,
+    index: u32,
+    max_processes: usize,
+) -> Result<SlowReading, SourceError> {
+    match record {
+        Some(TraceRecord::Slow { reading, .. }) => {
+            let mut reading = *reading;
+            reading.cap_processes(max_processes);
+            Ok(reading)
+        }
+        Some(TraceRecord::Error { error, .. }) => Err(error),
+        _ => Err(SourceError::TraceEnded { index, tier: Tier::Slow }),
+    }
+}
+
+/// The answer to a probe given the device's next probe record.
+pub(super) fn probe_answer(
+    record: Option<TraceRecord>,
+    index: u32,
+) -> Result<ProbeReading, ProbeFailure> {
+    match record {
+        Some(TraceRecord::Probe { outcome, .. }) => outcome.map(|reading| *reading),
+        _ => Err(ProbeFailure::new(
+            ProbeFailureKind::TraceEnded,
+            format!("the replayed trace has no more probe records for device {index}"),
+        )),
+    }
+}
+
+/// A replayed trace's OOM events, handed out in file order as the reading
+/// thread reaches them, without waiting (the caller polls).
+pub struct OomFeed {
+    shared: Arc<Shared>,
+    lane: usize,
+}
+
+/// The next OOM event, if the reading has reached one.
+#[derive(Debug, PartialEq)]
+pub enum NextOom {
+    Event(u32, OomEvent),
+    NotYet,
+    Ended,
+}
+
+impl OomFeed {
+    pub fn try_next(&self) -> NextOom {
+        loop {
+            return match self.shared.queues.try_take(self.lane) {
+                Taken::Record(TraceRecord::Oom { device, event }) => NextOom::Event(device, *event),
+                // Only OOM events are queued here.
+                Taken::Record(_) => continue,
+                Taken::NotYet => NextOom::NotYet,
+                Taken::Ended | Taken::Failed(_) => NextOom::Ended,
+            };
+        }
+    }
+}
+
+/// What the check at start-up found besides the header.
+struct Survey {
+    header: TraceHeader,
+    probes: bool,
+    ooms: bool,
+}
+
+/// Reads and checks the whole file, keeping nothing of its records.
+fn survey(path: &Path, options: &ReplayOptions) -> Result<Survey, TraceError> {
+    let mut lines = TraceLines::open(path, options.max_line_bytes, options.max_file_bytes)?;
+    let header = lines.header()?;
+    let mut check = RecordCheck::new(&header);
+    let (mut probes, mut ooms) = (false, false);
+    while let Some(record) = lines.next_record()? {
+        check.check(&record).map_err(|reason| lines.in_line(reason))?;
+        probes |= matches!(record, TraceRecord::Probe { .. });
+        ooms |= matches!(record, TraceRecord::Oom { .. });
+    }
+    Ok(Survey { header, probes, ooms })
+}
+
+/// Ends the lanes a reading thread feeds as failed if it stops without
+/// ending them (it panicked), so no reader waits for it forever.
+struct EndOnDrop<'a> {
+    shared: &'a Shared,
+    feeder: Feeder,
+    lane: Option<usize>,
+}
+
+impl Drop for EndOnDrop<'_> {
+    fn drop(&mut self) {
+        let reason = "the thread reading the trace stopped before its end";
+        self.shared.queues.end(self.feeder, self.lane, Some(reason));
+    }
+}
+
+/// The main reading thread: every record, checked, onto its lane's queue;
+/// a lane detached on the way gets a thread of its own.
+fn feed_main(mut lines: TraceLines, mut check: RecordCheck, shared: &Arc<Shared>) {
+    let _guard = EndOnDrop { shared, feeder: Feeder::Main, lane: None };
+    loop {
+        let record = match lines.next_record() {
+            Ok(Some(record)) => record,
+            Ok(None) => return shared.queues.end(Feeder::Main, None, None),
+            Err(failure) => return fail(shared, Feeder::Main, None, &failure),
+        };
+        if let Err(reason) = check.check(&record) {
+            return fail(shared, Feeder::Main, None, &lines.in_line(reason));
+        }
+        let Some(lane) = shared.lane_of(&record) else { continue };
+        match shared.queues.push(lane, record, Feeder::Main) {
+            Pushed::Queued | Pushed::NotMine => {}
+            Pushed::Closed => return,
+            Pushed::Detached { handed_over } => start_own(shared, lane, handed_over),
+        }
+    }
+}
+
+fn start_own(shared: &Arc<Shared>, lane: usize, handed_over: u64) {
+    let feeding = shared.clone();
+    let started = std::thread::Builder::new()
+        .name("vramd-replay-lane".to_owned())
+        .spawn(move || feed_own(&feeding, lane, handed_over));
+    if let Err(source) = started {
+        let path = shared.path.display().to_string();
+        fail(shared, Feeder::Own, Some(lane), &TraceError::Thread { path, source });
+    }
+}
+
+/// A detached lane's own reading of the file, from its start: the lane's
+/// first `handed_over` records were queued already and are skipped.
+fn feed_own(shared: &Shared, lane: usize, mut handed_over: u64) {
+    let _guard = EndOnDrop { shared, feeder: Feeder::Own, lane: Some(lane) };
+    let options = &shared.options;
+    let opened = TraceLines::open(&shared.path, options.max_line_bytes, options.max_file_bytes);
+    let mut lines = match opened.and_then(|mut lines| lines.header().map(|_| lines)) {
+        Ok(lines) => lines,
+        Err(failure) => return fail(shared, Feeder::Own, Some(lane), &failure),
+    };
+    loop {
+        let record = match lines.next_record() {
+            Ok(Some(record)) => record,
+            Ok(None) => return shared.queues.end(Feeder::Own, Some(lane), None),
+            Err(failure) => return fail(shared, Feeder::Own, Some(lane), &failure),
+        };
+        if shared.lane_of(&record) != Some(lane) {
+            continue;
+        }
+        if handed_over > 0 {
+            handed_over -= 1;
+            continue;
+        }
+        if shared.queues.push(lane, record, Feeder::Own) != Pushed::Queued {
+            return;
+        }
+    }
+}
+
+fn fail(shared: &Shared, feeder: Feeder, lane: Option<usize>, failure: &TraceError) {
+    error!(
+        error = %failure,
+        "the replayed trace could not be read further; the readings it has not reached are answered as errors"
+    );
+    shared.queues.end(feeder, lane, Some(&failure.to_string()));
+}
