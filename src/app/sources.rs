@@ -89,8 +89,7 @@ pub fn build_source(config: &Config, join: SlowJoin) -> Result<BuiltSource, AppE
                 queue_records: config.source.replay_queue_records.get(),
                 answer_probes: config.probe.enabled,
             };
-            let replay =
-                Arc::new(StreamedReplay::open(path, options).map_err(AppError::Replay)?);
+            let replay = Arc::new(StreamedReplay::open(path, options).map_err(AppError::Replay)?);
             // A trace recorded with the probe on answers it again.
             let prober = replay.has_probe_records().then(|| replay.clone() as Arc<dyn Prober>);
             let ooms = replay.oom_feed();

@@ -200,7 +200,9 @@ impl Queues {
         let mut state = self.state.lock();
         let end = failure.map_or(End::Finished, |reason| End::Failed(reason.to_owned()));
         for (index, queue) in state.lanes.iter_mut().enumerate() {
-            if queue.feeder == feeder && lane.is_none_or(|lane| lane == index) && queue.end.is_none()
+            if queue.feeder == feeder
+                && lane.is_none_or(|lane| lane == index)
+                && queue.end.is_none()
             {
                 queue.end = Some(end.clone());
             }

@@ -111,7 +111,8 @@ impl StreamedReplay {
         if survey.ooms {
             keys.push(LaneKey::Oom);
         }
-        let lanes: HashMap<_, _> = keys.into_iter().enumerate().map(|(at, key)| (key, at)).collect();
+        let lanes: HashMap<_, _> =
+            keys.into_iter().enumerate().map(|(at, key)| (key, at)).collect();
         let queues = Queues::new(lanes.len(), options.queue_records);
         let shared = Arc::new(Shared { path: path.to_owned(), options, lanes, queues });
         let mut lines = TraceLines::open(path, options.max_line_bytes, options.max_file_bytes)?;

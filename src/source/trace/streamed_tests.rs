@@ -164,9 +164,10 @@ fn readers_at_different_paces_on_their_own_threads_each_get_their_whole_lane() {
         }));
     }
     let totals = within_bound(move || {
-        readers.into_iter().map(|reader| reader.join().unwrap()).fold((0, 0), |sum, one| {
-            (sum.0 + one.0, sum.1 + one.1)
-        })
+        readers
+            .into_iter()
+            .map(|reader| reader.join().unwrap())
+            .fold((0, 0), |sum, one| (sum.0 + one.0, sum.1 + one.1))
     });
     assert_eq!(totals, (2 * STEPS as usize, 2 * STEPS as usize / 4));
     assert!(replay.peak_buffered_records() <= 12);
