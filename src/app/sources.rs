@@ -187,7 +187,7 @@ pub(super) async fn replay_oom_events(
                 pending = Some((index, event));
                 break;
             };
-            store.record_oom(device, event);
+            store.record_oom(device, *event);
         }
     }
 }

@@ -292,7 +292,8 @@ pub struct OomFeed {
 /// The next OOM event, if the reading has reached one.
 #[derive(Debug, PartialEq)]
 pub enum NextOom {
-    Event(u32, OomEvent),
+    /// The device index and the event, boxed as the trace keeps it.
+    Event(u32, Box<OomEvent>),
     NotYet,
     Ended,
 }
@@ -301,7 +302,7 @@ impl OomFeed {
     pub fn try_next(&self) -> NextOom {
         loop {
             return match self.shared.queues.try_take(self.lane) {
-                Taken::Record(TraceRecord::Oom { device, event }) => NextOom::Event(device, *event),
+                Taken::Record(TraceRecord::Oom { device, event }) => NextOom::Event(device, event),
                 // Only OOM events are queued here.
                 Taken::Record(_) => continue,
                 Taken::NotYet => NextOom::NotYet,
