@@ -88,6 +88,7 @@ pub fn build_source(config: &Config, join: SlowJoin) -> Result<BuiltSource, AppE
                 max_file_bytes: config.source.max_trace_bytes.get(),
                 queue_records: config.source.replay_queue_records.get(),
                 answer_probes: config.probe.enabled,
+                max_devices: config.sampler.max_devices.get(),
             };
             let replay = Arc::new(StreamedReplay::open(path, options).map_err(AppError::Replay)?);
             // A trace recorded with the probe on answers it again.

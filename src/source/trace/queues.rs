@@ -121,13 +121,6 @@ impl Queues {
             if state.closed {
                 return Pushed::Closed;
             }
-            let starving = feeder == Feeder::Main
-                && state.lanes.iter().enumerate().any(|(index, other)| {
-                    index != lane
-                        && other.feeder == Feeder::Main
-                        && other.wanted
-                        && other.records.is_empty()
-                });
             let State { lanes, buffered, peak_buffered, .. } = &mut *state;
             let Some(queue) = lanes.get_mut(lane) else { return Pushed::NotMine };
             if queue.feeder != feeder {
@@ -143,7 +136,14 @@ impl Queues {
                 }
                 return Pushed::Queued;
             }
-            if starving {
+            let starving = feeder == Feeder::Main
+                && lanes.iter().enumerate().any(|(index, other)| {
+                    index != lane
+                        && other.feeder == Feeder::Main
+                        && other.wanted
+                        && other.records.is_empty()
+                });
+            if starving && let Some(queue) = lanes.get_mut(lane) {
                 queue.feeder = Feeder::Own;
                 return Pushed::Detached { handed_over: queue.handed_over };
             }

@@ -49,6 +49,9 @@ pub struct ReplayOptions {
     /// Whether probe outcomes are handed out (`probe.enabled`); when not,
     /// they are read past rather than queued for nobody.
     pub answer_probes: bool,
+    /// `sampler.max_devices`: the sampler keeps the first this many devices
+    /// the header lists; the others' records are read past, not queued.
+    pub max_devices: usize,
 }
 
 /// Which queue a record goes to: one per device and tier, one per device
@@ -101,7 +104,7 @@ impl StreamedReplay {
     pub fn open(path: &Path, options: ReplayOptions) -> Result<StreamedReplay, TraceError> {
         let survey = survey(path, &options)?;
         let mut keys = Vec::new();
-        for device in &survey.header.devices {
+        for device in survey.header.devices.iter().take(options.max_devices) {
             keys.push(LaneKey::Tier(device.index, Tier::Fast));
             keys.push(LaneKey::Tier(device.index, Tier::Slow));
             if options.answer_probes && survey.probes {

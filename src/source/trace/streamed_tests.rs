@@ -27,6 +27,7 @@ fn options(queue_records: usize) -> ReplayOptions {
         max_file_bytes: u64::MAX,
         queue_records,
         answer_probes: true,
+        max_devices: 64,
     }
 }
 
@@ -320,4 +321,19 @@ fn oom_events_come_in_file_order_however_many_the_queue_holds() {
     let expected: Vec<(u32, u64)> = (0..50).map(|id| (id % 2, u64::from(id))).collect();
     assert_eq!(ids, expected);
     assert!(replay.peak_buffered_records() <= 10);
+}
+
+#[test]
+fn devices_past_the_sampler_limit_are_read_past_not_queued() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(&dir, &long_trace());
+    let replay = Arc::new(
+        StreamedReplay::open(&path, ReplayOptions { max_devices: 1, ..options(4) }).unwrap(),
+    );
+    let reader = replay.clone();
+    assert_eq!(within_bound(move || fast_times(&reader, 0)), expected_fast());
+    // Device 0's slow lane, full; nothing of device 1.
+    assert_eq!(replay.buffered_records(), 4);
+    assert_eq!(replay.read_fast(1), Err(SourceError::UnknownDevice { index: 1 }));
+    assert_eq!(replay.devices().unwrap().len(), 2, "the sampler is told of both and keeps one");
 }
