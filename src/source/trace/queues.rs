@@ -72,58 +72,87 @@ struct Lane {
     records: VecDeque<TraceRecord>,
     feeder: Feeder,
     end: Option<End>,
-    /// A reader found the lane empty and wants its next record.
+    /// A reader waits for the lane's next record.
     wanted: bool,
+    /// The lane's feeder waits for room.
+    feeder_waiting: bool,
     /// Records pushed so far, by whichever feeder.
     handed_over: u64,
+    /// Records of the lane in the whole file (counted at start-up): once
+    /// all were handed over, the lane is at its end without reading on.
+    total: u64,
+}
+
+impl Lane {
+    fn complete(&self) -> bool {
+        self.handed_over >= self.total
+    }
 }
 
 #[derive(Debug)]
 struct State {
     lanes: Vec<Lane>,
+    /// The lane whose room the main feeder waits for.
+    main_waits_on: Option<usize>,
     closed: bool,
     buffered: usize,
     peak_buffered: usize,
 }
 
-/// Every lane's queue, under one lock: the records are few and each
-/// hand-over is short, so one lock keeps the rule above simple to check.
+/// A lane's two wake-ups: a record for its readers, room for its feeder.
+#[derive(Debug, Default)]
+struct Signals {
+    arrived: Condvar,
+    room: Condvar,
+}
+
+/// Every lane's queue, under one lock: each hand-over is short, and one
+/// lock keeps the rule above simple to check. Each lane has its own
+/// wake-ups, and a feeder is woken only once its lane is half empty, so a
+/// full queue costs one wake-up per half queue, not one per record.
 #[derive(Debug)]
 pub(super) struct Queues {
     state: Mutex<State>,
-    /// Wakes feeders (room, a wanted lane, closing) and readers (a record,
-    /// an end).
-    changed: Condvar,
+    signals: Vec<Signals>,
     capacity: usize,
 }
 
 impl Queues {
-    /// `lanes` queues of at most `capacity` records each (at least 1), all
-    /// fed by the main feeder.
-    pub fn new(lanes: usize, capacity: usize) -> Self {
-        let lane = || Lane {
-            records: VecDeque::new(),
-            feeder: Feeder::Main,
-            end: None,
-            wanted: false,
-            handed_over: 0,
-        };
-        let lanes = std::iter::repeat_with(lane).take(lanes).collect();
-        let state = State { lanes, closed: false, buffered: 0, peak_buffered: 0 };
-        Self { state: Mutex::new(state), changed: Condvar::new(), capacity: capacity.max(1) }
+    /// One queue of at most `capacity` records (at least 1) per entry of
+    /// `totals` (the lane's records in the file), all fed by the main
+    /// feeder.
+    pub fn new(totals: &[u64], capacity: usize) -> Self {
+        let lanes = totals
+            .iter()
+            .map(|&total| Lane {
+                records: VecDeque::new(),
+                feeder: Feeder::Main,
+                end: None,
+                wanted: false,
+                feeder_waiting: false,
+                handed_over: 0,
+                total,
+            })
+            .collect();
+        let state =
+            State { lanes, main_waits_on: None, closed: false, buffered: 0, peak_buffered: 0 };
+        let signals = totals.iter().map(|_| Signals::default()).collect();
+        Self { state: Mutex::new(state), signals, capacity: capacity.max(1) }
     }
 
     /// Pushes `record` onto `lane` for `feeder`, waiting while it is full
     /// unless (main feeder only) another of its lanes is wanted and empty.
     pub fn push(&self, lane: usize, record: TraceRecord, feeder: Feeder) -> Pushed {
+        let Some(signals) = self.signals.get(lane) else { return Pushed::NotMine };
         let mut state = self.state.lock();
         loop {
             if state.closed {
                 return Pushed::Closed;
             }
-            let State { lanes, buffered, peak_buffered, .. } = &mut *state;
+            let State { lanes, buffered, peak_buffered, main_waits_on, .. } = &mut *state;
             let Some(queue) = lanes.get_mut(lane) else { return Pushed::NotMine };
-            if queue.feeder != feeder {
+            // A record past the lane's count: the file grew since start-up.
+            if queue.feeder != feeder || queue.complete() {
                 return Pushed::NotMine;
             }
             if queue.records.len() < self.capacity {
@@ -131,8 +160,8 @@ impl Queues {
                 queue.handed_over = queue.handed_over.saturating_add(1);
                 *buffered = buffered.saturating_add(1);
                 *peak_buffered = (*peak_buffered).max(*buffered);
-                if std::mem::take(&mut queue.wanted) {
-                    self.changed.notify_all();
+                if std::mem::take(&mut queue.wanted) || queue.complete() {
+                    signals.arrived.notify_all();
                 }
                 return Pushed::Queued;
             }
@@ -143,54 +172,73 @@ impl Queues {
                         && other.wanted
                         && other.records.is_empty()
                 });
-            if starving && let Some(queue) = lanes.get_mut(lane) {
+            let Some(queue) = lanes.get_mut(lane) else { return Pushed::NotMine };
+            if starving {
                 queue.feeder = Feeder::Own;
                 return Pushed::Detached { handed_over: queue.handed_over };
             }
-            self.changed.wait(&mut state);
+            queue.feeder_waiting = true;
+            if feeder == Feeder::Main {
+                *main_waits_on = Some(lane);
+            }
+            signals.room.wait(&mut state);
+            if let Some(queue) = state.lanes.get_mut(lane) {
+                queue.feeder_waiting = false;
+            }
+            if feeder == Feeder::Main {
+                state.main_waits_on = None;
+            }
         }
     }
 
     /// The next record of `lane`, waiting for one while its feeder may
-    /// still push; `Ended` for a lane that does not exist.
+    /// still push; `Ended` for a lane that does not exist. A reader waiting
+    /// here is one the main feeder does not keep waiting (see above).
     pub fn take(&self, lane: usize) -> Taken {
         self.next(lane, true)
     }
 
     /// [`Queues::take`] without waiting: `NotYet` when the lane is empty.
+    /// A reader that polls is never starved: it does not make the main
+    /// feeder detach a lane (the OOM events, rare, would detach them all).
     pub fn try_take(&self, lane: usize) -> Taken {
         self.next(lane, false)
     }
 
     fn next(&self, lane: usize, wait: bool) -> Taken {
+        let Some(signals) = self.signals.get(lane) else { return Taken::Ended };
         let mut state = self.state.lock();
         loop {
-            let closed = state.closed;
-            let State { lanes, buffered, .. } = &mut *state;
+            let State { lanes, buffered, main_waits_on, closed, .. } = &mut *state;
             let Some(queue) = lanes.get_mut(lane) else { return Taken::Ended };
             if let Some(record) = queue.records.pop_front() {
                 *buffered = buffered.saturating_sub(1);
-                if queue.records.len() + 1 == self.capacity {
-                    // Its feeder may be waiting for room.
-                    self.changed.notify_all();
+                if queue.feeder_waiting && queue.records.len() <= self.capacity / 2 {
+                    signals.room.notify_one();
                 }
                 return Taken::Record(record);
             }
             match &queue.end {
+                _ if queue.complete() => return Taken::Ended,
                 Some(End::Finished) => return Taken::Ended,
                 Some(End::Failed(reason)) => return Taken::Failed(reason.clone()),
-                None if closed => return Taken::Ended,
+                None if *closed => return Taken::Ended,
                 None => {}
-            }
-            if !queue.wanted {
-                queue.wanted = true;
-                // The main feeder may be waiting on another, full lane.
-                self.changed.notify_all();
             }
             if !wait {
                 return Taken::NotYet;
             }
-            self.changed.wait(&mut state);
+            if !queue.wanted {
+                queue.wanted = true;
+                // The main feeder may be waiting on another, full lane.
+                if queue.feeder == Feeder::Main
+                    && let Some(blocking) = *main_waits_on
+                    && let Some(blocked) = self.signals.get(blocking)
+                {
+                    blocked.room.notify_one();
+                }
+            }
+            signals.arrived.wait(&mut state);
         }
     }
 
@@ -205,15 +253,25 @@ impl Queues {
                 && queue.end.is_none()
             {
                 queue.end = Some(end.clone());
+                if let Some(signals) = self.signals.get(index) {
+                    signals.arrived.notify_all();
+                }
             }
         }
-        self.changed.notify_all();
     }
 
     /// Stops every feeder and reader: the replay is being dropped.
     pub fn close(&self) {
         self.state.lock().closed = true;
-        self.changed.notify_all();
+        for signals in &self.signals {
+            signals.arrived.notify_all();
+            signals.room.notify_all();
+        }
+    }
+
+    /// Whether every record of `lane` was handed over (its feeder may stop).
+    pub fn complete(&self, lane: usize) -> bool {
+        self.state.lock().lanes.get(lane).is_none_or(Lane::complete)
     }
 
     /// Records queued now, over all lanes.

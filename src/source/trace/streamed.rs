@@ -14,7 +14,9 @@
 //! business and timestamps come from the records.
 //!
 //! The check at start-up is a full reading of the file that keeps nothing
-//! but whether it has probe outcomes and OOM events: a bad line still stops
+//! but how many records each lane has (so a lane is known to be at its end
+//! when its last record is handed out, not only once the file is read to
+//! its end, as a device lost part-way needs): a bad line still stops
 //! the daemon before it serves, naming the line, as it did when the whole
 //! trace was loaded. The streaming reading can then fail only if the file
 //! changes or cannot be read part-way; that is logged once and every
@@ -107,16 +109,19 @@ impl StreamedReplay {
         for device in survey.header.devices.iter().take(options.max_devices) {
             keys.push(LaneKey::Tier(device.index, Tier::Fast));
             keys.push(LaneKey::Tier(device.index, Tier::Slow));
-            if options.answer_probes && survey.probes {
+            if options.answer_probes {
                 keys.push(LaneKey::Probe(device.index));
             }
         }
-        if survey.ooms {
+        let count = |key: &LaneKey| survey.counts.get(key).copied().unwrap_or(0);
+        if count(&LaneKey::Oom) > 0 {
             keys.push(LaneKey::Oom);
         }
+        let totals: Vec<u64> = keys.iter().map(count).collect();
+        let has_probe_records = survey.counts.keys().any(|key| matches!(key, LaneKey::Probe(_)));
         let lanes: HashMap<_, _> =
             keys.into_iter().enumerate().map(|(at, key)| (key, at)).collect();
-        let queues = Queues::new(lanes.len(), options.queue_records);
+        let queues = Queues::new(&totals, options.queue_records);
         let shared = Arc::new(Shared { path: path.to_owned(), options, lanes, queues });
         let mut lines = TraceLines::open(path, options.max_line_bytes, options.max_file_bytes)?;
         let header = lines.header()?;
@@ -126,7 +131,7 @@ impl StreamedReplay {
             .name("vramd-replay-read".to_owned())
             .spawn(move || feed_main(lines, check, &feeding))
             .map_err(|source| TraceError::Thread { path: path.display().to_string(), source })?;
-        Ok(StreamedReplay { header, has_probe_records: survey.probes, shared })
+        Ok(StreamedReplay { header, has_probe_records, shared })
     }
 
     pub fn header(&self) -> &TraceHeader {
@@ -159,6 +164,11 @@ impl StreamedReplay {
     #[cfg(test)]
     pub(super) fn queues(&self) -> &Queues {
         &self.shared.queues
+    }
+
+    #[cfg(test)]
+    pub(super) fn lane_count(&self) -> usize {
+        self.shared.lanes.len()
     }
 
     #[cfg(test)]
@@ -315,11 +325,11 @@ impl OomFeed {
     }
 }
 
-/// What the check at start-up found besides the header.
+/// What the check at start-up found besides the header: how many records
+/// each lane has (one count per lane, whatever the trace's length).
 struct Survey {
     header: TraceHeader,
-    probes: bool,
-    ooms: bool,
+    counts: HashMap<LaneKey, u64>,
 }
 
 /// Reads and checks the whole file, keeping nothing of its records.
@@ -327,13 +337,13 @@ fn survey(path: &Path, options: &ReplayOptions) -> Result<Survey, TraceError> {
     let mut lines = TraceLines::open(path, options.max_line_bytes, options.max_file_bytes)?;
     let header = lines.header()?;
     let mut check = RecordCheck::new(&header);
-    let (mut probes, mut ooms) = (false, false);
+    let mut counts = HashMap::new();
     while let Some(record) = lines.next_record()? {
         check.check(&record).map_err(|reason| lines.in_line(reason))?;
-        probes |= matches!(record, TraceRecord::Probe { .. });
-        ooms |= matches!(record, TraceRecord::Oom { .. });
+        let count: &mut u64 = counts.entry(LaneKey::of(&record)).or_default();
+        *count = count.saturating_add(1);
     }
-    Ok(Survey { header, probes, ooms })
+    Ok(Survey { header, counts })
 }
 
 /// Ends the lanes a reading thread feeds as failed if it stops without
@@ -409,6 +419,10 @@ fn feed_own(shared: &Shared, lane: usize, mut handed_over: u64) {
         }
         if shared.queues.push(lane, record, Feeder::Own) != Pushed::Queued {
             return;
+        }
+        if shared.queues.complete(lane) {
+            // The rest of the file has nothing for this lane.
+            return shared.queues.end(Feeder::Own, Some(lane), None);
         }
     }
 }

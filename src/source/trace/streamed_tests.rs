@@ -272,19 +272,24 @@ fn probe_outcomes_are_not_queued_when_the_probe_is_off() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("example.ndjson");
     std::fs::write(&path, example).unwrap();
-    let held = |answer_probes| {
-        let replay = Arc::new(
-            StreamedReplay::open(&path, ReplayOptions { answer_probes, ..options(8) }).unwrap(),
-        );
-        let reader = replay.clone();
-        // Device 0's fast tier ends once the whole file was read.
-        within_bound(move || while reader.read_fast(0).is_ok() {});
-        replay.buffered_records()
+    let request = ProbeRequest {
+        block_bytes: 64 << 20,
+        samples: 5,
+        margin_bytes: 1 << 30,
+        headroom_time_budget: None,
+        timeout: Duration::from_secs(60),
+        cuda_library: None,
+        nvml_library: None,
     };
-    // Device 1's 3 fast records and the 3 slow ones, plus device 0's 2
-    // probe outcomes only when the probe is answered.
-    assert_eq!(held(false), 6);
-    assert_eq!(held(true), 8);
+    let off =
+        StreamedReplay::open(&path, ReplayOptions { answer_probes: false, ..options(8) }).unwrap();
+    assert!(off.has_probe_records());
+    // Fast and slow of two devices: no probe queue to fill.
+    assert_eq!(off.lane_count(), 4);
+    let device = off.devices().unwrap().remove(0);
+    assert_eq!(off.probe(&device, &request).unwrap_err().kind, ProbeFailureKind::TraceEnded);
+    let on = StreamedReplay::open(&path, options(8)).unwrap();
+    assert_eq!(on.lane_count(), 6);
 }
 
 #[test]
@@ -336,4 +341,28 @@ fn devices_past_the_sampler_limit_are_read_past_not_queued() {
     assert_eq!(replay.buffered_records(), 4);
     assert_eq!(replay.read_fast(1), Err(SourceError::UnknownDevice { index: 1 }));
     assert_eq!(replay.devices().unwrap().len(), 2, "the sampler is told of both and keeps one");
+}
+
+#[test]
+fn a_lane_whose_records_stop_early_ends_without_waiting_for_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    // Device 1 is lost after 10 steps: its lanes have no more records.
+    let lines: Vec<String> = long_trace()
+        .into_iter()
+        .enumerate()
+        .filter(|(at, line)| *at < 60 || !line.contains("\"device\":1,"))
+        .map(|(_, line)| line)
+        .collect();
+    let path = write(&dir, &lines);
+    // Device 1's records all fit in its queues, so reading them needs no
+    // lane detached; its end must not need the rest of the file either.
+    let replay = Arc::new(StreamedReplay::open(&path, options(64)).unwrap());
+    let reader = replay.clone();
+    let lost = within_bound(move || fast_times(&reader, 1));
+    assert_eq!(lost, expected_fast()[..lost.len()].to_vec());
+    assert!((20..30).contains(&lost.len()), "{}", lost.len());
+    for tier in [Tier::Fast, Tier::Slow] {
+        let lane = replay.lane(0, tier).unwrap();
+        assert!(!replay.queues().detached(lane), "device 0's {tier} queue was not read past");
+    }
 }
