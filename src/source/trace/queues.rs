@@ -13,8 +13,8 @@
 //! lane nobody reads), so a full queue must not hold back a lane whose
 //! reader is waiting: when the main feeder finds its queue full while a
 //! lane it feeds is empty and wanted, the full lane is *detached* and gets
-//! a feeder of its own (a second reading of the file, from the start, that
-//! skips the records already handed over). A detached lane waits only on
+//! a feeder of its own (a second reading of the file from that record on,
+//! that passes over other lanes' lines unparsed). A detached lane waits only on
 //! its own reader, so no reader waits on another's, and every queue holds
 //! at most `capacity` records whatever the file's length.
 
@@ -34,15 +34,15 @@ pub(super) enum Feeder {
 }
 
 /// What became of a push.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Debug, PartialEq)]
 pub(super) enum Pushed {
     /// Queued.
     Queued,
     /// The lane has a feeder of its own now: the caller skips its records.
     NotMine,
-    /// The main feeder detached the full lane instead of waiting for it;
-    /// its own feeder must skip the first `handed_over` records of the lane.
-    Detached { handed_over: u64 },
+    /// The main feeder detached the full lane instead of waiting for it:
+    /// the record is handed back for the lane's own feeder to push first.
+    Detached(Box<TraceRecord>),
     /// The replay was dropped: the feeder stops.
     Closed,
 }
@@ -175,7 +175,7 @@ impl Queues {
             let Some(queue) = lanes.get_mut(lane) else { return Pushed::NotMine };
             if starving {
                 queue.feeder = Feeder::Own;
-                return Pushed::Detached { handed_over: queue.handed_over };
+                return Pushed::Detached(Box::new(record));
             }
             queue.feeder_waiting = true;
             if feeder == Feeder::Main {

@@ -27,7 +27,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use tracing::error;
+use tracing::{error, info};
 
 use super::error::TraceError;
 use super::format::{TraceHeader, TraceRecord};
@@ -59,7 +59,7 @@ pub struct ReplayOptions {
 /// Which queue a record goes to: one per device and tier, one per device
 /// for probe outcomes, one for every OOM event (handed out in file order).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-enum LaneKey {
+pub(super) enum LaneKey {
     Tier(u32, Tier),
     Probe(u32),
     Oom,
@@ -378,52 +378,93 @@ fn feed_main(mut lines: TraceLines, mut check: RecordCheck, shared: &Arc<Shared>
         match shared.queues.push(lane, record, Feeder::Main) {
             Pushed::Queued | Pushed::NotMine => {}
             Pushed::Closed => return,
-            Pushed::Detached { handed_over } => start_own(shared, lane, handed_over),
+            Pushed::Detached(record) => start_own(shared, lane, *record, lines.position()),
         }
     }
 }
 
-fn start_own(shared: &Arc<Shared>, lane: usize, handed_over: u64) {
+/// Starts the own feeder of `lane`, detached at `first` (its next record),
+/// to read on from `position`, just past that record's line.
+fn start_own(shared: &Arc<Shared>, lane: usize, first: TraceRecord, position: (u64, u64)) {
+    let key = shared.lanes.iter().find_map(|(key, &at)| (at == lane).then_some(*key));
+    info!(
+        lane = ?key,
+        line = position.1,
+        "a replayed lane is read less often than the trace holds it: it reads the trace on its own"
+    );
     let feeding = shared.clone();
     let started = std::thread::Builder::new()
         .name("vramd-replay-lane".to_owned())
-        .spawn(move || feed_own(&feeding, lane, handed_over));
+        .spawn(move || feed_own(&feeding, lane, first, position));
     if let Err(source) = started {
         let path = shared.path.display().to_string();
         fail(shared, Feeder::Own, Some(lane), &TraceError::Thread { path, source });
     }
 }
 
-/// A detached lane's own reading of the file, from its start: the lane's
-/// first `handed_over` records were queued already and are skipped.
-fn feed_own(shared: &Shared, lane: usize, mut handed_over: u64) {
+/// A detached lane's own reading of the file: `first`, then the lane's
+/// records from `position` on; other lanes' lines of the recorder's layout
+/// are passed over unparsed (the start-up check and the main reading
+/// check them).
+fn feed_own(shared: &Shared, lane: usize, first: TraceRecord, position: (u64, u64)) {
     let _guard = EndOnDrop { shared, feeder: Feeder::Own, lane: Some(lane) };
+    if !push_own(shared, lane, first) {
+        return;
+    }
     let options = &shared.options;
-    let opened = TraceLines::open(&shared.path, options.max_line_bytes, options.max_file_bytes);
-    let mut lines = match opened.and_then(|mut lines| lines.header().map(|_| lines)) {
+    let opened =
+        TraceLines::open_at(&shared.path, options.max_line_bytes, options.max_file_bytes, position);
+    let mut lines = match opened {
         Ok(lines) => lines,
         Err(failure) => return fail(shared, Feeder::Own, Some(lane), &failure),
     };
+    let key = shared.lanes.iter().find_map(|(key, &at)| (at == lane).then_some(*key));
+    let elsewhere = |bytes: &[u8]| sniff(bytes).is_some_and(|sniffed| Some(sniffed) != key);
     loop {
-        let record = match lines.next_record() {
+        let record = match lines.next_record_unless(elsewhere) {
             Ok(Some(record)) => record,
             Ok(None) => return shared.queues.end(Feeder::Own, Some(lane), None),
             Err(failure) => return fail(shared, Feeder::Own, Some(lane), &failure),
         };
-        if shared.lane_of(&record) != Some(lane) {
-            continue;
-        }
-        if handed_over > 0 {
-            handed_over -= 1;
-            continue;
-        }
-        if shared.queues.push(lane, record, Feeder::Own) != Pushed::Queued {
+        if shared.lane_of(&record) == Some(lane) && !push_own(shared, lane, record) {
             return;
         }
-        if shared.queues.complete(lane) {
-            // The rest of the file has nothing for this lane.
-            return shared.queues.end(Feeder::Own, Some(lane), None);
-        }
+    }
+}
+
+/// Pushes an own feeder's record; false when it should stop (the replay
+/// was dropped, or the lane has had all its records).
+fn push_own(shared: &Shared, lane: usize, record: TraceRecord) -> bool {
+    if shared.queues.push(lane, record, Feeder::Own) != Pushed::Queued {
+        return false;
+    }
+    if shared.queues.complete(lane) {
+        // The rest of the file has nothing for this lane.
+        shared.queues.end(Feeder::Own, Some(lane), None);
+        return false;
+    }
+    true
+}
+
+/// The lane of a line in the recorder's layout (`{"record":"fast","device":0,`),
+/// read from its first bytes without parsing it; `None` when that is not
+/// certain (another layout, or an error record, whose tier comes later).
+pub(super) fn sniff(bytes: &[u8]) -> Option<LaneKey> {
+    let rest = bytes.strip_prefix(b"{\"record\":\"")?;
+    let quote = rest.iter().position(|&byte| byte == b'"')?;
+    let (kind, rest) = rest.split_at(quote);
+    let rest = rest.strip_prefix(b"\",\"device\":")?;
+    let digits = rest.iter().position(|byte| !byte.is_ascii_digit())?;
+    if rest.get(digits) != Some(&b',') {
+        return None;
+    }
+    let device = std::str::from_utf8(rest.get(..digits)?).ok()?.parse().ok()?;
+    match kind {
+        b"fast" => Some(LaneKey::Tier(device, Tier::Fast)),
+        b"slow" => Some(LaneKey::Tier(device, Tier::Slow)),
+        b"probe" => Some(LaneKey::Probe(device)),
+        b"oom" => Some(LaneKey::Oom),
+        _ => None,
     }
 }
 

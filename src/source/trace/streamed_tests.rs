@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::sync::mpsc::channel;
 use std::time::Duration;
 
+use super::streamed::{LaneKey, sniff};
 use super::*;
 use crate::model::ProbeFailureKind;
 use crate::source::probe::{ProbeRequest, Prober};
@@ -365,4 +366,18 @@ fn a_lane_whose_records_stop_early_ends_without_waiting_for_the_file() {
         let lane = replay.lane(0, tier).unwrap();
         assert!(!replay.queues().detached(lane), "device 0's {tier} queue was not read past");
     }
+}
+
+#[test]
+fn a_line_of_the_recorders_layout_names_its_lane_from_its_first_bytes() {
+    assert_eq!(sniff(fast(3, 7).as_bytes()), Some(LaneKey::Tier(3, Tier::Fast)));
+    assert_eq!(sniff(slow(12, 7).as_bytes()), Some(LaneKey::Tier(12, Tier::Slow)));
+    let probe = r#"{"record":"probe","device":1,"failure":{"kind":"timeout","message":"x"}}"#;
+    assert_eq!(sniff(probe.as_bytes()), Some(LaneKey::Probe(1)));
+    // Not certain from the first bytes: parsed instead.
+    let error = r#"{"record":"error","device":1,"tier":"fast","kind":"device_lost","message":"x"}"#;
+    assert_eq!(sniff(error.as_bytes()), None);
+    assert_eq!(sniff(br#"{"device":1,"record":"fast","at":1}"#), None);
+    assert_eq!(sniff(br#"{"record":"fast","device":99999999999,"at":1}"#), None);
+    assert_eq!(sniff(br#"{"record":"fast","device":1}"#), None);
 }
