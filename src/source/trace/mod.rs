@@ -10,6 +10,7 @@
 //! nothing of history, sampler or HTTP.
 
 mod error;
+mod feeders;
 mod format;
 mod line;
 mod lines;

@@ -119,14 +119,14 @@ pub(super) struct Queues {
 
 impl Queues {
     /// One queue of at most `capacity` records (at least 1) per entry of
-    /// `totals` (the lane's records in the file), all fed by the main
-    /// feeder.
-    pub fn new(totals: &[u64], capacity: usize) -> Self {
-        let lanes = totals
+    /// `lanes`: the lane's records in the file, and who feeds it first.
+    pub fn new(lanes: &[(u64, Feeder)], capacity: usize) -> Self {
+        let signals = lanes.iter().map(|_| Signals::default()).collect();
+        let lanes = lanes
             .iter()
-            .map(|&total| Lane {
+            .map(|&(total, feeder)| Lane {
                 records: VecDeque::new(),
-                feeder: Feeder::Main,
+                feeder,
                 end: None,
                 wanted: false,
                 feeder_waiting: false,
@@ -136,7 +136,6 @@ impl Queues {
             .collect();
         let state =
             State { lanes, main_waits_on: None, closed: false, buffered: 0, peak_buffered: 0 };
-        let signals = totals.iter().map(|_| Signals::default()).collect();
         Self { state: Mutex::new(state), signals, capacity: capacity.max(1) }
     }
 

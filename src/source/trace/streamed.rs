@@ -24,14 +24,13 @@
 //! away would (see docs/trace-format.md).
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
-use tracing::{error, info};
-
 use super::error::TraceError;
+use super::feeders::{LaneKey, Shared, feed_main, start_own};
 use super::format::{TraceHeader, TraceRecord};
-use super::queues::{Feeder, Pushed, Queues, Taken};
+use super::queues::{Feeder, Queues, Taken};
 use super::reader::{RecordCheck, TraceLines};
 use crate::model::{
     DeviceInfo, FastReading, OomEvent, ProbeFailure, ProbeFailureKind, ProbeReading, SlowReading,
@@ -54,42 +53,6 @@ pub struct ReplayOptions {
     /// `sampler.max_devices`: the sampler keeps the first this many devices
     /// the header lists; the others' records are read past, not queued.
     pub max_devices: usize,
-}
-
-/// Which queue a record goes to: one per device and tier, one per device
-/// for probe outcomes, one for every OOM event (handed out in file order).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub(super) enum LaneKey {
-    Tier(u32, Tier),
-    Probe(u32),
-    Oom,
-}
-
-impl LaneKey {
-    fn of(record: &TraceRecord) -> LaneKey {
-        let device = record.device();
-        match record {
-            TraceRecord::Fast { .. } => LaneKey::Tier(device, Tier::Fast),
-            TraceRecord::Slow { .. } => LaneKey::Tier(device, Tier::Slow),
-            TraceRecord::Error { tier, .. } => LaneKey::Tier(device, *tier),
-            TraceRecord::Probe { .. } => LaneKey::Probe(device),
-            TraceRecord::Oom { .. } => LaneKey::Oom,
-        }
-    }
-}
-
-/// What the reading threads share: the file, its lanes and their queues.
-struct Shared {
-    path: PathBuf,
-    options: ReplayOptions,
-    lanes: HashMap<LaneKey, usize>,
-    queues: Queues,
-}
-
-impl Shared {
-    fn lane_of(&self, record: &TraceRecord) -> Option<usize> {
-        self.lanes.get(&LaneKey::of(record)).copied()
-    }
 }
 
 /// A trace replayed as a [`DeviceSource`], read as the sampler asks.
@@ -117,7 +80,14 @@ impl StreamedReplay {
         if count(&LaneKey::Oom) > 0 {
             keys.push(LaneKey::Oom);
         }
-        let totals: Vec<u64> = keys.iter().map(count).collect();
+        // A probe is answered with the device's next outcome whenever it is
+        // asked, wherever the replay is in the file, so its lane is read on
+        // its own from the start rather than made to wait on the others.
+        let feeder = |key: &LaneKey| match key {
+            LaneKey::Probe(_) => Feeder::Own,
+            LaneKey::Tier(..) | LaneKey::Oom => Feeder::Main,
+        };
+        let totals: Vec<_> = keys.iter().map(|key| (count(key), feeder(key))).collect();
         let has_probe_records = survey.counts.keys().any(|key| matches!(key, LaneKey::Probe(_)));
         let lanes: HashMap<_, _> =
             keys.into_iter().enumerate().map(|(at, key)| (key, at)).collect();
@@ -125,12 +95,18 @@ impl StreamedReplay {
         let shared = Arc::new(Shared { path: path.to_owned(), options, lanes, queues });
         let mut lines = TraceLines::open(path, options.max_line_bytes, options.max_file_bytes)?;
         let header = lines.header()?;
+        let past_header = lines.position();
         let check = RecordCheck::new(&header);
         let feeding = shared.clone();
         std::thread::Builder::new()
             .name("vramd-replay-read".to_owned())
             .spawn(move || feed_main(lines, check, &feeding))
             .map_err(|source| TraceError::Thread { path: path.display().to_string(), source })?;
+        for (&key, &lane) in &shared.lanes {
+            if feeder(&key) == Feeder::Own {
+                start_own(&shared, lane, None, past_header);
+            }
+        }
         Ok(StreamedReplay { header, has_probe_records, shared })
     }
 
@@ -344,134 +320,4 @@ fn survey(path: &Path, options: &ReplayOptions) -> Result<Survey, TraceError> {
         *count = count.saturating_add(1);
     }
     Ok(Survey { header, counts })
-}
-
-/// Ends the lanes a reading thread feeds as failed if it stops without
-/// ending them (it panicked), so no reader waits for it forever.
-struct EndOnDrop<'a> {
-    shared: &'a Shared,
-    feeder: Feeder,
-    lane: Option<usize>,
-}
-
-impl Drop for EndOnDrop<'_> {
-    fn drop(&mut self) {
-        let reason = "the thread reading the trace stopped before its end";
-        self.shared.queues.end(self.feeder, self.lane, Some(reason));
-    }
-}
-
-/// The main reading thread: every record, checked, onto its lane's queue;
-/// a lane detached on the way gets a thread of its own.
-fn feed_main(mut lines: TraceLines, mut check: RecordCheck, shared: &Arc<Shared>) {
-    let _guard = EndOnDrop { shared, feeder: Feeder::Main, lane: None };
-    loop {
-        let record = match lines.next_record() {
-            Ok(Some(record)) => record,
-            Ok(None) => return shared.queues.end(Feeder::Main, None, None),
-            Err(failure) => return fail(shared, Feeder::Main, None, &failure),
-        };
-        if let Err(reason) = check.check(&record) {
-            return fail(shared, Feeder::Main, None, &lines.in_line(reason));
-        }
-        let Some(lane) = shared.lane_of(&record) else { continue };
-        match shared.queues.push(lane, record, Feeder::Main) {
-            Pushed::Queued | Pushed::NotMine => {}
-            Pushed::Closed => return,
-            Pushed::Detached(record) => start_own(shared, lane, *record, lines.position()),
-        }
-    }
-}
-
-/// Starts the own feeder of `lane`, detached at `first` (its next record),
-/// to read on from `position`, just past that record's line.
-fn start_own(shared: &Arc<Shared>, lane: usize, first: TraceRecord, position: (u64, u64)) {
-    let key = shared.lanes.iter().find_map(|(key, &at)| (at == lane).then_some(*key));
-    info!(
-        lane = ?key,
-        line = position.1,
-        "a replayed lane is read less often than the trace holds it: it reads the trace on its own"
-    );
-    let feeding = shared.clone();
-    let started = std::thread::Builder::new()
-        .name("vramd-replay-lane".to_owned())
-        .spawn(move || feed_own(&feeding, lane, first, position));
-    if let Err(source) = started {
-        let path = shared.path.display().to_string();
-        fail(shared, Feeder::Own, Some(lane), &TraceError::Thread { path, source });
-    }
-}
-
-/// A detached lane's own reading of the file: `first`, then the lane's
-/// records from `position` on; other lanes' lines of the recorder's layout
-/// are passed over unparsed (the start-up check and the main reading
-/// check them).
-fn feed_own(shared: &Shared, lane: usize, first: TraceRecord, position: (u64, u64)) {
-    let _guard = EndOnDrop { shared, feeder: Feeder::Own, lane: Some(lane) };
-    if !push_own(shared, lane, first) {
-        return;
-    }
-    let options = &shared.options;
-    let opened =
-        TraceLines::open_at(&shared.path, options.max_line_bytes, options.max_file_bytes, position);
-    let mut lines = match opened {
-        Ok(lines) => lines,
-        Err(failure) => return fail(shared, Feeder::Own, Some(lane), &failure),
-    };
-    let key = shared.lanes.iter().find_map(|(key, &at)| (at == lane).then_some(*key));
-    let elsewhere = |bytes: &[u8]| sniff(bytes).is_some_and(|sniffed| Some(sniffed) != key);
-    loop {
-        let record = match lines.next_record_unless(elsewhere) {
-            Ok(Some(record)) => record,
-            Ok(None) => return shared.queues.end(Feeder::Own, Some(lane), None),
-            Err(failure) => return fail(shared, Feeder::Own, Some(lane), &failure),
-        };
-        if shared.lane_of(&record) == Some(lane) && !push_own(shared, lane, record) {
-            return;
-        }
-    }
-}
-
-/// Pushes an own feeder's record; false when it should stop (the replay
-/// was dropped, or the lane has had all its records).
-fn push_own(shared: &Shared, lane: usize, record: TraceRecord) -> bool {
-    if shared.queues.push(lane, record, Feeder::Own) != Pushed::Queued {
-        return false;
-    }
-    if shared.queues.complete(lane) {
-        // The rest of the file has nothing for this lane.
-        shared.queues.end(Feeder::Own, Some(lane), None);
-        return false;
-    }
-    true
-}
-
-/// The lane of a line in the recorder's layout (`{"record":"fast","device":0,`),
-/// read from its first bytes without parsing it; `None` when that is not
-/// certain (another layout, or an error record, whose tier comes later).
-pub(super) fn sniff(bytes: &[u8]) -> Option<LaneKey> {
-    let rest = bytes.strip_prefix(b"{\"record\":\"")?;
-    let quote = rest.iter().position(|&byte| byte == b'"')?;
-    let (kind, rest) = rest.split_at(quote);
-    let rest = rest.strip_prefix(b"\",\"device\":")?;
-    let digits = rest.iter().position(|byte| !byte.is_ascii_digit())?;
-    if rest.get(digits) != Some(&b',') {
-        return None;
-    }
-    let device = std::str::from_utf8(rest.get(..digits)?).ok()?.parse().ok()?;
-    match kind {
-        b"fast" => Some(LaneKey::Tier(device, Tier::Fast)),
-        b"slow" => Some(LaneKey::Tier(device, Tier::Slow)),
-        b"probe" => Some(LaneKey::Probe(device)),
-        b"oom" => Some(LaneKey::Oom),
-        _ => None,
-    }
-}
-
-fn fail(shared: &Shared, feeder: Feeder, lane: Option<usize>, failure: &TraceError) {
-    error!(
-        error = %failure,
-        "the replayed trace could not be read further; the readings it has not reached are answered as errors"
-    );
-    shared.queues.end(feeder, lane, Some(&failure.to_string()));
 }

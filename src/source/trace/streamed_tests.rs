@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::sync::mpsc::channel;
 use std::time::Duration;
 
-use super::streamed::{LaneKey, sniff};
+use super::feeders::{LaneKey, sniff};
 use super::*;
 use crate::model::ProbeFailureKind;
 use crate::source::probe::{ProbeRequest, Prober};
@@ -95,6 +95,29 @@ fn within_bound<T: Send + 'static>(work: impl FnOnce() -> T + Send + 'static) ->
 
 fn expected_fast() -> Vec<i64> {
     (0..STEPS).map(|step| START + 250 * step).collect()
+}
+
+fn probe_request() -> ProbeRequest {
+    ProbeRequest {
+        block_bytes: 64 << 20,
+        samples: 5,
+        margin_bytes: 1 << 30,
+        headroom_time_budget: None,
+        timeout: Duration::from_secs(60),
+        cuda_library: None,
+        nvml_library: None,
+    }
+}
+
+/// The example trace of docs/trace-format.md, written into `dir`.
+fn documented_example(dir: &tempfile::TempDir) -> PathBuf {
+    let doc = include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/trace-format.md"));
+    let (_, after_marker) = doc.split_once("<!-- trace-example").unwrap();
+    let (_, block) = after_marker.split_once("```json\n").unwrap();
+    let (example, _) = block.split_once("```").unwrap();
+    let path = dir.path().join("example.ndjson");
+    std::fs::write(&path, example).unwrap();
+    path
 }
 
 #[test]
@@ -230,27 +253,14 @@ fn a_trace_damaged_after_start_up_answers_errors_from_the_damaged_line_on() {
 
 #[test]
 fn the_documented_example_answers_as_the_whole_trace_replay_does() {
-    let doc = include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/trace-format.md"));
-    let (_, after_marker) = doc.split_once("<!-- trace-example").unwrap();
-    let (_, block) = after_marker.split_once("```json\n").unwrap();
-    let (example, _) = block.split_once("```").unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("example.ndjson");
-    std::fs::write(&path, example).unwrap();
+    let path = documented_example(&dir);
     let whole = Replay::open(&path, 4096).unwrap();
     let streamed = StreamedReplay::open(&path, options(1)).unwrap();
     assert_eq!(streamed.header(), whole.header());
     assert_eq!(streamed.devices(), whole.devices());
     assert!(streamed.has_probe_records());
-    let request = ProbeRequest {
-        block_bytes: 64 << 20,
-        samples: 5,
-        margin_bytes: 1 << 30,
-        headroom_time_budget: None,
-        timeout: Duration::from_secs(60),
-        cuda_library: None,
-        nvml_library: None,
-    };
+    let request = probe_request();
     let devices = whole.devices().unwrap();
     for _ in 0..5 {
         for device in &devices {
@@ -266,22 +276,9 @@ fn the_documented_example_answers_as_the_whole_trace_replay_does() {
 
 #[test]
 fn probe_outcomes_are_not_queued_when_the_probe_is_off() {
-    let doc = include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/trace-format.md"));
-    let (_, after_marker) = doc.split_once("<!-- trace-example").unwrap();
-    let (_, block) = after_marker.split_once("```json\n").unwrap();
-    let (example, _) = block.split_once("```").unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("example.ndjson");
-    std::fs::write(&path, example).unwrap();
-    let request = ProbeRequest {
-        block_bytes: 64 << 20,
-        samples: 5,
-        margin_bytes: 1 << 30,
-        headroom_time_budget: None,
-        timeout: Duration::from_secs(60),
-        cuda_library: None,
-        nvml_library: None,
-    };
+    let path = documented_example(&dir);
+    let request = probe_request();
     let off =
         StreamedReplay::open(&path, ReplayOptions { answer_probes: false, ..options(8) }).unwrap();
     assert!(off.has_probe_records());
@@ -380,4 +377,35 @@ fn a_line_of_the_recorders_layout_names_its_lane_from_its_first_bytes() {
     assert_eq!(sniff(br#"{"device":1,"record":"fast","at":1}"#), None);
     assert_eq!(sniff(br#"{"record":"fast","device":99999999999,"at":1}"#), None);
     assert_eq!(sniff(br#"{"record":"fast","device":1}"#), None);
+}
+
+#[test]
+fn a_probe_gets_its_next_outcome_at_once_however_far_ahead_in_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut lines = Vec::new();
+    for (at, line) in long_trace().into_iter().enumerate() {
+        lines.push(line);
+        if at > 0 && at % 3000 == 0 {
+            let seconds = at / 3000;
+            lines.push(format!(
+                r#"{{"record":"probe","device":0,"failure":{{"kind":"timeout","message":"{seconds}"}}}}"#
+            ));
+        }
+    }
+    let path = write(&dir, &lines);
+    let replay = Arc::new(StreamedReplay::open(&path, options(2)).unwrap());
+    let device = replay.devices().unwrap().remove(0);
+    let prober = replay.clone();
+    let messages = within_bound(move || {
+        let request = probe_request();
+        (0..6).map(|_| prober.probe(&device, &request).unwrap_err().message).collect::<Vec<_>>()
+    });
+    assert_eq!(messages[..5], ["1", "2", "3", "4", "5"]);
+    assert!(messages[5].contains("no more probe records"), "{}", messages[5]);
+    for index in 0..2 {
+        for tier in [Tier::Fast, Tier::Slow] {
+            let lane = replay.lane(index, tier).unwrap();
+            assert!(!replay.queues().detached(lane), "device {index} {tier} was not read past");
+        }
+    }
 }
