@@ -250,9 +250,9 @@ pub async fn run(
     .with_systemd(systemd.clone());
     tokio::spawn(reloader.run(reload.hangups, cancel.clone()));
     intake.oom_hook = oom_recorder;
-    if !replayed_ooms.is_empty() {
+    if let Some(feed) = replayed_ooms {
         let period = crate::clock::real_interval(config.sampler.fast_interval, speed);
-        tokio::spawn(replay_oom_events(store.clone(), replayed_ooms, period, cancel.clone()));
+        tokio::spawn(replay_oom_events(store.clone(), feed, period, cancel.clone()));
     }
     let state = AppState::new(
         store,

@@ -18,7 +18,6 @@ use crate::driver_trace::DriverBoard;
 use crate::history::HistoryStore;
 use crate::ingest::{ReportLimits, ReportStore};
 use crate::kubernetes::AttributionBoard;
-use crate::model::OomEvent;
 use crate::source::DeviceSource;
 use crate::source::SourceSelection;
 use crate::source::cuda::ChildProber;
@@ -26,7 +25,9 @@ use crate::source::join::{Joiner, SlowJoin};
 use crate::source::nvml::{NvmlSettings, NvmlSource};
 use crate::source::probe::Prober;
 use crate::source::simulator::{Simulator, SimulatorSpec};
-use crate::source::trace::{RecordHealth, RecordOptions, Recorder, Replay};
+use crate::source::trace::{
+    NextOom, OomFeed, RecordHealth, RecordOptions, Recorder, ReplayOptions, StreamedReplay,
+};
 
 /// A device source, and for a simulated host the simulator whose PyTorch
 /// processes report their allocator statistics like real workloads.
@@ -40,8 +41,9 @@ pub struct BuiltSource {
     pub record_health: Option<Arc<RecordHealth>>,
     /// Writes an OOM event into the recording, when `source.record` is set.
     pub oom_recorder: Option<OomHook>,
-    /// A replayed trace's OOM events (device index, event), in file order.
-    pub replayed_ooms: Vec<(u32, OomEvent)>,
+    /// A replayed trace's OOM events, in file order as its reading reaches
+    /// them; `None` when it has none.
+    pub replayed_ooms: Option<OomFeed>,
 }
 
 /// Builds the device source the configuration selects, wrapped in a
@@ -63,7 +65,7 @@ pub fn build_source(config: &Config, join: SlowJoin) -> Result<BuiltSource, AppE
                 xid_events: config.nvml.xid_events,
                 ..NvmlSettings::default()
             });
-            (Arc::new(nvml), None, Some(Arc::new(ChildProber::current_binary())), Vec::new())
+            (Arc::new(nvml), None, Some(Arc::new(ChildProber::current_binary())), None)
         }
         SourceSelection::Simulate(simulator) => {
             let clock = ScaledClock::starting_at(wall_now(), config.source.speed);
@@ -78,20 +80,20 @@ pub fn build_source(config: &Config, join: SlowJoin) -> Result<BuiltSource, AppE
                 built = built.with_container_ids();
             }
             let prober = Arc::new(built.clone());
-            (Arc::new(built.clone()), Some(built), Some(prober), Vec::new())
+            (Arc::new(built.clone()), Some(built), Some(prober), None)
         }
         SourceSelection::Replay { path } => {
-            let replay = Arc::new(
-                Replay::open_bounded(
-                    path,
-                    config.source.max_trace_line_bytes.as_usize(),
-                    config.source.max_trace_bytes.get(),
-                )
-                .map_err(AppError::Replay)?,
-            );
+            let options = ReplayOptions {
+                max_line_bytes: config.source.max_trace_line_bytes.as_usize(),
+                max_file_bytes: config.source.max_trace_bytes.get(),
+                queue_records: config.source.replay_queue_records.get(),
+                answer_probes: config.probe.enabled,
+                max_devices: config.sampler.max_devices.get(),
+            };
+            let replay = Arc::new(StreamedReplay::open(path, options).map_err(AppError::Replay)?);
             // A trace recorded with the probe on answers it again.
             let prober = replay.has_probe_records().then(|| replay.clone() as Arc<dyn Prober>);
-            let ooms = replay.oom_events();
+            let ooms = replay.oom_feed();
             (replay, None, prober, ooms)
         }
     };
@@ -152,31 +154,41 @@ pub(super) fn slow_join(
 /// Stores a replayed trace's OOM events as the replay reaches them: each
 /// once its device's replayed samples are as new as the time the event was
 /// judged by when recorded, so the analysis sees it when the recording did.
+/// Takes them from `feed` without waiting, one at a time, so at most one is
+/// held here.
 pub(super) async fn replay_oom_events(
     store: Arc<HistoryStore>,
-    events: Vec<(u32, OomEvent)>,
+    feed: OomFeed,
     period: std::time::Duration,
     cancel: CancellationToken,
 ) {
-    let mut pending = std::collections::VecDeque::from(events);
+    let mut pending = None;
     let mut ticker = tokio::time::interval(period.max(std::time::Duration::from_millis(10)));
-    while !pending.is_empty() {
+    loop {
         tokio::select! {
             () = cancel.cancelled() => return,
             _ = ticker.tick() => {}
         }
-        while let Some((index, event)) = pending.front() {
+        loop {
+            let (index, event) = match pending.take() {
+                Some(head) => head,
+                None => match feed.try_next() {
+                    NextOom::Event(index, event) => (index, event),
+                    NextOom::NotYet => break,
+                    NextOom::Ended => return,
+                },
+            };
             let devices = store.devices();
-            let Some(device) = devices.iter().find(|device| device.info().index == *index) else {
-                // Not listed (yet): the sampler lists the trace's devices
-                // first, so this waits for discovery.
+            let due = devices.iter().find(|device| device.info().index == index).filter(|device| {
+                device.newest_at().is_some_and(|newest| newest >= event.received_at)
+            });
+            let Some(device) = due else {
+                // Not listed yet (the sampler lists the trace's devices
+                // first) or not replayed that far: kept for the next tick.
+                pending = Some((index, event));
                 break;
             };
-            if device.newest_at().is_none_or(|newest| newest < event.received_at) {
-                break;
-            }
-            store.record_oom(device, event.clone());
-            pending.pop_front();
+            store.record_oom(device, *event);
         }
     }
 }

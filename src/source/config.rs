@@ -36,11 +36,13 @@ pub struct SourceConfig {
     /// longest accepted line of a replayed trace
     #[serde(rename = "max_trace_line")]
     pub max_trace_line_bytes: ByteSize,
-    /// largest replayed trace file; its records are all held in memory (vramd analyze streams a trace instead)
+    /// largest trace file vramd --replay accepts; it is read through once at start-up to check it
     #[serde(rename = "max_trace_size")]
     pub max_trace_bytes: ByteSize,
     /// records vramd analyze --replay holds to put a trace in time order across devices; later ones are counted
     pub replay_reorder_records: NonZeroUsize,
+    /// records of each device's fast tier, slow tier and probe outcomes (and of the OOM events) vramd --replay reads ahead
+    pub replay_queue_records: NonZeroUsize,
 }
 
 impl Default for SourceConfig {
@@ -55,6 +57,7 @@ impl Default for SourceConfig {
             max_trace_line_bytes: ByteSize(MIB),
             max_trace_bytes: ByteSize(GIB),
             replay_reorder_records: non_zero(4096),
+            replay_queue_records: non_zero(256),
         }
     }
 }
@@ -78,6 +81,7 @@ impl SourceConfig {
         keys.size("max_trace_line", self.max_trace_line_bytes, KIB, 64 * MIB);
         keys.size("max_trace_size", self.max_trace_bytes, MIB, 64 * GIB);
         keys.count("replay_reorder_records", self.replay_reorder_records.get() as u64, 1, 1 << 20);
+        keys.count("replay_queue_records", self.replay_queue_records.get() as u64, 1, 1 << 16);
     }
 
     /// The source the keys select; `source.simulate` wins over

@@ -50,11 +50,11 @@ pub enum TraceError {
         #[source]
         source: std::io::Error,
     },
-    /// The file is larger than `source.max_trace_size` (its records would
-    /// all be held in memory).
+    /// The file is larger than `source.max_trace_size` (the daemon reads
+    /// it through at start-up to check it; `Replay` holds its records).
     #[error(
         "{path}: the trace is {size} bytes, more than source.max_trace_size ({max} bytes); \
-         its records are held in memory: raise the limit or replay a shorter trace"
+         raise the limit or replay a shorter trace"
     )]
     TooLarge { path: String, size: u64, max: u64 },
     /// The thread that reads a streamed trace could not be started.

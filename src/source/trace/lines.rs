@@ -31,6 +31,12 @@ impl<R: BufRead> BoundedLines<R> {
         Self { reader, max, buffer: Vec::new() }
     }
 
+    /// The reader, to seek it before the first line is read (see
+    /// `TraceLines::open_at`).
+    pub fn get_mut(&mut self) -> &mut R {
+        &mut self.reader
+    }
+
     /// The next line, `Ok(None)` at the end of the file. A line is at most
     /// `max` bytes, not counting its newline.
     pub fn next_line(&mut self) -> Result<Option<RawLine<'_>>, LineReadError> {

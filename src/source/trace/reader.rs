@@ -91,6 +91,51 @@ impl TraceLines {
         }
     }
 
+    /// Where the next line starts: its byte offset and the number of the
+    /// line before it, for [`TraceLines::open_at`]. Exact while every line
+    /// read so far ended with a newline.
+    pub fn position(&self) -> (u64, u64) {
+        (self.read, self.number)
+    }
+
+    /// Opens `path` at `position` (from [`TraceLines::position`] of an
+    /// earlier reading of the same file), past its header, to read on
+    /// from there with the same bounds.
+    pub fn open_at(
+        path: &Path,
+        max_line_bytes: usize,
+        max_file_bytes: u64,
+        position: (u64, u64),
+    ) -> Result<TraceLines, TraceError> {
+        let mut lines = Self::open(path, max_line_bytes, max_file_bytes)?;
+        let (offset, number) = position;
+        std::io::Seek::seek(lines.lines.get_mut(), std::io::SeekFrom::Start(offset)).map_err(
+            |source| TraceError::Read { path: lines.path.clone(), line: number, source },
+        )?;
+        (lines.read, lines.number) = (offset, number);
+        Ok(lines)
+    }
+
+    /// [`TraceLines::next_record`], passing over without parsing every line
+    /// `skip` says is of no interest (from its raw bytes).
+    pub fn next_record_unless(
+        &mut self,
+        mut skip: impl FnMut(&[u8]) -> bool,
+    ) -> Result<Option<TraceRecord>, TraceError> {
+        loop {
+            let parsed = self.next_parsed(|bytes| match skip(bytes) {
+                true => Ok(None),
+                false => line::parse_line(bytes).map(Some),
+            })?;
+            match parsed {
+                None => return Ok(None),
+                Some(Ok(None)) => {}
+                Some(Ok(Some(record))) => return Ok(Some(record)),
+                Some(Err(reason)) => return Err(self.in_line(reason)),
+            }
+        }
+    }
+
     /// `reason` about the latest line, as the error naming it.
     pub fn in_line(&self, reason: LineError) -> TraceError {
         let reason = match reason {

@@ -1,8 +1,11 @@
-//! Replaying a recorded trace as a device source.
+//! A recorded trace loaded whole, for the offline tools and tests that want
+//! every record at once (`vramd play`, a trace's records compared); the
+//! daemon's `--replay` streams instead ([`StreamedReplay`](super::StreamedReplay)).
 //!
 //! Owns: [`Replay`]: loading and validating a whole trace up front, and
-//! handing out its records one per call. Depends only on `model` and
-//! `source`; knows nothing of history, sampler or HTTP.
+//! handing out its records one per call, with the same answers as the
+//! streamed replay. Depends only on `model` and `source`; knows nothing of
+//! history, sampler or HTTP.
 //!
 //! Each `read_fast(i)` returns the next fast record of device `i` in file
 //! order (a recorded error as the `Err` it was), whatever the time between
@@ -16,9 +19,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use super::error::{LineError, TraceError};
 use super::format::{TraceHeader, TraceRecord};
 use super::reader::{RecordCheck, TraceLines};
-use crate::model::{
-    DeviceInfo, FastReading, OomEvent, ProbeFailure, ProbeFailureKind, ProbeReading, SlowReading,
-};
+use super::streamed::{fast_answer, probe_answer, slow_answer};
+use crate::model::{DeviceInfo, FastReading, OomEvent, ProbeFailure, ProbeReading, SlowReading};
 use crate::source::probe::{ProbeRequest, Prober};
 use crate::source::{DeviceSource, SourceError, Tier};
 
@@ -124,26 +126,11 @@ impl DeviceSource for Replay {
     }
 
     fn read_fast(&self, index: u32) -> Result<FastReading, SourceError> {
-        match self.take(index, Some(Tier::Fast))? {
-            Some(TraceRecord::Fast { reading, .. }) => Ok(reading.clone()),
-            Some(TraceRecord::Error { error, .. }) => Err(error.clone()),
-            // Lanes hold only their own tier, so this is the end of the lane.
-            _ => Err(SourceError::TraceEnded { index, tier: Tier::Fast }),
-        }
+        fast_answer(self.take(index, Some(Tier::Fast))?.cloned(), index)
     }
 
-    /// The cap is applied again: a trace recorded under a higher cap (or
-    /// before the source cut) replays as the sampler would keep it.
     fn read_slow(&self, index: u32, max_processes: usize) -> Result<SlowReading, SourceError> {
-        match self.take(index, Some(Tier::Slow))? {
-            Some(TraceRecord::Slow { reading, .. }) => {
-                let mut reading = reading.as_ref().clone();
-                reading.cap_processes(max_processes);
-                Ok(reading)
-            }
-            Some(TraceRecord::Error { error, .. }) => Err(error.clone()),
-            _ => Err(SourceError::TraceEnded { index, tier: Tier::Slow }),
-        }
+        slow_answer(self.take(index, Some(Tier::Slow))?.cloned(), index, max_processes)
     }
 }
 
@@ -159,13 +146,7 @@ impl Prober for Replay {
         device: &DeviceInfo,
         _request: &ProbeRequest,
     ) -> Result<ProbeReading, ProbeFailure> {
-        match self.take(device.index, None) {
-            Ok(Some(TraceRecord::Probe { outcome, .. })) => outcome.clone().map(|reading| *reading),
-            _ => Err(ProbeFailure::new(
-                ProbeFailureKind::TraceEnded,
-                format!("the replayed trace has no more probe records for device {}", device.index),
-            )),
-        }
+        probe_answer(self.take(device.index, None).ok().flatten().cloned(), device.index)
     }
 }
 
