@@ -11,6 +11,7 @@
 pub mod accounting;
 pub mod analyzer;
 mod config;
+mod counters;
 mod driver_retries;
 pub mod floor;
 pub mod leak;
