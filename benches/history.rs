@@ -93,6 +93,28 @@ fn record(c: &mut Criterion) {
             BatchSize::SmallInput,
         );
     });
+
+    // Slow tier with 64 processes whose figures move on every sample, ring
+    // full: each list is new, so chunks are sealed every 16 samples and the
+    // young chunks merged (the cost of merging, amortised over pushes).
+    let (device, _, mut slow_at) = full_device(250, 64);
+    let mut second = 0u64;
+    group.bench_function("record_slow_moving_64_processes", |b| {
+        b.iter_batched(
+            || {
+                slow_at += 1_000;
+                second += 1;
+                let mut reading = slow_reading(slow_at, 64);
+                for (slot, process) in reading.processes.iter_mut().flatten().enumerate() {
+                    let wobble = (second.wrapping_mul(2_654_435_761) + slot as u64 * 7_919) % 32;
+                    process.used_bytes = Some(6 * GIB + wobble * 2 * MIB);
+                }
+                reading
+            },
+            |reading| black_box(device.record_slow(reading, 0)),
+            BatchSize::SmallInput,
+        );
+    });
     group.finish();
 }
 
