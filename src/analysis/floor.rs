@@ -218,13 +218,26 @@ impl FloorScratch {
         let spread = MAD_TO_SIGMA * median(&mut self.values)?;
         let span_seconds = span_ms as f64 / 1000.0;
         let mut quarters = [0.0; 4];
+        // Points in time order (the series is) have their shares in order
+        // too, so each quarter is one run of them, found by bisection.
+        let in_order = self.points.is_sorted_by(|a, b| a.0 <= b.0);
         for (index, quarter) in quarters.iter_mut().enumerate() {
             let (low, high) = (index as f64 / 4.0, (index + 1) as f64 / 4.0);
             self.values.clear();
-            self.values.extend(self.points.iter().filter_map(|&(x, y)| {
-                let share = x / span_seconds;
-                (share >= low && (share < high || index == 3)).then_some(y)
-            }));
+            if in_order {
+                let from = self.points.partition_point(|&(x, _)| x / span_seconds < low);
+                let to = match index {
+                    3 => self.points.len(),
+                    _ => self.points.partition_point(|&(x, _)| x / span_seconds < high),
+                };
+                let run = self.points.get(from..to.max(from)).unwrap_or_default();
+                self.values.extend(run.iter().map(|&(_, y)| y));
+            } else {
+                self.values.extend(self.points.iter().filter_map(|&(x, y)| {
+                    let share = x / span_seconds;
+                    (share >= low && (share < high || index == 3)).then_some(y)
+                }));
+            }
             *quarter = median(&mut self.values)?;
         }
         let lowest = |keep: &dyn Fn(f64) -> bool| {
@@ -385,14 +398,25 @@ impl FloorScratch {
         // A bucket is opened by its first sample and scanned to its end in
         // a loop of its own (no open-bucket state to test per sample).
         let mut rest = window;
+        // The bucket found last and its end, which starts the next bucket:
+        // each end is searched for once, not twice.
+        let mut previous: Option<(usize, i64)> = None;
         while let Some((&(at, value), tail)) = rest.split_first() {
             let bucket = bucket_of(at.unix_millis().saturating_sub(origin));
-            let start = if bucket == 0 { i64::MIN } else { end_of(bucket - 1) };
+            let start = match previous {
+                _ if bucket == 0 => i64::MIN,
+                Some((known, end)) if known + 1 == bucket => end,
+                _ => end_of(bucket - 1),
+            };
             let end = end_of(bucket);
+            previous = Some((bucket, end));
+            // The bounds as times, so that a sample costs no subtraction;
+            // the same comparisons, times being far from `i64`'s ends.
+            let (start_at, end_at) = (origin.saturating_add(start), origin.saturating_add(end));
             let (mut low, mut members) = (value, 0);
             for &(at, value) in tail {
-                let offset = at.unix_millis().saturating_sub(origin);
-                if offset >= end || offset < start {
+                let at = at.unix_millis();
+                if at >= end_at || at < start_at {
                     break;
                 }
                 low = low.min(value);

@@ -247,12 +247,18 @@ pub(super) fn parse_record(line: &str) -> Result<TraceRecord, LineError> {
     line.into_record().map_err(bad)
 }
 
-/// Parses one record line given as bytes: checked to be UTF-8 and not
-/// blank, then read through [`parse_recorded_reading`] when it has the
-/// recorder's layout, else through [`parse_record`]. The two accept the
-/// same lines and give the same records; any line the first cannot take is
-/// left to the second, whose errors are the ones reported.
+/// Parses one record line given as bytes: read by hand when it is a
+/// reading in the recorder's exact layout (`by_hand`), else checked to be
+/// UTF-8 and not blank, then read through [`parse_recorded_reading`] when it
+/// has the recorder's layout, else through [`parse_record`]. All three give
+/// the same record for a line they accept; a line a faster one cannot take
+/// is left to the next, and only [`parse_record`]'s errors are reported.
 pub(super) fn parse_line(line: &mut [u8]) -> Result<TraceRecord, LineError> {
+    // A line read by hand is UTF-8 and not blank: its strings were checked,
+    // and everything else in it is ASCII it matched.
+    if let Some(record) = super::by_hand::parse_reading_line(line) {
+        return Ok(record);
+    }
     let text = std::str::from_utf8(line).map_err(|_| LineError::NotUtf8)?;
     if text.trim_ascii().is_empty() {
         return Err(LineError::Blank);
@@ -277,15 +283,7 @@ pub(super) fn parse_line(line: &mut [u8]) -> Result<TraceRecord, LineError> {
 /// without a copy, and the byte is put back. The reading types refuse
 /// unknown fields, as the flattened variant does.
 fn parse_recorded_reading(line: &mut [u8]) -> Option<TraceRecord> {
-    const FAST: &[u8] = br#"{"record":"fast","device":"#;
-    const SLOW: &[u8] = br#"{"record":"slow","device":"#;
-    let (slow, start) = if line.starts_with(FAST) {
-        (false, FAST.len())
-    } else if line.starts_with(SLOW) {
-        (true, SLOW.len())
-    } else {
-        return None;
-    };
+    let (slow, start) = super::by_hand::recorded_reading_start(line)?;
     let rest = line.get(start..)?;
     let digits = rest.iter().take_while(|byte| byte.is_ascii_digit()).count();
     // JSON has no leading zeros; such a line is the full parser's to refuse.

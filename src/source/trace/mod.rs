@@ -9,6 +9,7 @@
 //! Depends only on `model` and `source`; knows
 //! nothing of history, sampler or HTTP.
 
+mod by_hand;
 mod error;
 mod feeders;
 mod format;
@@ -23,6 +24,8 @@ mod replay;
 mod stream;
 mod streamed;
 
+#[cfg(test)]
+mod by_hand_tests;
 #[cfg(test)]
 mod line_tests;
 #[cfg(test)]
