@@ -142,6 +142,34 @@ fn leaks_that_flapped_through_evaluation_dips_are_one_alert() {
     }
 }
 
+#[test]
+fn a_leak_whose_evidence_lapses_at_an_evaluation_dip_stays_one_firing_alert() {
+    // Each of these resolved once while still leaking, and paged again
+    // minutes later, when a firing leak alert resolved at the first
+    // evaluation its evidence read clear: corpus runs 2:0 and 2:16
+    // (0.25 MiB/s), 1:64 (`reserved_growth`, NVML only), and leaks through
+    // evaluation dips every 15–20 min, dipping runs 1:4 and 2:8.
+    let corpus_runs = [(2, 0), (2, 16), (1, 64)]
+        .map(|(seed, index)| corpus::corpus(seed, index + 1).swap_remove(index));
+    let dipping_runs = [(1, 4), (2, 8)]
+        .map(|(seed, index)| corpus::dipping_runs(seed, index + 1).swap_remove(index));
+    let runs: Vec<_> = corpus_runs.into_iter().chain(dipping_runs).collect();
+    let held = Config::default();
+    let mut at_once = Config::default();
+    at_once.alerts.rules.leak_suspected.rule.keep_firing_for = std::time::Duration::ZERO;
+    at_once.alerts.rules.reserved_growth.keep_firing_for = std::time::Duration::ZERO;
+    let mut resolved_at_once = 0;
+    for (number, run) in runs.iter().enumerate() {
+        assert!(matches!(run.label, Label::Leak { .. }), "run {number}: {:?}", run.label);
+        let outcome = play::play(run, &held);
+        assert!(outcome.leak_fired_s.is_some(), "run {number} missed");
+        assert_eq!(outcome.leak_resolves, 0, "run {number} let go while leaking");
+        resolved_at_once += play::play(run, &at_once).leak_resolves;
+    }
+    // The runs do lapse: without `keep_firing_for` they page again.
+    assert!(resolved_at_once >= 3, "{resolved_at_once} resolves without keep_firing_for");
+}
+
 /// Plays run `index` of `draw(seed, index + 1)` for each `(seed, index)`:
 /// neither `leak_suspected` nor `exhaustion_forecast` may fire falsely.
 fn assert_silent(

@@ -19,6 +19,8 @@ usage: detection [FLAGS]
   --jobs N                 seeds played side by side (default 1)
   --leak-threshold B/S     alerts.leak_suspected.threshold (bytes per second)
   --leak-for SECONDS       alerts.leak_suspected.for
+  --keep-firing-for D      alerts.leak_suspected.keep_firing_for and
+                           alerts.reserved_growth.keep_firing_for (10m, 0s, ...)
   --fast-interval D        sampler.fast_interval (250ms, 1s, ...)
   --slow-interval D        sampler.slow_interval
   --evaluation-interval D  analysis.evaluation_interval
@@ -135,6 +137,14 @@ pub fn parse() -> Args {
             }
             "--slow-interval" => {
                 args.keys.push(("--slow-interval", "sampler.slow_interval", value))
+            }
+            "--keep-firing-for" => {
+                for key in [
+                    "alerts.leak_suspected.keep_firing_for",
+                    "alerts.reserved_growth.keep_firing_for",
+                ] {
+                    args.keys.push(("--keep-firing-for", key, value.clone()));
+                }
             }
             "--evaluation-interval" => {
                 args.keys.push(("--evaluation-interval", "analysis.evaluation_interval", value))

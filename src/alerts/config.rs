@@ -193,6 +193,13 @@ fn check_rule(keys: &mut Keys, id: RuleId, rule: &RuleSettings) {
         .summary(format!("resolves only when {what} is back at or {returns} this"));
     keys.duration("for", rule.for_duration, Duration::ZERO, hours(24))
         .summary(format!("how long the {} condition must hold before firing", spec.name));
+    keys.duration("keep_firing_for", rule.keep_firing_for, Duration::ZERO, hours(24)).summary(
+        format!(
+            "how long a firing {} alert stays firing after its condition clears, so a lapse \
+             shorter than this is one alert, not a resolve and a new page",
+            spec.name
+        ),
+    );
     keys.words("severity", Form::Choice(vec!["info", "warning", "critical"]), SEVERITIES);
 }
 

@@ -31,6 +31,10 @@ pub struct Observation {
     pub verdict: Verdict,
     pub severity: Severity,
     pub for_duration: Duration,
+    /// How long a firing alert stays firing once this subject reads clear
+    /// (its rule's `keep_firing_for`); not applied to an alert nobody
+    /// observes any more (its process exited, its device is gone).
+    pub keep_firing_for: Duration,
     pub gpu: u32,
     pub process: Option<String>,
     pub value: f64,
@@ -50,13 +54,16 @@ pub struct EngineLimits {
 
 pub struct Engine {
     alerts: BTreeMap<AlertKey, Alert>,
+    /// Firing alerts whose condition reads clear, kept firing for their
+    /// `keep_firing_for`: since when it has read clear.
+    lapsed: BTreeMap<AlertKey, Timestamp>,
     limits: EngineLimits,
     dropped: u64,
 }
 
 impl Engine {
     pub fn new(limits: EngineLimits) -> Self {
-        Self { alerts: BTreeMap::new(), limits, dropped: 0 }
+        Self { alerts: BTreeMap::new(), lapsed: BTreeMap::new(), limits, dropped: 0 }
     }
 
     /// New bounds from the next evaluation on. Alerts already kept stay,
@@ -94,16 +101,30 @@ impl Engine {
         // Subjects whose condition still holds (breached, or between clear
         // and threshold): an alert handed over to one of them stays.
         let mut holding = std::collections::BTreeSet::new();
+        // Firing alerts observed clear that may be kept firing: decided
+        // once every observation is in, as their upgrade's state matters.
+        let mut lapsing = Vec::new();
         for observation in observations {
             seen.insert(observation.key.clone());
             if observation.verdict != Verdict::Clear {
                 holding.insert(observation.key.clone());
+                self.lapsed.remove(&observation.key);
+            } else if !observation.keep_firing_for.is_zero() && self.is_firing(&observation.key) {
+                let key = observation.key.clone();
+                let keep_firing_for = observation.keep_firing_for;
+                if let Some(alert) = self.alerts.get_mut(&key) {
+                    refresh(alert, now, observation);
+                }
+                lapsing.push((key, keep_firing_for));
+                continue;
             }
             self.apply(now, observation, &mut transitions);
         }
         let unseen: Vec<AlertKey> =
             self.alerts.keys().filter(|key| !seen.contains(*key)).cloned().collect();
-        for key in unseen {
+        let ending =
+            unseen.into_iter().map(|key| (key, Duration::ZERO)).chain(lapsing).collect::<Vec<_>>();
+        for (key, keep_firing_for) in ending {
             let upgrade = key.rule.upgraded_to().map(|rule| AlertKey { rule, ..key.clone() });
             let state = upgrade
                 .as_ref()
@@ -115,11 +136,22 @@ impl Engine {
                 // The upgrade waits out its `for`, or was dropped in its
                 // hysteresis: the condition holds, so its alert does too.
                 _ if upgrade_holds && self.is_firing(&key) => {}
+                _ if self.keeps_firing(now, &key, keep_firing_for) => {}
                 _ => self.clear(now, &key, &mut transitions),
             }
         }
         self.expire(now);
         transitions
+    }
+
+    /// Whether `key`'s firing alert, observed clear now, is still within
+    /// `keep_firing_for` of the first evaluation that read it clear.
+    fn keeps_firing(&mut self, now: Timestamp, key: &AlertKey, keep_firing_for: Duration) -> bool {
+        if keep_firing_for.is_zero() || !self.is_firing(key) {
+            return false;
+        }
+        let since = *self.lapsed.entry(key.clone()).or_insert(now);
+        now.duration_since(since).unwrap_or_default() < keep_firing_for
     }
 
     fn apply(
@@ -190,6 +222,7 @@ impl Engine {
     }
 
     fn clear(&mut self, now: Timestamp, key: &AlertKey, transitions: &mut Vec<Transition>) {
+        self.lapsed.remove(key);
         match self.alerts.get(key).map(|alert| alert.state) {
             Some(AlertState::Pending) => drop_pending(&mut self.alerts, now, key, transitions),
             Some(AlertState::Firing) => {
@@ -202,8 +235,13 @@ impl Engine {
         }
     }
 
-    /// Forgets resolved alerts older than the retention.
+    /// Forgets resolved alerts older than the retention, and the lapses
+    /// of alerts no longer firing.
     fn expire(&mut self, now: Timestamp) {
+        let alerts = &self.alerts;
+        self.lapsed.retain(|key, _| {
+            alerts.get(key).is_some_and(|alert| alert.state == AlertState::Firing)
+        });
         let retention = self.limits.resolved_retention;
         self.alerts.retain(|_, alert| match (alert.state, alert.resolved_at) {
             (AlertState::Resolved, Some(at)) => {
@@ -296,181 +334,5 @@ fn resolve(alert: &mut Alert, now: Timestamp, transitions: &mut Vec<Transition>)
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::model::RuleId;
-
-    fn at(seconds: i64) -> Timestamp {
-        Timestamp::from_unix_millis(seconds * 1000)
-    }
-
-    fn observation(rule: RuleId, verdict: Verdict, for_seconds: u64) -> Observation {
-        Observation {
-            key: AlertKey { rule, uuid: "GPU-0".into(), pid: None },
-            verdict,
-            severity: Severity::Warning,
-            for_duration: Duration::from_secs(for_seconds),
-            gpu: 0,
-            process: None,
-            value: 0.95,
-            threshold: 0.92,
-            unit: "ratio",
-            summary: "memory high".into(),
-            description: "used 95% of total".into(),
-            remediation: "free memory",
-        }
-    }
-
-    fn engine() -> Engine {
-        Engine::new(EngineLimits { resolved_retention: Duration::from_secs(60), max_alerts: 3 })
-    }
-
-    fn states(transitions: &[Transition]) -> Vec<(Option<AlertState>, AlertState)> {
-        transitions.iter().map(|t| (t.from, t.alert.state)).collect()
-    }
-
-    #[test]
-    fn pending_then_firing_after_the_for_duration_then_resolved() {
-        let mut engine = engine();
-        let fired =
-            engine.evaluate(at(0), vec![observation(RuleId::MemoryHigh, Verdict::Breached, 60)]);
-        assert_eq!(states(&fired), vec![(None, AlertState::Pending)]);
-        assert!(
-            engine
-                .evaluate(at(30), vec![observation(RuleId::MemoryHigh, Verdict::Breached, 60)])
-                .is_empty()
-        );
-        let fired =
-            engine.evaluate(at(60), vec![observation(RuleId::MemoryHigh, Verdict::Breached, 60)]);
-        assert_eq!(states(&fired), vec![(Some(AlertState::Pending), AlertState::Firing)]);
-        let alert = &fired[0].alert;
-        assert_eq!((alert.since, alert.firing_since), (at(0), Some(at(60))));
-
-        assert!(
-            engine
-                .evaluate(at(70), vec![observation(RuleId::MemoryHigh, Verdict::Hysteresis, 60)])
-                .is_empty(),
-            "between clear and threshold a firing alert keeps firing"
-        );
-        let resolved =
-            engine.evaluate(at(80), vec![observation(RuleId::MemoryHigh, Verdict::Clear, 60)]);
-        assert_eq!(states(&resolved), vec![(Some(AlertState::Firing), AlertState::Resolved)]);
-        assert_eq!(resolved[0].alert.resolved_at, Some(at(80)));
-        assert_eq!(resolved[0].alert.id, "memory_high.GPU-0", "identity is stable");
-    }
-
-    #[test]
-    fn a_pending_alert_that_clears_early_is_forgotten_and_its_readers_told() {
-        let mut engine = engine();
-        engine.evaluate(at(0), vec![observation(RuleId::MemoryHigh, Verdict::Breached, 60)]);
-        let transitions =
-            engine.evaluate(at(10), vec![observation(RuleId::MemoryHigh, Verdict::Hysteresis, 60)]);
-        assert_eq!(states(&transitions), vec![(Some(AlertState::Pending), AlertState::Resolved)]);
-        let ended = &transitions[0].alert;
-        assert_eq!((ended.firing_since, ended.resolved_at), (None, Some(at(10))));
-        assert_eq!(engine.alerts().count(), 0, "not kept as a resolved alert");
-        engine.evaluate(at(20), vec![observation(RuleId::MemoryHigh, Verdict::Breached, 60)]);
-        let unseen = engine.evaluate(at(30), vec![]);
-        assert_eq!(states(&unseen), vec![(Some(AlertState::Pending), AlertState::Resolved)]);
-    }
-
-    #[test]
-    fn an_upgrade_takes_over_its_alert_without_a_gap_or_a_second_alert() {
-        // `reserved_growth` firing; the same process's growth then reads as
-        // a leak: the rules say `leak_suspected` (for 60 s) instead.
-        let mut engine = engine();
-        let process = |rule, verdict| Observation {
-            key: AlertKey { rule, uuid: "GPU-0".into(), pid: Some(7) },
-            ..observation(rule, verdict, 60)
-        };
-        engine.evaluate(at(0), vec![process(RuleId::ReservedGrowth, Verdict::Breached)]);
-        engine.evaluate(at(60), vec![process(RuleId::ReservedGrowth, Verdict::Breached)]);
-        let firing = |engine: &Engine| -> Vec<RuleId> {
-            engine.firing().map(|alert| alert.key.rule).collect()
-        };
-        assert_eq!(firing(&engine), [RuleId::ReservedGrowth]);
-        let pending =
-            engine.evaluate(at(90), vec![process(RuleId::LeakSuspected, Verdict::Breached)]);
-        assert_eq!(states(&pending), [(None, AlertState::Pending)]);
-        assert_eq!(firing(&engine), [RuleId::ReservedGrowth], "no gap while the upgrade waits");
-        let upgraded =
-            engine.evaluate(at(150), vec![process(RuleId::LeakSuspected, Verdict::Breached)]);
-        let rules: Vec<_> = upgraded.iter().map(|t| (t.alert.key.rule, t.alert.state)).collect();
-        assert_eq!(
-            rules,
-            [
-                (RuleId::LeakSuspected, AlertState::Firing),
-                (RuleId::ReservedGrowth, AlertState::Resolved)
-            ],
-            "handed over in one evaluation"
-        );
-        assert!(upgraded[1].alert.description.contains("Superseded by leak_suspected"));
-        assert_eq!(firing(&engine), [RuleId::LeakSuspected]);
-        // An upgrade that never fires leaves nothing behind it: the growth
-        // stopped, and the alert resolves as any other.
-        let mut engine = super::tests::engine();
-        engine.evaluate(at(0), vec![process(RuleId::ReservedGrowth, Verdict::Breached)]);
-        engine.evaluate(at(60), vec![process(RuleId::ReservedGrowth, Verdict::Breached)]);
-        engine.evaluate(at(90), vec![process(RuleId::LeakSuspected, Verdict::Breached)]);
-        let ended = engine.evaluate(at(120), vec![]);
-        let rules: Vec<_> = ended.iter().map(|t| (t.alert.key.rule, t.alert.state)).collect();
-        assert!(rules.contains(&(RuleId::ReservedGrowth, AlertState::Resolved)), "{rules:?}");
-        assert!(firing(&engine).is_empty());
-    }
-
-    #[test]
-    fn zero_for_fires_at_once_and_an_unseen_subject_resolves() {
-        let mut engine = engine();
-        let fired =
-            engine.evaluate(at(0), vec![observation(RuleId::AllocatorOom, Verdict::Breached, 0)]);
-        assert_eq!(states(&fired), vec![(None, AlertState::Firing)]);
-        let resolved = engine.evaluate(at(5), vec![]);
-        assert_eq!(states(&resolved), vec![(Some(AlertState::Firing), AlertState::Resolved)]);
-    }
-
-    #[test]
-    fn resolved_alerts_stay_visible_for_the_retention_then_go() {
-        let mut engine = engine();
-        engine.evaluate(at(0), vec![observation(RuleId::XidError, Verdict::Breached, 0)]);
-        engine.evaluate(at(1), vec![]);
-        engine.evaluate(at(60), vec![]);
-        assert_eq!(engine.alerts().count(), 1, "still visible at 59 s");
-        engine.evaluate(at(61), vec![]);
-        assert_eq!(engine.alerts().count(), 0);
-    }
-
-    #[test]
-    fn a_resolved_alert_that_breaches_again_starts_a_new_cycle() {
-        let mut engine = engine();
-        engine.evaluate(at(0), vec![observation(RuleId::XidError, Verdict::Breached, 0)]);
-        engine.evaluate(at(1), vec![observation(RuleId::XidError, Verdict::Clear, 0)]);
-        let again =
-            engine.evaluate(at(2), vec![observation(RuleId::XidError, Verdict::Breached, 0)]);
-        assert_eq!(states(&again), vec![(Some(AlertState::Resolved), AlertState::Firing)]);
-        assert_eq!(again[0].alert.since, at(2));
-        assert_eq!(again[0].alert.resolved_at, None);
-    }
-
-    #[test]
-    fn the_bound_evicts_resolved_first_then_counts_what_it_drops() {
-        let mut engine = engine();
-        let rules = [
-            RuleId::MemoryHigh,
-            RuleId::ExhaustionForecast,
-            RuleId::LeakSuspected,
-            RuleId::AllocatorRetries,
-        ];
-        engine.evaluate(at(0), vec![observation(rules[0], Verdict::Breached, 0)]);
-        engine.evaluate(at(1), vec![]);
-        let firing: Vec<Observation> =
-            rules[1..].iter().map(|&rule| observation(rule, Verdict::Breached, 0)).collect();
-        engine.evaluate(at(2), firing.clone());
-        assert_eq!(engine.alerts().count(), 3, "the resolved one made room");
-        assert!(engine.alerts().all(|alert| alert.state == AlertState::Firing));
-        let mut more = firing;
-        more.push(observation(RuleId::AllocatorOom, Verdict::Breached, 0));
-        engine.evaluate(at(3), more);
-        assert_eq!(engine.alerts().count(), 3);
-        assert_eq!(engine.dropped(), 1);
-    }
-}
+#[path = "engine_tests.rs"]
+mod tests;

@@ -124,6 +124,7 @@ impl<'a> Observations<'a> {
             verdict,
             severity: draft.config.severity,
             for_duration: draft.config.for_duration,
+            keep_firing_for: draft.config.keep_firing_for,
             gpu: device.gpu_index(),
             process: draft.process.and_then(|(_, name)| name).map(str::to_owned),
             value: draft.value,
@@ -132,6 +133,38 @@ impl<'a> Observations<'a> {
             summary,
             description,
             remediation: draft.remediation,
+        });
+    }
+
+    /// `rule` judged clear for a process it has no value for now (no leak
+    /// evidence this pass): kept only where an alert of it is pending or
+    /// firing, which then resolves or waits out its `keep_firing_for` as
+    /// for any clear value. An alert nobody observes resolves at once, as
+    /// for a process that exited.
+    pub(super) fn clear_of(
+        &mut self,
+        device: &DeviceInfo,
+        rule: RuleId,
+        config: &RuleSettings,
+        (pid, name): (u32, Option<&str>),
+    ) {
+        if !config.enabled || !self.may_matter(rule, &device.uuid, Some(pid)) {
+            return;
+        }
+        self.push(Observation {
+            key: AlertKey { rule, uuid: device.uuid.clone(), pid: Some(pid) },
+            verdict: Verdict::Clear,
+            severity: config.severity,
+            for_duration: config.for_duration,
+            keep_firing_for: config.keep_firing_for,
+            gpu: device.gpu_index(),
+            process: name.map(str::to_owned),
+            value: 0.0,
+            threshold: config.threshold,
+            unit: rule.spec().unit.as_str(),
+            summary: String::new(),
+            description: String::new(),
+            remediation: "",
         });
     }
 
@@ -172,6 +205,7 @@ pub fn source_down(rules: &RulesConfig) -> Observation {
         verdict: verdict(&rules.device_lost, RuleId::DeviceLost.spec().direction, 1.0),
         severity: rules.device_lost.severity,
         for_duration: rules.device_lost.for_duration,
+        keep_firing_for: rules.device_lost.keep_firing_for,
         gpu: 0,
         process: None,
         value: 1.0,
@@ -377,6 +411,17 @@ fn process_rules(
             },
             remediation: remediation::LEAK,
         });
+    }
+    let judged = process.leak.as_ref().map(|leak| {
+        if leak.cache_or_leak { RuleId::ReservedGrowth } else { RuleId::LeakSuspected }
+    });
+    for (rule, config) in [
+        (RuleId::ReservedGrowth, &rules.reserved_growth),
+        (RuleId::LeakSuspected, &rules.leak_suspected.rule),
+    ] {
+        if judged != Some(rule) {
+            out.clear_of(device, rule, config, (process.pid, process.name.as_deref()));
+        }
     }
     if let Some(stats) = process.allocator {
         let ratio = fragmentation_ratio(&stats, process.snapshot.as_ref()).unwrap_or(0.0);

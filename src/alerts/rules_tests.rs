@@ -220,3 +220,50 @@ fn growth_in_a_few_steps_without_allocator_figures_is_reserved_growth_not_a_leak
     let ramp = LeakFinding { cache_or_leak: false, ..steps };
     assert_eq!(process_observations(ramp), [(RuleId::LeakSuspected, Severity::Warning)]);
 }
+
+#[test]
+fn a_process_with_a_firing_leak_alert_and_no_evidence_now_is_observed_clear() {
+    use crate::alerts::engine::{Engine, EngineLimits};
+    use std::time::Duration;
+    let rules = crate::alerts::AlertsConfig::default().rules;
+    let (snapshot, _) = snapshot(process(GIB, GIB, None));
+    let device = &snapshot.facts.info;
+    let holder = &snapshot.facts.processes[0];
+    let leak_rules = |out: Observations<'_>| -> Vec<(RuleId, Verdict, Duration)> {
+        out.into_vec()
+            .into_iter()
+            .filter(|o| matches!(o.key.rule, RuleId::LeakSuspected | RuleId::ReservedGrowth))
+            .map(|o| (o.key.rule, o.verdict, o.keep_firing_for))
+            .collect()
+    };
+    // No alert held: a process without leak evidence costs no observation.
+    let engine = Engine::new(EngineLimits { resolved_retention: Duration::ZERO, max_alerts: 8 });
+    let mut out = Observations::against(engine.alerts());
+    process_rules(&rules, device, "GPU 0", holder, &[], &mut out);
+    assert_eq!(leak_rules(out), []);
+    // A firing leak alert: the process is observed clear of it (so the
+    // engine can keep it firing), not left unobserved as if it had exited.
+    let mut engine = engine;
+    let breached = Observation {
+        key: AlertKey { rule: RuleId::LeakSuspected, uuid: "GPU-0".into(), pid: Some(4242) },
+        verdict: Verdict::Breached,
+        severity: Severity::Warning,
+        for_duration: Duration::ZERO,
+        keep_firing_for: Duration::from_secs(600),
+        gpu: 0,
+        process: None,
+        value: 1e6,
+        threshold: 131_072.0,
+        unit: "bytes_per_second",
+        summary: "leak".into(),
+        description: String::new(),
+        remediation: "",
+    };
+    engine.evaluate(Timestamp::from_unix_millis(0), vec![breached]);
+    let mut out = Observations::against(engine.alerts());
+    process_rules(&rules, device, "GPU 0", holder, &[], &mut out);
+    assert_eq!(
+        leak_rules(out),
+        [(RuleId::LeakSuspected, Verdict::Clear, Duration::from_secs(600))]
+    );
+}

@@ -84,6 +84,8 @@ pub struct RuleSpec {
     pub clear: f64,
     /// Default `for`.
     pub for_duration: Duration,
+    /// Default `keep_firing_for`.
+    pub keep_firing_for: Duration,
     /// Default `severity`.
     pub severity: Severity,
 }
@@ -102,6 +104,8 @@ pub struct RuleSettings {
     /// how long the condition must hold before firing
     #[serde(rename = "for")]
     pub for_duration: Duration,
+    /// how long a firing alert stays firing after its condition clears, in case it returns
+    pub keep_firing_for: Duration,
     /// severity of the alert
     #[schemars(with = "String")]
     pub severity: Severity,
@@ -116,12 +120,30 @@ impl RuleSettings {
             threshold: spec.threshold,
             clear: spec.clear,
             for_duration: spec.for_duration,
+            keep_firing_for: spec.keep_firing_for,
             severity: spec.severity,
         }
     }
 }
 
 const GIB: f64 = (1u64 << 30) as f64;
+
+/// How long a firing leak alert (`leak_suspected`, `reserved_growth`)
+/// outlives a lapse of its evidence. A leaking job that pauses to evaluate,
+/// checkpoint or empty its cache frees memory for a few minutes; the leak
+/// detector leaves such dips out, but the windows that judged the growth
+/// can lose it until they see the floor rise again after the dip. Without
+/// this every such dip is a resolved notification and then a new page for
+/// the same leak. A leak that really stopped resolves this much later; a
+/// process that exits resolves at once (its alert is no longer observed).
+const LEAK_KEEP_FIRING_FOR: Duration = Duration::from_secs(600);
+
+impl RuleSpec {
+    /// The spec with `keep_firing_for` set.
+    const fn keeping(self, keep_firing_for: Duration) -> Self {
+        Self { keep_firing_for, ..self }
+    }
+}
 
 const fn spec(
     (name, measures): (&'static str, &'static str),
@@ -139,6 +161,7 @@ const fn spec(
         threshold,
         clear,
         for_duration: Duration::from_secs(for_secs),
+        keep_firing_for: Duration::ZERO,
         severity,
     }
 }
@@ -179,7 +202,8 @@ impl RuleId {
                 (131_072.0, 65_536.0),
                 60,
                 Warning,
-            ),
+            )
+            .keeping(LEAK_KEEP_FIRING_FOR),
             // The leak detector's growth where no allocator statistics
             // speak and NVML's usage rose in a few large steps: a cache
             // following the largest batch so far looks the same, so it is
@@ -194,7 +218,8 @@ impl RuleId {
                 (131_072.0, 65_536.0),
                 60,
                 Info,
-            ),
+            )
+            .keeping(LEAK_KEEP_FIRING_FOR),
             RuleId::AllocatorFragmentationHigh => spec(
                 ("allocator_fragmentation_high", "a process's inactive split / reserved memory"),
                 Ratio,

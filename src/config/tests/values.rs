@@ -32,6 +32,7 @@ fn rule(threshold: f64, clear: f64, for_secs: u64, severity: Severity) -> RuleSe
         threshold,
         clear,
         for_duration: Duration::from_secs(for_secs),
+        keep_firing_for: Duration::ZERO,
         severity,
     }
 }
@@ -40,6 +41,7 @@ fn rule(threshold: f64, clear: f64, for_secs: u64, severity: Severity) -> RuleSe
 fn config_alerts_defaults() {
     let minutes = |n: u64| Duration::from_secs(60 * n);
     let window = |rule, window| WindowRule { rule, window };
+    let kept_10_min = |rule| RuleSettings { keep_firing_for: minutes(10), ..rule };
     let expected = AlertsConfig {
         resolved_retention: minutes(15),
         max_alerts: 1000.try_into().unwrap(),
@@ -49,8 +51,11 @@ fn config_alerts_defaults() {
                 rule: rule(1800.0, 2700.0, 120, Severity::Warning),
                 min_fit: 0.8,
             },
-            leak_suspected: window(rule(131_072.0, 65_536.0, 60, Severity::Warning), minutes(30)),
-            reserved_growth: rule(131_072.0, 65_536.0, 60, Severity::Info),
+            leak_suspected: window(
+                kept_10_min(rule(131_072.0, 65_536.0, 60, Severity::Warning)),
+                minutes(30),
+            ),
+            reserved_growth: kept_10_min(rule(131_072.0, 65_536.0, 60, Severity::Info)),
             allocator_fragmentation_high: FragmentationRule {
                 rule: rule(0.25, 0.15, 300, Severity::Warning),
                 min_reserved: ByteSize(2 << 30),
