@@ -182,6 +182,13 @@ impl<'a> Observations<'a> {
         self.list
     }
 
+    /// Whether an alert of `rule` for this subject was pending or firing
+    /// before the pass; false where every observation is kept (`all`),
+    /// which knows of no alerts.
+    fn holds_alert(&self, rule: RuleId, uuid: &str, pid: Option<u32>) -> bool {
+        self.active.as_ref().is_some_and(|active| active.binary_search(&(rule, uuid, pid)).is_ok())
+    }
+
     /// Whether an observation that is not breached can still change an
     /// alert: one held before the pass, or one breached earlier in it.
     fn may_matter(&self, rule: RuleId, uuid: &str, pid: Option<u32>) -> bool {
@@ -364,7 +371,19 @@ fn process_rules(
         Some(comm) => format!("{comm} (pid {})", process.pid),
         None => format!("pid {}", process.pid),
     };
-    if let Some(leak) = process.leak.as_ref().filter(|leak| leak.cache_or_leak) {
+    // Growth already alerted on as a leak stays one: a later read of the
+    // same growth as "cache or a leak" (its steps look few again) would
+    // otherwise open `reserved_growth` beside the leak alert and let that
+    // one resolve, a second page for one leak. The upgrade runs one way.
+    let alerted_as_leak = out.holds_alert(RuleId::LeakSuspected, &device.uuid, Some(process.pid));
+    let judged = process.leak.as_ref().map(|leak| {
+        if leak.cache_or_leak && !alerted_as_leak {
+            RuleId::ReservedGrowth
+        } else {
+            RuleId::LeakSuspected
+        }
+    });
+    if let Some(leak) = process.leak.as_ref().filter(|_| judged == Some(RuleId::ReservedGrowth)) {
         out.judge(Draft {
             device,
             rule: RuleId::ReservedGrowth,
@@ -412,9 +431,6 @@ fn process_rules(
             remediation: remediation::LEAK,
         });
     }
-    let judged = process.leak.as_ref().map(|leak| {
-        if leak.cache_or_leak { RuleId::ReservedGrowth } else { RuleId::LeakSuspected }
-    });
     for (rule, config) in [
         (RuleId::ReservedGrowth, &rules.reserved_growth),
         (RuleId::LeakSuspected, &rules.leak_suspected.rule),

@@ -221,29 +221,13 @@ fn growth_in_a_few_steps_without_allocator_figures_is_reserved_growth_not_a_leak
     assert_eq!(process_observations(ramp), [(RuleId::LeakSuspected, Severity::Warning)]);
 }
 
-#[test]
-fn a_process_with_a_firing_leak_alert_and_no_evidence_now_is_observed_clear() {
+/// An engine whose leak alert for the test process (pid 4242 on GPU-0)
+/// is firing.
+fn firing_leak() -> crate::alerts::engine::Engine {
     use crate::alerts::engine::{Engine, EngineLimits};
     use std::time::Duration;
-    let rules = crate::alerts::AlertsConfig::default().rules;
-    let (snapshot, _) = snapshot(process(GIB, GIB, None));
-    let device = &snapshot.facts.info;
-    let holder = &snapshot.facts.processes[0];
-    let leak_rules = |out: Observations<'_>| -> Vec<(RuleId, Verdict, Duration)> {
-        out.into_vec()
-            .into_iter()
-            .filter(|o| matches!(o.key.rule, RuleId::LeakSuspected | RuleId::ReservedGrowth))
-            .map(|o| (o.key.rule, o.verdict, o.keep_firing_for))
-            .collect()
-    };
-    // No alert held: a process without leak evidence costs no observation.
-    let engine = Engine::new(EngineLimits { resolved_retention: Duration::ZERO, max_alerts: 8 });
-    let mut out = Observations::against(engine.alerts());
-    process_rules(&rules, device, "GPU 0", holder, &[], &mut out);
-    assert_eq!(leak_rules(out), []);
-    // A firing leak alert: the process is observed clear of it (so the
-    // engine can keep it firing), not left unobserved as if it had exited.
-    let mut engine = engine;
+    let mut engine =
+        Engine::new(EngineLimits { resolved_retention: Duration::ZERO, max_alerts: 8 });
     let breached = Observation {
         key: AlertKey { rule: RuleId::LeakSuspected, uuid: "GPU-0".into(), pid: Some(4242) },
         verdict: Verdict::Breached,
@@ -260,10 +244,62 @@ fn a_process_with_a_firing_leak_alert_and_no_evidence_now_is_observed_clear() {
         remediation: "",
     };
     engine.evaluate(Timestamp::from_unix_millis(0), vec![breached]);
+    engine
+}
+
+/// The leak rules' observations of `holder` against `engine`'s alerts.
+fn leak_observations(
+    engine: &crate::alerts::engine::Engine,
+    holder: ProcessFacts,
+) -> Vec<(RuleId, Verdict, std::time::Duration)> {
+    let rules = crate::alerts::AlertsConfig::default().rules;
+    let (snapshot, _) = snapshot(holder);
     let mut out = Observations::against(engine.alerts());
-    process_rules(&rules, device, "GPU 0", holder, &[], &mut out);
+    let holder = &snapshot.facts.processes[0];
+    process_rules(&rules, &snapshot.facts.info, "GPU 0", holder, &[], &mut out);
+    out.into_vec()
+        .into_iter()
+        .filter(|o| matches!(o.key.rule, RuleId::LeakSuspected | RuleId::ReservedGrowth))
+        .map(|o| (o.key.rule, o.verdict, o.keep_firing_for))
+        .collect()
+}
+
+#[test]
+fn a_process_with_a_firing_leak_alert_and_no_evidence_now_is_observed_clear() {
+    use crate::alerts::engine::{Engine, EngineLimits};
+    use std::time::Duration;
+    // No alert held: a process without leak evidence costs no observation.
+    let none = Engine::new(EngineLimits { resolved_retention: Duration::ZERO, max_alerts: 8 });
+    assert_eq!(leak_observations(&none, process(GIB, GIB, None)), []);
+    // A firing leak alert: the process is observed clear of it (so the
+    // engine can keep it firing), not left unobserved as if it had exited.
     assert_eq!(
-        leak_rules(out),
+        leak_observations(&firing_leak(), process(GIB, GIB, None)),
         [(RuleId::LeakSuspected, Verdict::Clear, Duration::from_secs(600))]
+    );
+}
+
+#[test]
+fn growth_alerted_as_a_leak_is_not_downgraded_to_reserved_growth() {
+    use crate::analysis::leak::{Hold, LeakEvidence, LeakFinding};
+    use crate::analysis::series::ProcessMetric;
+    use std::time::Duration;
+    let evidence = LeakEvidence {
+        slope_bytes_per_second: 1_048_576.0,
+        fit: 0.9,
+        window_seconds: 1_800.0,
+        growth_bytes: 2 * GIB,
+        baseline_bytes: 10 * GIB,
+        latest_bytes: 12 * GIB,
+    };
+    let hold = Hold::confirmed(&evidence, Timestamp::from_unix_millis(0), None);
+    let steps =
+        LeakFinding { evidence, metric: ProcessMetric::NvmlUsed, cache_or_leak: true, hold };
+    let holder = ProcessFacts { leak: Some(steps), ..process(GIB, GIB, None) };
+    // Read as "cache or a leak" after the leak alert lapsed (an evaluation
+    // dip): it goes on as the leak, not as a second, weaker alert.
+    assert_eq!(
+        leak_observations(&firing_leak(), holder),
+        [(RuleId::LeakSuspected, Verdict::Breached, Duration::from_secs(600))]
     );
 }
