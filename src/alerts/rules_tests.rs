@@ -201,8 +201,9 @@ fn process_observations(leak: crate::analysis::leak::LeakFinding) -> Vec<(RuleId
         .collect()
 }
 
-#[test]
-fn growth_in_a_few_steps_without_allocator_figures_is_reserved_growth_not_a_leak() {
+/// NVML-only growth of 1 MiB/s over 30 min, read as risen in a few
+/// large steps ("cache or a leak").
+fn stepped_growth() -> crate::analysis::leak::LeakFinding {
     use crate::analysis::leak::{Hold, LeakEvidence, LeakFinding};
     use crate::analysis::series::ProcessMetric;
     let evidence = LeakEvidence {
@@ -214,8 +215,13 @@ fn growth_in_a_few_steps_without_allocator_figures_is_reserved_growth_not_a_leak
         latest_bytes: 12 * GIB,
     };
     let hold = Hold::confirmed(&evidence, Timestamp::from_unix_millis(0), None);
-    let metric = ProcessMetric::NvmlUsed;
-    let steps = LeakFinding { evidence, metric, cache_or_leak: true, hold };
+    LeakFinding { evidence, metric: ProcessMetric::NvmlUsed, cache_or_leak: true, hold }
+}
+
+#[test]
+fn growth_in_a_few_steps_without_allocator_figures_is_reserved_growth_not_a_leak() {
+    use crate::analysis::leak::LeakFinding;
+    let steps = stepped_growth();
     assert_eq!(process_observations(steps), [(RuleId::ReservedGrowth, Severity::Info)]);
     let ramp = LeakFinding { cache_or_leak: false, ..steps };
     assert_eq!(process_observations(ramp), [(RuleId::LeakSuspected, Severity::Warning)]);
@@ -281,21 +287,8 @@ fn a_process_with_a_firing_leak_alert_and_no_evidence_now_is_observed_clear() {
 
 #[test]
 fn growth_alerted_as_a_leak_is_not_downgraded_to_reserved_growth() {
-    use crate::analysis::leak::{Hold, LeakEvidence, LeakFinding};
-    use crate::analysis::series::ProcessMetric;
     use std::time::Duration;
-    let evidence = LeakEvidence {
-        slope_bytes_per_second: 1_048_576.0,
-        fit: 0.9,
-        window_seconds: 1_800.0,
-        growth_bytes: 2 * GIB,
-        baseline_bytes: 10 * GIB,
-        latest_bytes: 12 * GIB,
-    };
-    let hold = Hold::confirmed(&evidence, Timestamp::from_unix_millis(0), None);
-    let steps =
-        LeakFinding { evidence, metric: ProcessMetric::NvmlUsed, cache_or_leak: true, hold };
-    let holder = ProcessFacts { leak: Some(steps), ..process(GIB, GIB, None) };
+    let holder = ProcessFacts { leak: Some(stepped_growth()), ..process(GIB, GIB, None) };
     // Read as "cache or a leak" after the leak alert lapsed (an evaluation
     // dip): it goes on as the leak, not as a second, weaker alert.
     assert_eq!(
