@@ -286,7 +286,9 @@ impl SlowChunk {
             .iter()
             .map(|chunk| Header::read(&chunk.bytes))
             .collect::<Option<Vec<Header<'_>>>>()?;
-        let mut out = BitWriter::default();
+        // The parts' headers are paid once: their bytes bound the merged.
+        let mut out =
+            BitWriter::with_capacity(chunks.iter().map(|chunk| chunk.bytes.len()).sum());
         let mut scratch = Vec::new();
         let len: usize = parts.iter().map(|part| part.len).sum();
         out.write_number(len as u64);

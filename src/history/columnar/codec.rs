@@ -33,6 +33,13 @@ pub struct BitWriter {
 }
 
 impl BitWriter {
+    /// A writer whose buffer holds `bytes` before it grows: sized from
+    /// what it will write, a chunk's buffer is allocated once, not doubled
+    /// through every size below it (each freed step stays in the heap).
+    pub fn with_capacity(bytes: usize) -> Self {
+        Self { bytes: Vec::with_capacity(bytes), ..Self::default() }
+    }
+
     /// Writes the low `width` bits of `value` (`width <= 64`).
     pub fn write(&mut self, value: u64, width: u32) {
         let width = width.min(64);
