@@ -19,6 +19,8 @@ use std::sync::Arc;
 use crate::model::{AllocatorRange, AllocatorStats, Timestamp};
 
 use super::super::points::{ProcessPoint, SlowPoint};
+
+mod merge;
 use super::codec::{BitReader, BitWriter, bit_length, read_series, write_series};
 
 /// Consecutive lists (numbered among the listed samples) that hold one
@@ -273,134 +275,6 @@ fn write_layouts<'l>(
         }
         previous = Some(layout);
     }
-}
-
-impl SlowChunk {
-    /// One chunk holding `chunks`' samples in order, made column by column
-    /// from their encoded figures: only one figure of one process is ever
-    /// held decoded, never the samples' process lists.
-    pub fn merge(chunks: &[&SlowChunk]) -> Option<Self> {
-        let first = chunks.first()?.first;
-        let last = chunks.last()?.last;
-        let mut parts = chunks
-            .iter()
-            .map(|chunk| Header::read(&chunk.bytes))
-            .collect::<Option<Vec<Header<'_>>>>()?;
-        // The parts' headers are paid once: their bytes bound the merged.
-        let mut out =
-            BitWriter::with_capacity(chunks.iter().map(|chunk| chunk.bytes.len()).sum());
-        let mut scratch = Vec::new();
-        let len: usize = parts.iter().map(|part| part.len).sum();
-        out.write_number(len as u64);
-        let times: Vec<u64> = parts.iter().flat_map(|part| part.times.iter().copied()).collect();
-        write_series(&mut out, &times, &mut scratch);
-        for bit in parts.iter().flat_map(|part| part.capped.iter()) {
-            out.write_bit(*bit);
-        }
-        for bit in parts.iter().flat_map(|part| part.listed.iter()) {
-            out.write_bit(*bit);
-        }
-        // The merged roster, in the order first seen; each part's slots
-        // mapped onto it.
-        let mut roster: Vec<u32> = Vec::new();
-        let mut slot_of: HashMap<u32, usize> = HashMap::new();
-        let mut mapped: Vec<Vec<usize>> = Vec::with_capacity(parts.len());
-        for part in &parts {
-            let slots = part
-                .pids
-                .iter()
-                .map(|&pid| {
-                    *slot_of.entry(pid).or_insert_with(|| {
-                        roster.push(pid);
-                        roster.len() - 1
-                    })
-                })
-                .collect();
-            mapped.push(slots);
-        }
-        out.write_number(roster.len() as u64);
-        let pids: Vec<u64> = roster.iter().map(|&pid| u64::from(pid)).collect();
-        write_series(&mut out, &pids, &mut scratch);
-        let layouts: Vec<Vec<usize>> = parts
-            .iter()
-            .zip(&mapped)
-            .flat_map(|(part, slots)| {
-                part.layouts.iter().map(move |layout| {
-                    layout.iter().map(|&slot| slots.get(slot).copied().unwrap_or(0)).collect()
-                })
-            })
-            .collect();
-        write_layouts(&mut out, layouts.iter().map(Vec::as_slice), roster.len());
-
-        // Where each part's figures of each of its roster entries begin.
-        let mut sections: Vec<HashMap<usize, (BitReader<'_>, usize)>> = Vec::new();
-        let mut skipped = Vec::new();
-        for (part, slots) in parts.iter_mut().zip(&mapped) {
-            let mut starts = HashMap::with_capacity(slots.len());
-            for ((&merged, &count), &pid) in slots.iter().zip(&part.counts).zip(&part.pids) {
-                starts.insert(merged, (part.input.clone(), count));
-                skipped.clear();
-                skipped.extend(read_figures(&mut part.input, pid, count)?);
-            }
-            sections.push(starts);
-        }
-        for merged in 0..roster.len() {
-            let mut readers: Vec<(BitReader<'_>, usize)> =
-                sections.iter_mut().filter_map(|starts| starts.remove(&merged)).collect();
-            merge_figures(&mut out, &mut readers, &mut scratch)?;
-        }
-        Some(Self { first, last, len, bytes: out.finish() })
-    }
-}
-
-/// Reads one process's figures from each part in turn and writes them as
-/// one process's figures over all the parts' samples.
-fn merge_figures(
-    out: &mut BitWriter,
-    readers: &mut [(BitReader<'_>, usize)],
-    scratch: &mut Vec<i64>,
-) -> Option<()> {
-    let mut present = Vec::new();
-    let mut values = Vec::new();
-    let mut counts = Vec::with_capacity(readers.len());
-    for (input, count) in readers.iter_mut() {
-        let part = read_presence(input, *count)?;
-        let used = part.iter().filter(|&&p| p).count();
-        present.extend(part);
-        read_series(input, used, &mut values)?;
-    }
-    write_presence(out, &present);
-    write_series(out, &values, scratch);
-    present.clear();
-    for (input, count) in readers.iter_mut() {
-        let part = read_presence(input, *count)?;
-        counts.push(part.iter().filter(|&&p| p).count());
-        present.extend(part);
-    }
-    write_presence(out, &present);
-    for _ in ALLOCATOR_FIELDS {
-        values.clear();
-        for ((input, _), &count) in readers.iter_mut().zip(&counts) {
-            read_series(input, count, &mut values)?;
-        }
-        write_series(out, &values, scratch);
-    }
-    present.clear();
-    let mut range_counts = Vec::with_capacity(readers.len());
-    for ((input, _), &count) in readers.iter_mut().zip(&counts) {
-        let part = read_presence(input, count)?;
-        range_counts.push(part.iter().filter(|&&p| p).count());
-        present.extend(part);
-    }
-    write_presence(out, &present);
-    for _ in RANGE_FIELDS {
-        values.clear();
-        for ((input, _), &count) in readers.iter_mut().zip(&range_counts) {
-            read_series(input, count, &mut values)?;
-        }
-        write_series(out, &values, scratch);
-    }
-    Some(())
 }
 
 fn read_len(input: &mut BitReader<'_>) -> Option<usize> {
