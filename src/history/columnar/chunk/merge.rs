@@ -91,53 +91,50 @@ impl SlowChunk {
 }
 
 /// Reads one process's figures from each part in turn and writes them as
-/// one process's figures over all the parts' samples.
+/// one process's figures over all the parts' samples: its NVML usage, its
+/// allocator statistics, then their interval ranges (over the samples that
+/// have statistics), each a group of presence bits and series.
 fn merge_figures(
     out: &mut BitWriter,
     readers: &mut [(BitReader<'_>, usize)],
     scratch: &mut Vec<i64>,
 ) -> Option<()> {
-    let mut present = Vec::new();
-    let mut values = Vec::new();
-    let mut counts = Vec::with_capacity(readers.len());
-    for (input, count) in readers.iter_mut() {
-        let part = read_presence(input, *count)?;
-        let used = part.iter().filter(|&&p| p).count();
-        present.extend(part);
-        read_series(input, used, &mut values)?;
-    }
-    write_presence(out, &present);
-    write_series(out, &values, scratch);
-    present.clear();
-    for (input, count) in readers.iter_mut() {
-        let part = read_presence(input, *count)?;
-        counts.push(part.iter().filter(|&&p| p).count());
-        present.extend(part);
-    }
-    write_presence(out, &present);
-    for _ in ALLOCATOR_FIELDS {
-        values.clear();
-        for ((input, _), &count) in readers.iter_mut().zip(&counts) {
-            read_series(input, count, &mut values)?;
-        }
-        write_series(out, &values, scratch);
-    }
-    present.clear();
-    let mut range_counts = Vec::with_capacity(readers.len());
-    for ((input, _), &count) in readers.iter_mut().zip(&counts) {
-        let part = read_presence(input, count)?;
-        range_counts.push(part.iter().filter(|&&p| p).count());
-        present.extend(part);
-    }
-    write_presence(out, &present);
-    for _ in RANGE_FIELDS {
-        values.clear();
-        for ((input, _), &count) in readers.iter_mut().zip(&range_counts) {
-            read_series(input, count, &mut values)?;
-        }
-        write_series(out, &values, scratch);
-    }
+    let counts: Vec<usize> = readers.iter().map(|&(_, count)| count).collect();
+    merge_group(out, readers, &counts, 1, scratch)?;
+    let with_stats = merge_group(out, readers, &counts, ALLOCATOR_FIELDS.len(), scratch)?;
+    merge_group(out, readers, &with_stats, RANGE_FIELDS.len(), scratch)?;
     Some(())
+}
+
+/// One group of a process's figures over the parts: each part's presence
+/// bits over its `counts` entries, written as one, then each of `fields`
+/// series over the entries present, written as one. Gives how many
+/// entries each part had present. Each part's stream is read in its own
+/// order (presence, then each field), so the parts may be read in turn.
+fn merge_group(
+    out: &mut BitWriter,
+    readers: &mut [(BitReader<'_>, usize)],
+    counts: &[usize],
+    fields: usize,
+    scratch: &mut Vec<i64>,
+) -> Option<Vec<usize>> {
+    let mut present = Vec::new();
+    let mut present_counts = Vec::with_capacity(readers.len());
+    for ((input, _), &count) in readers.iter_mut().zip(counts) {
+        let part = read_presence(input, count)?;
+        present_counts.push(part.iter().filter(|&&p| p).count());
+        present.extend(part);
+    }
+    write_presence(out, &present);
+    let mut values = Vec::new();
+    for _ in 0..fields {
+        values.clear();
+        for ((input, _), &count) in readers.iter_mut().zip(&present_counts) {
+            read_series(input, count, &mut values)?;
+        }
+        write_series(out, &values, scratch);
+    }
+    Some(present_counts)
 }
 
 /// Passes over one process's figures without decoding them.
