@@ -11,6 +11,7 @@ pub mod engine;
 pub mod evaluator;
 pub mod model;
 pub mod notify;
+mod observations;
 mod oom_rules;
 mod probe_rules;
 pub mod rules;

@@ -1,31 +1,16 @@
 //! The built-in rules: what each measures, on which side of its threshold
 //! it fires, and how it explains itself (evidence and remediation).
 
-use std::collections::HashMap;
-use std::hash::{BuildHasher, RandomState};
-
 use super::RulesConfig;
 use crate::analysis::accounting::{self, fragmentation_ratio};
 use crate::analysis::remediation;
 use crate::analysis::snapshot::{DeviceSnapshot, ProcessFacts};
-use crate::model::{DeviceInfo, Direction, MemoryInfo, RuleId, RuleSettings};
+use crate::model::{DeviceInfo, MemoryInfo, RuleId, RuleSettings};
 
-use super::engine::{Observation, Verdict};
-use super::model::{Alert, AlertKey, AlertState};
-
-fn verdict(rule: &RuleSettings, direction: Direction, value: f64) -> Verdict {
-    let (breached, held) = match direction {
-        Direction::Above => (value >= rule.threshold, value > rule.clear),
-        Direction::Below => (value <= rule.threshold, value < rule.clear),
-    };
-    if breached {
-        Verdict::Breached
-    } else if held {
-        Verdict::Hysteresis
-    } else {
-        Verdict::Clear
-    }
-}
+use super::engine::Observation;
+use super::model::AlertKey;
+pub use super::observations::Observations;
+use super::observations::verdict;
 
 pub(super) const GIB: f64 = (1u64 << 30) as f64;
 pub(super) const MIB: f64 = (1u64 << 20) as f64;
@@ -60,149 +45,6 @@ pub(super) struct Draft<'a> {
     /// most observations are clear, and formatting is most of a pass.
     pub(super) text: &'a dyn Fn() -> (String, String),
     pub(super) remediation: &'static str,
-}
-
-/// One pass's observations, as the rules write them.
-///
-/// Why not every observation is kept: a subject that is not past its
-/// threshold and has no pending or firing alert changes nothing in the
-/// engine (nothing starts below the threshold, and a resolved alert stays
-/// resolved), yet each observation cost its key's strings, its process
-/// name and, between `clear` and `threshold`, its texts: most of a pass
-/// for 8 GPUs × 64 processes. Such an observation is left out when the
-/// alerts held before the pass say so; a subject breached earlier in the
-/// same pass still gets every later observation, as the engine would see
-/// it.
-pub struct Observations<'a> {
-    list: Vec<Observation>,
-    /// (rule, uuid, pid) of every pending or firing alert before the pass,
-    /// sorted for a binary search; `None` keeps every observation.
-    active: Option<Vec<(RuleId, &'a str, Option<u32>)>>,
-    /// Where in `list` the breached observations are, by a hash of their
-    /// key: a clear observation is looked up in constant time, not against
-    /// every breached one (8 GPUs × 64 processes can breach at once).
-    breached: HashMap<u64, Vec<usize>>,
-    keys: RandomState,
-}
-
-impl<'a> Observations<'a> {
-    /// Keeps only the observations that can change `alerts` (the engine's,
-    /// in key order).
-    pub fn against(alerts: impl Iterator<Item = &'a Alert>) -> Self {
-        let mut active = alerts
-            .filter(|alert| alert.state != AlertState::Resolved)
-            .map(|alert| (alert.key.rule, alert.key.uuid.as_str(), alert.key.pid))
-            .collect::<Vec<_>>();
-        // The engine lists its keys by rule name; `RuleId` orders by
-        // declaration, so the sort only reorders runs of one rule, each
-        // already sorted by uuid and pid.
-        active.sort_unstable();
-        Self { active: Some(active), ..Self::all() }
-    }
-
-    /// Keeps every observation, clear ones included.
-    pub fn all() -> Self {
-        Self { list: Vec::new(), active: None, breached: HashMap::new(), keys: RandomState::new() }
-    }
-
-    /// Judges `draft` by its rule's settings and keeps the observation
-    /// unless it cannot change an alert (texts written only if needed).
-    pub(super) fn judge(&mut self, draft: Draft<'_>) {
-        if !draft.config.enabled {
-            return;
-        }
-        let (device, spec) = (draft.device, draft.rule.spec());
-        let verdict = verdict(draft.config, spec.direction, draft.value);
-        let pid = draft.process.map(|(pid, _)| pid);
-        if verdict != Verdict::Breached && !self.may_matter(draft.rule, &device.uuid, pid) {
-            return;
-        }
-        let (summary, description) =
-            if verdict == Verdict::Clear { (String::new(), String::new()) } else { (draft.text)() };
-        self.push(Observation {
-            key: AlertKey { rule: draft.rule, uuid: device.uuid.clone(), pid },
-            verdict,
-            severity: draft.config.severity,
-            for_duration: draft.config.for_duration,
-            keep_firing_for: draft.config.keep_firing_for,
-            gpu: device.gpu_index(),
-            process: draft.process.and_then(|(_, name)| name).map(str::to_owned),
-            value: draft.value,
-            threshold: draft.config.threshold,
-            unit: spec.unit.as_str(),
-            summary,
-            description,
-            remediation: draft.remediation,
-        });
-    }
-
-    /// `rule` judged clear for a process it has no value for now (no leak
-    /// evidence this pass): kept only where an alert of it is pending or
-    /// firing, which then resolves or waits out its `keep_firing_for` as
-    /// for any clear value. An alert nobody observes resolves at once, as
-    /// for a process that exited.
-    pub(super) fn clear_of(
-        &mut self,
-        device: &DeviceInfo,
-        rule: RuleId,
-        config: &RuleSettings,
-        (pid, name): (u32, Option<&str>),
-    ) {
-        if !config.enabled || !self.may_matter(rule, &device.uuid, Some(pid)) {
-            return;
-        }
-        self.push(Observation {
-            key: AlertKey { rule, uuid: device.uuid.clone(), pid: Some(pid) },
-            verdict: Verdict::Clear,
-            severity: config.severity,
-            for_duration: config.for_duration,
-            keep_firing_for: config.keep_firing_for,
-            gpu: device.gpu_index(),
-            process: name.map(str::to_owned),
-            value: 0.0,
-            threshold: config.threshold,
-            unit: rule.spec().unit.as_str(),
-            summary: String::new(),
-            description: String::new(),
-            remediation: "",
-        });
-    }
-
-    pub fn push(&mut self, observation: Observation) {
-        // With every observation kept (`all`), nothing looks breached keys up.
-        if observation.verdict == Verdict::Breached && self.active.is_some() {
-            let key = &observation.key;
-            let hash = self.keys.hash_one((key.rule, key.uuid.as_str(), key.pid));
-            self.breached.entry(hash).or_default().push(self.list.len());
-        }
-        self.list.push(observation);
-    }
-
-    pub fn into_vec(self) -> Vec<Observation> {
-        self.list
-    }
-
-    /// Whether an alert of `rule` for this subject was pending or firing
-    /// before the pass; false where every observation is kept (`all`),
-    /// which knows of no alerts.
-    fn holds_alert(&self, rule: RuleId, uuid: &str, pid: Option<u32>) -> bool {
-        self.active.as_ref().is_some_and(|active| active.binary_search(&(rule, uuid, pid)).is_ok())
-    }
-
-    /// Whether an observation that is not breached can still change an
-    /// alert: one held before the pass, or one breached earlier in it.
-    fn may_matter(&self, rule: RuleId, uuid: &str, pid: Option<u32>) -> bool {
-        let Some(active) = &self.active else { return true };
-        if active.binary_search(&(rule, uuid, pid)).is_ok() {
-            return true;
-        }
-        let Some(candidates) = self.breached.get(&self.keys.hash_one((rule, uuid, pid))) else {
-            return false;
-        };
-        candidates.iter().filter_map(|&index| self.list.get(index)).any(|breached| {
-            breached.key.rule == rule && breached.key.uuid == uuid && breached.key.pid == pid
-        })
-    }
 }
 
 /// The alert for a device source that cannot list devices (NVML down).
@@ -436,7 +278,15 @@ fn process_rules(
         (RuleId::LeakSuspected, &rules.leak_suspected.rule),
     ] {
         if judged != Some(rule) {
-            out.clear_of(device, rule, config, (process.pid, process.name.as_deref()));
+            out.clear_of(Draft {
+                device,
+                rule,
+                config,
+                process: Some((process.pid, process.name.as_deref())),
+                value: 0.0,
+                text: &|| (String::new(), String::new()),
+                remediation: "",
+            });
         }
     }
     if let Some(stats) = process.allocator {
