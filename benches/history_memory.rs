@@ -21,6 +21,10 @@
 //!
 //! Bytes per process-sample: (growth of the case − growth of the same
 //! sizing with no processes) / (GPUs × processes × slow samples kept).
+//! The fill hands the heap's free pages back as the daemon does, every
+//! `history.heap_release_interval` of its simulated time
+//! (`VRAMD_HISTORY__HEAP_RELEASE_INTERVAL=0` to see the heap without it);
+//! "heap free" is what malloc holds free at the end (glibc's `mallinfo2`).
 //!
 //! `cargo bench --bench history_memory` (a minute; not criterion).
 
@@ -65,8 +69,15 @@ fn parent() {
     };
     println!("{GPUS} GPUs, rings filled past capacity (growth of VmRSS, MiB)");
     println!(
-        "{:>6}  {:>12}  {:>9}  {:>12}  {:>13}  {:>11}  {:>14}",
-        "sizing", "scenario", "processes", "slow kept", "history MiB", "RSS MiB", "B/proc-sample"
+        "{:>6}  {:>12}  {:>9}  {:>10}  {:>12}  {:>8}  {:>14}  {:>14}",
+        "sizing",
+        "scenario",
+        "processes",
+        "slow kept",
+        "history MiB",
+        "RSS MiB",
+        "heap free MiB",
+        "B/proc-sample"
     );
     let mut empty_growth = std::collections::HashMap::new();
     for (sizing, scenario, processes) in CASES {
@@ -85,7 +96,7 @@ fn parent() {
         let text = String::from_utf8_lossy(&output.stdout);
         let figures: Vec<u64> =
             text.split_whitespace().filter_map(|word| word.parse().ok()).collect();
-        let [growth_kib, rss_kib, slow_kept] = figures[..] else {
+        let [growth_kib, rss_kib, slow_kept, heap_free_kib] = figures[..] else {
             eprintln!("{case}: unexpected output {text:?}");
             continue;
         };
@@ -97,13 +108,14 @@ fn parent() {
             growth_kib.saturating_sub(empty) as f64 * 1024.0 / stored as f64
         });
         println!(
-            "{:>6}  {:>12}  {:>9}  {:>12}  {:>13.1}  {:>11.1}  {:>14}",
+            "{:>6}  {:>12}  {:>9}  {:>10}  {:>12.1}  {:>8.1}  {:>14.2}  {:>14}",
             sizing,
             scenario,
             processes,
             slow_kept,
             growth_kib as f64 / 1024.0,
             rss_kib as f64 / 1024.0,
+            heap_free_kib as f64 / 1024.0,
             per_sample.map_or("-".to_owned(), |bytes| format!("{bytes:.2}"))
         );
     }
@@ -130,6 +142,11 @@ fn child(case: &str) {
         std::process::exit(2);
     };
     let (sizing, fast, slow) = sizing(sizing_name);
+    // The daemon hands the heap's free pages back every
+    // `history.heap_release_interval`; the fill does so at the same pace of
+    // its own (simulated) time, so what is measured is what the daemon
+    // holds between two releases.
+    let release_every = release_every(slow);
     let before = rss_kib();
     let store = HistoryStore::new(sizing);
     let devices = store.set_devices((0..GPUS).map(fixtures::info).collect());
@@ -150,6 +167,9 @@ fn child(case: &str) {
             },
             |_, at| {
                 let sample = sample_number(at, slow);
+                if release_every > 0 && sample.is_multiple_of(release_every) {
+                    resident_trim::release_free_heap();
+                }
                 let list =
                     (0..processes).map(|slot| process(scenario, gpu, slot, sample)).collect();
                 Ok(fixtures::slow_reading(at, list))
@@ -159,8 +179,20 @@ fn child(case: &str) {
     }
     let after = rss_kib();
     let slow_kept = devices.first().map_or(0, |device| device.slow_len());
-    println!("{} {} {}", after.saturating_sub(before), after, slow_kept);
+    let heap_free_kib = resident_trim::heap_figures().map_or(0, |heap| heap.free / 1024);
+    println!("{} {} {} {}", after.saturating_sub(before), after, slow_kept, heap_free_kib);
     drop(store);
+}
+
+/// Slow samples between two heap releases (0: never), from the daemon's
+/// default setting, or `VRAMD_HISTORY__HEAP_RELEASE_INTERVAL` in seconds.
+fn release_every(slow: Duration) -> u64 {
+    let interval = std::env::var("VRAMD_HISTORY__HEAP_RELEASE_INTERVAL")
+        .ok()
+        .and_then(|text| text.trim_end_matches('s').parse().ok())
+        .map_or(vramd::app::Config::default().history.heap_release_interval, Duration::from_secs);
+    let slow_ms = slow.as_millis().max(1);
+    u64::try_from(interval.as_millis() / slow_ms).unwrap_or(u64::MAX)
 }
 
 fn sample_number(at: Timestamp, slow: Duration) -> u64 {

@@ -8,6 +8,7 @@
 
 mod config;
 mod driver_trace;
+mod memory;
 pub mod reload;
 mod settings;
 mod sources;
@@ -283,7 +284,10 @@ pub async fn run(
             })
         }
     };
-    tokio::spawn(release_start_up_memory(cancel.clone()));
+    tokio::spawn(memory::release_freed_memory(
+        config.history.heap_release_interval,
+        cancel.clone(),
+    ));
     if let Some(handle) = &web {
         handle.watch_with(telemetry.web_config_series()?);
         tokio::spawn(handle.clone().watch(config.server.web_config_poll_interval, cancel.clone()));
@@ -355,35 +359,6 @@ async fn off_runtime<T: Send + 'static>(
     work: impl FnOnce() -> T + Send + 'static,
 ) -> Result<T, AppError> {
     tokio::task::spawn_blocking(work).await.map_err(|error| AppError::Startup(error.to_string()))
-}
-
-/// How long after the server is built start-up is taken to be over: the
-/// first samples, discovery and the first alert evaluation
-/// (`analysis.evaluation_interval`, 5 s by default) have run by then, so the
-/// code mapped again afterwards is the code an idle daemon keeps running.
-const START_UP_SETTLE: std::time::Duration = std::time::Duration::from_secs(10);
-
-/// Start-up leaves ~2 MiB of freed heap (the OpenAPI document at its peak)
-/// and ~4 MiB of code run only once (command line, configuration layers,
-/// router, TLS set-up) resident for the daemon's life; hand both back once
-/// (issue 15). A side path: nothing waits on it, and a failure is logged.
-async fn release_start_up_memory(cancel: CancellationToken) {
-    tokio::select! {
-        () = cancel.cancelled() => return,
-        () = tokio::time::sleep(START_UP_SETTLE) => {}
-    }
-    let released = tokio::task::spawn_blocking(|| {
-        resident_trim::release_free_heap();
-        resident_trim::release_idle_code()
-    });
-    // /proc and malloc's locks answer in about a millisecond; the deadline
-    // only keeps a wedged kernel from holding this task forever.
-    match tokio::time::timeout(START_UP_SETTLE, released).await {
-        Ok(Ok(Ok(bytes))) => tracing::debug!(bytes, "start-up code unmapped"),
-        Ok(Ok(Err(error))) => warn!(error = %error, "cannot unmap start-up code"),
-        Ok(Err(error)) => warn!(error = %error, "start-up memory release did not finish"),
-        Err(_) => warn!(deadline = ?START_UP_SETTLE, "start-up memory release still running"),
-    }
 }
 
 #[cfg(test)]
