@@ -23,7 +23,7 @@
 //! sizing with no processes) / (GPUs × processes × slow samples kept).
 //! The fill hands the heap's free pages back as the daemon does, every
 //! `history.heap_release_interval` of its simulated time
-//! (`VRAMD_HISTORY__HEAP_RELEASE_INTERVAL=0` to see the heap without it);
+//! (`VRAMD_HISTORY__HEAP_RELEASE_INTERVAL=0s` to see the heap without it);
 //! "heap free" is what malloc holds free at the end (glibc's `mallinfo2`).
 //!
 //! `cargo bench --bench history_memory` (a minute; not criterion).
@@ -179,18 +179,23 @@ fn child(case: &str) {
     }
     let after = rss_kib();
     let slow_kept = devices.first().map_or(0, |device| device.slow_len());
-    let heap_free_kib = resident_trim::heap_figures().map_or(0, |heap| heap.free / 1024);
+    let heap_free_kib = resident_trim::heap_free_bytes().map_or(0, |free| free / 1024);
     println!("{} {} {} {}", after.saturating_sub(before), after, slow_kept, heap_free_kib);
     drop(store);
 }
 
 /// Slow samples between two heap releases (0: never), from the daemon's
-/// default setting, or `VRAMD_HISTORY__HEAP_RELEASE_INTERVAL` in seconds.
+/// default setting, or `VRAMD_HISTORY__HEAP_RELEASE_INTERVAL` (a duration
+/// as the configuration writes it, e.g. `30s`, `0s`).
 fn release_every(slow: Duration) -> u64 {
-    let interval = std::env::var("VRAMD_HISTORY__HEAP_RELEASE_INTERVAL")
-        .ok()
-        .and_then(|text| text.trim_end_matches('s').parse().ok())
-        .map_or(vramd::app::Config::default().history.heap_release_interval, Duration::from_secs);
+    let default = vramd::app::Config::default().history.heap_release_interval;
+    let interval = match std::env::var("VRAMD_HISTORY__HEAP_RELEASE_INTERVAL") {
+        Ok(text) => vramd::setting::parse_duration(&text).unwrap_or_else(|error| {
+            eprintln!("VRAMD_HISTORY__HEAP_RELEASE_INTERVAL={text:?}: {error}");
+            std::process::exit(2);
+        }),
+        Err(_) => default,
+    };
     let slow_ms = slow.as_millis().max(1);
     u64::try_from(interval.as_millis() / slow_ms).unwrap_or(u64::MAX)
 }

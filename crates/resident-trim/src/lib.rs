@@ -40,34 +40,15 @@ pub fn release_free_heap() -> bool {
     }
 }
 
-/// What the C library's heap holds, in bytes: for telling memory the
-/// program's values use from memory the allocator keeps after they were
-/// freed (a benchmark's question, not the daemon's).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct HeapFigures {
-    /// Bytes obtained from the kernel for the arenas (not mapped apart).
-    pub arena: usize,
-    /// Bytes of the arenas in live allocations.
-    pub in_use: usize,
-    /// Bytes of the arenas free, kept by the allocator.
-    pub free: usize,
-    /// Bytes of allocations mapped apart (large ones).
-    pub mapped: usize,
-}
-
-/// The heap's figures; `None` elsewhere than Linux with glibc.
-pub fn heap_figures() -> Option<HeapFigures> {
+/// Bytes the C library's heap holds free after they were freed (glibc's
+/// `mallinfo2().fordblks`): what a benchmark tells apart from the memory
+/// its values use. `None` elsewhere than Linux with glibc.
+pub fn heap_free_bytes() -> Option<usize> {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     {
         // SAFETY: `mallinfo2` takes no argument, returns a struct by value
         // and only reads glibc's allocator statistics under its own locks.
-        let info = unsafe { libc::mallinfo2() };
-        Some(HeapFigures {
-            arena: info.arena,
-            in_use: info.uordblks,
-            free: info.fordblks,
-            mapped: info.hblkhd,
-        })
+        Some(unsafe { libc::mallinfo2() }.fordblks)
     }
     #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
     {
