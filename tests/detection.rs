@@ -114,10 +114,12 @@ fn slow_warm_ups_that_raised_leaks_stay_silent() {
     // capacity, each of which raised `leak_suspected` before rule 6 was
     // handed from check to check (issue 32, docs/alerts.md "Warm-ups"): a
     // young process's short window speeding up by its scatter (seeds 2:7,
-    // 3:12), a call made before the slowing stood out (5:17, 6:10), and a
-    // tail whose slowing faded into the scatter (3:7, 4:22, 6:22).
+    // 3:12), a call made before the slowing stood out (5:17, 6:10), a
+    // tail whose slowing faded into the scatter (3:7, 4:22, 6:22), and a
+    // window falling into an evaluation dip and climbing out of it, read
+    // as growth anew (34:21 with reports, 22:15 NVML only).
     let config = Config::default();
-    let runs = [(2, 7), (3, 12), (5, 17), (6, 10), (3, 7), (4, 22), (6, 22)];
+    let runs = [(2, 7), (3, 12), (5, 17), (6, 10), (3, 7), (4, 22), (6, 22), (34, 21), (22, 15)];
     for (seed, index) in runs {
         let run = &corpus::warmup_runs(seed, index + 1)[index];
         assert!(matches!(run.label, Label::Warmup { .. }), "{:?}", run.label);
@@ -187,4 +189,40 @@ fn assert_silent(
             outcome.false_alarms
         );
     }
+}
+
+#[test]
+fn the_explained_checks_are_the_ones_the_alert_followed() {
+    // `--explain` prints the analyzer's own leak checks of the process
+    // (`Analyzer::trace_leaks_of`), recorded while the run is scored: the
+    // alert went pending at a check that called the leak, and every check
+    // from then until it fired held it. Run 8 of seed 1 leaks at 4 MiB/s.
+    let config = Config::default();
+    let run = &corpus::corpus(SEED, 9)[8];
+    let Label::Leak { pid, .. } = run.label else { panic!("{:?}", run.label) };
+    let (outcome, checks) = play::play_traced(run, &config, None, &|_| {}, Some(pid));
+    let fired = outcome.leak_fired_s.expect("the leak is called");
+    let seconds = |check: &vramd::analysis::leak::LeakCheck| {
+        check.at.duration_since(vramd::source::simulator::GOLDEN_ORIGIN).unwrap().as_secs_f64()
+    };
+    // Checked at the analyzer's cadence, from the process's first pass.
+    let interval = config.analysis.leak_check_interval.as_secs_f64();
+    assert!(checks.len() > 10, "{} checks", checks.len());
+    for pair in checks.windows(2) {
+        assert_eq!(seconds(&pair[1]) - seconds(&pair[0]), interval);
+    }
+    let pending_from = fired - config.alerts.rules.leak_suspected.rule.for_duration.as_secs_f64();
+    let called: Vec<_> =
+        checks.iter().filter(|check| (pending_from..=fired).contains(&seconds(check))).collect();
+    assert!(!called.is_empty());
+    for check in called {
+        let finding = check
+            .verdict
+            .unwrap_or_else(|reason| panic!("at {} s, while pending: {reason:?}", seconds(check)));
+        assert!(!check.windows.is_empty() && check.series.is_some());
+        assert!(finding.evidence.slope_bytes_per_second > 0.0);
+    }
+    // No check before the onset's first call held a finding it did not show.
+    let first_call = checks.iter().position(|check| check.verdict.is_ok()).unwrap();
+    assert!(seconds(&checks[first_call]) <= pending_from);
 }

@@ -1,103 +1,72 @@
 //! `--explain RUN`: why the leak of one labelled run is called when it is.
-//! Replays the leaking process's preferred figure (allocated with reports,
-//! NVML usage without) at the slow tier's 1 Hz and prints, at every leak
-//! check after the onset, the verdict and every window the detector judged,
-//! in its order, as it recorded them (`leak::assess_leak_traced`: the real
-//! code's judgements, not a copy of its rules), after rule 6's evidence on
-//! the whole series judged (`life`: each half's rate, the noise, the
-//! slowing in noises). The checks fall where the
-//! analyzer's do in the benchmark (the first evaluation, then every check
-//! interval), so the verdicts are the ones the alert saw; the benchmark's
-//! own firing time is printed last.
+//! The run is played through the real history, analyzer and rules, as the
+//! benchmark plays it (the same jittered slow samples, the allocator
+//! reports joined onto them, the analyzer's own check times and the state
+//! it hands from check to check), with the analyzer recording every leak
+//! check of the process (`Analyzer::trace_leaks_of`). Printed for each
+//! check after the onset: what the check before handed it, its verdict,
+//! rule 6's evidence on the whole series judged (`life`: each half's rate,
+//! the noise, the slowing in noises) and every window judged, in order,
+//! as the detector recorded them. The benchmark's firing time comes last.
+//!
+//! (An earlier version replayed the run's figures beside the analyzer: it
+//! read the samples unjittered and the allocator's point figure, and kept
+//! its own carried state, so it could explain checks the alert never saw.)
 
 use std::time::Duration;
 
 use vramd::analysis::floor::FloorScratch;
-use vramd::analysis::leak::{
-    Hold, LeakParams, NotALeak, Prior, Start, WindowJudgement, assess_held_traced,
-};
+use vramd::analysis::leak::{LeakCheck, NotALeak, Prior, WindowJudgement};
 use vramd::source::simulator::GOLDEN_ORIGIN;
-use vramd_corpus::{CorpusRun, Label};
 
 const MIB: f64 = 1_048_576.0;
 
+/// Prints `checks` (the analyzer's leak checks of `pid`) from `onset`.
 pub fn explain(
-    run: &CorpusRun,
-    pid: Option<u32>,
-    params: &LeakParams,
-    check: Duration,
-    first_check: Duration,
+    checks: &[LeakCheck],
+    pid: u32,
+    onset: Duration,
+    buckets: usize,
     fired_s: Option<f64>,
 ) {
-    // A false alarm is explained from the run's start, for the process
-    // `--pid` names (on a leak run, the leaking one before its onset too).
-    let (pid, onset) = match (run.label, pid) {
-        (_, Some(pid)) => (pid, Duration::ZERO),
-        (Label::Leak { pid, onset, .. }, None) => (pid, onset),
-        (label, None) => {
-            println!("not a leak run ({label:?}): name the process with --pid");
-            return;
-        }
-    };
-    println!("{run:?}");
-    let mut series = Vec::new();
+    if checks.is_empty() {
+        println!("the analyzer made no leak check of PID {pid}");
+    }
+    let onset_s = onset.as_secs_f64();
     let mut scratch = FloorScratch::default();
-    let mut prior = Prior::Nothing;
-    let mut held: Option<Hold> = None;
-    let mut judged = Vec::new();
-    let (check_s, onset_s) = (check.as_secs().max(1), onset.as_secs());
-    let first_s = first_check.as_secs();
-    for second in 0..=run.duration.as_secs() {
-        let at = GOLDEN_ORIGIN.saturating_add(Duration::from_secs(second));
-        let slow = run.slow_at(at);
-        let process = slow.processes.iter().flatten().find(|process| process.pid == pid);
-        let value = process.and_then(|p| p.allocator.map(|a| a.allocated_bytes).or(p.used_bytes));
-        if let Some(value) = value {
-            series.push((at, value));
-        }
-        if second < first_s || !(second - first_s).is_multiple_of(check_s) {
-            continue;
-        }
-        let from = at.saturating_sub(params.window);
-        let start = series.partition_point(|&(t, _)| t < from);
-        let window = series.get(start..).unwrap_or(&[]);
-        judged.clear();
-        // The analyzer knows when the process was first listed: so does this.
-        let start =
-            series.first().map_or(Start::Window(from), |&(listed, _)| Start::Listed(listed));
-        // Judged before the onset too: each check hands its verdict and a
-        // held leak's carried hold to the next, as the analyzer's do
-        // (`leak::Prior`, `leak::Hold`).
-        let verdict = assess_held_traced(
-            &mut scratch,
-            window,
-            start,
-            held.as_ref(),
-            &mut prior,
-            params,
-            &mut judged,
-        );
-        held = verdict.as_ref().ok().map(|&(_, hold)| hold);
+    for check in checks {
+        let second = check.at.duration_since(GOLDEN_ORIGIN).unwrap_or_default().as_secs_f64();
         if second < onset_s {
             continue;
         }
-        let mut lines = life_halves(&mut scratch, window, params.buckets);
-        for record in &judged {
+        let handed = match check.prior {
+            Prior::Nothing => "-",
+            Prior::Held => "held",
+            Prior::WarmingUp(None) => "warming",
+            Prior::WarmingUp(Some(_)) => "curve",
+        };
+        let mut lines = match &check.series {
+            Some((_, series)) => life_halves(&mut scratch, series, buckets),
+            None => String::new(),
+        };
+        for record in &check.windows {
             lines.push_str(&describe(record));
         }
-        let verdict = match verdict {
-            Ok((_, hold)) if hold.confirmed_at != at => "HELD (carried)".to_owned(),
-            Ok((evidence, _)) => format!("LEAK {:.0}s", evidence.window_seconds),
+        // The hold is confirmed at the newest sample's time, not the pass's.
+        let newest = check.series.as_ref().and_then(|(_, series)| series.last()).map(|&(at, _)| at);
+        let verdict = match check.verdict {
+            Ok(finding) if Some(finding.hold.confirmed_at) != newest => "HELD (carried)".to_owned(),
+            Ok(finding) => format!("LEAK {:.0}s", finding.evidence.window_seconds),
             Err(reason) => format!("{reason:?}"),
         };
-        println!("{:6.1} min {verdict:<18}{lines}", (second - onset_s) as f64 / 60.0);
+        println!("{:6.1} min {handed:<7} {verdict:<18}{lines}", (second - onset_s) / 60.0);
     }
     match fired_s {
         Some(fired) => println!(
             "leak_suspected fired in the benchmark {:.1} min after the onset",
-            (fired - onset.as_secs_f64()) / 60.0
+            (fired - onset_s) / 60.0
         ),
-        None => println!("leak_suspected did not fire in the benchmark"),
+        None => println!("the labelled leak's leak_suspected did not fire in the benchmark"),
     }
 }
 

@@ -268,9 +268,16 @@ fn main() {
         let Some(run) = runs.get(index) else {
             refuse(&format!("--explain {index}: the corpus has {} runs", runs.len()))
         };
-        let outcome = play::play_with(run, &config, args.report_interval, &|settings| {
-            tweak(settings, params)
-        });
+        // A false alarm is explained from the run's start, for the process
+        // `--pid` names (on a leak run, the leaking one before its onset too).
+        let (pid, onset) = match (run.label, args.explain_pid) {
+            (_, Some(pid)) => (Some(pid), Duration::ZERO),
+            (corpus::Label::Leak { pid, onset, .. }, None) => (Some(pid), onset),
+            (_, None) => (None, Duration::ZERO),
+        };
+        let tweaked = |settings: &mut vramd::analyze::AnalyzeSettings| tweak(settings, params);
+        let (outcome, checks) =
+            play::play_traced(run, &config, args.report_interval, &tweaked, pid);
         // A growth run, or any run the forecast fired on falsely: the
         // forecast's checks; otherwise the leak's.
         let forecast_fired = match run.label {
@@ -280,19 +287,22 @@ fn main() {
             }
             corpus::Label::Leak { .. } => None,
         };
-        if let Some(fired) = forecast_fired {
+        if let Some(fired) = forecast_fired
+            && args.explain_pid.is_none()
+        {
             forecast::explain(run, &settings, fired);
             return;
         }
+        let Some(pid) = pid else {
+            println!("not a leak run ({:?}): name the process with --pid", run.label);
+            return;
+        };
         let (_, leak) = settings.analysis.leak.expect("leak rule enabled");
-        explain::explain(
-            run,
-            args.explain_pid,
-            &leak,
-            settings.analysis.leak_check_interval,
-            config.analysis.evaluation_interval,
-            outcome.leak_fired_s,
-        );
+        println!("{run:?}");
+        explain::explain(&checks, pid, onset, leak.buckets, outcome.leak_fired_s);
+        for alarm in &outcome.false_alarms {
+            println!("false alarm in the benchmark: {alarm}");
+        }
         return;
     }
     let Played { runs, outcomes, cpu_s, .. } = play_seed(args.seed, &args, &config);

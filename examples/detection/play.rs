@@ -8,6 +8,7 @@ use std::time::Duration;
 use vramd::alerts::AlertState;
 use vramd::alerts::evaluator::{Evaluator, SourceState};
 use vramd::analysis::analyzer::Analyzer;
+use vramd::analysis::leak::LeakCheck;
 use vramd::app::Config;
 use vramd::history::HistoryStore;
 use vramd::model::RuleId;
@@ -69,12 +70,27 @@ pub fn play_with(
     reports: Option<Duration>,
     tweak: &dyn Fn(&mut vramd::analyze::AnalyzeSettings),
 ) -> Outcome {
+    play_traced(run, config, reports, tweak, None).0
+}
+
+/// [`play_with`], recording every leak check the analyzer makes of
+/// process `traced` (`--explain`): the checks the alerts followed.
+pub fn play_traced(
+    run: &CorpusRun,
+    config: &Config,
+    reports: Option<Duration>,
+    tweak: &dyn Fn(&mut vramd::analyze::AnalyzeSettings),
+    traced: Option<u32>,
+) -> (Outcome, Vec<LeakCheck>) {
     // Sized, analysed and judged exactly as `vramd analyze` does.
     let mut settings = vramd::app::analyze_settings(config);
     tweak(&mut settings);
     let store = HistoryStore::new(settings.sizing);
     let devices = store.set_devices(vec![run.device_info()]);
     let mut analyzer = Analyzer::new(settings.analysis.clone());
+    if let Some(pid) = traced {
+        analyzer.trace_leaks_of(pid);
+    }
     let mut evaluator = Evaluator::new(&settings.alerts);
     let fast = config.sampler.fast_interval;
     let slow_every = (config.sampler.slow_interval.as_nanos() / fast.as_nanos().max(1)).max(1);
@@ -136,7 +152,7 @@ pub fn play_with(
             next_evaluation = now.saturating_add(interval);
         }
     }
-    outcome
+    (outcome, analyzer.take_leak_trace())
 }
 
 /// Allocator reports at a cadence of their own, as a workload's reporter

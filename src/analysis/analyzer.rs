@@ -18,7 +18,7 @@ use super::AnalysisConfig;
 use super::counters::{CounterTrack, add, xid_increase};
 use super::driver_retries::DriverRetries;
 use super::floor::FloorScratch;
-use super::leak::{Curve, LeakFinding, LeakParams, Prior, detect_held_leak};
+use super::leak::{Curve, LeakCheck, LeakFinding, LeakParams, Prior, detect_held_leak};
 use super::pressure::{PressureInput, PressureThresholds, pressure};
 use super::process_growth::ProcessGrowth;
 use super::series;
@@ -68,6 +68,9 @@ pub struct Analyzer {
     cleaned_buffer: Vec<(Timestamp, u64)>,
     /// What each listed device carries from pass to pass, by UUID.
     memos: HashMap<String, DeviceMemo>,
+    /// The process whose leak checks are recorded, and its checks so far
+    /// (`trace_leaks_of`); `None`, the daemon's case, records nothing.
+    leak_trace: Option<(u32, Vec<LeakCheck>)>,
 }
 
 /// When the trend was estimated, the trend and whether its growth is
@@ -111,7 +114,21 @@ impl Analyzer {
             process_buffer: series::PidSeries::default(),
             cleaned_buffer: Vec::new(),
             memos: HashMap::new(),
+            leak_trace: None,
         }
+    }
+
+    /// Records every leak check of `pid` from now on (on whichever device
+    /// lists it), for [`Analyzer::take_leak_trace`]: why a leak was (not)
+    /// called when it was, from the checks the alerts followed.
+    pub fn trace_leaks_of(&mut self, pid: u32) {
+        self.leak_trace = Some((pid, Vec::new()));
+    }
+
+    /// The checks recorded since [`Analyzer::trace_leaks_of`] (or the last
+    /// take), oldest first.
+    pub fn take_leak_trace(&mut self) -> Vec<LeakCheck> {
+        self.leak_trace.as_mut().map(|(_, checks)| std::mem::take(checks)).unwrap_or_default()
     }
 
     /// Takes new settings (a configuration reload) and keeps what each
@@ -250,6 +267,7 @@ impl Analyzer {
                     let previous =
                         memo.leaks.take().map(|(_, findings)| findings).unwrap_or_default();
                     let scratch = &mut self.scratch;
+                    let leak_trace = &mut self.leak_trace;
                     let mut findings = HashMap::new();
                     let warming = &mut memo.warming;
                     let mut still_warming = HashMap::new();
@@ -262,13 +280,35 @@ impl Analyzer {
                         } else {
                             Prior::Nothing
                         };
-                        let verdict =
-                            detect_held_leak(scratch, process, from, held, &mut prior, params);
+                        let traced = leak_trace
+                            .as_mut()
+                            .filter(|(pid, _)| *pid == process.pid)
+                            .map(|(_, checks)| checks);
+                        let mut judged = traced.is_some().then(Vec::new);
+                        let handed = prior;
+                        let verdict = detect_held_leak(
+                            scratch,
+                            process,
+                            from,
+                            held,
+                            &mut prior,
+                            params,
+                            judged.as_mut(),
+                        )
+                        .map(|finding| finding.after(held));
                         if let Prior::WarmingUp(curve) = prior {
                             still_warming.insert(process.pid, curve);
                         }
+                        if let Some(checks) = traced {
+                            checks.push(LeakCheck {
+                                at: now,
+                                prior: handed,
+                                series: process.preferred().map(|(m, v)| (m, v.to_vec())),
+                                windows: judged.unwrap_or_default(),
+                                verdict,
+                            });
+                        }
                         if let Ok(finding) = verdict {
-                            let finding = finding.after(held);
                             findings.insert(process.pid, finding);
                         }
                     });

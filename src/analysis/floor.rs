@@ -41,6 +41,8 @@ pub struct FloorScratch {
     /// Floor points: (seconds since the window start, bytes).
     points: Vec<(f64, f64)>,
     values: Vec<f64>,
+    /// The Theil–Sen fit's pairwise slopes and residuals, as order keys.
+    keys: Vec<i64>,
     /// The floor values' bit patterns, to count distinct levels.
     levels: Vec<u64>,
     /// Epoch milliseconds of the last line's first sample.
@@ -119,7 +121,7 @@ impl FloorScratch {
         if self.points.len() < MIN_POINTS {
             return None;
         }
-        let (slope, intercept, fit) = fit_line(&self.points, &mut self.values)?;
+        let (slope, intercept, fit) = fit_line(&self.points, &mut self.keys)?;
         self.values.clear();
         self.values.extend(self.points.iter().map(|&(x, y)| (y - intercept - slope * x).abs()));
         let spread = MAD_TO_SIGMA * median(&mut self.values)?;

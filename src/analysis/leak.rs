@@ -319,13 +319,16 @@ pub fn detect_process_leak(
     prior: &mut Prior,
     params: &LeakParams,
 ) -> Result<LeakFinding, NotALeak> {
-    detect_held_leak(scratch, process, from, None, prior, params)
+    detect_held_leak(scratch, process, from, None, prior, params, None)
 }
 
 /// [`detect_process_leak`] for a process whose leak the previous check
 /// found (`held`, with `prior` [`Prior::Held`]): where no window shows it
 /// any more, it is held on what that finding carried ([`LeakFinding::hold`])
 /// while its floor still rises and has not come back.
+///
+/// With `trace`, every window judged is recorded there, as
+/// [`assess_leak_traced`] records them (the analyzer's traced process).
 pub fn detect_held_leak(
     scratch: &mut FloorScratch,
     process: &PidSeries,
@@ -333,6 +336,7 @@ pub fn detect_held_leak(
     held: Option<&LeakFinding>,
     prior: &mut Prior,
     params: &LeakParams,
+    trace: Option<&mut Vec<WindowJudgement>>,
 ) -> Result<LeakFinding, NotALeak> {
     let Some((metric, values)) = process.preferred() else {
         let verdict = Err(NotALeak::NoTrend);
@@ -342,7 +346,7 @@ pub fn detect_held_leak(
     let start = process.since.map_or(Start::Window(from), Start::Listed);
     let carried = held.map(|held| &held.hold);
     let (evidence, hold) =
-        assess_carried(scratch, values, start, carried, prior, params, Trace(None))?;
+        assess_carried(scratch, values, start, carried, prior, params, Trace(trace))?;
     // Judged on the whole series (the full window, or the process's life):
     // its buckets hold many of the allocator's segments each, so a leak
     // rising segment by segment is a ramp there.
@@ -380,7 +384,7 @@ mod windows;
 pub use hold::Hold;
 pub use params::LeakParams;
 use trace::Trace;
-pub use trace::WindowJudgement;
+pub use trace::{LeakCheck, WindowJudgement};
 pub use warmup::{Curve, Prior};
 use windows::assess;
 

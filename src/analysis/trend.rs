@@ -315,7 +315,12 @@ struct Judged {
 }
 
 /// Slope, intercept and fit of the Theil–Sen line through `points`.
-pub(super) fn fit_line(points: &[(f64, f64)], values: &mut Vec<f64>) -> Option<(f64, f64, f64)> {
+///
+/// The pairwise slopes are selected as [`order_key`]s: a window's line
+/// takes the median of a few hundred of them, and comparing integers
+/// instead of `f64::total_cmp` (which re-derives both keys at every
+/// comparison) is most of that selection's cost. Same order, same median.
+pub(super) fn fit_line(points: &[(f64, f64)], keys: &mut Vec<i64>) -> Option<(f64, f64, f64)> {
     let (low, high) = points
         .iter()
         .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), &(_, y)| (lo.min(y), hi.max(y)));
@@ -324,21 +329,21 @@ pub(super) fn fit_line(points: &[(f64, f64)], values: &mut Vec<f64>) -> Option<(
         // is undefined; a constant is perfectly described by a flat line.
         return Some((0.0, low, 1.0));
     }
-    values.clear();
+    keys.clear();
     let mut rest = points;
     while let Some((&(x0, y0), tail)) = rest.split_first() {
         for &(x1, y1) in tail {
             let dx = x1 - x0;
             if dx != 0.0 {
-                values.push((y1 - y0) / dx);
+                keys.push(order_key((y1 - y0) / dx));
             }
         }
         rest = tail;
     }
-    let slope = median(values)?;
-    values.clear();
-    values.extend(points.iter().map(|&(x, y)| y - slope * x));
-    let intercept = median(values)?;
+    let slope = median_of_keys(keys)?;
+    keys.clear();
+    keys.extend(points.iter().map(|&(x, y)| order_key(y - slope * x)));
+    let intercept = median_of_keys(keys)?;
 
     let mean = points.iter().map(|&(_, y)| y).sum::<f64>() / points.len() as f64;
     let (ss_res, ss_tot) = points.iter().fold((0.0, 0.0), |(res, tot), &(x, y)| {
@@ -347,6 +352,34 @@ pub(super) fn fit_line(points: &[(f64, f64)], values: &mut Vec<f64>) -> Option<(
     });
     let fit = if ss_tot > 0.0 { (1.0 - ss_res / ss_tot).clamp(0.0, 1.0) } else { 1.0 };
     Some((slope, intercept, fit))
+}
+
+/// An integer that orders as `f64::total_cmp` orders `value`, equal only
+/// for the same bit pattern: the sign bit kept, the other bits of a
+/// negative value flipped. The map is its own inverse ([`from_order_key`]).
+fn order_key(value: f64) -> i64 {
+    let bits = value.to_bits() as i64;
+    bits ^ (((bits >> 63) as u64) >> 1) as i64
+}
+
+/// The value whose [`order_key`] is `key`.
+fn from_order_key(key: i64) -> f64 {
+    f64::from_bits((key ^ (((key >> 63) as u64) >> 1) as i64) as u64)
+}
+
+/// [`median`] of values given as [`order_key`]s.
+fn median_of_keys(keys: &mut [i64]) -> Option<f64> {
+    let count = keys.len();
+    if count == 0 {
+        return None;
+    }
+    let (lower, upper, _) = keys.select_nth_unstable(count / 2);
+    let upper = from_order_key(*upper);
+    if count % 2 == 1 {
+        return Some(upper);
+    }
+    let lower = from_order_key(*lower.iter().max()?);
+    Some((lower + upper) / 2.0)
 }
 
 /// Median by selection (O(n), no full sort); `None` when empty.

@@ -163,3 +163,37 @@ fn a_floor_risen_in_a_few_jumps_rises_in_steps_and_a_ramp_does_not() {
         jumps.iter().enumerate().map(|(i, &gib)| (i as f64, gib * GIB + 20.0 * GIB)).collect();
     assert!(rises_in_steps(&stairs, 6));
 }
+
+#[test]
+fn a_warm_up_through_evaluation_dips_stays_one() {
+    // The corpus's warm-up alarms at seeds 34 (run 21) and 22 (run 15): a
+    // warm-up still climbing when an evaluation phase frees part of the
+    // floor for minutes. A window whose older half falls into the dip and
+    // whose newer half climbs out of it speeds up by the dip's depth, but
+    // ends where the warm-up's curve was heading: no growth anew. The dip
+    // is never left out (the floor climbs through it, so it never steps
+    // back to where it stood), so only the life's curve can say so.
+    // Judged from the first evaluation on: a warm-up younger than its time
+    // constant is a class of its own (docs/alerts.md, seed 106 run 241).
+    for climb in [5.0, 9.0, 11.0] {
+        for tau in [200.0, 370.0, 500.0, 590.0] {
+            for activation in [2.0, 8.0] {
+                let values = sawtooth(3_600, activation * GIB, |t| {
+                    // 206 s of evaluation every 635 s, from second 635.
+                    let evaluating = t >= 635.0 && (t % 635.0) < 206.0;
+                    let dip = if evaluating { 360.0 * MIB } else { 0.0 };
+                    6.0 * GIB + climb * GIB * (1.0 - (-t / tau).exp()) - dip
+                });
+                let (mut prior, mut kept) = (Prior::Nothing, 0);
+                for end in (300..=3_600).step_by(30) {
+                    let verdict = judged_after(&values, end, &mut prior);
+                    kept = if verdict.is_ok() { kept + 1 } else { 0 };
+                    assert!(
+                        kept < 3 || end < 635,
+                        "+{climb} GiB, tau {tau} s, activation {activation} GiB, second {end}"
+                    );
+                }
+            }
+        }
+    }
+}

@@ -15,7 +15,9 @@ use std::time::Duration;
 use serde::Serialize;
 
 use super::super::floor::{FloorLine, FloorScratch};
-use super::{LeakParams, NotALeak, sequential::level_cusum};
+use super::super::series::ProcessMetric;
+use super::{LeakFinding, LeakParams, NotALeak, Prior, sequential::level_cusum};
+use crate::model::Timestamp;
 
 /// One window as [`super::assess_leak_traced`] judged it.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
@@ -83,6 +85,26 @@ impl WindowJudgement {
             verdict: None,
         }
     }
+}
+
+/// One leak check of the process the analyzer was asked to trace
+/// (`Analyzer::trace_leaks_of`): what the check was handed, what it read,
+/// every window it judged and its verdict. The benchmark's `--explain`
+/// prints these, so it explains the alert the rules saw, samples, check
+/// times and carried state included, and not a replay beside it.
+#[derive(Clone, Debug)]
+pub struct LeakCheck {
+    /// The check's time (the pass's).
+    pub at: Timestamp,
+    /// What the check before handed this one.
+    pub prior: Prior,
+    /// The figure judged and its series over the window (the process's
+    /// life where it began inside it); `None` where neither was reported.
+    pub series: Option<(ProcessMetric, Vec<(Timestamp, u64)>)>,
+    /// Every window judged, in order.
+    pub windows: Vec<WindowJudgement>,
+    /// The finding, as the alert rules read it, or why there is none.
+    pub verdict: Result<LeakFinding, NotALeak>,
 }
 
 /// Where `assess_leak_traced` writes, if anywhere.

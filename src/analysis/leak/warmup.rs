@@ -12,7 +12,7 @@
 //! newest window alone calls its tail a leak once its slowing no longer
 //! stands out; a leak's hold asks less than its call for the same reason.
 
-use super::super::floor::FloorScratch;
+use super::super::floor::{FloorLine, FloorScratch};
 use super::super::trend::saturation::{Halves, halves};
 use super::{LeakParams, NotALeak};
 use crate::model::Timestamp;
@@ -173,4 +173,19 @@ pub(super) fn new_growth(
     let (significance, floor) = (params.slowing_significance, params.noise_floor_bytes);
     window.speeding(significance, floor)
         && (life_is_window || window.rises_above(life.rate_at_end(), significance, floor))
+}
+
+/// Whether the window `line` rose, from its first quarter's floor to its
+/// last, by `slowing_significance` times the life's noise more than the
+/// process's life says it still rises by over that span
+/// ([`Halves::rate_at_end`]): growth that outgrows the warm-up. A window
+/// whose older half falls into an evaluation dip and whose newer half
+/// climbs out of it speeds up by the dip's depth (`new_growth`) yet ends
+/// where the warm-up's curve was heading (seed 34, warm-up run 21; seed 22,
+/// run 15, NVML only).
+pub(super) fn outgrows_life(line: &FloorLine, life: &Halves, params: &LeakParams) -> bool {
+    let span = 0.75 * line.span_seconds;
+    let rise = line.quarters[3] - line.quarters[0];
+    let expected = life.rate_at_end().max(0.0) * span;
+    rise - expected >= params.slowing_significance * life.noise.max(params.noise_floor_bytes)
 }

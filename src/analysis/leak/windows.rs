@@ -14,7 +14,7 @@ use super::super::trend::saturation::halves;
 use super::density;
 use super::rules::{climbing_still, dips, holds, holds_on_quarters, judge_window};
 use super::trace::Trace;
-use super::warmup::{Proof, falls, follows, new_growth};
+use super::warmup::{Proof, falls, follows, new_growth, outgrows_life};
 use super::{Curve, LeakEvidence, LeakParams, NotALeak, PREDATES_TOLERANCE, Prior, Start};
 
 /// The rules, with `prior` replaced by what this check hands the next
@@ -169,7 +169,10 @@ fn assess_once(
     // inside it shape its halves more than any warm-up does.
     let life_is_window = first >= longest_from;
     let rises_anew = (life_slowing || under)
-        && life.is_some_and(|life| new_growth(scratch, &life, life_is_window, params, &mut buffer));
+        && life.is_some_and(|life| {
+            new_growth(scratch, &life, life_is_window, params, &mut buffer)
+                && outgrows_life(&longest, &life, params)
+        });
     let slowing = life_slowing && !rises_anew;
     let tail = under && !life_slowing && !rises_anew;
     let verdict = if slowing || tail {

@@ -272,3 +272,39 @@ fn a_falling_rate_is_carried_to_the_window_end_and_new_growth_stands_above_it() 
     assert_eq!(Halves { second_rate: 0.0, ..halves }.rate_at_end(), 0.0);
     assert_eq!(Halves { first_rate: 4.0, ..halves }.rate_at_end(), 4.0);
 }
+
+/// Bit patterns of every kind: both zeros, infinities, NaNs, subnormals.
+fn any_f64() -> impl Strategy<Value = f64> {
+    prop_oneof![
+        any::<u64>().prop_map(f64::from_bits),
+        prop::sample::select(vec![
+            0.0,
+            -0.0,
+            f64::INFINITY,
+            f64::NEG_INFINITY,
+            f64::NAN,
+            -f64::NAN,
+            f64::MIN_POSITIVE,
+            -f64::MIN_POSITIVE / 2.0,
+        ]),
+        -1.0e12..1.0e12,
+    ]
+}
+
+proptest! {
+    /// The fit selects its medians on order keys: they must order as
+    /// `total_cmp` does, round-trip, and give `median`'s value bit for bit.
+    #[test]
+    fn order_keys_select_the_same_median(values in prop::collection::vec(any_f64(), 0..64)) {
+        for pair in values.windows(2) {
+            let (a, b) = (pair[0], pair[1]);
+            prop_assert_eq!(order_key(a).cmp(&order_key(b)), a.total_cmp(&b));
+            prop_assert_eq!(from_order_key(order_key(a)).to_bits(), a.to_bits());
+        }
+        let mut keys: Vec<i64> = values.iter().map(|&v| order_key(v)).collect();
+        let mut floats = values.clone();
+        let by_keys = median_of_keys(&mut keys).map(f64::to_bits);
+        let by_floats = median(&mut floats).map(f64::to_bits);
+        prop_assert_eq!(by_keys, by_floats);
+    }
+}
