@@ -120,7 +120,9 @@ impl Analyzer {
 
     /// Records every leak check of `pid` from now on (on whichever device
     /// lists it), for [`Analyzer::take_leak_trace`]: why a leak was (not)
-    /// called when it was, from the checks the alerts followed.
+    /// called when it was, from the checks the alerts followed. Each
+    /// check keeps a copy of the series it read until taken: for the
+    /// benchmark and tests, never turned on by the daemon.
     pub fn trace_leaks_of(&mut self, pid: u32) {
         self.leak_trace = Some((pid, Vec::new()));
     }

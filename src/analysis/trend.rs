@@ -358,13 +358,17 @@ pub(super) fn fit_line(points: &[(f64, f64)], keys: &mut Vec<i64>) -> Option<(f6
 /// for the same bit pattern: the sign bit kept, the other bits of a
 /// negative value flipped. The map is its own inverse ([`from_order_key`]).
 fn order_key(value: f64) -> i64 {
-    let bits = value.to_bits() as i64;
-    bits ^ (((bits >> 63) as u64) >> 1) as i64
+    flip_negative(value.to_bits() as i64)
 }
 
 /// The value whose [`order_key`] is `key`.
 fn from_order_key(key: i64) -> f64 {
-    f64::from_bits((key ^ (((key >> 63) as u64) >> 1) as i64) as u64)
+    f64::from_bits(flip_negative(key) as u64)
+}
+
+/// Flips every bit but the sign of a negative pattern: its own inverse.
+fn flip_negative(bits: i64) -> i64 {
+    bits ^ (((bits >> 63) as u64) >> 1) as i64
 }
 
 /// [`median`] of values given as [`order_key`]s.
