@@ -154,7 +154,10 @@ done
 scenario() { fake_nvml_scenario "$1" "$2" 16777216; }
 MOVING_STEP_BYTES="" scenario "$GPUS" "$PROCESSES_PER_GPU" >"$WORK/full.json"
 MOVING_STEP_BYTES=$MOVING_STEP_BYTES_ARG scenario "$GPUS" "$PROCESSES_PER_GPU" >"$WORK/moving.json"
-MOVING_STEP_BYTES=$MOVING_STEP_BYTES_ARG scenario "$GPUS" "$WIDE_PROCESSES_PER_GPU" >"$WORK/wide.json"
+# Only the slowmoving part starts enough sleepers for the wide scenario.
+if part slowmoving; then
+    MOVING_STEP_BYTES=$MOVING_STEP_BYTES_ARG scenario "$GPUS" "$WIDE_PROCESSES_PER_GPU" >"$WORK/wide.json"
+fi
 scenario 1 0 >"$WORK/idle.json"
 
 # start_daemon BINARY SCENARIO [VAR=VALUE ...]: waits for /readyz.

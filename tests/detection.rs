@@ -117,9 +117,23 @@ fn slow_warm_ups_that_raised_leaks_stay_silent() {
     // 3:12), a call made before the slowing stood out (5:17, 6:10), a
     // tail whose slowing faded into the scatter (3:7, 4:22, 6:22), and a
     // window falling into an evaluation dip and climbing out of it, read
-    // as growth anew (34:21 with reports, 22:15 NVML only).
+    // as growth anew (34:21 with reports, 22:15 NVML only), and NVML-only
+    // tails past the half hour climbing over the plateau of the last
+    // curve fitted, under that of earlier fits (13:19, 54:15).
     let config = Config::default();
-    let runs = [(2, 7), (3, 12), (5, 17), (6, 10), (3, 7), (4, 22), (6, 22), (34, 21), (22, 15)];
+    let runs = [
+        (2, 7),
+        (3, 12),
+        (5, 17),
+        (6, 10),
+        (3, 7),
+        (4, 22),
+        (6, 22),
+        (34, 21),
+        (22, 15),
+        (13, 19),
+        (54, 15),
+    ];
     for (seed, index) in runs {
         let run = &corpus::warmup_runs(seed, index + 1)[index];
         assert!(matches!(run.label, Label::Warmup { .. }), "{:?}", run.label);

@@ -4,7 +4,8 @@
 //! reports joined onto them, the analyzer's own check times and the state
 //! it hands from check to check), with the analyzer recording every leak
 //! check of the process (`Analyzer::trace_leaks_of`). Printed for each
-//! check after the onset: what the check before handed it, its verdict,
+//! check after the onset: what the check before handed it (a warm-up's
+//! curve as its time constant and the plateau it heads for), its verdict,
 //! rule 6's evidence on the whole series judged (`life`: each half's rate,
 //! the noise, the slowing in noises) and every window judged, in order,
 //! as the detector recorded them. The benchmark's firing time comes last.
@@ -20,6 +21,7 @@ use vramd::analysis::leak::{LeakCheck, NotALeak, Prior, WindowJudgement};
 use vramd::source::simulator::GOLDEN_ORIGIN;
 
 const MIB: f64 = 1_048_576.0;
+const GIB: f64 = 1_073_741_824.0;
 
 /// Prints `checks` (the analyzer's leak checks of `pid`) from `onset`.
 pub fn explain(
@@ -40,10 +42,13 @@ pub fn explain(
             continue;
         }
         let handed = match check.prior {
-            Prior::Nothing => "-",
-            Prior::Held => "held",
-            Prior::WarmingUp(None) => "warming",
-            Prior::WarmingUp(Some(_)) => "curve",
+            Prior::Nothing => "-".to_owned(),
+            Prior::Held => "held".to_owned(),
+            Prior::WarmingUp(None) => "warming".to_owned(),
+            // The curve's time constant and the plateau it heads for.
+            Prior::WarmingUp(Some(curve)) => {
+                format!("τ{:.0}s→{:.2}G", curve.tau, curve.plateau() / GIB)
+            }
         };
         let mut lines = match &check.series {
             Some((_, series)) => life_halves(&mut scratch, series, buckets),
@@ -59,7 +64,7 @@ pub fn explain(
             Ok(finding) => format!("LEAK {:.0}s", finding.evidence.window_seconds),
             Err(reason) => format!("{reason:?}"),
         };
-        println!("{:6.1} min {handed:<7} {verdict:<18}{lines}", (second - onset_s) / 60.0);
+        println!("{:6.1} min {handed:<15} {verdict:<18}{lines}", (second - onset_s) / 60.0);
     }
     match fired_s {
         Some(fired) => println!(

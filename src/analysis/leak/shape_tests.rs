@@ -142,6 +142,13 @@ fn a_warm_up_stays_one_until_a_leak_is_called() {
     assert_eq!(warming.after::<()>(&Err(NotALeak::Slowing), None), warming);
     let higher = Some(curve(11.0 * GIB));
     assert_eq!(warming.after::<()>(&Err(NotALeak::Slowing), higher), Prior::WarmingUp(higher));
+    // A later fit of a faster curve is a draw of the scatter (or of an
+    // earlier, quicker component), not the tail's: the slower one is kept,
+    // and a slower fit replaces it whatever its plateau.
+    let slow = Prior::WarmingUp(Some(Curve { tau: 600.0, ..curve(11.0 * GIB) }));
+    assert_eq!(slow.after::<()>(&Err(NotALeak::Slowing), plateau), slow);
+    let slower = Some(Curve { tau: 900.0, ..curve(9.0 * GIB) });
+    assert_eq!(slow.after::<()>(&Err(NotALeak::Slowing), slower), Prior::WarmingUp(slower));
     assert_eq!(warming.after(&Ok(()), None), Prior::Held);
     assert_eq!(Prior::Held.after::<()>(&Err(NotALeak::LevelsOff), None), Prior::Nothing);
 }
