@@ -118,8 +118,8 @@ fn slow_warm_ups_that_raised_leaks_stay_silent() {
     // tail whose slowing faded into the scatter (3:7, 4:22, 6:22), and a
     // window falling into an evaluation dip and climbing out of it, read
     // as growth anew (34:21 with reports, 22:15 NVML only), and NVML-only
-    // tails past the half hour climbing over the plateau of the last
-    // curve fitted, under that of earlier fits (13:19, 54:15).
+    // tails past the half hour climbing over the plateau of the newest
+    // curve fitted, under that of a slower earlier fit (13:19, 54:15).
     let config = Config::default();
     let runs = [
         (2, 7),

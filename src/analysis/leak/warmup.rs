@@ -35,8 +35,7 @@ pub enum Prior {
 
 /// The saturating curve a warm-up followed, as a check whose slowing
 /// stood out of the scatter fitted it (of several, the slowest): the tail
-/// beyond, whose slowing no longer does, still follows
-/// it.
+/// beyond, whose slowing no longer does, still follows it.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Curve {
     /// The check that fitted it.
