@@ -85,7 +85,7 @@ impl Prior {
     /// significant fall showed.
     pub fn after<T>(self, verdict: &Result<T, NotALeak>, fitted: Option<Curve>) -> Self {
         let kept = match self {
-            Prior::WarmingUp(plateau) => plateau,
+            Prior::WarmingUp(curve) => curve,
             Prior::Nothing | Prior::Held => None,
         };
         match (verdict, self) {
@@ -170,16 +170,18 @@ pub(super) fn falls(halves: &Halves, params: &LeakParams, proof: Proof) -> bool 
         }
 }
 
-/// Whether the floor `scratch` holds (the longest covered window) grows
-/// faster in its newer half than in its older one and, where the window
-/// is not the whole series (`life_is_window`), faster than the warm-up the
-/// process's `life` follows grows by now, each by `slowing_significance`
-/// times the window's noise over a half: a leak setting in after a
+/// Whether the floor `scratch` holds (the longest covered window, whose
+/// line is `longest`) grows faster in its newer half than in its older one
+/// and, where the window is not the whole series (`life_is_window`),
+/// faster than the warm-up the process's `life` follows grows by now, each
+/// by `slowing_significance` times the window's noise over a half, and
+/// outgrows the life ([`outgrows_life`]): a leak setting in after a
 /// warm-up. Judged against the window alone, a young process's 2- or
 /// 4-minute window, most of its life, "sped up" by its scatter while its
 /// life's rate fell by ten noises (seed 2, warm-up run 7).
 pub(super) fn new_growth(
     scratch: &FloorScratch,
+    longest: &FloorLine,
     life: &Halves,
     life_is_window: bool,
     params: &LeakParams,
@@ -189,6 +191,7 @@ pub(super) fn new_growth(
     let (significance, floor) = (params.slowing_significance, params.noise_floor_bytes);
     window.speeding(significance, floor)
         && (life_is_window || window.rises_above(life.rate_at_end(), significance, floor))
+        && outgrows_life(longest, life, params)
 }
 
 /// Whether the window `line` rose, from its first quarter's floor to its
@@ -199,7 +202,7 @@ pub(super) fn new_growth(
 /// climbs out of it speeds up by the dip's depth (`new_growth`) yet ends
 /// where the warm-up's curve was heading (seed 34, warm-up run 21; seed 22,
 /// run 15, NVML only).
-pub(super) fn outgrows_life(line: &FloorLine, life: &Halves, params: &LeakParams) -> bool {
+fn outgrows_life(line: &FloorLine, life: &Halves, params: &LeakParams) -> bool {
     let span = 0.75 * line.span_seconds;
     let rise = line.quarters[3] - line.quarters[0];
     let expected = life.rate_at_end().max(0.0) * span;

@@ -14,7 +14,7 @@ use super::super::trend::saturation::halves;
 use super::density;
 use super::rules::{climbing_still, dips, holds, holds_on_quarters, judge_window};
 use super::trace::Trace;
-use super::warmup::{Proof, falls, follows, new_growth, outgrows_life};
+use super::warmup::{Proof, falls, follows, new_growth};
 use super::{Curve, LeakEvidence, LeakParams, NotALeak, PREDATES_TOLERANCE, Prior, Start};
 
 /// The rules, with `prior` replaced by what this check hands the next
@@ -170,8 +170,7 @@ fn assess_once(
     let life_is_window = first >= longest_from;
     let rises_anew = (life_slowing || under)
         && life.is_some_and(|life| {
-            new_growth(scratch, &life, life_is_window, params, &mut buffer)
-                && outgrows_life(&longest, &life, params)
+            new_growth(scratch, &longest, &life, life_is_window, params, &mut buffer)
         });
     let slowing = life_slowing && !rises_anew;
     let tail = under && !life_slowing && !rises_anew;
