@@ -19,8 +19,16 @@
 //! tier kept as long as the alert rules read it); `120s`, rings of 120 s at
 //! 10 ms fast / 100 ms slow.
 //!
-//! Bytes per process-sample: (growth of the case − growth of the same
-//! sizing with no processes) / (GPUs × processes × slow samples kept).
+//! After the fill, every device is recorded in step for a whole merge
+//! cycle of the slow ring (256 slow samples), VmRSS read after each slow
+//! sample: the ring holds its newest samples whole until it seals them,
+//! so one reading depends on where in the cycle it falls.
+//!
+//! Bytes per process-sample: (mean growth of the case over the cycle −
+//! that of the same sizing with no processes) / (GPUs × processes × slow
+//! samples kept, averaged over the cycle); in brackets the same with the
+//! cycle's highest growth. "encoded" is what the sealed chunks' bytes
+//! alone take per process-sample.
 //! The fill hands the heap's free pages back as the daemon does, every
 //! `history.heap_release_interval` of its simulated time
 //! (`VRAMD_HISTORY__HEAP_RELEASE_INTERVAL=0s` to see the heap without it);
@@ -41,6 +49,10 @@ use vramd::play::{self, ProcessCap, Schedule};
 
 const GPUS: u32 = 8;
 const CHILD_ENV: &str = "VRAMD_HISTORY_MEMORY_CASE";
+/// Slow samples read through once the rings are full: a whole cycle of the
+/// slow ring's merging, and so of
+/// its sealing too.
+const CYCLE: u32 = vramd::history::SLOW_MERGED_LEN as u32;
 /// (sizing, scenario, processes per GPU); each sizing's 0-process case
 /// first, as the others are measured against it.
 const CASES: [(&str, &str, u32); 9] = [
@@ -67,9 +79,11 @@ fn parent() {
         eprintln!("cannot find this executable; nothing measured");
         return;
     };
-    println!("{GPUS} GPUs, rings filled past capacity (growth of VmRSS, MiB)");
     println!(
-        "{:>6}  {:>12}  {:>9}  {:>10}  {:>12}  {:>8}  {:>14}  {:>14}",
+        "{GPUS} GPUs, rings filled past capacity, then read through a cycle of {CYCLE} slow samples"
+    );
+    println!(
+        "{:>6}  {:>12}  {:>9}  {:>10}  {:>12}  {:>8}  {:>14}  {:>20}  {:>8}",
         "sizing",
         "scenario",
         "processes",
@@ -77,7 +91,8 @@ fn parent() {
         "history MiB",
         "RSS MiB",
         "heap free MiB",
-        "B/proc-sample"
+        "B/proc-sample (max)",
+        "encoded"
     );
     let mut empty_growth = std::collections::HashMap::new();
     for (sizing, scenario, processes) in CASES {
@@ -96,27 +111,39 @@ fn parent() {
         let text = String::from_utf8_lossy(&output.stdout);
         let figures: Vec<u64> =
             text.split_whitespace().filter_map(|word| word.parse().ok()).collect();
-        let [growth_kib, rss_kib, slow_kept, heap_free_kib] = figures[..] else {
+        let [mean_kib, max_kib, rss_kib, slow_kept, heap_free_kib, sealed_bytes, sealed_samples] =
+            figures[..]
+        else {
             eprintln!("{case}: unexpected output {text:?}");
             continue;
         };
         if processes == 0 {
-            empty_growth.insert(sizing, growth_kib);
+            empty_growth.insert(sizing, mean_kib);
         }
-        let per_sample = empty_growth.get(sizing).filter(|_| processes > 0).map(|&empty| {
-            let stored = u64::from(GPUS) * u64::from(processes) * slow_kept;
-            growth_kib.saturating_sub(empty) as f64 * 1024.0 / stored as f64
-        });
+        let stored = (u64::from(GPUS) * u64::from(processes) * slow_kept) as f64;
+        let per_sample = |growth_kib: u64| {
+            let empty = empty_growth.get(sizing).filter(|_| processes > 0)?;
+            Some(growth_kib.saturating_sub(*empty) as f64 * 1024.0 / stored)
+        };
+        let per_sample = match (per_sample(mean_kib), per_sample(max_kib)) {
+            (Some(mean), Some(max)) => format!("{mean:.2} ({max:.2})"),
+            _ => "-".to_owned(),
+        };
+        // What the sealed chunks' encoding alone costs: the rest of the
+        // figure is samples not yet sealed, the latest reading and the heap.
+        let encoded = (processes > 0 && sealed_samples > 0)
+            .then(|| sealed_bytes as f64 / (sealed_samples as f64 * f64::from(processes)));
         println!(
-            "{:>6}  {:>12}  {:>9}  {:>10}  {:>12.1}  {:>8.1}  {:>14.2}  {:>14}",
+            "{:>6}  {:>12}  {:>9}  {:>10}  {:>12.1}  {:>8.1}  {:>14.2}  {:>20}  {:>8}",
             sizing,
             scenario,
             processes,
             slow_kept,
-            growth_kib as f64 / 1024.0,
+            mean_kib as f64 / 1024.0,
             rss_kib as f64 / 1024.0,
             heap_free_kib as f64 / 1024.0,
-            per_sample.map_or("-".to_owned(), |bytes| format!("{bytes:.2}"))
+            per_sample,
+            encoded.map_or("-".to_owned(), |bytes| format!("{bytes:.2}"))
         );
     }
 }
@@ -150,37 +177,57 @@ fn child(case: &str) {
     let before = rss_kib();
     let store = HistoryStore::new(sizing);
     let devices = store.set_devices((0..GPUS).map(fixtures::info).collect());
+    let cap = ProcessCap(processes.max(1) as usize);
+    let fast_reading = |_, at: Timestamp| {
+        let used = 40 * GIB + (at.unix_millis().unsigned_abs() / 250 % 97) * MIB;
+        Ok(fixtures::fast_reading(at, used, 0.83, 0.41))
+    };
+    let slow_reading = |gpu: u32, at: Timestamp| {
+        let sample = sample_number(at, slow);
+        if release_every > 0 && sample.is_multiple_of(release_every) {
+            resident_trim::release_free_heap();
+        }
+        let list = (0..processes).map(|slot| process(scenario, gpu, slot, sample)).collect();
+        Ok(fixtures::slow_reading(at, list))
+    };
     // Both rings past capacity by a chunk, so they have wrapped and
     // evicted; one device after another, as interleaving them would
     // measure the heap's fragmentation too.
     let retention = fast.saturating_mul(sizing.fast_capacity as u32);
-    let duration = retention.saturating_add(slow.saturating_mul(256));
-    for (gpu, device) in (0..GPUS).zip(&devices) {
+    let duration = retention.saturating_add(slow.saturating_mul(CYCLE));
+    for device in &devices {
         let schedule = Schedule { from: fixtures::start(), duration, fast, slow };
-        play::play(
-            std::slice::from_ref(device),
-            schedule,
-            ProcessCap(processes.max(1) as usize),
-            |_, at| {
-                let used = 40 * GIB + (at.unix_millis().unsigned_abs() / 250 % 97) * MIB;
-                Ok(fixtures::fast_reading(at, used, 0.83, 0.41))
-            },
-            |_, at| {
-                let sample = sample_number(at, slow);
-                if release_every > 0 && sample.is_multiple_of(release_every) {
-                    resident_trim::release_free_heap();
-                }
-                let list =
-                    (0..processes).map(|slot| process(scenario, gpu, slot, sample)).collect();
-                Ok(fixtures::slow_reading(at, list))
-            },
-            |_| {},
-        );
+        play::play(std::slice::from_ref(device), schedule, cap, fast_reading, slow_reading, |_| {});
     }
-    let after = rss_kib();
-    let slow_kept = devices.first().map_or(0, |device| device.slow_len());
+    // Then every device on together, as the daemon's samplers run, through
+    // a whole cycle of the slow ring's sealing and merging, VmRSS read after
+    // every slow sample: what the rings hold depends on where in that cycle
+    // it is read (samples not yet sealed are held whole), so the figure is
+    // the cycle's mean and its highest.
+    let from = fixtures::start().saturating_add(duration).saturating_add(slow);
+    let schedule = Schedule { from, duration: slow.saturating_mul(CYCLE - 1), fast, slow };
+    let slow_ms = u64::try_from(slow.as_millis()).unwrap_or(1).max(1);
+    let mut readings: Vec<(u64, usize)> = Vec::new();
+    play::play(&devices, schedule, cap, fast_reading, slow_reading, |at| {
+        let since = at.unix_millis().saturating_sub(from.unix_millis()).unsigned_abs();
+        if since.is_multiple_of(slow_ms) {
+            let kept = devices.first().map_or(0, |device| device.slow_len());
+            readings.push((rss_kib().saturating_sub(before), kept));
+        }
+    });
+    let count = readings.len().max(1) as u64;
+    let mean_growth = readings.iter().map(|&(growth, _)| growth).sum::<u64>() / count;
+    let max_growth = readings.iter().map(|&(growth, _)| growth).max().unwrap_or(0);
+    let mean_kept = readings.iter().map(|&(_, kept)| kept as u64).sum::<u64>() / count;
     let heap_free_kib = resident_trim::heap_free_bytes().map_or(0, |free| free / 1024);
-    println!("{} {} {} {}", after.saturating_sub(before), after, slow_kept, heap_free_kib);
+    let (sealed_bytes, sealed_samples) = devices.iter().fold((0, 0), |(bytes, samples), device| {
+        let (more_bytes, more_samples) = device.slow_snapshot().sealed_footprint();
+        (bytes + more_bytes, samples + more_samples)
+    });
+    println!(
+        "{mean_growth} {max_growth} {} {mean_kept} {heap_free_kib} {sealed_bytes} {sealed_samples}",
+        rss_kib()
+    );
     drop(store);
 }
 

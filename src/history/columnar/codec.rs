@@ -80,7 +80,13 @@ impl BitWriter {
         if self.pending_bits > 0 {
             self.bytes.push(self.pending as u8);
         }
-        self.bytes.into_boxed_slice()
+        // Copied into an allocation of its exact size rather than shrunk in
+        // place: shrinking splits the buffer's unused tail off as a small
+        // free block that shorter-lived allocations take, and the chunks
+        // kept then sit among holes the heap cannot give back. The whole
+        // buffer, freed, is a hole the next chunk's buffer fills
+        // (`benches/history_memory.rs`: 8 × 64 moving, 4.67 → 4.46 B).
+        Box::from(self.bytes.as_slice())
     }
 }
 
