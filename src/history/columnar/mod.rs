@@ -32,7 +32,8 @@ use chunk::SlowChunk;
 pub use figures::{FigureRow, FigureSample, ProcessFigure};
 
 /// Different process lists kept as recorded before they are sealed into
-/// a chunk: few, as each is stored whole (72 bytes a process).
+/// a chunk: few, as each is stored whole (104 bytes a process, the size of
+/// `ProcessPoint`).
 pub const SLOW_CHUNK_LEN: usize = 16;
 
 /// Samples per chunk once the young chunks are merged: long enough that a
