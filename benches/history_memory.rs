@@ -50,8 +50,7 @@ use vramd::play::{self, ProcessCap, Schedule};
 const GPUS: u32 = 8;
 const CHILD_ENV: &str = "VRAMD_HISTORY_MEMORY_CASE";
 /// Slow samples read through once the rings are full: a whole cycle of the
-/// slow ring's merging, and so of
-/// its sealing too.
+/// slow ring's merging, and so of its sealing too.
 const CYCLE: u32 = vramd::history::SLOW_MERGED_LEN as u32;
 /// (sizing, scenario, processes per GPU); each sizing's 0-process case
 /// first, as the others are measured against it.
@@ -191,8 +190,8 @@ fn child(case: &str) {
         Ok(fixtures::slow_reading(at, list))
     };
     // Both rings past capacity by a chunk, so they have wrapped and
-    // evicted; one device after another, as interleaving them would
-    // measure the heap's fragmentation too.
+    // evicted; one device after another, the cheapest way there. The cycle
+    // measured below records them in step, heap fragmentation included.
     let retention = fast.saturating_mul(sizing.fast_capacity as u32);
     let duration = retention.saturating_add(slow.saturating_mul(CYCLE));
     for device in &devices {
