@@ -12,7 +12,9 @@
 use crate::model::Timestamp;
 
 use super::super::points::{ProcessPoint, SlowPoint};
-use super::chunk::{Header, SlowChunk, bits_to_stamp, read_presence};
+use super::chunk::{
+    Header, SlowChunk, bits_to_stamp, read_presence, read_used_presence, skip_used_presence,
+};
 use super::codec::{BitReader, read_series, skip_series};
 
 /// A figure a slow sample stores for each listed process.
@@ -179,27 +181,32 @@ fn read_process<const N: usize>(
     let start = columns.len();
     columns.resize(start + count, [None; N]);
     let rows = columns.get_mut(start..)?;
-    let used_present = read_presence(input, count)?;
-    let used_count = used_present.iter().filter(|&&present| present).count();
     let used_wanted = figures.contains(&ProcessFigure::NvmlUsed);
-    if used_wanted {
+    let mut used_present = Vec::new();
+    let less_reserved = if used_wanted {
+        let (used_count, less_reserved) = read_used_presence(input, count, &mut used_present)?;
         decoded.clear();
         read_series(input, used_count, decoded)?;
-        fill(rows, &used_present, decoded, figures, |figure| figure == ProcessFigure::NvmlUsed);
+        fill(rows, &used_present, decoded, figures, is_used);
+        less_reserved
     } else {
+        let used_count = skip_used_presence(input, count)?;
         skip_series(input, used_count)?;
-    }
+        false
+    };
     let stats_present = read_presence(input, count)?;
     let stats_count = stats_present.iter().filter(|&&present| present).count();
     // Active is stored less allocated, and the floor is allocated where no
-    // interval minimum was sent: both need allocated decoded too.
+    // interval minimum was sent: both need allocated decoded too; usage
+    // stored less reserved needs reserved.
     let active_wanted = figures.contains(&ProcessFigure::Active);
     let floor_wanted = figures.contains(&ProcessFigure::AllocatedFloor);
     let allocated_needed = active_wanted || floor_wanted;
     let mut allocated = Vec::new();
     for column in 0..6 {
         let wanted = figures.iter().any(|figure| figure.allocator_column() == Some(column));
-        if !(wanted || (column == 0 && allocated_needed)) {
+        let needed = (column == 0 && allocated_needed) || (column == 1 && less_reserved);
+        if !(wanted || needed) {
             skip_series(input, stats_count)?;
             continue;
         }
@@ -207,6 +214,20 @@ fn read_process<const N: usize>(
         read_series(input, stats_count, decoded)?;
         if column == 0 && allocated_needed {
             allocated.clone_from(decoded);
+        }
+        if column == 1 && less_reserved {
+            // Stored less reserved, usage is present in every sample, as
+            // are the allocator figures: row by row, the same sample.
+            if decoded.len() != rows.len() {
+                return None;
+            }
+            for (row, reserved) in rows.iter_mut().zip(decoded.iter()) {
+                for (slot, &figure) in row.iter_mut().zip(&figures) {
+                    if let (true, Some(used)) = (is_used(figure), slot.as_mut()) {
+                        *used = used.wrapping_add(*reserved);
+                    }
+                }
+            }
         }
         if column == 2 {
             for (active, allocated) in decoded.iter_mut().zip(&allocated) {
@@ -246,6 +267,10 @@ fn read_process<const N: usize>(
         }
     }
     Some(())
+}
+
+fn is_used(figure: ProcessFigure) -> bool {
+    figure == ProcessFigure::NvmlUsed
 }
 
 /// Puts `values` (one per present sample) into the rows' slots of the
