@@ -24,7 +24,7 @@ mod merge;
 mod presence;
 mod process;
 use super::codec::{BitReader, BitWriter, bit_length, read_series, write_series};
-pub(super) use presence::{read_presence, read_used_presence, skip_used_presence};
+pub(super) use presence::{read_presence_into, read_used_presence, skip_used_presence};
 use process::{ReadScratch, Scratch, read_figures, write_figures};
 
 /// Consecutive lists (numbered among the listed samples) that hold one

@@ -37,16 +37,8 @@ pub(in crate::history::columnar) fn write_presence(out: &mut BitWriter, present:
     }
 }
 
-pub(in crate::history::columnar) fn read_presence(
-    input: &mut BitReader<'_>,
-    count: usize,
-) -> Option<Vec<bool>> {
-    let mut present = Vec::with_capacity(count);
-    read_presence_into(input, count, &mut present)?;
-    Some(present)
-}
-
-/// [`read_presence`] appending to `present`; gives how many are present.
+/// Where a figure is present among `count` entries, appended to `present`;
+/// gives how many are present.
 pub(in crate::history::columnar) fn read_presence_into(
     input: &mut BitReader<'_>,
     count: usize,
