@@ -91,12 +91,19 @@ impl SlowChunk {
         for (index, list) in lists.iter().enumerate() {
             let index = index as u32;
             layout.clear();
+            let previous = layouts.last();
             layout.extend(list.iter().enumerate().map(|(position, process)| {
-                let slot = *slot_of.entry(process.pid).or_insert_with(|| {
-                    roster.push(process.pid);
-                    runs.push(Vec::new());
-                    roster.len() - 1
-                });
+                // A list mostly holds the processes of the one before in
+                // the same order: their slots are found without hashing.
+                let same = previous.and_then(|previous| previous.get(position)).copied();
+                let slot = match same {
+                    Some(slot) if roster.get(slot) == Some(&process.pid) => slot,
+                    _ => *slot_of.entry(process.pid).or_insert_with(|| {
+                        roster.push(process.pid);
+                        runs.push(Vec::new());
+                        roster.len() - 1
+                    }),
+                };
                 if let Some(series) = runs.get_mut(slot) {
                     let position = position as u32;
                     match series.last_mut() {
