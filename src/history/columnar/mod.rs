@@ -9,9 +9,8 @@
 //! and shared with readers as an `Arc` that never changes. Young chunks
 //! are merged into one of 32 samples, and those into one of
 //! [`SLOW_MERGED_LEN`], so the per-chunk headers are paid once per 256
-//! samples. A reader
-//! takes the lock only to clone the chunk pointers and the open samples;
-//! sealed chunks are decoded outside it.
+//! samples. A reader takes the lock only to clone the chunk pointers and
+//! the open samples; sealed chunks are decoded outside it.
 //!
 //! Depends on: `history::points`, `model::Timestamp`.
 
@@ -46,8 +45,8 @@ pub const SLOW_MERGED_LEN: usize = 256;
 /// Samples per chunk at each level of merging, shortest first: sealed
 /// chunks are merged into one of the first length once they hold that
 /// many, and those into one of the next. With one level, the young chunks
-/// waiting for it would hold up to 64 chunks' headers; the middle level
-/// keeps that to 8 + 8 while each sample is encoded three times, not two.
+/// waiting for it would hold up to 63 chunks' headers; the middle level
+/// keeps that to 7 + 7 while each sample is encoded three times, not two.
 const SLOW_MERGE_LEVELS: [usize; 2] = [32, SLOW_MERGED_LEN];
 
 pub struct SlowRing {
