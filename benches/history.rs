@@ -9,7 +9,7 @@ use std::hint::black_box;
 use std::sync::Arc;
 use std::time::Duration;
 
-use criterion::measurement::Measurement;
+use criterion::measurement::{Measurement, WallTime};
 use criterion::{BatchSize, Criterion, SamplingMode, Throughput, criterion_group, criterion_main};
 
 #[path = "support/mod.rs"]
@@ -17,6 +17,7 @@ mod support;
 use support::cpu_time::CpuTime;
 use support::fixtures::{self, GIB, MIB, START_MS};
 
+use vramd::analysis::series::LEAK_FIGURES;
 use vramd::history::{DeviceHistory, ProcessFigure, Sizing, WindowAnswer, WindowQuery};
 use vramd::model::{FastReading, SlowReading, Timestamp};
 
@@ -26,6 +27,17 @@ fn fast_reading(at_ms: i64, i: u64) -> FastReading {
     let wobble = (i.wrapping_mul(2_654_435_761) % 512) * MIB;
     let (gpu, bandwidth) = (((i % 97) as f64) / 100.0, ((i % 61) as f64) / 100.0);
     fixtures::fast_reading(Timestamp::from_unix_millis(at_ms), 52 * GIB + wobble, gpu, bandwidth)
+}
+
+/// 64 processes whose NVML usage moves by whole pages on every sample.
+fn moving_slow_reading(at: Timestamp) -> SlowReading {
+    let second = fixtures::second(at);
+    let mut reading = slow_reading(at.unix_millis(), 64);
+    for (slot, process) in reading.processes.iter_mut().flatten().enumerate() {
+        let wobble = (second.wrapping_mul(2_654_435_761) + slot as u64 * 7_919) % 32;
+        process.used_bytes = Some(6 * GIB + wobble * 2 * MIB);
+    }
+    reading
 }
 
 fn slow_reading(at_ms: i64, processes: u32) -> SlowReading {
@@ -95,8 +107,8 @@ fn record(c: &mut Criterion) {
     });
 
     // Slow tier with 64 processes whose figures move on every sample, ring
-    // full: each list is new, so chunks are sealed every 16 samples and the
-    // young chunks merged (the cost of merging, amortised over pushes).
+    // full: each list is new, so chunks are sealed every 4 samples and the
+    // young chunks merged, in two levels (the cost of merging, amortised over pushes).
     let (device, _, mut slow_at) = full_device(250, 64);
     let mut second = 0u64;
     group.bench_function("record_slow_moving_64_processes", |b| {
@@ -205,15 +217,7 @@ fn slow_reads(c: &mut Criterion) {
         hour + Duration::from_secs(300),
         fixtures::FAST,
         |_, at| fast_reading(at.unix_millis(), 0),
-        |_, at| {
-            let second = fixtures::second(at);
-            let mut reading = slow_reading(at.unix_millis(), 64);
-            for (slot, process) in reading.processes.iter_mut().flatten().enumerate() {
-                let wobble = (second.wrapping_mul(2_654_435_761) + slot as u64 * 7_919) % 32;
-                process.used_bytes = Some(6 * GIB + wobble * 2 * MIB);
-            }
-            reading
-        },
+        |_, at| moving_slow_reading(at),
     );
     let newest = played.end.unwrap_or_else(fixtures::start);
     let recent = newest.saturating_sub(Duration::from_secs(5));
@@ -263,6 +267,51 @@ fn slow_reads(c: &mut Criterion) {
                 }
             });
             black_box(total)
+        })
+    });
+    // What each analysis pass reads: the leak figures of the samples since
+    // the last pass (one slow sample at defaults). A sample is recorded
+    // before each read, untimed, so the reads fall at every point of the
+    // ring's sealing and merging cycle rather than at one: the figure is
+    // the cycle's mean.
+    let mut at = newest;
+    group.bench_function("pass_leak_figures_through_cycle", |b| {
+        b.iter_custom(|iterations| {
+            let mut spent = Duration::ZERO;
+            for _ in 0..iterations {
+                let since = at.saturating_add(Duration::from_millis(1));
+                at = at.saturating_add(fixtures::SLOW);
+                let recorded = device.record_slow(moving_slow_reading(at), 0);
+                assert!(recorded.is_ok(), "samples are recorded in order");
+                let started = WallTime.start();
+                let mut seen = 0usize;
+                device.visit_recent_slow_figures(since, at, LEAK_FIGURES, |sample| {
+                    seen += sample.processes.map_or(0, <[_]>::len);
+                });
+                spent += WallTime.end(started);
+                black_box(seen);
+            }
+            spent
+        })
+    });
+    // The same with whole process lists over the last 5 s (what
+    // `visit_last_5s` reads at one point of the cycle).
+    group.bench_function("visit_last_5s_through_cycle", |b| {
+        b.iter_custom(|iterations| {
+            let mut spent = Duration::ZERO;
+            for _ in 0..iterations {
+                at = at.saturating_add(fixtures::SLOW);
+                let recorded = device.record_slow(moving_slow_reading(at), 0);
+                assert!(recorded.is_ok(), "samples are recorded in order");
+                let started = WallTime.start();
+                let mut seen = 0usize;
+                device.visit_recent_slow(at.saturating_sub(Duration::from_secs(5)), at, |point| {
+                    seen += point.processes().map_or(0, <[_]>::len);
+                });
+                spent += WallTime.end(started);
+                black_box(seen);
+            }
+            spent
         })
     });
     group.finish();

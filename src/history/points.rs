@@ -128,6 +128,11 @@ impl ProcessPoint {
     pub fn allocator(&self) -> Option<AllocatorStats> {
         self.allocator
     }
+
+    /// The allocator statistics without copying them (88 bytes).
+    pub fn allocator_stats(&self) -> Option<&AllocatorStats> {
+        self.allocator.as_ref()
+    }
 }
 
 impl From<&ProcessInfo> for ProcessPoint {

@@ -94,9 +94,18 @@ struct InFlight {
     recount_at: Option<Instant>,
 }
 
-/// One sample in this many has its CPU time measured
+/// One sample in 2^this has its CPU time measured
 /// (`vramd_sample_cpu_seconds`; the help text says 16).
-const CPU_MEASURED_EVERY: u32 = 16;
+const CPU_MEASURED_BITS: u32 = 4;
+
+/// Whether sample number `count` has its CPU time measured: one in 16,
+/// picked along the golden-ratio sequence rather than every 16th, so that
+/// work done every few samples is measured in its share. The slow ring
+/// seals every 4th sample (with moving processes) and merges every 32nd:
+/// every 16th sample would always, or never, be one of those.
+fn cpu_measured(count: u32) -> bool {
+    count.wrapping_mul(0x9E37_79B9) >> (32 - CPU_MEASURED_BITS) == 0
+}
 
 /// CPU time the calling thread has used (`CLOCK_THREAD_CPUTIME_ID`).
 fn thread_cpu_time() -> Duration {
@@ -182,10 +191,9 @@ impl TierShared {
     /// its lane makes it. True when the tier has nothing more to read.
     pub(crate) fn sample(&self, started: Instant) -> bool {
         // The thread's CPU clock has no vDSO path: each read is a system
-        // call, a tenth of a fast sample. One sample in CPU_MEASURED_EVERY
-        // pays for it; the histogram's mean is the same.
-        let measured =
-            self.samples.fetch_add(1, Ordering::Relaxed).is_multiple_of(CPU_MEASURED_EVERY);
+        // call, a tenth of a fast sample. One sample in 16 pays for it
+        // (`cpu_measured`); the histogram's mean is the same.
+        let measured = cpu_measured(self.samples.fetch_add(1, Ordering::Relaxed));
         let cpu_before = measured.then(thread_cpu_time);
         let ended = self.lane.sample(self, started);
         if let Some(before) = cpu_before {
@@ -378,5 +386,31 @@ impl TierHealth {
     fn reset_backoff(&mut self) {
         self.lost_streak = 0;
         self.retry_at = None;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::cpu_measured;
+
+    #[test]
+    fn one_sample_in_16_is_measured_at_every_phase_of_periodic_work() {
+        let measured: Vec<u32> = (0..4_096).filter(|&count| cpu_measured(count)).collect();
+        assert!(measured.len().abs_diff(256) <= 4, "{} of 4,096 measured", measured.len());
+        // Work every 4th or 32nd sample (a seal, a merge) is measured in
+        // its share: each phase gets about its fraction of the measured.
+        for period in [4u32, 16, 32] {
+            let mut at_phase = vec![0usize; period as usize];
+            for &count in &measured {
+                at_phase[(count % period) as usize] += 1;
+            }
+            let share = measured.len() / period as usize;
+            for (phase, &count) in at_phase.iter().enumerate() {
+                assert!(
+                    count.abs_diff(share) <= share / 2 + 1,
+                    "period {period}, phase {phase}: {count} of 256 measured (share {share})"
+                );
+            }
+        }
     }
 }

@@ -101,14 +101,13 @@ impl FigureSeries {
         let lens: Vec<u64> = self.open.iter().map(|run| u64::from(run.len)).collect();
         let values: Vec<u64> = self.open.iter().map(|run| run.value).collect();
         let mut out = BitWriter::default();
-        let mut scratch = Vec::new();
         let runs = u32::try_from(self.open.len()).unwrap_or(u32::MAX);
         let dense = end.wrapping_sub(first) == runs;
         if !dense {
-            write_series(&mut out, &gaps, &mut scratch);
-            write_series(&mut out, &lens, &mut scratch);
+            write_series(&mut out, &gaps);
+            write_series(&mut out, &lens);
         }
-        write_series(&mut out, &values, &mut scratch);
+        write_series(&mut out, &values);
         self.sealed.push(Sealed { first, end, runs, dense, bytes: out.finish() });
         // Released rather than kept: a figure that then holds still needs
         // one run, not a chunk's worth of room.

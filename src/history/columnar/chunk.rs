@@ -16,12 +16,16 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use crate::model::{AllocatorRange, AllocatorStats, Timestamp};
+use crate::model::Timestamp;
 
 use super::super::points::{ProcessPoint, SlowPoint};
 
 mod merge;
+mod presence;
+mod process;
 use super::codec::{BitReader, BitWriter, bit_length, read_series, write_series};
+pub(super) use presence::{read_presence_into, read_used_presence, skip_used_presence};
+use process::{ReadScratch, Scratch, read_figures, write_figures};
 
 /// Consecutive lists (numbered among the listed samples) that hold one
 /// process at one position.
@@ -46,10 +50,6 @@ pub struct CorruptChunk {
     pub len: usize,
 }
 
-const PRESENT_NONE: u64 = 0;
-const PRESENT_ALL: u64 = 1;
-const PRESENT_SOME: u64 = 2;
-
 fn stamp_to_bits(at: Timestamp) -> u64 {
     at.unix_millis() as u64
 }
@@ -62,11 +62,14 @@ impl SlowChunk {
     /// Encodes `points` (oldest first); `None` for no points.
     pub fn encode(points: &[SlowPoint]) -> Option<Self> {
         let (first, last) = (points.first()?.at(), points.last()?.at());
-        let mut out = BitWriter::default();
-        let mut scratch = Vec::new();
+        // Sized for a few bytes a process-sample (copied out at its exact
+        // size when done), so it is not grown through every size below.
+        let listed: usize = points.iter().filter_map(SlowPoint::processes).map(<[_]>::len).sum();
+        let mut out = BitWriter::with_capacity(64 + points.len() + listed * 8);
+        let mut scratch = Scratch::default();
         out.write_number(points.len() as u64);
         let times: Vec<u64> = points.iter().map(|point| stamp_to_bits(point.at())).collect();
-        write_series(&mut out, &times, &mut scratch);
+        write_series(&mut out, &times);
         for point in points {
             out.write_bit(point.capped());
         }
@@ -84,40 +87,43 @@ impl SlowChunk {
         let mut slot_of: HashMap<u32, usize> = HashMap::new();
         let mut runs: Vec<Vec<PositionRun>> = Vec::new();
         let mut layouts: Vec<Arc<[usize]>> = Vec::with_capacity(lists.len());
+        let mut layout: Vec<usize> = Vec::new();
         for (index, list) in lists.iter().enumerate() {
             let index = index as u32;
-            let layout: Vec<usize> = list
-                .iter()
-                .enumerate()
-                .map(|(position, process)| {
-                    let slot = *slot_of.entry(process.pid).or_insert_with(|| {
+            layout.clear();
+            let previous = layouts.last();
+            layout.extend(list.iter().enumerate().map(|(position, process)| {
+                // A list mostly holds the processes of the one before in
+                // the same order: their slots are found without hashing.
+                let same = previous.and_then(|previous| previous.get(position)).copied();
+                let slot = match same {
+                    Some(slot) if roster.get(slot) == Some(&process.pid) => slot,
+                    _ => *slot_of.entry(process.pid).or_insert_with(|| {
                         roster.push(process.pid);
                         runs.push(Vec::new());
                         roster.len() - 1
-                    });
-                    if let Some(series) = runs.get_mut(slot) {
-                        let position = position as u32;
-                        match series.last_mut() {
-                            Some(run)
-                                if run.position == position && run.first + run.count == index =>
-                            {
-                                run.count += 1;
-                            }
-                            _ => series.push(PositionRun { first: index, count: 1, position }),
+                    }),
+                };
+                if let Some(series) = runs.get_mut(slot) {
+                    let position = position as u32;
+                    match series.last_mut() {
+                        Some(run) if run.position == position && run.first + run.count == index => {
+                            run.count += 1;
                         }
+                        _ => series.push(PositionRun { first: index, count: 1, position }),
                     }
-                    slot
-                })
-                .collect();
+                }
+                slot
+            }));
             let layout = match layouts.last() {
                 Some(previous) if **previous == *layout => previous.clone(),
-                _ => Arc::from(layout),
+                _ => Arc::from(&layout[..]),
             };
             layouts.push(layout);
         }
         out.write_number(roster.len() as u64);
         let pids: Vec<u64> = roster.iter().map(|&pid| u64::from(pid)).collect();
-        write_series(&mut out, &pids, &mut scratch);
+        write_series(&mut out, &pids);
         write_layouts(&mut out, layouts.iter().map(|layout| &layout[..]), roster.len());
         let mut series = Vec::new();
         for process_runs in &runs {
@@ -162,28 +168,60 @@ impl SlowChunk {
 
     /// Every sample, oldest first. Consecutive equal process lists share
     /// one allocation, as they did when recorded.
+    #[cfg(test)]
     pub fn decode(&self) -> Result<Vec<SlowPoint>, CorruptChunk> {
-        self.decode_inner().ok_or(CorruptChunk { len: self.len })
+        self.decode_between(
+            Timestamp::from_unix_millis(i64::MIN),
+            Timestamp::from_unix_millis(i64::MAX),
+        )
     }
 
-    fn decode_inner(&self) -> Option<Vec<SlowPoint>> {
+    /// The samples with `from <= at <= to`, oldest first: the figures are
+    /// decoded whole (a series reads from its start), but process lists
+    /// are built only for the samples asked for.
+    pub fn decode_between(
+        &self,
+        from: Timestamp,
+        to: Timestamp,
+    ) -> Result<Vec<SlowPoint>, CorruptChunk> {
+        self.decode_inner(from, to).ok_or(CorruptChunk { len: self.len })
+    }
+
+    fn decode_inner(&self, from: Timestamp, to: Timestamp) -> Option<Vec<SlowPoint>> {
         let Header { mut input, len, times, capped, listed, pids, layouts, counts } =
             Header::read(&self.bytes)?;
-        let mut per_process = Vec::with_capacity(pids.len());
+        // Every process's samples, one roster entry after another.
+        let mut points = Vec::with_capacity(counts.iter().sum());
+        let mut next_of = Vec::with_capacity(pids.len());
+        let mut scratch = ReadScratch::default();
         for (&pid, &count) in pids.iter().zip(&counts) {
-            per_process.push(read_figures(&mut input, pid, count)?.into_iter());
+            next_of.push(points.len());
+            read_figures(&mut input, pid, count, &mut scratch, &mut points)?;
         }
+        let mut take = |slot: usize| -> Option<ProcessPoint> {
+            let next = next_of.get_mut(slot)?;
+            let point = points.get(*next).copied();
+            *next += 1;
+            point
+        };
 
-        let mut samples = Vec::with_capacity(len);
+        let wanted = times.iter().filter(|&&bits| (from..=to).contains(&bits_to_stamp(bits)));
+        let mut samples = Vec::with_capacity(wanted.count().min(len));
         let mut layouts = layouts.into_iter();
         let mut previous: Option<Arc<[ProcessPoint]>> = None;
         for ((bits, capped), listed) in times.into_iter().zip(capped).zip(listed) {
+            let at = bits_to_stamp(bits);
+            let wanted = (from..=to).contains(&at);
             let processes = if listed {
                 let layout = layouts.next()?;
-                let list = layout
-                    .iter()
-                    .map(|&slot| per_process.get_mut(slot)?.next())
-                    .collect::<Option<Vec<ProcessPoint>>>()?;
+                if !wanted {
+                    for &slot in layout.iter() {
+                        take(slot)?;
+                    }
+                    continue;
+                }
+                let list =
+                    layout.iter().map(|&slot| take(slot)).collect::<Option<Vec<ProcessPoint>>>()?;
                 let shared = match &previous {
                     Some(previous) if **previous == *list => previous.clone(),
                     _ => Arc::from(list),
@@ -193,7 +231,9 @@ impl SlowChunk {
             } else {
                 None
             };
-            samples.push(SlowPoint::from_parts(bits_to_stamp(bits), processes, capped));
+            if wanted {
+                samples.push(SlowPoint::from_parts(at, processes, capped));
+            }
         }
         Some(samples)
     }
@@ -281,139 +321,4 @@ fn read_len(input: &mut BitReader<'_>) -> Option<usize> {
     let len = usize::try_from(input.read_number()?).ok()?;
     // A chunk is a ring's chunk: far fewer samples than this.
     (len <= 1 << 20).then_some(len)
-}
-
-/// Where a figure is present among a process's samples.
-fn write_presence(out: &mut BitWriter, present: &[bool]) {
-    if present.iter().all(|&p| p) {
-        out.write(PRESENT_ALL, 2);
-    } else if present.iter().all(|&p| !p) {
-        out.write(PRESENT_NONE, 2);
-    } else {
-        out.write(PRESENT_SOME, 2);
-        for &p in present {
-            out.write_bit(p);
-        }
-    }
-}
-
-pub(super) fn read_presence(input: &mut BitReader<'_>, count: usize) -> Option<Vec<bool>> {
-    match input.read(2)? {
-        PRESENT_ALL => Some(vec![true; count]),
-        PRESENT_NONE => Some(vec![false; count]),
-        PRESENT_SOME => (0..count).map(|_| input.read_bit()).collect(),
-        _ => None,
-    }
-}
-
-type Field = fn(&AllocatorStats) -> u64;
-
-/// The allocator figures in stored order; active is stored less allocated.
-const ALLOCATOR_FIELDS: [Field; 6] = [
-    |stats| stats.allocated_bytes,
-    |stats| stats.reserved_bytes,
-    |stats| stats.active_bytes.wrapping_sub(stats.allocated_bytes),
-    |stats| stats.inactive_split_bytes,
-    |stats| stats.alloc_retries,
-    |stats| stats.ooms,
-];
-
-type RangeField = fn(&AllocatorRange) -> u64;
-
-/// The interval's range (issue 32), stored after the allocator figures,
-/// present or absent per sample that has allocator figures.
-const RANGE_FIELDS: [RangeField; 4] = [
-    |range| range.allocated_min_bytes,
-    |range| range.allocated_max_bytes,
-    |range| range.reserved_min_bytes,
-    |range| range.reserved_max_bytes,
-];
-
-fn write_figures(out: &mut BitWriter, series: &[ProcessPoint], scratch: &mut Vec<i64>) {
-    let used: Vec<Option<u64>> = series.iter().map(ProcessPoint::used_bytes).collect();
-    write_presence(out, &used.iter().map(Option::is_some).collect::<Vec<_>>());
-    write_series(out, &used.into_iter().flatten().collect::<Vec<_>>(), scratch);
-    let stats: Vec<Option<AllocatorStats>> = series.iter().map(ProcessPoint::allocator).collect();
-    write_presence(out, &stats.iter().map(Option::is_some).collect::<Vec<_>>());
-    let present: Vec<AllocatorStats> = stats.into_iter().flatten().collect();
-    let mut column = Vec::with_capacity(present.len());
-    for field in ALLOCATOR_FIELDS {
-        column.clear();
-        column.extend(present.iter().map(field));
-        write_series(out, &column, scratch);
-    }
-    write_presence(out, &present.iter().map(|stats| stats.interval.is_some()).collect::<Vec<_>>());
-    let ranges: Vec<AllocatorRange> = present.iter().filter_map(|stats| stats.interval).collect();
-    for field in RANGE_FIELDS {
-        column.clear();
-        column.extend(ranges.iter().map(field));
-        write_series(out, &column, scratch);
-    }
-}
-
-fn read_figures(input: &mut BitReader<'_>, pid: u32, count: usize) -> Option<Vec<ProcessPoint>> {
-    let used_present = read_presence(input, count)?;
-    let mut used = Vec::new();
-    read_series(input, used_present.iter().filter(|&&p| p).count(), &mut used)?;
-    let stats_present = read_presence(input, count)?;
-    let stats_count = stats_present.iter().filter(|&&p| p).count();
-    let mut columns: [Vec<u64>; 6] = Default::default();
-    for column in &mut columns {
-        read_series(input, stats_count, column)?;
-    }
-    let [allocated, reserved, active_over, inactive, retries, ooms] = columns;
-    let range_present = read_presence(input, stats_count)?;
-    let range_count = range_present.iter().filter(|&&p| p).count();
-    let mut range_columns: [Vec<u64>; 4] = Default::default();
-    for column in &mut range_columns {
-        read_series(input, range_count, column)?;
-    }
-    let [allocated_min, allocated_max, reserved_min, reserved_max] = range_columns;
-    let mut ranges =
-        allocated_min.into_iter().zip(allocated_max).zip(reserved_min).zip(reserved_max).map(
-            |(
-                ((allocated_min_bytes, allocated_max_bytes), reserved_min_bytes),
-                reserved_max_bytes,
-            )| {
-                AllocatorRange {
-                    allocated_min_bytes,
-                    allocated_max_bytes,
-                    reserved_min_bytes,
-                    reserved_max_bytes,
-                }
-            },
-        );
-    let intervals: Option<Vec<Option<AllocatorRange>>> = range_present
-        .into_iter()
-        .map(|has_range| if has_range { ranges.next().map(Some) } else { Some(None) })
-        .collect();
-    let mut intervals = intervals?.into_iter();
-    let mut stats = allocated
-        .into_iter()
-        .zip(reserved)
-        .zip(active_over)
-        .zip(inactive)
-        .zip(retries)
-        .zip(ooms)
-        .map(|(((((allocated, reserved), active_over), inactive), retries), ooms)| {
-            AllocatorStats {
-                allocated_bytes: allocated,
-                reserved_bytes: reserved,
-                active_bytes: active_over.wrapping_add(allocated),
-                inactive_split_bytes: inactive,
-                alloc_retries: retries,
-                ooms,
-                interval: intervals.next().flatten(),
-            }
-        });
-    let mut used = used.into_iter();
-    used_present
-        .into_iter()
-        .zip(stats_present)
-        .map(|(has_used, has_stats)| {
-            let used = if has_used { Some(used.next()?) } else { None };
-            let stats = if has_stats { Some(stats.next()?) } else { None };
-            Some(ProcessPoint::new(pid, used, stats))
-        })
-        .collect()
 }

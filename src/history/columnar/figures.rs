@@ -12,7 +12,9 @@
 use crate::model::Timestamp;
 
 use super::super::points::{ProcessPoint, SlowPoint};
-use super::chunk::{Header, SlowChunk, bits_to_stamp, read_presence};
+use super::chunk::{
+    Header, SlowChunk, bits_to_stamp, read_presence_into, read_used_presence, skip_used_presence,
+};
 use super::codec::{BitReader, read_series, skip_series};
 
 /// A figure a slow sample stores for each listed process.
@@ -133,10 +135,10 @@ impl SlowChunk {
         let mut offsets = Vec::with_capacity(counts.len());
         let total: usize = counts.iter().sum();
         let mut columns: Vec<[Option<u64>; N]> = Vec::with_capacity(total);
-        let mut decoded = Vec::new();
+        let mut scratch = FigureScratch::default();
         for &count in &counts {
             offsets.push(columns.len());
-            read_process(&mut input, count, figures, &mut decoded, &mut columns)?;
+            read_process(&mut input, count, figures, &mut scratch, &mut columns)?;
         }
         let mut rows = Vec::new();
         let mut layouts = layouts.iter();
@@ -167,39 +169,57 @@ impl SlowChunk {
     }
 }
 
+/// Buffers a figure reader reuses from one process to the next: a read of
+/// the few newest samples decodes a small chunk, where allocating them per
+/// process would cost more than the decoding.
+#[derive(Default)]
+struct FigureScratch {
+    decoded: Vec<u64>,
+    allocated: Vec<u64>,
+    used_present: Vec<bool>,
+    stats_present: Vec<bool>,
+    range_present: Vec<bool>,
+}
+
 /// One process's `count` samples of `figures` appended to `columns`, the
 /// figures not asked for skipped.
 fn read_process<const N: usize>(
     input: &mut BitReader<'_>,
     count: usize,
     figures: [ProcessFigure; N],
-    decoded: &mut Vec<u64>,
+    scratch: &mut FigureScratch,
     columns: &mut Vec<[Option<u64>; N]>,
 ) -> Option<()> {
+    let FigureScratch { decoded, allocated, used_present, stats_present, range_present } = scratch;
     let start = columns.len();
     columns.resize(start + count, [None; N]);
     let rows = columns.get_mut(start..)?;
-    let used_present = read_presence(input, count)?;
-    let used_count = used_present.iter().filter(|&&present| present).count();
     let used_wanted = figures.contains(&ProcessFigure::NvmlUsed);
-    if used_wanted {
+    let less_reserved = if used_wanted {
+        used_present.clear();
+        let (used_count, less_reserved) = read_used_presence(input, count, used_present)?;
         decoded.clear();
         read_series(input, used_count, decoded)?;
-        fill(rows, &used_present, decoded, figures, |figure| figure == ProcessFigure::NvmlUsed);
+        fill(rows, used_present, decoded, figures, is_used);
+        less_reserved
     } else {
+        let used_count = skip_used_presence(input, count)?;
         skip_series(input, used_count)?;
-    }
-    let stats_present = read_presence(input, count)?;
-    let stats_count = stats_present.iter().filter(|&&present| present).count();
+        false
+    };
+    stats_present.clear();
+    let stats_count = read_presence_into(input, count, stats_present)?;
     // Active is stored less allocated, and the floor is allocated where no
-    // interval minimum was sent: both need allocated decoded too.
+    // interval minimum was sent: both need allocated decoded too; usage
+    // stored less reserved needs reserved.
     let active_wanted = figures.contains(&ProcessFigure::Active);
     let floor_wanted = figures.contains(&ProcessFigure::AllocatedFloor);
     let allocated_needed = active_wanted || floor_wanted;
-    let mut allocated = Vec::new();
+    allocated.clear();
     for column in 0..6 {
         let wanted = figures.iter().any(|figure| figure.allocator_column() == Some(column));
-        if !(wanted || (column == 0 && allocated_needed)) {
+        let needed = (column == 0 && allocated_needed) || (column == 1 && less_reserved);
+        if !(wanted || needed) {
             skip_series(input, stats_count)?;
             continue;
         }
@@ -208,33 +228,48 @@ fn read_process<const N: usize>(
         if column == 0 && allocated_needed {
             allocated.clone_from(decoded);
         }
+        if column == 1 && less_reserved {
+            // Stored less reserved, usage is present in every sample, as
+            // are the allocator figures: row by row, the same sample.
+            if decoded.len() != rows.len() {
+                return None;
+            }
+            for (row, reserved) in rows.iter_mut().zip(decoded.iter()) {
+                for (slot, &figure) in row.iter_mut().zip(&figures) {
+                    if let (true, Some(used)) = (is_used(figure), slot.as_mut()) {
+                        *used = used.wrapping_add(*reserved);
+                    }
+                }
+            }
+        }
         if column == 2 {
-            for (active, allocated) in decoded.iter_mut().zip(&allocated) {
+            for (active, allocated) in decoded.iter_mut().zip(allocated.iter()) {
                 *active = active.wrapping_add(*allocated);
             }
         }
-        fill(rows, &stats_present, decoded, figures, |figure| {
+        fill(rows, stats_present, decoded, figures, |figure| {
             figure.allocator_column() == Some(column)
         });
     }
     // The interval's range (min and max of allocated, then of reserved),
     // present or not per sample with allocator figures (`chunk`'s layout).
-    let range_present = read_presence(input, stats_count)?;
-    let range_count = range_present.iter().filter(|&&present| present).count();
+    range_present.clear();
+    let range_count = read_presence_into(input, stats_count, range_present)?;
     if floor_wanted {
         decoded.clear();
         read_series(input, range_count, decoded)?;
+        // Each sample's interval minimum where one was sent, else its
+        // allocated bytes, in place of allocated.
         let mut minima = decoded.iter();
-        let floors: Option<Vec<u64>> = range_present
-            .iter()
-            .zip(&allocated)
-            .map(
-                |(&has_range, &allocated)| {
-                    if has_range { minima.next().copied() } else { Some(allocated) }
-                },
-            )
-            .collect();
-        fill(rows, &stats_present, &floors?, figures, |figure| {
+        for (floor, &has_range) in allocated.iter_mut().zip(range_present.iter()) {
+            if has_range {
+                *floor = *minima.next()?;
+            }
+        }
+        if allocated.len() != range_present.len() {
+            return None;
+        }
+        fill(rows, stats_present, allocated, figures, |figure| {
             figure == ProcessFigure::AllocatedFloor
         });
         for _ in 1..4 {
@@ -246,6 +281,10 @@ fn read_process<const N: usize>(
         }
     }
     Some(())
+}
+
+fn is_used(figure: ProcessFigure) -> bool {
+    figure == ProcessFigure::NvmlUsed
 }
 
 /// Puts `values` (one per present sample) into the rows' slots of the

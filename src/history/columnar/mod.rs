@@ -7,10 +7,10 @@
 //! different lists. The run is then sealed into a [`SlowChunk`], every
 //! process's figures a series of their own (see `codec` for the encoding),
 //! and shared with readers as an `Arc` that never changes. Young chunks
-//! are merged into one of [`SLOW_MERGED_LEN`] samples once there are that
-//! many, so the per-chunk headers are paid once per 256 samples. A reader
-//! takes the lock only to clone the chunk pointers and the open samples;
-//! sealed chunks are decoded outside it.
+//! are merged into one of 32 samples, and those into one of
+//! [`SLOW_MERGED_LEN`], so the per-chunk headers are paid once per 256
+//! samples. A reader takes the lock only to clone the chunk pointers and
+//! the open samples; sealed chunks are decoded outside it.
 //!
 //! Depends on: `history::points`, `model::Timestamp`.
 
@@ -33,13 +33,21 @@ pub use figures::{FigureRow, FigureSample, ProcessFigure};
 
 /// Different process lists kept as recorded before they are sealed into
 /// a chunk: few, as each is stored whole (104 bytes a process, the size of
-/// `ProcessPoint`).
-pub const SLOW_CHUNK_LEN: usize = 16;
+/// `ProcessPoint`), and sealing them is cheap (the encoder allocates
+/// nothing per figure; the merges below pay for the headers).
+pub const SLOW_CHUNK_LEN: usize = 4;
 
 /// Samples per chunk once the young chunks are merged: long enough that a
 /// chunk's per-process headers (a PID, each figure's first value) cost a
 /// small part of a byte per sample.
 pub const SLOW_MERGED_LEN: usize = 256;
+
+/// Samples per chunk at each level of merging, shortest first: sealed
+/// chunks are merged into one of the first length once they hold that
+/// many, and those into one of the next. With one level, the young chunks
+/// waiting for it would hold up to 63 chunks' headers; the middle level
+/// keeps that to 7 + 7 while each sample is encoded three times, not two.
+const SLOW_MERGE_LEVELS: [usize; 2] = [32, SLOW_MERGED_LEN];
 
 pub struct SlowRing {
     state: Mutex<SlowState>,
@@ -122,22 +130,27 @@ impl SlowRing {
         Ok(())
     }
 
-    /// Re-encodes the young chunks at the back as one, once they hold a
-    /// merged chunk's worth, figure by figure (no process list is rebuilt).
-    /// Under the lock: about a millisecond at 256 processes, once every 256
+    /// Re-encodes the young chunks at the back as one, level by level
+    /// ([`SLOW_MERGE_LEVELS`]), once they hold a merged chunk's worth,
+    /// figure by figure (no process list is rebuilt). Under the lock: about
+    /// a millisecond at 256 processes for the last level, once every 256
     /// samples.
     fn merge_young(&self, state: &mut SlowState) {
-        let merged_len = self.capacity.min(SLOW_MERGED_LEN);
-        let young = state.sealed.iter().rev().take_while(|chunk| chunk.len() < merged_len).count();
-        let start = state.sealed.len() - young;
-        let young_len: usize = state.sealed.range(start..).map(|chunk| chunk.len()).sum();
-        if young < 2 || young_len < merged_len {
-            return;
-        }
-        let young: Vec<&SlowChunk> = state.sealed.range(start..).map(|chunk| &**chunk).collect();
-        if let Some(merged) = SlowChunk::merge(&young) {
-            state.sealed.truncate(start);
-            state.sealed.push_back(Arc::new(merged));
+        for level in SLOW_MERGE_LEVELS {
+            let merged_len = self.capacity.min(level);
+            let young =
+                state.sealed.iter().rev().take_while(|chunk| chunk.len() < merged_len).count();
+            let start = state.sealed.len() - young;
+            let young_len: usize = state.sealed.range(start..).map(|chunk| chunk.len()).sum();
+            if young < 2 || young_len < merged_len {
+                continue;
+            }
+            let young: Vec<&SlowChunk> =
+                state.sealed.range(start..).map(|chunk| &**chunk).collect();
+            if let Some(merged) = SlowChunk::merge(&young) {
+                state.sealed.truncate(start);
+                state.sealed.push_back(Arc::new(merged));
+            }
         }
     }
 
@@ -161,9 +174,7 @@ impl SlowRing {
         let open: Vec<SlowPoint> = state.open.iter().filter(in_range).cloned().collect();
         drop(state);
         for chunk in &sealed {
-            for point in chunk.decode().unwrap_or_default().iter().filter(in_range) {
-                visit(point);
-            }
+            chunk.decode_between(from, to).unwrap_or_default().iter().for_each(&mut visit);
         }
         open.iter().for_each(visit);
     }
@@ -219,7 +230,7 @@ impl SlowSnapshot {
             .chunks
             .iter()
             .filter(move |chunk| chunk.last() >= from && chunk.first() <= to)
-            .flat_map(|chunk| chunk.decode().unwrap_or_default());
+            .flat_map(move |chunk| chunk.decode_between(from, to).unwrap_or_default());
         let open = self.open.iter().cloned();
         sealed.chain(open).filter(move |point| point.at() >= from && point.at() <= to)
     }
@@ -273,7 +284,10 @@ impl SlowSnapshot {
     pub fn newest(&self) -> Option<SlowPoint> {
         match self.open.last() {
             Some(point) => Some(point.clone()),
-            None => self.chunks.last().and_then(|chunk| chunk.decode().ok()?.pop()),
+            None => self
+                .chunks
+                .last()
+                .and_then(|chunk| chunk.decode_between(chunk.last(), chunk.last()).ok()?.pop()),
         }
     }
 

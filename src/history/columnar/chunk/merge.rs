@@ -9,9 +9,12 @@
 use std::collections::HashMap;
 
 use super::super::codec::{BitReader, BitWriter, read_series, skip_series, write_series};
-use super::{
-    ALLOCATOR_FIELDS, Header, RANGE_FIELDS, SlowChunk, read_presence, write_layouts, write_presence,
+use super::presence::{
+    add_reserved, read_presence_into, read_used_presence, skip_presence, skip_used_presence,
+    write_presence, write_used,
 };
+use super::process::{ALLOCATOR_FIELDS, RANGE_FIELDS, Scratch};
+use super::{Header, SlowChunk, write_layouts};
 
 impl SlowChunk {
     /// One chunk holding `chunks`' samples in order, made column by column
@@ -28,11 +31,11 @@ impl SlowChunk {
         // headers once, so it is about that size or less): grown by
         // doubling, each freed step stayed in the heap.
         let mut out = BitWriter::with_capacity(chunks.iter().map(|chunk| chunk.bytes.len()).sum());
-        let mut scratch = Vec::new();
+        let mut scratch = Scratch::default();
         let len: usize = parts.iter().map(|part| part.len).sum();
         out.write_number(len as u64);
         let times: Vec<u64> = parts.iter().flat_map(|part| part.times.iter().copied()).collect();
-        write_series(&mut out, &times, &mut scratch);
+        write_series(&mut out, &times);
         for bit in parts.iter().flat_map(|part| part.capped.iter()) {
             out.write_bit(*bit);
         }
@@ -59,7 +62,7 @@ impl SlowChunk {
         }
         out.write_number(roster.len() as u64);
         let pids: Vec<u64> = roster.iter().map(|&pid| u64::from(pid)).collect();
-        write_series(&mut out, &pids, &mut scratch);
+        write_series(&mut out, &pids);
         let layouts: Vec<Vec<usize>> = parts
             .iter()
             .zip(&mapped)
@@ -71,23 +74,42 @@ impl SlowChunk {
             .collect();
         write_layouts(&mut out, layouts.iter().map(Vec::as_slice), roster.len());
 
-        // Where each part's figures of each of its roster entries begin.
-        let mut sections: Vec<HashMap<usize, (BitReader<'_>, usize)>> = Vec::new();
+        // Where each part's figures of each merged roster entry begin.
+        let mut sections: Vec<Vec<Option<PartFigures<'_>>>> = Vec::new();
         for (part, slots) in parts.iter_mut().zip(&mapped) {
-            let mut starts = HashMap::with_capacity(slots.len());
+            let mut starts = vec![None; roster.len()];
             for (&merged, &count) in slots.iter().zip(&part.counts) {
-                starts.insert(merged, (part.input.clone(), count));
+                let figures = PartFigures {
+                    input: part.input.clone(),
+                    entries: count,
+                    with_stats: 0,
+                    present: 0,
+                };
+                *starts.get_mut(merged)? = Some(figures);
                 skip_figures(&mut part.input, count)?;
             }
             sections.push(starts);
         }
+        let mut readers = Vec::with_capacity(parts.len());
         for merged in 0..roster.len() {
-            let mut readers: Vec<(BitReader<'_>, usize)> =
-                sections.iter_mut().filter_map(|starts| starts.remove(&merged)).collect();
+            readers.clear();
+            readers.extend(sections.iter_mut().filter_map(|starts| starts.get_mut(merged)?.take()));
             merge_figures(&mut out, &mut readers, &mut scratch)?;
         }
         Some(Self { first, last, len, bytes: out.finish() })
     }
+}
+
+/// Where one part's figures of one process are read from.
+#[derive(Clone)]
+struct PartFigures<'a> {
+    input: BitReader<'a>,
+    /// The part's samples that list the process.
+    entries: usize,
+    /// Of those, the ones with allocator statistics.
+    with_stats: usize,
+    /// Of the entries the group being merged covers, those present.
+    present: usize,
 }
 
 /// Reads one process's figures from each part in turn and writes them as
@@ -96,56 +118,93 @@ impl SlowChunk {
 /// have statistics), each a group of presence bits and series.
 fn merge_figures(
     out: &mut BitWriter,
-    readers: &mut [(BitReader<'_>, usize)],
-    scratch: &mut Vec<i64>,
+    parts: &mut [PartFigures<'_>],
+    scratch: &mut Scratch,
 ) -> Option<()> {
-    let counts: Vec<usize> = readers.iter().map(|&(_, count)| count).collect();
-    merge_group(out, readers, &counts, 1, scratch)?;
-    let with_stats = merge_group(out, readers, &counts, ALLOCATOR_FIELDS.len(), scratch)?;
-    merge_group(out, readers, &with_stats, RANGE_FIELDS.len(), scratch)?;
+    merge_used(out, parts, scratch)?;
+    merge_group(out, parts, |part| part.entries, ALLOCATOR_FIELDS.len(), scratch)?;
+    for part in parts.iter_mut() {
+        part.with_stats = part.present;
+    }
+    merge_group(out, parts, |part| part.with_stats, RANGE_FIELDS.len(), scratch)
+}
+
+/// A process's NVML usage over the parts, each part's made whole (a part
+/// may store it less reserved bytes) and written as one, less reserved
+/// where every part has allocator statistics in every sample and that
+/// saves bits enough (`write_used`). Leaves each reader at the part's
+/// allocator figures.
+fn merge_used(
+    out: &mut BitWriter,
+    parts: &mut [PartFigures<'_>],
+    scratch: &mut Scratch,
+) -> Option<()> {
+    let Scratch { values: used, present, reserved, less } = scratch;
+    present.clear();
+    used.clear();
+    reserved.clear();
+    let mut every_stats = true;
+    for part in parts.iter_mut() {
+        let (count, less_reserved) = read_used_presence(&mut part.input, part.entries, present)?;
+        let start = used.len();
+        read_series(&mut part.input, count, used)?;
+        // The part's reserved bytes, read ahead on a copy of the reader.
+        let mut ahead = part.input.clone();
+        let part_every_stats = skip_presence(&mut ahead, part.entries)? == part.entries;
+        if part_every_stats {
+            let reserved_start = reserved.len();
+            skip_series(&mut ahead, part.entries)?;
+            read_series(&mut ahead, part.entries, reserved)?;
+            if less_reserved {
+                add_reserved(used.get_mut(start..)?, reserved.get(reserved_start..)?)?;
+            }
+        } else if less_reserved {
+            return None;
+        }
+        every_stats &= part_every_stats;
+    }
+    write_used(out, present, used, every_stats.then_some(&reserved[..]), less);
     Some(())
 }
 
 /// One group of a process's figures over the parts: each part's presence
-/// bits over its `counts` entries, written as one, then each of `fields`
-/// series over the entries present, written as one. Gives how many
-/// entries each part had present. Each part's stream is read in its own
-/// order (presence, then each field), so the parts may be read in turn.
+/// bits over the entries `covered` gives, written as one, then each of
+/// `fields` series over the entries present, written as one. Each part's
+/// stream is read in its own order (presence, then each field), so the
+/// parts may be read in turn.
 fn merge_group(
     out: &mut BitWriter,
-    readers: &mut [(BitReader<'_>, usize)],
-    counts: &[usize],
+    parts: &mut [PartFigures<'_>],
+    covered: fn(&PartFigures<'_>) -> usize,
     fields: usize,
-    scratch: &mut Vec<i64>,
-) -> Option<Vec<usize>> {
-    let mut present = Vec::new();
-    let mut present_counts = Vec::with_capacity(readers.len());
-    for ((input, _), &count) in readers.iter_mut().zip(counts) {
-        let part = read_presence(input, count)?;
-        present_counts.push(part.iter().filter(|&&p| p).count());
-        present.extend(part);
+    scratch: &mut Scratch,
+) -> Option<()> {
+    let Scratch { values, present, .. } = scratch;
+    present.clear();
+    for part in parts.iter_mut() {
+        let entries = covered(part);
+        part.present = read_presence_into(&mut part.input, entries, present)?;
     }
-    write_presence(out, &present);
-    let mut values = Vec::new();
+    write_presence(out, present);
     for _ in 0..fields {
         values.clear();
-        for ((input, _), &count) in readers.iter_mut().zip(&present_counts) {
-            read_series(input, count, &mut values)?;
+        for part in parts.iter_mut() {
+            read_series(&mut part.input, part.present, values)?;
         }
-        write_series(out, &values, scratch);
+        write_series(out, values);
     }
-    Some(present_counts)
+    Some(())
 }
 
 /// Passes over one process's figures without decoding them.
 fn skip_figures(input: &mut BitReader<'_>, count: usize) -> Option<()> {
-    let used = read_presence(input, count)?.iter().filter(|&&p| p).count();
+    let used = skip_used_presence(input, count)?;
     skip_series(input, used)?;
-    let stats = read_presence(input, count)?.iter().filter(|&&p| p).count();
+    let stats = skip_presence(input, count)?;
     for _ in ALLOCATOR_FIELDS {
         skip_series(input, stats)?;
     }
-    let ranges = read_presence(input, stats)?.iter().filter(|&&p| p).count();
+    let ranges = skip_presence(input, stats)?;
     for _ in RANGE_FIELDS {
         skip_series(input, ranges)?;
     }
