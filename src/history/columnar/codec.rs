@@ -69,6 +69,7 @@ impl BitWriter {
     }
 
     /// Bits written so far.
+    #[cfg(test)]
     pub fn bits_written(&self) -> u64 {
         self.bytes.len() as u64 * 8 + u64::from(self.pending_bits)
     }

@@ -10,8 +10,8 @@ use std::collections::HashMap;
 
 use super::super::codec::{BitReader, BitWriter, read_series, skip_series, write_series};
 use super::presence::{
-    add_reserved, read_presence_into, read_used_presence, skip_presence, skip_used_presence,
-    write_presence, write_used,
+    LESS_RESERVED_MIN_SAMPLES, add_reserved, read_presence_into, read_used_presence, skip_presence,
+    skip_used_presence, write_presence, write_used,
 };
 use super::process::{ALLOCATOR_FIELDS, RANGE_FIELDS, Scratch};
 use super::{Header, SlowChunk, write_layouts};
@@ -144,6 +144,9 @@ fn merge_used(
     used.clear();
     reserved.clear();
     let mut every_stats = true;
+    // Reserved bytes are read only where they are used: to make a part's
+    // usage whole, or to weigh the merged usage less reserved.
+    let weighed = parts.iter().map(|part| part.entries).sum::<usize>() >= LESS_RESERVED_MIN_SAMPLES;
     for part in parts.iter_mut() {
         let (count, less_reserved) = read_used_presence(&mut part.input, part.entries, present)?;
         let start = used.len();
@@ -151,7 +154,7 @@ fn merge_used(
         // The part's reserved bytes, read ahead on a copy of the reader.
         let mut ahead = part.input.clone();
         let part_every_stats = skip_presence(&mut ahead, part.entries)? == part.entries;
-        if part_every_stats {
+        if part_every_stats && (weighed || less_reserved) {
             let reserved_start = reserved.len();
             skip_series(&mut ahead, part.entries)?;
             read_series(&mut ahead, part.entries, reserved)?;
@@ -163,7 +166,7 @@ fn merge_used(
         }
         every_stats &= part_every_stats;
     }
-    write_used(out, present, used, every_stats.then_some(&reserved[..]), less);
+    write_used(out, present, used, (every_stats && weighed).then_some(&reserved[..]), less);
     Some(())
 }
 

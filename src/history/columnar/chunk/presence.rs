@@ -21,7 +21,7 @@ const LESS_RESERVED_GAIN_BITS: u64 = 64;
 /// Usage is weighed less reserved only over this many samples or more: a
 /// young chunk is merged into longer ones soon, which weigh it again, so
 /// weighing it there would only cost the write path time.
-const LESS_RESERVED_MIN_SAMPLES: usize = 64;
+pub(in crate::history::columnar) const LESS_RESERVED_MIN_SAMPLES: usize = 64;
 
 /// Where a figure is present among a process's samples.
 pub(in crate::history::columnar) fn write_presence(out: &mut BitWriter, present: &[bool]) {
