@@ -8,8 +8,11 @@
 //! What it calls, as `src/source/nvml/` does with the default settings:
 //! - fast, every device in turn from one thread at each grid point:
 //!   memory info v2 and utilization rates;
-//! - slow, every device in turn from one thread: the compute, graphics and
-//!   MPS process lists, process utilization since the last sample, and the
+//! - slow, every device in turn from one thread, as vramd's slow crew reads
+//!   them (or, with `--slow-per-device`, one thread per device on its own
+//!   offset of the period, as vramd did before issue 37's slow crew: the
+//!   same calls then cost 2-3 times as much, on cold caches): the compute,
+//!   graphics and MPS process lists, process utilization since the last sample, and the
 //!   health values of `slow::reading` (ECC counters only where ECC is on;
 //!   no PCIe throughput, off by default);
 //! - Xid events: one event set waited on 500 ms at a time, as vramd's
@@ -24,7 +27,7 @@
 //! mean wall time of one device's slow read (NVML's share of a slow sample).
 //!
 //! Usage: nvml-floor [--library PATH] [--fast-ms 10] [--slow-ms 1000]
-//! [--seconds N] [--no-xid]. The library defaults to
+//! [--seconds N] [--no-xid] [--slow-per-device]. The library defaults to
 //! `$VRAMD_NVML__LIBRARY_PATH`, else the system's; without `--seconds` it
 //! runs until killed.
 
@@ -57,6 +60,7 @@ struct Options {
     slow: Duration,
     run_for: Option<Duration>,
     xid: bool,
+    slow_per_device: bool,
 }
 
 fn options() -> Result<Options, String> {
@@ -66,6 +70,7 @@ fn options() -> Result<Options, String> {
         slow: Duration::from_millis(1000),
         run_for: None,
         xid: true,
+        slow_per_device: false,
     };
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
@@ -79,6 +84,7 @@ fn options() -> Result<Options, String> {
             "--slow-ms" => options.slow = Duration::from_millis(number("--slow-ms")?.max(1)),
             "--seconds" => options.run_for = Some(Duration::from_secs(number("--seconds")?)),
             "--no-xid" => options.xid = false,
+            "--slow-per-device" => options.slow_per_device = true,
             other => return Err(format!("unknown argument {other}")),
         }
     }
@@ -122,18 +128,29 @@ fn run() -> Result<(), String> {
     // `scripts/bench-sampler.sh` takes as NVML's own share of a slow sample.
     let slow_nanos = Arc::new(AtomicU64::new(0));
     let slow_reads = Arc::new(AtomicU64::new(0));
-    let slow = {
+    // One thread for every device in turn, or (`--slow-per-device`) one
+    // thread per device, as vramd's slow tiers run, each on its own offset
+    // of the period: a thread that wakes once a second to read one device
+    // finds its caches cold, a loop over every device mostly warm.
+    let slow_groups: Vec<(Vec<usize>, Duration)> = if options.slow_per_device {
+        let count = devices.len().max(1) as u32;
+        (0..devices.len()).map(|index| (vec![index], options.slow / count * index as u32)).collect()
+    } else {
+        vec![((0..devices.len()).collect(), Duration::ZERO)]
+    };
+    let mut slow = Vec::new();
+    for (group, offset) in slow_groups {
         let (devices, stop, errors) = (devices.clone(), stop.clone(), errors.clone());
         let (nanos, reads) = (slow_nanos.clone(), slow_reads.clone());
         let period = options.slow;
-        spawn("floor-slow", move || {
+        slow.push(spawn("floor-slow", move || {
             let mut last_seen = vec![None; devices.len()];
             let mut first = true;
-            tick(origin, period, &stop, || {
+            tick(origin + offset, period, &stop, || {
                 let mut failed = 0;
-                for (device, seen) in devices.iter().zip(&mut last_seen) {
+                for &index in &group {
                     let started = Instant::now();
-                    failed += read_slow(device, seen);
+                    failed += read_slow(&devices[index], &mut last_seen[index]);
                     let took = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
                     nanos.fetch_add(took, Ordering::Relaxed);
                     reads.fetch_add(1, Ordering::Relaxed);
@@ -145,8 +162,8 @@ fn run() -> Result<(), String> {
                 }
                 errors.fetch_add(failed, Ordering::Relaxed);
             });
-        })?
-    };
+        })?);
+    }
     eprintln!("nvml-floor: {count} devices, fast {:?}, slow {:?}", options.fast, options.slow);
     // The fast tier on the main thread: one wake-up per grid point for all.
     let deadline = options.run_for.map(|run_for| origin + run_for);
@@ -161,8 +178,10 @@ fn run() -> Result<(), String> {
             stop.store(true, Ordering::Relaxed);
         }
     });
-    slow.thread().unpark();
-    let _ = slow.join();
+    for thread in slow {
+        thread.thread().unpark();
+        let _ = thread.join();
+    }
     let reads = slow_reads.load(Ordering::Relaxed);
     let mean_us = slow_nanos.load(Ordering::Relaxed) as f64 / 1000.0 / reads.max(1) as f64;
     eprintln!("nvml-floor: slow device read mean {mean_us:.1} us over {reads} reads");

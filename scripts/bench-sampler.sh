@@ -51,7 +51,7 @@
 #   allocs (not in the default PARTS): heap allocations (malloc, calloc,
 #         realloc) at 100 Hz / 1 Hz, counted by `perf stat --per-thread` on
 #         libc uprobes over ALLOC_SECONDS, ALLOC_WINDOWS times: per slow
-#         sample on the slow threads (`vramd-slow-N`, the sample's whole path:
+#         sample on the slow thread (`vramd-slow`, the sample's whole path:
 #         NVML lists, identities, report join, history), and per second for
 #         the whole process. Needs the uprobes, added once as root:
 #         perf probe -x /lib/x86_64-linux-gnu/libc.so.6 --add malloc

@@ -1,19 +1,24 @@
-//! The fast tier's shared threads: one thread samples every device of its
-//! crew at each grid point, so 8 devices at 100 Hz cost 100 wake-ups a
-//! second instead of 800.
+//! The tiers' shared threads: one thread samples every device of its crew
+//! at each grid point, so 8 devices at 100 Hz cost 100 wake-ups a second
+//! instead of 800, and 8 slow reads a second run back to back on one
+//! thread instead of waking 8. Back to back is also what keeps the slow
+//! read cheap: a thread woken once a second for one device finds its
+//! caches cold, and the same NVML calls then cost 2-3 times what they cost
+//! in a loop over every device (docs/performance.md, issue 37).
 //!
-//! Owns: the fleet of fast crews of one sampler: the home crew, which
-//! every fast tier joins, and any crew left holding a call that ran past
-//! the hand-off limit (one fast interval, at least 50 ms); their threads;
-//! the rejoin. The one watchdog (`watchdog`) owns every deadline and
-//! decides the hand-off: a call still running at that limit is left alone
-//! on its thread, and every other member moves to a fresh home crew. So a
-//! hung call delays the other devices by at most that limit (plus starting
-//! a thread), and is never started twice (a member is called only by the
-//! thread of the crew that lists it). When the call returns, its thread
-//! hands its device back to the home crew and ends, so a call that was
-//! only slow (a busy host descheduling the thread) costs one thread start,
-//! not a thread for good. Fast threads never outnumber fast devices.
+//! Owns: per tier, a squad: the home crew, which every tier of that kind
+//! joins, and any crew left holding a call that ran past the hand-off
+//! limit (one fast interval, at least 50 ms, for either tier); their
+//! threads; the rejoin. The one watchdog (`watchdog`) owns every deadline
+//! and decides the hand-off: a call still running at that limit is left
+//! alone on its thread, and every other member moves to a fresh home crew.
+//! So a hung call delays the other devices by at most that limit (plus
+//! one look of the watchdog and starting a thread), and is never started
+//! twice (a member is called only by the thread of the crew that lists
+//! it). When the call returns, its thread hands its device back to the
+//! home crew and ends, so a call that was only slow (a busy host
+//! descheduling the thread) costs one thread start, not a thread for good.
+//! A squad's threads never outnumber its devices.
 //!
 //! Must not depend on history or telemetry.
 
@@ -32,47 +37,62 @@ use tracing::{info, warn};
 use super::Context;
 use super::tier::TierShared;
 use super::worker::{Ticker, sample_at};
+use crate::model::Tier;
 
 mod watchdog;
 
-pub(crate) use watchdog::WatchedDeadline;
-
-/// The least time a fast call runs before the other devices leave its
-/// thread (real time). A constant, not a setting: it is also how often the
-/// watchdog looks while several devices share the thread, and 50 ms keeps
-/// both a hung driver's cost to the others (5 samples at 100 Hz) and the
-/// looks (20 a second, a fifth of the fast thread's wake-ups) small; no
+/// The least time a call runs before the other devices leave its thread
+/// (real time). A constant, not a setting: it is also how often the
+/// watchdog looks while several devices share the fast thread, and 50 ms
+/// keeps both a hung driver's cost to the others (5 samples at 100 Hz) and
+/// the looks (20 a second, a fifth of the fast thread's wake-ups) small; no
 /// user has a reason to trade one for the other.
 const HAND_OFF_FLOOR: Duration = Duration::from_millis(50);
 
-/// A fast tier in a crew. Dropping it (when the tier leaves the fleet)
-/// resolves the tier task's `ended`.
+/// A tier in a crew. Dropping it (when the tier leaves the fleet) resolves
+/// the tier task's `ended`.
 struct Member {
     shared: Arc<TierShared>,
     _left: oneshot::Sender<()>,
 }
 
-/// Every fast crew of one sampler.
+/// Every crew of one sampler: a squad per tier, and their watchdog.
 pub(crate) struct Fleet {
     context: Arc<Context>,
-    /// Lock order: the fleet's state before any crew's.
-    state: Mutex<FleetState>,
+    fast: Squad,
+    slow: Squad,
     /// Wakes the watchdog task (paused-time tests), asleep while the home
-    /// crew has nothing to hand off, when the home crew gains a member.
+    /// crews have nothing to hand off, when a home crew gains a member.
     nudge: Notify,
     /// The watchdog's thread, woken instead where it runs on one.
     watcher: OnceLock<Thread>,
-    /// The slow tiers whose deadlines the watchdog owns (one per device
-    /// sampled, so bounded by `sampler.max_devices`).
-    slow: Mutex<Vec<Arc<TierShared>>>,
     /// Set at cancel before the crews' threads are woken for it: what they
     /// look at once a tick instead of the token, which takes a lock.
     stopping: AtomicBool,
 }
 
+/// The crews of one tier.
+struct Squad {
+    tier: Tier,
+    /// Real time between ticks.
+    period: Duration,
+    /// Real time a tick may start after its grid point, at random (drawn
+    /// once per tick for the whole crew: each device is still read at
+    /// every phase of a periodic job).
+    jitter: Duration,
+    /// Whether the watchdog looks for a hand-off between calls too. The
+    /// fast crew calls almost without pause (100 Hz), so it looks every
+    /// hand-off limit; the slow crew's calls are a few milliseconds a
+    /// second, and a slow call in flight is seen at the looks the fast
+    /// crew or the deadlines make anyway.
+    looks_between_calls: bool,
+    /// Lock order: a squad's state before any of its crews'.
+    state: Mutex<SquadState>,
+}
+
 #[derive(Default)]
-struct FleetState {
-    /// The crew that fast tiers join and handed-off devices rejoin; `None`
+struct SquadState {
+    /// The crew that its tiers join and handed-off devices rejoin; `None`
     /// until the first join, and again once its members all left.
     home: Option<Arc<Crew>>,
     /// Every crew whose thread runs: the home crew and those holding a
@@ -81,7 +101,9 @@ struct FleetState {
 }
 
 struct Crew {
-    /// Whether this is the fleet's home crew (written under the fleet's
+    /// Which squad the crew belongs to.
+    tier: Tier,
+    /// Whether this is its squad's home crew (written under the fleet's
     /// lock, read by the crew's thread once per tick).
     home: AtomicBool,
     state: Mutex<CrewState>,
@@ -105,12 +127,21 @@ struct CrewState {
 impl Fleet {
     /// A fleet with no crew yet, and its watchdog.
     pub(crate) fn start(context: &Arc<Context>) -> Arc<Self> {
+        let settings = &context.settings;
+        let real = |interval| settings.real(interval);
+        let slow_period = real(settings.slow_interval);
         let fleet = Arc::new(Self {
             context: context.clone(),
-            state: Mutex::new(FleetState::default()),
+            fast: Squad::new(Tier::Fast, real(settings.fast_interval), Duration::ZERO, true),
+            // More than the interval counts as the interval.
+            slow: Squad::new(
+                Tier::Slow,
+                slow_period,
+                real(settings.slow_jitter).min(slow_period),
+                false,
+            ),
             nudge: Notify::new(),
             watcher: OnceLock::new(),
-            slow: Mutex::new(Vec::new()),
             stopping: AtomicBool::new(false),
         });
         if context.settings.runtime_ticks || !fleet.watch_on_thread() {
@@ -119,24 +150,37 @@ impl Fleet {
         fleet
     }
 
-    /// Adds a device's fast tier to the home crew (starting one if there is
-    /// none); what it returns resolves when the tier leaves the fleet (its
-    /// device stopped, or its trace ended).
+    fn squad(&self, tier: Tier) -> &Squad {
+        match tier {
+            Tier::Fast => &self.fast,
+            Tier::Slow => &self.slow,
+        }
+    }
+
+    fn squads(&self) -> [&Squad; 2] {
+        [&self.fast, &self.slow]
+    }
+
+    /// Adds a device's tier to its squad's home crew (starting one if
+    /// there is none); what it returns resolves when the tier leaves the
+    /// fleet (its device stopped, or its trace ended).
     pub(crate) fn join(self: &Arc<Self>, shared: Arc<TierShared>) -> oneshot::Receiver<()> {
         let (left, ended) = oneshot::channel();
-        self.take_in(vec![Arc::new(Member { shared, _left: left })]);
+        let squad = self.squad(shared.tier());
+        self.take_in(squad, vec![Arc::new(Member { shared, _left: left })]);
         ended
     }
 
-    /// Puts `members` into the home crew, or makes them a new home crew.
-    fn take_in(self: &Arc<Self>, members: Vec<Arc<Member>>) {
-        let mut fleet = self.state.lock();
-        match &fleet.home {
+    /// Puts `members` into `squad`'s home crew, or makes them a new home
+    /// crew.
+    fn take_in(self: &Arc<Self>, squad: &Squad, members: Vec<Arc<Member>>) {
+        let mut state = squad.state.lock();
+        match &state.home {
             Some(home) => self.add_to(home, members),
             None => {
-                let crew = self.launch(members);
-                fleet.crews.push(crew.clone());
-                fleet.home = Some(crew);
+                let crew = self.launch(squad, members);
+                state.crews.push(crew.clone());
+                state.home = Some(crew);
                 self.nudge();
             }
         }
@@ -152,26 +196,26 @@ impl Fleet {
         }
     }
 
-    /// Live fast threads (one per crew).
+    /// Live threads of one tier (one per crew).
     #[cfg(test)]
-    pub(crate) fn threads(&self) -> usize {
-        self.state.lock().crews.len()
-    }
-
-    fn period(&self) -> Duration {
-        self.context.settings.real(self.context.settings.fast_interval)
+    pub(crate) fn threads(&self, tier: Tier) -> usize {
+        self.squad(tier).state.lock().crews.len()
     }
 
     /// How long a call may run before the others are handed off, which is
-    /// also how often the watchdog looks.
+    /// also how often the watchdog looks while the fast thread is shared.
+    /// The fast tier's, for both: a hung device holds up the other slow
+    /// reads by at most one fast interval, never more than the slow one.
     fn hand_off_after(&self) -> Duration {
-        self.period().max(HAND_OFF_FLOOR)
+        self.fast.period.max(HAND_OFF_FLOOR)
     }
 
     /// Starts a home crew's thread for `members` (the caller holds the
-    /// fleet's lock and lists it).
-    fn launch(self: &Arc<Self>, members: Vec<Arc<Member>>) -> Arc<Crew> {
+    /// squad's lock and lists it).
+    fn launch(self: &Arc<Self>, squad: &Squad, members: Vec<Arc<Member>>) -> Arc<Crew> {
+        let tier = squad.tier;
         let crew = Arc::new(Crew {
+            tier,
             home: AtomicBool::new(true),
             state: Mutex::new(CrewState {
                 members: Arc::new(members),
@@ -181,14 +225,14 @@ impl Fleet {
             thread: Mutex::new(None),
         });
         let handle = Handle::current();
-        let spawned = std::thread::Builder::new().name("vramd-fast".to_owned()).spawn({
+        let spawned = std::thread::Builder::new().name(format!("vramd-{tier}")).spawn({
             let (fleet, crew, handle) = (self.clone(), crew.clone(), handle.clone());
             move || fleet.pace(&crew, &handle)
         });
         match spawned {
             Ok(joined) => *crew.thread.lock() = Some(joined.thread().clone()),
             Err(error) => {
-                warn!(error = %error, "cannot start a fast sampler thread; the fast tier samples on the blocking pool");
+                warn!(tier = %tier, error = %error, "cannot start a sampler thread; this tier samples on the blocking pool");
                 let (fleet, pooled) = (self.clone(), crew.clone());
                 drop(tokio::task::spawn_blocking(move || fleet.pace(&pooled, &handle)));
             }
@@ -201,7 +245,11 @@ impl Fleet {
     fn pace(&self, crew: &Arc<Crew>, handle: &Handle) {
         let _runtime = handle.enter();
         let context = &self.context;
-        let mut ticker = Ticker::new(context, context.origin, self.period(), handle);
+        let squad = self.squad(crew.tier);
+        let mut ticker = Ticker::new(context, context.origin, squad.period, handle);
+        if let Ticker::Thread(grid) = &mut ticker {
+            grid.jitter = squad.jitter;
+        }
         while ticker.wait(&context.cancel, &|| self.stopping.load(Ordering::Acquire)) {
             let batch = {
                 let mut state = crew.state.lock();
@@ -235,15 +283,15 @@ impl Fleet {
     /// Ends an empty crew (or one whose sampler is cancelled); false when a
     /// member joined meanwhile.
     fn retire(&self, crew: &Arc<Crew>) -> bool {
-        let mut fleet = self.state.lock();
+        let mut squad = self.squad(crew.tier).state.lock();
         if !crew.state.lock().members.is_empty() && !self.context.cancel.is_cancelled() {
             return false;
         }
-        if fleet.home.as_ref().is_some_and(|home| Arc::ptr_eq(home, crew)) {
-            fleet.home = None;
+        if squad.home.as_ref().is_some_and(|home| Arc::ptr_eq(home, crew)) {
+            squad.home = None;
         }
         crew.home.store(false, Ordering::Release);
-        fleet.crews.retain(|other| !Arc::ptr_eq(other, crew));
+        squad.crews.retain(|other| !Arc::ptr_eq(other, crew));
         true
     }
 
@@ -251,21 +299,27 @@ impl Fleet {
     /// gives its device back to the home crew; true when its thread can
     /// end. With no home crew left, it becomes the home crew itself.
     fn hand_back(&self, crew: &Arc<Crew>) -> bool {
-        let mut fleet = self.state.lock();
-        let Some(home) = fleet.home.clone() else {
+        let mut squad = self.squad(crew.tier).state.lock();
+        let Some(home) = squad.home.clone() else {
             crew.home.store(true, Ordering::Release);
-            fleet.home = Some(crew.clone());
+            squad.home = Some(crew.clone());
             return false;
         };
         let returning = std::mem::take(&mut crew.state.lock().members);
         let moved = returning.len();
         self.add_to(&home, returning.iter().cloned());
-        fleet.crews.retain(|other| !Arc::ptr_eq(other, crew));
+        squad.crews.retain(|other| !Arc::ptr_eq(other, crew));
         // A device that stopped while its call hung has nothing to rejoin.
         if moved > 0 {
-            info!(moved, "a fast call returned; its device rejoins the shared sampler thread");
+            info!(tier = %crew.tier, moved, "a call returned; its device rejoins the shared sampler thread");
         }
         true
+    }
+}
+
+impl Squad {
+    fn new(tier: Tier, period: Duration, jitter: Duration, looks_between_calls: bool) -> Self {
+        Self { tier, period, jitter, looks_between_calls, state: Mutex::default() }
     }
 }
 

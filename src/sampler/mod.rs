@@ -14,8 +14,8 @@
 //! side by side: fast (memory, utilization; every `fast_interval`) and
 //! slow (processes, health; every `slow_interval`). Everything that
 //! differs between the two is decided once, when the tier starts, by its
-//! lane (`lane::Fast`, `lane::Slow`): its interval, where its calls run,
-//! which source call it makes and how a reading or failure is stored (the
+//! lane (`lane::Fast`, `lane::Slow`): its interval, which source call it
+//! makes and how a reading or failure is stored (the
 //! slow lane applies the process cap). The rest (`tier::TierShared`) is one
 //! code path for both: a tier's state under one lock, its call timer, its
 //! readiness promise, failure logging and the back-off from a lost device.
@@ -23,26 +23,28 @@
 //! be cancelled.
 //!
 //! **Threads that sleep to their ticks.** No sample goes through the
-//! runtime. Each slow tier has a long-lived thread of its own (`worker`);
-//! the fast tiers of all devices share one thread, their crew's (`crew`),
-//! which at each tick samples its members in turn. Every thread ticks on
-//! one grid from the sampler's start (`worker::Grid`; a missed tick is
-//! skipped, not caught up on) and parks between ticks, so a sample wakes
-//! only the thread that takes it. A tick is: `call_started` (no call while
+//! runtime. The fast tiers of all devices share one thread, their crew's
+//! (`crew`), which at each tick samples its members in turn; the slow
+//! tiers share another, whose tick comes up to `slow_jitter` after its
+//! grid point (drawn once per tick). Every thread ticks on its tier's grid
+//! from the sampler's start (`worker::Grid`; a missed tick is skipped, not
+//! caught up on) and parks between ticks, so a sample wakes only the
+//! thread that takes it; read back to back, the slow reads find their
+//! caches warm, which a thread per device woken once a second did not. A tick is: `call_started` (no call while
 //! backing off from a lost device), the source call (a panic in it caught),
 //! `call_answered` (stored, or counted and logged as a failure).
 //!
 //! **The watchdog.** One watchdog per sampler (`crew::watchdog`), on a
-//! thread of its own, owns every call's deadline: it looks at each fast
-//! call in flight and at the slow tiers, counts a call past `call_timeout`
-//! as a timeout and marks its tier stale, then counts each period it is
-//! still stuck (`still_running`); a stuck call is never started twice, and
-//! its late answer is dropped. It also owns the fast hand-off: a fast call
-//! still running one fast interval (at least 50 ms) after it started keeps
-//! its thread alone and the other members move to a fresh home crew, so a
-//! hung driver delays the other devices by at most that long; when the
-//! call returns, its device rejoins the home crew and its thread ends, so
-//! fast threads never outnumber devices.
+//! thread of its own, owns every call's deadline: it looks at each call in
+//! flight, fast or slow, counts a call past `call_timeout` as a
+//! timeout and marks its tier stale, then counts each period it is still
+//! stuck (`still_running`); a stuck call is never started twice, and its
+//! late answer is dropped. It also owns the hand-offs: a call still
+//! running one fast interval (at least 50 ms) after it started keeps its
+//! thread alone and the other members of its crew move to a fresh home
+//! crew, so a hung driver delays the other devices by at most that long
+//! (and one look); when the call returns, its device rejoins the home crew
+//! and its thread ends, so a tier's threads never outnumber devices.
 //!
 //! **Readiness.** After every step each tier promises its next one by a
 //! wall time (`history::SamplingProgress`); `/readyz` reports the broken

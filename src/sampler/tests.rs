@@ -11,7 +11,7 @@ use tokio_util::sync::CancellationToken;
 use super::*;
 use crate::history::{HistoryStore, Sizing};
 use crate::model::{
-    DeviceInfo, ErrorKind, FastReading, MemoryInfo, ProcessInfo, SlowReading, Timestamp,
+    DeviceInfo, ErrorKind, FastReading, MemoryInfo, ProcessInfo, SlowReading, Tier, Timestamp,
 };
 use crate::source::{DeviceSource, SourceError};
 use crate::telemetry::Telemetry;
@@ -247,9 +247,30 @@ async fn a_hung_device_does_not_delay_another_and_its_call_is_not_repeated() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_hang_ahead_of_others_on_the_fast_thread_hands_them_off_within_an_interval() {
-    // Device 0 is sampled first on the shared fast thread: its hang would
-    // hold up devices 1 and 2 if they were not moved to a fresh thread.
+async fn every_device_is_read_by_one_fast_and_one_slow_thread_at_each_tiers_rate() {
+    let harness = start(FakeSource::new(3), settings());
+    settle().await;
+    advance(Duration::from_millis(250), 20).await;
+    for device in harness.store.devices() {
+        let live = device.live();
+        assert!(live.fast_samples >= 20, "{} fast samples in 21 ticks", live.fast_samples);
+        assert!(
+            (5..=6).contains(&live.slow_samples),
+            "{} slow samples in 6 ticks",
+            live.slow_samples
+        );
+    }
+    assert_eq!(harness.fleet.threads(Tier::Fast), 1);
+    assert_eq!(harness.fleet.threads(Tier::Slow), 1, "three slow tiers, one thread");
+    harness.stop().await;
+    assert_eq!(harness.fleet.threads(Tier::Slow), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_hang_ahead_of_others_on_a_shared_thread_hands_them_off_within_an_interval() {
+    // Device 0 is sampled first on the shared fast thread and on the
+    // shared slow thread: its hang would hold up devices 1 and 2 on both
+    // if they were not moved to fresh threads.
     let mut source = FakeSource::new(3);
     source.hung_index = 0;
     // 5 s at 4 Hz: 21 ticks, of which a hand-off after one interval costs
@@ -261,13 +282,17 @@ async fn a_hang_ahead_of_others_on_the_fast_thread_hands_them_off_within_an_inte
         let live = other.live();
         assert!(live.is_up());
         assert!(live.fast_samples >= 19, "device sampled {} times in 21 ticks", live.fast_samples);
+        // Slow ticks at 0 to 5 s: the first is held up for one hand-off
+        // limit (a fast interval), none is lost.
+        assert!(live.slow_samples >= 5, "{} slow samples in 6 ticks", live.slow_samples);
     }
     let hung = devices[0].live();
     assert!(!hung.is_up(), "stale at its deadline");
     assert_eq!(hung.fast_failure.as_ref().map(|f| f.kind), Some(ErrorKind::StillRunning));
     assert_eq!(harness.source.fast_calls[0].load(Ordering::SeqCst), 1, "never started twice");
     assert_eq!(harness.telemetry.calls_stuck(), 2, "its fast and slow calls are counted stuck");
-    assert_eq!(harness.fleet.threads(), 2, "one hand-off, not one per look");
+    assert_eq!(harness.fleet.threads(Tier::Fast), 2, "one hand-off, not one per look");
+    assert_eq!(harness.fleet.threads(Tier::Slow), 2, "the same on the slow thread");
 
     harness.source.hang.store(false, Ordering::SeqCst);
     settle().await;
@@ -282,8 +307,12 @@ async fn a_hang_ahead_of_others_on_the_fast_thread_hands_them_off_within_an_inte
         assert!(now >= calls + 4, "device {i} keeps its rate after the recovery");
     }
     assert_eq!(harness.telemetry.calls_stuck(), 0);
+    advance(Duration::from_millis(250), 4).await;
+    assert_eq!(harness.fleet.threads(Tier::Slow), 1, "the slow reads share one thread again");
+    assert!(devices[0].live().slow_failure.is_none(), "and device 0's slow tier reads again");
 
     harness.stop().await;
+    assert_eq!(harness.fleet.threads(Tier::Slow), 0, "every slow thread ends at cancel");
 }
 
 #[tokio::test(start_paused = true)]
@@ -354,13 +383,17 @@ async fn a_handed_off_device_rejoins_the_shared_thread_once_its_call_returns() {
     let harness = start(source, settings());
     settle().await;
     advance(Duration::from_millis(250), 8).await;
-    assert_eq!(harness.fleet.threads(), 2, "the stuck call keeps its thread, the others share one");
+    assert_eq!(
+        harness.fleet.threads(Tier::Fast),
+        2,
+        "the stuck call keeps its thread, the others share one"
+    );
 
     harness.source.hang.store(false, Ordering::SeqCst);
     settle().await;
     advance(Duration::from_millis(250), 2).await;
     assert_eq!(
-        harness.fleet.threads(),
+        harness.fleet.threads(Tier::Fast),
         1,
         "the device whose call returned is back on the shared thread"
     );
@@ -373,20 +406,20 @@ async fn a_handed_off_device_rejoins_the_shared_thread_once_its_call_returns() {
     }
     let devices = harness.store.devices();
     assert!(devices.iter().all(|device| device.live().is_up()), "every device reads again");
-    assert_eq!(harness.fleet.threads(), 1);
+    assert_eq!(harness.fleet.threads(Tier::Fast), 1);
     assert_eq!(harness.telemetry.calls_stuck(), 0);
 
     // A second hang after the rejoin is handed off again, and rejoins again.
     harness.source.hang.store(true, Ordering::SeqCst);
     advance(Duration::from_millis(250), 4).await;
-    assert_eq!(harness.fleet.threads(), 2);
+    assert_eq!(harness.fleet.threads(Tier::Fast), 2);
     harness.source.hang.store(false, Ordering::SeqCst);
     settle().await;
     advance(Duration::from_millis(250), 2).await;
-    assert_eq!(harness.fleet.threads(), 1);
+    assert_eq!(harness.fleet.threads(Tier::Fast), 1);
 
     harness.stop().await;
-    assert_eq!(harness.fleet.threads(), 0, "every fast thread ends at cancel");
+    assert_eq!(harness.fleet.threads(Tier::Fast), 0, "every fast thread ends at cancel");
 }
 
 #[tokio::test(start_paused = true)]
@@ -520,7 +553,10 @@ async fn on_its_own_thread_the_watchdog_hands_off_at_the_limit_and_marks_stale_a
     let limit = Duration::from_secs(10);
     assert!(real_wait(limit, || harness.store.devices().len() == 3).await);
     let devices = harness.store.devices();
-    assert!(real_wait(limit, || harness.fleet.threads() == 2).await, "the others are handed off");
+    assert!(
+        real_wait(limit, || harness.fleet.threads(Tier::Fast) == 2).await,
+        "the others are handed off"
+    );
     let hung = devices[0].live();
     assert!(hung.fast_failure.is_none(), "handed off at the limit, before the call's deadline");
     let before = [1, 2].map(|i| harness.source.fast_calls[i].load(Ordering::SeqCst));
@@ -543,10 +579,14 @@ async fn on_its_own_thread_the_watchdog_hands_off_at_the_limit_and_marks_stale_a
 
     harness.source.hang.store(false, Ordering::SeqCst);
     assert!(
-        real_wait(limit, || harness.fleet.threads() == 1 && devices[0].live().is_up()).await,
+        real_wait(limit, || harness.fleet.threads(Tier::Fast) == 1 && devices[0].live().is_up())
+            .await,
         "the call returned: its device is back on the shared thread and reads again"
     );
     harness.cancel.cancel();
-    assert!(real_wait(limit, || harness.fleet.threads() == 0).await, "every fast thread ends");
+    assert!(
+        real_wait(limit, || harness.fleet.threads(Tier::Fast) == 0).await,
+        "every fast thread ends"
+    );
     assert!(real_wait(limit, || harness.task.is_finished()).await);
 }

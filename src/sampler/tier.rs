@@ -1,11 +1,10 @@
-//! One device's sampling: a fast and a slow tier side by side, the fast one
-//! on its crew's shared thread (`crew`), the slow one on a thread of its own
-//! (`worker`); either paces itself, calls the source and stores what it
-//! read. What differs between the two is their lane's (`lane`), chosen once
+//! One device's sampling: a fast and a slow tier side by side, each on its
+//! squad's shared thread (`crew`), which paces them, calls the source and
+//! stores what it read. What differs between the two is their lane's (`lane`), chosen once
 //! when the tier starts; this is the code both share. Every call's deadline
 //! is owned by the fleet's one watchdog (`crew`), which calls
-//! `check_deadline` for each fast call in flight and each slow tier; a task
-//! per tier only waits for the tier to end.
+//! `check_deadline` for each call in flight; a task per tier only waits for
+//! the tier to end.
 //!
 //! A tier is called by one thread at a time, one call at a time, so a call stuck
 //! in the driver is never started twice; the watchdog counts it as a
@@ -14,9 +13,8 @@
 //! the tier's state under one lock, so a late watchdog verdict can never
 //! overwrite a newer reading.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::{Arc, OnceLock};
-use std::thread::Thread;
 use std::time::Duration;
 
 use parking_lot::Mutex;
@@ -35,8 +33,8 @@ use super::lane::{Fast, Lane, Slow};
 use super::worker::{self, Answer};
 use super::{Context, FirstCycle};
 
-/// Samples one device until its context is cancelled: the fast tier in
-/// `fleet`'s home crew, the slow tier on a thread of its own.
+/// Samples one device until its context is cancelled: each tier in its
+/// squad's home crew of `fleet`.
 pub(crate) async fn run_device(
     context: Arc<Context>,
     device: Arc<DeviceHistory>,
@@ -58,8 +56,6 @@ pub(crate) struct TierShared {
     lane: &'static dyn Lane,
     /// Real time between ticks.
     pub(crate) period: Duration,
-    /// Real time a tick may start after its grid point, at random.
-    pub(crate) jitter: Duration,
     /// The promise /readyz checks: the next step within one period, its
     /// call's deadline, and as much again for a busy machine (at least 1 s).
     patience: Duration,
@@ -69,9 +65,6 @@ pub(crate) struct TierShared {
     /// Samples started, to pick the ones whose CPU time is measured.
     samples: AtomicU32,
     state: Mutex<TierState>,
-    /// The tier's thread while it sleeps to its ticks itself: unparked at
-    /// cancel so shutdown does not wait out a slow tier's period.
-    thread: OnceLock<Thread>,
     /// Set by the tier's task when the tier's context is cancelled.
     stopped: AtomicBool,
 }
@@ -123,10 +116,6 @@ async fn run_tier(
     fleet: Arc<Fleet>,
 ) {
     let period = context.settings.real(lane.interval(&context.settings));
-    let jitter = match lane.jitter(&context.settings) {
-        jitter if jitter.is_zero() => Duration::ZERO,
-        jitter => context.settings.real(jitter).min(period),
-    };
     let patience = period
         .saturating_add(context.settings.call_timeout)
         .saturating_add(period.max(Duration::from_secs(1)));
@@ -141,15 +130,13 @@ async fn run_tier(
         first_cycle,
         lane,
         period,
-        jitter,
         patience,
         state: Mutex::new(TierState::default()),
-        thread: OnceLock::new(),
         stopped: AtomicBool::new(false),
     });
     shared.promise(wall_now());
-    let started = lane.start(&shared, &fleet);
-    watch(&shared, started.ended).await;
+    let ended = fleet.join(shared.clone());
+    watch(&shared, ended).await;
 }
 
 impl TierShared {
@@ -159,11 +146,6 @@ impl TierShared {
 
     fn promise(&self, now: Timestamp) {
         self.device.progress().stepped(self.tier(), now.saturating_add(self.patience));
-    }
-
-    pub(crate) fn set_thread(&self, thread: Thread) {
-        // Set once, by the tier's own thread: a second set cannot happen.
-        let _ = self.thread.set(thread);
     }
 
     /// Whether the tier's device stopped sampling (it left the layout, or
@@ -346,18 +328,13 @@ impl TierShared {
     }
 }
 
-/// Waits until the sampler is cancelled (then tells the tier's thread to
-/// stop) or the tier's thread ends.
+/// Waits until the sampler is cancelled (then tells the tier's crew to
+/// drop it, which the fleet's watchdog wakes for the cancel) or the tier
+/// leaves its crew.
 async fn watch(shared: &TierShared, ended: oneshot::Receiver<()>) {
     tokio::select! {
         () = shared.context.cancel.cancelled() => shared.stopped.store(true, Ordering::Release),
         _ = ended => {}
-    }
-    // The thread looks at the token at each tick, its first (the grid's
-    // origin, already past) at once: one that has not set itself yet sees
-    // the cancel there, one asleep is woken here.
-    if let Some(thread) = shared.thread.get() {
-        thread.unpark();
     }
 }
 

@@ -1,28 +1,22 @@
-//! The thread a device's tier samples on.
-//!
-//! Owns: one long-lived thread per device and tier, which waits for its
-//! tick, calls the source and hands the answer to the tier (`tier`) to
-//! store, until the sampler is cancelled or a replayed trace ends. Waking
-//! one thread per sample is the whole hand-off: no task, queue or timer per
-//! call. The thread sleeps to its next tick itself, so a sample wakes
-//! nothing but that thread (the runtime's timer would wake a runtime worker
-//! to wake it). Every tier of a period ticks on the same grid from the
-//! sampler's start. Where the settings ask for it (tests driving paused
-//! time), ticks follow the runtime's clock instead.
+//! What a sampling thread does at a tick: the grid it sleeps to (with the
+//! slow tier's jitter), and one call of one tier with a panic in the source
+//! caught. The threads themselves are their crews' (`crew`). A thread
+//! sleeps to its next tick itself, so a sample wakes nothing but that
+//! thread (the runtime's timer would wake a runtime worker to wake it).
+//! Every tier of a period ticks on the same grid from the sampler's start.
+//! Where the settings ask for it (tests driving paused time), ticks follow
+//! the runtime's clock instead.
 //!
 //! Must not depend on history or telemetry: deadlines, counting and
 //! staleness stay with the fleet's watchdog (`crew`), which a call stuck
 //! here never blocks.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::runtime::Handle;
-use tokio::sync::oneshot;
 use tokio::time::{Instant, Interval, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
-use tracing::warn;
 
 use crate::source::SourceError;
 
@@ -31,53 +25,6 @@ use super::tier::TierShared;
 /// What a call gave back: the source's result, or the message of a panic
 /// inside it.
 pub(crate) type Answer<R> = Result<Result<R, SourceError>, String>;
-
-/// Starts the tier's thread; what it returns resolves when the thread
-/// ends. Where no thread can be started, the same loop runs on the blocking
-/// pool instead (holding one of its threads for as long).
-pub(crate) fn start(shared: Arc<TierShared>) -> oneshot::Receiver<()> {
-    let handle = Handle::current();
-    let name = format!("vramd-{}-{}", shared.tier(), shared.device.info().index);
-    let (done, ended) = oneshot::channel::<()>();
-    let spawned = std::thread::Builder::new().name(name).spawn({
-        let (shared, handle) = (shared.clone(), handle.clone());
-        move || {
-            let _done = done;
-            pace(&shared, &handle);
-        }
-    });
-    let Err(error) = spawned else {
-        return ended;
-    };
-    let index = shared.device.info().index;
-    warn!(gpu = index, tier = %shared.tier(), error = %error, "cannot start a sampler thread; this tier samples on the blocking pool");
-    let (done, ended) = oneshot::channel::<()>();
-    drop(tokio::task::spawn_blocking(move || {
-        let _done = done;
-        pace(&shared, &handle);
-    }));
-    ended
-}
-
-/// The tier's loop, on its own thread: tick, call, hand the answer over.
-fn pace(shared: &TierShared, handle: &Handle) {
-    // The runtime's clock (tokio `Instant`s in the tier's state), from
-    // outside its workers.
-    let _runtime = handle.enter();
-    let context = &shared.context;
-    if !context.settings.runtime_ticks {
-        shared.set_thread(std::thread::current());
-    }
-    let mut ticker = Ticker::new(context, context.origin, shared.period, handle);
-    if let Ticker::Thread(grid) = &mut ticker {
-        grid.jitter = shared.jitter;
-    }
-    while ticker.wait(&context.cancel, &|| context.cancel.is_cancelled()) {
-        if sample_at(shared, Instant::now()) {
-            break;
-        }
-    }
-}
 
 /// One tick of one tier on the calling thread, `now` being when the call
 /// starts (a crew reads the clock once for its own watchdog and the call):
