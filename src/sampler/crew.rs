@@ -103,7 +103,7 @@ struct SquadState {
 struct Crew {
     /// Which squad the crew belongs to.
     tier: Tier,
-    /// Whether this is its squad's home crew (written under the fleet's
+    /// Whether this is its squad's home crew (written under the squad's
     /// lock, read by the crew's thread once per tick).
     home: AtomicBool,
     state: Mutex<CrewState>,
