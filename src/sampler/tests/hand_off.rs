@@ -1,216 +1,10 @@
-//! Sampler behaviour under paused tokio time (and, for the watchdog on its
-//! own thread, real time), against a fake source whose
-//! calls can be made to hang.
+//! Hung calls and the hand-off of the other devices, on the fast and the
+//! slow shared threads, under paused time and on real threads.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use tokio_util::sync::CancellationToken;
-
 use super::*;
-use crate::history::{HistoryStore, Sizing};
-use crate::model::{
-    DeviceInfo, ErrorKind, FastReading, MemoryInfo, ProcessInfo, SlowReading, Tier, Timestamp,
-};
-use crate::source::{DeviceSource, SourceError};
-use crate::telemetry::Telemetry;
-
-/// Every device but `hung_index` (1 unless set) always answers; that one
-/// answers only while `hang` is false, otherwise its calls block until
-/// `hang` is cleared (bounded, so a broken test cannot hang the suite).
-struct FakeSource {
-    devices: u32,
-    available: AtomicBool,
-    hang: AtomicBool,
-    lost: AtomicBool,
-    fast_calls: [AtomicU64; 3],
-    processes: usize,
-    hung_index: u32,
-    /// The slow tier's readings end at once, as a trace with no slow
-    /// records does: no slow tier is left in the watchdog's care.
-    slow_ended: bool,
-}
-
-impl FakeSource {
-    fn new(devices: u32) -> Self {
-        Self {
-            devices,
-            available: AtomicBool::new(true),
-            hang: AtomicBool::new(false),
-            lost: AtomicBool::new(false),
-            fast_calls: [AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)],
-            processes: 3,
-            hung_index: 1,
-            slow_ended: false,
-        }
-    }
-
-    fn wait_while_hung(&self, index: u32) {
-        if index != self.hung_index {
-            return;
-        }
-        for _ in 0..10_000 {
-            if !self.hang.load(Ordering::SeqCst) {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(1));
-        }
-    }
-}
-
-impl DeviceSource for FakeSource {
-    fn name(&self) -> &'static str {
-        "fake"
-    }
-
-    fn devices(&self) -> Result<Vec<DeviceInfo>, SourceError> {
-        if !self.available.load(Ordering::SeqCst) {
-            return Err(SourceError::Unavailable { reason: "no driver".into() });
-        }
-        Ok((0..self.devices)
-            .map(|index| DeviceInfo {
-                index,
-                uuid: format!("GPU-{index}"),
-                name: "Fake".into(),
-                pci_bus_id: None,
-                driver_version: None,
-                mig: None,
-            })
-            .collect())
-    }
-
-    fn read_fast(&self, index: u32) -> Result<FastReading, SourceError> {
-        let calls = self.fast_calls.get(index as usize).map(|c| c.fetch_add(1, Ordering::SeqCst));
-        self.wait_while_hung(index);
-        if index == 1 && self.lost.load(Ordering::SeqCst) {
-            return Err(SourceError::DeviceLost { index, reason: "fell off the bus".into() });
-        }
-        let at = Timestamp::from_unix_millis(calls.unwrap_or(0) as i64 * 250);
-        Ok(FastReading {
-            at,
-            memory: Some(MemoryInfo {
-                total_bytes: 100,
-                reserved_bytes: Some(1),
-                used_bytes: 9,
-                free_bytes: 90,
-            }),
-            gpu_utilization: Some(0.5),
-            memory_bandwidth_utilization: None,
-        })
-    }
-
-    fn read_slow(&self, index: u32, _: usize) -> Result<SlowReading, SourceError> {
-        if self.slow_ended {
-            return Err(SourceError::TraceEnded { index, tier: crate::source::Tier::Slow });
-        }
-        self.wait_while_hung(index);
-        let processes = (0..self.processes)
-            .map(|i| ProcessInfo {
-                pid: 100 + i as u32,
-                name: Some("python3".into()),
-                used_bytes: Some(i as u64),
-                allocator: None,
-                details: Default::default(),
-            })
-            .collect();
-        Ok(SlowReading {
-            allocations: None,
-            at: Timestamp::from_unix_millis(0),
-            processes: Some(processes),
-            temperature_celsius: None,
-            power_usage_watts: None,
-            power_limit_watts: None,
-            details: Default::default(),
-            processes_left_out: 0,
-        })
-    }
-}
-
-fn settings() -> SamplerSettings {
-    SamplerSettings {
-        config: crate::sampler::SamplerConfig {
-            fast_interval: Duration::from_millis(250),
-            slow_interval: Duration::from_secs(1),
-            call_timeout: Duration::from_millis(100),
-            max_processes_per_device: crate::setting::non_zero(2),
-            max_devices: crate::setting::non_zero(64),
-            discovery_retry_max: Duration::from_secs(8),
-            ..Default::default()
-        },
-        discovery_timeout: Duration::from_millis(100),
-        speed: 1.0,
-        runtime_ticks: true,
-    }
-}
-
-struct Harness {
-    source: Arc<FakeSource>,
-    store: Arc<HistoryStore>,
-    telemetry: Arc<Telemetry>,
-    cancel: CancellationToken,
-    task: tokio::task::JoinHandle<()>,
-    fleet: Arc<crew::Fleet>,
-}
-
-fn start(source: FakeSource, settings: SamplerSettings) -> Harness {
-    let source = Arc::new(source);
-    let store = Arc::new(HistoryStore::new(Sizing {
-        fast_capacity: 1_000,
-        slow_capacity: 100,
-        peak_window: Duration::from_secs(60),
-        oom_events: 64,
-    }));
-    let telemetry = Arc::new(Telemetry::new("fake").unwrap());
-    let cancel = CancellationToken::new();
-    // `run`, keeping the fleet to count its threads.
-    let context = Arc::new(Context {
-        source: source.clone(),
-        store: store.clone(),
-        telemetry: telemetry.clone(),
-        settings,
-        cancel: cancel.clone(),
-        origin: tokio::time::Instant::now(),
-    });
-    let fleet = crew::Fleet::start(&context);
-    let task = tokio::spawn(sample(context, fleet.clone()));
-    Harness { source, store, telemetry, cancel, task, fleet }
-}
-
-/// Lets spawned tasks and finished blocking calls make progress without
-/// moving the paused clock.
-async fn settle() {
-    for _ in 0..50 {
-        tokio::task::yield_now().await;
-        std::thread::sleep(Duration::from_micros(500));
-    }
-}
-
-async fn advance(by: Duration, times: usize) {
-    for _ in 0..times {
-        tokio::time::advance(by).await;
-        settle().await;
-    }
-}
-
-/// Starts the sampler on `source` with its hang switched on, and lets 5 s
-/// of paused time pass (20 fast ticks at 4 Hz).
-async fn start_hung_for_five_seconds(source: FakeSource) -> Harness {
-    source.hang.store(true, Ordering::SeqCst);
-    let harness = start(source, settings());
-    settle().await;
-    advance(Duration::from_millis(250), 20).await;
-    harness
-}
-
-impl Harness {
-    /// Cancels the sampler and checks that its task ends.
-    async fn stop(&self) {
-        self.cancel.cancel();
-        settle().await;
-        assert!(self.task.is_finished());
-    }
-}
 
 #[tokio::test(start_paused = true)]
 async fn a_hung_device_does_not_delay_another_and_its_call_is_not_repeated() {
@@ -422,110 +216,6 @@ async fn a_handed_off_device_rejoins_the_shared_thread_once_its_call_returns() {
     assert_eq!(harness.fleet.threads(Tier::Fast), 0, "every fast thread ends at cancel");
 }
 
-#[tokio::test(start_paused = true)]
-async fn processes_beyond_the_cap_are_counted_and_the_largest_kept() {
-    let mut source = FakeSource::new(1);
-    source.processes = 5;
-    let harness = start(source, settings());
-    settle().await;
-    advance(Duration::from_millis(250), 1).await;
-    let live = harness.store.devices()[0].live();
-    let slow = live.slow.expect("a slow reading");
-    let kept: Vec<u32> = slow.processes.iter().flatten().map(|p| p.pid).collect();
-    assert_eq!(kept, vec![104, 103], "the two largest users are kept");
-    assert_eq!(live.processes_dropped, 3);
-    harness.cancel.cancel();
-}
-
-#[tokio::test(start_paused = true)]
-async fn an_unavailable_source_serves_ready_with_no_devices_then_recovers() {
-    let source = FakeSource::new(1);
-    source.available.store(false, Ordering::SeqCst);
-    let harness = start(source, settings());
-    settle().await;
-    assert!(harness.store.cycle_completed(), "ready: the daemon can say the source is down");
-    assert!(!harness.telemetry.source_up());
-    assert!(harness.store.devices().is_empty());
-    assert_eq!(harness.telemetry.error_count(ErrorKind::Unavailable), 1);
-
-    harness.source.available.store(true, Ordering::SeqCst);
-    advance(Duration::from_secs(1), 1).await;
-    assert!(harness.telemetry.source_up());
-    assert_eq!(harness.store.devices().len(), 1);
-    harness.cancel.cancel();
-}
-
-#[tokio::test(start_paused = true)]
-async fn speed_scales_the_real_interval_but_not_the_sample_spacing() {
-    let harness = start(FakeSource::new(1), SamplerSettings { speed: 10.0, ..settings() });
-    settle().await;
-    advance(Duration::from_millis(25), 40).await;
-    let samples = harness.store.devices()[0].live().fast_samples;
-    assert!(samples >= 40, "at 10x, one real second holds 40 fast samples, got {samples}");
-    harness.cancel.cancel();
-}
-
-#[tokio::test(start_paused = true)]
-async fn a_lost_device_is_retried_with_backoff_and_recovers() {
-    let source = FakeSource::new(2);
-    source.lost.store(true, Ordering::SeqCst);
-    let harness = start(source, settings());
-    settle().await;
-    // 10 s of 4 Hz ticks: without backoff, 41 calls.
-    advance(Duration::from_millis(250), 40).await;
-    let calls = harness.source.fast_calls[1].load(Ordering::SeqCst);
-    assert!((3..=5).contains(&calls), "retries at 0, 1, 3, 7 s; got {calls} calls");
-    let devices = harness.store.devices();
-    assert!(!devices[1].live().is_up());
-    assert_eq!(devices[1].live().fast_failure.map(|f| f.kind), Some(ErrorKind::DeviceLost));
-    assert!(devices[0].live().fast_samples >= 40, "the healthy device is unaffected");
-
-    harness.source.lost.store(false, Ordering::SeqCst);
-    // The next retry is at most 8 s away.
-    advance(Duration::from_millis(250), 36).await;
-    assert!(devices[1].live().is_up(), "the device is read again once it answers");
-    harness.cancel.cancel();
-}
-
-#[test]
-fn cap_keeps_unknown_usage_last() {
-    let mut reading = SlowReading {
-        allocations: None,
-        at: Timestamp::from_unix_millis(0),
-        processes: Some(vec![
-            ProcessInfo {
-                pid: 1,
-                name: None,
-                used_bytes: None,
-                allocator: None,
-                details: Default::default(),
-            },
-            ProcessInfo {
-                pid: 2,
-                name: None,
-                used_bytes: Some(5),
-                allocator: None,
-                details: Default::default(),
-            },
-            ProcessInfo {
-                pid: 3,
-                name: None,
-                used_bytes: Some(7),
-                allocator: None,
-                details: Default::default(),
-            },
-        ]),
-        temperature_celsius: None,
-        power_usage_watts: None,
-        power_limit_watts: None,
-        details: Default::default(),
-        processes_left_out: 0,
-    };
-    assert_eq!(reading.cap_processes(2), 1);
-    let pids: Vec<u32> = reading.processes.iter().flatten().map(|p| p.pid).collect();
-    assert_eq!(pids, vec![3, 2]);
-}
-
 /// Polls `done` every 5 ms of real time, at most `limit`; whether it held.
 async fn real_wait(limit: Duration, mut done: impl FnMut() -> bool) -> bool {
     let started = tokio::time::Instant::now();
@@ -570,6 +260,20 @@ async fn on_its_own_thread_the_watchdog_hands_off_at_the_limit_and_marks_stale_a
         .await,
         "devices 1 and 2 keep sampling while device 0's call hangs"
     );
+    // The slow thread hands off too: device 0's slow call hangs as well,
+    // and the other devices' slow reads go on at 1 Hz (jittered).
+    assert!(real_wait(limit, || harness.fleet.threads(Tier::Slow) == 2).await);
+    let slow_before = [1, 2].map(|i| devices[i].live().slow_samples);
+    assert!(
+        real_wait(limit, || {
+            [1, 2]
+                .into_iter()
+                .zip(slow_before)
+                .all(|(i, n)| devices[i].live().slow_samples >= n + 2)
+        })
+        .await,
+        "devices 1 and 2 keep their slow reads while device 0's hangs"
+    );
     assert!(
         real_wait(limit, || devices[0].live().fast_failure.is_some()).await,
         "the watchdog marks the hung fast tier stale at its deadline"
@@ -579,14 +283,21 @@ async fn on_its_own_thread_the_watchdog_hands_off_at_the_limit_and_marks_stale_a
 
     harness.source.hang.store(false, Ordering::SeqCst);
     assert!(
-        real_wait(limit, || harness.fleet.threads(Tier::Fast) == 1 && devices[0].live().is_up())
-            .await,
-        "the call returned: its device is back on the shared thread and reads again"
+        real_wait(limit, || {
+            harness.fleet.threads(Tier::Fast) == 1
+                && harness.fleet.threads(Tier::Slow) == 1
+                && devices[0].live().is_up()
+        })
+        .await,
+        "the calls returned: the device is back on the shared threads and reads again"
     );
     harness.cancel.cancel();
     assert!(
-        real_wait(limit, || harness.fleet.threads(Tier::Fast) == 0).await,
-        "every fast thread ends"
+        real_wait(limit, || {
+            harness.fleet.threads(Tier::Fast) == 0 && harness.fleet.threads(Tier::Slow) == 0
+        })
+        .await,
+        "every fast and slow thread ends"
     );
     assert!(real_wait(limit, || harness.task.is_finished()).await);
 }
