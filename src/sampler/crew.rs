@@ -8,7 +8,8 @@
 //!
 //! Owns: per tier, a squad: the home crew, which every tier of that kind
 //! joins, and any crew left holding a call that ran past the hand-off
-//! limit (one fast interval, at least 50 ms, for either tier); their
+//! limit (one fast interval, at least 50 ms; on the slow thread a quarter
+//! of the slow interval, at least the fast thread's); their
 //! threads; the rejoin. The one watchdog (`watchdog`) owns every deadline
 //! and decides the hand-off: a call still running at that limit is left
 //! alone on its thread, and every other member moves to a fresh home crew.
@@ -49,6 +50,14 @@ mod watchdog;
 /// user has a reason to trade one for the other.
 const HAND_OFF_FLOOR: Duration = Duration::from_millis(50);
 
+/// The slow thread hands off at this part of the slow interval (and never
+/// sooner than the fast thread). A slow read is milliseconds on a GPU, and
+/// about 45 ms a device with PCIe throughput on: a quarter of a second at
+/// the defaults leaves such a read alone, where the fast thread's 50 ms
+/// at 100 Hz would start a thread for it every second, and still delays
+/// the other devices' slow reads by a quarter of their interval at most.
+const SLOW_HAND_OFF_PARTS: u32 = 4;
+
 /// A tier in a crew. Dropping it (when the tier leaves the fleet) resolves
 /// the tier task's `ended`.
 struct Member {
@@ -80,6 +89,11 @@ struct Squad {
     /// once per tick for the whole crew: each device is still read at
     /// every phase of a periodic job).
     jitter: Duration,
+    /// How long a call may run before the crew's other members are handed
+    /// off, which is also how often the watchdog looks while the fast
+    /// thread is shared: one fast interval, at least 50 ms; for the slow
+    /// thread a quarter of the slow interval, at least the fast one's.
+    hand_off_after: Duration,
     /// Whether the watchdog looks for a hand-off between calls too. The
     /// fast crew calls almost without pause (100 Hz), so it looks every
     /// hand-off limit; the slow crew's calls are a few milliseconds a
@@ -129,17 +143,28 @@ impl Fleet {
     pub(crate) fn start(context: &Arc<Context>) -> Arc<Self> {
         let settings = &context.settings;
         let real = |interval| settings.real(interval);
+        let fast_period = real(settings.fast_interval);
         let slow_period = real(settings.slow_interval);
+        let fast_hand_off = fast_period.max(HAND_OFF_FLOOR);
         let fleet = Arc::new(Self {
             context: context.clone(),
-            fast: Squad::new(Tier::Fast, real(settings.fast_interval), Duration::ZERO, true),
-            // More than the interval counts as the interval.
-            slow: Squad::new(
-                Tier::Slow,
-                slow_period,
-                real(settings.slow_jitter).min(slow_period),
-                false,
-            ),
+            fast: Squad {
+                tier: Tier::Fast,
+                period: fast_period,
+                jitter: Duration::ZERO,
+                hand_off_after: fast_hand_off,
+                looks_between_calls: true,
+                state: Mutex::default(),
+            },
+            slow: Squad {
+                tier: Tier::Slow,
+                period: slow_period,
+                // More than the interval counts as the interval.
+                jitter: real(settings.slow_jitter).min(slow_period),
+                hand_off_after: (slow_period / SLOW_HAND_OFF_PARTS).max(fast_hand_off),
+                looks_between_calls: false,
+                state: Mutex::default(),
+            },
             nudge: Notify::new(),
             watcher: OnceLock::new(),
             stopping: AtomicBool::new(false),
@@ -200,14 +225,6 @@ impl Fleet {
     #[cfg(test)]
     pub(crate) fn threads(&self, tier: Tier) -> usize {
         self.squad(tier).state.lock().crews.len()
-    }
-
-    /// How long a call may run before the others are handed off, which is
-    /// also how often the watchdog looks while the fast thread is shared.
-    /// The fast tier's, for both: a hung device holds up the other slow
-    /// reads by at most one fast interval, never more than the slow one.
-    fn hand_off_after(&self) -> Duration {
-        self.fast.period.max(HAND_OFF_FLOOR)
     }
 
     /// Starts a home crew's thread for `members` (the caller holds the
@@ -314,12 +331,6 @@ impl Fleet {
             info!(tier = %crew.tier, moved, "a call returned; its device rejoins the shared sampler thread");
         }
         true
-    }
-}
-
-impl Squad {
-    fn new(tier: Tier, period: Duration, jitter: Duration, looks_between_calls: bool) -> Self {
-        Self { tier, period, jitter, looks_between_calls, state: Mutex::default() }
     }
 }
 

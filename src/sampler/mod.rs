@@ -40,7 +40,8 @@
 //! timeout and marks its tier stale, then counts each period it is still
 //! stuck (`still_running`); a stuck call is never started twice, and its
 //! late answer is dropped. It also owns the hand-offs: a call still
-//! running one fast interval (at least 50 ms) after it started keeps its
+//! running at its thread's limit (one fast interval, at least 50 ms; on
+//! the slow thread a quarter of the slow interval, at least that) keeps its
 //! thread alone and the other members of its crew move to a fresh home
 //! crew, so a hung driver delays the other devices by at most that long
 //! (and one look); when the call returns, its device rejoins the home crew

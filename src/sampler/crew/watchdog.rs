@@ -98,7 +98,7 @@ impl Fleet {
         now: Instant,
         in_flight: &mut Vec<Arc<Member>>,
     ) -> (Option<Instant>, bool) {
-        let limit = self.hand_off_after();
+        let limit = squad.hand_off_after;
         let mut crews = squad.state.lock();
         let mut members = false;
         for crew in &crews.crews {

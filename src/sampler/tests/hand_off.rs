@@ -110,6 +110,31 @@ async fn a_hang_ahead_of_others_on_a_shared_thread_hands_them_off_within_an_inte
 }
 
 #[tokio::test(start_paused = true)]
+async fn the_slow_thread_hands_off_at_a_quarter_of_the_slow_interval_not_at_the_fast_limit() {
+    // A slow read longer than the fast thread's limit (250 ms here) is
+    // left alone up to a quarter of the slow interval (1 s of 4 s): a read
+    // that is only slow, such as PCIe throughput's 45 ms at 100 Hz, must
+    // not start a thread every slow tick.
+    let mut source = FakeSource::new(3);
+    source.hung_index = 0;
+    source.hang.store(true, Ordering::SeqCst);
+    let mut settings = settings();
+    settings.config.slow_interval = Duration::from_secs(4);
+    let harness = start(source, settings);
+    settle().await;
+    advance(Duration::from_millis(250), 2).await;
+    assert_eq!(harness.fleet.threads(Tier::Fast), 2, "the fast thread hands off at 250 ms");
+    assert_eq!(harness.fleet.threads(Tier::Slow), 1, "the slow one waits to 1 s");
+    advance(Duration::from_millis(250), 3).await;
+    assert_eq!(harness.fleet.threads(Tier::Slow), 2, "and hands off then");
+    let devices = harness.store.devices();
+    assert!(devices[1..].iter().all(|device| device.live().slow_samples >= 1));
+
+    harness.source.hang.store(false, Ordering::SeqCst);
+    harness.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_stuck_call_is_counted_once_per_period_however_often_the_watchdog_looks() {
     // The watchdog looks every fast interval (250 ms) for the shared
     // thread; the stuck slow call (1 s period) must not be counted at each.

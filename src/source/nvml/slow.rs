@@ -17,7 +17,7 @@ use super::identities::Identities;
 use crate::clock::ScaledClock;
 use crate::model::{
     Bar1Memory, ComputeMode, EccCounters, ProcessDetails, ProcessInfo, ProcessKind, ProcessRole,
-    RemappedRows, RetiredPages, SlowDetails, SlowReading, keep_by_cap_order,
+    RemappedRows, RetiredPages, SlowDetails, SlowReading,
 };
 use crate::source::cuda::role as probe_role;
 use crate::source::procfs::ProcessIdentity;
@@ -58,28 +58,47 @@ pub(super) fn processes(
     }
     let listed = lists.into_iter().flat_map(|(kind, list)| {
         list.into_iter().flatten().map(move |process| {
-            let used = match process.used_gpu_memory {
+            let used_bytes = match process.used_gpu_memory {
                 UsedGpuMemory::Used(bytes) => Some(bytes),
                 UsedGpuMemory::Unavailable => None,
             };
-            (process.pid, kind, used)
+            Listed { pid: process.pid, kind, used_bytes }
         })
     });
     Ok(Some(keep_and_identify(index, merge(listed), identities, max)))
 }
 
-/// One entry per PID: the largest usage any list gave it, and the kinds of
-/// work it was listed for.
-fn merge(listed: impl Iterator<Item = (u32, ProcessKind, Option<u64>)>) -> Vec<ProcessInfo> {
-    let mut processes: Vec<ProcessInfo> = listed
-        .map(|(pid, kind, used_bytes)| ProcessInfo {
-            pid,
+/// One process as the driver's lists give it: what merging and the cap
+/// look at, 24 bytes, so that a device listing hundreds of processes is
+/// sorted and cut before any `ProcessInfo` (hundreds of bytes) is built.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Listed {
+    pid: u32,
+    kind: ProcessKind,
+    used_bytes: Option<u64>,
+}
+
+impl Listed {
+    /// [`ProcessInfo::cap_order`] on the listing alone.
+    fn cap_order(a: &Listed, b: &Listed) -> std::cmp::Ordering {
+        b.used_bytes.cmp(&a.used_bytes).then(a.pid.cmp(&b.pid))
+    }
+
+    fn process(self) -> ProcessInfo {
+        ProcessInfo {
+            pid: self.pid,
             name: None,
-            used_bytes,
+            used_bytes: self.used_bytes,
             allocator: None,
-            details: ProcessDetails { kind: Some(kind), ..ProcessDetails::default() },
-        })
-        .collect();
+            details: ProcessDetails { kind: Some(self.kind), ..ProcessDetails::default() },
+        }
+    }
+}
+
+/// One entry per PID, in PID order: the largest usage any list gave it,
+/// and the kinds of work it was listed for.
+fn merge(listed: impl Iterator<Item = Listed>) -> Vec<Listed> {
+    let mut processes: Vec<Listed> = listed.collect();
     // Stable: a PID's entries keep the lists' order (compute first), which
     // `merge_kind` reads.
     processes.sort_by_key(|process| process.pid);
@@ -88,20 +107,20 @@ fn merge(listed: impl Iterator<Item = (u32, ProcessKind, Option<u64>)>) -> Vec<P
             return false;
         }
         kept.used_bytes = kept.used_bytes.max(later.used_bytes);
-        if let Some(seen) = later.details.kind {
-            kept.details.kind = Some(merge_kind(kept.details.kind, seen));
-        }
+        kept.kind = merge_kind(Some(kept.kind), later.kind);
         true
     });
     processes
 }
 
-/// Keeps the `max` first processes in the cap's order and reads /proc for
-/// those alone: a process the cap leaves out costs its listing, nothing
-/// more. Returns the kept processes and how many were left out.
+/// Keeps the `max` first processes in the cap's order (as
+/// [`crate::model::keep_by_cap_order`] does: a list within the cap keeps
+/// its PID order) and reads /proc for those alone: a process the cap
+/// leaves out costs its listing, nothing more. Returns the kept processes
+/// and how many were left out.
 fn keep_and_identify(
     index: u32,
-    mut processes: Vec<ProcessInfo>,
+    mut processes: Vec<Listed>,
     identities: &Identities,
     max: usize,
 ) -> (Vec<ProcessInfo>, usize) {
@@ -109,10 +128,18 @@ fn keep_and_identify(
         true => processes.iter().map(|process| process.pid).collect(),
         false => Vec::new(),
     };
-    let left_out = keep_by_cap_order(&mut processes, max);
+    let left_out = processes.len().saturating_sub(max);
+    if left_out > 0 {
+        if max > 0 {
+            processes.select_nth_unstable_by(max - 1, Listed::cap_order);
+        }
+        processes.truncate(max);
+        processes.sort_unstable_by(Listed::cap_order);
+    }
     let kept: Vec<u32> = processes.iter().map(|process| process.pid).collect();
     // Every listed PID as a left-out one: the kept ones are taken first.
     let identities = identities.of_capped(index, &kept, &listed);
+    let mut processes: Vec<ProcessInfo> = processes.into_iter().map(Listed::process).collect();
     identify(&mut processes, &identities, std::process::id());
     (processes, left_out)
 }
@@ -297,19 +324,13 @@ mod tests {
     use crate::model::SharedStr;
     use crate::source::procfs::ProcReader;
 
-    fn listed(pid: u32, used_bytes: u64) -> ProcessInfo {
-        ProcessInfo {
-            pid,
-            name: None,
-            used_bytes: Some(used_bytes),
-            allocator: None,
-            details: ProcessDetails { kind: Some(ProcessKind::Compute), ..Default::default() },
-        }
+    fn listed(pid: u32, used_bytes: u64) -> Listed {
+        Listed { pid, kind: ProcessKind::Compute, used_bytes: Some(used_bytes) }
     }
 
     /// One slow sample's process list, identified as `processes` does.
     fn sample(identities: &Identities, used_bytes: u64) -> Vec<ProcessInfo> {
-        let mut processes = vec![listed(10, used_bytes)];
+        let mut processes = vec![listed(10, used_bytes).process()];
         identify(&mut processes, &identities.of(0, &[10]), 1);
         processes
     }
@@ -333,20 +354,28 @@ mod tests {
         processes.iter().map(|process| process.pid).collect()
     }
 
+    fn listed_pids(processes: &[Listed]) -> Vec<u32> {
+        processes.iter().map(|process| process.pid).collect()
+    }
+
     #[test]
     fn under_the_cap_only_the_kept_processes_are_read_from_proc() {
         let root = proc_root(1000..1256);
         let identities = Identities::new(ProcReader::new(root.path(), 64));
         // Sizes in no order, so the kept ones are not simply the first listed.
         let size = |pid: u32| u64::from(pid.wrapping_mul(2_654_435_761) % 4096) << 20;
-        let listed: Vec<ProcessInfo> = (1000..1256).map(|pid| listed(pid, size(pid))).collect();
+        let listed: Vec<Listed> = (1000..1256).map(|pid| listed(pid, size(pid))).collect();
         let mut expected = listed.clone();
-        expected.sort_by(ProcessInfo::cap_order);
+        expected.sort_by(Listed::cap_order);
         expected.truncate(64);
 
         let (kept, left_out) = keep_and_identify(0, listed, &identities, 64);
         assert_eq!(left_out, 192);
-        assert_eq!(pids(&kept), pids(&expected), "the 64 first in the cap's order, in that order");
+        assert_eq!(
+            pids(&kept),
+            listed_pids(&expected),
+            "the 64 first in the cap's order, in that order"
+        );
         assert!(kept.iter().all(|process| process.name.as_deref() == Some("worker")));
         let read: Vec<u32> =
             (1000..1256).filter(|&pid| identities.start_time_of(0, pid).is_some()).collect();
@@ -381,12 +410,43 @@ mod tests {
                 (7, ProcessKind::Graphics, Some(30)),
                 (7, ProcessKind::Mps, None),
             ]
-            .into_iter(),
+            .into_iter()
+            .map(|(pid, kind, used_bytes)| Listed { pid, kind, used_bytes }),
         );
-        assert_eq!(pids(&merged), [3, 7]);
+        assert_eq!(listed_pids(&merged), [3, 7]);
         assert_eq!(merged[1].used_bytes, Some(30));
-        assert_eq!(merged[1].details.kind, Some(ProcessKind::ComputeAndGraphics));
+        assert_eq!(merged[1].kind, ProcessKind::ComputeAndGraphics);
         assert_eq!(merged[0].used_bytes, None, "unknown usage stays unknown");
+    }
+
+    #[test]
+    fn the_listing_is_cut_as_the_model_cuts_a_process_list() {
+        // Ties in size, unknown sizes and lists within and over the cap:
+        // the cut on 24-byte listings keeps what `keep_by_cap_order` keeps
+        // from whole processes, in the same order.
+        let root = proc_root([]);
+        let identities = Identities::new(ProcReader::new(root.path(), 64));
+        let mut rng = fastrand::Rng::with_seed(37);
+        for round in 0..200 {
+            let count = rng.usize(0..40);
+            let listing: Vec<Listed> = (0..count)
+                .map(|_| Listed {
+                    pid: rng.u32(1..60),
+                    kind: ProcessKind::Compute,
+                    used_bytes: rng.bool().then(|| rng.u64(0..4) << 20),
+                })
+                .collect();
+            let merged = merge(listing.into_iter());
+            let max = rng.usize(0..30);
+            let mut expected: Vec<ProcessInfo> = merged.iter().map(|l| l.process()).collect();
+            let expected_left_out = crate::model::keep_by_cap_order(&mut expected, max);
+            let (kept, left_out) = keep_and_identify(0, merged, &identities, max);
+            assert_eq!(left_out, expected_left_out, "round {round}");
+            assert_eq!(pids(&kept), pids(&expected), "round {round}, cap {max}");
+            let sizes =
+                |list: &[ProcessInfo]| list.iter().map(|p| p.used_bytes).collect::<Vec<_>>();
+            assert_eq!(sizes(&kept), sizes(&expected), "round {round}");
+        }
     }
 
     #[test]
