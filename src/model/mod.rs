@@ -36,7 +36,7 @@ pub use process::{
 pub use readings::{
     Bar1Memory, ComputeMode, DeviceInfo, EccCounters, FastReading, MemoryInfo, MigInfo,
     PodAllocation, RemappedRows, RetiredPages, SlowDetails, SlowReading, THROTTLE_REASONS,
-    keep_by_cap_order,
+    keep_by_cap_order, keep_first_by,
 };
 pub use rules::{Direction, RuleId, RuleSettings, RuleSpec, RuleUnit, Severity};
 pub use scenario::{ScenarioKind, UnknownScenario};

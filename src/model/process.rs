@@ -38,7 +38,13 @@ impl ProcessInfo {
     /// first, unknown usage last, then by PID. The NVML source reads /proc
     /// only for the processes this order keeps.
     pub fn cap_order(a: &ProcessInfo, b: &ProcessInfo) -> std::cmp::Ordering {
-        b.used_bytes.cmp(&a.used_bytes).then(a.pid.cmp(&b.pid))
+        Self::cap_order_of((a.used_bytes, a.pid), (b.used_bytes, b.pid))
+    }
+
+    /// [`ProcessInfo::cap_order`] on (usage, PID) pairs: for a source that
+    /// cuts its listing before it builds any `ProcessInfo`.
+    pub fn cap_order_of(a: (Option<u64>, u32), b: (Option<u64>, u32)) -> std::cmp::Ordering {
+        b.0.cmp(&a.0).then(a.1.cmp(&b.1))
     }
 }
 

@@ -255,15 +255,26 @@ impl SlowReading {
 /// order) and returns how many it left out. Selects before it sorts, so a
 /// long list is not sorted whole to keep a few.
 pub fn keep_by_cap_order(processes: &mut Vec<ProcessInfo>, max: usize) -> usize {
-    if processes.len() <= max {
+    keep_first_by(processes, max, ProcessInfo::cap_order)
+}
+
+/// Keeps the `max` first of `items` in `order` (in that order) and returns
+/// how many it left out; a list within `max` keeps its own order. Selects
+/// before it sorts, so a long list is not sorted whole to keep a few.
+pub fn keep_first_by<T>(
+    items: &mut Vec<T>,
+    max: usize,
+    mut order: impl FnMut(&T, &T) -> std::cmp::Ordering,
+) -> usize {
+    if items.len() <= max {
         return 0;
     }
     if max > 0 {
-        processes.select_nth_unstable_by(max - 1, ProcessInfo::cap_order);
+        items.select_nth_unstable_by(max - 1, &mut order);
     }
-    let dropped = processes.len() - max;
-    processes.truncate(max);
-    processes.sort_unstable_by(ProcessInfo::cap_order);
+    let dropped = items.len() - max;
+    items.truncate(max);
+    items.sort_unstable_by(order);
     dropped
 }
 

@@ -35,9 +35,10 @@ use tokio::sync::{Notify, oneshot};
 use tokio::time::Instant;
 use tracing::{info, warn};
 
-use super::Context;
+use super::lane::{Fast, Lane, Slow};
 use super::tier::TierShared;
 use super::worker::{Ticker, sample_at};
+use super::{Context, SamplerSettings};
 use crate::model::Tier;
 
 mod watchdog;
@@ -142,29 +143,12 @@ impl Fleet {
     /// A fleet with no crew yet, and its watchdog.
     pub(crate) fn start(context: &Arc<Context>) -> Arc<Self> {
         let settings = &context.settings;
-        let real = |interval| settings.real(interval);
-        let fast_period = real(settings.fast_interval);
-        let slow_period = real(settings.slow_interval);
-        let fast_hand_off = fast_period.max(HAND_OFF_FLOOR);
+        let fast_hand_off = Fast.period(settings).max(HAND_OFF_FLOOR);
+        let slow_hand_off = (Slow.period(settings) / SLOW_HAND_OFF_PARTS).max(fast_hand_off);
         let fleet = Arc::new(Self {
             context: context.clone(),
-            fast: Squad {
-                tier: Tier::Fast,
-                period: fast_period,
-                jitter: Duration::ZERO,
-                hand_off_after: fast_hand_off,
-                looks_between_calls: true,
-                state: Mutex::default(),
-            },
-            slow: Squad {
-                tier: Tier::Slow,
-                period: slow_period,
-                // More than the interval counts as the interval.
-                jitter: real(settings.slow_jitter).min(slow_period),
-                hand_off_after: (slow_period / SLOW_HAND_OFF_PARTS).max(fast_hand_off),
-                looks_between_calls: false,
-                state: Mutex::default(),
-            },
+            fast: Squad::of(&Fast, settings, fast_hand_off, true),
+            slow: Squad::of(&Slow, settings, slow_hand_off, false),
             nudge: Notify::new(),
             watcher: OnceLock::new(),
             stopping: AtomicBool::new(false),
@@ -331,6 +315,25 @@ impl Fleet {
             info!(tier = %crew.tier, moved, "a call returned; its device rejoins the shared sampler thread");
         }
         true
+    }
+}
+
+impl Squad {
+    /// The squad of `lane`'s tier: its period and jitter are the lane's.
+    fn of(
+        lane: &dyn Lane,
+        settings: &SamplerSettings,
+        hand_off_after: Duration,
+        looks_between_calls: bool,
+    ) -> Self {
+        Self {
+            tier: lane.tier(),
+            period: lane.period(settings),
+            jitter: lane.jitter(settings),
+            hand_off_after,
+            looks_between_calls,
+            state: Mutex::default(),
+        }
     }
 }
 

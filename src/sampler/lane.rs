@@ -3,7 +3,8 @@
 //! so the rest of sampling (`tier`, `worker`, `crew`) is one code path for
 //! both.
 //!
-//! Owns: each tier's interval and jitter, which source call it makes, and
+//! Owns: each tier's interval and jitter (in real time too), which source
+//! call it makes, and
 //! how a reading or a failure of it goes into history (the slow tier
 //! applies the process cap). Both run on their squad's shared thread
 //! (`crew`).
@@ -28,6 +29,26 @@ pub(crate) trait Lane: Sync {
 
     /// Source time between the tier's ticks.
     fn interval(&self, settings: &SamplerSettings) -> Duration;
+
+    /// Real time between the tier's ticks.
+    fn period(&self, settings: &SamplerSettings) -> Duration {
+        settings.real(self.interval(settings))
+    }
+
+    /// Real time a tick may start after its grid point, at random: none
+    /// unless the tier asks for it, and never more than one period.
+    fn jitter(&self, settings: &SamplerSettings) -> Duration {
+        match self.jitter_interval(settings) {
+            // Not `real`'s floor: `0s` reads on the tick.
+            jitter if jitter.is_zero() => Duration::ZERO,
+            jitter => settings.real(jitter).min(self.period(settings)),
+        }
+    }
+
+    /// Source time the tier's ticks are jittered by.
+    fn jitter_interval(&self, _settings: &SamplerSettings) -> Duration {
+        Duration::ZERO
+    }
 
     /// One call, announced by `TierShared::call_started` at `started`:
     /// reads this tier from the source and hands the answer to the tier to
@@ -79,6 +100,10 @@ impl Lane for Slow {
         settings.slow_interval
     }
 
+    fn jitter_interval(&self, settings: &SamplerSettings) -> Duration {
+        settings.slow_jitter
+    }
+
     fn sample(&self, shared: &TierShared, started: Instant) -> bool {
         let cap = shared.context.settings.max_processes_per_device.get();
         shared.read_and_store(
@@ -96,5 +121,32 @@ impl Lane for Slow {
 
     fn record_failure(&self, device: &DeviceHistory, kind: ErrorKind, message: String) {
         device.record_slow_failure(kind, message);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settings(slow_jitter: Duration) -> SamplerSettings {
+        SamplerSettings {
+            config: crate::sampler::SamplerConfig {
+                slow_interval: Duration::from_secs(1),
+                slow_jitter,
+                ..Default::default()
+            },
+            discovery_timeout: Duration::from_millis(100),
+            speed: 1.0,
+            runtime_ticks: false,
+        }
+    }
+
+    #[test]
+    fn slow_ticks_are_jittered_up_to_one_period_and_not_at_all_at_zero() {
+        assert_eq!(Slow.jitter(&settings(Duration::ZERO)), Duration::ZERO, "0s reads on the tick");
+        let half = Duration::from_millis(500);
+        assert_eq!(Slow.jitter(&settings(half)), half);
+        assert_eq!(Slow.jitter(&settings(Duration::from_secs(5))), Duration::from_secs(1));
+        assert_eq!(Fast.jitter(&settings(half)), Duration::ZERO, "the fast tier keeps its grid");
     }
 }

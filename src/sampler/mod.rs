@@ -30,9 +30,10 @@
 //! from the sampler's start (`worker::Grid`; a missed tick is skipped, not
 //! caught up on) and parks between ticks, so a sample wakes only the
 //! thread that takes it; read back to back, the slow reads find their
-//! caches warm, which a thread per device woken once a second did not. A tick is: `call_started` (no call while
-//! backing off from a lost device), the source call (a panic in it caught),
-//! `call_answered` (stored, or counted and logged as a failure).
+//! caches warm, which a thread per device woken once a second did not. A
+//! tick is: `call_started` (no call while backing off from a lost
+//! device), the source call (a panic in it caught), `call_answered`
+//! (stored, or counted and logged as a failure).
 //!
 //! **The watchdog.** One watchdog per sampler (`crew::watchdog`), on a
 //! thread of its own, owns every call's deadline: it looks at each call in

@@ -1,7 +1,7 @@
 //! One device's sampling: a fast and a slow tier side by side, each on its
 //! squad's shared thread (`crew`), which paces them, calls the source and
-//! stores what it read. What differs between the two is their lane's (`lane`), chosen once
-//! when the tier starts; this is the code both share. Every call's deadline
+//! stores what it read. What differs between the two is their lane's
+//! (`lane`), chosen once when the tier starts; this is the code both share. Every call's deadline
 //! is owned by the fleet's one watchdog (`crew`), which calls
 //! `check_deadline` for each call in flight; a task per tier only waits for
 //! the tier to end.
@@ -115,7 +115,7 @@ async fn run_tier(
     lane: &'static dyn Lane,
     fleet: Arc<Fleet>,
 ) {
-    let period = context.settings.real(lane.interval(&context.settings));
+    let period = lane.period(&context.settings);
     let patience = period
         .saturating_add(context.settings.call_timeout)
         .saturating_add(period.max(Duration::from_secs(1)));
@@ -328,9 +328,10 @@ impl TierShared {
     }
 }
 
-/// Waits until the sampler is cancelled (then tells the tier's crew to
-/// drop it, which the fleet's watchdog wakes for the cancel) or the tier
-/// leaves its crew.
+/// Waits until the tier's context is cancelled or the tier leaves its
+/// crew. At a cancel it marks the tier stopped: its crew's thread calls it
+/// no more and drops it at its next tick (at once when the whole sampler
+/// is cancelled, whose watchdog wakes every crew).
 async fn watch(shared: &TierShared, ended: oneshot::Receiver<()>) {
     tokio::select! {
         () = shared.context.cancel.cancelled() => shared.stopped.store(true, Ordering::Release),

@@ -17,7 +17,7 @@ use super::identities::Identities;
 use crate::clock::ScaledClock;
 use crate::model::{
     Bar1Memory, ComputeMode, EccCounters, ProcessDetails, ProcessInfo, ProcessKind, ProcessRole,
-    RemappedRows, RetiredPages, SlowDetails, SlowReading,
+    RemappedRows, RetiredPages, SlowDetails, SlowReading, keep_first_by,
 };
 use crate::source::cuda::role as probe_role;
 use crate::source::procfs::ProcessIdentity;
@@ -81,7 +81,7 @@ struct Listed {
 impl Listed {
     /// [`ProcessInfo::cap_order`] on the listing alone.
     fn cap_order(a: &Listed, b: &Listed) -> std::cmp::Ordering {
-        b.used_bytes.cmp(&a.used_bytes).then(a.pid.cmp(&b.pid))
+        ProcessInfo::cap_order_of((a.used_bytes, a.pid), (b.used_bytes, b.pid))
     }
 
     fn process(self) -> ProcessInfo {
@@ -107,14 +107,14 @@ fn merge(listed: impl Iterator<Item = Listed>) -> Vec<Listed> {
             return false;
         }
         kept.used_bytes = kept.used_bytes.max(later.used_bytes);
-        kept.kind = merge_kind(Some(kept.kind), later.kind);
+        kept.kind = merge_kind(kept.kind, later.kind);
         true
     });
     processes
 }
 
-/// Keeps the `max` first processes in the cap's order (as
-/// [`crate::model::keep_by_cap_order`] does: a list within the cap keeps
+/// Keeps the `max` first processes in the cap's order (`keep_first_by`, as
+/// `keep_by_cap_order` keeps whole processes: a list within the cap keeps
 /// its PID order) and reads /proc for those alone: a process the cap
 /// leaves out costs its listing, nothing more. Returns the kept processes
 /// and how many were left out.
@@ -128,14 +128,7 @@ fn keep_and_identify(
         true => processes.iter().map(|process| process.pid).collect(),
         false => Vec::new(),
     };
-    let left_out = processes.len().saturating_sub(max);
-    if left_out > 0 {
-        if max > 0 {
-            processes.select_nth_unstable_by(max - 1, Listed::cap_order);
-        }
-        processes.truncate(max);
-        processes.sort_unstable_by(Listed::cap_order);
-    }
+    let left_out = keep_first_by(&mut processes, max, Listed::cap_order);
     let kept: Vec<u32> = processes.iter().map(|process| process.pid).collect();
     // Every listed PID as a left-out one: the kept ones are taken first.
     let identities = identities.of_capped(index, &kept, &listed);
@@ -163,12 +156,12 @@ fn identify(processes: &mut [ProcessInfo], identities: &[Arc<ProcessIdentity>], 
     }
 }
 
-fn merge_kind(known: Option<ProcessKind>, seen: ProcessKind) -> ProcessKind {
+/// The kind of a PID listed as `known` and again as `seen`.
+fn merge_kind(known: ProcessKind, seen: ProcessKind) -> ProcessKind {
     match (known, seen) {
-        (Some(ProcessKind::Compute), ProcessKind::Graphics)
-        | (Some(ProcessKind::Graphics), ProcessKind::Compute) => ProcessKind::ComputeAndGraphics,
-        (Some(known), _) => known,
-        (None, seen) => seen,
+        (ProcessKind::Compute, ProcessKind::Graphics)
+        | (ProcessKind::Graphics, ProcessKind::Compute) => ProcessKind::ComputeAndGraphics,
+        (known, _) => known,
     }
 }
 
