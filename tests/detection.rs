@@ -159,6 +159,34 @@ fn leaks_that_flapped_through_evaluation_dips_are_one_alert() {
 }
 
 #[test]
+fn young_leaks_called_just_before_an_evaluation_dip_fire_without_a_second_call() {
+    // Each was called once, let go at the next check (every window broken
+    // by an evaluation dip that followed the onset) and called again
+    // minutes later: 1 MiB/s corpus runs 7:164 (9.8 min after the onset)
+    // and 10:164 (13.3), dipping runs 4:7 (11.2) and 10:3 (10.4), and the
+    // 16 MiB/s stepped run 126:23 (5.6; its bridge lost the floor before
+    // the onset as a dip the window opened in).
+    let corpus_runs = [(7, 164), (10, 164)]
+        .map(|(seed, index)| (seed, index, corpus::corpus(seed, index + 1).swap_remove(index)));
+    let dipping_runs = [(4, 7), (10, 3)].map(|(seed, index)| {
+        (seed, index, corpus::dipping_runs(seed, index + 1).swap_remove(index))
+    });
+    let stepped = (126, 23, corpus::stepped_runs(126, 24).swap_remove(23));
+    let config = Config::default();
+    for (seed, index, run) in corpus_runs.into_iter().chain(dipping_runs).chain([stepped]) {
+        let Label::Leak { onset, bytes_per_second, .. } = run.label else {
+            panic!("{seed}:{index} {:?}", run.label)
+        };
+        let outcome = play::play(&run, &config);
+        let fired = outcome.leak_fired_s.unwrap_or_else(|| panic!("{seed}:{index} missed"));
+        let latency = fired - onset.as_secs_f64();
+        let within = if bytes_per_second >= 16.0 * 1_048_576.0 { 5.0 } else { 6.0 } * 60.0;
+        assert!(latency <= within, "{seed}:{index} fired {latency} s after its onset");
+        assert_eq!(outcome.leak_resolves, 0, "{seed}:{index} let go while leaking");
+    }
+}
+
+#[test]
 fn a_leak_whose_evidence_lapses_at_an_evaluation_dip_stays_one_firing_alert() {
     // Each of these resolved once while still leaking, and paged again
     // minutes later, when a firing leak alert resolved at the first

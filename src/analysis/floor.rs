@@ -51,6 +51,8 @@ pub struct FloorScratch {
     prior: Vec<(i64, f64)>,
     /// A copy of `points` to try leaving dips out of.
     trial: Vec<(f64, f64)>,
+    /// Whether the last line left a dip's points out.
+    dips_left_out: bool,
 }
 
 /// Dips to leave out of a floor (`FloorScratch::line_without_dips`): the
@@ -115,9 +117,7 @@ impl FloorScratch {
         self.origin_ms = origin;
         let span_ms = last.unix_millis().checked_sub(origin).filter(|&span| span > 0)?;
         self.reduce(window, origin, span_ms, buckets.max(MIN_POINTS));
-        if let Some(dips) = dips {
-            let _ = mask_dips(&mut self.points, dips);
-        }
+        self.dips_left_out = dips.is_some_and(|dips| mask_dips(&mut self.points, dips));
         if self.points.len() < MIN_POINTS {
             return None;
         }
@@ -189,6 +189,12 @@ impl FloorScratch {
         self.trial.clear();
         self.trial.extend_from_slice(&self.points);
         mask_dips(&mut self.trial, dips)
+    }
+
+    /// Whether the last [`FloorScratch::line_without_dips`] left any
+    /// point out as a dip's.
+    pub fn left_out_dips(&self) -> bool {
+        self.dips_left_out
     }
 
     /// The floor points of the last [`FloorScratch::line`]: (seconds since
@@ -393,7 +399,12 @@ fn mask_dips(points: &mut Vec<(f64, f64)>, dips: Dips) -> bool {
             back += 1;
         }
         let stepped = level(points, back).is_some_and(|level| level >= start + dips.depth);
-        if stepped && points[back].0 - points[0].0 <= dips.longest_seconds {
+        // At most half the window: a floor that stood low for most of it
+        // and then rose is a rise, not the tail of a dip before it (a leak
+        // rising on a window no longer than `longest_seconds`).
+        let span = points.last().map_or(0.0, |&(end, _)| end - points[0].0);
+        let tail = points.get(back).map_or(f64::INFINITY, |&(at, _)| at - points[0].0);
+        if stepped && tail <= dips.longest_seconds.min(span / 2.0) {
             for point in &mut points[..back] {
                 point.1 = f64::NAN;
             }

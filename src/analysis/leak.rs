@@ -76,7 +76,8 @@
 //! `window`) fails, it is judged once more on its floor with dips left out (`floor::Dips`: the floor
 //! falling by `dip_depth_bytes` within a bucket or two and stepping back,
 //! after at least two buckets and within `dip_longest`, to where it stood
-//! before or above; also a window that opens inside such a dip). An
+//! before or above; also a window that opens inside such a dip, for at
+//! most half of it). An
 //! evaluation phase frees a training step's buffers and takes them back:
 //! its low is no return (rule 4) and its steps are no levelling off (rule
 //! 3), while the floor between dips is what a leak raises. Memory freed for
@@ -97,7 +98,8 @@
 //! once the leak stops (the slope falls away) or memory returns to its
 //! baseline, without flapping in between.
 //!
-//! Where every window fails a leak held at two checks or more, it is held
+//! Where every window fails a held leak (shown at two checks or more, or
+//! at its call only where the floor since holds a dip), it is held
 //! on what those checks carried (`leak::hold`, [`Hold`]): within
 //! `dip_longest` of the last check whose windows showed it, while its
 //! floor with dips left out still rises at the hold slope and stands
@@ -295,7 +297,9 @@ fn assess_carried(
     let Some(&hold) = held.filter(|_| bridgeable && was_held) else {
         return Err(reason);
     };
-    let (line, span, holds) = hold::bridge(scratch, series, &hold, params).ok_or(reason)?;
+    let covered = windows::covered(series, start, params).unwrap_or_default();
+    let (line, span, holds) =
+        hold::bridge(scratch, series, &hold, covered, params).ok_or(reason)?;
     trace.window(scratch, &line, span, params, |record| {
         record.dips_left_out = true;
         record.carried = true;

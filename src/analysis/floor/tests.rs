@@ -135,3 +135,30 @@ fn one_high_bucket_is_no_level_the_floor_held() {
     );
     assert_eq!(scratch.prior_high(at(0), Highest::Level), None);
 }
+
+/// [`HALF_GIB_DIPS`] with a fall still open at the window's end left out,
+/// as holding a leak reads its floor.
+const HOLDING_DIPS: Dips = Dips { open_at_end: true, ..HALF_GIB_DIPS };
+
+#[test]
+fn a_window_that_opens_inside_a_dip_begins_where_the_dip_ends() {
+    // Two buckets 1 GiB low, then the floor training stands at.
+    let mut points =
+        points_mib(&[9_000.0, 9_010.0, 10_000.0, 10_010.0, 10_005.0, 10_020.0, 10_015.0, 10_030.0]);
+    assert!(mask_dips(&mut points, HOLDING_DIPS));
+    assert_eq!(points.first().map(|&(x, _)| x), Some(120.0));
+}
+
+#[test]
+fn a_floor_that_rises_late_in_its_window_is_no_dip_the_window_opened_in() {
+    // Flat for six of eight minutes, then a leak climbing 600 MiB a
+    // minute: the flat floor is where the leak began, not the tail of a
+    // dip before the window (a fast leak's bridge once lost its baseline
+    // so, at seed 126, stepped run 23). Every point stays.
+    let mut points = points_mib(&[
+        10_000.0, 10_010.0, 10_005.0, 10_000.0, 10_008.0, 10_002.0, 10_600.0, 11_200.0, 11_800.0,
+    ]);
+    let before = points.clone();
+    assert!(!mask_dips(&mut points, HOLDING_DIPS));
+    assert_eq!(points, before);
+}

@@ -2,6 +2,7 @@
 //! analyzer does every `leak_check_interval`, is held through the
 //! evaluation dips that break its floor for a minute or two.
 
+use super::hold::bridge;
 use super::tests::{GIB, MIB, at, sawtooth};
 use super::*;
 
@@ -162,4 +163,59 @@ fn memory_back_at_its_baseline_lets_a_carried_hold_go() {
     let at_minute = |minute: usize| verdicts[(minute * 60 - 600) / 30];
     assert!(at_minute(29), "never called: {verdicts:?}");
     assert!(!at_minute(40), "held 10 minutes after memory came back: {verdicts:?}");
+}
+
+/// A process that covers the full window (there long before it).
+const LONG_LIFE: Duration = Duration::from_secs(30 * 60);
+
+/// The hold a check at `called` seconds carried from a leak's call on
+/// the 2-minute window: a call alone (`confirmed` equal) or one a later
+/// check confirmed.
+fn hold_of(values: &[(Timestamp, u64)], called: usize, confirmed: usize) -> Hold {
+    let level = |t: usize| values[t - 60..=t].iter().map(|&(_, bytes)| bytes).min().unwrap_or(0);
+    Hold {
+        called_at: at(called),
+        confirmed_at: at(confirmed),
+        window: Duration::from_secs(120),
+        baseline_bytes: level(called - 100),
+        confirmed_bytes: level(confirmed),
+    }
+}
+
+#[test]
+fn a_leak_called_once_is_carried_across_a_dip_and_only_across_one() {
+    // Flat for 20 minutes under a 2 GiB sawtooth, then 4 MiB/s; an
+    // evaluation 45 s after the onset frees 1.5 GiB for 95 s. The call
+    // came 3.5 minutes after the onset; at the next check every window
+    // fails (the short ones climb out of the dip, the long ones read it
+    // as a return), and the call alone is carried across the dip.
+    let onset = 1_200.0;
+    let leak = |t: f64| 20.0 * GIB + 4.0 * MIB * (t - onset).max(0.0);
+    let dipping = sawtooth(1_500, 2.0 * GIB, |t| {
+        let evaluating = (onset + 45.0..onset + 140.0).contains(&t);
+        leak(t) - if evaluating { 1.5 * GIB } else { 0.0 }
+    });
+    let (called, now) = (1_410, 1_440);
+    let params = LeakParams::default();
+    let mut scratch = FloorScratch::default();
+    let series = &dipping[..=now];
+    let bridged =
+        bridge(&mut scratch, series, &hold_of(series, called, called), LONG_LIFE, &params);
+    assert!(bridged.is_some_and(|(_, _, holds)| holds), "not carried across the dip");
+    // Nor on a span the process does not cover yet (four minutes past its
+    // start and warm-up grace): its load would read as growth.
+    let young = Duration::from_secs(240);
+    let bridged = bridge(&mut scratch, series, &hold_of(series, called, called), young, &params);
+    assert!(bridged.is_some_and(|(_, _, holds)| !holds), "carried on a span not covered");
+    // The same floor without a dip: a call whose next check fails for
+    // another reason is no evidence yet (a benign floor's chance call).
+    let plain = sawtooth(1_500, 2.0 * GIB, leak);
+    let series = &plain[..=now];
+    let bridged =
+        bridge(&mut scratch, series, &hold_of(series, called, called), LONG_LIFE, &params);
+    assert!(bridged.is_some_and(|(_, _, holds)| !holds), "one call carried without a dip");
+    // Confirmed by a second check, it is carried as before.
+    let bridged =
+        bridge(&mut scratch, series, &hold_of(series, called - 30, called), LONG_LIFE, &params);
+    assert!(bridged.is_some_and(|(_, _, holds)| holds), "two calls not carried");
 }

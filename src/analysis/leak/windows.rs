@@ -48,31 +48,8 @@ fn assess_once(
     let (Some(&(first, _)), Some(&(now, _))) = (series.first(), series.last()) else {
         return Err(NotALeak::NoTrend);
     };
-    // The first point of a process there all along lies within one
-    // observation interval of the window's start: with process lists or
-    // allocator reports every 12 s it may be 12 s in. The interval is the
-    // window's mean spacing (a gap in a trace barely moves it); at one
-    // observation a second the fixed tolerance stands.
-    let span = now.duration_since(first).unwrap_or_default();
-    let spacing = span.as_secs_f64() / series.len().saturating_sub(1).max(1) as f64;
-    let tolerance = PREDATES_TOLERANCE.max(Duration::from_secs_f64(1.5 * spacing));
-    // A process there when the window began covers every window, whatever
-    // the slow tier's cadence puts its first and newest samples a few
-    // seconds inside the window (at a 10 s slow tier, counting from those
-    // left the longest window uncovered for ever). Where its first listing
-    // is known it counts from there: one started just before the window
-    // has its load and warm-up inside it (a benign alarm at seed 38, the
-    // cache's warm-up and a checkpoint's kept buffers read as a climb the
-    // check the 30-minute window was first judged).
-    let started = match start {
-        Start::Listed(listed) => Some(listed.min(first)),
-        Start::Window(window_start) => {
-            (first > window_start.saturating_add(tolerance)).then_some(first)
-        }
-    };
-    let covered = started.map_or(params.window, |started| {
-        now.duration_since(started.saturating_add(params.warmup)).unwrap_or_default()
-    });
+    let (started, tolerance) = started(series, start);
+    let covered = covered_since(started, now, params);
     let mut windows = Vec::with_capacity(8);
     let mut window = params.shortest_window.min(params.window);
     while !window.is_zero() && window <= covered && windows.len() < 8 {
@@ -405,5 +382,58 @@ fn new_ground(
         let slack = params.return_share * line.growth().max(0.0);
         let margin = (params.new_ground_spreads * line.spread).max(params.noise_floor_bytes);
         end > high + margin && line.baseline >= high - slack
+    })
+}
+
+/// How much of the window ending at `series`' newest sample the process
+/// covers ([`covered_since`] its start). `None` for an empty series.
+pub(super) fn covered(
+    series: &[(Timestamp, u64)],
+    start: Start,
+    params: &LeakParams,
+) -> Option<Duration> {
+    let &(now, _) = series.last()?;
+    Some(covered_since(started(series, start).0, now, params))
+}
+
+/// Where the process of `series` started, where that lies inside it: its
+/// first listing, or its first sample where that lies past the window's
+/// start by more than the returned tolerance. `None` for a process there
+/// when the window began.
+fn started(series: &[(Timestamp, u64)], start: Start) -> (Option<Timestamp>, Duration) {
+    let (Some(&(first, _)), Some(&(now, _))) = (series.first(), series.last()) else {
+        return (None, PREDATES_TOLERANCE);
+    };
+    // The first point of a process there all along lies within one
+    // observation interval of the window's start: with process lists or
+    // allocator reports every 12 s it may be 12 s in. The interval is the
+    // window's mean spacing (a gap in a trace barely moves it); at one
+    // observation a second the fixed tolerance stands.
+    let span = now.duration_since(first).unwrap_or_default();
+    let spacing = span.as_secs_f64() / series.len().saturating_sub(1).max(1) as f64;
+    let tolerance = PREDATES_TOLERANCE.max(Duration::from_secs_f64(1.5 * spacing));
+    // A process there when the window began covers every window, whatever
+    // the slow tier's cadence puts its first and newest samples a few
+    // seconds inside the window (at a 10 s slow tier, counting from those
+    // left the longest window uncovered for ever). Where its first listing
+    // is known it counts from there: one started just before the window
+    // has its load and warm-up inside it (a benign alarm at seed 38, the
+    // cache's warm-up and a checkpoint's kept buffers read as a climb the
+    // check the 30-minute window was first judged).
+    let started = match start {
+        Start::Listed(listed) => Some(listed.min(first)),
+        Start::Window(window_start) => {
+            (first > window_start.saturating_add(tolerance)).then_some(first)
+        }
+    };
+    (started, tolerance)
+}
+
+/// How much of a window ending at `now` a process that `started` then
+/// covers: from its start plus the `warmup` grace; the full window for one
+/// there when the window began.
+fn covered_since(started: Option<Timestamp>, now: Timestamp, params: &LeakParams) -> Duration {
+    started.map_or(params.window, |started| {
+        now.duration_since(started.saturating_add(params.warmup)).unwrap_or_default()
     })
 }
