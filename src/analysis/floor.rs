@@ -110,6 +110,8 @@ impl FloorScratch {
         buckets: usize,
         dips: Option<Dips>,
     ) -> Option<FloorLine> {
+        // Never left from an earlier line when this one reads nothing.
+        self.dips_left_out = false;
         let start = series.partition_point(|&(at, _)| at < from);
         let window = series.get(start..)?;
         let (&(first, _), &(last, _)) = (window.first()?, window.last()?);

@@ -73,20 +73,20 @@
 //! baseline, while a climb that returns each epoch has done so before.
 //!
 //! Where a window of at least `dips_shortest_window` (half the full
-//! `window`) fails, it is judged once more on its floor with dips left out (`floor::Dips`: the floor
-//! falling by `dip_depth_bytes` within a bucket or two and stepping back,
-//! after at least two buckets and within `dip_longest`, to where it stood
-//! before or above; also a window that opens inside such a dip, for at
-//! most half of it). An
-//! evaluation phase frees a training step's buffers and takes them back:
-//! its low is no return (rule 4) and its steps are no levelling off (rule
-//! 3), while the floor between dips is what a leak raises. Memory freed for
-//! good stays down, a climb that returns each epoch climbs back gradually,
-//! and a single low bucket (everything gained freed for a moment) is
-//! still return evidence, so none of them is left out. Not on windows
-//! under half the full one: there the few buckets left between long dips
-//! lined up by chance (three benign alarms at seeds 2 and 4), and every
-//! other path still reads the whole floor.
+//! `window`) fails, it is judged once more on its floor with dips left out
+//! (`floor::Dips`: the floor falling by `dip_depth_bytes` within a bucket
+//! or two and stepping back, after at least two buckets and within
+//! `dip_longest`, to where it stood before or above; also a window that
+//! opens inside such a dip, for at most half of it). An evaluation phase
+//! frees a training step's buffers and takes them back: its low is no
+//! return (rule 4) and its steps are no levelling off (rule 3), while the
+//! floor between dips is what a leak raises. Memory freed for good stays
+//! down, a climb that returns each epoch climbs back gradually, and a
+//! single low bucket (everything gained freed for a moment) is still return
+//! evidence, so none of them is left out. Not on windows under half the
+//! full one: there the few buckets left between long dips lined up by
+//! chance (three benign alarms at seeds 2 and 4), and every other path
+//! still reads the whole floor.
 //!
 //! A leak already suspected is held, on the longest covered window or
 //! failing that on a shorter one other than the shortest, while its floor

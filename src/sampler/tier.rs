@@ -1,10 +1,10 @@
 //! One device's sampling: a fast and a slow tier side by side, each on its
 //! squad's shared thread (`crew`), which paces them, calls the source and
 //! stores what it read. What differs between the two is their lane's
-//! (`lane`), chosen once when the tier starts; this is the code both share. Every call's deadline
-//! is owned by the fleet's one watchdog (`crew`), which calls
-//! `check_deadline` for each call in flight; a task per tier only waits for
-//! the tier to end.
+//! (`lane`), chosen once when the tier starts; this is the code both
+//! share. Every call's deadline is owned by the fleet's one watchdog
+//! (`crew`), which calls `check_deadline` for each call in flight; a task
+//! per tier only waits for the tier to end.
 //!
 //! A tier is called by one thread at a time, one call at a time, so a call stuck
 //! in the driver is never started twice; the watchdog counts it as a

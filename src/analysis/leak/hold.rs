@@ -74,8 +74,8 @@ impl Hold {
 
 /// Whether a held leak whose windows all failed at the newest sample is
 /// held on what the checks before carried: the last check that showed
-/// the leak lies within `dip_longest`; and on a span of `dip_longest` (a dip has
-/// floor on either side of it) or one of its doublings up to `window`,
+/// the leak lies within `dip_longest`; and on a span of `dip_longest` (a
+/// dip has floor on either side of it) or one of its doublings up to `window`,
 /// the floor with dips left out (one still open at its end too) rises at
 /// `hold_slope_bytes_per_second` or more, its newest quarter standing
 /// above the carried baseline by more than `return_share` of the carried

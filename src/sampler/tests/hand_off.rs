@@ -171,7 +171,6 @@ async fn a_fast_call_is_stale_at_its_deadline_though_the_hand_off_limit_is_longe
     let mut settings = settings();
     settings.config.fast_interval = Duration::from_secs(1);
     settings.config.slow_interval = Duration::from_secs(1);
-    let settings = SamplerSettings { ..settings };
     let harness = start(source, settings);
     settle().await;
     // 0.5 s: the first tick answered and the slow tiers have ended.
