@@ -80,6 +80,17 @@ def start_vramd(binary, extra=None):
     sys.exit("gpu-check: vramd did not become ready within 60 s")
 
 
+def stop_vramd(daemon, wait_s=5):
+    """SIGTERM, then SIGKILL after `wait_s`; the exit status, or "killed"."""
+    daemon.send_signal(signal.SIGTERM)
+    try:
+        return daemon.wait(timeout=wait_s)
+    except subprocess.TimeoutExpired:
+        daemon.kill()
+        daemon.wait()
+        return "killed"
+
+
 def compare(label, ours, theirs, tolerance, rows, failures):
     if ours is None or theirs is None:
         rows.append((label, ours, theirs, "n/a"))
@@ -190,12 +201,7 @@ def main():
         probe_check(binary, base, vramd_device(base, 0)["uuid"], failures)
     finally:
         held.clear()
-        daemon.send_signal(signal.SIGTERM)
-        try:
-            code = daemon.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            daemon.kill()
-            code = "killed"
+        code = stop_vramd(daemon)
         print(f"\nvramd exit status after SIGTERM: {code}")
         if code != 0:
             failures.append("clean exit on SIGTERM")

@@ -14,7 +14,6 @@ exits 0. Standard library only, besides torch.
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
 import time
@@ -68,7 +67,7 @@ def until(what, probe):
     deadline = time.time() + WAIT_S
     value = probe()
     while not what(value) and time.time() < deadline:
-        time.sleep(0.25)
+        time.sleep(0.05)
         value = probe()
     return value
 
@@ -79,7 +78,7 @@ def main():
         return 0
     import torch
     sys.path.insert(0, os.path.dirname(__file__))
-    from gpu_check import start_vramd
+    from gpu_check import start_vramd, stop_vramd
 
     settings = {"VRAMD_DRIVER_TRACE__MODE": "on",
                 "VRAMD_DRIVER_TRACE__DISCOVERY_INTERVAL": "200ms",
@@ -130,6 +129,7 @@ def main():
             child.stdin.write("go\n")
             child.stdin.flush()
             said = child.stdout.readline().strip()
+            raised = time.monotonic()
             events = until(lambda found: found,
                            lambda: [e for e in get(base, "/api/v1/oom-events")["events"]
                                     if e.get("pid") == child.pid and e.get("hostname") == "driver-trace"])
@@ -144,7 +144,8 @@ def main():
             firing = until(lambda found: found,
                            lambda: [a for a in get(base, "/api/v1/alerts")["alerts"]
                                     if a["rule"] == "allocator_oom" and a.get("pid") == child.pid])
-            print(f"allocator_oom for the child: {'firing' if firing else 'NOT FIRING'}")
+            print(f"allocator_oom for the child: {'firing' if firing else 'NOT FIRING'}, "
+                  f"{time.monotonic() - raised:.2f} s after the child said {said!r} (polled every 50 ms)")
             if not firing:
                 failures.append("allocator_oom for the OOM child")
         finally:
@@ -153,11 +154,7 @@ def main():
     except RuntimeError as error:
         print(f"driver trace: {error}")
     finally:
-        daemon.send_signal(signal.SIGTERM)
-        try:
-            daemon.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            daemon.kill()
+        stop_vramd(daemon)
     verdict = "PASS" if not failures else "FAIL (" + ", ".join(failures) + ")"
     print(f"driver trace verdict: {verdict}")
     return 0 if not failures else 1

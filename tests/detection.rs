@@ -119,9 +119,15 @@ fn slow_warm_ups_that_raised_leaks_stay_silent() {
     // window falling into an evaluation dip and climbing out of it, read
     // as growth anew (34:21 with reports, 22:15 NVML only), and NVML-only
     // tails past the half hour climbing over the plateau of the newest
-    // curve fitted, under that of a slower earlier fit (13:19, 54:15).
+    // curve fitted, under that of a slower earlier fit (13:19, 54:15), and
+    // NVML-only tails of 8-10 minutes' time constant at minute 32 whose
+    // 16-minute window, an evaluation dip in it, rose by what the falling
+    // rate rose there, more than the life's rate at its end times the
+    // span (11:9, 66:3).
     let config = Config::default();
     let runs = [
+        (11, 9),
+        (66, 3),
         (2, 7),
         (3, 12),
         (5, 17),

@@ -62,7 +62,7 @@ pub struct DriverTraceConfig {
     pub max_libraries: NonZeroUsize,
     /// an out-of-memory failure not followed within this by a successful allocation at least as large is an OOM (allocator_oom); one that is, a retry
     pub oom_retry_window: Duration,
-    /// how often the listed processes' /proc/PID/maps are read for a libcuda not probed yet, and exited processes forgotten
+    /// how often listed processes whose maps named no libcuda yet have their /proc/PID/maps read for one not probed yet (a process's maps that named one are not read again while it stays listed), and exited processes forgotten
     pub discovery_interval: Duration,
 }
 

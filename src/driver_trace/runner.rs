@@ -15,7 +15,7 @@ use ::driver_trace::{LoadOptions, Tracer};
 use tracing::{info, warn};
 
 use super::board::{DriverBoard, DropReason};
-use super::discover::{alive, libraries_of};
+use super::discover::NewlyListed;
 use super::ledger::{DriverOom, Ledger, LedgerLimits};
 use super::{DriverTraceConfig, StartError};
 use crate::clock::Stopwatch;
@@ -45,7 +45,8 @@ struct Runner {
     ledger: Ledger,
     board: Arc<DriverBoard>,
     config: DriverTraceConfig,
-    proc_root: PathBuf,
+    /// The listed processes whose maps were read.
+    newly_listed: NewlyListed,
     /// (device, inode) of each libcuda file probed.
     probed: HashSet<(String, u64)>,
     /// Files the kernel or the loader refused: tried once, logged once.
@@ -74,7 +75,7 @@ pub fn start(
         }),
         board,
         config: config.clone(),
-        proc_root: PathBuf::from("/proc"),
+        newly_listed: NewlyListed::new(PathBuf::from("/proc")),
         probed: HashSet::new(),
         refused: HashSet::new(),
         stop: stop.clone(),
@@ -135,32 +136,30 @@ impl Runner {
         }
     }
 
-    /// Probes the libcuda files of the listed processes not probed yet,
-    /// forgets exited processes and refreshes the drop counters.
+    /// Probes the libcuda files of the newly listed processes not probed
+    /// yet, forgets exited processes and refreshes the drop counters.
     fn discover(&mut self) {
         let listed = self.board.listed_pids();
-        for pid in &listed {
-            for library in libraries_of(&self.proc_root, *pid) {
-                let known = self.probed.contains(&library.id) || self.refused.contains(&library.id);
-                let tried = self.probed.len() + self.refused.len();
-                if known || tried >= self.config.max_libraries.get() {
-                    continue;
+        for library in self.newly_listed.libraries(&listed) {
+            let known = self.probed.contains(&library.id) || self.refused.contains(&library.id);
+            let tried = self.probed.len() + self.refused.len();
+            if known || tried >= self.config.max_libraries.get() {
+                continue;
+            }
+            match self.tracer.attach(&library.path) {
+                Ok(attached) => {
+                    info!(
+                        library = %library.path.display(),
+                        functions = attached.functions.len(),
+                        "driver trace: probing libcuda"
+                    );
+                    self.probed.insert(library.id);
                 }
-                match self.tracer.attach(&library.path) {
-                    Ok(attached) => {
-                        info!(
-                            library = %library.path.display(),
-                            functions = attached.functions.len(),
-                            "driver trace: probing libcuda"
-                        );
-                        self.probed.insert(library.id);
-                    }
-                    Err(error) => {
-                        // Not tried again: a file is not a different file
-                        // the next time (a replaced one has a new inode).
-                        warn!(library = %library.path.display(), error = %error, "driver trace: cannot probe libcuda");
-                        self.refused.insert(library.id);
-                    }
+                Err(error) => {
+                    // Not tried again: a file is not a different file
+                    // the next time (a replaced one has a new inode).
+                    warn!(library = %library.path.display(), error = %error, "driver trace: cannot probe libcuda");
+                    self.refused.insert(library.id);
                 }
             }
         }
@@ -169,7 +168,7 @@ impl Runner {
             .iter()
             .copied()
             .chain(self.ledger.pids())
-            .filter(|pid| !alive(&self.proc_root, *pid))
+            .filter(|pid| !self.newly_listed.alive(*pid))
             .collect();
         if !gone.is_empty() {
             for pid in &gone {

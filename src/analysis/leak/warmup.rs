@@ -179,32 +179,56 @@ pub(super) fn falls(halves: &Halves, params: &LeakParams, proof: Proof) -> bool 
 /// warm-up. Judged against the window alone, a young process's 2- or
 /// 4-minute window, most of its life, "sped up" by its scatter while its
 /// life's rate fell by ten noises (seed 2, warm-up run 7).
+///
+/// `proof` is what the life's fall was asked for: with
+/// [`Proof::AnyFall`] (a warm-up found at an earlier check, on a process
+/// older than its series) the life's rates are a warm-up's, and what it
+/// rose by is read off their curve where the window lies; otherwise they
+/// may be a model's load and a leak after it, whose curve rises by what
+/// the leak does, and the life's rate at its end stands for the window.
 pub(super) fn new_growth(
     scratch: &FloorScratch,
     longest: &FloorLine,
     life: &Halves,
-    life_is_window: bool,
+    (life_is_window, proof): (bool, Proof),
     params: &LeakParams,
     buffer: &mut Vec<f64>,
 ) -> bool {
     let Some(window) = halves(scratch.points(), buffer) else { return false };
     let (significance, floor) = (params.slowing_significance, params.noise_floor_bytes);
+    // The window's newer half's rate stands for its middle, a quarter of
+    // the window before the end.
+    let life_rate = match proof {
+        Proof::AnyFall => life.rate_before_end(window.half_seconds / 2.0),
+        Proof::Significant => life.rate_at_end(),
+    };
     window.speeding(significance, floor)
-        && (life_is_window || window.rises_above(life.rate_at_end(), significance, floor))
-        && outgrows_life(longest, life, params)
+        && (life_is_window || window.rises_above(life_rate, significance, floor))
+        && outgrows_life(longest, life, proof, params)
 }
 
 /// Whether the window `line` rose, from its first quarter's floor to its
 /// last, by `slowing_significance` times the life's noise more than the
-/// process's life says it still rises by over that span
-/// ([`Halves::rate_at_end`]): growth that outgrows the warm-up. A window
-/// whose older half falls into an evaluation dip and whose newer half
-/// climbs out of it speeds up by the dip's depth (`new_growth`) yet ends
-/// where the warm-up's curve was heading (seed 34, warm-up run 21; seed 22,
-/// run 15, NVML only).
-fn outgrows_life(line: &FloorLine, life: &Halves, params: &LeakParams) -> bool {
-    let span = 0.75 * line.span_seconds;
+/// process's life says it rose by over that span: growth that outgrows
+/// the warm-up. A window whose older half falls into an evaluation dip and
+/// whose newer half climbs out of it speeds up by the dip's depth
+/// (`new_growth`) yet ends where the warm-up's curve was heading (seed 34,
+/// warm-up run 21; seed 22, run 15, NVML only). With a warm-up's rates
+/// (`proof`, see [`new_growth`]) the life rose by what the curve through
+/// them rose ([`Halves::rise_before_end`]): read as its rate at the end
+/// times the span, a warm-up whose rate still halved within the window
+/// outgrew itself (τ of 8-10 min, leaks called at minute 32: seeds 11 and
+/// 66, NVML only, an evaluation dip in the window). Without, its rate at
+/// the end: a load's curve reads a leak after it as its own rise (every
+/// reading of the curve delayed 66 leaks of seeds 1-78 by up to 18 min).
+fn outgrows_life(line: &FloorLine, life: &Halves, proof: Proof, params: &LeakParams) -> bool {
+    // The quarters' floors stand for their middles.
+    let (first, last) = (0.875 * line.span_seconds, 0.125 * line.span_seconds);
     let rise = line.quarters[3] - line.quarters[0];
-    let expected = life.rate_at_end().max(0.0) * span;
+    let expected = match proof {
+        Proof::AnyFall => life.rise_before_end(first, last),
+        Proof::Significant => life.rate_at_end() * (first - last),
+    }
+    .max(0.0);
     rise - expected >= params.slowing_significance * life.noise.max(params.noise_floor_bytes)
 }

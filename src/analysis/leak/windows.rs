@@ -147,7 +147,7 @@ fn assess_once(
     let life_is_window = first >= longest_from;
     let rises_anew = (life_slowing || under)
         && life.is_some_and(|life| {
-            new_growth(scratch, &longest, &life, life_is_window, params, &mut buffer)
+            new_growth(scratch, &longest, &life, (life_is_window, proof), params, &mut buffer)
         });
     let slowing = life_slowing && !rises_anew;
     let tail = under && !life_slowing && !rises_anew;

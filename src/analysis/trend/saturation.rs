@@ -119,6 +119,31 @@ impl Halves {
         }
     }
 
+    /// The curve's rate `before_end` seconds before the window's end (at
+    /// most the window's span): the saturating curve's where the rate
+    /// fell, the newer half's otherwise.
+    pub fn rate_before_end(&self, before_end: f64) -> f64 {
+        let back = before_end.clamp(0.0, 2.0 * self.half_seconds);
+        match self.plateau() {
+            Some((tau, remaining)) => remaining / tau * (back / tau).exp(),
+            None => self.rate_at_end(),
+        }
+    }
+
+    /// What the curve rose by from `from_end` to `to_end` seconds before
+    /// the window's end (each at most the window's span): the saturating
+    /// curve's rise where the rate fell, the rate at the end times the
+    /// span otherwise. A curve's rate falls over any span, so its rate at
+    /// the end times the span understates what it rose by there.
+    pub fn rise_before_end(&self, from_end: f64, to_end: f64) -> f64 {
+        let span = 2.0 * self.half_seconds;
+        let (from, to) = (from_end.clamp(0.0, span), to_end.clamp(0.0, span));
+        match self.plateau() {
+            Some((tau, remaining)) => remaining * ((from / tau).exp() - (to / tau).exp()),
+            None => self.rate_at_end() * (from - to),
+        }
+    }
+
     /// The saturating curve from the window's end: (time constant in
     /// seconds, rise still to come in bytes; nothing where the rate fell to
     /// nothing). `None` for a rate that did not fall.

@@ -308,3 +308,34 @@ proptest! {
         prop_assert_eq!(by_keys, by_floats);
     }
 }
+
+#[test]
+fn what_a_falling_rate_rose_by_is_read_off_its_curve_not_its_end_rate() {
+    use super::saturation::halves;
+    let mut buffer = Vec::new();
+    // 11 GiB approached with an 8-minute time constant, its last half hour
+    // seen from minute 2 (a warm-up's tail, as the analyzer's series holds
+    // it once the process is older than the window).
+    let (gib, tau, span) = (1_073_741_824.0, 500.0, 1_800.0);
+    let level = |t: f64| 11.0 * gib * (1.0 - (-(t + 120.0) / tau).exp());
+    let curve: Vec<(f64, f64)> =
+        (0..=60).map(|i| f64::from(i) * 30.0).map(|t| (t, level(t))).collect();
+    let split = halves(&curve, &mut buffer).unwrap();
+    // A 16-minute window at the end: its first quarter's middle to its last.
+    let (from, to) = (0.875 * 960.0, 0.125 * 960.0);
+    let rose = level(span - to) - level(span - from);
+    let read = split.rise_before_end(from, to);
+    assert!((read - rose).abs() < 0.15 * rose, "{read} vs {rose}");
+    // The rate at the end times the span reads less than half of it: a
+    // warm-up's tail that "outgrew" its own curve.
+    assert!(split.rate_at_end() * (from - to) < 0.5 * rose);
+    // The rate a quarter window before the end, likewise.
+    let rate = (level(span - 230.0) - level(span - 250.0)) / 20.0;
+    assert!((split.rate_before_end(240.0) - rate).abs() < 0.15 * rate);
+    // A line keeps its rate: rate times span, wherever it is read.
+    let line: Vec<(f64, f64)> =
+        (0..=60).map(|i| f64::from(i) * 30.0).map(|t| (t, 2e6 * t)).collect();
+    let split = halves(&line, &mut buffer).unwrap();
+    assert!((split.rise_before_end(from, to) - 2e6 * (from - to)).abs() < 1e-3 * 2e6 * (from - to));
+    assert!((split.rate_before_end(240.0) - 2e6).abs() < 1.0);
+}
