@@ -92,16 +92,7 @@ mod tests {
     use crate::model::{AllocatorStats, DriverStats, ProcessInfo};
 
     fn reading(at_secs: i64, processes: Vec<ProcessInfo>) -> SlowReading {
-        SlowReading {
-            at: Timestamp::from_unix_millis(at_secs * 1000),
-            processes: Some(processes),
-            temperature_celsius: None,
-            power_usage_watts: None,
-            power_limit_watts: None,
-            details: Default::default(),
-            allocations: None,
-            processes_left_out: 0,
-        }
+        SlowReading::listing(Timestamp::from_unix_millis(at_secs * 1000), Some(processes))
     }
 
     fn traced(pid: u32, retries: u64) -> ProcessInfo {

@@ -311,19 +311,10 @@ mod tests {
             allocator: None,
             details: crate::model::ProcessDetails { role, ..Default::default() },
         };
-        let reading = SlowReading {
-            at: Timestamp::from_unix_millis(42),
-            processes: Some(vec![
-                process(7, None),
-                process(8, Some(crate::model::ProcessRole::Probe)),
-            ]),
-            allocations: None,
-            temperature_celsius: None,
-            power_usage_watts: None,
-            power_limit_watts: None,
-            details: Default::default(),
-            processes_left_out: 0,
-        };
+        let reading = SlowReading::listing(
+            Timestamp::from_unix_millis(42),
+            Some(vec![process(7, None), process(8, Some(crate::model::ProcessRole::Probe))]),
+        );
         let point = SlowPoint::from(&reading);
         let pids: Vec<u32> = point.processes().unwrap().iter().map(|p| p.pid).collect();
         assert_eq!(pids, [7]);

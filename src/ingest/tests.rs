@@ -120,16 +120,10 @@ fn store() -> ReportStore {
 }
 
 fn reading(at_seconds: i64, processes: Vec<ProcessInfo>) -> SlowReading {
-    SlowReading {
-        allocations: None,
-        at: Timestamp::from_unix_millis(1_767_225_600_000 + at_seconds * 1000),
-        processes: Some(processes),
-        temperature_celsius: None,
-        power_usage_watts: None,
-        power_limit_watts: None,
-        details: Default::default(),
-        processes_left_out: 0,
-    }
+    SlowReading::listing(
+        Timestamp::from_unix_millis(1_767_225_600_000 + at_seconds * 1000),
+        Some(processes),
+    )
 }
 
 fn nvml_process(pid: u32, namespace_pid: Option<u32>) -> ProcessInfo {

@@ -74,16 +74,7 @@ fn process(pid: u32, container_id: Option<&str>) -> ProcessInfo {
 }
 
 fn reading(processes: Vec<ProcessInfo>) -> SlowReading {
-    SlowReading {
-        at: Timestamp::from_unix_millis(1_700_000_000_000),
-        processes: Some(processes),
-        temperature_celsius: None,
-        power_usage_watts: None,
-        power_limit_watts: None,
-        details: Default::default(),
-        allocations: None,
-        processes_left_out: 0,
-    }
+    SlowReading::listing(Timestamp::from_unix_millis(1_700_000_000_000), Some(processes))
 }
 
 #[test]

@@ -238,6 +238,22 @@ pub struct SlowDetails {
 }
 
 impl SlowReading {
+    /// A reading of the process list alone, every health value absent: what
+    /// the tests that follow processes build, in one place.
+    #[cfg(test)]
+    pub(crate) fn listing(at: Timestamp, processes: Option<Vec<ProcessInfo>>) -> Self {
+        Self {
+            at,
+            processes,
+            temperature_celsius: None,
+            power_usage_watts: None,
+            power_limit_watts: None,
+            details: SlowDetails::default(),
+            allocations: None,
+            processes_left_out: 0,
+        }
+    }
+
     /// Keeps the `max` processes using the most memory (unknown usage last,
     /// [`ProcessInfo::cap_order`]), adds those left out to
     /// `processes_left_out` and returns how many this call left out: the

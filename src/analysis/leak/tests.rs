@@ -272,16 +272,7 @@ fn allocator_figures_are_preferred_over_nvml_usage() {
 }
 
 fn reading(t: usize, processes: Vec<ProcessInfo>) -> SlowReading {
-    SlowReading {
-        allocations: None,
-        at: at(t),
-        processes: Some(processes),
-        temperature_celsius: None,
-        power_usage_watts: None,
-        power_limit_watts: None,
-        details: Default::default(),
-        processes_left_out: 0,
-    }
+    SlowReading::listing(at(t), Some(processes))
 }
 
 #[test]

@@ -89,16 +89,10 @@ fn listed_every(
         };
         history.record_fast(fast).unwrap_or_else(|_| panic!("in order"));
         if quarter % quarters == 0 {
-            let slow = SlowReading {
-                at: at(t),
-                processes: Some(listed.iter().map(|&(pid, bytes)| process(pid, bytes)).collect()),
-                temperature_celsius: None,
-                power_usage_watts: None,
-                power_limit_watts: None,
-                details: Default::default(),
-                allocations: None,
-                processes_left_out: 0,
-            };
+            let slow = SlowReading::listing(
+                at(t),
+                Some(listed.iter().map(|&(pid, bytes)| process(pid, bytes)).collect()),
+            );
             let dropped = usize::from(capped(t));
             history.record_slow(slow, dropped).unwrap_or_else(|_| panic!("in order"));
         }

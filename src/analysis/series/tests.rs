@@ -271,16 +271,7 @@ fn a_process_keeps_its_first_listing_as_the_window_slides_past_it() {
 #[test]
 fn a_pid_left_out_only_of_lists_the_process_cap_cut_keeps_its_life() {
     let capped = |millis, listed| {
-        let reading = SlowReading {
-            allocations: None,
-            at: ts(millis),
-            processes: Some(listed),
-            temperature_celsius: None,
-            power_usage_watts: None,
-            power_limit_watts: None,
-            details: Default::default(),
-            processes_left_out: 0,
-        };
+        let reading = SlowReading::listing(ts(millis), Some(listed));
         SlowPoint::sharing(&reading, None, true)
     };
     let mut windows = ProcessWindows::default();

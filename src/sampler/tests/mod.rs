@@ -118,16 +118,7 @@ impl DeviceSource for FakeSource {
                 details: Default::default(),
             })
             .collect();
-        Ok(SlowReading {
-            allocations: None,
-            at: Timestamp::from_unix_millis(0),
-            processes: Some(processes),
-            temperature_celsius: None,
-            power_usage_watts: None,
-            power_limit_watts: None,
-            details: Default::default(),
-            processes_left_out: 0,
-        })
+        Ok(SlowReading::listing(Timestamp::from_unix_millis(0), Some(processes)))
     }
 }
 
