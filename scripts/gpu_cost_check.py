@@ -89,13 +89,13 @@ def histograms(base):
 
 
 def window(pid, seconds):
+    """Each thread name's share of a core over `seconds`."""
     before = thread_cpu_ns(pid)
     started = time.monotonic()
     time.sleep(seconds)
     after = thread_cpu_ns(pid)
     elapsed = time.monotonic() - started
-    per_thread = {name: (after[name] - before.get(name, 0)) / 1e9 / elapsed for name in after}
-    return per_thread, elapsed
+    return {name: (after[name] - before.get(name, 0)) / 1e9 / elapsed for name in after}
 
 
 def run_floor(floor, fast_ms, slow_ms):
@@ -103,7 +103,7 @@ def run_floor(floor, fast_ms, slow_ms):
                              "--seconds", str(int(WARMUP + SECONDS + 2))],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     time.sleep(WARMUP)
-    per_thread, _ = window(proc.pid, SECONDS)
+    per_thread = window(proc.pid, SECONDS)
     try:
         _, err = proc.communicate(timeout=30)
     except subprocess.TimeoutExpired:
@@ -125,7 +125,7 @@ def run_vramd(binary, fast, slow):
     try:
         time.sleep(WARMUP)
         first = histograms(base)
-        per_thread, _ = window(daemon.pid, SECONDS)
+        per_thread = window(daemon.pid, SECONDS)
         last = histograms(base)
         means = {}
         for key, (total, count) in last.items():

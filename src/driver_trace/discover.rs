@@ -2,10 +2,11 @@
 //! names the file (as the process sees it, in its own mount namespace) and
 //! its device and inode; `/proc/PID/root/<path>` reaches it from here. The
 //! device and inode tell one file from another, so each is probed once.
-//! A process's maps are read once while NVML keeps listing it
-//! ([`NewlyListed`]): a PyTorch process maps thousands of regions, and
-//! reading them every discovery cost 0.85 ms per process each second on an
-//! H200 (the tracer thread's 0.68 % of a core with 8 such processes).
+//! A process's maps are read until they name a libcuda, then not again
+//! while NVML keeps listing it ([`NewlyListed`]): a PyTorch process maps
+//! thousands of regions, and reading them every discovery cost 0.85 ms per
+//! process each second on an H200 (the tracer thread's 0.68 % of a core
+//! with 8 such processes).
 //! Blocking file I/O: the tracer thread calls it.
 
 use std::collections::HashSet;
@@ -57,14 +58,8 @@ impl NewlyListed {
             if self.read.contains(&pid) {
                 continue;
             }
-            let Some(libraries) = libraries_of(&self.proc_root, pid) else { continue };
-            if !libraries.is_empty() {
+            if libraries_of(&self.proc_root, pid, &mut found) == Some(true) {
                 self.read.insert(pid);
-            }
-            for library in libraries {
-                if !found.iter().any(|known| known.id == library.id) {
-                    found.push(library);
-                }
             }
         }
         found
@@ -76,22 +71,24 @@ impl NewlyListed {
     }
 }
 
-/// The libcuda files `pid` maps; `None` when its maps cannot be read (it
-/// exited, or vramd may not look).
-fn libraries_of(proc_root: &Path, pid: u32) -> Option<Vec<LibraryFile>> {
+/// Adds the libcuda files `pid` maps to `found`, each file once; whether
+/// its maps named any, `None` when they cannot be read (it exited, or
+/// vramd may not look).
+fn libraries_of(proc_root: &Path, pid: u32, found: &mut Vec<LibraryFile>) -> Option<bool> {
     let process = proc_root.join(pid.to_string());
     let mut bytes = Vec::new();
     std::fs::File::open(process.join("maps"))
         .and_then(|file| file.take(MAX_MAPS_BYTES).read_to_end(&mut bytes))
         .ok()?;
-    let mut found: Vec<LibraryFile> = Vec::new();
+    let mut named = false;
     for line in String::from_utf8_lossy(&bytes).lines() {
         let Some(library) = parse_line(&process, line) else { continue };
+        named = true;
         if !found.iter().any(|known| known.id == library.id) {
             found.push(library);
         }
     }
-    Some(found)
+    Some(named)
 }
 
 /// `address perms offset dev inode path`, for a libcuda mapping.
@@ -128,23 +125,22 @@ mod tests {
              7ffd-7ffe rw-p 00000000 00:00 0 [stack]\n",
         )
         .unwrap();
-        let found = libraries_of(dir.path(), 42);
+        let mut found = Vec::new();
+        assert_eq!(libraries_of(dir.path(), 42, &mut found), Some(true));
         assert_eq!(
-            found.as_deref(),
-            Some(
-                &[
-                    LibraryFile {
-                        path: process.join("root/usr/lib/x86_64-linux-gnu/libcuda.so.550.54"),
-                        id: ("fd:01".into(), 1234),
-                    },
-                    LibraryFile {
-                        path: process.join("root/opt/cuda copy/libcuda.so.1"),
-                        id: ("00:2a".into(), 77),
-                    },
-                ][..]
-            )
+            found,
+            [
+                LibraryFile {
+                    path: process.join("root/usr/lib/x86_64-linux-gnu/libcuda.so.550.54"),
+                    id: ("fd:01".into(), 1234),
+                },
+                LibraryFile {
+                    path: process.join("root/opt/cuda copy/libcuda.so.1"),
+                    id: ("00:2a".into(), 77),
+                },
+            ]
         );
-        assert_eq!(libraries_of(dir.path(), 43), None);
+        assert_eq!(libraries_of(dir.path(), 43, &mut found), None);
         let listed = NewlyListed::new(dir.path().to_owned());
         assert!(listed.alive(42) && !listed.alive(43));
     }

@@ -45,7 +45,7 @@ struct Runner {
     ledger: Ledger,
     board: Arc<DriverBoard>,
     config: DriverTraceConfig,
-    /// The listed processes whose maps were read.
+    /// The listed processes whose maps named a libcuda.
     newly_listed: NewlyListed,
     /// (device, inode) of each libcuda file probed.
     probed: HashSet<(String, u64)>,
